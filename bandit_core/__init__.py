@@ -1,0 +1,45 @@
+"""bandit_core: the pure numpy contextual-bandit engine.
+
+Policies (``make_policy(name, d, **params)``): ``linucb``, ``lnucb_ta``,
+``guardrailed_linucb``, ``hare``, ``random``, ``epsilon_greedy``. Every policy offers
+``select(arm_ids, X) -> Decision`` and ``update(arm_id, x, reward)`` over explicit state
+that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
+"""
+
+from bandit_core.errors import (
+    BanditError,
+    ConfigError,
+    InvalidInputError,
+    NoEligibleArmError,
+    StateFormatError,
+    UnknownArmError,
+)
+from bandit_core.policy import (
+    ArmStats,
+    BasePolicy,
+    Decision,
+    GuardrailOutcome,
+    Policy,
+    PolicyConfig,
+    policy_from_bytes,
+)
+from bandit_core.registry import POLICIES, make_policy, policy_class
+
+__all__ = [
+    "POLICIES",
+    "ArmStats",
+    "BanditError",
+    "BasePolicy",
+    "ConfigError",
+    "Decision",
+    "GuardrailOutcome",
+    "InvalidInputError",
+    "NoEligibleArmError",
+    "Policy",
+    "PolicyConfig",
+    "StateFormatError",
+    "UnknownArmError",
+    "make_policy",
+    "policy_class",
+    "policy_from_bytes",
+]

@@ -1,0 +1,42 @@
+"""Exceptions raised by :mod:`bandit_core`.
+
+Every error is a :class:`ValueError` subclass, so library users who only catch
+``ValueError`` still catch them, and the service maps each class to one HTTP status
+in one place::
+
+    BanditError(ValueError)
+    ├── InvalidInputError    bad shape, NaN/inf, empty or duplicate candidates, reward out of range
+    ├── UnknownArmError      an arm id the policy does not know, or one that was retired
+    ├── NoEligibleArmError   every candidate blocked by a guardrail and no safe arm to serve
+    ├── ConfigError          an invalid policy or guardrail configuration
+    └── StateFormatError     bytes that are not a serialized state of the expected kind
+
+Messages name the argument, what was expected and what came, e.g.
+``"X must have shape (K, 10) = (3, 10), but got (3, 9)"``.
+"""
+
+from __future__ import annotations
+
+
+class BanditError(ValueError):
+    """Base class of every error raised by bandit_core."""
+
+
+class InvalidInputError(BanditError):
+    """An input array, id or reward does not satisfy the documented contract."""
+
+
+class UnknownArmError(BanditError):
+    """An arm id the policy does not know (never seen, or retired)."""
+
+
+class NoEligibleArmError(BanditError):
+    """Guardrails blocked every candidate and the policy has no safe arm among them."""
+
+
+class ConfigError(BanditError):
+    """A policy or guardrail configuration is invalid."""
+
+
+class StateFormatError(BanditError):
+    """Serialized bytes are not a state this code can read."""

@@ -1,0 +1,62 @@
+"""Disjoint LinUCB (Li et al. 2010; ALGORITHMS.md section 1).
+
+Score of arm ``a``: ``x_a^T theta_a + alpha * sqrt(x_a^T A_a^-1 x_a)``; the argmax is
+served, ties broken uniformly at random.
+
+>>> import numpy as np
+>>> p = LinUCB(LinUCBConfig(d=2, alpha=0.0))
+>>> X = np.eye(2)
+>>> _ = p.select(["a", "b"], X)  # cold start: both arms get the prior state
+>>> for _ in range(3):
+...     p.update("a", X[0], 1.0)
+>>> p.select(["a", "b"], X).arm_id
+'a'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from bandit_core.errors import ConfigError
+from bandit_core.linear import LinearArmState, linear_ucb_terms
+from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext
+
+
+@dataclass(frozen=True)
+class LinUCBConfig(PolicyConfig):
+    """LinUCB hyperparameters: ``ridge_lambda`` (the prior ``A = lambda*I``) and
+    ``refactor_every`` (updates between Cholesky re-derivations of ``A^-1``)."""
+
+    ridge_lambda: float = 1.0
+    refactor_every: int = 1000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (np.isfinite(self.ridge_lambda) and self.ridge_lambda > 0):
+            raise ConfigError(f"ridge_lambda must be finite and > 0, but got {self.ridge_lambda!r}")
+        if isinstance(self.refactor_every, bool) or not isinstance(self.refactor_every, int) or self.refactor_every < 1:
+            raise ConfigError(f"refactor_every must be a positive int, but got {self.refactor_every!r}")
+
+
+class LinUCB(BasePolicy):
+    """Disjoint LinUCB over per-arm ridge states (:class:`LinearArmState`)."""
+
+    NAME: ClassVar[str] = "linucb"
+    CONFIG: ClassVar[type[PolicyConfig]] = LinUCBConfig
+    ARM_STATE = LinearArmState
+    config: LinUCBConfig
+
+    def _new_arm_state(self) -> LinearArmState:
+        return LinearArmState.prior(self.config.d, self.config.ridge_lambda)
+
+    def _score(
+        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        mean, width = linear_ucb_terms(states, X)
+        return mean + self.config.alpha * width, width
+
+    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+        state.add(x, reward, reward, self.config.refactor_every)

@@ -1,0 +1,473 @@
+"""The policy Protocol and the steps every policy shares.
+
+A policy chooses one arm among ``K`` candidates whose feature vectors are the rows of
+``X`` (shape ``(K, d)``) and learns from the reward of the arm it served:
+
+>>> import numpy as np, bandit_core
+>>> p = bandit_core.make_policy("linucb", d=2, alpha=1.0, seed=0)
+>>> dec = p.select(["a", "b"], np.array([[1.0, 0.0], [0.0, 1.0]]))
+>>> dec.arm_id in ("a", "b"), dec.ranking[0] == dec.arm_id
+(True, True)
+>>> p.update(dec.arm_id, np.array([1.0, 0.0]), 1.0)
+>>> type(p).from_bytes(p.to_bytes()).to_bytes() == p.to_bytes()
+True
+
+State is explicit and split into *parts* so a store can load, update and save one arm
+without touching the others: ``"arm:<id>"`` (one arm's model), ``"shared"`` (state
+common to all arms, e.g. HARE's projections or guardrail counters) and
+``"user:<id>"`` (per-user state, HARE). :meth:`BasePolicy.export_parts` and
+:meth:`BasePolicy.import_parts` move parts in and out as bytes;
+:meth:`BasePolicy.parts_for_update` names the parts one update reads and writes.
+
+Implementors subclass :class:`BasePolicy` and fill in ``_new_arm_state``, ``_score``
+and ``_update`` (and optionally ``_filter`` for guardrails, ``_new_shared_state`` and
+``_new_user_state``). The shared steps live here once: validation, cold start of
+unseen arms, guardrail filtering, uniform tie-breaking, the epsilon exploration floor
+and the logged propensities (ALGORITHMS.md section 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from bandit_core.errors import ConfigError, StateFormatError, UnknownArmError
+from bandit_core.state import ArrayState, pack, unpack
+from bandit_core.validation import check_arm_ids, check_matrix, check_reward, check_vector
+
+SHARED_PART = "shared"
+ARM_PREFIX = "arm:"
+USER_PREFIX = "user:"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Hyperparameters every policy has; algorithms extend it with their own fields.
+
+    ``d``: length of each candidate's feature vector. ``alpha``: exploration weight of
+    the confidence width. ``epsilon``: probability of serving a uniformly random
+    eligible arm (ALGORITHMS.md section 5). ``seed``: seed of the policy's RNG.
+    ``reward_range``: ``[low, high]`` every reward must lie in.
+    """
+
+    d: int
+    alpha: float = 1.0
+    epsilon: float = 0.0
+    seed: int | None = 0
+    reward_range: tuple[float, float] = (0.0, 1.0)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 1:
+            raise ConfigError(f"d must be a positive int, but got {self.d!r}")
+        _require(np.isfinite(self.alpha) and self.alpha >= 0, f"alpha must be finite and >= 0, but got {self.alpha!r}")
+        _require(0.0 <= self.epsilon <= 1.0, f"epsilon must be in [0, 1], but got {self.epsilon!r}")
+        rr = tuple(float(v) for v in self.reward_range)
+        _require(
+            len(rr) == 2 and np.isfinite(rr).all() and rr[0] < rr[1],
+            f"reward_range must be [low, high] with finite low < high, but got {self.reward_range!r}",
+        )
+        object.__setattr__(self, "reward_range", rr)
+        object.__setattr__(self, "d", int(self.d))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict of the configuration (inverse of ``type(config)(**dict)``)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def _require(condition: Any, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class GuardrailOutcome:
+    """What the guardrails did in one decision (guardrail seed, assumptions 4 and 5).
+
+    ``blocked`` maps each blocked candidate to the reasons given by the predicates
+    that blocked it; ``unconstrained_arm_id`` is the UCB argmax before filtering and
+    ``argmax_blocked`` says whether it was blocked (the event counted by delta_G);
+    ``safe_arm_served`` says whether no candidate passed and the safe arm was served.
+    """
+
+    blocked: Mapping[str, tuple[str, ...]]
+    unconstrained_arm_id: str
+    argmax_blocked: bool
+    safe_arm_served: bool
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of :meth:`Policy.select`.
+
+    ``ranking`` holds every candidate id, the served arm first, then the other eligible
+    arms by descending score, then blocked arms. ``scores``, ``widths`` (confidence
+    width, ``None`` for algorithms without one) and ``propensities`` are arrays of
+    shape ``(K,)`` aligned with ``ranking``: ``propensities[i]`` is the probability
+    that ``ranking[i]`` is served, ``(1 - eps) * 1[argmax] / #tied + eps / K_eligible``.
+    ``state_changed`` names the state parts the selection itself changed (guardrail
+    counters); ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
+    """
+
+    arm_id: str
+    ranking: tuple[str, ...]
+    scores: np.ndarray
+    widths: np.ndarray | None
+    propensities: np.ndarray
+    explored: bool
+    guardrail: GuardrailOutcome | None = None
+    state_changed: tuple[str, ...] = ()
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def propensity(self) -> float:
+        """Probability with which the served arm was chosen."""
+        return float(self.propensities[0])
+
+
+@dataclass
+class SelectContext:
+    """Request-level inputs an algorithm may use beyond the candidates' features."""
+
+    user_id: str | None = None
+    features: Mapping[str, float] | None = None
+
+
+@dataclass
+class ArmStats:
+    """Learning counters of one arm: rewards applied, their sum and mean, and extras
+    (e.g. LNUCB-TA's exploration weight alpha_a)."""
+
+    rewarded: int
+    reward_sum: float
+    extras: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.rewarded if self.rewarded else 0.0
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What every policy offers; see the module docstring for an example."""
+
+    config: PolicyConfig
+
+    def select(
+        self,
+        arm_ids: Sequence[str],
+        X: ArrayLike,
+        *,
+        user_id: str | None = None,
+        features: Mapping[str, float] | None = None,
+        explore: bool = True,
+    ) -> Decision: ...
+
+    def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None: ...
+
+    def to_bytes(self) -> bytes: ...
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Self: ...
+
+
+class BasePolicy:
+    """Shared steps of every policy; subclasses implement the algorithm hooks.
+
+    Subclasses set ``NAME`` (the registry name), ``CONFIG`` (their config class) and
+    ``ARM_STATE`` (their per-arm :class:`ArrayState` class), and optionally
+    ``SHARED_STATE`` and ``USER_STATE``.
+    """
+
+    NAME: ClassVar[str] = ""
+    CONFIG: ClassVar[type[PolicyConfig]] = PolicyConfig
+    ARM_STATE: ClassVar[type[ArrayState]]
+    SHARED_STATE: ClassVar[type[ArrayState] | None] = None
+    USER_STATE: ClassVar[type[ArrayState] | None] = None
+
+    def __init__(self, config: PolicyConfig) -> None:
+        if not isinstance(config, self.CONFIG):
+            raise ConfigError(f"{self.NAME} needs a {self.CONFIG.__name__}, but got {type(config).__name__}")
+        self.config = config
+        self._rng = np.random.default_rng(config.seed)
+        self._arms: dict[str, ArrayState] = {}
+        self._retired: set[str] = set()
+        self._users: dict[str, ArrayState] = {}
+        self._shared: ArrayState | None = self._new_shared_state()
+
+    # ---- algorithm hooks -------------------------------------------------------------
+    def _new_arm_state(self) -> ArrayState:
+        raise NotImplementedError
+
+    def _new_shared_state(self) -> ArrayState | None:
+        return None
+
+    def _new_user_state(self) -> ArrayState | None:
+        return None
+
+    def _score(
+        self, arm_ids: list[str], states: list[ArrayState], X: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Return ``(scores, widths)``, each of shape ``(K,)`` (widths may be None)."""
+        raise NotImplementedError
+
+    def _update(self, arm_id: str, state: ArrayState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+        """Apply one reward to ``state`` (and shared/user state) in place."""
+        raise NotImplementedError
+
+    def _filter(
+        self,
+        arm_ids: list[str],
+        X: np.ndarray,
+        scores: np.ndarray,
+        widths: np.ndarray | None,
+        order: np.ndarray,
+        ctx: SelectContext,
+    ) -> tuple[np.ndarray, GuardrailOutcome | None, tuple[str, ...]]:
+        """Return ``(eligible mask, outcome, parts changed)``; ``order`` ranks candidates
+        by score with ties broken at random. Without guardrails every arm is eligible."""
+        return np.ones(len(arm_ids), dtype=bool), None, ()
+
+    def _arm_stats_extras(self, arm_id: str, state: ArrayState) -> dict[str, float]:
+        return {}
+
+    def _choose(
+        self,
+        arm_ids: list[str],
+        X: np.ndarray,
+        scores: np.ndarray,
+        order: np.ndarray,
+        eligible: np.ndarray,
+        ctx: SelectContext,
+    ) -> int:
+        """Index of the greedy choice; by default the best-ranked eligible candidate."""
+        return int(order[eligible[order]][0])
+
+    # ---- public API --------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.NAME
+
+    def select(
+        self,
+        arm_ids: Sequence[str],
+        X: ArrayLike,
+        *,
+        user_id: str | None = None,
+        features: Mapping[str, float] | None = None,
+        explore: bool = True,
+    ) -> Decision:
+        """Choose one of ``arm_ids`` given their feature rows ``X`` (shape ``(K, d)``).
+
+        Unseen arms start from the algorithm's prior (cold start); retired arms raise
+        :class:`UnknownArmError`. With ``explore=False`` the epsilon floor is off for
+        this call and the greedy (UCB) choice is served.
+        """
+        ids = check_arm_ids(arm_ids)
+        X = check_matrix(X, len(ids), self.config.d)
+        ctx = SelectContext(user_id=user_id, features=features)
+        states = [self._arm_for_select(a) for a in ids]
+        scores, widths = self._score(ids, states, X, ctx)
+        # Ties are broken uniformly at random: a random permutation, then a stable sort.
+        perm = self._rng.permutation(len(ids))
+        order = perm[np.argsort(-scores[perm], kind="stable")]
+        eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
+        greedy = self._choose(ids, X, scores, order, eligible, ctx)
+        n_eligible = int(eligible.sum())
+        epsilon = self.config.epsilon if explore else 0.0
+        tied = eligible & (scores == scores[greedy])
+        n_tied = int(tied.sum())
+        propensity = np.where(eligible, epsilon / n_eligible, 0.0)
+        propensity[tied] += (1.0 - epsilon) / n_tied
+        explored = bool(epsilon > 0.0 and self._rng.random() < epsilon)
+        served = int(self._rng.choice(np.flatnonzero(eligible))) if explored else greedy
+        rest = order[(order != served) & eligible[order]]
+        blocked = order[~eligible[order]]
+        ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
+        return Decision(
+            arm_id=ids[served],
+            ranking=tuple(ids[i] for i in ranked),
+            scores=scores[ranked],
+            widths=None if widths is None else widths[ranked],
+            propensities=propensity[ranked],
+            explored=explored,
+            guardrail=outcome,
+            state_changed=changed,
+            extras=self._decision_extras(ids, ranked, ctx),
+        )
+
+    def _decision_extras(self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext) -> Mapping[str, Any]:
+        return {}
+
+    def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None:
+        """Learn from ``reward`` observed after serving ``arm_id`` with feature vector ``x``.
+
+        ``arm_id`` must be known (seen by :meth:`select` or added with :meth:`add_arm`).
+        """
+        state = self._known_arm(arm_id)
+        x = check_vector(x, self.config.d)
+        reward = check_reward(reward, self.config.reward_range)
+        self._update(arm_id, state, x, reward, SelectContext(user_id=user_id))
+
+    def add_arm(self, arm_id: str) -> None:
+        """Register ``arm_id`` with the prior state (no-op if known; un-retires it)."""
+        check_arm_ids([arm_id])
+        self._retired.discard(arm_id)
+        if arm_id not in self._arms:
+            self._arms[arm_id] = self._new_arm_state()
+
+    def retire_arm(self, arm_id: str) -> None:
+        """Forget ``arm_id``'s state; later selections including it raise UnknownArmError."""
+        self._known_arm(arm_id)
+        del self._arms[arm_id]
+        self._retired.add(arm_id)
+
+    @property
+    def arm_ids(self) -> tuple[str, ...]:
+        """Ids of the arms the policy knows, in insertion order."""
+        return tuple(self._arms)
+
+    def arm_stats(self, arm_id: str) -> ArmStats:
+        """Learning counters of one arm (``rewarded``, ``reward_sum``, extras)."""
+        state = self._known_arm(arm_id)
+        return ArmStats(
+            rewarded=int(state.n),  # type: ignore[attr-defined]
+            reward_sum=float(state.reward_sum),  # type: ignore[attr-defined]
+            extras=self._arm_stats_extras(arm_id, state),
+        )
+
+    def policy_stats(self) -> dict[str, float]:
+        """Policy-level statistics (e.g. delta_G for guardrailed policies)."""
+        return {}
+
+    # ---- state parts ---------------------------------------------------------------------
+    def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
+        """Names of the state parts a selection over ``arm_ids`` reads."""
+        names = [ARM_PREFIX + a for a in arm_ids]
+        if self.SHARED_STATE is not None:
+            names.append(SHARED_PART)
+        if self.USER_STATE is not None and user_id is not None:
+            names.append(USER_PREFIX + user_id)
+        return names
+
+    def parts_for_update(self, arm_id: str, user_id: str | None = None) -> list[str]:
+        """Names of the state parts one update of ``arm_id`` reads and writes."""
+        return self.parts_for_select([arm_id], user_id)
+
+    def part_names(self) -> list[str]:
+        """Names of every state part the policy holds."""
+        names = [ARM_PREFIX + a for a in self._arms]
+        if self._shared is not None:
+            names.append(SHARED_PART)
+        names.extend(USER_PREFIX + u for u in self._users)
+        return names
+
+    def export_parts(self, names: Sequence[str]) -> dict[str, bytes]:
+        """Serialize the named parts; parts the policy does not hold are left out."""
+        out: dict[str, bytes] = {}
+        for name in names:
+            state = self._part(name)
+            if state is not None:
+                out[name] = state.to_bytes()
+        return out
+
+    def import_parts(self, parts: Mapping[str, bytes | None]) -> None:
+        """Replace the named parts with the given bytes; ``None`` drops a part."""
+        decoded = {name: self._decode_part(name, data) for name, data in parts.items()}
+        for name, state in decoded.items():
+            kind, key = self._split(name)
+            if kind == "shared":
+                self._shared = state if state is not None else self._new_shared_state()
+                continue
+            table = self._arms if kind == "arm" else self._users
+            if state is None:
+                table.pop(key, None)
+            else:
+                table[key] = state
+                if kind == "arm":
+                    self._retired.discard(key)
+
+    def _decode_part(self, name: str, data: bytes | None) -> ArrayState | None:
+        kind, _ = self._split(name)
+        if data is None:
+            return None
+        cls = {"arm": self.ARM_STATE, "shared": self.SHARED_STATE, "user": self.USER_STATE}[kind]
+        if cls is None:
+            raise StateFormatError(f"{self.NAME} has no {kind!r} state part, but got {name!r}")
+        return cls.from_bytes(data)
+
+    def _split(self, name: str) -> tuple[str, str]:
+        if name == SHARED_PART:
+            return "shared", ""
+        for prefix in (ARM_PREFIX, USER_PREFIX):
+            if name.startswith(prefix) and len(name) > len(prefix):
+                return prefix[:-1], name[len(prefix) :]
+        raise StateFormatError(f"state part names are 'arm:<id>', 'user:<id>' or 'shared', but got {name!r}")
+
+    def _part(self, name: str) -> ArrayState | None:
+        kind, key = self._split(name)
+        if kind == "shared":
+            return self._shared
+        return (self._arms if kind == "arm" else self._users).get(key)
+
+    # ---- whole-policy serialization ----------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """Serialize config, RNG state, retired arms and every part (``state.pack`` layout)."""
+        parts = self.export_parts(self.part_names())
+        meta = {
+            "algorithm": self.NAME,
+            "config": self.config.to_dict(),
+            "rng": self._rng.bit_generator.state,
+            "retired": sorted(self._retired),
+            "parts": list(parts),
+        }
+        return pack("policy", meta, {f"p{i}": np.frombuffer(b, np.uint8) for i, b in enumerate(parts.values())})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Self:
+        """Rebuild a policy from :meth:`to_bytes`; later decisions are bit-identical."""
+        _, meta, arrays = unpack(data, "policy")
+        if meta.get("algorithm") != cls.NAME:
+            raise StateFormatError(f"expected a {cls.NAME!r} policy, but got {meta.get('algorithm')!r}")
+        policy = cls(cls.CONFIG(**meta["config"]))
+        policy._rng.bit_generator.state = meta["rng"]
+        policy.import_parts({name: arrays[f"p{i}"].tobytes() for i, name in enumerate(meta["parts"])})
+        policy._retired = set(meta["retired"])
+        return policy
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _arm_for_select(self, arm_id: str) -> ArrayState:
+        state = self._arms.get(arm_id)
+        if state is None:
+            if arm_id in self._retired:
+                raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
+            state = self._arms[arm_id] = self._new_arm_state()
+        return state
+
+    def _known_arm(self, arm_id: str) -> ArrayState:
+        state = self._arms.get(arm_id)
+        if state is None:
+            why = "was retired" if arm_id in self._retired else "is not known to this policy"
+            raise UnknownArmError(f"arm {arm_id!r} {why}")
+        return state
+
+    def _user_state(self, user_id: str | None, create: bool) -> ArrayState | None:
+        if user_id is None or self.USER_STATE is None:
+            return None
+        state = self._users.get(user_id)
+        if state is None and create:
+            state = self._users[user_id] = self._new_user_state()  # type: ignore[assignment]
+        return state
+
+
+def policy_from_bytes(data: bytes) -> BasePolicy:
+    """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
+    from bandit_core.registry import policy_class
+
+    _, meta, _ = unpack(data, "policy")
+    return policy_class(meta.get("algorithm", "")).from_bytes(data)

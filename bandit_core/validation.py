@@ -1,0 +1,70 @@
+"""Input checks shared by every policy; each error names the argument, the
+expectation and what came (see :mod:`bandit_core.errors`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from bandit_core.errors import InvalidInputError
+
+
+def check_arm_ids(arm_ids: Sequence[str]) -> list[str]:
+    """Return ``arm_ids`` as a list after checking it is a non-empty list of unique strings."""
+    if isinstance(arm_ids, (str, bytes)):
+        raise InvalidInputError(f"arm_ids must be a sequence of str, but got a single {type(arm_ids).__name__}")
+    ids = list(arm_ids)
+    if not ids:
+        raise InvalidInputError("arm_ids must hold at least one candidate arm, but got an empty list")
+    for arm_id in ids:
+        if not isinstance(arm_id, str) or not arm_id:
+            raise InvalidInputError(f"every arm id must be a non-empty str, but got {arm_id!r}")
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        dup = next(a for a in ids if a in seen or seen.add(a))  # type: ignore[func-returns-value]
+        raise InvalidInputError(f"arm_ids must be unique, but {dup!r} appears more than once")
+    return ids
+
+
+def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray:
+    """Return ``X`` as a finite float64 array of shape ``(rows, d)``."""
+    try:
+        arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{name} must be a numeric array of shape ({rows}, {d}): {exc}") from exc
+    if arr.shape != (rows, d):
+        raise InvalidInputError(f"{name} must have shape (K, d) = ({rows}, {d}), but got {arr.shape}")
+    if not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise InvalidInputError(
+            f"{name} must be finite, but {name}[{bad[0]}, {bad[1]}] is {arr[bad[0], bad[1]]}"
+        )
+    return arr
+
+
+def check_vector(x: ArrayLike, d: int, name: str = "x") -> np.ndarray:
+    """Return ``x`` as a finite float64 vector of length ``d``."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{name} must be a numeric vector of length {d}: {exc}") from exc
+    if arr.shape != (d,):
+        raise InvalidInputError(f"{name} must have shape ({d},), but got {arr.shape}")
+    if not np.isfinite(arr).all():
+        i = int(np.argmin(np.isfinite(arr)))
+        raise InvalidInputError(f"{name} must be finite, but {name}[{i}] is {arr[i]}")
+    return arr
+
+
+def check_reward(reward: float, reward_range: tuple[float, float]) -> float:
+    """Return ``reward`` as a float after checking it is finite and inside ``reward_range``."""
+    if isinstance(reward, bool) or not isinstance(reward, (int, float, np.integer, np.floating)):
+        raise InvalidInputError(f"reward must be a number, but got {type(reward).__name__}")
+    value = float(reward)
+    low, high = reward_range
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InvalidInputError(f"reward must be a finite number in [{low}, {high}], but got {value}")
+    return value

@@ -1,0 +1,1 @@
+"""The recommendation service: FastAPI app, storage adapters, metrics, CLI and client."""

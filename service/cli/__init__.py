@@ -1,0 +1,27 @@
+"""The ``bandit`` command line: ``serve`` and ``rebuild`` (service), ``replay``,
+``simulate``, ``compare`` and ``bound`` (offline evaluation)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from service.cli import offline, server
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with one subcommand per task."""
+    parser = argparse.ArgumentParser(
+        prog="bandit",
+        description="Self-hosted contextual-bandit recommendation service and offline evaluation.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    server.register(sub)
+    offline.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``bandit`` console script."""
+    args = build_parser().parse_args(argv)
+    return int(args.run(args) or 0)

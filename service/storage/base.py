@@ -1,0 +1,200 @@
+"""The two storage interfaces of the service.
+
+``StateStore`` keeps policy state *parts* as opaque bytes (the engine serializes them;
+see ``bandit_core.policy``), pending events, counters and the policy list, namespaced
+per policy (in Redis every key of a policy shares the hash tag ``bandit:{policy}:``).
+``EventLog`` is the append-only record of decisions and rewards (PostgreSQL, or SQLite
+for the embedded default) and the source of truth that ``bandit rebuild`` replays.
+
+Key names inside a policy's namespace are free-form strings chosen by the decision
+service: ``arm:<id>``, ``shared``, ``user:<id>``, ``event:<id>``, ``config``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class StoreUnavailableError(RuntimeError):
+    """The backing store could not be reached (the service degrades or answers 503)."""
+
+
+class TransactionConflictError(RuntimeError):
+    """An optimistic transaction kept conflicting after its retries."""
+
+
+@dataclass(frozen=True)
+class VersionedValue:
+    """A stored value and its version; ``data`` is None when the key does not exist
+    (version 0)."""
+
+    version: int
+    data: bytes | None
+
+
+# fn(current values by key) -> new values by key (None deletes); may raise to abort.
+TransactionFn = Callable[[dict[str, bytes | None]], Mapping[str, bytes | None]]
+
+
+class StateStore(Protocol):
+    """Versioned key/value state of each policy with atomic multi-key transactions."""
+
+    async def read(
+        self, policy: str, keys: Sequence[str], known_versions: Mapping[str, int]
+    ) -> dict[str, VersionedValue]:
+        """Return the keys whose stored version differs from ``known_versions`` (a key
+        missing from ``known_versions`` is always returned), in one round trip."""
+        ...
+
+    async def transact(self, policy: str, keys: Sequence[str], fn: TransactionFn) -> dict[str, int]:
+        """Atomically read ``keys``, call ``fn`` with their values and write what it
+        returns (only keys among ``keys``), bumping each written key's version.
+
+        All-or-nothing across processes: on a concurrent write to any of ``keys`` the
+        whole step is retried with fresh values (``fn`` must be pure; it may run more
+        than once); an exception from ``fn`` aborts with nothing written and
+        propagates. Returns the new versions of the written keys.
+        """
+        ...
+
+    async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
+        """Add to named float counters of the policy (e.g. ``pulls:<arm>``)."""
+        ...
+
+    async def counters(self, policy: str) -> dict[str, float]:
+        """All counters of the policy."""
+        ...
+
+    async def register_event(self, event_id: str, policy: str, ttl_seconds: float) -> bool:
+        """Record which policy owns ``event_id``; False if the id is already taken."""
+        ...
+
+    async def event_policy(self, event_id: str) -> str | None:
+        """The policy that owns ``event_id``, or None if unknown or expired."""
+        ...
+
+    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
+        """Put ``event_id`` on the policy's deadline index (unix seconds)."""
+        ...
+
+    async def unschedule(self, policy: str, event_id: str) -> None:
+        """Take ``event_id`` off the deadline index (no-op if absent)."""
+        ...
+
+    async def due_events(self, policy: str, now: float, limit: int) -> list[str]:
+        """Up to ``limit`` event ids whose deadline is <= ``now``, oldest first."""
+        ...
+
+    async def list_policies(self) -> list[str]:
+        """Names of the policies that exist in the store."""
+        ...
+
+    async def add_policy(self, policy: str) -> None:
+        """Add ``policy`` to the list of policies."""
+        ...
+
+    async def delete_policy(self, policy: str) -> None:
+        """Remove the policy from the list and delete every key of its namespace."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise :class:`StoreUnavailableError` if the store is unreachable."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One served decision as written to the ``decisions`` table."""
+
+    event_id: str
+    policy: str
+    created_at: float
+    context: Any
+    candidates: list[dict[str, Any]]
+    arm_id: str
+    propensity: float
+    scores: list[float]
+    model_version: int
+    user_id: str | None = None
+    explored: bool = False
+    guardrail: dict[str, Any] | None = None
+    degraded: bool = False
+
+
+@dataclass(frozen=True)
+class RewardRecord:
+    """One applied reward as written to the ``rewards`` table; ``source`` is
+    ``explicit`` (POST /reward) or ``default`` (the sweeper after reward_wait_seconds)."""
+
+    event_id: str
+    policy: str
+    arm_id: str
+    value: float
+    source: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class LoggedEvent:
+    """A decision joined with its reward (``reward`` None if never rewarded)."""
+
+    decision: DecisionRecord
+    reward: RewardRecord | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A serialized whole-policy state saved at ``created_at`` (``BasePolicy.to_bytes``)."""
+
+    policy: str
+    created_at: float
+    model_version: int
+    data: bytes
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class EventLog(Protocol):
+    """Append-only log of decisions and rewards, plus policy configs and snapshots.
+
+    Methods are synchronous (SQLAlchemy 2 sessions); the service calls them from a
+    background writer thread, never on the request path.
+    """
+
+    def append(self, decisions: Sequence[DecisionRecord], rewards: Sequence[RewardRecord]) -> None:
+        """Write a batch in one transaction; idempotent on event id (a decision or a
+        reward already logged for that event id is not written twice)."""
+        ...
+
+    def upsert_policy(self, name: str, config: dict[str, Any]) -> None: ...
+
+    def delete_policy(self, name: str) -> None: ...
+
+    def policies(self) -> dict[str, dict[str, Any]]:
+        """Configs of the policies recorded in the log, by name."""
+        ...
+
+    def save_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def latest_snapshot(self, policy: str) -> Snapshot | None: ...
+
+    def iter_events(
+        self, policy: str, since: float | None = None, until: float | None = None, batch_size: int = 1000
+    ) -> Iterator[LoggedEvent]:
+        """Decisions of ``policy`` in time order with their rewards, streamed in batches."""
+        ...
+
+    def count(self, policy: str | None = None) -> tuple[int, int]:
+        """``(decisions, rewards)`` logged, for one policy or all."""
+        ...
+
+    def ping(self) -> None:
+        """Raise :class:`StoreUnavailableError` if the database is unreachable."""
+        ...
+
+    def close(self) -> None: ...
