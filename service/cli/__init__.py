@@ -1,12 +1,12 @@
 """The ``bandit`` command line: ``serve`` and ``rebuild`` (service), ``replay``,
-``simulate``, ``compare`` and ``bound`` (offline evaluation)."""
+``simulate`` and ``compare`` (offline evaluation), ``bound`` (regret bounds)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
 
-from service.cli import offline, server
+from service.cli import bound, offline, server
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server.register(sub)
     offline.register(sub)
+    bound.register(sub)
     return parser
 
 
