@@ -1,0 +1,31 @@
+"""Offline evaluation: the replay method and off-policy estimators (ALGORITHMS.md section 6).
+
+* :func:`replay`, :func:`rejection_replay`, :func:`replay_seeds` -- learn-as-you-go
+  evaluation of a policy on a log (Li et al. 2011);
+* :func:`ips`, :func:`snips`, :func:`dr` -- value of a fixed target policy from logged
+  propensities, each returning a float; :func:`estimate` adds a bootstrap interval.
+"""
+
+from bandit_core.evaluation.estimators import EstimateResult, dr, estimate, ips, snips
+from bandit_core.evaluation.replay import (
+    ReplayResult,
+    SeedReplays,
+    rejection_replay,
+    replay,
+    replay_seeds,
+)
+from bandit_core.evaluation.summary import Spread
+
+__all__ = [
+    "EstimateResult",
+    "ReplayResult",
+    "SeedReplays",
+    "Spread",
+    "dr",
+    "estimate",
+    "ips",
+    "rejection_replay",
+    "replay",
+    "replay_seeds",
+    "snips",
+]
