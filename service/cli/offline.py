@@ -1,9 +1,631 @@
-"""Subcommands of the bandit CLI (filled in by the owning issue)."""
+"""Offline evaluation from the command line: ``bandit replay``, ``bandit simulate`` and
+``bandit compare`` (ALGORITHMS.md section 6; the engine side is
+:mod:`bandit_core.evaluation` and :mod:`bandit_core.simulation`).
+
+Every command prints a short summary, writes the full result as JSON with
+``--json PATH`` and a PNG of the cumulative curves with ``--plot PATH``. Invalid
+input ends with a one-line message on stderr and exit status 2, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bandit_core.datasets import JsonlLog, LogSource, load_classification_csv, load_news
+from bandit_core.errors import BanditError, ConfigError
+from bandit_core.evaluation import ReplayResult, SeedReplays, Spread, rejection_replay, replay
+from bandit_core.policy import BasePolicy
+from bandit_core.registry import POLICIES, make_policy
+from bandit_core.simulation import (
+    ClassificationEnvironment,
+    Environment,
+    SimulationResult,
+    SyntheticEnvironment,
+    simulate_run,
+)
+
+FORMATS = ("news", "jsonl")
 
 
+class CliError(Exception):
+    """A user error reported as one line with exit status 2."""
+
+
+# ---- argument helpers ---------------------------------------------------------------------
+def _parse_value(text: str) -> Any:
+    """``1`` -> 1, ``0.5`` -> 0.5, ``true`` -> True, ``[0, 1]`` -> [0, 1], else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _parse_assignment(text: str, option: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise CliError(f"{option} takes KEY=VALUE, but got {text!r}")
+    return key.strip(), _parse_value(value.strip())
+
+
+RESERVED = {"seed": "seeds come from --seeds and --seed-start", "d": "d comes from the data"}
+
+
+def _check_reserved(params: dict[str, Any], option: str) -> dict[str, Any]:
+    for key, why in RESERVED.items():
+        if key in params:
+            raise CliError(f"{option} {key}=... is not allowed: {why}")
+    return params
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    params = _check_reserved(dict(_parse_assignment(p, "--param") for p in args.param), "--param")
+    if getattr(args, "alpha", None) is not None:
+        params["alpha"] = args.alpha
+    return params
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, but got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, but got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, but got {text!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, but got {text}")
+    return value
+
+
+def _seeds(args: argparse.Namespace) -> list[int]:
+    return list(range(args.seed_start, args.seed_start + args.seeds))
+
+
+def _add_common(p: argparse.ArgumentParser, rounds_default: int | None) -> None:
+    rounds_help = (
+        "stop after N matched events (default: read the whole log)"
+        if rounds_default is None
+        else f"number of rounds to simulate (default {rounds_default})"
+    )
+    p.add_argument("--rounds", type=_positive_int, default=rounds_default, metavar="N", help=rounds_help)
+    p.add_argument(
+        "--seeds", type=_positive_int, default=1, metavar="S",
+        help="number of seeds to repeat over (default 1); seed i seeds the policy's RNG",
+    )
+    p.add_argument(
+        "--seed-start", type=int, default=0, metavar="SEED",
+        help="first seed; the runs use SEED, SEED+1, ..., SEED+S-1 (default 0)",
+    )
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH")
+    p.add_argument("--plot", type=Path, metavar="PATH", help="write a PNG of the cumulative curves to PATH")
+    p.add_argument("--no-progress", action="store_true", help="do not draw the progress bar (on stderr)")
+
+
+def _add_policy_params(p: argparse.ArgumentParser, alpha_nargs: str | None = None) -> None:
+    if alpha_nargs:
+        p.add_argument(
+            "--alpha", type=_non_negative_float, nargs=alpha_nargs, metavar="A",
+            help="exploration weight(s) alpha; several values form a grid (e.g. --alpha 0.1 1 10)",
+        )
+    else:
+        p.add_argument("--alpha", type=_non_negative_float, metavar="A", help="exploration weight alpha of the policy")
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE",
+        help="a field of the policy's config, e.g. --param ridge_lambda=1 --param epsilon=0.05; "
+        "VALUE is read as JSON (numbers, true/false, lists), else as a string; repeatable",
+    )
+
+
+def _add_log_source(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", type=Path, required=True, metavar="PATH", help="the log to replay")
+    p.add_argument(
+        "--format", choices=FORMATS, default="news",
+        help="log format: 'news' (102 integers a line: logged arm, click, 10x10 arm features; "
+        "a uniformly random log) or 'jsonl' (one JSON event a line, schema in bandit_core.datasets) "
+        "(default news)",
+    )
+    p.add_argument(
+        "--rejection", action="store_true",
+        help="rejection-sampling replay for logs with known non-uniform propensities "
+        "(every event needs a propensity); default: plain replay, valid for uniformly random logs",
+    )
+
+
+# ---- running replays ------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def _load_log(path: Path, fmt: str) -> tuple[LogSource, int]:
+    """The log and its feature length ``d`` (cached per process)."""
+    if not path.is_file():
+        raise CliError(f"--data {path}: no such file")
+    if fmt == "news":
+        log = load_news(path)
+        return log, log.d
+    events = list(JsonlLog(path))
+    if not events:
+        raise CliError(f"--data {path}: the log holds no events")
+    return events, int(events[0].X.shape[1])
+
+
+def _build_policy(name: str, d: int, params: dict[str, Any], seed: int) -> BasePolicy:
+    return make_policy(name, d, **params, seed=seed)
+
+
+def _replay_one(
+    path: Path, fmt: str, name: str, params: dict[str, Any], seed: int, rounds: int | None,
+    rejection: bool, progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    log, d = _load_log(path, fmt)
+    policy = _build_policy(name, d, params, seed)
+    if rejection:
+        return rejection_replay(policy, log, np.random.default_rng([seed, 1]), rounds, progress=progress)
+    return replay(policy, log, rounds, progress=progress)
+
+
+def _replay_task(
+    path: Path, fmt: str, name: str, params: dict[str, Any], seed: int, rounds: int | None, rejection: bool
+) -> ReplayResult:
+    """Worker entry point of ``bandit compare`` (module level so it pickles)."""
+    return _replay_one(path, fmt, name, params, seed, rounds, rejection)
+
+
+def _progress_bar(total: int | None, disable: bool, unit: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, disable=disable, unit=unit, file=sys.stderr, dynamic_ncols=True)
+
+
+def _spread_dict(s: Spread) -> dict[str, float]:
+    return {"mean": s.mean, "std": s.std, "min": s.min, "max": s.max}
+
+
+def _replay_summary(runs: SeedReplays) -> dict[str, Any]:
+    res = runs.results
+    return {
+        "cumulative_reward": runs.cumulative_reward.mean,
+        "cumulative_reward_std": runs.cumulative_reward.std,
+        "mean_reward": runs.mean_reward.mean,
+        "matched": float(np.mean([r.matched for r in res])),
+        "events_seen": float(np.mean([r.events_seen for r in res])),
+        "seconds": runs.seconds.mean,
+        "spread": {
+            "cumulative_reward": _spread_dict(runs.cumulative_reward),
+            "mean_reward": _spread_dict(runs.mean_reward),
+            "seconds": _spread_dict(runs.seconds),
+        },
+        "per_seed": [{"seed": s, **r.to_dict()} for s, r in zip(runs.seeds, res, strict=True)],
+        "curve": runs.mean_curve().tolist(),
+    }
+
+
+def _protocol(rejection: bool) -> str:
+    return (
+        "rejection-sampling replay (Li et al. 2011): matched events accepted with probability p_min/pscore"
+        if rejection
+        else "strict replay (Li et al. 2011): the policy learns only from events whose logged arm it chose"
+    )
+
+
+# ---- plots -------------------------------------------------------------------------------------
+def _plot(path: Path, panels: Sequence[tuple[str, str, Sequence[tuple[str, np.ndarray]]]], title: str) -> None:
+    """Write a PNG with one panel per ``(x label, y label, [(line label, curves (S, T))])``;
+    each line is the mean over seeds with a band of +-1 standard deviation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
+    for ax, (xlabel, ylabel, lines) in zip(axes[0], panels, strict=True):
+        for label, curves in lines:
+            curves = np.atleast_2d(curves)
+            mean, std = curves.mean(axis=0), curves.std(axis=0)
+            t = np.arange(1, mean.size + 1)
+            ax.plot(t, mean, label=label, linewidth=1.4)
+            if curves.shape[0] > 1:
+                ax.fill_between(t, mean - std, mean + std, alpha=0.2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png", dpi=110)
+    except OSError as exc:
+        raise CliError(f"--plot {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
+def _curves(results: Sequence[ReplayResult]) -> np.ndarray:
+    n = min(r.curve.size for r in results)
+    return np.stack([r.curve[:n] for r in results])
+
+
+def _write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    if path is None:
+        return
+    try:
+        path.write_text(json.dumps(payload, indent=2) + "\n")
+    except OSError as exc:
+        raise CliError(f"--json {path}: {exc.strerror or exc}") from None
+
+
+def _clean_exit(command: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Turn user errors into one line on stderr and exit status 2."""
+
+    def wrap(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        @functools.wraps(fn)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return fn(args)
+            except (CliError, BanditError) as exc:
+                print(f"bandit {command}: error: {exc}", file=sys.stderr)
+                return 2
+            except OSError as exc:
+                where = f"{exc.filename}: " if exc.filename else ""
+                print(f"bandit {command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+                return 2
+
+        return run
+
+    return wrap
+
+
+def _check_policy(name: str) -> None:
+    if name not in POLICIES:
+        raise ConfigError(f"unknown policy {name!r}; expected one of {sorted(POLICIES)}")
+
+
+# ---- bandit replay ---------------------------------------------------------------------------------
+@_clean_exit("replay")
+def _run_replay(args: argparse.Namespace) -> int:
+    _check_policy(args.policy)
+    params = _params(args)
+    seeds = _seeds(args)
+    _load_log(args.data, args.format)
+    total = args.rounds * len(seeds) if args.rounds else None
+    results = []
+    with _progress_bar(total, args.no_progress, "round") as bar:
+        for seed in seeds:
+            bar.set_description(f"{args.policy} seed {seed}")
+            results.append(
+                _replay_one(args.data, args.format, args.policy, params, seed, args.rounds, args.rejection, bar.update)
+            )
+    runs = SeedReplays(seeds=tuple(seeds), results=tuple(results))
+    payload = {
+        "policy": args.policy,
+        "params": params,
+        "data": str(args.data),
+        "format": args.format,
+        "protocol": _protocol(args.rejection),
+        "rounds": args.rounds,
+        "seeds": seeds,
+        **_replay_summary(runs),
+    }
+    cr = runs.cumulative_reward
+    spread = f" +- {cr.std:.1f} (min {cr.min:g}, max {cr.max:g})" if cr.n > 1 else ""
+    print(
+        f"{args.policy} {_format_params(params)}: cumulative reward {cr.mean:g}{spread} over "
+        f"{payload['matched']:g} matched of {payload['events_seen']:g} events seen, mean reward "
+        f"{runs.mean_reward.mean:.4f}, {runs.seconds.mean:.3f} s per run, {len(seeds)} seed(s)"
+    )
+    _write_json(args.json, payload)
+    if args.plot:
+        _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, _curves(results))])],
+              f"Replay of {args.data.name}")
+    return 0
+
+
+def _format_params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items()) or "(defaults)"
+
+
+# ---- bandit simulate ---------------------------------------------------------------------------------
+def _environment(args: argparse.Namespace) -> Environment:
+    if args.csv is not None:
+        if args.label_column is None:
+            raise CliError("--csv needs --label-column COL")
+        return ClassificationEnvironment(load_classification_csv(args.csv, args.label_column))
+    if args.label_column is not None:
+        raise CliError("--label-column needs --csv PATH")
+    return SyntheticEnvironment.random(args.arms, args.dim, args.env, np.random.default_rng(args.env_seed))
+
+
+@_clean_exit("simulate")
+def _run_simulate(args: argparse.Namespace) -> int:
+    _check_policy(args.policy)
+    params = _params(args)
+    seeds = _seeds(args)
+    env = _environment(args)
+    _build_policy(args.policy, env.d, params, seeds[0])  # invalid parameters fail before the runs
+    runs = []
+    with _progress_bar(args.rounds * len(seeds), args.no_progress, "round") as bar:
+        for seed in seeds:
+            bar.set_description(f"{args.policy} seed {seed}")
+            policy = _build_policy(args.policy, env.d, params, seed)
+            runs.append(simulate_run(policy, env, args.rounds, np.random.default_rng([seed, 2]),
+                                     seed=seed, progress=bar.update))
+    result = SimulationResult(runs=tuple(runs))
+    source = (
+        {"csv": str(args.csv), "label_column": args.label_column, "arms": list(env.arm_ids)}
+        if args.csv is not None
+        else {"env": args.env, "arms": args.arms, "dim": args.dim, "env_seed": args.env_seed}
+    )
+    payload = {
+        "policy": args.policy,
+        "params": params,
+        "environment": source,
+        "rounds": args.rounds,
+        "seeds": seeds,
+        "cumulative_regret": result.cumulative_regret.mean,
+        "cumulative_regret_std": result.cumulative_regret.std,
+        "cumulative_reward": result.cumulative_reward.mean,
+        "cumulative_reward_std": result.cumulative_reward.std,
+        "seconds": float(np.mean([r.seconds for r in runs])),
+        "per_seed": [
+            {"seed": r.seed, "cumulative_regret": r.cumulative_regret, "cumulative_reward": r.cumulative_reward,
+             "seconds": r.seconds}
+            for r in runs
+        ],
+        "regret_curve": result.regret_curves.mean(axis=0).tolist(),
+        "reward_curve": result.reward_curves.mean(axis=0).tolist(),
+    }
+    print(
+        f"{args.policy} {_format_params(params)}: cumulative regret {result.cumulative_regret.mean:.2f} "
+        f"+- {result.cumulative_regret.std:.2f}, cumulative reward {result.cumulative_reward.mean:.2f} "
+        f"over {args.rounds} rounds, {len(seeds)} seed(s)"
+    )
+    _write_json(args.json, payload)
+    if args.plot:
+        _plot(
+            args.plot,
+            [("round", "cumulative regret", [(args.policy, result.regret_curves)]),
+             ("round", "cumulative reward", [(args.policy, result.reward_curves)])],
+            f"Simulation: {args.csv.name if args.csv else args.env + ' environment'}",
+        )
+    return 0
+
+
+# ---- bandit compare ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Variant:
+    """One row of a comparison: a display label, a policy name and its parameters."""
+
+    label: str
+    policy: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_policy_spec(spec: str) -> Variant:
+    """``[LABEL=]NAME[:KEY=VALUE,KEY=VALUE...]`` -> :class:`Variant`.
+
+    >>> parse_policy_spec("kNN-UCB=lnucb_ta:use_linear=false,temporal_attention=false")
+    Variant(label='kNN-UCB', policy='lnucb_ta', params={'use_linear': False, 'temporal_attention': False})
+    >>> parse_policy_spec("linucb").label
+    'linucb'
+    """
+    head, _, tail = spec.partition(":")
+    label, sep, name = head.partition("=")
+    if not sep:
+        label = name = head
+    label, name = label.strip(), name.strip()
+    if not name:
+        raise CliError(f"--policy takes [LABEL=]NAME[:KEY=VALUE,...], but got {spec!r}")
+    _check_policy(name)
+    params = dict(_parse_assignment(kv, "--policy") for kv in tail.split(",") if kv.strip()) if tail else {}
+    _check_reserved(params, "--policy")
+    return Variant(label or name, name, params)
+
+
+def _grid(args: argparse.Namespace) -> list[dict[str, Any]]:
+    axes: list[tuple[str, list[Any]]] = []
+    if args.alpha:
+        axes.append(("alpha", list(args.alpha)))
+    for item in args.grid:
+        key, sep, values = item.partition("=")
+        if not sep or not key.strip() or not values.strip():
+            raise CliError(f"--grid takes KEY=V1,V2,..., but got {item!r}")
+        axes.append((key.strip(), [_parse_value(v.strip()) for v in values.split(",")]))
+    keys = [k for k, _ in axes]
+    _check_reserved(dict.fromkeys(keys), "--grid")
+    if len(set(keys)) != len(keys):
+        raise CliError(f"each grid key may appear once, but got {keys}")
+    return [dict(zip(keys, combo, strict=True)) for combo in product(*(v for _, v in axes))]
+
+
+@contextmanager
+def _executor(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
+    if jobs == 1:
+        yield None
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield pool
+
+
+@_clean_exit("compare")
+def _run_compare(args: argparse.Namespace) -> int:
+    variants = [parse_policy_spec(s) for s in args.policy]
+    common = _check_reserved(dict(_parse_assignment(p, "--param") for p in args.param), "--param")
+    rows = [
+        Variant(v.label + "".join(f" {k}={g[k]}" for k in g), v.policy, {**common, **v.params, **g})
+        for v in variants
+        for g in _grid(args)
+    ]
+    seeds = _seeds(args)
+    _, d = _load_log(args.data, args.format)
+    for row in rows:  # invalid parameters fail here, before any worker starts
+        _build_policy(row.policy, d, row.params, seeds[0])
+    tasks = [(i, s) for i in range(len(rows)) for s in seeds]
+    results: dict[tuple[int, int], ReplayResult] = {}
+    started = time.perf_counter()
+    with _progress_bar(len(tasks), args.no_progress, "run") as bar, _executor(args.jobs) as pool:
+        if pool is None:
+            for i, s in tasks:
+                r = rows[i]
+                results[i, s] = _replay_task(args.data, args.format, r.policy, r.params, s, args.rounds, args.rejection)
+                bar.update(1)
+        else:
+            futures = {
+                pool.submit(_replay_task, args.data, args.format, rows[i].policy, rows[i].params, s, args.rounds,
+                            args.rejection): (i, s)
+                for i, s in tasks
+            }
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                bar.update(1)
+    wall = time.perf_counter() - started
+    summaries = []
+    for i, row in enumerate(rows):
+        runs = SeedReplays(seeds=tuple(seeds), results=tuple(results[i, s] for s in seeds))
+        summaries.append({"label": row.label, "policy": row.policy, "params": row.params, **_replay_summary(runs)})
+    payload = {
+        "data": str(args.data),
+        "format": args.format,
+        "protocol": _protocol(args.rejection),
+        "rounds": args.rounds,
+        "seeds": seeds,
+        "jobs": args.jobs,
+        "wall_seconds": wall,
+        "results": summaries,
+    }
+    print(_table(summaries))
+    print(f"{len(tasks)} runs in {wall:.1f} s with {args.jobs} process(es)")
+    _write_json(args.json, payload)
+    if args.plot:
+        lines = [(row.label, _curves([results[i, s] for s in seeds])) for i, row in enumerate(rows)]
+        title = f"Replay of {args.data.name}: mean over {len(seeds)} seed(s), band +-1 sd"
+        _plot(args.plot, [("matched round", "cumulative reward", lines)], title)
+    return 0
+
+
+def _table(summaries: Sequence[dict[str, Any]]) -> str:
+    header = ("policy", "cum. reward", "sd", "min", "max", "mean reward", "matched", "events seen", "s/run")
+    body = [
+        (
+            s["label"],
+            f"{s['cumulative_reward']:.1f}",
+            f"{s['cumulative_reward_std']:.1f}",
+            f"{s['spread']['cumulative_reward']['min']:g}",
+            f"{s['spread']['cumulative_reward']['max']:g}",
+            f"{s['mean_reward']:.3f}",
+            f"{s['matched']:g}",
+            f"{s['events_seen']:.0f}",
+            f"{s['seconds']:.3f}",
+        )
+        for s in summaries
+    ]
+    widths = [max(len(r[c]) for r in (header, *body)) for c in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(v.ljust(w) if c == 0 else v.rjust(w) for c, (v, w) in enumerate(zip(cells, widths, strict=True)))
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
+
+
+# ---- registration ------------------------------------------------------------------------------------
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add this module's subcommands to ``subparsers``."""
+    """Add ``replay``, ``simulate`` and ``compare`` to ``subparsers``."""
+    names = ", ".join(sorted(POLICIES))
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    p = subparsers.add_parser(
+        "replay",
+        help="evaluate a policy offline on a logged data set (replay method)",
+        formatter_class=fmt,
+        description=(
+            "Replay a policy on a log (Li et al. 2011): events are read in order; when the policy picks the\n"
+            "logged arm the reward counts and the policy learns from it, otherwise the event is skipped.\n"
+            "Stops after --rounds matched events or at the end of the log. Valid for uniformly random logs;\n"
+            "use --rejection for logs with known non-uniform propensities.\n\n"
+            f"Policies: {names}.\n\n"
+            "JSON keys: policy, params, protocol, cumulative_reward (mean over seeds), cumulative_reward_std,\n"
+            "mean_reward, matched, events_seen, seconds (mean per run), spread, per_seed, curve.\n\n"
+            "example: bandit replay --data news_dataset.txt --format news --policy linucb --alpha 0.1 \\\n"
+            "             --rounds 800 --seeds 1 --json r.json --plot r.png"
+        ),
+    )
+    _add_log_source(p)
+    p.add_argument("--policy", required=True, metavar="NAME", help=f"policy to evaluate, one of: {names}")
+    _add_policy_params(p)
+    _add_common(p, rounds_default=None)
+    p.set_defaults(run=_run_replay)
+
+    p = subparsers.add_parser(
+        "simulate",
+        help="run a policy on a simulated bandit with known ground truth",
+        formatter_class=fmt,
+        description=(
+            "Run a policy for --rounds rounds on a bandit whose expected rewards are known and report the\n"
+            "cumulative (pseudo-)regret sum_t [max_a mu_t(a) - mu_t(chosen)] and the cumulative reward.\n"
+            "With --csv: a classification data set as a bandit (each class an arm, reward 1 for the true\n"
+            "class, rows shuffled per seed, features scaled to unit L2 norm, every arm sees the row).\n"
+            "Without --csv: a synthetic environment (--env linear: mu = (1 + x.theta)/2; nonlinear:\n"
+            "mu = (x.theta)^2; x and theta on the unit sphere).\n\n"
+            f"Policies: {names}.\n\n"
+            "JSON keys: policy, params, environment, cumulative_regret, cumulative_regret_std,\n"
+            "cumulative_reward, cumulative_reward_std, seconds, per_seed, regret_curve, reward_curve.\n\n"
+            "example: bandit simulate --csv iris.csv --label-column species --policy linucb --rounds 2000 --seeds 5"
+        ),
+    )
+    p.add_argument("--csv", type=Path, metavar="PATH", help="classification CSV with a header row")
+    p.add_argument("--label-column", metavar="COL", help="name of the CSV's label column (with --csv)")
+    p.add_argument("--env", choices=("linear", "nonlinear"), default="linear",
+                   help="synthetic environment when no --csv is given (default linear)")
+    p.add_argument("--arms", type=_positive_int, default=10, metavar="K", help="arms of the synthetic environment (default 10)")
+    p.add_argument("--dim", type=_positive_int, default=10, metavar="D", help="feature length of the synthetic environment (default 10)")
+    p.add_argument("--env-seed", type=int, default=0, metavar="SEED",
+                   help="seed drawing the synthetic environment's theta (default 0)")
+    p.add_argument("--policy", required=True, metavar="NAME", help=f"policy to run, one of: {names}")
+    _add_policy_params(p)
+    _add_common(p, rounds_default=1000)
+    p.set_defaults(run=_run_simulate)
+
+    p = subparsers.add_parser(
+        "compare",
+        help="replay several policies / parameter grids on one log in parallel and tabulate them",
+        formatter_class=fmt,
+        description=(
+            "Replay every combination of --policy and grid values for every seed on one log, in parallel\n"
+            "processes (--jobs), then print one table (mean, sd, min, max of the cumulative reward over\n"
+            "seeds, mean reward, matched events, events seen, seconds per run) and draw one plot.\n\n"
+            "A --policy is [LABEL=]NAME[:KEY=VALUE,...], e.g. 'kNN-UCB=lnucb_ta:use_linear=false'.\n"
+            "--alpha A1 A2 ... and --grid KEY=V1,V2 form a grid crossed with every policy.\n\n"
+            "JSON keys: data, format, protocol, rounds, seeds, jobs, wall_seconds, results (one per row:\n"
+            "label, policy, params, cumulative_reward, cumulative_reward_std, mean_reward, matched,\n"
+            "events_seen, seconds, spread, per_seed, curve).\n\n"
+            "example: bandit compare --data news_dataset.txt --policy linucb --policy lnucb_ta \\\n"
+            "             --alpha 0.1 1 10 --rounds 800 --seeds 20 --json table3.json --plot table3.png"
+        ),
+    )
+    _add_log_source(p)
+    p.add_argument("--policy", action="append", required=True, metavar="SPEC",
+                   help="[LABEL=]NAME[:KEY=VALUE,...]; repeat for each policy to compare")
+    _add_policy_params(p, alpha_nargs="+")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="another grid axis over a config field, e.g. --grid ridge_lambda=0.1,1; repeatable")
+    p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="J",
+                   help="worker processes (default: the number of CPUs; 1 runs in this process)")
+    _add_common(p, rounds_default=None)
+    p.set_defaults(run=_run_compare)
