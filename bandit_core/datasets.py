@@ -9,21 +9,27 @@ Three sources (ALGORITHMS.md section 6):
 
       {"candidates": [{"id": "a", "features": [0.1, 0.2]}, {"id": "b", "features": [0.0, 1.0]}],
        "context": [1.0],              # optional, shared by every candidate
-       "chosen": "b",                 # id of the served arm
+       "arm_id": "b",                 # id of the served arm
        "reward": 1.0,
-       "propensity": 0.5,             # optional: probability the logging policy served "chosen"
+       "propensity": 0.5,             # optional: probability the logging policy served arm_id
        "user_id": "u1",               # optional
-       "timestamp": 1700000000.0}     # optional, unix seconds (informational)
+       "created_at": 1700000000.0}    # optional, unix seconds (not read; lines are in time order)
 
   Candidate ``x = concat(context, features)`` (either part may be absent); every
-  candidate of an event must end with the same length ``d``;
+  candidate of an event must end with the same length ``d``. The key names are those
+  of the service's ``DecisionRecord`` (whose candidates' ``features`` already hold the
+  full ``x``, so its ``context`` is left out) plus the reward's value;
 * **classification CSV** (:func:`load_classification_csv`): a header row, one label
   column, numeric feature columns; each class becomes an arm (Zhang et al. 2021, as in
   the LNUCB-TA paper's Table 2).
 
 Any iterable of :class:`LoggedEvent` in time order is a :class:`LogSource`, which is all
 the replay evaluators need; the service's SQL event log only has to yield
-:class:`LoggedEvent` objects (e.g. built with :meth:`LoggedEvent.build`).
+:class:`LoggedEvent` objects, e.g. for a decision ``d`` and its reward ``r``::
+
+    LoggedEvent.build([c["id"] for c in d.candidates], d.arm_id, r.value,
+                      arm_features=[c["features"] for c in d.candidates],
+                      pscore=d.propensity, user_id=d.user_id)
 
 The only I/O in :mod:`bandit_core` is here: loaders read the path they are given.
 """
@@ -72,7 +78,7 @@ class LoggedEvent:
     def build(
         cls,
         arm_ids: Sequence[str],
-        chosen: str,
+        arm_id: str,
         reward: float,
         *,
         context: ArrayLike | None = None,
@@ -80,7 +86,8 @@ class LoggedEvent:
         pscore: float | None = None,
         user_id: str | None = None,
     ) -> LoggedEvent:
-        """An event from the service's parts: ``x_a = concat(context, arm_features[a])``.
+        """An event from its parts: ``x_a = concat(context, arm_features[a])``; ``arm_id``
+        is the served candidate.
 
         ``arm_features`` has shape (K, d_arm) (or is None), ``context`` shape (d_ctx,).
 
@@ -89,8 +96,8 @@ class LoggedEvent:
         ([[1.0, 2.0], [1.0, 3.0]], 1)
         """
         ids = tuple(check_arm_ids(arm_ids))
-        if chosen not in ids:
-            raise InvalidInputError(f"chosen must be one of the candidates {list(ids)}, but got {chosen!r}")
+        if arm_id not in ids:
+            raise InvalidInputError(f"arm_id must be one of the candidates {list(ids)}, but got {arm_id!r}")
         k = len(ids)
         ctx = np.zeros(0) if context is None else np.asarray(context, dtype=np.float64)
         feats = np.zeros((k, 0)) if arm_features is None else np.asarray(arm_features, dtype=np.float64)
@@ -108,7 +115,7 @@ class LoggedEvent:
         return cls(
             arm_ids=ids,
             X=X,
-            action=ids.index(chosen),
+            action=ids.index(arm_id),
             reward=float(reward),
             pscore=None if pscore is None else float(pscore),
             user_id=user_id,
@@ -222,10 +229,10 @@ def parse_event(obj: Mapping[str, Any]) -> LoggedEvent:
     """One JSON Lines record (schema in the module docstring) as a :class:`LoggedEvent`.
 
     >>> parse_event({"candidates": [{"id": "a", "features": [1]}, {"id": "b", "features": [2]}],
-    ...              "chosen": "a", "reward": 0}).X.shape
+    ...              "arm_id": "a", "reward": 0}).X.shape
     (2, 1)
     """
-    for key in ("candidates", "chosen", "reward"):
+    for key in ("candidates", "arm_id", "reward"):
         if key not in obj:
             raise InvalidInputError(f"an event needs the key {key!r}, but got keys {sorted(obj)}")
     cands = obj["candidates"]
@@ -236,7 +243,7 @@ def parse_event(obj: Mapping[str, Any]) -> LoggedEvent:
         raise InvalidInputError("features must be given for every candidate or none")
     return LoggedEvent.build(
         [c["id"] for c in cands],
-        obj["chosen"],
+        obj["arm_id"],
         obj["reward"],
         context=obj.get("context"),
         arm_features=[c["features"] for c in cands] if all(has_feats) else None,

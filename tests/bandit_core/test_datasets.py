@@ -56,7 +56,7 @@ def _event(chosen: str = "b", **extra: object) -> dict:
     return {
         "candidates": [{"id": "a", "features": [1.0, 0.0]}, {"id": "b", "features": [0.0, 1.0]}],
         "context": [0.5],
-        "chosen": chosen,
+        "arm_id": chosen,
         "reward": 1.0,
         **extra,
     }
@@ -85,12 +85,12 @@ def test_jsonl_propensity_is_optional(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("event", "match"),
     [
-        ({"candidates": [], "chosen": "a"}, r"log.jsonl:1: an event needs the key 'reward'"),
-        (_event("z"), "chosen must be one of the candidates"),
+        ({"candidates": [], "arm_id": "a"}, r"log.jsonl:1: an event needs the key 'reward'"),
+        (_event("z"), "arm_id must be one of the candidates"),
         (_event(propensity=0.0), r"pscore must be in \(0, 1\]"),
         ({**_event(), "candidates": [{"id": "a", "features": [1]}, {"id": "b"}]}, "every candidate or none"),
-        ({"candidates": [{"id": "a"}, {"id": "b"}], "chosen": "a", "reward": 1}, "needs a context or arm features"),
-        ({**_event(), "candidates": [{"id": "a", "features": [1]}, {"id": "a", "features": [2]}], "chosen": "a"},
+        ({"candidates": [{"id": "a"}, {"id": "b"}], "arm_id": "a", "reward": 1}, "needs a context or arm features"),
+        ({**_event(), "candidates": [{"id": "a", "features": [1]}, {"id": "a", "features": [2]}], "arm_id": "a"},
          "must be unique"),
     ],
 )

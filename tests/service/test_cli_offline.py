@@ -53,6 +53,29 @@ def test_replay_passes_policy_params_through(tmp_path: Path, capsys: pytest.Capt
     assert [s["seed"] for s in result["per_seed"]] == [3, 4] and result["seeds"] == [3, 4]
 
 
+def test_jsonl_log_replays_like_the_news_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bandit_core.datasets import load_news
+
+    log = load_news(NEWS)
+    path = tmp_path / "log.jsonl"
+    with path.open("w") as fh:
+        for e in list(log)[:3000]:
+            cands = [{"id": a, "features": x.tolist()} for a, x in zip(e.arm_ids, e.X, strict=True)]
+            fh.write(json.dumps({"candidates": cands, "arm_id": e.chosen, "reward": e.reward, "propensity": 0.1}) + "\n")
+    results = []
+    for data, fmt, extra in ((NEWS, "news", []), (path, "jsonl", []), (path, "jsonl", ["--rejection"])):
+        js = tmp_path / f"{fmt}{len(extra)}.json"
+        code, _, _ = _run(["replay", "--data", str(data), "--format", fmt, "--policy", "linucb", "--alpha", "0.1",
+                           "--rounds", "200", "--no-progress", "--json", str(js), *extra], capsys)
+        assert code == 0
+        results.append(json.loads(js.read_text()))
+    assert results[0]["matched"] == 200
+    assert {(r["cumulative_reward"], r["events_seen"]) for r in results} == {
+        (results[0]["cumulative_reward"], results[0]["events_seen"])
+    }
+    assert results[2]["protocol"].startswith("rejection-sampling")
+
+
 def test_simulate_on_a_classification_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     csv = tmp_path / "d.csv"
     csv.write_text("x1,x2,label\n" + "".join(f"{i % 3},{(i + 1) % 2},{'ab'[i % 2]}\n" for i in range(40)))
