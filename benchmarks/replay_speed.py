@@ -27,9 +27,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import bandit_core  # noqa: E402
-from bandit_core.datasets import BanditLog, load_news  # noqa: E402
-from bandit_core.evaluation import replay  # noqa: E402
+import bandit_core
+from bandit_core.datasets import BanditLog, load_news
+from bandit_core.evaluation import replay
 
 PAPER_SECONDS = {  # (policy, alpha) -> (Table 3: 800 rounds, Table 7: 7500 steps)
     ("linucb", 0.1): (8.09, 19.79),

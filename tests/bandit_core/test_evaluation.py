@@ -196,7 +196,12 @@ def test_bootstrap_is_seeded_and_narrows_with_more_data(problem: dict[str, np.nd
     assert small.ci_high - small.ci_low > 2 * (one.ci_high - one.ci_low)
 
 
-GOOD = dict(reward=np.ones(2), action=np.array([0, 1]), pscore=np.full(2, 0.5), action_dist=np.full((2, 2), 0.5))
+GOOD = {
+    "reward": np.ones(2),
+    "action": np.array([0, 1]),
+    "pscore": np.full(2, 0.5),
+    "action_dist": np.full((2, 2), 0.5),
+}
 
 
 @pytest.mark.parametrize(
