@@ -40,8 +40,10 @@ class ReplayResult:
 
     ``cumulative_reward`` sums the rewards of the matched (and accepted) events,
     ``mean_reward`` is that over ``matched`` (0 when nothing matched), ``events_seen``
-    counts the log events read, ``seconds`` the wall time of the run, and ``curve``
-    (shape ``(matched,)``) the cumulative reward after each matched event.
+    counts the log events read, ``seconds`` the wall time of the run, ``cpu_seconds`` the
+    CPU time of this process during it (the compute, unaffected by other processes on
+    a shared machine), and ``curve`` (shape ``(matched,)``) the cumulative reward after
+    each matched event.
     """
 
     cumulative_reward: float
@@ -49,6 +51,7 @@ class ReplayResult:
     matched: int
     events_seen: int
     seconds: float
+    cpu_seconds: float
     curve: np.ndarray
 
     def to_dict(self) -> dict[str, float | int]:
@@ -59,6 +62,7 @@ class ReplayResult:
             "matched": self.matched,
             "events_seen": self.events_seen,
             "seconds": self.seconds,
+            "cpu_seconds": self.cpu_seconds,
         }
 
 
@@ -75,7 +79,7 @@ def _run(
     progress: Progress | None,
 ) -> ReplayResult:
     _check_rounds(n_rounds)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     rewards: list[float] = []
     seen = 0
     for event in source:
@@ -97,6 +101,7 @@ def _run(
         matched=int(curve.size),
         events_seen=seen,
         seconds=time.perf_counter() - start,
+        cpu_seconds=time.process_time() - start_cpu,
         curve=curve,
     )
 
@@ -165,6 +170,11 @@ class SeedReplays:
     def cumulative_reward(self) -> Spread:
         """Mean and spread of the cumulative reward over seeds."""
         return Spread.of([r.cumulative_reward for r in self.results])
+
+    @property
+    def cpu_seconds(self) -> Spread:
+        """Mean and spread of the CPU time of a run over seeds."""
+        return Spread.of([r.cpu_seconds for r in self.results])
 
     @property
     def mean_reward(self) -> Spread:

@@ -208,10 +208,12 @@ def _replay_summary(runs: SeedReplays) -> dict[str, Any]:
         "matched": float(np.mean([r.matched for r in res])),
         "events_seen": float(np.mean([r.events_seen for r in res])),
         "seconds": runs.seconds.mean,
+        "cpu_seconds": runs.cpu_seconds.mean,
         "spread": {
             "cumulative_reward": _spread_dict(runs.cumulative_reward),
             "mean_reward": _spread_dict(runs.mean_reward),
             "seconds": _spread_dict(runs.seconds),
+            "cpu_seconds": _spread_dict(runs.cpu_seconds),
         },
         "per_seed": [{"seed": s, **r.to_dict()} for s, r in zip(runs.seeds, res, strict=True)],
         "curve": runs.mean_curve().tolist(),
@@ -329,7 +331,8 @@ def _run_replay(args: argparse.Namespace) -> int:
     print(
         f"{args.policy} {_format_params(params)}: cumulative reward {cr.mean:g}{spread} over "
         f"{payload['matched']:g} matched of {payload['events_seen']:g} events seen, mean reward "
-        f"{runs.mean_reward.mean:.4f}, {runs.seconds.mean:.3f} s per run, {len(seeds)} seed(s)"
+        f"{runs.mean_reward.mean:.4f}, {runs.seconds.mean:.3f} s ({runs.cpu_seconds.mean:.3f} s CPU) per run, "
+        f"{len(seeds)} seed(s)"
     )
     _write_json(args.json, payload)
     if args.plot:
@@ -521,7 +524,8 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 
 def _table(summaries: Sequence[dict[str, Any]]) -> str:
-    header = ("policy", "cum. reward", "sd", "min", "max", "mean reward", "matched", "events seen", "s/run")
+    header = ("policy", "cum. reward", "sd", "min", "max", "mean reward", "matched", "events seen", "s/run",
+              "cpu s/run")
     body = [
         (
             s["label"],
@@ -533,6 +537,7 @@ def _table(summaries: Sequence[dict[str, Any]]) -> str:
             f"{s['matched']:g}",
             f"{s['events_seen']:.0f}",
             f"{s['seconds']:.3f}",
+            f"{s['cpu_seconds']:.3f}",
         )
         for s in summaries
     ]
@@ -561,7 +566,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "use --rejection for logs with known non-uniform propensities.\n\n"
             f"Policies: {names}.\n\n"
             "JSON keys: policy, params, protocol, cumulative_reward (mean over seeds), cumulative_reward_std,\n"
-            "mean_reward, matched, events_seen, seconds (mean per run), spread, per_seed, curve.\n\n"
+            "mean_reward, matched, events_seen, seconds and cpu_seconds (mean wall and CPU time per run),\nspread, per_seed, curve.\n\n"
             "example: bandit replay --data news_dataset.txt --format news --policy linucb --alpha 0.1 \\\n"
             "             --rounds 800 --seeds 1 --json r.json --plot r.png"
         ),
@@ -609,12 +614,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Replay every combination of --policy and grid values for every seed on one log, in parallel\n"
             "processes (--jobs), then print one table (mean, sd, min, max of the cumulative reward over\n"
-            "seeds, mean reward, matched events, events seen, seconds per run) and draw one plot.\n\n"
+            "seeds, mean reward, matched events, events seen, wall and CPU seconds per run) and draw one plot.\n\n"
             "A --policy is [LABEL=]NAME[:KEY=VALUE,...], e.g. 'kNN-UCB=lnucb_ta:use_linear=false'.\n"
             "--alpha A1 A2 ... and --grid KEY=V1,V2 form a grid crossed with every policy.\n\n"
             "JSON keys: data, format, protocol, rounds, seeds, jobs, wall_seconds, results (one per row:\n"
             "label, policy, params, cumulative_reward, cumulative_reward_std, mean_reward, matched,\n"
-            "events_seen, seconds, spread, per_seed, curve).\n\n"
+            "events_seen, seconds, cpu_seconds, spread, per_seed, curve).\n\n"
             "example: bandit compare --data news_dataset.txt --policy linucb --policy lnucb_ta \\\n"
             "             --alpha 0.1 1 10 --rounds 800 --seeds 20 --json table3.json --plot table3.png"
         ),
