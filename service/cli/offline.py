@@ -229,23 +229,27 @@ def _protocol(rejection: bool) -> str:
 
 
 # ---- plots -------------------------------------------------------------------------------------
-def _plot(path: Path, panels: Sequence[tuple[str, str, Sequence[tuple[str, np.ndarray]]]], title: str) -> None:
-    """Write a PNG with one panel per ``(x label, y label, [(line label, curves (S, T))])``;
-    each line is the mean over seeds with a band of +-1 standard deviation."""
+Line = tuple[str, np.ndarray, dict[str, Any]]
+
+
+def _plot(path: Path, panels: Sequence[tuple[str, str, Sequence[Line]]], title: str) -> None:
+    """Write a PNG with one panel per ``(x label, y label, lines)``, a line being
+    ``(label, curves (S, T), matplotlib style)``: the mean over the S seeds with a band of
+    +-1 standard deviation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
     for ax, (xlabel, ylabel, lines) in zip(axes[0], panels, strict=True):
-        for label, curves in lines:
+        for label, curves, style in lines:
             curves = np.atleast_2d(curves)
             mean, std = curves.mean(axis=0), curves.std(axis=0)
             t = np.arange(1, mean.size + 1)
-            ax.plot(t, mean, label=label, linewidth=1.4)
+            (drawn,) = ax.plot(t, mean, label=label, linewidth=1.4, **style)
             if curves.shape[0] > 1:
-                ax.fill_between(t, mean - std, mean + std, alpha=0.2)
+                ax.fill_between(t, mean - std, mean + std, alpha=0.15, color=drawn.get_color())
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -336,7 +340,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     )
     _write_json(args.json, payload)
     if args.plot:
-        _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, _curves(results))])],
+        _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, _curves(results), {})])],
               f"Replay of {args.data.name}")
     return 0
 
@@ -404,8 +408,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(
             args.plot,
-            [("round", "cumulative regret", [(args.policy, result.regret_curves)]),
-             ("round", "cumulative reward", [(args.policy, result.reward_curves)])],
+            [("round", "cumulative regret", [(args.policy, result.regret_curves, {})]),
+             ("round", "cumulative reward", [(args.policy, result.reward_curves, {})])],
             f"Simulation: {args.csv.name if args.csv else args.env + ' environment'}",
         )
     return 0
@@ -471,10 +475,18 @@ def _executor(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
 def _run_compare(args: argparse.Namespace) -> int:
     variants = [parse_policy_spec(s) for s in args.policy]
     common = _check_reserved(dict(_parse_assignment(p, "--param") for p in args.param), "--param")
+    grid = _grid(args)
     rows = [
         Variant(v.label + "".join(f" {k}={g[k]}" for k in g), v.policy, {**common, **v.params, **g})
         for v in variants
-        for g in _grid(args)
+        for g in grid
+    ]
+    # One colour per --policy, one line style per grid point.
+    dashes = ["-", "--", ":", "-."]
+    styles = [
+        {"color": f"C{vi % 10}", "linestyle": dashes[gi % len(dashes)]}
+        for vi in range(len(variants))
+        for gi in range(len(grid))
     ]
     seeds = _seeds(args)
     _, d = _load_log(args.data, args.format)
@@ -517,7 +529,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     print(f"{len(tasks)} runs in {wall:.1f} s with {args.jobs} process(es)")
     _write_json(args.json, payload)
     if args.plot:
-        lines = [(row.label, _curves([results[i, s] for s in seeds])) for i, row in enumerate(rows)]
+        lines = [(row.label, _curves([results[i, s] for s in seeds]), styles[i]) for i, row in enumerate(rows)]
         title = f"Replay of {args.data.name}: mean over {len(seeds)} seed(s), band +-1 sd"
         _plot(args.plot, [("matched round", "cumulative reward", lines)], title)
     return 0
