@@ -62,14 +62,18 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-def _finite(value: Any, name: str, low: float, high: float = math.inf, low_open: bool = False) -> float:
+def _finite(
+    value: Any, name: str, low: float, high: float = math.inf, low_open: bool = False
+) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(f"{name} must be a number, but got {type(value).__name__}")
     v = float(value)
     ok = math.isfinite(v) and (v > low if low_open else v >= low) and v <= high
     if not ok:
         bracket = "(" if low_open else "["
-        raise InvalidInputError(f"{name} must be finite and in {bracket}{low:g}, {high:g}], but got {value!r}")
+        raise InvalidInputError(
+            f"{name} must be finite and in {bracket}{low:g}, {high:g}], but got {value!r}"
+        )
     return v
 
 
@@ -96,8 +100,16 @@ def guardrail_regret_bound(
     guardrail = delta_g * T * r_max
     total = linucb + guardrail
     return GuardrailBound(
-        d=d, T=T, delta_g=delta_g, r_max=r_max, alpha=alpha, L=L,
-        linucb_term=linucb, guardrail_term=guardrail, total=total, per_round=total / T,
+        d=d,
+        T=T,
+        delta_g=delta_g,
+        r_max=r_max,
+        alpha=alpha,
+        L=L,
+        linucb_term=linucb,
+        guardrail_term=guardrail,
+        total=total,
+        per_round=total / T,
     )
 
 

@@ -33,7 +33,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bandit_core.errors import ConfigError
-from bandit_core.guardrails import GuardrailContext, GuardrailSet, GuardrailState, check_specs_jsonable
+from bandit_core.guardrails import (
+    GuardrailContext,
+    GuardrailSet,
+    GuardrailState,
+    check_specs_jsonable,
+)
 from bandit_core.linucb import LinUCB, LinUCBConfig
 from bandit_core.policy import SHARED_PART, Decision, GuardrailOutcome, PolicyConfig, SelectContext
 
@@ -53,7 +58,9 @@ class GuardrailedLinUCBConfig(LinUCBConfig):
         super().__post_init__()
         object.__setattr__(self, "guardrails", check_specs_jsonable(self.guardrails))
         if self.safe_arm is not None and (not isinstance(self.safe_arm, str) or not self.safe_arm):
-            raise ConfigError(f"safe_arm must be a non-empty arm id or None, but got {self.safe_arm!r}")
+            raise ConfigError(
+                f"safe_arm must be a non-empty arm id or None, but got {self.safe_arm!r}"
+            )
         GuardrailSet(self.guardrails, self.safe_arm)
 
 

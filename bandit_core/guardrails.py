@@ -138,7 +138,9 @@ class GuardrailContext:
             widths=zeros if widths is None else np.asarray(widths, dtype=np.float64),
             alpha=float(alpha),
             pulls=np.zeros(k, dtype=np.int64) if pulls is None else np.asarray(pulls),
-            mean_rewards=zeros if mean_rewards is None else np.asarray(mean_rewards, dtype=np.float64),
+            mean_rewards=zeros
+            if mean_rewards is None
+            else np.asarray(mean_rewards, dtype=np.float64),
             judged=np.ones(k, dtype=bool),
         )
 
@@ -206,12 +208,18 @@ class FeatureThreshold:
 
     def __post_init__(self) -> None:
         if not isinstance(self.feature, str) or not self.feature:
-            raise ConfigError(f"feature_threshold 'feature' must be a non-empty str, but got {self.feature!r}")
+            raise ConfigError(
+                f"feature_threshold 'feature' must be a non-empty str, but got {self.feature!r}"
+            )
         if self.op not in _OPS:
-            raise ConfigError(f"feature_threshold 'op' must be one of {sorted(_OPS)}, but got {self.op!r}")
+            raise ConfigError(
+                f"feature_threshold 'op' must be one of {sorted(_OPS)}, but got {self.op!r}"
+            )
         object.__setattr__(self, "value", _number(self.value, "feature_threshold 'value'"))
         if self.on_missing not in ("block", "allow"):
-            raise ConfigError(f"feature_threshold 'on_missing' must be 'block' or 'allow', but got {self.on_missing!r}")
+            raise ConfigError(
+                f"feature_threshold 'on_missing' must be 'block' or 'allow', but got {self.on_missing!r}"
+            )
 
     def evaluate(self, ctx: GuardrailContext) -> Verdicts:
         k = len(ctx.arm_ids)
@@ -219,11 +227,20 @@ class FeatureThreshold:
         if raw is None:
             allowed = np.full(k, self.on_missing == "allow")
             return _blocked(allowed, lambda i: f"feature {self.feature} missing from the request")
-        if isinstance(raw, bool) or not isinstance(raw, (int, float, np.integer, np.floating)) or not math.isfinite(raw):
-            raise InvalidInputError(f"features[{self.feature!r}] must be a finite number, but got {raw!r}")
+        if (
+            isinstance(raw, bool)
+            or not isinstance(raw, (int, float, np.integer, np.floating))
+            or not math.isfinite(raw)
+        ):
+            raise InvalidInputError(
+                f"features[{self.feature!r}] must be a finite number, but got {raw!r}"
+            )
         hit = _OPS[self.op](float(raw), self.value)
         shown = f"{raw:g}" if isinstance(raw, float) else str(raw)
-        return _blocked(np.full(k, not hit), lambda i: f"feature {self.feature} = {shown} {self.op} {self.value:g}")
+        return _blocked(
+            np.full(k, not hit),
+            lambda i: f"feature {self.feature} = {shown} {self.op} {self.value:g}",
+        )
 
 
 @dataclass(frozen=True)
@@ -259,7 +276,9 @@ class ExposureCap:
         allowed = served + 1 <= self.cap
         return _blocked(
             allowed,
-            lambda i: f"served {served[i]} of the last {self.window - 1} decisions; cap {self.cap} per {self.window}",
+            lambda i: (
+                f"served {served[i]} of the last {self.window - 1} decisions; cap {self.cap} per {self.window}"
+            ),
         )
 
     def record(self, state: dict[str, Any], arm_id: str) -> None:
@@ -284,18 +303,24 @@ class Budget:
 
     def __post_init__(self) -> None:
         if not isinstance(self.budgets, Mapping) or not self.budgets:
-            raise ConfigError(f"budget 'budgets' must be a non-empty {{arm: total}} mapping, but got {self.budgets!r}")
+            raise ConfigError(
+                f"budget 'budgets' must be a non-empty {{arm: total}} mapping, but got {self.budgets!r}"
+            )
         budgets = {str(a): _number(v, f"budget 'budgets'[{a!r}]") for a, v in self.budgets.items()}
         if isinstance(self.cost, Mapping):
             missing = sorted(set(budgets) - set(self.cost))
             if missing:
-                raise ConfigError(f"budget 'cost' must give a cost for every budgeted arm, but misses {missing}")
+                raise ConfigError(
+                    f"budget 'cost' must give a cost for every budgeted arm, but misses {missing}"
+                )
             cost = {a: _number(self.cost[a], f"budget 'cost'[{a!r}]") for a in budgets}
         else:
             c = _number(self.cost, "budget 'cost'")
             cost = {a: c for a in budgets}
         if any(v < 0 for v in budgets.values()) or any(v <= 0 for v in cost.values()):
-            raise ConfigError(f"budget needs budgets >= 0 and costs > 0, but got budgets={budgets}, cost={cost}")
+            raise ConfigError(
+                f"budget needs budgets >= 0 and costs > 0, but got budgets={budgets}, cost={cost}"
+            )
         object.__setattr__(self, "budgets", budgets)
         object.__setattr__(self, "cost", cost)
 
@@ -338,7 +363,9 @@ class Conservative:
 
     def __post_init__(self) -> None:
         if not isinstance(self.baseline, str) or not self.baseline:
-            raise ConfigError(f"conservative 'baseline' must be an arm id, but got {self.baseline!r}")
+            raise ConfigError(
+                f"conservative 'baseline' must be an arm id, but got {self.baseline!r}"
+            )
         margin = _number(self.margin, "conservative 'margin'")
         if margin < 0:
             raise ConfigError(f"conservative 'margin' must be >= 0, but got {self.margin!r}")
@@ -357,7 +384,8 @@ class Conservative:
         floor = lcb[list(ctx.arm_ids).index(self.baseline)] - self.margin
         allowed = (lcb >= floor) | (ctx.pulls < self.min_pulls)
         return _blocked(
-            allowed, lambda i: f"LCB {lcb[i]:.4g} < baseline {self.baseline} LCB - margin = {floor:.4g}"
+            allowed,
+            lambda i: f"LCB {lcb[i]:.4g} < baseline {self.baseline} LCB - margin = {floor:.4g}",
         )
 
 
@@ -375,14 +403,18 @@ class MinEstimate:
         _count(self.min_pulls, "min_estimate 'min_pulls'", 1)
         object.__setattr__(self, "min_value", _number(self.min_value, "min_estimate 'min_value'"))
         if self.estimate not in ("mean_reward", "predicted"):
-            raise ConfigError(f"min_estimate 'estimate' must be 'mean_reward' or 'predicted', but got {self.estimate!r}")
+            raise ConfigError(
+                f"min_estimate 'estimate' must be 'mean_reward' or 'predicted', but got {self.estimate!r}"
+            )
 
     def evaluate(self, ctx: GuardrailContext) -> Verdicts:
         est = ctx.mean_rewards if self.estimate == "mean_reward" else ctx.means
         allowed = (ctx.pulls < self.min_pulls) | (est >= self.min_value)
         return _blocked(
             allowed,
-            lambda i: f"{self.estimate} {est[i]:.4g} < {self.min_value:g} after {ctx.pulls[i]} pulls",
+            lambda i: (
+                f"{self.estimate} {est[i]:.4g} < {self.min_value:g} after {ctx.pulls[i]} pulls"
+            ),
         )
 
 
@@ -419,10 +451,13 @@ class PredicateGuardrail:
 
 # ---- loading specs ---------------------------------------------------------------------
 
+
 def load_object(path: str) -> Any:
     """Import ``"package.module:attr"`` (``attr`` may be dotted)."""
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
-        raise ConfigError(f"guardrail 'path' must look like 'package.module:callable', but got {path!r}")
+        raise ConfigError(
+            f"guardrail 'path' must look like 'package.module:callable', but got {path!r}"
+        )
     module_name, attr = path.split(":")
     try:
         obj: Any = importlib.import_module(module_name)
@@ -439,8 +474,14 @@ def _entry_point(name: str) -> Any:
         try:
             return ep.load()
         except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"guardrail entry point {name!r} ({ep.value}) cannot be loaded: {exc}") from exc
-    known = sorted(BUILTINS) + ["import"] + sorted(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+            raise ConfigError(
+                f"guardrail entry point {name!r} ({ep.value}) cannot be loaded: {exc}"
+            ) from exc
+    known = (
+        sorted(BUILTINS)
+        + ["import"]
+        + sorted(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+    )
     raise ConfigError(f"unknown guardrail type {name!r}; expected one of {known}")
 
 
@@ -453,11 +494,15 @@ def _from_user_object(obj: Any, params: Any, where: str) -> Guardrail:
         except TypeError as exc:
             raise ConfigError(f"guardrail {where} rejected params {dict(params)}: {exc}") from exc
         if not isinstance(guard, Guardrail):
-            raise ConfigError(f"guardrail {where} must build an object with evaluate(ctx), but got {type(guard).__name__}")
+            raise ConfigError(
+                f"guardrail {where} must build an object with evaluate(ctx), but got {type(guard).__name__}"
+            )
         return guard
     if callable(obj):
         return PredicateGuardrail(obj, params)
-    raise ConfigError(f"guardrail {where} must be a class or a callable, but got {type(obj).__name__}")
+    raise ConfigError(
+        f"guardrail {where} must be a class or a callable, but got {type(obj).__name__}"
+    )
 
 
 @dataclass(frozen=True)
@@ -492,10 +537,15 @@ def build_guardrail(spec: Mapping[str, Any]) -> GuardrailEntry:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(params) - set(fields))
         if unknown:
-            raise ConfigError(f"guardrail {kind!r} got unknown keys {unknown}; expected some of {sorted(fields)}")
+            raise ConfigError(
+                f"guardrail {kind!r} got unknown keys {unknown}; expected some of {sorted(fields)}"
+            )
         missing = sorted(
-            n for n, f in fields.items()
-            if n not in params and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            n
+            for n, f in fields.items()
+            if n not in params
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
         )
         if missing:
             raise ConfigError(f"guardrail {kind!r} needs keys {missing}, but they are missing")
@@ -505,14 +555,20 @@ def build_guardrail(spec: Mapping[str, Any]) -> GuardrailEntry:
         unknown = sorted(set(params) - {"path", "params"})
         if kind == "import":
             if unknown:
-                raise ConfigError(f"guardrail 'import' got unknown keys {unknown}; expected 'path' and 'params'")
+                raise ConfigError(
+                    f"guardrail 'import' got unknown keys {unknown}; expected 'path' and 'params'"
+                )
             path = params.get("path")
             guard = _from_user_object(load_object(path), params.get("params", {}), repr(path))
             default_name = path.split(":")[1]
         else:
             if unknown:
-                raise ConfigError(f"guardrail {kind!r} got unknown keys {unknown}; expected 'params'")
-            guard = _from_user_object(_entry_point(kind), params.get("params", {}), f"entry point {kind!r}")
+                raise ConfigError(
+                    f"guardrail {kind!r} got unknown keys {unknown}; expected 'params'"
+                )
+            guard = _from_user_object(
+                _entry_point(kind), params.get("params", {}), f"entry point {kind!r}"
+            )
             default_name = kind
     name = spec.get("name", default_name)
     if not isinstance(name, str) or not name or ":" in name:
@@ -520,15 +576,24 @@ def build_guardrail(spec: Mapping[str, Any]) -> GuardrailEntry:
     implied = getattr(guard, "implied_scope", None)
     arms = spec.get("arms")
     if implied is not None and arms is not None:
-        raise ConfigError(f"guardrail {name!r} of type {kind!r} takes its arms from its parameters, not from 'arms'")
+        raise ConfigError(
+            f"guardrail {name!r} of type {kind!r} takes its arms from its parameters, not from 'arms'"
+        )
     if arms is not None:
-        if isinstance(arms, str) or not isinstance(arms, Sequence) or not all(isinstance(a, str) and a for a in arms):
-            raise ConfigError(f"guardrail {name!r} 'arms' must be a list of arm ids or null, but got {arms!r}")
+        if (
+            isinstance(arms, str)
+            or not isinstance(arms, Sequence)
+            or not all(isinstance(a, str) and a for a in arms)
+        ):
+            raise ConfigError(
+                f"guardrail {name!r} 'arms' must be a list of arm ids or null, but got {arms!r}"
+            )
         arms = frozenset(arms)
     return GuardrailEntry(name=name, arms=implied if implied is not None else arms, guard=guard)
 
 
 # ---- state and screening ---------------------------------------------------------------
+
 
 @dataclass
 class GuardrailState(ArrayState):
@@ -563,7 +628,9 @@ class GuardrailSet:
     guardrail's scope names (assumption 5 needs a safe arm that passes every guardrail).
     """
 
-    def __init__(self, specs: Sequence[Mapping[str, Any]] = (), safe_arm: str | None = None) -> None:
+    def __init__(
+        self, specs: Sequence[Mapping[str, Any]] = (), safe_arm: str | None = None
+    ) -> None:
         if safe_arm is not None and (not isinstance(safe_arm, str) or not safe_arm):
             raise ConfigError(f"safe_arm must be a non-empty arm id or None, but got {safe_arm!r}")
         self.safe_arm = safe_arm
@@ -571,9 +638,16 @@ class GuardrailSet:
         names = [e.name for e in self.entries]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise ConfigError(f"guardrail names must be unique, but {dup} appear more than once; give each spec a 'name'")
+            raise ConfigError(
+                f"guardrail names must be unique, but {dup} appear more than once; give each spec a 'name'"
+            )
         for e in self.entries:
-            if safe_arm is not None and e.arms is not None and safe_arm in e.arms and safe_arm not in getattr(e.guard, "exempt", ()):
+            if (
+                safe_arm is not None
+                and e.arms is not None
+                and safe_arm in e.arms
+                and safe_arm not in getattr(e.guard, "exempt", ())
+            ):
                 raise ConfigError(
                     f"safe_arm {safe_arm!r} is judged by guardrail {e.name!r}, which can block it; "
                     "the safe arm must pass every guardrail (remove it from that guardrail's arms)"
@@ -587,7 +661,11 @@ class GuardrailSet:
         """Counters at zero and each stateful guardrail's initial state."""
         return GuardrailState(
             blocked_by={e.name: 0 for e in self.entries},
-            guards={e.name: e.guard.initial_state() for e in self.entries if hasattr(e.guard, "initial_state")},
+            guards={
+                e.name: e.guard.initial_state()
+                for e in self.entries
+                if hasattr(e.guard, "initial_state")
+            },
         )
 
     def _judged(self, entry: GuardrailEntry, arm_ids: Sequence[str]) -> np.ndarray:
@@ -616,19 +694,25 @@ class GuardrailSet:
             v = e.guard.evaluate(dataclasses.replace(ctx, judged=judged, state=guard_state))
             allowed = np.asarray(v.allowed, dtype=bool)
             if allowed.shape != (k,):
-                raise InvalidInputError(f"guardrail {e.name!r} must return {k} verdicts, but returned shape {allowed.shape}")
+                raise InvalidInputError(
+                    f"guardrail {e.name!r} must return {k} verdicts, but returned shape {allowed.shape}"
+                )
             blocked_by[g] = judged & ~allowed
             for i in np.flatnonzero(blocked_by[g]):
                 reasons.setdefault(int(i), []).append(f"{e.name}: {v.reasons[i]}")
         eligible = ~blocked_by.any(axis=0)
         if not eligible.any():
-            detail = "; ".join(f"{ctx.arm_ids[i]}: {', '.join(r)}" for i, r in sorted(reasons.items()))
+            detail = "; ".join(
+                f"{ctx.arm_ids[i]}: {', '.join(r)}" for i, r in sorted(reasons.items())
+            )
             raise NoEligibleArmError(
                 f"guardrails blocked every candidate ({detail}) and the safe arm "
                 f"{self.safe_arm!r} is not among them"
             )
         # The safe arm is never judged, so "nothing passes" shows as: only the safe arm passes.
-        safe_served = bool(k > 1 and eligible.sum() == 1 and ctx.arm_ids[int(np.argmax(eligible))] == self.safe_arm)
+        safe_served = bool(
+            k > 1 and eligible.sum() == 1 and ctx.arm_ids[int(np.argmax(eligible))] == self.safe_arm
+        )
         top = int(order[0])
         state.decisions += 1
         state.argmax_blocked += int(not eligible[top])

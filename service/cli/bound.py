@@ -61,34 +61,70 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "  bandit bound guardrail --d 128 --T 1e6 --delta-g 0.01 --r-max 100"
         ),
     )
-    g.add_argument("--d", type=_count, required=True, metavar="D",
-                   help="context dimension d (for disjoint per-arm LinUCB: arms x per-arm dimension)")
-    g.add_argument("--T", type=_count, required=True, metavar="T",
-                   help="number of rounds T (an integer; 1e6 is accepted)")
-    g.add_argument("--delta-g", type=_number, required=True, metavar="P",
-                   help="delta_G, the probability that a guardrail blocks the optimal arm, in [0, 1] "
-                        "(the policy's measured delta_g stat estimates it)")
-    g.add_argument("--r-max", type=_number, required=True, metavar="R",
-                   help="R_max, the largest possible reward (rewards lie in [0, R_max]), > 0")
-    g.add_argument("--alpha", type=_number, default=1.0, metavar="A",
-                   help="alpha, the confidence width of Lemma 3.1 (the policy's alpha), >= 0; default 1")
-    g.add_argument("--L", type=_number, default=1.0, metavar="L",
-                   help="L, the bound on the feature norm ||x||, > 0; default 1")
-    g.add_argument("--json", type=Path, metavar="PATH",
-                   help="also write the inputs and figures as a JSON object to PATH")
+    g.add_argument(
+        "--d",
+        type=_count,
+        required=True,
+        metavar="D",
+        help="context dimension d (for disjoint per-arm LinUCB: arms x per-arm dimension)",
+    )
+    g.add_argument(
+        "--T",
+        type=_count,
+        required=True,
+        metavar="T",
+        help="number of rounds T (an integer; 1e6 is accepted)",
+    )
+    g.add_argument(
+        "--delta-g",
+        type=_number,
+        required=True,
+        metavar="P",
+        help="delta_G, the probability that a guardrail blocks the optimal arm, in [0, 1] "
+        "(the policy's measured delta_g stat estimates it)",
+    )
+    g.add_argument(
+        "--r-max",
+        type=_number,
+        required=True,
+        metavar="R",
+        help="R_max, the largest possible reward (rewards lie in [0, R_max]), > 0",
+    )
+    g.add_argument(
+        "--alpha",
+        type=_number,
+        default=1.0,
+        metavar="A",
+        help="alpha, the confidence width of Lemma 3.1 (the policy's alpha), >= 0; default 1",
+    )
+    g.add_argument(
+        "--L",
+        type=_number,
+        default=1.0,
+        metavar="L",
+        help="L, the bound on the feature norm ||x||, > 0; default 1",
+    )
+    g.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="also write the inputs and figures as a JSON object to PATH",
+    )
     g.set_defaults(run=_run_guardrail, parser=g)
 
 
 def format_bound(b: GuardrailBound) -> str:
     """Human-readable lines for one bound."""
-    return "\n".join([
-        "Theorem 1 regret bound, guardrailed LinUCB",
-        f"  inputs: d={b.d}  T={b.T}  delta_G={b.delta_g:g}  R_max={b.r_max:g}  alpha={b.alpha:g}  L={b.L:g}",
-        f"  LinUCB term     2*alpha*sqrt(2*T*d*log(1 + T*L^2/d)) = {b.linucb_term:,.2f}",
-        f"  guardrail term  delta_G*T*R_max                      = {b.guardrail_term:,.2f}",
-        f"  bound R(T) <=                                          {b.total:,.2f}",
-        f"  per round       bound / T                            = {b.per_round:.6g}",
-    ])
+    return "\n".join(
+        [
+            "Theorem 1 regret bound, guardrailed LinUCB",
+            f"  inputs: d={b.d}  T={b.T}  delta_G={b.delta_g:g}  R_max={b.r_max:g}  alpha={b.alpha:g}  L={b.L:g}",
+            f"  LinUCB term     2*alpha*sqrt(2*T*d*log(1 + T*L^2/d)) = {b.linucb_term:,.2f}",
+            f"  guardrail term  delta_G*T*R_max                      = {b.guardrail_term:,.2f}",
+            f"  bound R(T) <=                                          {b.total:,.2f}",
+            f"  per round       bound / T                            = {b.per_round:.6g}",
+        ]
+    )
 
 
 def _run_guardrail(args: argparse.Namespace) -> int:

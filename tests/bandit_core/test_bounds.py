@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -46,7 +47,9 @@ def test_where_the_seed_worked_example_goes_wrong() -> None:
     ("d", "T", "delta_g", "r_max", "alpha", "L"),
     [(1, 1, 0.0, 1.0, 1.0, 1.0), (10, 5000, 0.05, 2.0, 0.5, 3.0), (3, 10**7, 1.0, 1.0, 0.0, 0.1)],
 )
-def test_bound_matches_the_formula(d: int, T: int, delta_g: float, r_max: float, alpha: float, L: float) -> None:
+def test_bound_matches_the_formula(
+    d: int, T: int, delta_g: float, r_max: float, alpha: float, L: float
+) -> None:
     b = guardrail_regret_bound(d=d, T=T, delta_g=delta_g, r_max=r_max, alpha=alpha, L=L)
     lin = 2 * alpha * np.sqrt(2 * T * d * np.log((d + T * L**2) / d))
     assert b.linucb_term == pytest.approx(lin, rel=1e-12)
@@ -57,8 +60,10 @@ def test_bound_matches_the_formula(d: int, T: int, delta_g: float, r_max: float,
 
 
 def test_bound_grows_sublinearly_without_guardrail_blocking() -> None:
-    per_round = [guardrail_regret_bound(d=10, T=10**k, delta_g=0.0, r_max=1).per_round for k in range(3, 8)]
-    assert all(a > b for a, b in zip(per_round, per_round[1:]))
+    per_round = [
+        guardrail_regret_bound(d=10, T=10**k, delta_g=0.0, r_max=1).per_round for k in range(3, 8)
+    ]
+    assert all(a > b for a, b in itertools.pairwise(per_round))
     with_blocking = guardrail_regret_bound(d=10, T=10**9, delta_g=0.02, r_max=1).per_round
     assert with_blocking == pytest.approx(0.02, abs=0.005)  # the delta_G * R_max floor remains
 
@@ -117,8 +122,20 @@ def test_simulated_regret_stays_under_theorem_1() -> None:
     assert mu.min() >= 0.0 and mu.max() <= 1.0
     ids = ["a0", "a1", "safe"]
     policy = make_policy(
-        "guardrailed_linucb", d=d, alpha=1.0, seed=3, safe_arm="safe",
-        guardrails=[{"type": "feature_threshold", "feature": "risk", "op": ">", "value": 0.9, "arms": ["a0"]}],
+        "guardrailed_linucb",
+        d=d,
+        alpha=1.0,
+        seed=3,
+        safe_arm="safe",
+        guardrails=[
+            {
+                "type": "feature_threshold",
+                "feature": "risk",
+                "op": ">",
+                "value": 0.9,
+                "arms": ["a0"],
+            }
+        ],
     )
     served = np.empty(T, dtype=np.int64)
     for t in range(T):

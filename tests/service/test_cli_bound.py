@@ -12,7 +12,18 @@ import pytest
 from bandit_core.bounds import guardrail_regret_bound
 from service.cli import main
 
-SEED_EXAMPLE = ["bound", "guardrail", "--d", "128", "--T", "1e6", "--delta-g", "0.01", "--r-max", "100"]
+SEED_EXAMPLE = [
+    "bound",
+    "guardrail",
+    "--d",
+    "128",
+    "--T",
+    "1e6",
+    "--delta-g",
+    "0.01",
+    "--r-max",
+    "100",
+]
 
 
 def test_prints_the_corrected_seed_example(capsys: pytest.CaptureFixture[str]) -> None:
@@ -27,17 +38,44 @@ def test_prints_the_corrected_seed_example(capsys: pytest.CaptureFixture[str]) -
 
 def test_json_output_equals_the_library(tmp_path: Path) -> None:
     path = tmp_path / "bound.json"
-    assert main(SEED_EXAMPLE[:2] + ["--d", "9", "--T", "10000", "--delta-g", "0.03", "--r-max", "1",
-                                     "--alpha", "0.5", "--L", "2", "--json", str(path)]) == 0
+    assert (
+        main(
+            SEED_EXAMPLE[:2]
+            + [
+                "--d",
+                "9",
+                "--T",
+                "10000",
+                "--delta-g",
+                "0.03",
+                "--r-max",
+                "1",
+                "--alpha",
+                "0.5",
+                "--L",
+                "2",
+                "--json",
+                str(path),
+            ]
+        )
+        == 0
+    )
     data = json.loads(path.read_text())
-    assert data == guardrail_regret_bound(d=9, T=10_000, delta_g=0.03, r_max=1.0, alpha=0.5, L=2.0).to_dict()
+    assert (
+        data
+        == guardrail_regret_bound(
+            d=9, T=10_000, delta_g=0.03, r_max=1.0, alpha=0.5, L=2.0
+        ).to_dict()
+    )
     assert set(data) >= {"linucb_term", "guardrail_term", "total", "per_round"}
 
 
 def test_help_explains_each_option() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "service.cli", "bound", "guardrail", "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     text = " ".join(run.stdout.split())
     for option_and_help in [
