@@ -693,9 +693,10 @@ class GuardrailSet:
             guard_state = state.guards.setdefault(e.name, getattr(e.guard, "initial_state", dict)())
             v = e.guard.evaluate(dataclasses.replace(ctx, judged=judged, state=guard_state))
             allowed = np.asarray(v.allowed, dtype=bool)
-            if allowed.shape != (k,):
+            if allowed.shape != (k,) or len(v.reasons) != k:
                 raise InvalidInputError(
-                    f"guardrail {e.name!r} must return {k} verdicts, but returned shape {allowed.shape}"
+                    f"guardrail {e.name!r} must return {k} verdicts and {k} reasons, but returned "
+                    f"shape {allowed.shape} and {len(v.reasons)} reasons"
                 )
             blocked_by[g] = judged & ~allowed
             for i in np.flatnonzero(blocked_by[g]):

@@ -58,6 +58,13 @@ class NormCap:
         return Verdicts(norms <= self.limit, [f"norm {n:.2f} > {self.limit}" for n in norms])
 
 
+class FirstOnly:
+    """A broken vectorised guardrail: one verdict whatever K is."""
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts:
+        return Verdicts(np.array([False]), ["no"])
+
+
 class NotAGuardrail:
     def __init__(self) -> None:
         pass
