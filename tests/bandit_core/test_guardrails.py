@@ -158,7 +158,7 @@ def guarded_runs(
     return specs, epsilon, steps
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(run=guarded_runs(), seed=st.integers(0, 2**16))
 def test_a_blocked_arm_is_never_served(run, seed: int) -> None:
     specs, epsilon, steps = run
