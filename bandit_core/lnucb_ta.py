@@ -24,7 +24,8 @@ ALGORITHMS.md section 2. Score of candidate arm ``a`` with feature vector ``x_a`
 - ``alpha_a``: temporal attention (Algorithm 3, eq. 4/17, 101-102):
   ``alpha_a = alpha_0 / (N_a + 1) * (kappa * g + (1 - kappa) * n_a)``, ``N_a`` the
   arm's rewards, ``n_a`` their mean (0 if none), ``g`` the mean of ``n_a`` over the
-  arms this policy object knows (running, never a data set's mean), clamped at 0.
+  arms the policy knows (running totals in the shared part, never a data set's
+  mean), clamped at 0.
 
 Ablations of the paper's Table 3 / Figure 2 are configurations of this module:
 
@@ -76,7 +77,8 @@ import numpy as np
 from bandit_core.errors import ConfigError
 from bandit_core.linear import LinearArmState, linear_ucb_terms
 from bandit_core.linucb import LinUCBConfig
-from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext
+from bandit_core.policy import SHARED_PART, BasePolicy, PolicyConfig, SelectContext
+from bandit_core.state import ArrayState
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,11 @@ class LNUCBTAArmState(LinearArmState):
         self.head = (self.head + 1) % window
 
 
+def _mean(state: LinearArmState) -> float:
+    """``n_a`` of eq. 102: the arm's mean reward, 0 if never rewarded."""
+    return state.reward_sum / state.n if state.n else 0.0
+
+
 def knn_estimates(
     states: Sequence[LNUCBTAArmState], X: np.ndarray, ks: np.ndarray, weights: str = "uniform"
 ) -> np.ndarray:
@@ -223,23 +230,56 @@ def knn_estimates(
     return out
 
 
+@dataclass
+class AttentionTotals(ArrayState):
+    """The policy's shared part: running totals behind ``g`` of eq. 101.
+
+    ``arms``: arms the policy knows (cold-started or added, minus retired);
+    ``mean_sum``: sum of their mean rewards ``n_a`` (0 for an arm never rewarded).
+    Kept as totals so one reward updates one arm part plus this part, and a store
+    never needs every arm to compute ``g``.
+    """
+
+    KIND: ClassVar[str] = "lnucb_ta_totals"
+    arms: int = 0
+    mean_sum: float = 0.0
+
+
 class LNUCBTA(BasePolicy):
-    """LNUCB-TA over :class:`LNUCBTAArmState` (see the module docstring)."""
+    """LNUCB-TA over :class:`LNUCBTAArmState` (see the module docstring).
+
+    ``g`` comes from the shared :class:`AttentionTotals` part; a selection that
+    cold-starts an arm changes it and lists ``"shared"`` in ``Decision.state_changed``.
+    """
 
     NAME: ClassVar[str] = "lnucb_ta"
     CONFIG: ClassVar[type[PolicyConfig]] = LNUCBTAConfig
     ARM_STATE = LNUCBTAArmState
+    SHARED_STATE = AttentionTotals
     config: LNUCBTAConfig
+    _shared: AttentionTotals
+
+    def _new_shared_state(self) -> AttentionTotals:
+        return AttentionTotals()
 
     def _new_arm_state(self) -> LNUCBTAArmState:
+        self._shared.arms += 1
         return LNUCBTAArmState.prior(self.config.d, self.config.ridge_lambda)
+
+    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
+        return super()._parts_changed_by_new_arms(arm_ids) + (SHARED_PART,)
+
+    def retire_arm(self, arm_id: str) -> None:
+        """Forget ``arm_id`` and take it out of the totals behind ``g``."""
+        state = self._known_arm(arm_id)
+        self._shared.arms -= 1
+        self._shared.mean_sum -= _mean(state)  # type: ignore[arg-type]
+        super().retire_arm(arm_id)
 
     def global_attention(self) -> float:
         """``g`` of eq. 101: mean over the known arms of their mean rewards (0 if none)."""
-        states = self._arms.values()
-        if not states:
-            return 0.0
-        return float(np.mean([s.reward_sum / s.n if s.n else 0.0 for s in states]))  # type: ignore[attr-defined]
+        totals = self._shared
+        return totals.mean_sum / totals.arms if totals.arms else 0.0
 
     def exploration_weights(self, states: list[LNUCBTAArmState]) -> np.ndarray:
         """``alpha_a`` of eq. 4/17 for each state, shape ``(K,)``, clamped at 0; the
@@ -248,7 +288,7 @@ class LNUCBTA(BasePolicy):
         if not cfg.temporal_attention:
             return np.full(len(states), cfg.alpha)
         N = np.array([s.n for s in states], dtype=np.float64)
-        n_mean = np.array([s.reward_sum / s.n if s.n else 0.0 for s in states])
+        n_mean = np.array([_mean(s) for s in states])
         alpha = cfg.alpha / (N + 1.0) * (cfg.kappa * self.global_attention() + (1.0 - cfg.kappa) * n_mean)
         return np.maximum(alpha, 0.0)
 
@@ -273,8 +313,10 @@ class LNUCBTA(BasePolicy):
         target = reward
         if cfg.use_knn and cfg.linear_target == "residual":
             target = reward - self._knn_terms([state], x[None, :])[0]
+        old_mean = _mean(state)
         state.add(x, target, reward, cfg.refactor_every)
         state.reward_sq_sum += reward * reward
+        self._shared.mean_sum += _mean(state) - old_mean
         if cfg.use_knn:
             state.remember(x, reward, cfg.knn_window)
 

@@ -129,8 +129,9 @@ class Decision:
     width, ``None`` for algorithms without one) and ``propensities`` are arrays of
     shape ``(K,)`` aligned with ``ranking``: ``propensities[i]`` is the probability
     that ``ranking[i]`` is served, ``(1 - eps) * 1[argmax] / #tied + eps / K_eligible``.
-    ``state_changed`` names the state parts the selection itself changed (guardrail
-    counters); ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
+    ``state_changed`` names the state parts the selection itself changed (cold-started
+    arms, guardrail counters, LNUCB-TA's arm count) and a store must save;
+    ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
     """
 
     arm_id: str
@@ -255,6 +256,11 @@ class BasePolicy:
     def _arm_stats_extras(self, arm_id: str, state: ArrayState) -> dict[str, float]:
         return {}
 
+    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
+        """Parts a selection changed by cold-starting ``arm_ids``: their prior arm parts
+        (and, for policies whose shared state counts arms, ``"shared"``)."""
+        return tuple(ARM_PREFIX + a for a in arm_ids)
+
     def _choose(
         self,
         arm_ids: list[str],
@@ -290,6 +296,7 @@ class BasePolicy:
         ids = check_arm_ids(arm_ids)
         X = check_matrix(X, len(ids), self.config.d)
         ctx = SelectContext(user_id=user_id, features=features)
+        created = tuple(a for a in ids if a not in self._arms)
         states = [self._arm_for_select(a) for a in ids]
         scores, widths = self._score(ids, states, X, ctx)
         if not np.isfinite(scores).all():
@@ -322,7 +329,7 @@ class BasePolicy:
             propensities=propensity[ranked],
             explored=explored,
             guardrail=outcome,
-            state_changed=changed,
+            state_changed=(self._parts_changed_by_new_arms(created) if created else ()) + changed,
             extras=self._decision_extras(ids, ranked, ctx),
         )
 

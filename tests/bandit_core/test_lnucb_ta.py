@@ -122,6 +122,24 @@ def test_alpha_follows_eq_4_with_running_global_average() -> None:
     assert dec.scores[0] == pytest.approx(X[0] @ s.theta + f + p.arm_stats("a").extras["alpha"] * width, rel=1e-10)
 
 
+def test_global_attention_lives_in_the_shared_part() -> None:
+    p = _policy()
+    dec = p.select(["a", "b", "c"], np.ones((3, 3)))
+    assert set(dec.state_changed) == {"arm:a", "arm:b", "arm:c", "shared"}
+    assert p.select(["a", "b"], np.ones((2, 3))).state_changed == ()
+    _feed(p, "a", np.ones((2, 3)), np.array([1.0, 0.0]))
+    _feed(p, "b", np.ones((1, 3)), np.array([1.0]))
+    assert p.global_attention() == pytest.approx((0.5 + 1.0 + 0.0) / 3, rel=1e-12)
+    assert p.parts_for_update("a") == ["arm:a", "shared"]
+    # a store that loads only one arm and the shared part sees the same g and alpha
+    q = _policy()
+    q.import_parts(p.export_parts(p.parts_for_update("a")))
+    assert q.global_attention() == p.global_attention()
+    assert q.arm_stats("a") == p.arm_stats("a")
+    p.retire_arm("b")
+    assert p.global_attention() == pytest.approx(0.5 / 2, rel=1e-12)
+
+
 def test_alpha_is_clamped_at_zero_for_negative_rewards() -> None:
     p = _policy(reward_range=(-1.0, 1.0))
     _feed(p, "a", np.ones((3, 3)), np.array([-1.0, -1.0, -0.5]))
