@@ -37,7 +37,8 @@ def _json_scalar(value: Any) -> Any:
 
 def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
     """Serialize ``meta`` (JSON-able) and named arrays into one blob (layout above)."""
-    contiguous = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
+    # np.asarray(order="C"), not np.ascontiguousarray: the latter turns 0-d arrays into shape (1,).
+    contiguous = {name: np.asarray(a, order="C") for name, a in arrays.items()}
     header = json.dumps(
         {
             "kind": kind,
