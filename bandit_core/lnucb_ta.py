@@ -68,8 +68,8 @@ serializes as plain arrays.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -149,21 +149,6 @@ class LNUCBTAArmState(LinearArmState):
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(LinearArmState)}
         return cls(**fields, X_mem=np.zeros((0, d)), r_mem=np.zeros(0))
 
-    def reward_variance(self, reward_range: tuple[float, float]) -> float:
-        """Population variance of the rewards rescaled to [0, 1] by ``reward_range``
-        (0 with fewer than 2 rewards)."""
-        if self.n < 2:
-            return 0.0
-        mean = self.reward_sum / self.n
-        var = max(self.reward_sq_sum / self.n - mean * mean, 0.0)
-        return var / (reward_range[1] - reward_range[0]) ** 2
-
-    def knn_k(self, theta_min: int, theta_max: int, reward_range: tuple[float, float]) -> int:
-        """Algorithm 2, line 5: ``floor(theta_min + (theta_max - theta_min) * Var)``,
-        kept inside ``[theta_min, theta_max]``."""
-        k = int(np.floor(theta_min + (theta_max - theta_min) * self.reward_variance(reward_range)))
-        return min(max(k, theta_min), theta_max)
-
     def remember(self, x: np.ndarray, reward: float, window: int) -> None:
         """Store ``(x, reward)``, dropping the oldest point once ``window`` are held."""
         if len(self.r_mem) < window:
@@ -178,6 +163,29 @@ class LNUCBTAArmState(LinearArmState):
 def _mean(state: LinearArmState) -> float:
     """``n_a`` of eq. 102: the arm's mean reward, 0 if never rewarded."""
     return state.reward_sum / state.n if state.n else 0.0
+
+
+def adaptive_k(
+    states: Sequence[LNUCBTAArmState], theta_min: int, theta_max: int, reward_range: tuple[float, float]
+) -> np.ndarray:
+    """Algorithm 2, line 5, for each state: ``floor(theta_min + (theta_max - theta_min)
+    * Var)``, shape ``(K,)``. ``Var`` is the population variance of the arm's rewards
+    rescaled to [0, 1] by ``reward_range`` (0 with fewer than 2 rewards), from the
+    running sums, so ``k`` stays inside ``[theta_min, theta_max]``.
+
+    >>> s = LNUCBTAArmState.prior(1, 1.0)
+    >>> s.n, s.reward_sum, s.reward_sq_sum = 4, 2.0, 2.0  # rewards 0, 0, 1, 1: Var 0.25
+    >>> adaptive_k([s], 1, 9, (0.0, 1.0)).tolist()
+    [3]
+    """
+    n = np.array([s.n for s in states], dtype=np.float64)
+    total = np.array([s.reward_sum for s in states], dtype=np.float64)
+    total_sq = np.array([s.reward_sq_sum for s in states], dtype=np.float64)
+    per = np.maximum(n, 1.0)
+    mean = total / per
+    var = np.where(n >= 2, np.maximum(total_sq / per - mean * mean, 0.0), 0.0)
+    var /= (reward_range[1] - reward_range[0]) ** 2
+    return np.clip(np.floor(theta_min + (theta_max - theta_min) * var), theta_min, theta_max).astype(np.intp)
 
 
 def knn_estimates(
@@ -294,7 +302,7 @@ class LNUCBTA(BasePolicy):
 
     def _knn_terms(self, states: list[LNUCBTAArmState], X: np.ndarray) -> np.ndarray:
         cfg = self.config
-        ks = np.array([s.knn_k(cfg.theta_min, cfg.theta_max, cfg.reward_range) for s in states])
+        ks = adaptive_k(states, cfg.theta_min, cfg.theta_max, cfg.reward_range)
         return knn_estimates(states, X, ks, cfg.knn_weights)
 
     def _score(
@@ -324,5 +332,5 @@ class LNUCBTA(BasePolicy):
         cfg = self.config
         return {
             "alpha": float(self.exploration_weights([state])[0]),
-            "k": float(state.knn_k(cfg.theta_min, cfg.theta_max, cfg.reward_range)),
+            "k": float(adaptive_k([state], cfg.theta_min, cfg.theta_max, cfg.reward_range)[0]),
         }
