@@ -216,12 +216,14 @@ def knn_estimates(
     sizes_v, k_v = sizes[valid], ks[valid].astype(np.intp)
     mem = np.concatenate([states[i].X_mem for i in valid])
     rewards = np.concatenate([states[i].r_mem for i in valid])
-    age = np.concatenate([(states[i].head - 1 - np.arange(m)) % m for i, m in zip(valid, sizes_v)])
     seg = np.repeat(np.arange(len(valid)), sizes_v)
+    starts = np.cumsum(sizes_v) - sizes_v
+    heads = np.array([states[i].head for i in valid])
+    # age 0 = newest; rows are a ring whose oldest point sits at index `head`
+    age = (heads[seg] - 1 - (np.arange(len(seg)) - starts[seg])) % sizes_v[seg]
     diff = mem - X[valid][seg]
     dist2 = np.einsum("md,md->m", diff, diff)
     order = np.lexsort((age, dist2, seg))
-    starts = np.cumsum(sizes_v) - sizes_v
     k_starts = np.cumsum(k_v) - k_v
     within = np.arange(k_v.sum()) - np.repeat(k_starts, k_v)
     nearest = order[np.repeat(starts, k_v) + within]

@@ -74,3 +74,16 @@ def test_refactor_every_triggers_a_cholesky_rederivation() -> None:
 def test_news_replay_reproduces_the_papers_linucb_row(news, alpha: float, expected: float) -> None:
     policy = bandit_core.make_policy("linucb", d=10, alpha=alpha, ridge_lambda=1.0, seed=0)
     assert strict_replay(policy, news) == expected
+
+
+@pytest.mark.parametrize("name", ["linucb", "lnucb_ta"])
+def test_overflowing_features_raise_and_leave_the_state_intact(name: str) -> None:
+    policy = bandit_core.make_policy(name, d=2, seed=0)
+    policy.add_arm("a")
+    policy.update("a", np.array([1.0, 2.0]), 1.0)
+    before = policy.to_bytes()
+    with pytest.raises(bandit_core.InvalidInputError, match="overflow the ridge statistics"):
+        policy.update("a", np.array([1e200, 0.0]), 1.0)
+    assert policy.to_bytes() == before
+    with pytest.raises(bandit_core.InvalidInputError, match=r"X\[0\] gives the non-finite score"):
+        policy.select(["a"], np.array([[1e200, 1e200]]))

@@ -48,17 +48,34 @@ def test_k_rescales_rewards_outside_unit_range() -> None:
     assert p.arm_stats("a").extras["k"] == float(np.floor(2 + 4 * 0.25))
 
 
+@pytest.mark.parametrize("window", [100, 25])  # 25 < 40 points: the ring has wrapped
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
-def test_knn_mean_equals_brute_force(k: int) -> None:
+def test_knn_mean_equals_brute_force(k: int, window: int) -> None:
     rng = np.random.default_rng(k)
     xs = rng.integers(0, 3, size=(40, 3)).astype(float)  # small grid: many distance ties
     rs = rng.integers(0, 2, size=40).astype(float)
     state = LNUCBTAArmState.prior(3, 1.0)
     for x, r in zip(xs, rs):
-        state.remember(x, r, window=100)
+        state.remember(x, r, window=window)
     queries = rng.integers(0, 3, size=(6, 3)).astype(float)
     got = knn_estimates([state] * 6, queries, np.full(6, k))
-    np.testing.assert_allclose(got, [_brute_knn(xs, rs, q, k) for q in queries], rtol=0, atol=1e-12)
+    kept_x, kept_r = xs[-window:], rs[-window:]
+    np.testing.assert_allclose(got, [_brute_knn(kept_x, kept_r, q, k) for q in queries], rtol=0, atol=1e-12)
+
+
+def test_knn_estimates_mix_arms_with_and_without_enough_points() -> None:
+    rng = np.random.default_rng(9)
+    states, data = [], []
+    for m in (0, 4, 1, 9):
+        s = LNUCBTAArmState.prior(2, 1.0)
+        xs, rs = rng.normal(size=(m, 2)), rng.uniform(size=m)
+        for x, r in zip(xs, rs):
+            s.remember(x, r, window=50)
+        states.append(s)
+        data.append((xs, rs))
+    X, ks = rng.normal(size=(4, 2)), np.array([1, 3, 2, 5])
+    expected = [_brute_knn(xs, rs, x, k) if len(rs) >= k else 0.0 for (xs, rs), x, k in zip(data, X, ks)]
+    np.testing.assert_allclose(knn_estimates(states, X, ks), expected, rtol=0, atol=1e-12)
 
 
 def test_knn_is_zero_until_the_memory_holds_k_points() -> None:
