@@ -17,7 +17,9 @@ ALGORITHMS.md section 2. Score of candidate arm ``a`` with feature vector ``x_a`
   population variance of the arm's rewards rescaled by ``reward_range`` to [0, 1] (0
   with fewer than 2 rewards, running sums over every reward, not only the window).
   If the memory holds at least ``k_a`` points, ``f_a(x)`` is the mean reward of the
-  ``k_a`` stored points nearest to ``x`` (Euclidean), else 0. Ties at the ``k``-th
+  ``k_a`` stored points nearest to ``x`` (Euclidean), else 0 (Algorithm 2, line 6
+  compares ``len(x_a)`` with ``k``; ALGORITHMS.md reads it as the memory size, the
+  condition eq. 3 needs). Ties at the ``k``-th
   distance go to the most recent points. ``knn_weights="distance"`` weights each
   neighbour by ``1/distance``; if any neighbour is at distance 0, only those count
   (scikit-learn's convention).
