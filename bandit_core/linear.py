@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from bandit_core.errors import InvalidInputError
 from bandit_core.state import ArrayState
 
 
@@ -60,9 +61,15 @@ class LinearArmState(ArrayState):
         True
         """
         Ax = self.A_inv @ x
-        self.A += np.outer(x, x)
-        self.A_inv -= np.outer(Ax, Ax) / (1.0 + x @ Ax)
-        self.b += target * x
+        A = self.A + np.outer(x, x)
+        A_inv = self.A_inv - np.outer(Ax, Ax) / (1.0 + x @ Ax)
+        b = self.b + target * x
+        if not (np.isfinite(A).all() and np.isfinite(A_inv).all() and np.isfinite(b).all()):
+            # Checked before any field changes, so the state is never left half-updated.
+            raise InvalidInputError(
+                f"x with max |x| = {np.abs(x).max()} and target {target} overflow the ridge statistics"
+            )
+        self.A, self.A_inv, self.b = A, A_inv, b
         self.n += 1
         self.reward_sum += reward
         self.since_refactor += 1
