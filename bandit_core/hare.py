@@ -99,7 +99,7 @@ class HAREConfig(PolicyConfig):
     ridge_lambda: float = 1.0
     refactor_every: int = 1000
     sigma: float = 1.0
-    learning_rate: float = 0.05
+    learning_rate: float = 0.1
     l2: float = 1e-4
     grad_clip: float = 1.0
     loss: str = "squared"

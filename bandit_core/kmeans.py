@@ -27,18 +27,24 @@ def nearest(points: np.ndarray, centroids: np.ndarray) -> np.ndarray:
 
 
 def kmeans(
-    points: np.ndarray, k: int, rng: np.random.Generator, max_iter: int = 100
+    points: np.ndarray, k: int, rng: np.random.Generator, n_init: int = 10, max_iter: int = 100
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cluster ``points`` (shape ``(n, d)``) into ``k`` clusters.
 
-    k-means++ seeding (Arthur and Vassilvitskii, 2007) draws from ``rng``, then Lloyd
-    iterations run until the labels stop changing or ``max_iter``. ``k`` must not exceed
-    the number of distinct points. Returns ``(centroids (k, d), labels (n,))``; an
-    emptied cluster keeps its previous centroid.
+    ``n_init`` runs, each k-means++ seeding (Arthur and Vassilvitskii, 2007) drawn from
+    ``rng`` then Lloyd iterations until the labels stop changing or ``max_iter``; the run
+    of least within-cluster sum of squares wins (one run can merge two true clusters).
+    ``k`` must not exceed the number of distinct points. Returns
+    ``(centroids (k, d), labels (n,))``; an emptied cluster keeps its previous centroid.
     """
     n_distinct = len(np.unique(points, axis=0))
     if not 1 <= k <= n_distinct:
         raise InvalidInputError(f"k must be in [1, {n_distinct}] (the distinct points), but got {k}")
+    runs = [_lloyd(points, k, rng, max_iter) for _ in range(n_init)]
+    return min(runs, key=lambda run: float(((points - run[0][run[1]]) ** 2).sum()))
+
+
+def _lloyd(points: np.ndarray, k: int, rng: np.random.Generator, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
     centroids = np.empty((k, points.shape[1]))
     centroids[0] = points[rng.integers(len(points))]
     sq_dist = ((points - centroids[0]) ** 2).sum(1)

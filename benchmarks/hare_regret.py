@@ -8,7 +8,8 @@ with Gaussian noise (``noise``). Every round a uniformly random user arrives and
 items are candidates. The generator rejects draws where, for some user, the item of
 highest ``mu`` is not inside the cluster of highest mean ``mu`` (the regret seed's
 assumption 4, cluster regularity: otherwise the two-level rule has a structural gap and
-regret is linear whatever is learned); ``continuous=True`` instead draws a fresh random
+regret is linear whatever is learned) or where some cluster is nobody's favourite (the
+population must have distinct preferences); ``continuous=True`` instead draws a fresh random
 context every round with no user ids, where that gap remains (reported, not asserted).
 
 Run: ``python -m benchmarks.hare_regret [--T 100000] [--seeds 0 1 2] [--out FILE]``;
@@ -67,7 +68,8 @@ def make_env(
     noise: float = 0.1,
 ) -> ClusteredEnv:
     """Draw environments from ``default_rng(seed)`` until cluster regularity holds for
-    every user (see the module docstring)."""
+    every user and the users' preferences are distinct: every cluster is the best
+    cluster of some user (see the module docstring)."""
     rng = np.random.default_rng(seed)
     clusters = np.repeat(np.arange(n_clusters), per_cluster)
     while True:
@@ -78,7 +80,8 @@ def make_env(
                            0.5 * rng.standard_normal(d_item), noise)
         mu = env.means(env.contexts)
         cluster_mean = np.stack([mu[:, clusters == j].mean(1) for j in range(n_clusters)], 1)
-        if (clusters[mu.argmax(1)] == cluster_mean.argmax(1)).all():
+        best = cluster_mean.argmax(1)
+        if (clusters[mu.argmax(1)] == best).all() and len(set(best)) == n_clusters:
             return env
 
 
