@@ -50,7 +50,14 @@ from numpy.typing import ArrayLike
 from bandit_core.errors import ConfigError, InvalidInputError
 from bandit_core.kmeans import kmeans, nearest
 from bandit_core.linear import LinearArmState, cholesky_inverse, sherman_morrison
-from bandit_core.policy import ARM_PREFIX, SHARED_PART, BasePolicy, Decision, PolicyConfig, SelectContext
+from bandit_core.policy import (
+    ARM_PREFIX,
+    SHARED_PART,
+    BasePolicy,
+    Decision,
+    PolicyConfig,
+    SelectContext,
+)
 from bandit_core.state import ArrayState
 from bandit_core.validation import check_matrix, check_reward
 
@@ -95,7 +102,7 @@ class HAREConfig(PolicyConfig):
     value_dim: int = 8
     out_dim: int | None = None
     n_clusters: int = 4
-    clusters: Any = None
+    clusters: Mapping[str, int] | tuple[tuple[str, int], ...] | None = None
     ridge_lambda: float = 1.0
     refactor_every: int = 1000
     sigma: float = 1.0

@@ -6,15 +6,23 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bandit_core import ConfigError, InvalidInputError, make_policy
 from bandit_core.hare import HARE, HAREConfig, projection_gradients, queries
 from bandit_core.policy import policy_from_bytes
-from benchmarks.hare_regret import attention_similarity, hare_policy, loglog_slope, make_env, run_regret
+from benchmarks.hare_regret import (
+    attention_similarity,
+    hare_policy,
+    loglog_slope,
+    make_env,
+    run_regret,
+)
 
 
 def _policy(**params) -> HARE:
-    base = dict(d=5, context_dim=2, key_dim=3, heads=2, value_dim=2, n_clusters=2, seed=3, alpha=0.7)
+    base = {"d": 5, "context_dim": 2, "key_dim": 3, "heads": 2, "value_dim": 2, "n_clusters": 2, "seed": 3, "alpha": 0.7}
     base.update(params)
     return make_policy("hare", **base)  # type: ignore[return-value]
 
@@ -199,6 +207,29 @@ def test_round_trip_gives_bit_identical_decisions() -> None:
     assert q.to_bytes() == p.to_bytes()
 
 
+@settings(max_examples=15, deadline=None)
+@given(
+    heads=st.integers(1, 3),
+    key_dim=st.integers(1, 4),
+    context_dim=st.integers(0, 2),
+    n_clusters=st.integers(1, 3),
+    seed=st.integers(0, 2**31),
+)
+def test_round_trip_property(heads: int, key_dim: int, context_dim: int, n_clusters: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    p = make_policy("hare", d=context_dim + 3, context_dim=context_dim, heads=heads, key_dim=key_dim,
+                    n_clusters=n_clusters, seed=seed, epsilon=0.1)
+    ids = [f"a{i}" for i in range(4)]
+    X = _rows(rng, 4, rng.standard_normal(context_dim))
+    for t in range(5):
+        dec = p.select(ids, X, user_id=("u", None)[t % 2])
+        p.update(dec.arm_id, X[ids.index(dec.arm_id)], float(rng.random()), user_id=("u", None)[t % 2])
+    q = policy_from_bytes(p.to_bytes())
+    d1, d2 = p.select(ids, X, user_id="u"), q.select(ids, X, user_id="u")
+    assert d1.ranking == d2.ranking and np.array_equal(d1.scores, d2.scores)
+    assert np.array_equal(d1.extras["z"], d2.extras["z"]) and q.to_bytes() == p.to_bytes()
+
+
 def test_parts_layout_and_single_arm_update_through_parts() -> None:
     rng = np.random.default_rng(5)
     p = _policy()
@@ -301,16 +332,16 @@ def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        (dict(context_dim=5), "context_dim must be < d = 5"),
-        (dict(context_dim=-1), "context_dim must be an int >= 0"),
-        (dict(heads=0), "heads must be an int >= 1"),
-        (dict(key_dim=2.5), "key_dim must be an int >= 1"),
-        (dict(loss="hinge"), "loss must be one of"),
-        (dict(loss="logistic", reward_range=(-1.0, 1.0)), "loss 'logistic' needs reward_range inside"),
-        (dict(clusters={"a": 4}, n_clusters=4), r"clusters\['a'\] must be an int in \[0, n_clusters = 4\)"),
-        (dict(learning_rate=0.0), "learning_rate must be a number > 0"),
-        (dict(l2=-1.0), "l2 must be a number >= 0"),
-        (dict(sigma=float("nan")), "sigma must be a number > 0"),
+        ({"context_dim": 5}, "context_dim must be < d = 5"),
+        ({"context_dim": -1}, "context_dim must be an int >= 0"),
+        ({"heads": 0}, "heads must be an int >= 1"),
+        ({"key_dim": 2.5}, "key_dim must be an int >= 1"),
+        ({"loss": "hinge"}, "loss must be one of"),
+        ({"loss": "logistic", "reward_range": (-1.0, 1.0)}, "loss 'logistic' needs reward_range inside"),
+        ({"clusters": {"a": 4}, "n_clusters": 4}, r"clusters\['a'\] must be an int in \[0, n_clusters = 4\)"),
+        ({"learning_rate": 0.0}, "learning_rate must be a number > 0"),
+        ({"l2": -1.0}, "l2 must be a number >= 0"),
+        ({"sigma": float("nan")}, "sigma must be a number > 0"),
     ],
 )
 def test_invalid_config(params: dict, match: str) -> None:
