@@ -32,19 +32,20 @@ def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlEventLog]
 
 
 def decision(i: int, policy: str = "p", t: float | None = None, **kw: object) -> DecisionRecord:
-    fields: dict = dict(
-        event_id=f"e{i:05d}",
-        policy=policy,
-        created_at=1_700_000_000.123456789 + i if t is None else t,
-        context={"age": 0.1 * i, "tags": [1.5, -2.25e-7]} if i % 2 else [0.1 * i, 1 / 3],
-        candidates=[{"id": "a", "features": [1.0, 0.1 + i]}, {"id": "b", "features": None}],
-        arm_id="a",
-        propensity=0.9 + 1e-12,
-        scores=[0.5, 1 / 7],
-        model_version=2**40 + i,
+    return DecisionRecord(
+        **{
+            "event_id": f"e{i:05d}",
+            "policy": policy,
+            "created_at": 1_700_000_000.123456789 + i if t is None else t,
+            "context": {"age": 0.1 * i, "tags": [1.5, -2.25e-7]} if i % 2 else [0.1 * i, 1 / 3],
+            "candidates": [{"id": "a", "features": [1.0, 0.1 + i]}, {"id": "b", "features": None}],
+            "arm_id": "a",
+            "propensity": 0.9 + 1e-12,
+            "scores": [0.5, 1 / 7],
+            "model_version": 2**40 + i,
+            **kw,
+        }
     )
-    fields.update(kw)
-    return DecisionRecord(**fields)
 
 
 def reward(i: int, policy: str = "p", value: float = 1.0, source: str = "explicit") -> RewardRecord:
