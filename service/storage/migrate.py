@@ -3,6 +3,8 @@
 ``upgrade_head(url)`` is what the app calls on start when configured to. On PostgreSQL
 it holds an advisory lock while migrating, so several app processes starting at once
 migrate one after the other (the later ones find the schema at head and do nothing).
+Alembic keeps its migration context in module globals, so call these from one thread
+of a process at a time.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ _LOCK_KEY = 0x62616E646974  # "bandit"
 
 
 def alembic_config(url: str | None = None) -> Config:
-    """The Alembic config of ``alembic.ini`` at the repository root, optionally bound to
-    ``url`` (otherwise ``env.py`` reads BANDIT_DATABASE_URL)."""
-    config = Config(str(ROOT / "alembic.ini"))
+    """An Alembic config for ``migrations/`` (the ``alembic.ini`` at the repository root
+    serves the ``alembic`` command line), optionally bound to ``url`` (otherwise
+    ``env.py`` reads BANDIT_DATABASE_URL)."""
+    config = Config()
     config.set_main_option("script_location", str(ROOT / "migrations"))
     config.attributes["configure_logger"] = False
     if url is not None:

@@ -278,6 +278,9 @@ class EventLogWriter:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("event-log writer did not finish within %s s; spool left open", timeout)
+            return
         self._spool.close()
 
     # -- background thread --------------------------------------------------------------
