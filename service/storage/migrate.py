@@ -13,8 +13,10 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from service.storage.base import StoreUnavailableError
 from service.storage.schema import create_log_engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,18 +41,15 @@ def _run(url: str, action: str, revision: str) -> None:
     engine = create_log_engine(url)
     try:
         with engine.connect() as conn:
-            postgres = conn.dialect.name == "postgresql"
-            if postgres:
+            if conn.dialect.name == "postgresql":
+                # session-level: held until the connection closes (engine.dispose below)
                 conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _LOCK_KEY})
                 conn.commit()
-            try:
-                config.attributes["connection"] = conn
-                getattr(command, action)(config, revision)
-                conn.commit()
-            finally:
-                if postgres:
-                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _LOCK_KEY})
-                    conn.commit()
+            config.attributes["connection"] = conn
+            getattr(command, action)(config, revision)
+            conn.commit()
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+        raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
     finally:
         engine.dispose()
 

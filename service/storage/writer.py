@@ -276,6 +276,7 @@ class EventLogWriter:
             if self._stopping:
                 return
             self._stopping = True
+            self._next_retry = 0.0  # one last try at the spool before exiting
             self._cond.notify_all()
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -323,7 +324,7 @@ class EventLogWriter:
 
     def _step(self, batch: list[_Item]) -> None:
         spooled = self._spool.depth > 0
-        if spooled and (time.monotonic() >= self._next_retry or self._stopping):
+        if spooled and time.monotonic() >= self._next_retry:
             spooled = not self._drain_spool()
         if not batch:
             return

@@ -14,6 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from service.storage.base import StoreUnavailableError
 from service.storage.migrate import ROOT, alembic_config, downgrade, upgrade_head
 from service.storage.schema import create_log_engine, metadata
 from tests.databases import database
@@ -70,6 +71,11 @@ def test_concurrent_upgrades_on_postgres_serialise(tmp_path: Path) -> None:
                 p.kill()
         assert [p.exitcode for p in procs] == [0, 0, 0]
         assert _diff(url) == []
+
+
+def test_unreachable_database_raises_store_unavailable() -> None:
+    with pytest.raises(StoreUnavailableError, match="event log database"):
+        upgrade_head("postgresql://postgres@127.0.0.1:1/test")
 
 
 def test_migrations_are_static_and_named_by_date_and_slug() -> None:
