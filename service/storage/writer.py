@@ -252,7 +252,7 @@ class EventLogWriter:
     def lag_seconds(self) -> float:
         """Age of the oldest record not yet in the log (0 when everything is written)."""
         with self._cond:
-            times = [t for t, _ in self._inflight[:1]] + [t for t, _ in list(self._queue)[:1]]
+            times = [items[0][0] for items in (self._inflight, self._queue) if items]
         if self._spool.depth and self._spool.oldest is not None:
             times.append(self._spool.oldest)
         return max(0.0, time.time() - min(times)) if times else 0.0
