@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import bandit_core
 from bandit_core.datasets import BanditLog, LoggedEvent, load_news
@@ -178,6 +180,30 @@ def test_snips_is_self_normalised(problem: dict[str, np.ndarray]) -> None:
     assert snips(np.full(N, 0.3), a, p, pi) == pytest.approx(0.3, rel=1e-12)
     w = pi[np.arange(N), a] / p
     assert snips(r, a, p, pi) == pytest.approx((w * r).sum() / w.sum(), rel=1e-12)
+
+
+@st.composite
+def _logs(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    n, k = draw(st.integers(1, 30)), draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    logging = rng.dirichlet(np.ones(k), size=n) * 0.9 + 0.1 / k
+    action = np.array([rng.choice(k, p=row) for row in logging])
+    reward = rng.normal(size=n)
+    return reward, action, logging[np.arange(n), action], logging
+
+
+@settings(max_examples=100, deadline=None)
+@given(_logs())
+def test_estimator_identities(log: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+    reward, action, pscore, logging = log
+    n, k = logging.shape
+    # Target = logging policy: every weight is 1, so IPS and SNIPS are the mean reward.
+    assert ips(reward, action, pscore, logging) == pytest.approx(reward.mean(), abs=1e-9)
+    assert snips(reward, action, pscore, logging) == pytest.approx(reward.mean(), abs=1e-9)
+    # DR with q_hat = 0 is IPS; SNIPS is a weighted mean of the rewards.
+    target = np.roll(logging, 1, axis=1)
+    assert dr(reward, action, pscore, target, np.zeros((n, k))) == pytest.approx(ips(reward, action, pscore, target))
+    assert reward.min() - 1e-9 <= snips(reward, action, pscore, target) <= reward.max() + 1e-9
 
 
 def test_ips_matches_a_hand_computed_value() -> None:
