@@ -186,10 +186,14 @@ class SeedReplays:
         """Mean and spread of the run time over seeds."""
         return Spread.of([r.seconds for r in self.results])
 
+    def curves(self) -> np.ndarray:
+        """Cumulative-reward curves, shape ``(seeds, min matched)`` (cut to the shortest)."""
+        n = min(r.curve.size for r in self.results)
+        return np.stack([r.curve[:n] for r in self.results])
+
     def mean_curve(self) -> np.ndarray:
         """Mean cumulative-reward curve over seeds, shape ``(min matched,)``."""
-        n = min(r.curve.size for r in self.results)
-        return np.mean([r.curve[:n] for r in self.results], axis=0) if n else np.zeros(0)
+        return self.curves().mean(axis=0)
 
 
 def replay_seeds(

@@ -245,7 +245,8 @@ def _plot(path: Path, panels: Sequence[tuple[str, str, Sequence[Line]]], title: 
     for ax, (xlabel, ylabel, lines) in zip(axes[0], panels, strict=True):
         for label, curves, style in lines:
             curves = np.atleast_2d(curves)
-            mean, std = curves.mean(axis=0), curves.std(axis=0)
+            mean = curves.mean(axis=0)
+            std = curves.std(axis=0, ddof=1) if curves.shape[0] > 1 else np.zeros_like(mean)
             t = np.arange(1, mean.size + 1)
             (drawn,) = ax.plot(t, mean, label=label, linewidth=1.4, **style)
             if curves.shape[0] > 1:
@@ -262,11 +263,6 @@ def _plot(path: Path, panels: Sequence[tuple[str, str, Sequence[Line]]], title: 
         raise CliError(f"--plot {path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
-
-
-def _curves(results: Sequence[ReplayResult]) -> np.ndarray:
-    n = min(r.curve.size for r in results)
-    return np.stack([r.curve[:n] for r in results])
 
 
 def _write_json(path: Path | None, payload: dict[str, Any]) -> None:
@@ -340,7 +336,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     )
     _write_json(args.json, payload)
     if args.plot:
-        _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, _curves(results), {})])],
+        _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, runs.curves(), {})])],
               f"Replay of {args.data.name}")
     return 0
 
@@ -511,10 +507,11 @@ def _run_compare(args: argparse.Namespace) -> int:
                 results[futures[fut]] = fut.result()
                 bar.update(1)
     wall = time.perf_counter() - started
-    summaries = []
-    for i, row in enumerate(rows):
-        runs = SeedReplays(seeds=tuple(seeds), results=tuple(results[i, s] for s in seeds))
-        summaries.append({"label": row.label, "policy": row.policy, "params": row.params, **_replay_summary(runs)})
+    per_row = [SeedReplays(seeds=tuple(seeds), results=tuple(results[i, s] for s in seeds)) for i in range(len(rows))]
+    summaries = [
+        {"label": row.label, "policy": row.policy, "params": row.params, **_replay_summary(runs)}
+        for row, runs in zip(rows, per_row, strict=True)
+    ]
     payload = {
         "data": str(args.data),
         "format": args.format,
@@ -529,7 +526,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     print(f"{len(tasks)} runs in {wall:.1f} s with {args.jobs} process(es)")
     _write_json(args.json, payload)
     if args.plot:
-        lines = [(row.label, _curves([results[i, s] for s in seeds]), styles[i]) for i, row in enumerate(rows)]
+        lines = [(row.label, runs.curves(), style) for row, runs, style in zip(rows, per_row, styles, strict=True)]
         title = f"Replay of {args.data.name}: mean over {len(seeds)} seed(s), band +-1 sd"
         _plot(args.plot, [("matched round", "cumulative reward", lines)], title)
     return 0
