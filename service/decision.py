@@ -393,7 +393,7 @@ class DecisionService:
                     "user_id": req.user_id,
                     "activated": not req.defer_activation,
                     "created_at": now,
-                    "revision": runtime.info.revision,
+                    "reset_at": runtime.info.reset_at,
                     "response": result["response"].model_dump(mode="json"),
                 }
             )
@@ -520,7 +520,7 @@ class DecisionService:
             ev = json.loads(current)
             if ev["state"] != PENDING:
                 raise _AlreadyFinal(ev)
-            if ev.get("revision") != runtime.info.revision and value is not None:
+            if ev.get("reset_at") != runtime.info.reset_at and value is not None:
                 raise Conflict(f"policy {name!r} was reset or reconfigured after event {event_id!r}")
             out: dict[str, bytes | None] = {}
             if value is not None:
@@ -610,7 +610,7 @@ class DecisionService:
                 await self._delete_done(runtime, name, event_id)
                 continue
             default = runtime.info.default_reward
-            learn = event["activated"] and default is not None and event.get("revision") == runtime.info.revision
+            learn = event["activated"] and default is not None and event.get("reset_at") == runtime.info.reset_at
             try:
                 applied = await self._apply(
                     name, runtime, event_id, event, default if learn else None, DEFAULTED if learn else EXPIRED
@@ -659,10 +659,11 @@ class DecisionService:
             old = await self.get_policy(name)
         except NotFound:
             old = None
-        info = new_info(name, spec, now, created_at=old.created_at if old else None)
+        reset = old is None or engine_changed(spec_of(old), spec)
+        info = new_info(name, spec, now, old, reset=reset)
         if log_config:
             await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
-        if old is not None and engine_changed(spec_of(old), spec):
+        if old is not None and reset:
             await self.store.delete_policy(name)
         await self._write_config(name, info)
         return info
@@ -682,7 +683,7 @@ class DecisionService:
     async def reset(self, name: str) -> PolicyInfo:
         """Forget everything learned (and the pending events); keeps the config."""
         old = await self.get_policy(name)
-        info = new_info(name, spec_of(old), self.clock(), created_at=old.created_at)
+        info = new_info(name, spec_of(old), self.clock(), old, reset=True)
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
         await self.store.delete_policy(name)
         await self._write_config(name, info)
@@ -696,7 +697,7 @@ class DecisionService:
         if unknown:
             raise NotFound(f"arms {unknown} are not registered arms of policy {name!r}")
         spec = spec_of(old).model_copy(update={"arms": arms})
-        info = new_info(name, spec, self.clock(), created_at=old.created_at)
+        info = new_info(name, spec, self.clock(), old, reset=False)
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
         await self._write_config(name, info, {f"arm:{a}": None for a in retire})
         return info

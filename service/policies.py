@@ -52,13 +52,15 @@ def build_policy(spec: PolicySpec) -> BasePolicy:
         raise InvalidRequest(str(exc), ["body", "params"]) from exc
 
 
-def new_info(name: str, spec: PolicySpec, now: float, created_at: float | None = None) -> PolicyInfo:
-    """A config record for ``spec`` with a fresh revision."""
+def new_info(name: str, spec: PolicySpec, now: float, old: PolicyInfo | None = None, reset: bool = True) -> PolicyInfo:
+    """A config record for ``spec`` with a fresh revision; ``reset_at`` moves to ``now``
+    unless ``old`` exists and ``reset`` is False."""
     return PolicyInfo(
         name=name,
         revision=secrets.token_hex(8),
-        created_at=created_at if created_at is not None else now,
+        created_at=old.created_at if old else now,
         updated_at=now,
+        reset_at=old.reset_at if old and not reset else now,
         **spec.model_dump(),
     )
 

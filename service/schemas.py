@@ -132,9 +132,10 @@ class PolicySpec(_Model):
 
 class PolicyInfo(PolicySpec):
     name: str
-    revision: str
+    revision: str = Field(description="changes with every configuration change")
     created_at: float
     updated_at: float
+    reset_at: float = Field(description="when the learned state last started from scratch")
 
 
 class PolicyList(BaseModel):
