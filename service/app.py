@@ -48,8 +48,8 @@ def make_event_log(settings: Settings) -> Any:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.run_migrations:
-        upgrade_head(settings.sqlalchemy_url)
-    return SqlEventLog(settings.sqlalchemy_url)
+        upgrade_head(settings.log_url)
+    return SqlEventLog(settings.log_url)
 
 
 def make_writer(settings: Settings, event_log: Any) -> Any:
