@@ -91,7 +91,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     warn_if_open(settings)
     event_log = await asyncio.to_thread(make_event_log, settings)
     writer = make_writer(settings, event_log)
-    writer.start()
     store = make_store(settings)
     service = DecisionService(store, writer, event_log, settings)
     app.state.service = service
