@@ -41,6 +41,8 @@ def two_processes(tmp_path: Path) -> Iterator[list[str]]:
     """Base URLs of two uvicorn processes sharing Redis and a PostgreSQL schema."""
     redis.Redis.from_url(REDIS_URL).flushdb()
     with postgres_schema() as db_url:
+        metrics_dir = tmp_path / "metrics"
+        metrics_dir.mkdir()
         procs: list[subprocess.Popen[bytes]] = []
         urls = []
         try:
@@ -54,6 +56,7 @@ def two_processes(tmp_path: Path) -> Iterator[list[str]]:
                     "BANDIT_DATA_DIR": str(tmp_path / f"data{i}"),
                     "BANDIT_DEMO_POLICY": "false",
                     "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
+                    "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
                 }
                 cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory",
                        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
@@ -115,6 +118,10 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
             assert hot["pulls"] == CLIENTS * PER_CLIENT
             assert hot["rewarded"] == CLIENTS * PER_CLIENT
             assert hot["reward_sum"] == expected_sum
+        # /metrics of either process aggregates both (PROMETHEUS_MULTIPROC_DIR).
+        text = (await clients[0].get("/metrics")).text
+        assert 'bandit_rewards_total{arm="hot",policy="p",source="explicit"} 2000.0' in text
+        assert f'bandit_reward_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}' in text
         snap = (await clients[1].get("/policies/p/snapshot")).json()
         policy = policy_from_bytes(base64.b64decode(snap["data"]))
         score = policy.select(["hot"], np.ones((1, 1)), explore=False).scores[0]
