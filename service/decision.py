@@ -494,7 +494,7 @@ class DecisionService:
         )
         metrics.DECISIONS.labels(req.policy, response.arm_id).inc()
         if decision.guardrail is not None:
-            delta_g = runtime.policy.policy_stats().get("delta_G")
+            delta_g = runtime.policy.policy_stats().get("delta_g")
             if delta_g is not None:
                 metrics.DELTA_G.labels(req.policy).set(delta_g)
             for arm in decision.guardrail.blocked:
@@ -769,6 +769,14 @@ class DecisionService:
 
     async def put_policy(self, name: str, spec: PolicySpec, log_config: bool = True) -> PolicyInfo:
         """Create or replace a policy; a change the engine sees resets its state."""
+        if not self.settings.allow_import_guardrails and any(
+            g.get("type") == "import" for g in spec.guardrails or ()
+        ):
+            raise InvalidRequest(
+                "guardrails of type 'import' load server-side code; the server must set "
+                "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them",
+                ["body", "guardrails"],
+            )
         build_policy(spec)
         now = self.clock()
         try:
@@ -862,7 +870,7 @@ class DecisionService:
                 extras=extras,
             )
         pstats = {k: float(v) for k, v in policy.policy_stats().items()}
-        delta_g = pstats.get("delta_G")
+        delta_g = pstats.get("delta_g")
         if delta_g is not None:
             metrics.DELTA_G.labels(name).set(delta_g)
         metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     rebuild_on_start: bool | None = Field(
         None, description="replay the event log into the state store at start; unset: only embedded"
     )
+    allow_import_guardrails: bool = Field(
+        False, description="accept guardrail specs of type 'import' (they load server-side code)"
+    )
     data_dir: Path = Path("bandit-data")
     max_body_bytes: int = Field(1_048_576, gt=0)
     max_candidates: int = Field(1000, gt=0)

@@ -189,6 +189,48 @@ async def test_policy_administration(make_settings: Any) -> None:
         ).status_code == 404
 
 
+async def test_guardrailed_policy(make_settings: Any) -> None:
+    spec = {
+        "algorithm": "guardrailed_linucb",
+        "dimension": 2,
+        "feature_names": ["age", "score"],
+        "arms": ["beer", "juice", "water"],
+        "safe_arm": "water",
+        "guardrails": [
+            {
+                "type": "feature_threshold",
+                "feature": "age",
+                "op": "<",
+                "value": 18,
+                "arms": ["beer", "juice"],
+            }
+        ],
+    }
+    async with running(make_settings()) as (_app, http, _):
+        assert (await http.put("/policies/g", json=spec)).status_code == 200
+        minor = (
+            await http.post(
+                "/recommend", json={"policy": "g", "context": {"age": 16, "score": 1.0}}
+            )
+        ).json()
+        assert minor["arm_id"] == "water"
+        assert minor["guardrail"]["safe_arm_served"] is True
+        assert set(minor["guardrail"]["blocked"]) == {"beer", "juice"}
+        adult = (
+            await http.post(
+                "/recommend", json={"policy": "g", "context": {"age": 30, "score": 1.0}}
+            )
+        ).json()
+        assert adult["guardrail"]["blocked"] == {}
+        stats = (await http.get("/policies/g/stats")).json()
+        # The unconstrained argmax (a cold tie among all three) was blocked with probability 2/3.
+        assert stats["decisions"] == 2 and stats["delta_G"] in (0.0, 0.5)
+        assert stats["policy_stats"]["decisions"] == 2
+        assert (
+            await http.post("/reward", json={"event_id": minor["event_id"], "reward": 1})
+        ).status_code == 200
+
+
 async def test_health_ready_metrics(make_settings: Any) -> None:
     async with running(make_settings()) as (_app, http, _):
         assert (await http.get("/healthz")).json() == {"status": "ok"}
@@ -330,6 +372,22 @@ BAD_POLICY = [
     ("default outside range", {"default_reward": 2.0}, "default_reward"),
     ("epsilon above one", {"epsilon": 1.5}, "epsilon"),
     ("non-positive wait", {"reward_wait_seconds": 0}, "reward_wait_seconds"),
+    (
+        "import guardrail",
+        {
+            "algorithm": "guardrailed_linucb",
+            "guardrails": [
+                {"type": "import", "path": "subprocess:Popen", "params": {"args": "true"}}
+            ],
+        },
+        "guardrails",
+    ),
+    (
+        "invalid guardrail",
+        {"algorithm": "guardrailed_linucb", "guardrails": [{"type": "no_such_guardrail"}]},
+        "params",
+    ),
+    ("guardrails on linucb", {"guardrails": [{"type": "exposure_cap"}]}, "params"),
 ]
 
 
