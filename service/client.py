@@ -61,16 +61,15 @@ def _recommend_body(
 
 
 class _Requests:
-    """The requests of every method, shared by the sync and async clients."""
+    """Method, path, JSON body and response model of every call, written once for the
+    sync and the async client."""
 
     @staticmethod
     def recommend(policy: str, context: Any, arms: Any, options: dict[str, Any]) -> Request:
-        return (
-            "POST",
-            "/recommend",
-            _recommend_body(policy, context, arms, **options),
-            RecommendResponse,
-        )
+        if not isinstance(context, Mapping):
+            context = list(context)
+        body = _recommend_body(policy, context, arms, **options)
+        return ("POST", "/recommend", body, RecommendResponse)
 
     @staticmethod
     def reward(event_id: str, reward: float, arm_id: str | None) -> Request:
@@ -78,9 +77,49 @@ class _Requests:
         return ("POST", "/reward", body.model_dump(exclude_none=True), RewardResponse)
 
     @staticmethod
+    def activate(event_id: str) -> Request:
+        return ("POST", f"/events/{event_id}/activate", None, ActivateResponse)
+
+    @staticmethod
     def put_policy(name: str, spec: PolicySpec | Mapping[str, Any]) -> Request:
         spec = spec if isinstance(spec, PolicySpec) else PolicySpec.model_validate(spec)
         return ("PUT", f"/policies/{name}", spec.model_dump(mode="json"), PolicyInfo)
+
+    @staticmethod
+    def get_policy(name: str) -> Request:
+        return ("GET", f"/policies/{name}", None, PolicyInfo)
+
+    @staticmethod
+    def list_policies() -> Request:
+        return ("GET", "/policies", None, PolicyList)
+
+    @staticmethod
+    def delete_policy(name: str) -> Request:
+        return ("DELETE", f"/policies/{name}", None, None)
+
+    @staticmethod
+    def add_arms(name: str, arms: Sequence[str]) -> Request:
+        return ("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo)
+
+    @staticmethod
+    def retire_arms(name: str, arms: Sequence[str]) -> Request:
+        return ("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo)
+
+    @staticmethod
+    def reset(name: str) -> Request:
+        return ("POST", f"/policies/{name}/reset", None, PolicyInfo)
+
+    @staticmethod
+    def stats(name: str) -> Request:
+        return ("GET", f"/policies/{name}/stats", None, PolicyStats)
+
+    @staticmethod
+    def export_snapshot(name: str) -> Request:
+        return ("GET", f"/policies/{name}/snapshot", None, Snapshot)
+
+    @staticmethod
+    def import_snapshot(name: str, data: str) -> Request:
+        return ("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot)
 
 
 def _parse(response: httpx.Response, model: type[M] | None) -> M | None:
@@ -121,52 +160,43 @@ class BanditClient:
     ) -> RecommendResponse:
         """``POST /recommend``; ``options``: exclude, user_id, event_id, top_k, explore,
         defer_activation."""
-        return self._call(
-            _Requests.recommend(
-                policy,
-                list(context) if not isinstance(context, Mapping) else context,
-                arms,
-                options,
-            )
-        )
+        return self._call(_Requests.recommend(policy, context, arms, options))
 
     def reward(self, event_id: str, reward: float, arm_id: str | None = None) -> RewardResponse:
         return self._call(_Requests.reward(event_id, reward, arm_id))
 
     def activate(self, event_id: str) -> ActivateResponse:
-        return self._call(("POST", f"/events/{event_id}/activate", None, ActivateResponse))
+        return self._call(_Requests.activate(event_id))
 
     def put_policy(self, name: str, spec: PolicySpec | Mapping[str, Any]) -> PolicyInfo:
         return self._call(_Requests.put_policy(name, spec))
 
     def get_policy(self, name: str) -> PolicyInfo:
-        return self._call(("GET", f"/policies/{name}", None, PolicyInfo))
+        return self._call(_Requests.get_policy(name))
 
     def list_policies(self) -> list[PolicyInfo]:
-        return self._call(("GET", "/policies", None, PolicyList)).policies
+        return self._call(_Requests.list_policies()).policies
 
     def delete_policy(self, name: str) -> None:
-        self._call(("DELETE", f"/policies/{name}", None, None))
+        self._call(_Requests.delete_policy(name))
 
     def add_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return self._call(("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo))
+        return self._call(_Requests.add_arms(name, arms))
 
     def retire_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return self._call(
-            ("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo)
-        )
+        return self._call(_Requests.retire_arms(name, arms))
 
     def reset(self, name: str) -> PolicyInfo:
-        return self._call(("POST", f"/policies/{name}/reset", None, PolicyInfo))
+        return self._call(_Requests.reset(name))
 
     def stats(self, name: str) -> PolicyStats:
-        return self._call(("GET", f"/policies/{name}/stats", None, PolicyStats))
+        return self._call(_Requests.stats(name))
 
     def export_snapshot(self, name: str) -> Snapshot:
-        return self._call(("GET", f"/policies/{name}/snapshot", None, Snapshot))
+        return self._call(_Requests.export_snapshot(name))
 
     def import_snapshot(self, name: str, data: str) -> Snapshot:
-        return self._call(("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot))
+        return self._call(_Requests.import_snapshot(name, data))
 
     def close(self) -> None:
         self._http.close()
@@ -204,14 +234,7 @@ class AsyncBanditClient:
         arms: Sequence[ArmCandidate | Mapping[str, Any] | str] | None = None,
         **options: Any,
     ) -> RecommendResponse:
-        return await self._call(
-            _Requests.recommend(
-                policy,
-                list(context) if not isinstance(context, Mapping) else context,
-                arms,
-                options,
-            )
-        )
+        return await self._call(_Requests.recommend(policy, context, arms, options))
 
     async def reward(
         self, event_id: str, reward: float, arm_id: str | None = None
@@ -219,41 +242,37 @@ class AsyncBanditClient:
         return await self._call(_Requests.reward(event_id, reward, arm_id))
 
     async def activate(self, event_id: str) -> ActivateResponse:
-        return await self._call(("POST", f"/events/{event_id}/activate", None, ActivateResponse))
+        return await self._call(_Requests.activate(event_id))
 
     async def put_policy(self, name: str, spec: PolicySpec | Mapping[str, Any]) -> PolicyInfo:
         return await self._call(_Requests.put_policy(name, spec))
 
     async def get_policy(self, name: str) -> PolicyInfo:
-        return await self._call(("GET", f"/policies/{name}", None, PolicyInfo))
+        return await self._call(_Requests.get_policy(name))
 
     async def list_policies(self) -> list[PolicyInfo]:
-        return (await self._call(("GET", "/policies", None, PolicyList))).policies
+        return (await self._call(_Requests.list_policies())).policies
 
     async def delete_policy(self, name: str) -> None:
-        await self._call(("DELETE", f"/policies/{name}", None, None))
+        await self._call(_Requests.delete_policy(name))
 
     async def add_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return await self._call(
-            ("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo)
-        )
+        return await self._call(_Requests.add_arms(name, arms))
 
     async def retire_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return await self._call(
-            ("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo)
-        )
+        return await self._call(_Requests.retire_arms(name, arms))
 
     async def reset(self, name: str) -> PolicyInfo:
-        return await self._call(("POST", f"/policies/{name}/reset", None, PolicyInfo))
+        return await self._call(_Requests.reset(name))
 
     async def stats(self, name: str) -> PolicyStats:
-        return await self._call(("GET", f"/policies/{name}/stats", None, PolicyStats))
+        return await self._call(_Requests.stats(name))
 
     async def export_snapshot(self, name: str) -> Snapshot:
-        return await self._call(("GET", f"/policies/{name}/snapshot", None, Snapshot))
+        return await self._call(_Requests.export_snapshot(name))
 
     async def import_snapshot(self, name: str, data: str) -> Snapshot:
-        return await self._call(("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot))
+        return await self._call(_Requests.import_snapshot(name, data))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -231,6 +231,29 @@ async def test_guardrailed_policy(make_settings: Any) -> None:
         ).status_code == 200
 
 
+async def test_policies_file_is_loaded_at_start(make_settings: Any, tmp_path: Any) -> None:
+    path = tmp_path / "policies.yaml"
+    path.write_text(
+        "policies:\n"
+        "  home:\n"
+        "    algorithm: epsilon_greedy\n"
+        "    dimension: 1\n"
+        "    epsilon: 0.2\n"
+        "    arms: [x, y]\n"
+    )
+    async with running(make_settings(policies_file=path)) as (_app, http, _):
+        info = (await http.get("/policies/home")).json()
+        assert (info["algorithm"], info["epsilon"], info["arms"]) == (
+            "epsilon_greedy",
+            0.2,
+            ["x", "y"],
+        )
+        r = await http.post("/recommend", json={"policy": "home", "context": [1.0]})
+        assert r.status_code == 200 and r.json()["arm_id"] in {"x", "y"}
+    async with running(make_settings(policies_file=path)) as (_app, http, _):  # a restart keeps it
+        assert (await http.get("/policies/home")).json()["revision"] == info["revision"]
+
+
 async def test_health_ready_metrics(make_settings: Any) -> None:
     async with running(make_settings()) as (_app, http, _):
         assert (await http.get("/healthz")).json() == {"status": "ok"}

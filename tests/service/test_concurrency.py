@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from bandit_core import policy_from_bytes
+from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
 from tests.service.conftest import API_KEY, REDIS_URL
 
@@ -106,7 +107,11 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
             "arms": ["hot"],
             "reward_wait_seconds": 3600,
         }
-        assert (await clients[0].put("/policies/p", json=spec)).status_code == 200
+        with BanditClient(two_processes[0], api_key=API_KEY) as admin:  # the sync client
+            assert admin.put_policy("p", spec).arms == ["hot"]
+            with pytest.raises(BanditAPIError, match="does not exist") as missing:
+                admin.get_policy("missing")
+            assert missing.value.status == 404
         rewards = np.random.default_rng(7).integers(0, 5, size=(CLIENTS, PER_CLIENT)) / 4.0
 
         async def decide(k: int) -> list[str]:
@@ -131,11 +136,12 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
         await asyncio.gather(*(reward(k) for k in range(CLIENTS)))
 
         expected_sum = float(rewards.sum())
-        for client in clients:  # both processes see the same, exact state
-            hot = (await client.get("/policies/p/stats")).json()["arms"]["hot"]
-            assert hot["pulls"] == CLIENTS * PER_CLIENT
-            assert hot["rewarded"] == CLIENTS * PER_CLIENT
-            assert hot["reward_sum"] == expected_sum
+        for url in two_processes:  # both processes see the same, exact state
+            with BanditClient(url, api_key=API_KEY) as admin:
+                hot = admin.stats("p").arms["hot"]
+            assert hot.pulls == CLIENTS * PER_CLIENT
+            assert hot.rewarded == CLIENTS * PER_CLIENT
+            assert hot.reward_sum == expected_sum
         # /metrics of either process aggregates both (PROMETHEUS_MULTIPROC_DIR).
         text = (await clients[0].get("/metrics")).text
         assert 'bandit_rewards_total{arm="hot",policy="p",source="explicit"} 2000.0' in text
