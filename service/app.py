@@ -111,6 +111,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
         stack.push_async_callback(stop_tasks)
         yield
+    metrics.process_exit()
 
 
 class BodyLimitAndTiming:

@@ -294,6 +294,11 @@ class DecisionService:
                 )
             arms = [(a, None, None) for a in info.arms]
         else:
+            if len(req.arms) > self.settings.max_candidates:
+                raise InvalidRequest(
+                    f"at most {self.settings.max_candidates} candidates, but got {len(req.arms)}",
+                    ["body", "arms"],
+                )
             arms = [(a.id, a.features, i) for i, a in enumerate(req.arms)]
             seen: set[str] = set()
             registered = set(info.arms or ())
@@ -313,11 +318,6 @@ class DecisionService:
         if not arms:
             raise InvalidRequest(
                 "no candidate arms left (empty arms, or all excluded)", ["body", "arms"]
-            )
-        if len(arms) > self.settings.max_candidates:
-            raise InvalidRequest(
-                f"at most {self.settings.max_candidates} candidates, but got {len(arms)}",
-                ["body", "arms"],
             )
         d = info.dimension
         rows = []

@@ -314,6 +314,12 @@ BAD_RECOMMEND = [
     ("empty candidates", json.dumps(_recommend(arms=[])).encode(), 422, "arms"),
     ("all excluded", json.dumps(_recommend(exclude=["a", "b", "c"])).encode(), 422, "arms"),
     (
+        "too many candidates",
+        json.dumps(_recommend(arms=[{"id": f"x{i}"} for i in range(1001)])).encode(),
+        422,
+        "at most 1000",
+    ),
+    (
         "duplicate arm",
         json.dumps(_recommend(arms=[{"id": "a"}, {"id": "a"}])).encode(),
         422,
