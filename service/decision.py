@@ -71,6 +71,7 @@ from service.storage.base import (
     RewardRecord,
     StateStore,
     StoreUnavailableError,
+    TransactionFn,
 )
 from service.storage.base import Snapshot as LogSnapshot
 
@@ -173,30 +174,37 @@ class DecisionService:
         if values:
             runtime.policy.import_parts({k: v.data for k, v in values.items()})
             runtime.versions.update({k: v.version for k, v in values.items()})
+            runtime.absorbed += 1
 
     async def _transact(
-        self, runtime: Runtime, name: str, keys: list[str], fn: Callable
+        self, runtime: Runtime, name: str, keys: list[str], fn: TransactionFn
     ) -> dict[str, int]:
-        """``store.transact`` that keeps the cache honest: ``fn`` mutates the cached
-        policy, so on failure the touched parts are reloaded next time."""
+        """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
+        values in the cached policy; their versions are recorded only if no concurrent
+        load replaced cached parts meanwhile, and on failure the touched parts are
+        reloaded next time."""
+        mark = -1
+
+        def tracked(values: dict[str, bytes | None]) -> Mapping[str, bytes | None]:
+            nonlocal mark
+            out = fn(values)
+            mark = runtime.absorbed
+            return out
+
+        parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
         try:
-            versions = await self.store.transact(name, keys, fn)
-        except StoreUnavailableError:
-            metrics.STORE_ERRORS.labels("transact").inc()
-            for k in keys:
+            versions = await self.store.transact(name, keys, tracked)
+        except BaseException as exc:
+            if isinstance(exc, StoreUnavailableError):
+                metrics.STORE_ERRORS.labels("transact").inc()
+            for k in parts:
                 runtime.versions.pop(k, None)
             raise
-        except BaseException:
-            for k in keys:
+        for k in parts:
+            if k in versions and mark == runtime.absorbed:
+                runtime.versions[k] = versions[k]
+            else:
                 runtime.versions.pop(k, None)
-            raise
-        runtime.versions.update(
-            {
-                k: v
-                for k, v in versions.items()
-                if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY
-            }
-        )
         return versions
 
     # ---- POST /recommend ----------------------------------------------------------------------
