@@ -898,12 +898,15 @@ class DecisionService:
         per-user parts are not enumerable from the store and are left out)."""
         runtime, arms, _ = await self._load_all(name)
         parts = runtime.policy.parts_for_select(arms) if arms else []
+        # A fresh policy holding exactly the loaded parts (the cache may hold user parts).
+        model = build_policy(runtime.spec)
+        model.import_parts(runtime.policy.export_parts(parts))
         return Snapshot(
             policy=name,
             algorithm=runtime.info.algorithm,
             created_at=self.clock(),
             model_version=runtime.model_version(parts),
-            data=base64.b64encode(runtime.policy.to_bytes()).decode(),
+            data=base64.b64encode(model.to_bytes()).decode(),
         )
 
     async def import_snapshot(self, name: str, data: str) -> Snapshot:
