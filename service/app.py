@@ -35,7 +35,7 @@ def make_store(settings: Settings) -> StateStore:
     if settings.redis_url:
         from service.storage.redis_store import RedisStateStore
 
-        return RedisStateStore(settings.redis_url)
+        return RedisStateStore(settings.redis_url, socket_timeout=settings.redis_timeout_seconds)
     from service.storage.memory_store import InProcessStateStore
 
     return InProcessStateStore()

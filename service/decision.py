@@ -228,9 +228,11 @@ class DecisionService:
                 response, decision = await self._store_event(
                     req, runtime, ids, X, features, decision, response, parts, now
                 )
-                await self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds)
                 pulls = {"decisions": 1.0, "pending": 1.0, f"pulls:{decision.arm_id}": 1.0}
-                await self.store.add_counters(req.policy, pulls)
+                await asyncio.gather(
+                    self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds),
+                    self.store.add_counters(req.policy, pulls),
+                )
             except StoreUnavailableError:
                 metrics.STORE_ERRORS.labels("decision").inc()
                 degraded = True
@@ -611,21 +613,15 @@ class DecisionService:
     async def _after_final(
         self, name: str, event_id: str, event: dict[str, Any], source: str | None
     ) -> None:
-        """Bookkeeping once an event left ``pending``: retention schedule, counters, log."""
+        """Once an event left ``pending``: log the applied reward first (the model already
+        holds it), then the retention schedule and the counters."""
         now = self.clock()
-        await self.store.schedule(name, event_id, now + self.settings.done_event_retention_seconds)
         counters = {"pending": -1.0}
-        if source is not None:
-            counters["rewards"] = 1.0
-            if source == "default":
-                counters["default_rewards"] = 1.0
-        await self.store.add_counters(name, counters)
         if source is None:
             metrics.EXPIRED_EVENTS.labels(name).inc()
-            return
-        arm, value = event["arm_id"], float(event["reward"])
-        self.sink.submit_reward(
-            RewardRecord(
+        else:
+            arm, value = event["arm_id"], float(event["reward"])
+            record = RewardRecord(
                 event_id=event_id,
                 policy=name,
                 arm_id=arm,
@@ -633,11 +629,17 @@ class DecisionService:
                 source=source,
                 created_at=now,
             )
+            self.sink.submit_reward(record)
+            metrics.REWARDS.labels(name, arm, source).inc()
+            metrics.REWARD_SUM.labels(name, arm, source).inc(value)
+            counters["rewards"] = 1.0
+            if source == "default":
+                metrics.DEFAULT_REWARDS.labels(name).inc()
+                counters["default_rewards"] = 1.0
+        retention = now + self.settings.done_event_retention_seconds
+        await asyncio.gather(
+            self.store.schedule(name, event_id, retention), self.store.add_counters(name, counters)
         )
-        metrics.REWARDS.labels(name, arm, source).inc()
-        metrics.REWARD_SUM.labels(name, arm, source).inc(value)
-        if source == "default":
-            metrics.DEFAULT_REWARDS.labels(name).inc()
 
     # ---- POST /events/{id}/activate -----------------------------------------------------------
     async def activate(self, event_id: str) -> ActivateResponse:
