@@ -679,10 +679,12 @@ class DecisionService:
         return done
 
     async def _sweep_policy(self, name: str) -> int:
-        due = await self.store.due_events(name, self.clock(), self.settings.sweeper_batch)
+        due, counters = await asyncio.gather(
+            self.store.due_events(name, self.clock(), self.settings.sweeper_batch),
+            self.store.counters(name),
+        )
+        metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
         if not due:
-            pending = (await self.store.counters(name)).get("pending", 0.0)
-            metrics.PENDING_EVENTS.labels(name).set(pending)
             return 0
         keys = [event_key(e) for e in due]
         runtime, _, raw = await self.load(name, extra=keys)
