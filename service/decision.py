@@ -30,7 +30,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -98,12 +97,6 @@ class LogSink(Protocol):
 class _AlreadyFinal(Exception):
     def __init__(self, event: dict[str, Any]) -> None:
         self.event = event
-
-
-@dataclass(frozen=True)
-class _Applied:
-    event: dict[str, Any]
-    versions: dict[str, int]
 
 
 def event_key(event_id: str) -> str:
@@ -549,7 +542,7 @@ class DecisionService:
             raise Conflict(
                 f"event {req.event_id!r} is already finalized ({event['state']})"
             ) from None
-        await self._after_final(name, req.event_id, applied.event, "explicit")
+        await self._after_final(name, req.event_id, applied, "explicit")
         return RewardResponse(
             event_id=req.event_id,
             arm_id=event["arm_id"],
@@ -572,10 +565,11 @@ class DecisionService:
         event: dict[str, Any],
         value: float | None,
         state: str,
-    ) -> _Applied:
+    ) -> dict[str, Any]:
         """One transaction: move a pending event to ``state`` and, when ``value`` is not
-        None, update the served arm's parts with it. Raises :class:`_AlreadyFinal` if the
-        event is no longer pending (the transition happened elsewhere)."""
+        None, update the served arm's parts with it; returns the finalized event. Raises
+        :class:`_AlreadyFinal` if the event is no longer pending (the transition happened
+        elsewhere)."""
         key = event_key(event_id)
         arm, user = event["arm_id"], event.get("user_id")
         parts = runtime.policy.parts_for_update(arm, user) if value is not None else []
@@ -603,12 +597,12 @@ class DecisionService:
             result["event"] = ev
             return out
 
-        versions = await self._transact(runtime, name, [key, *parts], fn)
+        await self._transact(runtime, name, [key, *parts], fn)
         if value is not None:
             alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
             if alpha is not None:
                 metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
-        return _Applied(event=result["event"], versions=versions)
+        return result["event"]
 
     async def _after_final(
         self, name: str, event_id: str, event: dict[str, Any], source: str | None
@@ -715,7 +709,7 @@ class DecisionService:
                 )
             except (_AlreadyFinal, NotFound, Conflict):
                 continue
-            await self._after_final(name, event_id, applied.event, "default" if learn else None)
+            await self._after_final(name, event_id, applied, "default" if learn else None)
             finalized += 1
         return finalized
 
