@@ -214,13 +214,20 @@ class DecisionService:
         response = self._response(req, runtime, decision, event_id, parts, degraded)
         if not degraded:
             try:
-                if not await self.store.register_event(
+                register = self.store.register_event(
                     event_id, req.policy, self.settings.event_ttl_seconds
-                ):
-                    return await self._wait_original(req.policy, event_id)
-                response, decision = await self._store_event(
-                    req, runtime, ids, X, features, decision, response, parts, now
                 )
+                args = (req, runtime, ids, X, features, decision, response, parts, now)
+                if req.event_id is not None:  # a client's id may repeat: claim it first
+                    if not await register:
+                        return await self._wait_original(req.policy, event_id)
+                    response, decision = await self._store_event(*args)
+                else:  # 128 random bits never collide: both writes at once
+                    registered, (response, decision) = await asyncio.gather(
+                        register, self._store_event(*args)
+                    )
+                    if not registered:
+                        raise Conflict(f"generated event_id {event_id!r} collided; retry")
                 pulls = {"decisions": 1.0, "pending": 1.0, f"pulls:{decision.arm_id}": 1.0}
                 await asyncio.gather(
                     self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds),
