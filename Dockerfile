@@ -7,20 +7,23 @@
 #   BANDIT_RUN_MIGRATIONS  apply Alembic migrations once at start (the app's default: true)
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---- build: a virtual environment with the package and its dependencies -------------
+# ---- build: a virtual environment with the dependencies ------------------------------
+# The package is installed in editable mode from /app: service/storage/migrate.py finds
+# alembic.ini and migrations/ next to the source tree, so the source stays in /app (the
+# runtime stage copies /app and /opt/venv to the same paths).
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-WORKDIR /src
+WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY bandit_core/ bandit_core/
 COPY service/ service/
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir --editable .
 
-# ---- runtime: the venv, the migrations and an unprivileged user ----------------------
+# ---- runtime: the venv, the source, the migrations and an unprivileged user -----------
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -35,7 +38,9 @@ RUN groupadd --system --gid 10001 bandit \
     && mkdir -p /data /tmp/bandit-metrics \
     && chown bandit:bandit /data /tmp/bandit-metrics
 COPY --from=build /opt/venv /opt/venv
+COPY --from=build /app /app
 WORKDIR /app
+COPY alembic.ini ./
 COPY migrations/ migrations/
 COPY deploy/docker/entrypoint.py entrypoint.py
 USER 10001:10001
