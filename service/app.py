@@ -48,8 +48,8 @@ def make_event_log(settings: Settings) -> Any:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.run_migrations:
-        upgrade_head(settings.sqlalchemy_url)
-    return SqlEventLog(settings.sqlalchemy_url)
+        upgrade_head(settings.log_url)
+    return SqlEventLog(settings.log_url)
 
 
 def make_writer(settings: Settings, event_log: Any) -> Any:
@@ -91,7 +91,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     warn_if_open(settings)
     event_log = await asyncio.to_thread(make_event_log, settings)
     writer = make_writer(settings, event_log)
-    writer.start()
     store = make_store(settings)
     service = DecisionService(store, writer, event_log, settings)
     app.state.service = service

@@ -57,6 +57,7 @@ from service.schemas import (
     PolicySpec,
     PolicyStats,
     RankedArm,
+    Readiness,
     RecommendRequest,
     RecommendResponse,
     RewardRequest,
@@ -85,6 +86,12 @@ class LogSink(Protocol):
     def submit_decision(self, record: DecisionRecord) -> None: ...
 
     def submit_reward(self, record: RewardRecord) -> None: ...
+
+    @property
+    def spool_depth(self) -> int: ...
+
+    @property
+    def lag_seconds(self) -> float: ...
 
 
 class _AlreadyFinal(Exception):
@@ -636,6 +643,36 @@ class DecisionService:
     async def run_sweeper(self, stop: asyncio.Event) -> None:
         """Sweep every ``sweeper_interval_seconds`` until ``stop`` is set."""
         await _every(self.settings.sweeper_interval_seconds, stop, self.sweep_once, "sweeper")
+
+    # ---- readiness -----------------------------------------------------------------------------
+    async def readiness(self) -> Readiness:
+        """Reachability of the state store and the event log, and the writer's backlog."""
+        store_ok = log_ok = True
+        try:
+            await self.store.ping()
+        except StoreUnavailableError:
+            metrics.STORE_ERRORS.labels("ping").inc()
+            store_ok = False
+        try:
+            await asyncio.to_thread(self.event_log.ping)
+        except StoreUnavailableError:
+            log_ok = False
+        spool, lag = self.sink_backlog()
+        return Readiness(
+            status="ready" if store_ok and log_ok else "degraded",
+            state_store="ok" if store_ok else "unavailable",
+            event_log="ok" if log_ok else "unavailable",
+            spool_depth=spool,
+            log_lag_seconds=lag,
+        )
+
+    def sink_backlog(self) -> tuple[int, float]:
+        """``(spooled records, seconds the oldest unflushed record waited)``, also
+        published as gauges."""
+        spool, lag = int(self.sink.spool_depth), float(self.sink.lag_seconds)
+        metrics.SPOOL_DEPTH.set(spool)
+        metrics.LOG_LAG.set(lag)
+        return spool, lag
 
     # ---- administration ---------------------------------------------------------------------------
     async def get_policy(self, name: str) -> PolicyInfo:

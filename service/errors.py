@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from bandit_core.errors import BanditError
@@ -66,6 +67,12 @@ def _validation(message: str, loc: Sequence[str | int] | None, kind: str) -> JSO
 
 def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     """Register the mapping above on ``app``."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Only loc/msg/type: the offending input may be NaN (not JSON) or large.
+        detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -68,14 +68,10 @@ class Settings(BaseSettings):
         return self.redis_url is None
 
     @property
-    def sqlalchemy_url(self) -> str:
-        """The event-log URL with its driver: psycopg for PostgreSQL, SQLite under data_dir
-        when unset."""
-        url = self.database_url or f"sqlite:///{(self.data_dir / 'events.sqlite3').as_posix()}"
-        for prefix in ("postgresql://", "postgres://"):
-            if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix) :]
-        return url
+    def log_url(self) -> str:
+        """The event-log URL: ``database_url``, or an SQLite file under ``data_dir``
+        (the storage layer picks the driver)."""
+        return self.database_url or f"sqlite:///{(self.data_dir / 'events.sqlite3').as_posix()}"
 
     @property
     def spool_dir(self) -> Path:

@@ -1,0 +1,102 @@
+"""Fixtures of the service tests: the app on the embedded default or on the real Redis
+and PostgreSQL, driven in process through ``httpx.ASGITransport``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.app import create_app
+from service.client import AsyncBanditClient
+from service.settings import Settings
+from tests.databases import postgres_schema
+
+API_KEY = "test-key-0123456789"
+REDIS_URL = "redis://127.0.0.1:6379/7"  # a database of its own, flushed per test
+BACKENDS = ["embedded", "redis_postgres"]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_settings(backend: str, tmp_path: Path) -> Iterator[Callable[..., Settings]]:
+    """Settings for the backend under test; keyword arguments override fields."""
+    with _backend_urls(backend) as urls:
+
+        def make(**overrides: Any) -> Settings:
+            fields: dict[str, Any] = {
+                "data_dir": tmp_path / "data",
+                "api_keys": [API_KEY],
+                "demo_policy": False,
+                "sweeper_interval_seconds": 0.05,
+                "log_flush_seconds": 0.02,
+                "snapshot_interval_seconds": 0,
+                **urls,
+            }
+            fields.update(overrides)
+            return Settings(**fields)
+
+        yield make
+
+
+@contextmanager
+def _backend_urls(backend: str) -> Iterator[dict[str, Any]]:
+    """No URLs for the embedded default; a flushed Redis database and a fresh
+    PostgreSQL schema otherwise."""
+    if backend == "embedded":
+        yield {}
+        return
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    with postgres_schema() as url:
+        yield {"redis_url": REDIS_URL, "database_url": url}
+
+
+@asynccontextmanager
+async def running(settings: Settings, client_host: str = "127.0.0.1") -> AsyncIterator[Any]:
+    """The app with its lifespan running; yields ``(app, httpx client, typed client)``."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, client=(client_host, 50000))
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://app", headers=headers) as http:
+            typed = AsyncBanditClient("http://app", api_key=API_KEY, transport=transport)
+            try:
+                yield app, http, typed
+            finally:
+                await typed.aclose()
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``predicate`` (e.g. the event log caught up) until true or fail."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached within %.1fs" % timeout)
+        await asyncio.sleep(0.02)
+
+
+POLICY = {
+    "algorithm": "linucb",
+    "dimension": 3,
+    "params": {"alpha": 0.5},
+    "arms": ["a", "b", "c"],
+    "reward_range": [0.0, 1.0],
+    "default_reward": 0.0,
+    "reward_wait_seconds": 600,
+}
