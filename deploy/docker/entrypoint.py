@@ -1,12 +1,12 @@
 """Container entrypoint: prepare the process, then ``exec`` the server command.
 
-1. Empty ``PROMETHEUS_MULTIPROC_DIR`` (creating it if missing): prometheus_client sums
-   every ``*.db`` file in that directory into ``/metrics``, so files left by a previous
-   run would be reported as this run's counts.
-2. When the settings ask for migrations (``BANDIT_RUN_MIGRATIONS``, read through the
+1. When the settings ask for migrations (``BANDIT_RUN_MIGRATIONS``, read through the
    service's own ``Settings`` so "true"/"1"/"yes" mean what they mean to the app),
    apply them once here and export ``BANDIT_RUN_MIGRATIONS=false`` to the server, so
-   its N workers do not each run ``alembic upgrade head`` at the same time.
+   its N workers do not each run ``alembic upgrade head`` at start.
+2. Empty ``PROMETHEUS_MULTIPROC_DIR`` (creating it if missing): prometheus_client sums
+   every ``*.db`` file in that directory into ``/metrics``, so files left by a previous
+   run would be reported as this run's counts.
 3. ``exec`` the command: the server replaces this process as PID 1 and receives the
    SIGTERM of ``docker stop`` directly.
 
@@ -39,17 +39,18 @@ def reset_multiproc_dir(env: Mapping[str, str]) -> Path | None:
 
 
 def migrate_once(env: MutableMapping[str, str]) -> bool:
-    """Apply the Alembic migrations if the settings ask for it; return whether they ran.
+    """Apply the Alembic migrations if the settings ask for it, exactly as the app does at
+    start (``service.app.make_event_log``); return whether they ran.
 
     After running them, sets ``BANDIT_RUN_MIGRATIONS=false`` in ``env`` (the
     environment the server inherits)."""
+    from service.app import make_event_log
     from service.settings import Settings
-    from service.storage.migrate import upgrade_head
 
     settings = Settings()
     if not settings.run_migrations:
         return False
-    upgrade_head(settings.sqlalchemy_url)
+    make_event_log(settings).close()
     env["BANDIT_RUN_MIGRATIONS"] = "false"
     return True
 
@@ -59,8 +60,15 @@ def main(argv: Sequence[str]) -> int:
     if not argv:
         print("usage: entrypoint.py COMMAND [ARG ...]", file=sys.stderr)
         return 2
+    # Migrate with single-process metrics: the app's modules imported for it must not
+    # leave metric files of this PID (the server keeps it after exec) in the directory.
+    multiproc_dir = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    try:
+        migrate_once(os.environ)
+    finally:
+        if multiproc_dir is not None:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
     reset_multiproc_dir(os.environ)
-    migrate_once(os.environ)
     os.execvp(argv[0], list(argv))
     return 0  # pragma: no cover - execvp does not return
 
