@@ -117,6 +117,17 @@ def test_the_operator_procedures_are_documented(section: str, needles: list[str]
         assert needle in body, f"section {section!r} does not mention {needle!r}"
 
 
+@pytest.mark.parametrize("document", ["README.md", "docs/operations.md"])
+def test_relative_links_resolve(document: str) -> None:
+    path = ROOT / document
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", path.read_text())
+    local = [link for link in links if not re.match(r"\w+://", link)]
+    if document == "README.md":
+        assert "docs/operations.md" in local
+    for link in local:
+        assert (path.parent / link).exists(), f"{document} links {link}, which does not exist"
+
+
 def test_the_rebuild_command_in_the_docs_parses() -> None:
     from service.cli import build_parser
 
