@@ -164,10 +164,7 @@ def lay_out_final_stage(root: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
     image_roots: dict[str, Path] = {}
-    made_by_run = {
-        stage.name: (lambda src, runs=" ".join(i.args for i in stage.all("RUN")): src in runs)
-        for stage in stages()
-    }
+    run_text = {stage.name: " ".join(i.args for i in stage.all("RUN")) for stage in stages()}
     for stage in stages():
         fs = root / (stage.name or "final")
         fs.mkdir(parents=True, exist_ok=True)
@@ -186,9 +183,11 @@ def lay_out_final_stage(root: Path) -> Path:
                 path = source_root / (source.lstrip("/") if from_stage else source)
                 if path.exists():
                     paths.append(path)
-                elif not (from_stage and made_by_run[from_stage](source)):
+                elif not (from_stage and source in run_text[from_stage]):
                     raise FileNotFoundError(f"COPY source {source!r} missing from {source_root}")
-            _copy_into(paths, fs / str(dest_path).lstrip("/"), dest.endswith("/") or len(sources) > 1)
+            _copy_into(
+                paths, fs / str(dest_path).lstrip("/"), dest.endswith("/") or len(sources) > 1
+            )
         image_roots[stage.name or "final"] = fs
     final = stages()[-1]
     return root / (final.name or "final") / str(final.workdir()).lstrip("/")

@@ -14,10 +14,31 @@ ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "bandit.json"
 
 # Grafana's variables, replaced by values that make the expression plain PromQL.
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h", "$policy": ".*"}
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__interval": "1m",
+    "$__range": "1h",
+    "$policy": ".*",
+}
 
-_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
-             "group_left", "group_right", "inf", "nan", "start", "end", "atan2"}
+_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
+    "start",
+    "end",
+    "atan2",
+}
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
 _MATCHERS = re.compile(r"\{([^}]*)\}")
 _RANGE = re.compile(r"\[[^\]]*\]")
@@ -63,7 +84,9 @@ def label_names(expr: str) -> set[str]:
 
 
 def alert_rules() -> list[dict]:
-    return [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
+    return [
+        rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]
+    ]
 
 
 def recorded_names() -> set[str]:
@@ -92,7 +115,9 @@ def dashboard_expressions() -> dict[str, str]:
         for target in panel["targets"]
     }
     for variable in dashboard()["templating"]["list"]:
-        query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+        query = (
+            variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+        )
         match = re.fullmatch(r"label_values\((?:(.+),\s*)?(\w+)\)", query.strip())
         assert match, f"template variable {variable['name']}: unsupported query {query!r}"
         if match.group(1):

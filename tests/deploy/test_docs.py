@@ -21,7 +21,9 @@ DOC = ROOT / "docs" / "operations.md"
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "docs" / "config_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "config_reference", ROOT / "docs" / "config_reference.py"
+    )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -87,8 +89,14 @@ def _documented_variables() -> set[str]:
 
 
 def test_every_variable_of_the_image_and_the_compose_file_is_documented() -> None:
-    image_env = set(dockerfile.stages()[-1].env()) - {"PATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
-    compose_vars = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", (ROOT / "docker-compose.yml").read_text()))
+    image_env = set(dockerfile.stages()[-1].env()) - {
+        "PATH",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+    }
+    compose_vars = set(
+        re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", (ROOT / "docker-compose.yml").read_text())
+    )
     undocumented = (image_env | compose_vars) - _documented_variables()
     assert not undocumented, f"undocumented variables: {sorted(undocumented)}"
 
@@ -102,10 +110,21 @@ def test_every_alert_has_a_runbook_row() -> None:
 @pytest.mark.parametrize(
     "section, needles",
     [
-        ("Backup and restore", ["appendonly yes", "pg_dump", "pg_restore", "bandit rebuild --policy"]),
+        (
+            "Backup and restore",
+            ["appendonly yes", "pg_dump", "pg_restore", "bandit rebuild --policy"],
+        ),
         ("Upgrading", ["alembic", "upgrade head", "BANDIT_RUN_MIGRATIONS"]),
         ("Scaling out", ["--scale api=", "Redis Cluster", "PARTITION BY RANGE", "hash tag"]),
-        ("Security", ["BANDIT_API_KEYS", "Authorization: Bearer", "BANDIT_RECOMMEND_REQUIRES_KEY", "/metrics"]),
+        (
+            "Security",
+            [
+                "BANDIT_API_KEYS",
+                "Authorization: Bearer",
+                "BANDIT_RECOMMEND_REQUIRES_KEY",
+                "/metrics",
+            ],
+        ),
         ("Deployment with compose", ["docker compose up", "curl", "/recommend", "/reward"]),
     ],
 )

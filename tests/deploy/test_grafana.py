@@ -91,7 +91,9 @@ def test_the_policy_variable_filters_the_per_policy_panels() -> None:
     ],
 )
 def test_the_dashboard_shows(what: str, series: str) -> None:
-    queried = set().union(*(promql.metric_names(e) for e in promql.dashboard_expressions().values()))
+    queried = set().union(
+        *(promql.metric_names(e) for e in promql.dashboard_expressions().values())
+    )
     assert series in queried, f"no panel for {what}"
 
 
@@ -99,4 +101,6 @@ def test_latency_is_shown_as_p50_p95_p99_per_route() -> None:
     (panel,) = [p for p in promql.dashboard_panels() if "Latency" in p["title"]]
     exprs = [t["expr"] for t in panel["targets"]]
     for quantile in ("0.5", "0.95", "0.99"):
-        assert any(e.startswith(f"histogram_quantile({quantile}, sum by (route, le)") for e in exprs)
+        assert any(
+            e.startswith(f"histogram_quantile({quantile}, sum by (route, le)") for e in exprs
+        )

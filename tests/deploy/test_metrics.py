@@ -60,16 +60,22 @@ def test_every_queried_series_is_exported_with_the_queried_labels(where: str) ->
     names = promql.metric_names(expr)
     known = known_series()
     unknown = names - set(known)
-    assert not unknown, f"{where}: {expr!r} queries {sorted(unknown)}, which the app does not export"
+    assert not unknown, (
+        f"{where}: {expr!r} queries {sorted(unknown)}, which the app does not export"
+    )
     available = set().union(*(known[name] for name in names)) | _TARGET_LABELS
     missing = promql.label_names(expr) - available
     assert not missing, f"{where}: {expr!r} uses labels {sorted(missing)} its series do not carry"
 
 
 def test_the_dashboard_shows_every_metric_the_app_exports() -> None:
-    queried = set().union(*(promql.metric_names(e) for e in promql.dashboard_expressions().values()))
+    queried = set().union(
+        *(promql.metric_names(e) for e in promql.dashboard_expressions().values())
+    )
     families = {
-        value._name for value in vars(service.metrics).values() if isinstance(value, MetricWrapperBase)
+        value._name
+        for value in vars(service.metrics).values()
+        if isinstance(value, MetricWrapperBase)
     }
     unshown = {f for f in families if not any(name.startswith(f) for name in queried)}
     assert not unshown, f"metrics without a dashboard panel: {sorted(unshown)}"
@@ -105,13 +111,17 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
 async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) -> None:
     auth = {"Authorization": "Bearer ops-test-key"}
     for i in range(5):
-        decision = await client.post("/recommend", json={"policy": "demo", "context": [1.0, 0.5, 0.0, float(i)]})
+        decision = await client.post(
+            "/recommend", json={"policy": "demo", "context": [1.0, 0.5, 0.0, float(i)]}
+        )
         assert decision.status_code == 200, decision.text
         reward = await client.post(
             "/reward", json={"event_id": decision.json()["event_id"], "reward": 1.0}, headers=auth
         )
         assert reward.status_code == 200, reward.text
-    assert (await client.post("/recommend", json={"policy": "no-such-policy", "context": []})).status_code == 404
+    assert (
+        await client.post("/recommend", json={"policy": "no-such-policy", "context": []})
+    ).status_code == 404
 
     scrape = await client.get("/metrics")
     assert scrape.status_code == 200
@@ -121,11 +131,17 @@ async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) 
     assert served <= set(exported_series()), sorted(served - set(exported_series()))
 
     def value(name: str, **labels: str) -> float:
-        return sum(s.value for s in samples if s.name == name and labels.items() <= s.labels.items())
+        return sum(
+            s.value for s in samples if s.name == name and labels.items() <= s.labels.items()
+        )
 
     # the route label is the route template, so the dashboard's per-route panels group by it
-    assert value("bandit_http_request_duration_seconds_count", route="/recommend", status="200") == 5
-    assert value("bandit_http_request_duration_seconds_count", route="/recommend", status="404") == 1
+    assert (
+        value("bandit_http_request_duration_seconds_count", route="/recommend", status="200") == 5
+    )
+    assert (
+        value("bandit_http_request_duration_seconds_count", route="/recommend", status="404") == 1
+    )
     assert value("bandit_http_request_duration_seconds_count", route="/reward", status="200") == 5
     assert value("bandit_decisions_total", policy="demo") == 5
     assert value("bandit_rewards_total", policy="demo", source="explicit") == 5

@@ -26,7 +26,9 @@ def _promtool() -> str:
 
 
 def promtool(*args: str, cwd: Path = PROMETHEUS) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_promtool(), *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [_promtool(), *args], check=False, capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def test_promtool_accepts_the_configuration_and_its_rule_files() -> None:
@@ -100,9 +102,18 @@ def test_the_rules_have_the_shape_prometheus_reads() -> None:
                 assert _DURATION.match(rule["for"]), rule
                 assert rule["labels"]["severity"] in {"critical", "warning"}
                 assert {"summary", "description"} <= set(rule["annotations"])
-                assert set(rule) <= {"alert", "expr", "for", "labels", "annotations", "keep_firing_for"}
+                assert set(rule) <= {
+                    "alert",
+                    "expr",
+                    "for",
+                    "labels",
+                    "annotations",
+                    "keep_firing_for",
+                }
             else:
-                assert re.fullmatch(r"[a-z_]+:[a-z_:]+", rule["record"]), "level:metric:operation naming"
+                assert re.fullmatch(r"[a-z_]+:[a-z_:]+", rule["record"]), (
+                    "level:metric:operation naming"
+                )
     assert len(alerts) == len(set(alerts))
 
 
@@ -125,9 +136,17 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     """promtool parses each dashboard expression (Grafana variables substituted) as a
     recording rule."""
     exprs = promql.dashboard_expressions()
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}:expr", "expr": expr} for i, expr in enumerate(exprs.values())
-    ]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {"record": f"dashboard:query_{i}:expr", "expr": expr}
+                    for i, expr in enumerate(exprs.values())
+                ],
+            }
+        ]
+    }
     (tmp_path / "dashboard.yml").write_text(yaml.safe_dump(rules))
     result = promtool("check", "rules", "dashboard.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
