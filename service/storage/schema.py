@@ -8,6 +8,7 @@ JSON columns are JSONB on PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,9 @@ def create_log_engine(url: str | URL, *, connect_timeout: float = 5.0) -> Engine
     parsed = database_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            # if this fails, connecting reports it (as StoreUnavailableError in the log)
+            with contextlib.suppress(OSError):
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(parsed, connect_args={"check_same_thread": False})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
