@@ -147,6 +147,18 @@ def test_relative_links_resolve(document: str) -> None:
         assert (path.parent / link).exists(), f"{document} links {link}, which does not exist"
 
 
+def test_every_repository_file_the_guide_names_exists() -> None:
+    named = set(
+        re.findall(
+            r"`((?:deploy|docs|migrations|service)/[\w./-]+|Dockerfile|docker-compose\.yml)`",
+            DOC.read_text(),
+        )
+    )
+    assert {"Dockerfile", "docker-compose.yml", "deploy/prometheus/alerts.yml"} <= named
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"docs/operations.md names files that do not exist: {missing}"
+
+
 def test_the_rebuild_command_in_the_docs_parses() -> None:
     from service.cli import build_parser
 
