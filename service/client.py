@@ -12,7 +12,7 @@ A non-2xx answer raises :class:`BanditAPIError` carrying the status and ``detail
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -52,7 +52,10 @@ def _recommend_body(
 ) -> dict[str, Any]:
     cands = None
     if arms is not None:
-        cands = [ArmCandidate(id=a) if isinstance(a, str) else ArmCandidate.model_validate(a) for a in arms]
+        cands = [
+            ArmCandidate(id=a) if isinstance(a, str) else ArmCandidate.model_validate(a)
+            for a in arms
+        ]
     body = RecommendRequest(policy=policy, context=context, arms=cands, **options)  # type: ignore[arg-type]
     return body.model_dump(mode="json", exclude_none=True)
 
@@ -62,7 +65,12 @@ class _Requests:
 
     @staticmethod
     def recommend(policy: str, context: Any, arms: Any, options: dict[str, Any]) -> Request:
-        return ("POST", "/recommend", _recommend_body(policy, context, arms, **options), RecommendResponse)
+        return (
+            "POST",
+            "/recommend",
+            _recommend_body(policy, context, arms, **options),
+            RecommendResponse,
+        )
 
     @staticmethod
     def reward(event_id: str, reward: float, arm_id: str | None) -> Request:
@@ -96,7 +104,9 @@ class BanditClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
 
     def _call(self, request: Request) -> Any:
         method, path, body, model = request
@@ -111,7 +121,14 @@ class BanditClient:
     ) -> RecommendResponse:
         """``POST /recommend``; ``options``: exclude, user_id, event_id, top_k, explore,
         defer_activation."""
-        return self._call(_Requests.recommend(policy, list(context) if not isinstance(context, Mapping) else context, arms, options))
+        return self._call(
+            _Requests.recommend(
+                policy,
+                list(context) if not isinstance(context, Mapping) else context,
+                arms,
+                options,
+            )
+        )
 
     def reward(self, event_id: str, reward: float, arm_id: str | None = None) -> RewardResponse:
         return self._call(_Requests.reward(event_id, reward, arm_id))
@@ -135,7 +152,9 @@ class BanditClient:
         return self._call(("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo))
 
     def retire_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return self._call(("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo))
+        return self._call(
+            ("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo)
+        )
 
     def reset(self, name: str) -> PolicyInfo:
         return self._call(("POST", f"/policies/{name}/reset", None, PolicyInfo))
@@ -152,7 +171,7 @@ class BanditClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> BanditClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -170,7 +189,9 @@ class AsyncBanditClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
 
     async def _call(self, request: Request) -> Any:
         method, path, body, model = request
@@ -183,9 +204,18 @@ class AsyncBanditClient:
         arms: Sequence[ArmCandidate | Mapping[str, Any] | str] | None = None,
         **options: Any,
     ) -> RecommendResponse:
-        return await self._call(_Requests.recommend(policy, list(context) if not isinstance(context, Mapping) else context, arms, options))
+        return await self._call(
+            _Requests.recommend(
+                policy,
+                list(context) if not isinstance(context, Mapping) else context,
+                arms,
+                options,
+            )
+        )
 
-    async def reward(self, event_id: str, reward: float, arm_id: str | None = None) -> RewardResponse:
+    async def reward(
+        self, event_id: str, reward: float, arm_id: str | None = None
+    ) -> RewardResponse:
         return await self._call(_Requests.reward(event_id, reward, arm_id))
 
     async def activate(self, event_id: str) -> ActivateResponse:
@@ -204,10 +234,14 @@ class AsyncBanditClient:
         await self._call(("DELETE", f"/policies/{name}", None, None))
 
     async def add_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return await self._call(("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo))
+        return await self._call(
+            ("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo)
+        )
 
     async def retire_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return await self._call(("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo))
+        return await self._call(
+            ("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo)
+        )
 
     async def reset(self, name: str) -> PolicyInfo:
         return await self._call(("POST", f"/policies/{name}/reset", None, PolicyInfo))
@@ -224,7 +258,7 @@ class AsyncBanditClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncBanditClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -58,8 +58,19 @@ def two_processes(tmp_path: Path) -> Iterator[list[str]]:
                     "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
                     "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
                 }
-                cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory",
-                       "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "service.app:create_app",
+                    "--factory",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ]
                 procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env))
                 urls.append(f"http://127.0.0.1:{port}")
             for url in urls:
@@ -88,15 +99,22 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
     headers = {"Authorization": f"Bearer {API_KEY}"}
     clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=30.0) for u in two_processes]
     try:
-        spec = {"algorithm": "linucb", "dimension": 1, "params": {"alpha": 0.0}, "arms": ["hot"],
-                "reward_wait_seconds": 3600}
+        spec = {
+            "algorithm": "linucb",
+            "dimension": 1,
+            "params": {"alpha": 0.0},
+            "arms": ["hot"],
+            "reward_wait_seconds": 3600,
+        }
         assert (await clients[0].put("/policies/p", json=spec)).status_code == 200
         rewards = np.random.default_rng(7).integers(0, 5, size=(CLIENTS, PER_CLIENT)) / 4.0
 
         async def decide(k: int) -> list[str]:
             ids = []
             for j in range(PER_CLIENT):
-                r = await clients[(k + j) % 2].post("/recommend", json={"policy": "p", "context": [1.0]})
+                r = await clients[(k + j) % 2].post(
+                    "/recommend", json={"policy": "p", "context": [1.0]}
+                )
                 assert r.status_code == 200, r.text
                 ids.append(r.json()["event_id"])
             return ids
@@ -121,7 +139,10 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
         # /metrics of either process aggregates both (PROMETHEUS_MULTIPROC_DIR).
         text = (await clients[0].get("/metrics")).text
         assert 'bandit_rewards_total{arm="hot",policy="p",source="explicit"} 2000.0' in text
-        assert f'bandit_reward_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}' in text
+        assert (
+            f'bandit_reward_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}'
+            in text
+        )
         snap = (await clients[1].get("/policies/p/snapshot")).json()
         policy = policy_from_bytes(base64.b64decode(snap["data"]))
         score = policy.select(["hot"], np.ones((1, 1)), explore=False).scores[0]
