@@ -2,7 +2,7 @@
 # The bandit service image. Build: docker build -t bandit-service .
 # Run: docker compose up (docker-compose.yml); every setting is a BANDIT_* variable,
 # see docs/operations.md. Runtime knobs of the image itself:
-#   WEB_CONCURRENCY  uvicorn worker processes (default 2)
+#   WEB_CONCURRENCY  uvicorn worker processes (default 1; more need BANDIT_REDIS_URL)
 #   PORT             listening port inside the container (default 8000)
 #   BANDIT_RUN_MIGRATIONS  apply Alembic migrations once at start (the app's default: true)
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -31,7 +31,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PROMETHEUS_MULTIPROC_DIR=/tmp/bandit-metrics \
     BANDIT_DATA_DIR=/data \
     PORT=8000 \
-    WEB_CONCURRENCY=2
+    WEB_CONCURRENCY=1
 RUN groupadd --system --gid 10001 bandit \
     && useradd --system --uid 10001 --gid bandit --home-dir /app --no-create-home \
        --shell /usr/sbin/nologin bandit \

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 import sqlalchemy as sa
 
 from service.cli import build_parser
@@ -285,13 +286,39 @@ def test_the_entrypoint_needs_a_command(app_dir: Path, tmp_path: Path) -> None:
     assert result.returncode == 2 and "usage" in result.stderr
 
 
-def test_the_cmd_serves_health_and_metrics_of_all_workers(app_dir: Path, tmp_path: Path) -> None:
-    """ENTRYPOINT + CMD as the container runs them (embedded default, 2 workers): the
-    HEALTHCHECK passes, and /metrics sums the requests the workers served."""
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A Redis database of this test's own, flushed before and after."""
+    url = "redis://127.0.0.1:6379/13"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()
+
+
+def test_the_cmd_serves_health_and_metrics_of_all_workers(
+    app_dir: Path, tmp_path: Path, redis_url: str
+) -> None:
+    """ENTRYPOINT + CMD as the compose file runs them (Redis and PostgreSQL, 2 workers):
+    the HEALTHCHECK passes, and /metrics sums the requests the workers served."""
     port = _free_port()
-    env = _image_env(
-        app_dir, tmp_path, PORT=str(port), WEB_CONCURRENCY="2", BANDIT_RUN_MIGRATIONS="true"
-    )
+    with postgres_schema() as database_url:
+        env = _image_env(
+            app_dir,
+            tmp_path,
+            PORT=str(port),
+            WEB_CONCURRENCY="2",
+            BANDIT_RUN_MIGRATIONS="true",
+            BANDIT_REDIS_URL=redis_url,
+            BANDIT_DATABASE_URL=database_url,
+        )
+        _serve_and_scrape(app_dir, tmp_path, env, port)
+
+
+def _serve_and_scrape(app_dir: Path, tmp_path: Path, env: dict[str, str], port: int) -> None:
     (entrypoint,) = FINAL.all("ENTRYPOINT")
     (cmd,) = FINAL.all("CMD")
     argv = [sys.executable, str(app_dir / "entrypoint.py"), *cmd.exec_form()]
@@ -335,7 +362,8 @@ def test_the_cmd_serves_health_and_metrics_of_all_workers(app_dir: Path, tmp_pat
         }
         assert len(worker_pids) >= 2  # both workers write into the shared directory
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
