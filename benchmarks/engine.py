@@ -30,8 +30,17 @@ import numpy as np
 
 CONFIGS = ((10, 10), (50, 32), (50, 128), (1000, 32))
 
-# Parameters an algorithm needs beyond d to run on the synthetic workload.
-ALGORITHM_PARAMS: dict[str, dict[str, Any]] = {}
+# Parameters an algorithm needs beyond d to run on the synthetic workload. The
+# guardrailed policy gets two guardrails that are evaluated on every decision (an
+# exposure cap over all arms and a minimum-estimate rule), no safe arm.
+ALGORITHM_PARAMS: dict[str, dict[str, Any]] = {
+    "guardrailed_linucb": {
+        "guardrails": (
+            {"type": "exposure_cap", "max_share": 0.2, "window": 50},
+            {"type": "min_estimate", "min_pulls": 10, "min_value": 0.05},
+        ),
+    },
+}
 
 
 def _cycle(pool_size: int) -> Callable[[], int]:
