@@ -120,7 +120,10 @@ def machine() -> dict[str, Any]:
         pass
     try:
         commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.strip()
     except OSError:
         commit = ""
@@ -141,8 +144,12 @@ def write_json(name: str, payload: Mapping[str, Any]) -> Path:
     """Write ``payload`` plus machine facts to ``benchmarks/results/<name>.json``."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    body = {"benchmark": name, "command": " ".join([Path(sys.executable).name, *sys.orig_argv[1:]]),
-            "machine": machine(), **payload}
+    body = {
+        "benchmark": name,
+        "command": " ".join([Path(sys.executable).name, *sys.orig_argv[1:]]),
+        "machine": machine(),
+        **payload,
+    }
     path.write_text(json.dumps(body, indent=2, sort_keys=False) + "\n")
     return path
 
@@ -156,8 +163,13 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
         return "" if v is None else str(v)
 
     cells = [[fmt(r.get(c)) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    widths = [
+        max(len(c), *(len(row[i]) for row in cells)) if cells else len(c)
+        for i, c in enumerate(columns)
+    ]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
     lines += ["| " + " | ".join(v.rjust(w) for v, w in zip(row, widths)) + " |" for row in cells]
     return "\n".join(lines)

@@ -54,11 +54,15 @@ def _cycle(pool_size: int) -> Callable[[], int]:
     return nxt
 
 
-def engine_runner(name: str, K: int, d: int, pool: Any, params: dict[str, Any] | None = None) -> Callable[[int], None]:
+def engine_runner(
+    name: str, K: int, d: int, pool: Any, params: dict[str, Any] | None = None
+) -> Callable[[int], None]:
     """``run(n)``: ``n`` decisions of the registered algorithm ``name``."""
     import bandit_core
 
-    policy = bandit_core.make_policy(name, d=d, seed=0, **(params if params is not None else ALGORITHM_PARAMS.get(name, {})))
+    policy = bandit_core.make_policy(
+        name, d=d, seed=0, **(params if params is not None else ALGORITHM_PARAMS.get(name, {}))
+    )
     ids = [f"arm{i}" for i in range(K)]
     pos = {a: i for i, a in enumerate(ids)}
     nxt = _cycle(len(pool.X))
@@ -95,8 +99,11 @@ def mabwiser_runner(K: int, d: int, pool: Any) -> Callable[[int], None]:
     mab = MAB(list(range(K)), LearningPolicy.LinUCB(alpha=1.0, l2_lambda=1.0), seed=0)
     contexts = pool.X[:, 0, :]
     # One fit so every arm is known: arm a learns from context a (mod pool) once.
-    mab.fit(decisions=np.arange(K), rewards=pool.R[np.arange(K) % len(pool.X), np.arange(K)],
-            contexts=contexts[np.arange(K) % len(pool.X)])
+    mab.fit(
+        decisions=np.arange(K),
+        rewards=pool.R[np.arange(K) % len(pool.X), np.arange(K)],
+        contexts=contexts[np.arange(K) % len(pool.X)],
+    )
     nxt = _cycle(len(pool.X))
 
     def run(n: int) -> None:
@@ -132,7 +139,8 @@ def vw_runner(K: int, d: int, pool: Any, max_pool: int = 8) -> Callable[[int], N
     vw = vowpalwabbit.Workspace("--cb_explore_adf --quiet")
     n_pool = min(max_pool, len(pool.X))
     examples = [
-        ["shared |s bias"] + ["|a " + " ".join(f"{j}:{v:.6f}" for j, v in enumerate(x)) for x in pool.X[i]]
+        ["shared |s bias"]
+        + ["|a " + " ".join(f"{j}:{v:.6f}" for j, v in enumerate(x)) for x in pool.X[i]]
         for i in range(n_pool)
     ]
     rng = np.random.default_rng(0)
@@ -158,10 +166,12 @@ EXTERNAL: dict[str, Callable[[int, int, Any], Callable[[int], None]]] = {
 }
 
 
-def contenders(K: int, d: int, *, external: bool = True, only: list[str] | None = None) -> tuple[dict[str, Callable[[int], None]], dict[str, str]]:
+def contenders(
+    K: int, d: int, *, external: bool = True, only: list[str] | None = None
+) -> tuple[dict[str, Callable[[int], None]], dict[str, str]]:
     """Runners for one (K, d), and the reasons for those that could not be built."""
+    from bandit_core.errors import BanditError
     from bandit_core.registry import POLICIES
-
     from benchmarks.reference import Workload
 
     pool = Workload.make(K, d)
@@ -174,7 +184,10 @@ def contenders(K: int, d: int, *, external: bool = True, only: list[str] | None 
             run = engine_runner(name, K, d, pool)
             run(2)
             runners[f"engine {name}"] = run
-        except Exception as exc:  # an algorithm whose inputs this workload cannot give
+        except (
+            BanditError,
+            TypeError,
+        ) as exc:  # an algorithm whose inputs this workload cannot give
             skipped[f"engine {name}"] = f"{type(exc).__name__}: {exc}"
     if external:
         for label, make in EXTERNAL.items():
@@ -187,14 +200,24 @@ def contenders(K: int, d: int, *, external: bool = True, only: list[str] | None 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--configs", default=",".join(f"{K}x{d}" for K, d in CONFIGS),
-                        help="comma-separated KxD pairs (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds per config (default 9)")
+    parser.add_argument(
+        "--configs",
+        default=",".join(f"{K}x{d}" for K, d in CONFIGS),
+        help="comma-separated KxD pairs (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=9, help="interleaved rounds per config (default 9)"
+    )
     parser.add_argument("--slice", type=float, default=0.05, help="seconds per contender per round")
     parser.add_argument("--no-external", action="store_true", help="skip MABWiser, VW and River")
-    parser.add_argument("--algorithms", default="", help="comma-separated registry names (default: all)")
-    parser.add_argument("--engine-path", default="",
-                        help="import bandit_core from this checkout instead (before/after comparisons)")
+    parser.add_argument(
+        "--algorithms", default="", help="comma-separated registry names (default: all)"
+    )
+    parser.add_argument(
+        "--engine-path",
+        default="",
+        help="import bandit_core from this checkout instead (before/after comparisons)",
+    )
     parser.add_argument("--out", default="engine", help="results/<out>.json (default: engine)")
     args = parser.parse_args(argv)
     if args.engine_path:
@@ -205,32 +228,61 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for spec in args.configs.split(","):
         K, d = (int(v) for v in spec.lower().split("x"))
-        runners, skipped = contenders(K, d, external=not args.no_external,
-                                      only=[a for a in args.algorithms.split(",") if a] or None)
+        runners, skipped = contenders(
+            K,
+            d,
+            external=not args.no_external,
+            only=[a for a in args.algorithms.split(",") if a] or None,
+        )
         before = h.load()
         m = h.interleave(runners, rounds=args.rounds, slice_s=args.slice)
         after = h.load()
         floor, linucb = m["numpy floor"], m.get("engine linucb")
         rows = []
         for name, meas in m.items():
-            rows.append({
-                "contender": name,
-                "decisions/s (wall)": meas.wall_median,
-                "decisions/s (cpu)": meas.cpu_median,
-                "us/decision (cpu)": 1e6 / meas.cpu_median,
-                "x floor (cpu)": h.ratio(meas, floor),
-                "x floor (wall)": h.ratio(meas, floor, "wall"),
-                "linucb / this (cpu)": h.ratio(linucb, meas) if linucb else None,
-                "wall_rounds": meas.wall,
-                "cpu_rounds": meas.cpu,
-            })
+            rows.append(
+                {
+                    "contender": name,
+                    "decisions/s (wall)": meas.wall_median,
+                    "decisions/s (cpu)": meas.cpu_median,
+                    "us/decision (cpu)": 1e6 / meas.cpu_median,
+                    "x floor (cpu)": h.ratio(meas, floor),
+                    "x floor (wall)": h.ratio(meas, floor, "wall"),
+                    "linucb / this (cpu)": h.ratio(linucb, meas) if linucb else None,
+                    "wall_rounds": meas.wall,
+                    "cpu_rounds": meas.cpu,
+                }
+            )
         print(f"\nK = {K}, d = {d}   load before {before['loadavg']} after {after['loadavg']}")
-        print(h.table(rows, ["contender", "decisions/s (wall)", "decisions/s (cpu)", "us/decision (cpu)",
-                             "x floor (cpu)", "x floor (wall)", "linucb / this (cpu)"]))
+        print(
+            h.table(
+                rows,
+                [
+                    "contender",
+                    "decisions/s (wall)",
+                    "decisions/s (cpu)",
+                    "us/decision (cpu)",
+                    "x floor (cpu)",
+                    "x floor (wall)",
+                    "linucb / this (cpu)",
+                ],
+            )
+        )
         for name, why in skipped.items():
             print(f"  skipped {name}: {why}")
-        results.append({"K": K, "d": d, "load_before": before, "load_after": after, "rows": rows, "skipped": skipped})
-    path = h.write_json(args.out, {"rounds": args.rounds, "slice_s": args.slice, "configs": results})
+        results.append(
+            {
+                "K": K,
+                "d": d,
+                "load_before": before,
+                "load_after": after,
+                "rows": rows,
+                "skipped": skipped,
+            }
+        )
+    path = h.write_json(
+        args.out, {"rounds": args.rounds, "slice_s": args.slice, "configs": results}
+    )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0
 

@@ -33,7 +33,11 @@ def in_process_bytes(state: Any) -> int:
     total = sys.getsizeof(state) + sys.getsizeof(getattr(state, "__dict__", {}))
     for f in dataclasses.fields(state):
         value = getattr(state, f.name)
-        total += value.nbytes + sys.getsizeof(np.empty(0)) if isinstance(value, np.ndarray) else sys.getsizeof(value)
+        total += (
+            value.nbytes + sys.getsizeof(np.empty(0))
+            if isinstance(value, np.ndarray)
+            else sys.getsizeof(value)
+        )
     return total
 
 
@@ -45,6 +49,7 @@ def fill_memory(policy: Any, arm: str, d: int, points: int, rng: np.random.Gener
 
 def per_algorithm(d: int) -> list[dict[str, Any]]:
     import bandit_core
+    from bandit_core.errors import BanditError
     from bandit_core.registry import POLICIES
 
     rows = []
@@ -53,7 +58,7 @@ def per_algorithm(d: int) -> list[dict[str, Any]]:
         try:
             policy = bandit_core.make_policy(name, d=d, seed=0)
             policy.select(["a", "b"], rng.normal(size=(2, d)))
-        except Exception as exc:  # needs inputs this generic workload cannot give
+        except (BanditError, TypeError) as exc:  # needs inputs this generic workload cannot give
             rows.append({"algorithm": name, "skipped": f"{type(exc).__name__}: {exc}"})
             continue
         variants = [("prior", 0)]
@@ -65,15 +70,17 @@ def per_algorithm(d: int) -> list[dict[str, Any]]:
                 fill_memory(policy, "a", d, points, rng)
             arm = policy.export_parts(["arm:a"])["arm:a"]
             shared = policy.export_parts(["shared"]).get("shared", b"")
-            rows.append({
-                "algorithm": name,
-                "state": label,
-                "d": d,
-                "arm part bytes (serialized)": len(arm),
-                "arm bytes (in process)": in_process_bytes(policy._arms["a"]),
-                "shared part bytes": len(shared),
-                "2-arm policy to_bytes": len(policy.to_bytes()),
-            })
+            rows.append(
+                {
+                    "algorithm": name,
+                    "state": label,
+                    "d": d,
+                    "arm part bytes (serialized)": len(arm),
+                    "arm bytes (in process)": in_process_bytes(policy._arms["a"]),
+                    "shared part bytes": len(shared),
+                    "2-arm policy to_bytes": len(policy.to_bytes()),
+                }
+            )
     return rows
 
 
@@ -157,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379")
     parser.add_argument("--redis-db", type=int, default=13, help="scratch database (default 13)")
     parser.add_argument("--no-redis", action="store_true")
-    parser.add_argument("--engine-path", default="", help="import bandit_core from this checkout instead")
+    parser.add_argument(
+        "--engine-path", default="", help="import bandit_core from this checkout instead"
+    )
     parser.add_argument("--out", default="memory")
     args = parser.parse_args(argv)
     if args.engine_path:
@@ -165,12 +174,31 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import _harness as h
 
     rows = per_algorithm(args.d)
-    print(h.table(rows, ["algorithm", "state", "d", "arm part bytes (serialized)", "arm bytes (in process)",
-                         "shared part bytes", "2-arm policy to_bytes", "skipped"]))
+    print(
+        h.table(
+            rows,
+            [
+                "algorithm",
+                "state",
+                "d",
+                "arm part bytes (serialized)",
+                "arm bytes (in process)",
+                "shared part bytes",
+                "2-arm policy to_bytes",
+                "skipped",
+            ],
+        )
+    )
     big = big_policy(args.d, args.arms, None if args.no_redis else args.redis_url, args.redis_db)
     print()
     for key, value in big.items():
-        print(f"{key:55s} {value:,.3f}" if isinstance(value, float) else f"{key:55s} {value:,}" if isinstance(value, int) else f"{key:55s} {value}")
+        print(
+            f"{key:55s} {value:,.3f}"
+            if isinstance(value, float)
+            else f"{key:55s} {value:,}"
+            if isinstance(value, int)
+            else f"{key:55s} {value}"
+        )
     path = h.write_json(args.out, {"per_arm": rows, "big_policy": big, "load": h.load()})
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0

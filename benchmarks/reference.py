@@ -116,7 +116,13 @@ class LoopLNUCBTA(LoopLinUCB):
     """
 
     def __init__(
-        self, K: int, d: int, alpha: float, theta_min: int = 1, theta_max: int = 5, kappa: float = 0.5
+        self,
+        K: int,
+        d: int,
+        alpha: float,
+        theta_min: int = 1,
+        theta_max: int = 5,
+        kappa: float = 0.5,
     ) -> None:
         super().__init__(K, d, alpha)
         self.theta_min, self.theta_max, self.kappa = theta_min, theta_max, kappa
@@ -137,7 +143,12 @@ class LoopLNUCBTA(LoopLinUCB):
         theta = A_inv @ self.b[a]
         means = [float(np.mean(r)) if r else 0.0 for r in self.memory_r]
         g = sum(means) / len(means)
-        alpha_a = max(0.0, self.alpha / (len(self.memory_r[a]) + 1) * (self.kappa * g + (1 - self.kappa) * means[a]))
+        alpha_a = max(
+            0.0,
+            self.alpha
+            / (len(self.memory_r[a]) + 1)
+            * (self.kappa * g + (1 - self.kappa) * means[a]),
+        )
         return float(theta @ x + self.knn(a, x) + alpha_a * np.sqrt(x @ A_inv @ x))
 
     def learn(self, a: int, x: np.ndarray, reward: float) -> None:

@@ -30,7 +30,10 @@ def measure(K: int, d: int, rounds: int, slice_s: float) -> dict[str, Any]:
     from benchmarks.reference import Workload
 
     pool = Workload.make(K, d)
-    runners = {"engine linucb": engine_runner("linucb", K, d, pool, {}), "numpy floor": floor_runner(K, d, pool)}
+    runners = {
+        "engine linucb": engine_runner("linucb", K, d, pool, {}),
+        "numpy floor": floor_runner(K, d, pool),
+    }
     before = h.load()
     m = h.interleave(runners, rounds=rounds, slice_s=slice_s)
     engine, floor = m["engine linucb"], m["numpy floor"]
@@ -55,8 +58,10 @@ def plot(k_rows: list[dict[str, Any]], d_rows: list[dict[str, Any]], path: Path)
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, rows, key, label in ((axes[0], k_rows, "K", f"K candidates (d = {D_FIXED})"),
-                                 (axes[1], d_rows, "d", f"d features (K = {K_FIXED})")):
+    for ax, rows, key, label in (
+        (axes[0], k_rows, "K", f"K candidates (d = {D_FIXED})"),
+        (axes[1], d_rows, "d", f"d features (K = {K_FIXED})"),
+    ):
         xs = [r[key] for r in rows]
         ax.loglog(xs, [r["engine_cpu"] for r in rows], "o-", label="engine LinUCB")
         ax.loglog(xs, [r["floor_cpu"] for r in rows], "s--", label="numpy floor")
@@ -64,7 +69,13 @@ def plot(k_rows: list[dict[str, Any]], d_rows: list[dict[str, Any]], path: Path)
         ax.set_ylabel("decisions / s (CPU time)")
         ax.grid(True, which="both", alpha=0.3)
         twin = ax.twinx()
-        twin.semilogx(xs, [r["engine_over_floor_cpu"] for r in rows], "^:", color="gray", label="engine / floor")
+        twin.semilogx(
+            xs,
+            [r["engine_over_floor_cpu"] for r in rows],
+            "^:",
+            color="gray",
+            label="engine / floor",
+        )
         twin.set_ylim(0, 1.2)
         twin.set_ylabel("engine / floor", color="gray")
         for r in rows:  # where A^-1 of all candidates outgrows the 2 MiB L2 of one core
@@ -74,7 +85,9 @@ def plot(k_rows: list[dict[str, Any]], d_rows: list[dict[str, Any]], path: Path)
                 break
         lines = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
         ax.legend(lines, [ln.get_label() for ln in lines], fontsize=8, loc="lower left")
-    fig.suptitle("One LinUCB decision (select over K, then one update); 2-core shared VM, CPU-time rates")
+    fig.suptitle(
+        "One LinUCB decision (select over K, then one update); 2-core shared VM, CPU-time rates"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -86,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ds", default=",".join(map(str, D_SWEEP)), help="d values at K = 50")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--slice", type=float, default=0.1, help="seconds per contender per round")
-    parser.add_argument("--engine-path", default="", help="import bandit_core from this checkout instead")
-    parser.add_argument("--out", default="scaling", help="results/<out>.json and docs/img/<out>.png")
+    parser.add_argument(
+        "--engine-path", default="", help="import bandit_core from this checkout instead"
+    )
+    parser.add_argument(
+        "--out", default="scaling", help="results/<out>.json and docs/img/<out>.png"
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
@@ -95,14 +112,32 @@ def main(argv: list[str] | None = None) -> int:
 
     k_rows = [measure(int(K), D_FIXED, args.rounds, args.slice) for K in args.ks.split(",")]
     d_rows = [measure(K_FIXED, int(d), args.rounds, args.slice) for d in args.ds.split(",")]
-    cols = ["K", "d", "A_inv_bytes_per_decision", "engine_cpu", "floor_cpu", "engine_over_floor_cpu", "engine_wall"]
+    cols = [
+        "K",
+        "d",
+        "A_inv_bytes_per_decision",
+        "engine_cpu",
+        "floor_cpu",
+        "engine_over_floor_cpu",
+        "engine_wall",
+    ]
     for title, rows in (("K sweep", k_rows), ("d sweep", d_rows)):
         print(f"\n{title}")
-        print(h.table([{**r, "load": r["load_before"]["loadavg"][0]} for r in rows], [*cols, "load"]))
+        print(
+            h.table([{**r, "load": r["load_before"]["loadavg"][0]} for r in rows], [*cols, "load"])
+        )
     png = h.ROOT / "docs" / "img" / f"{args.out}.png"
     plot(k_rows, d_rows, png)
-    path = h.write_json(args.out, {"rounds": args.rounds, "slice_s": args.slice, "k_sweep": k_rows, "d_sweep": d_rows,
-                                   "plot": str(png.relative_to(h.ROOT))})
+    path = h.write_json(
+        args.out,
+        {
+            "rounds": args.rounds,
+            "slice_s": args.slice,
+            "k_sweep": k_rows,
+            "d_sweep": d_rows,
+            "plot": str(png.relative_to(h.ROOT)),
+        },
+    )
     print(f"\nwrote {path.relative_to(h.ROOT)} and {png.relative_to(h.ROOT)}")
     return 0
 
