@@ -12,6 +12,7 @@ so floating-point drift stays bounded.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -123,6 +124,9 @@ def stacked_ucb_terms(A_inv: np.ndarray, theta: np.ndarray, X: np.ndarray) -> tu
     return mean, width
 
 
+_UPDATES = operator.attrgetter("n")
+
+
 class RidgeStack:
     """Contiguous ``A_inv (K, d, d)`` and ``theta (K, d)`` of the last candidate list scored.
 
@@ -162,6 +166,8 @@ class RidgeStack:
             self._rebuild()
             return None
         cached, stamps = self._states, self._stamps
+        if all(map(operator.is_, states, cached)) and list(map(_UPDATES, states)) == stamps:
+            return []
         changed = [i for i, s in enumerate(states) if s is not cached[i] or s.n != stamps[i]]
         for i in changed:
             s = cached[i] = states[i]

@@ -47,13 +47,13 @@ mean, so all rows share one confidence width and differ only in the terms named.
 (Lin+kNN)-UCB keeps the adaptive k; the paper's "vanilla combination" may use kNN-UCB's
 own k search.
 
-Scoring: the linear terms of all K candidates are one batched einsum
-(:func:`bandit_core.linear.linear_ucb_terms`); the kNN term concatenates the candidates'
-memories and computes every distance and neighbour set in one pass
-(:func:`knn_estimates`, ``O(M d + M log M)`` for ``M <= K * knn_window`` points). Brute force is fine up to ~10^4 points per arm; beyond that an
-approximate nearest-neighbour index per arm (e.g. HNSW) would replace
-:func:`knn_estimates`, at the cost of a state that no longer
-serializes as plain arrays.
+Scoring: the linear terms of all K candidates come from one batched matmul over
+stacks the policy keeps between calls (:class:`bandit_core.linear.RidgeStack`); the
+kNN term concatenates the candidates' memories once per change and computes every
+distance and neighbour set in one pass (:func:`knn_estimates`, ``O(M d)`` for
+``M <= K * knn_window`` points). Brute force is fine up to ~10^4 points per arm; beyond
+that an approximate nearest-neighbour index per arm (e.g. HNSW) would replace
+:func:`knn_estimates`, at the cost of a state that no longer serializes as plain arrays.
 
 >>> import numpy as np
 >>> p = LNUCBTA(LNUCBTAConfig(d=2, alpha=1.0, seed=0))
@@ -208,12 +208,18 @@ def _adaptive_k(
 
 
 class KnnMemory:
-    """The candidates' kNN memories concatenated once, for :func:`knn_estimates`.
+    """The candidates' kNN memories laid out once, for :func:`knn_estimates`.
 
-    Built from K states and their ``ks`` (shape ``(K,)``); holds every array that
-    depends only on the memories (rows, rewards, segment of each row, its age, where
-    each candidate's ``k`` nearest start), so scoring new feature rows against
-    unchanged memories costs one distance pass and one sort.
+    Built from K states and their ``ks`` (shape ``(K,)``). The memories of the
+    candidates with at least ``k`` points are concatenated, each arm's points newest
+    first, and every index that depends only on the memories is kept, so scoring new
+    feature rows against unchanged memories costs one distance pass and a partition.
+
+    Neighbour search, exact and with the documented tie rule: the distances go into a
+    ``(K_valid, max m)`` table (``inf`` past each arm's points, columns in age order);
+    ``np.partition`` gives each row's ``k``-th smallest distance ``t``; only the entries
+    ``<= t`` (``k`` of them, or more when distances tie) are then ordered by (distance,
+    age), so the first ``k`` are the nearest with ties going to the most recent points.
     """
 
     def __init__(self, states: Sequence[LNUCBTAArmState], ks: np.ndarray) -> None:
@@ -224,17 +230,22 @@ class KnnMemory:
             return
         sizes_v = sizes[self.valid]
         self.k = ks[self.valid].astype(np.intp)
-        self.mem = np.concatenate([states[i].X_mem for i in self.valid])
-        self.rewards = np.concatenate([states[i].r_mem for i in self.valid])
-        self.seg = np.repeat(np.arange(len(self.valid)), sizes_v)
-        self.row = self.valid[self.seg]
+        # newest first: a ring whose oldest point sits at index `head`
+        newest_first = [
+            (states[i].head - 1 - np.arange(m)) % m for i, m in zip(self.valid, sizes_v)
+        ]
+        self.mem = np.concatenate([states[i].X_mem[o] for i, o in zip(self.valid, newest_first)])
+        seg = np.repeat(np.arange(len(self.valid)), sizes_v)
+        self.row = self.valid[seg]
         starts = np.cumsum(sizes_v) - sizes_v
-        heads = np.array([states[i].head for i in self.valid])
-        # age 0 = newest; rows are a ring whose oldest point sits at index `head`
-        self.age = (heads[self.seg] - 1 - (np.arange(len(self.seg)) - starts[self.seg])) % sizes_v[self.seg]
+        self.width = int(sizes_v.max())
+        self.flat = seg * self.width + (np.arange(len(seg)) - starts[seg])
+        self.rewards = np.zeros((len(self.valid), self.width))
+        self.rewards.flat[self.flat] = np.concatenate([states[i].r_mem[o] for i, o in zip(self.valid, newest_first)])
+        self.lines = np.arange(len(self.valid))
         self.k_starts = np.cumsum(self.k) - self.k
-        within = np.arange(self.k.sum()) - np.repeat(self.k_starts, self.k)
-        self.pick = np.repeat(starts, self.k) + within
+        self.k_rows = np.repeat(self.lines, self.k)
+        self.within = np.arange(self.k.sum()) - np.repeat(self.k_starts, self.k)
 
     def estimates(self, X: np.ndarray, weights: str = "uniform") -> np.ndarray:
         """``f_a(x_a)`` for the rows of ``X`` (shape ``(K, d)``), shape ``(K,)``."""
@@ -242,9 +253,16 @@ class KnnMemory:
         if len(self.valid) == 0:
             return out
         diff = self.mem - X[self.row]
-        dist2 = np.einsum("md,md->m", diff, diff)
-        nearest = np.lexsort((self.age, dist2, self.seg))[self.pick]
-        r = self.rewards[nearest]
+        table = np.full((len(self.valid), self.width), np.inf)
+        table.flat[self.flat] = np.einsum("md,md->m", diff, diff)
+        kmax = int(self.k.max())
+        kth = np.sort(np.partition(table, kmax - 1, axis=1)[:, :kmax], axis=1)[self.lines, self.k - 1]
+        rows, cols = np.nonzero(table <= kth[:, None])
+        dist2 = table[rows, cols]
+        order = np.lexsort((cols, dist2, rows))
+        first = np.cumsum(np.bincount(rows, minlength=len(self.valid))) - np.bincount(rows, minlength=len(self.valid))
+        nearest = order[np.repeat(first, self.k) + self.within]
+        r = self.rewards[self.k_rows, cols[nearest]]
         if weights == "uniform":
             # weights of 1: the weighted sums are the plain sum and the count k
             out[self.valid] = np.add.reduceat(r, self.k_starts) / self.k
@@ -269,9 +287,8 @@ def knn_estimates(
     ``k``-th distance go to the most recent points. ``weights="distance"`` weights each
     neighbour by ``1/distance``, or uses only the neighbours at distance 0 if any.
 
-    All candidates' memories are concatenated (:class:`KnnMemory`) and sorted once by
-    (candidate, distance, age): brute force, ``O(M d + M log M)`` for ``M`` stored
-    points in total.
+    All candidates' memories are concatenated (:class:`KnnMemory`): brute force,
+    ``O(M d)`` distances and a linear-time partition for ``M`` stored points in total.
 
     >>> s = LNUCBTAArmState.prior(1, 1.0)
     >>> for x, r in [(0.0, 1.0), (1.0, 0.0), (3.0, 1.0)]:

@@ -296,8 +296,13 @@ class BasePolicy:
         ids = check_arm_ids(arm_ids)
         X = check_matrix(X, len(ids), self.config.d)
         ctx = SelectContext(user_id=user_id, features=features)
-        created = tuple(a for a in ids if a not in self._arms)
-        states = [self._arm_for_select(a) for a in ids]
+        arms = self._arms
+        try:
+            states = [arms[a] for a in ids]
+            created: tuple[str, ...] = ()
+        except KeyError:
+            created = tuple(a for a in ids if a not in arms)
+            states = [self._arm_for_select(a) for a in ids]
         scores, widths = self._score(ids, states, X, ctx)
         if not np.isfinite(scores).all():
             bad = int(np.argmin(np.isfinite(scores)))
@@ -323,7 +328,7 @@ class BasePolicy:
         ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
         return Decision(
             arm_id=ids[served],
-            ranking=tuple(ids[i] for i in ranked),
+            ranking=tuple(map(ids.__getitem__, ranked.tolist())),
             scores=scores[ranked],
             widths=None if widths is None else widths[ranked],
             propensities=propensity[ranked],
