@@ -61,7 +61,7 @@ class LinearArmState(ArrayState):
         >>> bool(np.allclose(s.A_inv, np.linalg.inv(s.A)))
         True
         """
-        A = self.A + np.outer(x, x)
+        A = self.A + x[:, None] * x[None, :]
         A_inv = self.A_inv.copy()
         sherman_morrison(A_inv, x)
         b = self.b + target * x

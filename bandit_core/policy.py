@@ -315,17 +315,23 @@ class BasePolicy:
         order = perm[np.argsort(-scores[perm], kind="stable")]
         eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
         greedy = self._choose(ids, X, scores, order, eligible, ctx)
-        n_eligible = int(eligible.sum())
+        n_eligible = int(np.count_nonzero(eligible))
+        every = n_eligible == len(ids)
         epsilon = self.config.epsilon if explore else 0.0
-        tied = eligible & (scores == scores[greedy])
-        n_tied = int(tied.sum())
-        propensity = np.where(eligible, epsilon / n_eligible, 0.0)
+        tied = scores == scores[greedy]
+        if not every:
+            tied &= eligible
+        n_tied = int(np.count_nonzero(tied))
+        propensity = np.full(len(ids), epsilon / n_eligible) if every else np.where(eligible, epsilon / n_eligible, 0.0)
         propensity[tied] += (1.0 - epsilon) / n_tied
         explored = bool(epsilon > 0.0 and self._rng.random() < epsilon)
         served = int(self._rng.choice(np.flatnonzero(eligible))) if explored else greedy
-        rest = order[(order != served) & eligible[order]]
-        blocked = order[~eligible[order]]
-        ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
+        if every and served == order[0]:
+            ranked = order  # the usual case: no arm blocked, the best-ranked arm served
+        else:
+            rest = order[(order != served) & eligible[order]]
+            blocked = order[~eligible[order]]
+            ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
         return Decision(
             arm_id=ids[served],
             ranking=tuple(map(ids.__getitem__, ranked.tolist())),
