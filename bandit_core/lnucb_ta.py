@@ -210,16 +210,15 @@ def _adaptive_k(
 class KnnMemory:
     """The candidates' kNN memories laid out once, for :func:`knn_estimates`.
 
-    Built from K states and their ``ks`` (shape ``(K,)``). The memories of the
-    candidates with at least ``k`` points are concatenated, each arm's points newest
-    first, and every index that depends only on the memories is kept, so scoring new
-    feature rows against unchanged memories costs one distance pass and a partition.
+    Built from K states and their ``ks`` (shape ``(K,)``): the memories of the
+    candidates with at least ``k`` points are concatenated, and every index that
+    depends only on the memories is kept, so scoring new feature rows against unchanged
+    memories costs one distance pass and ``max k`` selection passes.
 
-    Neighbour search, exact and with the documented tie rule: the distances go into a
-    ``(K_valid, max m)`` table (``inf`` past each arm's points, columns in age order);
-    ``np.partition`` gives each row's ``k``-th smallest distance ``t``; only the entries
-    ``<= t`` (``k`` of them, or more when distances tie) are then ordered by (distance,
-    age), so the first ``k`` are the nearest with ties going to the most recent points.
+    Neighbour search, exact and with the documented tie rule, ``O(M)`` per pass for
+    ``M`` points: pass ``j`` takes from every candidate's memory the nearest point not
+    yet taken, the most recent among equally near ones (segmented minima with
+    ``np.fmin.reduceat``). The ``k`` points taken come out ordered by (distance, age).
     """
 
     def __init__(self, states: Sequence[LNUCBTAArmState], ks: np.ndarray) -> None:
@@ -228,24 +227,21 @@ class KnnMemory:
         self.valid = np.flatnonzero(sizes >= ks)
         if len(self.valid) == 0:
             return
-        sizes_v = sizes[self.valid]
+        self.sizes = sizes[self.valid]
         self.k = ks[self.valid].astype(np.intp)
-        # newest first: a ring whose oldest point sits at index `head`
-        newest_first = [
-            (states[i].head - 1 - np.arange(m)) % m for i, m in zip(self.valid, sizes_v)
-        ]
-        self.mem = np.concatenate([states[i].X_mem[o] for i, o in zip(self.valid, newest_first)])
-        seg = np.repeat(np.arange(len(self.valid)), sizes_v)
-        self.row = self.valid[seg]
-        starts = np.cumsum(sizes_v) - sizes_v
-        self.width = int(sizes_v.max())
-        self.flat = seg * self.width + (np.arange(len(seg)) - starts[seg])
-        self.rewards = np.zeros((len(self.valid), self.width))
-        self.rewards.flat[self.flat] = np.concatenate([states[i].r_mem[o] for i, o in zip(self.valid, newest_first)])
-        self.lines = np.arange(len(self.valid))
+        picked = [states[i] for i in self.valid]
+        self.mem = np.concatenate([s.X_mem for s in picked])
+        self.rewards = np.concatenate([s.r_mem for s in picked])
+        self.seg = np.repeat(np.arange(len(self.valid)), self.sizes)
+        self.row = self.valid[self.seg]
+        self.starts = np.cumsum(self.sizes) - self.sizes
+        heads = np.array([s.head for s in picked])
+        # age 0 = newest; each arm's rows are a ring whose oldest point sits at index `head`
+        self.age = (heads[self.seg] - 1 - (np.arange(len(self.seg)) - self.starts[self.seg])) % self.sizes[self.seg]
+        self.by_age = np.empty_like(self.age)
+        self.by_age[self.starts[self.seg] + self.age] = np.arange(len(self.seg))
         self.k_starts = np.cumsum(self.k) - self.k
-        self.k_rows = np.repeat(self.lines, self.k)
-        self.within = np.arange(self.k.sum()) - np.repeat(self.k_starts, self.k)
+        self.take = np.arange(int(self.k.max()))[None, :] < self.k[:, None]
 
     def estimates(self, X: np.ndarray, weights: str = "uniform") -> np.ndarray:
         """``f_a(x_a)`` for the rows of ``X`` (shape ``(K, d)``), shape ``(K,)``."""
@@ -253,21 +249,21 @@ class KnnMemory:
         if len(self.valid) == 0:
             return out
         diff = self.mem - X[self.row]
-        table = np.full((len(self.valid), self.width), np.inf)
-        table.flat[self.flat] = np.einsum("md,md->m", diff, diff)
-        kmax = int(self.k.max())
-        kth = np.sort(np.partition(table, kmax - 1, axis=1)[:, :kmax], axis=1)[self.lines, self.k - 1]
-        rows, cols = np.nonzero(table <= kth[:, None])
-        dist2 = table[rows, cols]
-        order = np.lexsort((cols, dist2, rows))
-        first = np.cumsum(np.bincount(rows, minlength=len(self.valid))) - np.bincount(rows, minlength=len(self.valid))
-        nearest = order[np.repeat(first, self.k) + self.within]
-        r = self.rewards[self.k_rows, cols[nearest]]
+        dist2 = np.einsum("md,md->m", diff, diff)
+        left = dist2.copy()  # points already taken become NaN, which fmin skips
+        passes = np.empty(self.take.shape[::-1], dtype=np.intp)
+        for j in range(len(passes)):
+            nearest = np.fmin.reduceat(left, self.starts)
+            newest = np.fmin.reduceat(np.where(left == nearest[self.seg], self.age, len(left)), self.starts)
+            passes[j] = self.by_age[self.starts + np.minimum(newest, self.sizes - 1)]
+            left[passes[j]] = np.nan
+        chosen = passes.T[self.take]
+        r = self.rewards[chosen]
         if weights == "uniform":
             # weights of 1: the weighted sums are the plain sum and the count k
             out[self.valid] = np.add.reduceat(r, self.k_starts) / self.k
             return out
-        dist = np.sqrt(dist2[nearest])
+        dist = np.sqrt(dist2[chosen])
         exact = dist == 0.0
         has_exact = np.add.reduceat(exact, self.k_starts) > 0
         with np.errstate(divide="ignore"):
@@ -288,7 +284,8 @@ def knn_estimates(
     neighbour by ``1/distance``, or uses only the neighbours at distance 0 if any.
 
     All candidates' memories are concatenated (:class:`KnnMemory`): brute force,
-    ``O(M d)`` distances and a linear-time partition for ``M`` stored points in total.
+    ``O(M d)`` distances and ``max k`` linear-time selection passes for ``M`` stored
+    points in total.
 
     >>> s = LNUCBTAArmState.prior(1, 1.0)
     >>> for x, r in [(0.0, 1.0), (1.0, 0.0), (3.0, 1.0)]:
