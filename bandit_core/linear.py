@@ -62,8 +62,7 @@ class LinearArmState(ArrayState):
         True
         """
         A = self.A + x[:, None] * x[None, :]
-        A_inv = self.A_inv.copy()
-        sherman_morrison(A_inv, x)
+        A_inv = self.A_inv - sherman_morrison_term(self.A_inv, x)
         b = self.b + target * x
         if not (np.isfinite(A).all() and np.isfinite(A_inv).all() and np.isfinite(b).all()):
             # Checked before any field changes, so the state is never left half-updated.
@@ -95,8 +94,14 @@ def sherman_morrison(A_inv: np.ndarray, x: np.ndarray) -> None:
     >>> bool(np.allclose(A_inv, np.linalg.inv(A + np.outer(x, x))))
     True
     """
+    A_inv -= sherman_morrison_term(A_inv, x)
+
+
+def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The rank-one term ``(A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x)`` that
+    :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``."""
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
-    A_inv -= Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
+    return Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
 
 
 def cholesky_inverse(A: np.ndarray) -> np.ndarray:
@@ -166,9 +171,13 @@ class RidgeStack:
             self._rebuild()
             return None
         cached, stamps = self._states, self._stamps
-        if all(map(operator.is_, states, cached)) and list(map(_UPDATES, states)) == stamps:
-            return []
-        changed = [i for i, s in enumerate(states) if s is not cached[i] or s.n != stamps[i]]
+        now = list(map(_UPDATES, states))
+        if all(map(operator.is_, states, cached)):
+            if now == stamps:
+                return []
+            changed = [i for i, (a, b) in enumerate(zip(now, stamps)) if a != b]
+        else:
+            changed = [i for i, s in enumerate(states) if s is not cached[i] or now[i] != stamps[i]]
         for i in changed:
             s = cached[i] = states[i]
             stamps[i] = s.n

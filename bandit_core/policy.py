@@ -312,7 +312,7 @@ class BasePolicy:
             )
         # Ties are broken uniformly at random: a random permutation, then a stable sort.
         perm = self._rng.permutation(len(ids))
-        order = perm[np.argsort(-scores[perm], kind="stable")]
+        order = perm[(-scores[perm]).argsort(kind="stable")]
         eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
         greedy = self._choose(ids, X, scores, order, eligible, ctx)
         n_eligible = int(np.count_nonzero(eligible))
