@@ -250,14 +250,18 @@ class KnnMemory:
             return out
         diff = self.mem - X[self.row]
         dist2 = np.einsum("md,md->m", diff, diff)
-        left = dist2.copy()  # points already taken become NaN, which fmin skips
-        passes = np.empty(self.take.shape[::-1], dtype=np.intp)
-        for j in range(len(passes)):
+        kmax = self.take.shape[1]
+        left = dist2.copy() if kmax > 1 else dist2  # points taken become NaN, which fmin skips
+        passes = np.empty((kmax, len(self.valid)), dtype=np.intp)
+        for j in range(kmax):
             nearest = np.fmin.reduceat(left, self.starts)
             newest = np.fmin.reduceat(np.where(left == nearest[self.seg], self.age, len(left)), self.starts)
-            passes[j] = self.by_age[self.starts + np.minimum(newest, self.sizes - 1)]
-            left[passes[j]] = np.nan
-        chosen = passes.T[self.take]
+            if j:  # an arm with only j points has none left: any index will do, it is not taken
+                np.minimum(newest, self.sizes - 1, out=newest)
+            passes[j] = self.by_age[self.starts + newest]
+            if j + 1 < kmax:
+                left[passes[j]] = np.nan
+        chosen = passes[0] if kmax == 1 else passes.T[self.take]
         r = self.rewards[chosen]
         if weights == "uniform":
             # weights of 1: the weighted sums are the plain sum and the count k
@@ -299,21 +303,24 @@ def knn_estimates(
 class LNUCBTAStack(RidgeStack):
     """:class:`~bandit_core.linear.RidgeStack` plus the counters ``n``, ``reward_sum``,
     ``reward_sq_sum`` (each shape ``(K,)``) of the candidates and their
-    :class:`KnnMemory`, rebuilt only after one of their states changed."""
+    :class:`KnnMemory` and exploration weights ``alpha_a``, rebuilt only after one of
+    their states (or, for ``alpha_a``, ``g``) changed."""
 
     def __init__(self) -> None:
         super().__init__()
         self.knn: KnnMemory | None = None
+        self.alpha: np.ndarray | None = None  # alpha_a, valid while g equals alpha_g
+        self.alpha_g = 0.0
 
     def _rebuild(self) -> None:
         super()._rebuild()
         self.n, self.total, self.total_sq = _counters(self._states)
-        self.knn = None
+        self.knn = self.alpha = None
 
     def _write(self, i: int, state: LinearArmState) -> None:
         super()._write(i, state)
         self.n[i], self.total[i], self.total_sq[i] = state.n, state.reward_sum, state.reward_sq_sum  # type: ignore[attr-defined]
-        self.knn = None
+        self.knn = self.alpha = None
 
 
 @dataclass
@@ -396,7 +403,10 @@ class LNUCBTA(BasePolicy):
         cfg, stack = self.config, self._stack
         stack.sync(arm_ids, states)
         mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
-        score = self._exploration_weights(stack.n, stack.total) * width
+        g = self.global_attention()
+        if stack.alpha is None or stack.alpha_g != g:
+            stack.alpha, stack.alpha_g = self._exploration_weights(stack.n, stack.total), g
+        score = stack.alpha * width
         if cfg.use_linear:
             score = score + mean
         if cfg.use_knn:
