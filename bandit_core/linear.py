@@ -12,6 +12,7 @@ so floating-point drift stays bounded.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -60,9 +61,8 @@ class LinearArmState(ArrayState):
         >>> bool(np.allclose(s.A_inv, np.linalg.inv(s.A)))
         True
         """
-        A = self.A + np.outer(x, x)
-        A_inv = self.A_inv.copy()
-        sherman_morrison(A_inv, x)
+        A = self.A + x[:, None] * x[None, :]
+        A_inv = self.A_inv - sherman_morrison_term(self.A_inv, x)
         b = self.b + target * x
         if not (np.isfinite(A).all() and np.isfinite(A_inv).all() and np.isfinite(b).all()):
             # Checked before any field changes, so the state is never left half-updated.
@@ -94,8 +94,14 @@ def sherman_morrison(A_inv: np.ndarray, x: np.ndarray) -> None:
     >>> bool(np.allclose(A_inv, np.linalg.inv(A + np.outer(x, x))))
     True
     """
+    A_inv -= sherman_morrison_term(A_inv, x)
+
+
+def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The rank-one term ``(A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x)`` that
+    :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``."""
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
-    A_inv -= Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
+    return Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
 
 
 def cholesky_inverse(A: np.ndarray) -> np.ndarray:
@@ -109,11 +115,86 @@ def linear_ucb_terms(states: Sequence[LinearArmState], X: np.ndarray) -> tuple[n
     """Batched ``(x_a^T theta_a, sqrt(x_a^T A_a^-1 x_a))`` for all K candidates.
 
     ``X`` has shape ``(K, d)``; both results have shape ``(K,)``. One stacked matmul,
-    no Python loop over the arithmetic.
+    no Python loop over the arithmetic. Policies that score the same candidates again
+    and again keep the stacks in a :class:`RidgeStack` instead of re-stacking per call.
     """
-    theta = np.stack([s.theta for s in states])
-    A_inv = np.stack([s.A_inv for s in states])
+    return stacked_ucb_terms(np.stack([s.A_inv for s in states]), np.stack([s.theta for s in states]), X)
+
+
+def stacked_ucb_terms(A_inv: np.ndarray, theta: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`linear_ucb_terms` from pre-stacked ``A_inv (K, d, d)`` and ``theta (K, d)``."""
     mean = np.einsum("kd,kd->k", X, theta)
     A_inv_x = np.matmul(A_inv, X[:, :, None])[:, :, 0]
     width = np.sqrt(np.maximum(np.einsum("kd,kd->k", X, A_inv_x), 0.0))
     return mean, width
+
+
+_UPDATES = operator.attrgetter("n")
+
+
+class RidgeStack:
+    """Contiguous ``A_inv (K, d, d)`` and ``theta (K, d)`` of the last candidate list scored.
+
+    Scoring K arms needs their matrices side by side; stacking them anew costs a copy of
+    ``K d^2`` floats and K Python steps per decision. This cache keeps the stacks of the
+    last candidate list and rewrites only the rows of arms whose state object was
+    replaced (cold start, :meth:`~bandit_core.policy.BasePolicy.import_parts`) or whose
+    update count ``n`` moved (:meth:`LinearArmState.add` is the only writer of a state's
+    arrays). A different candidate list rebuilds the stacks. Values are copies, so the
+    scores are bit-identical to :func:`linear_ucb_terms`.
+
+    >>> stack, s = RidgeStack(), LinearArmState.prior(2, 1.0)
+    >>> X = np.array([[1.0, 0.0]])
+    >>> stack.ucb_terms(["a"], [s], X) == linear_ucb_terms([s], X)
+    True
+    >>> s.add(np.array([1.0, 0.0]), 1.0, 1.0, refactor_every=1000)
+    >>> [float(v[0]) for v in stack.ucb_terms(["a"], [s], X)] == [float(v[0]) for v in linear_ucb_terms([s], X)]
+    True
+    """
+
+    def __init__(self) -> None:
+        self._ids: list[str] = []
+        self._states: list[LinearArmState] = []
+        self._stamps: list[int] = []
+        self.A_inv = np.zeros((0, 0, 0))
+        self.theta = np.zeros((0, 0))
+
+    def sync(self, arm_ids: list[str], states: Sequence[LinearArmState]) -> list[int] | None:
+        """Bring the stacks up to date with ``states`` (aligned with ``arm_ids``).
+
+        Returns ``None`` when the stacks were rebuilt, else the (possibly empty) list of
+        rows rewritten.
+        """
+        if arm_ids != self._ids:
+            self._ids, self._states = list(arm_ids), list(states)
+            self._stamps = [s.n for s in states]
+            self._rebuild()
+            return None
+        cached, stamps = self._states, self._stamps
+        now = list(map(_UPDATES, states))
+        if all(map(operator.is_, states, cached)):
+            if now == stamps:
+                return []
+            changed = [i for i, (a, b) in enumerate(zip(now, stamps)) if a != b]
+        else:
+            changed = [i for i, s in enumerate(states) if s is not cached[i] or now[i] != stamps[i]]
+        for i in changed:
+            s = cached[i] = states[i]
+            stamps[i] = s.n
+            self._write(i, s)
+        return changed
+
+    def _rebuild(self) -> None:
+        self.A_inv = np.stack([s.A_inv for s in self._states])
+        self.theta = np.stack([s.theta for s in self._states])
+
+    def _write(self, i: int, state: LinearArmState) -> None:
+        self.A_inv[i] = state.A_inv
+        self.theta[i] = state.theta
+
+    def ucb_terms(
+        self, arm_ids: list[str], states: Sequence[LinearArmState], X: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`linear_ucb_terms` over the cached stacks, after :meth:`sync`."""
+        self.sync(arm_ids, states)
+        return stacked_ucb_terms(self.A_inv, self.theta, X)

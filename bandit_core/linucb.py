@@ -21,7 +21,7 @@ from typing import ClassVar
 import numpy as np
 
 from bandit_core.errors import ConfigError
-from bandit_core.linear import LinearArmState, linear_ucb_terms
+from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext, _is_real
 
 
@@ -49,13 +49,17 @@ class LinUCB(BasePolicy):
     ARM_STATE = LinearArmState
     config: LinUCBConfig
 
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config)
+        self._stack = RidgeStack()
+
     def _new_arm_state(self) -> LinearArmState:
         return LinearArmState.prior(self.config.d, self.config.ridge_lambda)
 
     def _score(
         self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        mean, width = linear_ucb_terms(states, X)
+        mean, width = self._stack.ucb_terms(arm_ids, states, X)
         return mean + self.config.alpha * width, width
 
     def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:

@@ -47,13 +47,13 @@ mean, so all rows share one confidence width and differ only in the terms named.
 (Lin+kNN)-UCB keeps the adaptive k; the paper's "vanilla combination" may use kNN-UCB's
 own k search.
 
-Scoring: the linear terms of all K candidates are one batched einsum
-(:func:`bandit_core.linear.linear_ucb_terms`); the kNN term concatenates the candidates'
-memories and computes every distance and neighbour set in one pass
-(:func:`knn_estimates`, ``O(M d + M log M)`` for ``M <= K * knn_window`` points). Brute force is fine up to ~10^4 points per arm; beyond that an
-approximate nearest-neighbour index per arm (e.g. HNSW) would replace
-:func:`knn_estimates`, at the cost of a state that no longer
-serializes as plain arrays.
+Scoring: the linear terms of all K candidates come from one batched matmul over
+stacks the policy keeps between calls (:class:`bandit_core.linear.RidgeStack`); the
+kNN term concatenates the candidates' memories once per change and computes every
+distance and neighbour set in one pass (:func:`knn_estimates`, ``O(M d)`` for
+``M <= K * knn_window`` points). Brute force is fine up to ~10^4 points per arm; beyond
+that an approximate nearest-neighbour index per arm (e.g. HNSW) would replace
+:func:`knn_estimates`, at the cost of a state that no longer serializes as plain arrays.
 
 >>> import numpy as np
 >>> p = LNUCBTA(LNUCBTAConfig(d=2, alpha=1.0, seed=0))
@@ -77,7 +77,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from bandit_core.errors import ConfigError
-from bandit_core.linear import LinearArmState, linear_ucb_terms
+from bandit_core.linear import LinearArmState, RidgeStack, stacked_ucb_terms
 from bandit_core.linucb import LinUCBConfig
 from bandit_core.policy import SHARED_PART, BasePolicy, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
@@ -180,14 +180,121 @@ def adaptive_k(
     >>> adaptive_k([s], 1, 9, (0.0, 1.0)).tolist()
     [3]
     """
+    n, total, total_sq = _counters(states)
+    return _adaptive_k(n, total, total_sq, theta_min, theta_max, reward_range)
+
+
+def _counters(states: Sequence[LNUCBTAArmState]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(n, reward_sum, reward_sq_sum)`` of the states, each of shape ``(K,)``."""
     n = np.array([s.n for s in states], dtype=np.float64)
     total = np.array([s.reward_sum for s in states], dtype=np.float64)
     total_sq = np.array([s.reward_sq_sum for s in states], dtype=np.float64)
+    return n, total, total_sq
+
+
+def _adaptive_k(
+    n: np.ndarray,
+    total: np.ndarray,
+    total_sq: np.ndarray,
+    theta_min: int,
+    theta_max: int,
+    reward_range: tuple[float, float],
+) -> np.ndarray:
     per = np.maximum(n, 1.0)
     mean = total / per
     var = np.where(n >= 2, np.maximum(total_sq / per - mean * mean, 0.0), 0.0)
     var /= (reward_range[1] - reward_range[0]) ** 2
     return np.clip(np.floor(theta_min + (theta_max - theta_min) * var), theta_min, theta_max).astype(np.intp)
+
+
+class Scratch:
+    """Work arrays reused from call to call: a fresh ``(M, d)`` array per selection costs
+    more in page faults than the arithmetic done in it (measured ~4x at M = 1000, d = 32)."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """A float64 array of ``shape`` with arbitrary contents, backed by the buffer
+        ``name`` (grown by half again when too small)."""
+        need = int(np.prod(shape))
+        buf = self._arrays.get(name)
+        if buf is None or len(buf) < need:
+            buf = self._arrays[name] = np.empty(need + need // 2)
+        return buf[:need].reshape(shape)
+
+
+class KnnMemory:
+    """The candidates' kNN memories laid out once, for :func:`knn_estimates`.
+
+    Built from K states and their ``ks`` (shape ``(K,)``): the memories of the
+    candidates with at least ``k`` points are concatenated, and every index that
+    depends only on the memories is kept, so scoring new feature rows against unchanged
+    memories costs one distance pass and ``max k`` selection passes.
+
+    Neighbour search, exact and with the documented tie rule, ``O(M)`` per pass for
+    ``M`` points: pass ``j`` takes from every candidate's memory the nearest point not
+    yet taken, the most recent among equally near ones (segmented minima with
+    ``np.fmin.reduceat``). The ``k`` points taken come out ordered by (distance, age).
+    """
+
+    def __init__(self, states: Sequence[LNUCBTAArmState], ks: np.ndarray, scratch: Scratch | None = None) -> None:
+        self.scratch = Scratch() if scratch is None else scratch
+        sizes = np.array([len(s.r_mem) for s in states])
+        self.K = len(states)
+        self.valid = np.flatnonzero(sizes >= ks)
+        if len(self.valid) == 0:
+            return
+        self.sizes = sizes[self.valid]
+        self.k = ks[self.valid].astype(np.intp)
+        picked = [states[i] for i in self.valid]
+        self.mem = np.concatenate(
+            [s.X_mem for s in picked], out=self.scratch.array("mem", (int(self.sizes.sum()), picked[0].X_mem.shape[1]))
+        )
+        self.rewards = np.concatenate([s.r_mem for s in picked])
+        self.seg = np.repeat(np.arange(len(self.valid)), self.sizes)
+        self.row = self.valid[self.seg]
+        self.starts = np.cumsum(self.sizes) - self.sizes
+        heads = np.array([s.head for s in picked])
+        # age 0 = newest; each arm's rows are a ring whose oldest point sits at index `head`
+        self.age = (heads[self.seg] - 1 - (np.arange(len(self.seg)) - self.starts[self.seg])) % self.sizes[self.seg]
+        self.by_age = np.empty_like(self.age)
+        self.by_age[self.starts[self.seg] + self.age] = np.arange(len(self.seg))
+        self.k_starts = np.cumsum(self.k) - self.k
+        self.take = np.arange(int(self.k.max()))[None, :] < self.k[:, None]
+
+    def estimates(self, X: np.ndarray, weights: str = "uniform") -> np.ndarray:
+        """``f_a(x_a)`` for the rows of ``X`` (shape ``(K, d)``), shape ``(K,)``."""
+        out = np.zeros(self.K)
+        if len(self.valid) == 0:
+            return out
+        diff = np.take(X, self.row, axis=0, mode="clip", out=self.scratch.array("diff", self.mem.shape))
+        np.subtract(self.mem, diff, out=diff)
+        dist2 = np.einsum("md,md->m", diff, diff)
+        kmax = self.take.shape[1]
+        left = dist2.copy() if kmax > 1 else dist2  # points taken become NaN, which fmin skips
+        passes = np.empty((kmax, len(self.valid)), dtype=np.intp)
+        for j in range(kmax):
+            nearest = np.fmin.reduceat(left, self.starts)
+            newest = np.fmin.reduceat(np.where(left == nearest[self.seg], self.age, len(left)), self.starts)
+            if j:  # an arm with only j points has none left: any index will do, it is not taken
+                np.minimum(newest, self.sizes - 1, out=newest)
+            passes[j] = self.by_age[self.starts + newest]
+            if j + 1 < kmax:
+                left[passes[j]] = np.nan
+        chosen = passes[0] if kmax == 1 else passes.T[self.take]
+        r = self.rewards[chosen]
+        if weights == "uniform":
+            # weights of 1: the weighted sums are the plain sum and the count k
+            out[self.valid] = np.add.reduceat(r, self.k_starts) / self.k
+            return out
+        dist = np.sqrt(dist2[chosen])
+        exact = dist == 0.0
+        has_exact = np.add.reduceat(exact, self.k_starts) > 0
+        with np.errstate(divide="ignore"):
+            w = np.where(np.repeat(has_exact, self.k), exact.astype(np.float64), 1.0 / dist)
+        out[self.valid] = np.add.reduceat(w * r, self.k_starts) / np.add.reduceat(w, self.k_starts)
+        return out
 
 
 def knn_estimates(
@@ -201,8 +308,9 @@ def knn_estimates(
     ``k``-th distance go to the most recent points. ``weights="distance"`` weights each
     neighbour by ``1/distance``, or uses only the neighbours at distance 0 if any.
 
-    All candidates' memories are concatenated and sorted once by (candidate, distance,
-    age): brute force, ``O(M d + M log M)`` for ``M`` stored points in total.
+    All candidates' memories are concatenated (:class:`KnnMemory`): brute force,
+    ``O(M d)`` distances and ``max k`` linear-time selection passes for ``M`` stored
+    points in total.
 
     >>> s = LNUCBTAArmState.prior(1, 1.0)
     >>> for x, r in [(0.0, 1.0), (1.0, 0.0), (3.0, 1.0)]:
@@ -210,36 +318,31 @@ def knn_estimates(
     >>> knn_estimates([s, s], np.array([[0.4], [2.9]]), np.array([2, 1])).tolist()
     [0.5, 1.0]
     """
-    sizes = np.array([len(s.r_mem) for s in states])
-    out = np.zeros(len(states))
-    valid = np.flatnonzero(sizes >= ks)
-    if len(valid) == 0:
-        return out
-    sizes_v, k_v = sizes[valid], ks[valid].astype(np.intp)
-    mem = np.concatenate([states[i].X_mem for i in valid])
-    rewards = np.concatenate([states[i].r_mem for i in valid])
-    seg = np.repeat(np.arange(len(valid)), sizes_v)
-    starts = np.cumsum(sizes_v) - sizes_v
-    heads = np.array([states[i].head for i in valid])
-    # age 0 = newest; rows are a ring whose oldest point sits at index `head`
-    age = (heads[seg] - 1 - (np.arange(len(seg)) - starts[seg])) % sizes_v[seg]
-    diff = mem - X[valid][seg]
-    dist2 = np.einsum("md,md->m", diff, diff)
-    order = np.lexsort((age, dist2, seg))
-    k_starts = np.cumsum(k_v) - k_v
-    within = np.arange(k_v.sum()) - np.repeat(k_starts, k_v)
-    nearest = order[np.repeat(starts, k_v) + within]
-    r = rewards[nearest]
-    if weights == "uniform":
-        w = np.ones(len(r))
-    else:
-        dist = np.sqrt(dist2[nearest])
-        exact = dist == 0.0
-        has_exact = np.add.reduceat(exact, k_starts) > 0
-        with np.errstate(divide="ignore"):
-            w = np.where(np.repeat(has_exact, k_v), exact.astype(np.float64), 1.0 / dist)
-    out[valid] = np.add.reduceat(w * r, k_starts) / np.add.reduceat(w, k_starts)
-    return out
+    return KnnMemory(states, ks).estimates(X, weights)
+
+
+class LNUCBTAStack(RidgeStack):
+    """:class:`~bandit_core.linear.RidgeStack` plus the counters ``n``, ``reward_sum``,
+    ``reward_sq_sum`` (each shape ``(K,)``) of the candidates and their
+    :class:`KnnMemory` and exploration weights ``alpha_a``, rebuilt only after one of
+    their states (or, for ``alpha_a``, ``g``) changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.knn: KnnMemory | None = None
+        self.scratch = Scratch()
+        self.alpha: np.ndarray | None = None  # alpha_a, valid while g equals alpha_g
+        self.alpha_g = 0.0
+
+    def _rebuild(self) -> None:
+        super()._rebuild()
+        self.n, self.total, self.total_sq = _counters(self._states)
+        self.knn = self.alpha = None
+
+    def _write(self, i: int, state: LinearArmState) -> None:
+        super()._write(i, state)
+        self.n[i], self.total[i], self.total_sq[i] = state.n, state.reward_sum, state.reward_sq_sum  # type: ignore[attr-defined]
+        self.knn = self.alpha = None
 
 
 @dataclass
@@ -293,15 +396,22 @@ class LNUCBTA(BasePolicy):
         totals = self._shared
         return totals.mean_sum / totals.arms if totals.arms else 0.0
 
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config)
+        self._stack = LNUCBTAStack()
+
     def exploration_weights(self, states: list[LNUCBTAArmState]) -> np.ndarray:
         """``alpha_a`` of eq. 4/17 for each state, shape ``(K,)``, clamped at 0; the
         constant ``alpha_0`` when ``temporal_attention`` is off."""
+        n, total, _ = _counters(states)
+        return self._exploration_weights(n, total)
+
+    def _exploration_weights(self, n: np.ndarray, total: np.ndarray) -> np.ndarray:
         cfg = self.config
         if not cfg.temporal_attention:
-            return np.full(len(states), cfg.alpha)
-        N = np.array([s.n for s in states], dtype=np.float64)
-        n_mean = np.array([_mean(s) for s in states])
-        alpha = cfg.alpha / (N + 1.0) * (cfg.kappa * self.global_attention() + (1.0 - cfg.kappa) * n_mean)
+            return np.full(len(n), cfg.alpha)
+        n_mean = np.divide(total, n, out=np.zeros(len(n)), where=n > 0)
+        alpha = cfg.alpha / (n + 1.0) * (cfg.kappa * self.global_attention() + (1.0 - cfg.kappa) * n_mean)
         return np.maximum(alpha, 0.0)
 
     def _knn_terms(self, states: list[LNUCBTAArmState], X: np.ndarray) -> np.ndarray:
@@ -312,12 +422,20 @@ class LNUCBTA(BasePolicy):
     def _score(
         self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        mean, width = linear_ucb_terms(states, X)
-        score = self.exploration_weights(states) * width
-        if self.config.use_linear:
+        cfg, stack = self.config, self._stack
+        stack.sync(arm_ids, states)
+        mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
+        g = self.global_attention()
+        if stack.alpha is None or stack.alpha_g != g:
+            stack.alpha, stack.alpha_g = self._exploration_weights(stack.n, stack.total), g
+        score = stack.alpha * width
+        if cfg.use_linear:
             score = score + mean
-        if self.config.use_knn:
-            score = score + self._knn_terms(states, X)
+        if cfg.use_knn:
+            if stack.knn is None:
+                ks = _adaptive_k(stack.n, stack.total, stack.total_sq, cfg.theta_min, cfg.theta_max, cfg.reward_range)
+                stack.knn = KnnMemory(states, ks, stack.scratch)
+            score = score + stack.knn.estimates(X, cfg.knn_weights)
         return score, width
 
     def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:

@@ -296,8 +296,13 @@ class BasePolicy:
         ids = check_arm_ids(arm_ids)
         X = check_matrix(X, len(ids), self.config.d)
         ctx = SelectContext(user_id=user_id, features=features)
-        created = tuple(a for a in ids if a not in self._arms)
-        states = [self._arm_for_select(a) for a in ids]
+        arms = self._arms
+        try:
+            states = [arms[a] for a in ids]
+            created: tuple[str, ...] = ()
+        except KeyError:
+            created = tuple(a for a in ids if a not in arms)
+            states = [self._arm_for_select(a) for a in ids]
         scores, widths = self._score(ids, states, X, ctx)
         if not np.isfinite(scores).all():
             bad = int(np.argmin(np.isfinite(scores)))
@@ -307,23 +312,29 @@ class BasePolicy:
             )
         # Ties are broken uniformly at random: a random permutation, then a stable sort.
         perm = self._rng.permutation(len(ids))
-        order = perm[np.argsort(-scores[perm], kind="stable")]
+        order = perm[(-scores[perm]).argsort(kind="stable")]
         eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
         greedy = self._choose(ids, X, scores, order, eligible, ctx)
-        n_eligible = int(eligible.sum())
+        n_eligible = int(np.count_nonzero(eligible))
+        every = n_eligible == len(ids)
         epsilon = self.config.epsilon if explore else 0.0
-        tied = eligible & (scores == scores[greedy])
-        n_tied = int(tied.sum())
-        propensity = np.where(eligible, epsilon / n_eligible, 0.0)
+        tied = scores == scores[greedy]
+        if not every:
+            tied &= eligible
+        n_tied = int(np.count_nonzero(tied))
+        propensity = np.full(len(ids), epsilon / n_eligible) if every else np.where(eligible, epsilon / n_eligible, 0.0)
         propensity[tied] += (1.0 - epsilon) / n_tied
         explored = bool(epsilon > 0.0 and self._rng.random() < epsilon)
         served = int(self._rng.choice(np.flatnonzero(eligible))) if explored else greedy
-        rest = order[(order != served) & eligible[order]]
-        blocked = order[~eligible[order]]
-        ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
+        if every and served == order[0]:
+            ranked = order  # the usual case: no arm blocked, the best-ranked arm served
+        else:
+            rest = order[(order != served) & eligible[order]]
+            blocked = order[~eligible[order]]
+            ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
         return Decision(
             arm_id=ids[served],
-            ranking=tuple(ids[i] for i in ranked),
+            ranking=tuple(map(ids.__getitem__, ranked.tolist())),
             scores=scores[ranked],
             widths=None if widths is None else widths[ranked],
             propensities=propensity[ranked],

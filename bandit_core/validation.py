@@ -22,9 +22,13 @@ def check_arm_ids(arm_ids: Sequence[str]) -> list[str]:
         raise InvalidInputError(f"arm_ids must be a sequence of str, but got {type(arm_ids).__name__}") from None
     if not ids:
         raise InvalidInputError("arm_ids must hold at least one candidate arm, but got an empty list")
-    for arm_id in ids:
-        if not isinstance(arm_id, str) or not arm_id:
-            raise InvalidInputError(f"every arm id must be a non-empty str, but got {arm_id!r}")
+    try:
+        all_named = all(map(str.__len__, ids))  # C-level pass: TypeError on a non-str
+    except TypeError:
+        all_named = False
+    if not all_named:
+        bad = next(a for a in ids if not isinstance(a, str) or not a)
+        raise InvalidInputError(f"every arm id must be a non-empty str, but got {bad!r}")
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
         dup = next(a for a in ids if a in seen or seen.add(a))  # type: ignore[func-returns-value]

@@ -1,0 +1,88 @@
+"""The benchmark's reference implementations compute what the engine computes, so the
+ratios in docs/performance.md compare like with like."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bandit_core
+from benchmarks import _harness
+from benchmarks.reference import (
+    LoopLinUCB,
+    NumpyLinUCBFloor,
+    Workload,
+    load_news,
+    news_path,
+    synthetic_log,
+)
+from benchmarks.replay_throughput import loop_replay
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("K, d, alpha", [(8, 5, 1.0), (3, 12, 0.1), (20, 2, 10.0)])
+def test_floor_makes_the_engines_linucb_decisions(K: int, d: int, alpha: float) -> None:
+    # Continuous features: no exact ties, so the engine's random tie-breaking never acts.
+    pool = Workload.make(K, d, seed=K)
+    floor = NumpyLinUCBFloor(K, d, alpha=alpha)
+    policy = bandit_core.make_policy("linucb", d=d, alpha=alpha, seed=0)
+    ids = [f"a{i}" for i in range(K)]
+    for t in range(300):
+        X, R = pool.X[t % len(pool.X)], pool.R[t % len(pool.X)]
+        dec = policy.select(ids, X)
+        a = floor.step(X, R)
+        assert dec.arm_id == ids[a], t
+        policy.update(dec.arm_id, X[a], R[a])
+    state = policy.export_parts([f"arm:{ids[a]}"])
+    restored = type(policy).from_bytes(policy.to_bytes())
+    assert restored.export_parts(list(state)) == state
+    assert np.allclose(floor.A_inv[a], policy._arms[ids[a]].A_inv, rtol=1e-9, atol=1e-12)
+
+
+def test_per_arm_loop_linucb_reproduces_table_3() -> None:
+    # ALGORITHMS.md section 1: 567 at alpha = 0.1 over 800 matched rounds.
+    arms, rewards, X = load_news(news_path(ROOT))
+    result = loop_replay(LoopLinUCB(10, 10, 0.1), arms, rewards, X, 800)
+    assert result["matched"] == 800
+    assert result["cumulative_reward"] == 567
+
+
+def test_synthetic_log_is_seeded_chunked_and_binary() -> None:
+    chunks = list(synthetic_log(25_000, chunk=10_000, seed=3))
+    assert [len(a) for a, _, _ in chunks] == [10_000, 10_000, 5_000]
+    arms, rewards, X = (np.concatenate(p) for p in zip(*chunks))
+    assert X.shape == (25_000, 10, 10) and set(np.unique(rewards)) <= {0.0, 1.0}
+    assert 0.05 < rewards.mean() < 0.6
+    assert np.all(np.bincount(arms, minlength=10) > 2_000)  # uniformly random logging
+    again = np.concatenate([a for a, _, _ in synthetic_log(25_000, chunk=10_000, seed=3)])
+    other = np.concatenate([a for a, _, _ in synthetic_log(25_000, chunk=10_000, seed=4)])
+    assert np.array_equal(arms, again) and not np.array_equal(arms, other)
+
+
+def test_interleave_measures_every_contender_every_round() -> None:
+    calls = {"fast": 0, "slow": 0}
+
+    def fast(n: int) -> None:
+        calls["fast"] += n
+
+    def slow(n: int) -> None:
+        calls["slow"] += n
+        sum(range(20_000 * n))
+
+    m = _harness.interleave({"fast": fast, "slow": slow}, rounds=3, slice_s=0.01)
+    assert all(len(m[k].cpu) == len(m[k].wall) == 3 for k in m)
+    assert _harness.ratio(m["fast"], m["slow"]) > 10
+    assert _harness.ratio(m["slow"], m["fast"]) == pytest.approx(
+        1 / _harness.ratio(m["fast"], m["slow"])
+    )
+    assert calls["fast"] > calls["slow"] > 0
+
+
+def test_table_is_markdown_with_one_row_per_entry() -> None:
+    text = _harness.table([{"a": 1234.5, "b": "x"}, {"a": 0.25, "b": None}], ["a", "b"])
+    lines = text.splitlines()
+    assert lines[0].split("|")[1].strip() == "a" and len(lines) == 4
+    assert "1,234" in lines[2] and "0.25" in lines[3]
