@@ -1,0 +1,167 @@
+"""In-process :class:`~service.storage.base.StateStore`: the embedded default.
+
+Same semantics as :class:`~service.storage.redis_store.RedisStateStore` for one process:
+versioned values, all-or-nothing transactions, float counters, an event registry whose
+entries expire, and a per-policy deadline index ordered like a Redis sorted set (by
+deadline, then event id). Every operation runs under one lock and never awaits inside
+it, so it is safe for concurrent asyncio tasks and for threads; a transaction function
+runs exactly once (there is never a conflict to retry).
+
+Versions come from one store-wide counter: every write gets a version no key of any
+policy ever had, so a cache keyed by version never confuses a value with an older one,
+even after :meth:`delete_policy` and re-creation under the same name. A key that does
+not exist has version 0.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from service.storage._common import check_ttl, checked_writes
+from service.storage.base import TransactionFn, VersionedValue
+
+
+@dataclass
+class _Namespace:
+    values: dict[str, VersionedValue] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=dict)
+    deadlines: dict[str, float] = field(default_factory=dict)
+
+
+_MISSING = VersionedValue(0, None)
+
+
+class InProcessStateStore:
+    """State of every policy in this process's memory (lost on exit: the service
+    rebuilds it from the event log at start)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clock = itertools.count(1)
+        self._spaces: dict[str, _Namespace] = {}
+        self._policies: set[str] = set()
+        # event id -> (policy, expiry on the monotonic clock); the heap finds expired ones.
+        self._events: dict[str, tuple[str, float]] = {}
+        self._expiries: list[tuple[float, str]] = []
+
+    def _space(self, policy: str) -> _Namespace:
+        space = self._spaces.get(policy)
+        if space is None:
+            space = self._spaces[policy] = _Namespace()
+        return space
+
+    async def read(
+        self, policy: str, keys: Sequence[str], known_versions: Mapping[str, int]
+    ) -> dict[str, VersionedValue]:
+        """Values of ``keys`` whose version differs from ``known_versions``."""
+        with self._lock:
+            values = self._spaces.get(policy, _Namespace()).values
+            out: dict[str, VersionedValue] = {}
+            for key in keys:
+                current = values.get(key, _MISSING)
+                if known_versions.get(key) != current.version:
+                    out[key] = current
+            return out
+
+    async def transact(self, policy: str, keys: Sequence[str], fn: TransactionFn) -> dict[str, int]:
+        """Read ``keys``, apply ``fn``, write its result with fresh versions, atomically."""
+        with self._lock:
+            values = self._spaces.get(policy, _Namespace()).values
+            writes = checked_writes(keys, fn({k: values.get(k, _MISSING).data for k in keys}))
+            if not writes:
+                return {}
+            values = self._space(policy).values
+            version = next(self._clock)
+            for key, data in writes.items():
+                if data is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = VersionedValue(version, data)
+            return {key: version for key in writes}
+
+    async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
+        """Add ``increments`` to the policy's named counters."""
+        with self._lock:
+            counters = self._space(policy).counters
+            for name, delta in increments.items():
+                counters[name] = counters.get(name, 0.0) + float(delta)
+
+    async def counters(self, policy: str) -> dict[str, float]:
+        """All counters of ``policy``."""
+        with self._lock:
+            return dict(self._spaces.get(policy, _Namespace()).counters)
+
+    def _expire_events(self, now: float) -> None:
+        while self._expiries and self._expiries[0][0] <= now:
+            expiry, event_id = heapq.heappop(self._expiries)
+            entry = self._events.get(event_id)
+            if entry is not None and entry[1] == expiry:
+                del self._events[event_id]
+
+    async def register_event(self, event_id: str, policy: str, ttl_seconds: float) -> bool:
+        """Claim ``event_id`` for ``policy`` for ``ttl_seconds``; False if taken."""
+        check_ttl(ttl_seconds)
+        with self._lock:
+            now = time.monotonic()
+            self._expire_events(now)
+            if event_id in self._events:
+                return False
+            expiry = now + ttl_seconds
+            self._events[event_id] = (policy, expiry)
+            heapq.heappush(self._expiries, (expiry, event_id))
+            return True
+
+    async def event_policy(self, event_id: str) -> str | None:
+        """Owner of ``event_id`` unless unknown or expired."""
+        with self._lock:
+            self._expire_events(time.monotonic())
+            entry = self._events.get(event_id)
+            return None if entry is None else entry[0]
+
+    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
+        """Put ``event_id`` on the deadline index (replacing an earlier deadline)."""
+        with self._lock:
+            self._space(policy).deadlines[event_id] = float(deadline)
+
+    async def unschedule(self, policy: str, event_id: str) -> None:
+        """Take ``event_id`` off the deadline index."""
+        with self._lock:
+            space = self._spaces.get(policy)
+            if space is not None:
+                space.deadlines.pop(event_id, None)
+
+    async def due_events(self, policy: str, now: float, limit: int) -> list[str]:
+        """Up to ``limit`` ids with deadline <= ``now``, by (deadline, id) like a ZSET."""
+        with self._lock:
+            space = self._spaces.get(policy)
+            if space is None or limit <= 0:
+                return []
+            due = [(d, e) for e, d in space.deadlines.items() if d <= now]
+            return [e for _, e in heapq.nsmallest(limit, due)]
+
+    async def list_policies(self) -> list[str]:
+        """Sorted names of the policies added."""
+        with self._lock:
+            return sorted(self._policies)
+
+    async def add_policy(self, policy: str) -> None:
+        """Add ``policy`` to the list."""
+        with self._lock:
+            self._policies.add(policy)
+
+    async def delete_policy(self, policy: str) -> None:
+        """Forget ``policy`` and every value, counter and deadline of it."""
+        with self._lock:
+            self._policies.discard(policy)
+            self._spaces.pop(policy, None)
+
+    async def ping(self) -> None:
+        """Always reachable."""
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,64 @@
+"""Run the Alembic migrations of ``migrations/`` from the application.
+
+``upgrade_head(url)`` is what the app calls on start when configured to. On PostgreSQL
+it holds an advisory lock while migrating, so several app processes starting at once
+migrate one after the other (the later ones find the schema at head and do nothing).
+Alembic keeps its migration context in module globals, so call these from one thread
+of a process at a time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
+
+from service.storage.base import StoreUnavailableError
+from service.storage.schema import create_log_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+# An arbitrary 64-bit key for pg_advisory_lock, shared by every process of the service.
+_LOCK_KEY = 0x62616E646974  # "bandit"
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic config for ``migrations/`` (the ``alembic.ini`` at the repository root
+    serves the ``alembic`` command line), optionally bound to ``url`` (otherwise
+    ``env.py`` reads BANDIT_DATABASE_URL)."""
+    config = Config()
+    config.set_main_option("script_location", str(ROOT / "migrations"))
+    config.attributes["configure_logger"] = False
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def _run(url: str, action: str, revision: str) -> None:
+    config = alembic_config(url)
+    engine = create_log_engine(url)
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                # session-level: held until the connection closes (engine.dispose below)
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _LOCK_KEY})
+                conn.commit()
+            config.attributes["connection"] = conn
+            getattr(command, action)(config, revision)
+            conn.commit()
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+        raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
+    finally:
+        engine.dispose()
+
+
+def upgrade_head(url: str) -> None:
+    """Migrate the event-log database at ``url`` to the newest schema."""
+    _run(url, "upgrade", "head")
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    """Migrate the database at ``url`` down to ``revision`` (``base``: no tables)."""
+    _run(url, "downgrade", revision)

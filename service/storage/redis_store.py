@@ -1,0 +1,284 @@
+"""Redis :class:`~service.storage.base.StateStore` on ``redis.asyncio``.
+
+Key layout (every key of a policy shares the hash tag ``{<policy>}``, so a policy lives
+in one Redis Cluster slot and its Lua scripts touch a single slot)::
+
+    bandit:{p}:k:<key>     value bytes of the state part <key> (arm:<id>, shared, ...)
+    bandit:{p}:versions    hash <key> -> version of that value (absent: version 0)
+    bandit:{p}:clock       counter the versions are drawn from
+    bandit:{p}:counters    hash <name> -> float (HINCRBYFLOAT)
+    bandit:{p}:deadlines   sorted set event id -> deadline (unix seconds)
+    bandit:policies        set of policy names                 (global)
+    bandit:event:<id>      owning policy of an event, SET NX EX (global)
+
+``read`` is one Lua script (one round trip) that compares versions server-side and
+returns only the values that changed. ``transact`` is optimistic: one atomic read of
+values and versions, ``fn`` in this process, then a Lua compare-and-set that writes
+only if none of the keys' versions moved; on a conflict it retries with fresh values
+after a jittered exponential backoff ("full jitter"), and raises
+:class:`TransactionConflictError` after ``max_attempts``. Two transactions on disjoint
+keys of one policy never conflict.
+
+A policy's clock starts at the current time in microseconds, so versions after
+``delete_policy`` and re-creation are larger than any version of the old incarnation
+(unless it sustained more than a million writes a second), and caches keyed by version
+across replicas never mistake an old value for a new one.
+
+Every failure of Redis (unreachable, timeout, error reply) is raised as
+:class:`StoreUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from bandit_core.errors import InvalidInputError
+from service.storage._common import check_ttl, checked_writes
+from service.storage.base import (
+    StoreUnavailableError,
+    TransactionConflictError,
+    TransactionFn,
+    VersionedValue,
+)
+
+T = TypeVar("T")
+
+# KEYS: versions hash, value keys...; ARGV: field and known version (-1: unknown) per key.
+# Returns flat triples (index, version, data) for the keys whose version differs.
+_READ = """
+local out = {}
+for i = 2, #KEYS do
+  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[2 * i - 3]) or '0')
+  if v ~= tonumber(ARGV[2 * i - 2]) then
+    out[#out + 1] = i - 1
+    out[#out + 1] = v
+    out[#out + 1] = (v > 0 and redis.call('GET', KEYS[i])) or ''
+  end
+end
+return out
+"""
+
+# KEYS: versions hash, clock, value keys...; ARGV: clock seed, then per key its field,
+# the version the transaction read, and an op ('' keep, 's' set, 'd' delete), then the
+# data of each 's' in key order. Returns the new version, or -1 when a version moved.
+_COMMIT = """
+local n = #KEYS - 2
+for i = 1, n do
+  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[3 * i - 1]) or '0')
+  if v ~= tonumber(ARGV[3 * i]) then return -1 end
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[1]) end
+local version = redis.call('INCR', KEYS[2])
+local d = 3 * n + 2
+for i = 1, n do
+  local op = ARGV[3 * i + 1]
+  if op == 's' then
+    redis.call('SET', KEYS[i + 2], ARGV[d])
+    redis.call('HSET', KEYS[1], ARGV[3 * i - 1], version)
+    d = d + 1
+  elseif op == 'd' then
+    redis.call('DEL', KEYS[i + 2])
+    redis.call('HDEL', KEYS[1], ARGV[3 * i - 1])
+  end
+end
+return version
+"""
+
+# KEYS: versions, clock, counters, deadlines; ARGV: the value-key prefix.
+_DELETE = """
+local fields = redis.call('HKEYS', KEYS[1])
+for _, f in ipairs(fields) do redis.call('DEL', ARGV[1] .. f) end
+return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+"""
+
+
+class RedisStateStore:
+    """State of every policy in Redis; safe to share between app processes.
+
+    ``url`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL. ``max_attempts``,
+    ``backoff_base`` and ``backoff_cap`` (seconds) bound the optimistic retries of
+    :meth:`transact`.
+    """
+
+    POLICIES_KEY = "bandit:policies"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        socket_timeout: float = 2.0,
+        max_attempts: int = 100,
+        backoff_base: float = 0.0005,
+        backoff_cap: float = 0.05,
+        max_connections: int = 64,
+    ) -> None:
+        if max_attempts < 1:
+            raise InvalidInputError(f"max_attempts must be >= 1, but got {max_attempts}")
+        self._redis: aioredis.Redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            health_check_interval=30,
+            max_connections=max_connections,
+        )
+        self._read_script = self._redis.register_script(_READ)
+        self._commit_script = self._redis.register_script(_COMMIT)
+        self._delete_script = self._redis.register_script(_DELETE)
+        self._max_attempts = max_attempts
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+
+    @staticmethod
+    def _prefix(policy: str) -> str:
+        if not policy or "{" in policy or "}" in policy:
+            raise InvalidInputError(
+                f"policy must be a non-empty name without braces, but got {policy!r}"
+            )
+        return f"bandit:{{{policy}}}:"
+
+    async def _call(self, awaitable: Awaitable[T]) -> T:
+        try:
+            return await awaitable
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+    async def _read(
+        self, policy: str, keys: Sequence[str], known: Mapping[str, int]
+    ) -> dict[str, VersionedValue]:
+        prefix = self._prefix(policy)
+        args: list[Any] = []
+        for key in keys:
+            args += [key, known.get(key, -1)]
+        flat = await self._call(
+            self._read_script(
+                keys=[prefix + "versions", *(prefix + "k:" + k for k in keys)], args=args
+            )
+        )
+        out: dict[str, VersionedValue] = {}
+        for i in range(0, len(flat), 3):
+            version = int(flat[i + 1])
+            out[keys[int(flat[i]) - 1]] = VersionedValue(version, flat[i + 2] if version else None)
+        return out
+
+    async def read(
+        self, policy: str, keys: Sequence[str], known_versions: Mapping[str, int]
+    ) -> dict[str, VersionedValue]:
+        """Values of ``keys`` whose version differs from ``known_versions``, one round trip."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return {}
+        return await self._read(policy, keys, known_versions)
+
+    async def transact(self, policy: str, keys: Sequence[str], fn: TransactionFn) -> dict[str, int]:
+        """Optimistic read-modify-write of ``keys`` (see the module docstring)."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            checked_writes(keys, fn({}))
+            return {}
+        prefix = self._prefix(policy)
+        redis_keys = [prefix + "versions", prefix + "clock", *(prefix + "k:" + k for k in keys)]
+        for attempt in range(self._max_attempts):
+            current = await self._read(policy, keys, {})
+            writes = checked_writes(keys, fn({k: current[k].data for k in keys}))
+            if not writes:
+                return {}
+            args: list[Any] = [time.time_ns() // 1000]
+            data: list[bytes] = []
+            for key in keys:
+                op = "" if key not in writes else ("d" if writes[key] is None else "s")
+                args += [key, current[key].version, op]
+                if op == "s":
+                    data.append(writes[key])  # type: ignore[arg-type]
+            version = int(await self._call(self._commit_script(keys=redis_keys, args=args + data)))
+            if version >= 0:
+                return {key: version for key in writes}
+            delay = min(self._backoff_cap, self._backoff_base * 2**attempt)
+            await asyncio.sleep(random.uniform(0, delay))
+        raise TransactionConflictError(
+            f"transaction on policy {policy!r} keys {keys} conflicted {self._max_attempts} times"
+        )
+
+    async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
+        """HINCRBYFLOAT each increment, all in one MULTI/EXEC."""
+        if not increments:
+            return
+        key = self._prefix(policy) + "counters"
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for name, delta in increments.items():
+                pipe.hincrbyfloat(key, name, float(delta))
+            await self._call(pipe.execute())
+
+    async def counters(self, policy: str) -> dict[str, float]:
+        """All counters of ``policy``."""
+        raw = await self._call(self._redis.hgetall(self._prefix(policy) + "counters"))
+        return {name.decode(): float(value) for name, value in raw.items()}
+
+    async def register_event(self, event_id: str, policy: str, ttl_seconds: float) -> bool:
+        """``SET bandit:event:<id> <policy> NX PX <ttl>``."""
+        check_ttl(ttl_seconds)
+        ok = await self._call(
+            self._redis.set(
+                f"bandit:event:{event_id}", policy, nx=True, px=max(1, round(ttl_seconds * 1000))
+            )
+        )
+        return bool(ok)
+
+    async def event_policy(self, event_id: str) -> str | None:
+        """Owner of ``event_id`` unless unknown or expired."""
+        raw = await self._call(self._redis.get(f"bandit:event:{event_id}"))
+        return None if raw is None else raw.decode()
+
+    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
+        """ZADD to the policy's deadline index."""
+        await self._call(self._redis.zadd(self._prefix(policy) + "deadlines", {event_id: deadline}))
+
+    async def unschedule(self, policy: str, event_id: str) -> None:
+        """ZREM from the policy's deadline index."""
+        await self._call(self._redis.zrem(self._prefix(policy) + "deadlines", event_id))
+
+    async def due_events(self, policy: str, now: float, limit: int) -> list[str]:
+        """ZRANGEBYSCORE -inf..now, oldest first."""
+        if limit <= 0:
+            return []
+        raw = await self._call(
+            self._redis.zrangebyscore(
+                self._prefix(policy) + "deadlines", "-inf", now, start=0, num=limit
+            )
+        )
+        return [member.decode() for member in raw]
+
+    async def list_policies(self) -> list[str]:
+        """Sorted names in ``bandit:policies``."""
+        raw = await self._call(self._redis.smembers(self.POLICIES_KEY))
+        return sorted(member.decode() for member in raw)
+
+    async def add_policy(self, policy: str) -> None:
+        """SADD to ``bandit:policies``."""
+        self._prefix(policy)
+        await self._call(self._redis.sadd(self.POLICIES_KEY, policy))
+
+    async def delete_policy(self, policy: str) -> None:
+        """SREM the name, then delete every key of the namespace in one script."""
+        prefix = self._prefix(policy)
+        await self._call(self._redis.srem(self.POLICIES_KEY, policy))
+        await self._call(
+            self._delete_script(
+                keys=[prefix + s for s in ("versions", "clock", "counters", "deadlines")],
+                args=[prefix + "k:"],
+            )
+        )
+
+    async def ping(self) -> None:
+        """PING, or raise :class:`StoreUnavailableError`."""
+        await self._call(self._redis.ping())
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._redis.aclose()

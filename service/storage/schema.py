@@ -1,0 +1,130 @@
+"""Tables of the event log (SQLAlchemy Core) and the engine for ``BANDIT_DATABASE_URL``.
+
+The Alembic migrations in ``migrations/`` own the schema; this metadata mirrors them
+(``tests/migrations`` checks that autogenerate finds no difference). Times are unix
+seconds as double precision, so records round-trip exactly on both dialects;
+JSON columns are JSONB on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL, Engine, make_url
+
+from bandit_core.errors import ConfigError
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+Json = sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+policies = sa.Table(
+    "policies",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("config", Json, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+decisions = sa.Table(
+    "decisions",
+    metadata,
+    sa.Column("event_id", sa.Text, primary_key=True),
+    sa.Column("policy", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("user_id", sa.Text, nullable=True),
+    sa.Column("context", Json, nullable=False),
+    sa.Column("candidates", Json, nullable=False),
+    sa.Column("arm_id", sa.Text, nullable=False),
+    sa.Column("propensity", sa.Double, nullable=False),
+    sa.Column("scores", Json, nullable=False),
+    sa.Column("model_version", sa.BigInteger, nullable=False),
+    sa.Column("explored", sa.Boolean, nullable=False),
+    sa.Column("guardrail", Json, nullable=True),
+    sa.Column("degraded", sa.Boolean, nullable=False),
+    sa.Index(None, "policy", "created_at", "event_id"),
+)
+
+rewards = sa.Table(
+    "rewards",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    # No foreign key to decisions: a replica may log a reward before another replica's
+    # spooled decision reaches the database.
+    sa.Column("event_id", sa.Text, nullable=False, unique=True),
+    sa.Column("policy", sa.Text, nullable=False),
+    sa.Column("arm_id", sa.Text, nullable=False),
+    sa.Column("value", sa.Double, nullable=False),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.CheckConstraint("source IN ('explicit', 'default')", name="source"),
+    sa.Index(None, "policy", "created_at"),
+)
+
+model_snapshots = sa.Table(
+    "model_snapshots",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("policy", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("model_version", sa.BigInteger, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("meta", Json, nullable=False),
+    sa.Index(None, "policy", "created_at"),
+)
+
+
+def database_url(url: str | URL) -> URL:
+    """The SQLAlchemy URL for a plain ``postgresql://`` (psycopg 3) or ``sqlite:///`` URL;
+    an explicit ``dialect+driver`` is kept."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.drivername in ("postgresql", "postgres"):
+        return parsed.set(drivername="postgresql+psycopg")
+    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
+        raise ConfigError(
+            f"BANDIT_DATABASE_URL must be a postgresql:// or sqlite:/// URL, but got "
+            f"{parsed.render_as_string(hide_password=True)!r}"
+        )
+    return parsed
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+def create_log_engine(url: str | URL, *, connect_timeout: float = 5.0) -> Engine:
+    """An engine for the event log: psycopg 3 with a connect timeout and pre-ping on
+    PostgreSQL; WAL and a busy timeout on SQLite (whose parent directory is created)."""
+    parsed = database_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            # if this fails, connecting reports it (as StoreUnavailableError in the log)
+            with contextlib.suppress(OSError):
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(parsed, connect_args={"check_same_thread": False})
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return sa.create_engine(
+        parsed,
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": max(1, round(connect_timeout))},
+    )

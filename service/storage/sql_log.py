@@ -1,0 +1,186 @@
+"""SQLAlchemy 2 :class:`~service.storage.base.EventLog` on PostgreSQL or SQLite.
+
+The schema comes from the Alembic migrations (``service.storage.migrate.upgrade_head``);
+this class never creates tables. ``append`` inserts with ``ON CONFLICT DO NOTHING`` on
+the event id (both dialects), so re-sending a batch -- the writer's retry after a
+failure, or a spool flushed twice -- logs every decision and reward exactly once.
+``iter_events`` streams with a server-side cursor on PostgreSQL. A database that cannot
+be reached raises :class:`StoreUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from service.storage.base import (
+    DecisionRecord,
+    LoggedEvent,
+    RewardRecord,
+    Snapshot,
+    StoreUnavailableError,
+)
+from service.storage.schema import (
+    create_log_engine,
+    decisions,
+    model_snapshots,
+    policies,
+    rewards,
+)
+
+_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+_DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
+_REWARD_FIELDS = [f.name for f in dataclasses.fields(RewardRecord)]
+
+
+class SqlEventLog:
+    """The event log in the database at ``url`` (``postgresql://`` or ``sqlite:///``)."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 5.0) -> None:
+        self._engine: Engine = create_log_engine(url, connect_timeout=connect_timeout)
+        dialect = self._engine.dialect.name
+        self._insert: Callable[[sa.Table], Any] = (
+            postgresql.insert if dialect == "postgresql" else sqlite.insert
+        )
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (for migrations and tests)."""
+        return self._engine
+
+    @contextmanager
+    def _begin(self) -> Iterator[Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
+
+    def append(
+        self, decisions_: Sequence[DecisionRecord], rewards_: Sequence[RewardRecord]
+    ) -> None:
+        """Insert a batch in one transaction, skipping event ids already logged."""
+        if not decisions_ and not rewards_:
+            return
+        with self._begin() as conn:
+            if decisions_:
+                conn.execute(
+                    self._insert(decisions).on_conflict_do_nothing(index_elements=["event_id"]),
+                    [dataclasses.asdict(d) for d in decisions_],
+                )
+            if rewards_:
+                conn.execute(
+                    self._insert(rewards).on_conflict_do_nothing(index_elements=["event_id"]),
+                    [dataclasses.asdict(r) for r in rewards_],
+                )
+
+    def upsert_policy(self, name: str, config: dict[str, Any]) -> None:
+        """Insert or replace the config of ``name``."""
+        now = time.time()
+        stmt = self._insert(policies).values(
+            name=name, config=config, created_at=now, updated_at=now
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["name"],
+            set_={"config": stmt.excluded.config, "updated_at": stmt.excluded.updated_at},
+        )
+        with self._begin() as conn:
+            conn.execute(stmt)
+
+    def delete_policy(self, name: str) -> None:
+        """Delete the policy's config, decisions, rewards and snapshots, so a new policy
+        of that name never replays the old one's events."""
+        with self._begin() as conn:
+            conn.execute(sa.delete(policies).where(policies.c.name == name))
+            for table in (decisions, rewards, model_snapshots):
+                conn.execute(sa.delete(table).where(table.c.policy == name))
+
+    def policies(self) -> dict[str, dict[str, Any]]:
+        """Configs by policy name."""
+        with self._begin() as conn:
+            rows = conn.execute(sa.select(policies.c.name, policies.c.config))
+            return {name: config for name, config in rows}
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        """Store a serialized whole-policy state."""
+        with self._begin() as conn:
+            conn.execute(sa.insert(model_snapshots).values(**dataclasses.asdict(snapshot)))
+
+    def latest_snapshot(self, policy: str) -> Snapshot | None:
+        """The most recent snapshot of ``policy`` (by time, then insertion)."""
+        cols = [
+            model_snapshots.c[name]
+            for name in ("policy", "created_at", "model_version", "data", "meta")
+        ]
+        query = (
+            sa.select(*cols)
+            .where(model_snapshots.c.policy == policy)
+            .order_by(model_snapshots.c.created_at.desc(), model_snapshots.c.id.desc())
+            .limit(1)
+        )
+        with self._begin() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else Snapshot(**row._mapping)
+
+    def iter_events(
+        self,
+        policy: str,
+        since: float | None = None,
+        until: float | None = None,
+        batch_size: int = 1000,
+    ) -> Iterator[LoggedEvent]:
+        """Decisions of ``policy`` with ``since <= created_at < until`` in (time, event id)
+        order, each with its reward, fetched ``batch_size`` rows at a time."""
+        reward_cols = [rewards.c[name].label(f"r_{name}") for name in _REWARD_FIELDS]
+        query = (
+            sa.select(*(decisions.c[name] for name in _DECISION_FIELDS), *reward_cols)
+            .select_from(decisions.outerjoin(rewards, rewards.c.event_id == decisions.c.event_id))
+            .where(decisions.c.policy == policy)
+            .order_by(decisions.c.created_at, decisions.c.event_id)
+        )
+        if since is not None:
+            query = query.where(decisions.c.created_at >= since)
+        if until is not None:
+            query = query.where(decisions.c.created_at < until)
+        with self._begin() as conn:
+            result = conn.execution_options(yield_per=batch_size).execute(query)
+            for rows in result.partitions():
+                for row in rows:
+                    yield _logged_event(row._mapping)
+
+    def count(self, policy: str | None = None) -> tuple[int, int]:
+        """``(decisions, rewards)`` logged, for ``policy`` or all."""
+        counts = []
+        with self._begin() as conn:
+            for table in (decisions, rewards):
+                query = sa.select(sa.func.count()).select_from(table)
+                if policy is not None:
+                    query = query.where(table.c.policy == policy)
+                counts.append(int(conn.execute(query).scalar_one()))
+        return counts[0], counts[1]
+
+    def ping(self) -> None:
+        """``SELECT 1``, or raise :class:`StoreUnavailableError`."""
+        with self._begin() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def close(self) -> None:
+        """Dispose of the connection pool."""
+        self._engine.dispose()
+
+
+def _logged_event(row: Any) -> LoggedEvent:
+    decision = DecisionRecord(**{name: row[name] for name in _DECISION_FIELDS})
+    if row["r_event_id"] is None:
+        return LoggedEvent(decision)
+    return LoggedEvent(
+        decision, RewardRecord(**{name: row[f"r_{name}"] for name in _REWARD_FIELDS})
+    )

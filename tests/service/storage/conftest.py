@@ -1,0 +1,10 @@
+"""Storage tests run against the real Redis and PostgreSQL of the machine."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,199 @@
+"""SqlEventLog on the real PostgreSQL (a throwaway schema) and on a SQLite file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from bandit_core.errors import ConfigError
+from service.storage.base import (
+    DecisionRecord,
+    LoggedEvent,
+    RewardRecord,
+    Snapshot,
+    StoreUnavailableError,
+)
+from service.storage.migrate import upgrade_head
+from service.storage.schema import database_url
+from service.storage.sql_log import SqlEventLog
+from tests.databases import database
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlEventLog]:
+    with database(request.param, tmp_path) as url:
+        upgrade_head(url)
+        event_log = SqlEventLog(url)
+        yield event_log
+        event_log.close()
+
+
+def decision(i: int, policy: str = "p", t: float | None = None, **kw: object) -> DecisionRecord:
+    return DecisionRecord(
+        **{
+            "event_id": f"e{i:05d}",
+            "policy": policy,
+            "created_at": 1_700_000_000.123456789 + i if t is None else t,
+            "context": {"age": 0.1 * i, "tags": [1.5, -2.25e-7]} if i % 2 else [0.1 * i, 1 / 3],
+            "candidates": [{"id": "a", "features": [1.0, 0.1 + i]}, {"id": "b", "features": None}],
+            "arm_id": "a",
+            "propensity": 0.9 + 1e-12,
+            "scores": [0.5, 1 / 7],
+            "model_version": 2**40 + i,
+            **kw,
+        }
+    )
+
+
+def reward(i: int, policy: str = "p", value: float = 1.0, source: str = "explicit") -> RewardRecord:
+    return RewardRecord(
+        event_id=f"e{i:05d}",
+        policy=policy,
+        arm_id="a",
+        value=value,
+        source=source,
+        created_at=1_700_000_100.987654321 + i,
+    )
+
+
+def test_append_round_trips_records_exactly(log: SqlEventLog) -> None:
+    d = decision(
+        1, user_id="u-1", explored=True, guardrail={"blocked": {"b": "risk"}}, degraded=True
+    )
+    plain = decision(2)
+    r = reward(1, value=-0.125, source="default")
+    log.append([d, plain], [r])
+    assert list(log.iter_events("p")) == [LoggedEvent(d, r), LoggedEvent(plain, None)]
+
+
+def test_append_is_idempotent_on_event_id(log: SqlEventLog) -> None:
+    log.append([decision(1), decision(2)], [reward(1)])
+    # a re-sent batch, a changed duplicate and a second reward for the same event
+    log.append(
+        [decision(1), decision(2, arm_id="b"), decision(3)], [reward(1, value=0.0), reward(2)]
+    )
+    log.append([], [reward(2, value=5.0)])
+    assert log.count("p") == (3, 2)
+    events = list(log.iter_events("p"))
+    assert [e.decision.arm_id for e in events] == ["a", "a", "a"]
+    assert [e.reward.value if e.reward else None for e in events] == [1.0, 1.0, None]
+
+
+def test_iter_events_orders_by_time_then_id_and_filters_by_range(log: SqlEventLog) -> None:
+    records = [decision(i, t=1000.0 + (i * 7919) % 50) for i in range(200)]
+    records += [decision(i, t=1010.0) for i in range(300, 305)]  # ties broken by event id
+    records.append(decision(999, policy="other", t=1020.0))
+    log.append(records[:120], [])
+    log.append(records[120:], [reward(i) for i in range(0, 200, 3)])
+    mine = sorted((r for r in records if r.policy == "p"), key=lambda r: (r.created_at, r.event_id))
+    got = list(log.iter_events("p", batch_size=7))
+    assert [e.decision for e in got] == mine
+    assert sum(e.reward is not None for e in got) == len(range(0, 200, 3))
+    window = [e.decision for e in log.iter_events("p", since=1010.0, until=1020.0, batch_size=3)]
+    assert window == [r for r in mine if 1010.0 <= r.created_at < 1020.0]
+    assert window[:6][0].created_at == 1010.0 and len(window) > 5
+    assert list(log.iter_events("nobody")) == []
+
+
+def test_count_per_policy_and_total(log: SqlEventLog) -> None:
+    assert log.count() == (0, 0)
+    log.append(
+        [decision(i) for i in range(5)] + [decision(9, policy="q")], [reward(0), reward(9, "q")]
+    )
+    assert log.count("p") == (5, 1)
+    assert log.count("q") == (1, 1)
+    assert log.count() == (6, 2)
+
+
+def test_rewards_source_is_constrained(log: SqlEventLog) -> None:
+    with pytest.raises(sa.exc.IntegrityError, match="(?i)check"):
+        log.append([], [reward(1, source="made-up")])
+    assert log.count() == (0, 0)
+
+
+def test_snapshots_latest_by_time(log: SqlEventLog) -> None:
+    assert log.latest_snapshot("p") is None
+    old = Snapshot("p", 10.0, 3, b"\x00old\xff", {"algorithm": "linucb"})
+    new = Snapshot("p", 20.0, 7, bytes(range(256)) * 100, {"algorithm": "linucb", "d": 5})
+    log.save_snapshot(new)
+    log.save_snapshot(old)
+    log.save_snapshot(Snapshot("q", 30.0, 1, b"q"))
+    assert log.latest_snapshot("p") == new
+    assert log.latest_snapshot("q") == Snapshot("q", 30.0, 1, b"q", {})
+
+
+def test_policies_upsert_and_delete(log: SqlEventLog) -> None:
+    log.upsert_policy("p", {"algorithm": "linucb", "dimension": 3})
+    log.upsert_policy("q", {"algorithm": "hare"})
+    log.upsert_policy("p", {"algorithm": "linucb", "dimension": 4})
+    assert log.policies() == {
+        "p": {"algorithm": "linucb", "dimension": 4},
+        "q": {"algorithm": "hare"},
+    }
+    log.append([decision(1), decision(2, policy="q")], [reward(1)])
+    log.save_snapshot(Snapshot("p", 1.0, 1, b"s"))
+    log.delete_policy("p")
+    assert log.policies() == {"q": {"algorithm": "hare"}}
+    assert log.count("p") == (0, 0) and log.latest_snapshot("p") is None
+    assert log.count("q") == (1, 0)
+
+
+def test_ping(log: SqlEventLog) -> None:
+    log.ping()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres@127.0.0.1:1/test",
+        "sqlite:////proc/no-such-dir/x.db",
+    ],
+)
+def test_unreachable_database_raises_store_unavailable(url: str) -> None:
+    log = SqlEventLog(url, connect_timeout=1)
+    with pytest.raises(StoreUnavailableError, match="event log database"):
+        log.append([decision(1)], [])
+    with pytest.raises(StoreUnavailableError, match="event log database"):
+        log.ping()
+    with pytest.raises(StoreUnavailableError, match="event log database"):
+        list(log.iter_events("p"))
+    log.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [
+        ("postgresql://u@h/db", "postgresql+psycopg"),
+        ("postgres://u@h/db", "postgresql+psycopg"),
+        ("postgresql+psycopg://u@h/db", "postgresql+psycopg"),
+        ("sqlite:///x.db", "sqlite"),
+    ],
+)
+def test_database_url_picks_the_driver(url: str, driver: str) -> None:
+    assert database_url(url).drivername == driver
+
+
+def test_database_url_rejects_other_databases() -> None:
+    with pytest.raises(
+        ConfigError, match=r"must be a postgresql:// or sqlite:/// URL, but got 'mysql"
+    ):
+        database_url("mysql://u@h/db")
+
+
+def test_postgres_streams_with_a_server_side_cursor(tmp_path: Path) -> None:
+    with database("postgresql", tmp_path) as url:
+        upgrade_head(url)
+        log = SqlEventLog(url)
+        log.append([decision(i) for i in range(3)], [])
+        cursors: list[str] = []
+        sa.event.listen(
+            log.engine,
+            "before_cursor_execute",
+            lambda conn, cursor, *a: cursors.append(type(cursor).__name__),
+        )
+        assert len(list(log.iter_events("p", batch_size=2))) == 3
+        log.close()
+    assert cursors == ["ServerCursor"]

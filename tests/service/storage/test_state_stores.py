@@ -1,0 +1,399 @@
+"""Both StateStore implementations against the same contract (Redis: the real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import struct
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bandit_core.errors import InvalidInputError
+from service.storage.base import (
+    StateStore,
+    StoreUnavailableError,
+    TransactionConflictError,
+    VersionedValue,
+)
+from service.storage.memory_store import InProcessStateStore
+from service.storage.redis_store import RedisStateStore
+from tests.databases import REDIS_URL
+
+pytestmark = pytest.mark.anyio
+
+
+def _int(data: bytes | None) -> int:
+    return 0 if data is None else struct.unpack("<q", data)[0]
+
+
+def _pack(n: int) -> bytes:
+    return struct.pack("<q", n)
+
+
+def _increment(key: str):
+    return lambda values: {key: _pack(_int(values[key]) + 1)}
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
+    s: StateStore = (
+        InProcessStateStore() if request.param == "memory" else RedisStateStore(REDIS_URL)
+    )
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def policy(store: StateStore) -> AsyncIterator[str]:
+    name = f"test-{uuid.uuid4().hex}"
+    yield name
+    await store.delete_policy(name)
+
+
+def _redis_keys(policy: str) -> list[bytes]:
+    return list(redis.Redis.from_url(REDIS_URL).scan_iter(match=f"bandit:{{{policy}}}:*"))
+
+
+async def test_read_returns_only_changed_keys(store: StateStore, policy: str) -> None:
+    assert await store.read(policy, ["a", "b"], {}) == {
+        "a": VersionedValue(0, None),
+        "b": VersionedValue(0, None),
+    }
+    assert await store.read(policy, ["a", "b"], {"a": 0, "b": 0}) == {}
+    versions = await store.transact(policy, ["a", "b"], lambda v: {"a": b"A1", "b": b"B1"})
+    assert set(versions) == {"a", "b"} and min(versions.values()) > 0
+    got = await store.read(policy, ["a", "b"], {"a": 0, "b": versions["b"]})
+    assert got == {"a": VersionedValue(versions["a"], b"A1")}
+    assert await store.read(policy, ["a", "b"], versions) == {}
+    # writing one key bumps only that key's version, strictly upwards
+    v2 = await store.transact(policy, ["a", "b"], lambda v: {"a": v["a"] + b"+"})
+    assert list(v2) == ["a"] and v2["a"] > versions["a"]
+    assert await store.read(policy, ["a", "b"], versions) == {"a": VersionedValue(v2["a"], b"A1+")}
+    # deleting returns the key to version 0
+    await store.transact(policy, ["a"], lambda v: {"a": None})
+    assert await store.read(policy, ["a"], v2) == {"a": VersionedValue(0, None)}
+    assert await store.read(policy, ["a"], {"a": 0}) == {}
+
+
+async def test_versions_are_not_reused_after_delete_policy(store: StateStore, policy: str) -> None:
+    before = await store.transact(policy, ["k"], lambda v: {"k": b"old"})
+    await store.delete_policy(policy)
+    assert await store.read(policy, ["k"], before) == {"k": VersionedValue(0, None)}
+    after = await store.transact(policy, ["k"], lambda v: {"k": b"new"})
+    assert after["k"] > before["k"]
+    assert await store.read(policy, ["k"], before) == {"k": VersionedValue(after["k"], b"new")}
+
+
+async def test_transaction_sees_values_and_writes_only_returned_keys(
+    store: StateStore, policy: str
+) -> None:
+    await store.transact(policy, ["x", "y"], lambda v: {"x": b"1", "y": b"2"})
+    seen: list[dict[str, bytes | None]] = []
+
+    def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        seen.append(dict(values))
+        return {"y": values["x"] + values["y"]}
+
+    await store.transact(policy, ["x", "y", "z"], fn)
+    assert seen == [{"x": b"1", "y": b"2", "z": None}]
+    got = await store.read(policy, ["x", "y", "z"], {})
+    assert {k: v.data for k, v in got.items()} == {"x": b"1", "y": b"12", "z": None}
+
+
+async def test_exception_in_fn_aborts_with_nothing_written(store: StateStore, policy: str) -> None:
+    first = await store.transact(policy, ["x"], lambda v: {"x": b"keep"})
+
+    def boom(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        raise RuntimeError("model update failed")
+
+    with pytest.raises(RuntimeError, match="model update failed"):
+        await store.transact(policy, ["x", "new"], boom)
+    assert await store.read(policy, ["x", "new"], {**first, "new": 0}) == {}
+
+
+@pytest.mark.parametrize(
+    ("writes", "match"),
+    [
+        ({"other": b"v"}, r"writes must be among keys \['x'\], but got \['other'\]"),
+        ({"x": "text"}, r"value for 'x' must be bytes or None, but got str"),
+    ],
+)
+async def test_invalid_writes_abort(
+    store: StateStore, policy: str, writes: dict, match: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        await store.transact(policy, ["x"], lambda v: writes)
+    assert await store.read(policy, ["x", "other"], {"x": 0, "other": 0}) == {}
+
+
+async def test_concurrent_tasks_lose_no_update(store: StateStore, policy: str) -> None:
+    async def worker() -> None:
+        for _ in range(25):
+            await store.transact(policy, ["n"], _increment("n"))
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    assert _int((await store.read(policy, ["n"], {}))["n"].data) == 200
+
+
+async def test_counters(store: StateStore, policy: str) -> None:
+    assert await store.counters(policy) == {}
+    await store.add_counters(policy, {"pulls:a": 1, "reward_sum:a": 0.25})
+    await asyncio.gather(
+        *(store.add_counters(policy, {"pulls:a": 1, "pulls:b": 2}) for _ in range(10))
+    )
+    assert await store.counters(policy) == {"pulls:a": 11.0, "pulls:b": 20.0, "reward_sum:a": 0.25}
+
+
+async def test_event_registry_is_first_come_and_expires(store: StateStore, policy: str) -> None:
+    event = uuid.uuid4().hex
+    assert await store.event_policy(event) is None
+    assert await store.register_event(event, policy, ttl_seconds=0.3) is True
+    assert await store.register_event(event, "someone-else", ttl_seconds=10) is False
+    assert await store.event_policy(event) == policy
+    await asyncio.sleep(0.45)
+    assert await store.event_policy(event) is None
+    assert await store.register_event(event, "someone-else", ttl_seconds=10) is True
+    assert await store.event_policy(event) == "someone-else"
+    if isinstance(store, RedisStateStore):
+        redis.Redis.from_url(REDIS_URL).delete(f"bandit:event:{event}")
+
+
+@pytest.mark.parametrize("ttl", [0, -1.0, float("inf"), float("nan")])
+async def test_event_ttl_must_be_positive(store: StateStore, policy: str, ttl: float) -> None:
+    with pytest.raises(InvalidInputError, match="ttl_seconds must be a finite number > 0"):
+        await store.register_event(uuid.uuid4().hex, policy, ttl)
+
+
+async def test_deadline_index(store: StateStore, policy: str) -> None:
+    now = time.time()
+    await store.schedule(policy, "late", now + 60)
+    await store.schedule(policy, "b", now - 5)
+    await store.schedule(policy, "a", now - 5)
+    await store.schedule(policy, "first", now - 10)
+    assert await store.due_events(policy, now, limit=10) == ["first", "a", "b"]
+    assert await store.due_events(policy, now, limit=2) == ["first", "a"]
+    await store.unschedule(policy, "first")
+    await store.unschedule(policy, "never-scheduled")
+    await store.schedule(policy, "b", now + 120)  # rescheduling moves it
+    assert await store.due_events(policy, now, limit=10) == ["a"]
+    assert await store.due_events(policy, now + 100, limit=10) == ["a", "late"]
+    assert await store.due_events(policy, now, limit=0) == []
+
+
+async def test_policies_and_delete_policy(store: StateStore, policy: str) -> None:
+    await store.add_policy(policy)
+    await store.add_policy(policy)
+    assert (await store.list_policies()).count(policy) == 1
+    await store.transact(policy, ["arm:1", "shared"], lambda v: {"arm:1": b"s", "shared": b"t"})
+    await store.add_counters(policy, {"pulls:1": 1})
+    await store.schedule(policy, "e", 1.0)
+    if isinstance(store, RedisStateStore):
+        assert len(_redis_keys(policy)) == 6  # 2 values, versions, clock, counters, deadlines
+    await store.delete_policy(policy)
+    assert policy not in await store.list_policies()
+    assert await store.read(policy, ["arm:1", "shared"], {"arm:1": 0, "shared": 0}) == {}
+    assert await store.counters(policy) == {}
+    assert await store.due_events(policy, 2.0, 10) == []
+    if isinstance(store, RedisStateStore):
+        assert _redis_keys(policy) == []
+
+
+async def test_ping(store: StateStore) -> None:
+    await store.ping()
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.sampled_from("abc"), st.binary(max_size=8)),
+        st.tuples(st.just("del"), st.sampled_from("abc")),
+        st.tuples(st.just("swap"), st.just("a"), st.just("b")),
+        st.tuples(st.just("drop")),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops)
+def test_both_stores_agree_on_any_sequence_of_writes(sequence: list[tuple]) -> None:
+    """Same data after every step; version 0 exactly for missing keys; a written key's
+    version only grows; an unchanged key keeps its version."""
+
+    async def run(store: StateStore, policy: str) -> list[dict[str, bytes | None]]:
+        seen: list[dict[str, bytes | None]] = []
+        last: dict[str, int] = {}
+        for op in sequence:
+            if op[0] == "set":
+                await store.transact(policy, [op[1]], lambda v, op=op: {op[1]: op[2]})
+            elif op[0] == "del":
+                await store.transact(policy, [op[1]], lambda v, op=op: {op[1]: None})
+            elif op[0] == "swap":
+                await store.transact(policy, ["a", "b"], lambda v: {"a": v["b"], "b": v["a"]})
+            else:
+                await store.delete_policy(policy)
+            got = await store.read(policy, ["a", "b", "c"], {})
+            for key, value in got.items():
+                assert (value.version == 0) == (value.data is None)
+                if value.version and op[0] != "drop" and key in op[1:2]:
+                    assert value.version > last.get(key, 0)
+                elif value.version and key not in op[1:]:
+                    assert value.version == last.get(key, value.version)
+                last[key] = value.version
+            seen.append({k: v.data for k, v in got.items()})
+        await store.delete_policy(policy)
+        await store.close()
+        return seen
+
+    name = f"test-{uuid.uuid4().hex}"
+    memory = asyncio.run(run(InProcessStateStore(), name))
+    assert asyncio.run(run(RedisStateStore(REDIS_URL), name)) == memory
+
+
+# --- Redis only -----------------------------------------------------------------------
+
+
+async def test_redis_keys_share_the_policy_hash_tag() -> None:
+    store = RedisStateStore(REDIS_URL)
+    policy = f"test-{uuid.uuid4().hex}"
+    try:
+        await store.transact(policy, ["arm:7"], lambda v: {"arm:7": b"x"})
+        await store.add_counters(policy, {"pulls:7": 1})
+        keys = sorted(k.decode() for k in _redis_keys(policy))
+        prefix = f"bandit:{{{policy}}}:"
+        assert keys == [prefix + s for s in ("clock", "counters", "k:arm:7", "versions")]
+        client = redis.Redis.from_url(REDIS_URL)
+        assert client.hgetall(prefix + "versions").keys() == {b"arm:7"}
+    finally:
+        await store.delete_policy(policy)
+        await store.close()
+
+
+async def test_redis_commit_retries_when_another_writer_interleaves() -> None:
+    store = RedisStateStore(REDIS_URL)
+    other = RedisStateStore(REDIS_URL)
+    policy = f"test-{uuid.uuid4().hex}"
+    calls: list[int] = []
+    try:
+        await store.transact(policy, ["n", "m"], lambda v: {"n": _pack(10), "m": _pack(0)})
+        sync_other = redis.Redis.from_url(REDIS_URL)
+        commit = other._commit_script
+
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            calls.append(_int(values["n"]))
+            if len(calls) == 1:  # a write to "n" by another process lands after our read
+                version = int(sync_other.hget(f"bandit:{{{policy}}}:versions", "n"))
+                prefix = f"bandit:{{{policy}}}:"
+                sync_other.evalsha(
+                    commit.sha,
+                    3,
+                    prefix + "versions",
+                    prefix + "clock",
+                    prefix + "k:n",
+                    0,
+                    "n",
+                    version,
+                    "s",
+                    _pack(100),
+                )
+            return {"m": _pack(_int(values["n"]))}
+
+        await store.transact(policy, ["n", "m"], fn)
+        assert calls == [10, 100]  # retried with the fresh value of the key it only read
+        got = await store.read(policy, ["n", "m"], {})
+        assert (_int(got["n"].data), _int(got["m"].data)) == (100, 100)
+    finally:
+        await store.delete_policy(policy)
+        await store.close()
+        await other.close()
+
+
+async def test_redis_gives_up_after_bounded_retries() -> None:
+    store = RedisStateStore(REDIS_URL, max_attempts=3)
+    policy = f"test-{uuid.uuid4().hex}"
+    sync = redis.Redis.from_url(REDIS_URL)
+    calls = 0
+    try:
+
+        def always_interfered(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            nonlocal calls
+            calls += 1
+            sync.hincrby(f"bandit:{{{policy}}}:versions", "n", 1)
+            return {"n": b"lost"}
+
+        with pytest.raises(TransactionConflictError, match=r"conflicted 3 times"):
+            await store.transact(policy, ["n"], always_interfered)
+        assert calls == 3
+        assert sync.get(f"bandit:{{{policy}}}:k:n") is None
+    finally:
+        await store.delete_policy(policy)
+        await store.close()
+
+
+async def test_unreachable_redis_raises_store_unavailable() -> None:
+    store = RedisStateStore("redis://127.0.0.1:1/0", socket_timeout=0.5)
+    calls = [
+        store.ping(),
+        store.read("p", ["a"], {}),
+        store.transact("p", ["a"], lambda v: {"a": b"x"}),
+        store.add_counters("p", {"c": 1}),
+        store.register_event("e", "p", 5),
+        store.due_events("p", 0.0, 5),
+    ]
+    for call in calls:
+        with pytest.raises(StoreUnavailableError, match="Redis: ConnectionError"):
+            await call
+    await store.close()
+
+
+@pytest.mark.parametrize("bad", ["", "a{b", "x}"])
+async def test_redis_rejects_policy_names_that_break_the_hash_tag(bad: str) -> None:
+    store = RedisStateStore(REDIS_URL)
+    with pytest.raises(InvalidInputError, match="policy must be a non-empty name without braces"):
+        await store.read(bad, ["a"], {})
+    await store.close()
+
+
+def _hammer(policy: str, tasks: int, increments: int) -> None:
+    async def main() -> None:
+        store = RedisStateStore(REDIS_URL)
+
+        async def worker() -> None:
+            for _ in range(increments):
+                await store.transact(policy, ["arm:hot"], _increment("arm:hot"))
+
+        await asyncio.gather(*(worker() for _ in range(tasks)))
+        await store.close()
+
+    asyncio.run(main())
+
+
+def test_two_processes_lose_no_update_on_one_key() -> None:
+    """2 processes x 4 tasks x 250 increments of one key through transact end at 2000."""
+    policy = f"test-{uuid.uuid4().hex}"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_hammer, args=(policy, 4, 250)) for _ in range(2)]
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=50)
+        assert [p.exitcode for p in procs] == [0, 0]
+        value = redis.Redis.from_url(REDIS_URL).get(f"bandit:{{{policy}}}:k:arm:hot")
+        assert _int(value) == 2000
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        asyncio.run(_delete(policy))
+
+
+async def _delete(policy: str) -> None:
+    store = RedisStateStore(REDIS_URL)
+    await store.delete_policy(policy)
+    await store.close()
