@@ -1,0 +1,216 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+The lifespan owns every connection and background task: the state store (Redis pool
+or in-process), the event log (SQLAlchemy engine) and its batching writer, the
+default-reward sweeper and the periodic snapshots. Nothing connects at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service import metrics
+from service.auth import warn_if_open
+from service.decision import DecisionService
+from service.errors import install_handlers
+from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
+from service.rebuild import rebuild_policy
+from service.routers import decisions, health, policies
+from service.settings import Settings, get_settings
+from service.storage.base import StateStore
+
+log = logging.getLogger("bandit.service")
+
+
+def make_store(settings: Settings) -> StateStore:
+    """Redis when ``redis_url`` is set, otherwise the in-process store."""
+    if settings.redis_url:
+        from service.storage.redis_store import RedisStateStore
+
+        return RedisStateStore(settings.redis_url, socket_timeout=settings.redis_timeout_seconds)
+    from service.storage.memory_store import InProcessStateStore
+
+    return InProcessStateStore()
+
+
+def make_event_log(settings: Settings) -> Any:
+    """The SQLAlchemy event log, migrated to head when ``run_migrations``."""
+    from service.storage.migrate import upgrade_head
+    from service.storage.sql_log import SqlEventLog
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.run_migrations:
+        upgrade_head(settings.log_url)
+    return SqlEventLog(settings.log_url)
+
+
+def make_writer(settings: Settings, event_log: Any) -> Any:
+    from service.storage.writer import EventLogWriter
+
+    settings.spool_dir.mkdir(parents=True, exist_ok=True)
+    return EventLogWriter(
+        event_log,
+        spool_dir=settings.spool_dir,
+        batch_size=settings.log_batch_size,
+        flush_interval=settings.log_flush_seconds,
+    )
+
+
+async def load_initial_policies(service: DecisionService, settings: Settings) -> None:
+    """Rebuild from the log (embedded default), then apply the policies file, then the
+    demo policy if there is still no policy at all."""
+    existing = set(await service.store.list_policies())
+    rebuild = settings.embedded if settings.rebuild_on_start is None else settings.rebuild_on_start
+    if rebuild:
+        for name in await asyncio.to_thread(lambda: list(service.event_log.policies())):
+            if name not in existing:
+                await rebuild_policy(service.event_log, service.store, name)
+                existing.add(name)
+    if settings.policies_file is not None:
+        for name, spec in load_policies_file(settings.policies_file).items():
+            if name in existing and spec_of(await service.get_policy(name)) == spec:
+                continue
+            await service.put_policy(name, spec)
+            existing.add(name)
+    if not existing and settings.demo_policy:
+        await service.put_policy(DEMO_POLICY, DEMO_SPEC)
+        log.info("no policy configured: created the demo policy %r", DEMO_POLICY)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    warn_if_open(settings)
+    async with AsyncExitStack() as stack:
+        event_log = await asyncio.to_thread(make_event_log, settings)
+        stack.push_async_callback(asyncio.to_thread, event_log.close)
+        store = make_store(settings)
+        stack.push_async_callback(store.close)
+        writer = make_writer(settings, event_log)
+        stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
+        service = DecisionService(store, writer, event_log, settings)
+        app.state.service = service
+        await load_initial_policies(service, settings)
+        stop = asyncio.Event()
+        tasks = [
+            asyncio.create_task(service.run_sweeper(stop)),
+            asyncio.create_task(service.run_snapshots(stop)),
+        ]
+
+        async def stop_tasks() -> None:
+            stop.set()
+            await asyncio.gather(*tasks)
+
+        stack.push_async_callback(stop_tasks)
+        yield
+    metrics.process_exit()
+
+
+class BodyLimitAndTiming:
+    """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (read before the app
+    sees them) and the request-latency histogram per route template."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            if scope["method"] in ("POST", "PUT", "PATCH"):
+                body = await self._read_body(receive)
+                if body is None:
+                    await self._too_large(send_status)
+                    return
+                receive = _replay(body, receive)
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", "unmatched")
+            metrics.REQUEST_LATENCY.labels(path, scope["method"], str(status["code"])).observe(
+                time.perf_counter() - start
+            )
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def _too_large(self, send: Send) -> None:
+        body = (
+            b'{"detail":"request body exceeds the limit of '
+            + str(self.max_body_bytes).encode()
+            + b' bytes"}'
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(body: bytes, downstream: Receive) -> Receive:
+    """A receive that yields the already-read body once, then defers to the server."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await downstream()
+
+    return receive
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The application for ``settings`` (default: :func:`get_settings`)."""
+    settings = settings or get_settings()
+    app = FastAPI(
+        title="bandit-service",
+        version="0.1.0",
+        summary="Contextual-bandit recommendations: POST /recommend, then POST /reward.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_handlers(app, settings.redis_retry_after_seconds)
+    app.include_router(decisions.router)
+    app.include_router(policies.router)
+    app.include_router(health.router)
+    app.add_middleware(BodyLimitAndTiming, max_body_bytes=settings.max_body_bytes)
+    return app

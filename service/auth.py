@@ -1,0 +1,74 @@
+"""Bearer API keys for ``/reward``, ``/events/*`` and the policy administration routes.
+
+``Authorization: Bearer <key>`` is compared in constant time with every configured key
+(``BANDIT_API_KEYS``); a missing or wrong key is 401 and nothing runs. Keys are never
+logged. With no keys configured the protected routes accept only loopback clients
+(127.0.0.1, ::1) and answer 401 to everyone else; the server warns about it at start.
+``/recommend`` needs a key only when ``BANDIT_RECOMMEND_REQUIRES_KEY`` is set.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from service.errors import Unauthorized
+from service.settings import Settings
+
+log = logging.getLogger("bandit.auth")
+
+LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+_bearer = HTTPBearer(auto_error=False, description="an API key from BANDIT_API_KEYS")
+
+
+def key_matches(presented: str, keys: list[str]) -> bool:
+    """Constant-time comparison against every key (no early exit on a match)."""
+    given = presented.encode()
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(given, key.encode())
+    return found
+
+
+def check(request: Request, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """Raise :class:`Unauthorized` unless the request may use a protected route."""
+    settings: Settings = request.app.state.settings
+    if not settings.api_keys:
+        host = request.client.host if request.client else ""
+        if host in LOOPBACK:
+            return
+        raise Unauthorized(
+            "no API keys are configured: protected routes accept only loopback clients"
+        )
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise Unauthorized("missing Authorization: Bearer <api key>")
+    if not key_matches(credentials.credentials, settings.api_keys):
+        raise Unauthorized("invalid API key")
+
+
+async def require_key(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    """Dependency of the protected routes."""
+    check(request, credentials)
+
+
+async def recommend_key(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    """Dependency of ``/recommend``: open unless ``recommend_requires_key``."""
+    if request.app.state.settings.recommend_requires_key:
+        check(request, credentials)
+
+
+def warn_if_open(settings: Settings) -> None:
+    """Say loudly at start that admin and reward routes are loopback-only."""
+    if not settings.api_keys:
+        log.warning(
+            "BANDIT_API_KEYS is not set: /reward and the admin routes accept ONLY loopback "
+            "clients (127.0.0.1, ::1). Set BANDIT_API_KEYS before exposing this port."
+        )

@@ -1,0 +1,110 @@
+"""Prometheus metrics of the service, every name in one place.
+
+Multi-process safe: when ``PROMETHEUS_MULTIPROC_DIR`` is set before this module is
+imported (``bandit serve --workers N`` sets it), values live in that directory and
+``/metrics`` aggregates every worker through ``MultiProcessCollector``; gauges declare
+how workers combine.
+
+=======================================  =========  ======================  ====================================
+name                                     type       labels                  meaning
+=======================================  =========  ======================  ====================================
+bandit_http_request_duration_seconds     histogram  route, method, status   request latency per route
+bandit_decisions_total                   counter    policy, arm             decisions served, by served arm
+bandit_degraded_decisions_total          counter    policy                  decisions served from cache (store down)
+bandit_rewards_total                     counter    policy, arm, source     rewards applied (source explicit/default)
+bandit_reward_sum_total                  counter    policy, arm, source     sum of applied reward values
+bandit_guardrail_blocks_total            counter    policy, arm             candidates blocked by a guardrail
+bandit_guardrail_argmax_blocked_total    counter    policy                  decisions whose UCB argmax was blocked
+bandit_guardrail_delta_g                 gauge      policy                  delta_G reported by the policy (max)
+bandit_lnucb_ta_alpha                    gauge      policy, arm             LNUCB-TA exploration weight alpha_a (max)
+bandit_pending_events                    gauge      policy                  events scheduled, waiting for a reward
+bandit_default_rewards_total             counter    policy                  default rewards applied by the sweeper
+bandit_expired_events_total              counter    policy                  deferred events never activated
+bandit_event_log_lag_seconds             gauge      (none)                  age of the oldest unflushed record (max)
+bandit_event_log_spool_depth             gauge      (none)                  records spooled on disk (livesum)
+bandit_store_errors_total                counter    operation               state-store calls that failed
+=======================================  =========  ======================  ====================================
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+REQUEST_LATENCY = Histogram(
+    "bandit_http_request_duration_seconds",
+    "HTTP request latency per route",
+    ["route", "method", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+DECISIONS = Counter("bandit_decisions", "Decisions served, by served arm", ["policy", "arm"])
+DEGRADED_DECISIONS = Counter(
+    "bandit_degraded_decisions",
+    "Decisions served from cached state while the store is down",
+    ["policy"],
+)
+REWARDS = Counter("bandit_rewards", "Rewards applied to the model", ["policy", "arm", "source"])
+REWARD_SUM = Counter(
+    "bandit_reward_sum", "Sum of applied reward values", ["policy", "arm", "source"]
+)
+GUARDRAIL_BLOCKS = Counter(
+    "bandit_guardrail_blocks", "Candidates blocked by a guardrail", ["policy", "arm"]
+)
+GUARDRAIL_ARGMAX_BLOCKED = Counter(
+    "bandit_guardrail_argmax_blocked",
+    "Decisions whose unconstrained UCB argmax was blocked",
+    ["policy"],
+)
+DELTA_G = Gauge(
+    "bandit_guardrail_delta_g",
+    "delta_G of a guardrailed policy",
+    ["policy"],
+    multiprocess_mode="max",
+)
+LNUCB_TA_ALPHA = Gauge(
+    "bandit_lnucb_ta_alpha",
+    "LNUCB-TA exploration weight per arm",
+    ["policy", "arm"],
+    multiprocess_mode="max",
+)
+PENDING_EVENTS = Gauge(
+    "bandit_pending_events", "Events waiting for a reward", ["policy"], multiprocess_mode="max"
+)
+DEFAULT_REWARDS = Counter(
+    "bandit_default_rewards", "Default rewards applied by the sweeper", ["policy"]
+)
+EXPIRED_EVENTS = Counter("bandit_expired_events", "Deferred events never activated", ["policy"])
+LOG_LAG = Gauge(
+    "bandit_event_log_lag_seconds",
+    "Age of the oldest unflushed event-log record",
+    multiprocess_mode="max",
+)
+SPOOL_DEPTH = Gauge(
+    "bandit_event_log_spool_depth", "Event-log records spooled on disk", multiprocess_mode="livesum"
+)
+STORE_ERRORS = Counter("bandit_store_errors", "State-store calls that failed", ["operation"])
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text of every metric (aggregated over workers in multi-process mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def process_exit() -> None:
+    """Drop this worker's live gauges from the multi-process aggregate."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(os.getpid())

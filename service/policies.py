@@ -1,0 +1,125 @@
+"""Policy configurations of the service and the per-process cache of engine policies.
+
+A policy's configuration (:class:`~service.schemas.PolicyInfo`, JSON) lives in the
+state-store key ``config`` of its namespace and in the event log's ``policies`` table.
+Its ``revision`` (random, new on every change) tells replicas to rebuild their cached
+engine policy. Changing a field the engine sees (:data:`ENGINE_FIELDS`) resets the
+policy's learned state; changing arms, ``default_reward``, ``reward_wait_seconds`` or
+``feature_names`` keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bandit_core import BasePolicy, ConfigError, make_policy
+from service.errors import InvalidRequest
+from service.schemas import PolicyInfo, PolicySpec
+
+CONFIG_KEY = "config"
+ENGINE_FIELDS = (
+    "algorithm",
+    "dimension",
+    "params",
+    "reward_range",
+    "epsilon",
+    "guardrails",
+    "safe_arm",
+)
+
+DEMO_POLICY = "demo"
+DEMO_SPEC = PolicySpec(
+    algorithm="linucb",
+    dimension=4,
+    params={"alpha": 1.0},
+    arms=["article-1", "article-2", "article-3"],
+    reward_range=(0.0, 1.0),
+    default_reward=0.0,
+    reward_wait_seconds=600.0,
+)
+
+
+def build_policy(spec: PolicySpec) -> BasePolicy:
+    """The engine policy a spec describes; an invalid combination is a 422 on ``params``."""
+    params: dict[str, Any] = dict(spec.params)
+    params["reward_range"] = tuple(spec.reward_range)
+    for name in ("epsilon", "guardrails", "safe_arm"):
+        value = getattr(spec, name)
+        if value is not None:
+            params[name] = value
+    try:
+        return make_policy(spec.algorithm, d=spec.dimension, **params)
+    except ConfigError as exc:
+        raise InvalidRequest(str(exc), ["body", "params"]) from exc
+
+
+def new_info(
+    name: str, spec: PolicySpec, now: float, old: PolicyInfo | None = None, reset: bool = True
+) -> PolicyInfo:
+    """A config record for ``spec`` with a fresh revision; ``reset_at`` moves to ``now``
+    unless ``old`` exists and ``reset`` is False."""
+    return PolicyInfo(
+        name=name,
+        revision=secrets.token_hex(8),
+        created_at=old.created_at if old else now,
+        updated_at=now,
+        reset_at=old.reset_at if old and not reset else now,
+        **spec.model_dump(),
+    )
+
+
+def spec_of(info: PolicyInfo) -> PolicySpec:
+    return PolicySpec(**info.model_dump(include=set(PolicySpec.model_fields)))
+
+
+def engine_changed(old: PolicySpec, new: PolicySpec) -> bool:
+    """Whether going from ``old`` to ``new`` changes what the engine computes."""
+    return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
+
+
+def encode_info(info: PolicyInfo) -> bytes:
+    return info.model_dump_json().encode()
+
+
+def decode_info(data: bytes) -> PolicyInfo:
+    return PolicyInfo.model_validate_json(data)
+
+
+def load_policies_file(path: Path) -> dict[str, PolicySpec]:
+    """Policies declared in a YAML or JSON file: a mapping ``name -> spec`` (optionally
+    under a top-level ``policies`` key)."""
+    text = path.read_text()
+    raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    if isinstance(raw, Mapping) and isinstance(raw.get("policies"), Mapping):
+        raw = raw["policies"]
+    if not isinstance(raw, Mapping):
+        raise TypeError(
+            f"{path}: expected a mapping of policy name -> spec, but got {type(raw).__name__}"
+        )
+    return {str(name): PolicySpec.model_validate(spec) for name, spec in raw.items()}
+
+
+@dataclass
+class Runtime:
+    """One policy as cached by this process: its config, the engine object holding the
+    parts loaded so far, and the store version of each loaded part."""
+
+    info: PolicyInfo
+    policy: BasePolicy
+    versions: dict[str, int] = field(default_factory=dict)
+    absorbed: int = 0  # loads applied so far; a transaction checks no load interleaved
+
+    @property
+    def spec(self) -> PolicySpec:
+        return spec_of(self.info)
+
+    def model_version(self, parts: list[str]) -> int:
+        """Sum of the store versions of ``parts``: grows with every update they saw."""
+        return sum(self.versions.get(p, 0) for p in parts)

@@ -1,0 +1,82 @@
+"""Reconstruct a policy's model state from the event log (``bandit rebuild``).
+
+The log is the source of truth: the policy's config comes from the ``policies``
+table, and every reward logged for a decision made since the policy's last reset
+(``reset_at``) is applied in the order the rewards were applied live (their
+``created_at``), each to the served arm's logged feature vector. For the linear
+policies the result equals the live state up to floating-point summation order.
+State that selections change (guardrail counters) is not replayed. The replay starts
+from the beginning, not from the latest snapshot: a snapshot cannot say which logged
+rewards it already holds (``RewardRecord`` carries no state version to compare).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.policies import CONFIG_KEY, build_policy, encode_info, spec_of
+from service.schemas import PolicyInfo
+from service.storage.base import EventLog, LoggedEvent, StateStore
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    policy: str
+    decisions: int
+    rewards: int
+    parts: int
+
+
+def _collect(event_log: EventLog, info: PolicyInfo) -> tuple[list[LoggedEvent], Counter[str]]:
+    """Rewarded events in reward order, and the decisions served per arm."""
+    rewarded: list[LoggedEvent] = []
+    pulls: Counter[str] = Counter()
+    for event in event_log.iter_events(info.name, since=info.reset_at):
+        if event.decision.degraded:
+            continue
+        pulls[event.decision.arm_id] += 1
+        if event.reward is not None:
+            rewarded.append(event)
+    rewarded.sort(key=lambda e: e.reward.created_at)  # type: ignore[union-attr]
+    return rewarded, pulls
+
+
+async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> RebuildReport:
+    """Replay ``name``'s log into ``store`` (config and every learned part; counters too
+    when the store holds none for the policy). Raises KeyError for an unknown policy."""
+    configs = await asyncio.to_thread(event_log.policies)
+    if name not in configs:
+        raise KeyError(f"policy {name!r} is not in the event log; known: {sorted(configs)}")
+    info = PolicyInfo.model_validate(configs[name])
+    policy = build_policy(spec_of(info))
+    rewarded, pulls = await asyncio.to_thread(_collect, event_log, info)
+    n_decisions = sum(pulls.values())
+    for event in rewarded:
+        d = event.decision
+        x = next(c["features"] for c in d.candidates if c["id"] == d.arm_id)
+        policy.add_arm(d.arm_id)
+        policy.update(
+            d.arm_id, np.asarray(x, dtype=np.float64), event.reward.value, user_id=d.user_id
+        )  # type: ignore[union-attr]
+    if info.arms:
+        for arm in [a for a in policy.arm_ids if a not in info.arms]:
+            policy.retire_arm(arm)
+    parts = policy.export_parts(policy.part_names())
+    payload = {CONFIG_KEY: encode_info(info), **parts}
+    await store.add_policy(name)
+    await store.transact(name, list(payload), lambda _values: payload)
+    if not await store.counters(name):
+        counters = {f"pulls:{arm}": float(n) for arm, n in pulls.items()}
+        counters.update(
+            decisions=float(n_decisions),
+            rewards=float(len(rewarded)),
+            default_rewards=float(sum(e.reward.source == "default" for e in rewarded)),  # type: ignore[union-attr]
+        )
+        await store.add_counters(name, counters)
+    return RebuildReport(
+        policy=name, decisions=n_decisions, rewards=len(rewarded), parts=len(parts)
+    )

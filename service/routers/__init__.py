@@ -1,0 +1,1 @@
+"""Thin HTTP routers: parse, call the decision service, answer."""

@@ -1,0 +1,60 @@
+"""``POST /recommend``, ``POST /reward`` and ``POST /events/{event_id}/activate``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path
+
+from service.deps import ApiKey, RecommendKey, ServiceDep
+from service.schemas import (
+    ActivateResponse,
+    ErrorDetail,
+    RecommendRequest,
+    RecommendResponse,
+    RewardRequest,
+    RewardResponse,
+)
+
+router = APIRouter(tags=["decisions"])
+_errors = {
+    401: {"model": ErrorDetail, "description": "missing or invalid API key"},
+    404: {"model": ErrorDetail, "description": "unknown policy or event"},
+    409: {"model": ErrorDetail, "description": "event already finalized"},
+    413: {"model": ErrorDetail, "description": "body too large"},
+    503: {
+        "model": ErrorDetail,
+        "description": "state store unavailable; retry after Retry-After seconds",
+    },
+}
+
+
+@router.post(
+    "/recommend", response_model=RecommendResponse, dependencies=[RecommendKey], responses=_errors
+)
+async def recommend(body: RecommendRequest, service: ServiceDep) -> RecommendResponse:
+    """Choose an arm for a context. A repeated client ``event_id`` returns the original
+    decision. When the state store is down the decision is served from this process's
+    cached model and flagged ``degraded`` (it cannot be rewarded)."""
+    return await service.recommend(body)
+
+
+@router.post("/reward", response_model=RewardResponse, dependencies=[ApiKey], responses=_errors)
+async def reward(body: RewardRequest, service: ServiceDep) -> RewardResponse:
+    """Apply a reward to the decision ``event_id`` exactly once. A repeat answers 200
+    with ``applied: false, status: "already_rewarded"`` without changing the model;
+    an event finalized with the default reward (or expired) is 409; unknown is 404;
+    the state store down is 503 with ``Retry-After`` (nothing applied: retry)."""
+    return await service.reward(body)
+
+
+@router.post(
+    "/events/{event_id}/activate",
+    response_model=ActivateResponse,
+    dependencies=[ApiKey],
+    responses=_errors,
+)
+async def activate(
+    service: ServiceDep, event_id: str = Path(min_length=1, max_length=128)
+) -> ActivateResponse:
+    """Activate a decision made with ``defer_activation``: only activated events are
+    learned from (a deferred event never activated expires without a default reward)."""
+    return await service.activate(event_id)

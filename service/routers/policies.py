@@ -1,0 +1,82 @@
+"""Policy administration (API key required)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Path, Response
+
+from service.deps import ApiKey, ServiceDep
+from service.schemas import (
+    ArmsChange,
+    ErrorDetail,
+    PolicyInfo,
+    PolicyList,
+    PolicySpec,
+    PolicyStats,
+    Snapshot,
+    SnapshotImport,
+)
+
+router = APIRouter(prefix="/policies", tags=["policies"], dependencies=[ApiKey])
+_errors = {
+    401: {"model": ErrorDetail, "description": "missing or invalid API key"},
+    404: {"model": ErrorDetail, "description": "unknown policy or arm"},
+    503: {"model": ErrorDetail, "description": "state store or event log unavailable"},
+}
+Name = Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
+
+
+@router.get("", response_model=PolicyList, responses=_errors)
+async def list_policies(service: ServiceDep) -> PolicyList:
+    return PolicyList(policies=await service.list_policies())
+
+
+@router.put("/{name}", response_model=PolicyInfo, responses=_errors)
+async def put_policy(body: PolicySpec, service: ServiceDep, name: str = Name) -> PolicyInfo:
+    """Create or replace a policy. Changing ``algorithm``, ``dimension``, ``params``,
+    ``reward_range``, ``epsilon``, ``guardrails`` or ``safe_arm`` resets its learned state."""
+    return await service.put_policy(name, body)
+
+
+@router.get("/{name}", response_model=PolicyInfo, responses=_errors)
+async def get_policy(service: ServiceDep, name: str = Name) -> PolicyInfo:
+    return await service.get_policy(name)
+
+
+@router.delete("/{name}", status_code=204, responses=_errors)
+async def delete_policy(service: ServiceDep, name: str = Name) -> Response:
+    await service.delete_policy(name)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/arms", response_model=PolicyInfo, responses=_errors)
+async def add_arms(body: ArmsChange, service: ServiceDep, name: str = Name) -> PolicyInfo:
+    """Register arms (served when a request omits ``arms``)."""
+    return await service.change_arms(name, add=body.arms)
+
+
+@router.post("/{name}/arms/retire", response_model=PolicyInfo, responses=_errors)
+async def retire_arms(body: ArmsChange, service: ServiceDep, name: str = Name) -> PolicyInfo:
+    """Unregister arms and delete what was learned about them."""
+    return await service.change_arms(name, retire=body.arms)
+
+
+@router.post("/{name}/reset", response_model=PolicyInfo, responses=_errors)
+async def reset(service: ServiceDep, name: str = Name) -> PolicyInfo:
+    """Forget the learned state and the pending events; keep the configuration."""
+    return await service.reset(name)
+
+
+@router.get("/{name}/stats", response_model=PolicyStats, responses=_errors)
+async def stats(service: ServiceDep, name: str = Name) -> PolicyStats:
+    return await service.stats(name)
+
+
+@router.get("/{name}/snapshot", response_model=Snapshot, responses=_errors)
+async def export_snapshot(service: ServiceDep, name: str = Name) -> Snapshot:
+    return await service.export_snapshot(name)
+
+
+@router.put("/{name}/snapshot", response_model=Snapshot, responses=_errors)
+async def import_snapshot(body: SnapshotImport, service: ServiceDep, name: str = Name) -> Snapshot:
+    """Replace the learned state with an exported snapshot of the same algorithm and dimension."""
+    return await service.import_snapshot(name, body.data)

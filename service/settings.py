@@ -1,0 +1,96 @@
+"""Configuration of the service: one :class:`Settings` object read from ``BANDIT_*``
+environment variables when :func:`get_settings` is first called (never at import).
+
+With nothing set the service runs on the *embedded default*: in-process state, an
+SQLite event log and spool under ``BANDIT_DATA_DIR`` and a demo policy, so
+``bandit serve`` works on a fresh machine. At every start it rebuilds the model state
+from the SQLite log; events still waiting for a reward when the process stopped are not
+restored (their decisions stay in the log, unrewarded). ``--workers`` > 1 needs Redis.
+
+Authentication: ``BANDIT_API_KEYS`` (comma-separated) protects ``/reward``,
+``/events/*`` and the policy administration routes with ``Authorization: Bearer
+<key>``. Without keys the service is never silently open: it logs a warning at start
+and accepts protected calls only from loopback clients (127.0.0.1 / ::1), answering
+401 to every other client. Set keys before exposing the port.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every setting of the service; the environment variable is ``BANDIT_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="BANDIT_", extra="ignore")
+
+    redis_url: str | None = Field(None, description="redis://host:port/db; unset: in-process state")
+    database_url: str | None = Field(
+        None, description="postgresql://... or sqlite:///...; unset: SQLite under data_dir"
+    )
+    api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated API keys; empty: loopback-only admin"
+    )
+    recommend_requires_key: bool = False
+    policies_file: Path | None = Field(
+        None, description="YAML or JSON file of policies loaded at start"
+    )
+    demo_policy: bool = Field(True, description="create the demo policy when no policy exists")
+    run_migrations: bool = Field(True, description="run alembic upgrade head at start")
+    rebuild_on_start: bool | None = Field(
+        None, description="replay the event log into the state store at start; unset: only embedded"
+    )
+    allow_import_guardrails: bool = Field(
+        False, description="accept guardrail specs of type 'import' (they load server-side code)"
+    )
+    data_dir: Path = Path("bandit-data")
+    max_body_bytes: int = Field(1_048_576, gt=0)
+    max_candidates: int = Field(1000, gt=0)
+    sweeper_interval_seconds: float = Field(1.0, gt=0)
+    sweeper_batch: int = Field(500, gt=0)
+    done_event_retention_seconds: float = Field(
+        86_400.0, ge=0, description="how long a rewarded event answers repeats before it is deleted"
+    )
+    event_ttl_seconds: float = Field(7 * 86_400.0, gt=0)
+    snapshot_interval_seconds: float = Field(
+        300.0, ge=0, description="0 disables periodic snapshots"
+    )
+    log_batch_size: int = Field(500, gt=0)
+    log_flush_seconds: float = Field(0.2, gt=0)
+    redis_timeout_seconds: float = Field(
+        2.0, gt=0, description="Redis socket timeout; past it a call counts as the store down"
+    )
+    redis_retry_after_seconds: int = Field(5, gt=0, description="Retry-After of 503 answers")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @property
+    def embedded(self) -> bool:
+        """True when no Redis is configured (state lives in this process)."""
+        return self.redis_url is None
+
+    @property
+    def log_url(self) -> str:
+        """The event-log URL: ``database_url``, or an SQLite file under ``data_dir``
+        (the storage layer picks the driver)."""
+        return self.database_url or f"sqlite:///{(self.data_dir / 'events.sqlite3').as_posix()}"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.data_dir / "spool"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process's settings, read from the environment on first call."""
+    return Settings()

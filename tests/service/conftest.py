@@ -1,0 +1,153 @@
+"""Fixtures of the service tests: the app on the embedded default or on the real Redis
+and PostgreSQL, driven in process through ``httpx.ASGITransport``."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.app import create_app
+from service.client import AsyncBanditClient
+from service.settings import Settings
+from tests.databases import postgres_schema
+
+API_KEY = "test-key-0123456789"
+BACKENDS = ["embedded", "redis_postgres"]
+
+
+def start_redis(directory: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """A private, real redis-server on a free loopback port (so concurrent test runs
+    sharing the machine's Redis cannot flush each other's state)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis.from_url(url).ping()
+            return url, proc
+        except redis.ConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of this test session's own redis-server, flushed by the fixtures using it."""
+    url, proc = start_redis(tmp_path_factory.mktemp("redis"))
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_settings(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Settings]]:
+    """Settings for the backend under test; keyword arguments override fields."""
+    url = None if backend == "embedded" else request.getfixturevalue("redis_url")
+    with _backend_urls(url) as urls:
+
+        def make(**overrides: Any) -> Settings:
+            fields: dict[str, Any] = {
+                "data_dir": tmp_path / "data",
+                "api_keys": [API_KEY],
+                "demo_policy": False,
+                "sweeper_interval_seconds": 0.05,
+                "log_flush_seconds": 0.02,
+                "snapshot_interval_seconds": 0,
+                "redis_timeout_seconds": 10.0,  # a loaded CI machine is not an outage
+                **urls,
+            }
+            fields.update(overrides)
+            return Settings(**fields)
+
+        yield make
+
+
+@contextmanager
+def _backend_urls(redis_url: str | None) -> Iterator[dict[str, Any]]:
+    """No URLs for the embedded default; the flushed session Redis and a fresh
+    PostgreSQL schema otherwise."""
+    if redis_url is None:
+        yield {}
+        return
+    redis.Redis.from_url(redis_url).flushdb()
+    with postgres_schema() as url:
+        yield {"redis_url": redis_url, "database_url": url}
+
+
+@asynccontextmanager
+async def running(settings: Settings, client_host: str = "127.0.0.1") -> AsyncIterator[Any]:
+    """The app with its lifespan running; yields ``(app, httpx client, typed client)``."""
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, client=(client_host, 50000))
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://app", headers=headers
+        ) as http:
+            typed = AsyncBanditClient("http://app", api_key=API_KEY, transport=transport)
+            try:
+                yield app, http, typed
+            finally:
+                await typed.aclose()
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``predicate`` (e.g. the event log caught up) until true or fail."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached within {timeout:.1f}s")
+        await asyncio.sleep(0.02)
+
+
+POLICY = {
+    "algorithm": "linucb",
+    "dimension": 3,
+    "params": {"alpha": 0.5},
+    "arms": ["a", "b", "c"],
+    "reward_range": [0.0, 1.0],
+    "default_reward": 0.0,
+    "reward_wait_seconds": 600,
+}

@@ -1,0 +1,159 @@
+"""No lost update across processes: two real app processes (uvicorn) share one Redis;
+8 concurrent clients send 250 rewards each for decisions of the same arm, spread over
+both processes. The arm must end with exactly 2000 rewards, the exact reward sum
+(rewards are multiples of 1/4, so float sums are exact), and ridge state
+``A = 1 + 2000``, ``b = sum of rewards`` (checked through the greedy score b / A)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import redis
+
+from bandit_core import policy_from_bytes
+from service.client import BanditAPIError, BanditClient
+from tests.databases import postgres_schema
+from tests.service.conftest import API_KEY
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS, PER_CLIENT = 8, 250
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def two_processes(tmp_path: Path, redis_url: str) -> Iterator[list[str]]:
+    """Base URLs of two uvicorn processes sharing Redis and a PostgreSQL schema."""
+    redis.Redis.from_url(redis_url).flushdb()
+    with postgres_schema() as db_url:
+        metrics_dir = tmp_path / "metrics"
+        metrics_dir.mkdir()
+        procs: list[subprocess.Popen[bytes]] = []
+        urls = []
+        try:
+            for i in range(2):
+                port = _free_port()
+                env = {
+                    **os.environ,
+                    "BANDIT_REDIS_URL": redis_url,
+                    "BANDIT_DATABASE_URL": db_url,
+                    "BANDIT_API_KEYS": API_KEY,
+                    "BANDIT_DATA_DIR": str(tmp_path / f"data{i}"),
+                    "BANDIT_DEMO_POLICY": "false",
+                    "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
+                    "BANDIT_REDIS_TIMEOUT_SECONDS": "10",
+                    "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+                }
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "service.app:create_app",
+                    "--factory",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ]
+                procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env))
+                urls.append(f"http://127.0.0.1:{port}")
+            for url in urls:
+                _wait_healthy(url)
+            yield urls
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=20)
+
+
+def _wait_healthy(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} did not become ready")
+
+
+async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes: list[str]) -> None:
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=30.0) for u in two_processes]
+    try:
+        spec = {
+            "algorithm": "linucb",
+            "dimension": 1,
+            "params": {"alpha": 0.0},
+            "arms": ["hot"],
+            "reward_wait_seconds": 3600,
+        }
+        with BanditClient(two_processes[0], api_key=API_KEY) as admin:  # the sync client
+            assert admin.put_policy("p", spec).arms == ["hot"]
+            with pytest.raises(BanditAPIError, match="does not exist") as missing:
+                admin.get_policy("missing")
+            assert missing.value.status == 404
+        rewards = np.random.default_rng(7).integers(0, 5, size=(CLIENTS, PER_CLIENT)) / 4.0
+
+        async def decide(k: int) -> list[str]:
+            ids = []
+            for j in range(PER_CLIENT):
+                r = await clients[(k + j) % 2].post(
+                    "/recommend", json={"policy": "p", "context": [1.0]}
+                )
+                assert r.status_code == 200, r.text
+                ids.append(r.json()["event_id"])
+            return ids
+
+        events = await asyncio.gather(*(decide(k) for k in range(CLIENTS)))
+
+        async def reward(k: int) -> None:
+            for j, event_id in enumerate(events[k]):
+                r = await clients[(k + j + 1) % 2].post(
+                    "/reward", json={"event_id": event_id, "reward": float(rewards[k, j])}
+                )
+                assert r.status_code == 200 and r.json()["applied"], r.text
+
+        await asyncio.gather(*(reward(k) for k in range(CLIENTS)))
+
+        expected_sum = float(rewards.sum())
+        for url in two_processes:  # both processes see the same, exact state
+            with BanditClient(url, api_key=API_KEY) as admin:
+                hot = admin.stats("p").arms["hot"]
+            assert hot.pulls == CLIENTS * PER_CLIENT
+            assert hot.rewarded == CLIENTS * PER_CLIENT
+            assert hot.reward_sum == expected_sum
+        # /metrics of either process aggregates both (PROMETHEUS_MULTIPROC_DIR).
+        text = (await clients[0].get("/metrics")).text
+        assert 'bandit_rewards_total{arm="hot",policy="p",source="explicit"} 2000.0' in text
+        assert (
+            f'bandit_reward_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}'
+            in text
+        )
+        snap = (await clients[1].get("/policies/p/snapshot")).json()
+        policy = policy_from_bytes(base64.b64decode(snap["data"]))
+        score = policy.select(["hot"], np.ones((1, 1)), explore=False).scores[0]
+        assert score == pytest.approx(expected_sum / (1 + CLIENTS * PER_CLIENT), rel=1e-9)
+    finally:
+        for client in clients:
+            await client.aclose()

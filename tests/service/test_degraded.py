@@ -1,0 +1,61 @@
+"""Redis unreachable: /recommend serves from this process's cached model flagged
+``degraded`` (and still logs the decision), /reward answers 503 with Retry-After and
+changes nothing, /readyz reports the store. A private redis-server is stopped for it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.service.conftest import POLICY, running, start_redis
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["embedded"])]
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    url, proc = start_redis(tmp_path)
+    try:
+        yield url, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_redis_down(
+    make_settings: Any, private_redis: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    url, proc = private_redis
+    async with running(make_settings(redis_url=url, redis_retry_after_seconds=7)) as (app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        warm = (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).json()
+        assert warm["degraded"] is False
+        proc.terminate()
+        proc.wait(timeout=10)
+
+        r = await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+        assert r.status_code == 200 and r.json()["degraded"] is True
+        assert r.json()["arm_id"] in {"a", "b", "c"}
+        assert (
+            await http.post("/recommend", json={"policy": "other", "context": [1]})
+        ).status_code == 503
+
+        r = await http.post("/reward", json={"event_id": warm["event_id"], "reward": 1.0})
+        assert r.status_code == 503 and r.headers["retry-after"] == "7"
+
+        ready = await http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["state_store"] == "unavailable" and ready.json()["event_log"] == "ok"
+
+        service = app.state.service
+        await asyncio.to_thread(service.sink.flush, 5.0)
+        decisions, rewards = await asyncio.to_thread(service.event_log.count, "p")
+        assert (decisions, rewards) == (2, 0)
+        degraded = [e.decision.degraded for e in service.event_log.iter_events("p")]
+        assert degraded == [False, True]
+        assert "bandit_degraded_decisions_total" in (await http.get("/metrics")).text

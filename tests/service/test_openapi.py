@@ -1,0 +1,76 @@
+"""The committed ``openapi/openapi.json`` is what the app serves."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from service.cli import main
+from service.cli.server import OPENAPI_PATH, render_openapi
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.anyio
+
+
+def test_committed_document_equals_the_export() -> None:
+    assert OPENAPI_PATH.read_text() == render_openapi(), (
+        "run `bandit export-openapi` and commit the result"
+    )
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_served_document_equals_the_committed_one(make_settings: Any) -> None:
+    async with running(make_settings()) as (_, http, _):
+        served = (await http.get("/openapi.json")).json()
+    assert served == json.loads(OPENAPI_PATH.read_text())
+
+
+def test_document_carries_the_contract_field_names() -> None:
+    doc = json.loads(OPENAPI_PATH.read_text())
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["RecommendRequest"]["properties"]) >= {
+        "policy",
+        "context",
+        "arms",
+        "exclude",
+        "user_id",
+        "event_id",
+        "top_k",
+        "explore",
+        "defer_activation",
+    }
+    assert set(schemas["RecommendResponse"]["properties"]) >= {
+        "event_id",
+        "arm_id",
+        "ranking",
+        "policy",
+        "algorithm",
+        "model_version",
+        "guardrail",
+    }
+    assert set(schemas["RewardRequest"]["properties"]) == {"event_id", "reward", "arm_id"}
+    assert set(schemas["ArmStatsOut"]["properties"]) >= {
+        "pulls",
+        "rewarded",
+        "reward_sum",
+        "mean_reward",
+    }
+    for path in (
+        "/recommend",
+        "/reward",
+        "/events/{event_id}/activate",
+        "/policies/{name}",
+        "/policies/{name}/stats",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ):
+        assert path in doc["paths"]
+
+
+def test_export_command_writes_the_document(tmp_path: Any) -> None:
+    out = tmp_path / "openapi.json"
+    assert main(["export-openapi", "--output", str(out)]) == 0
+    assert out.read_text() == render_openapi()
