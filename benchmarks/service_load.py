@@ -127,9 +127,10 @@ def wrk(
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
-        "p50_ms": _ms(pct["50"]),
-        "p90_ms": _ms(pct["90"]),
-        "p99_ms": _ms(pct["99"]),
+        "p50_ms": _ms(pct["50"]) if "50" in pct else None,
+        "p90_ms": _ms(pct["90"]) if "90" in pct else None,
+        "p99_ms": _ms(pct["99"]) if "99" in pct else None,
+        "raw": out if len(pct) < 4 else None,
         "non_2xx": int(bad.group(1)) if bad else 0,
         "errors": re.findall(r"Socket errors: .*", out),
     }
@@ -279,8 +280,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         pause = max(
                             0,
                             round(
-                                1000 * args.connections / (top["requests_per_s"] / 2)
-                                - top["p50_ms"]
+                                1000 * args.connections / max(top["requests_per_s"] / 2, 1)
+                                - (top["p50_ms"] or 0)
                             ),
                         )
                         half, _ = _scripts(tmp, body, pause)
