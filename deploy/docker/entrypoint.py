@@ -1,0 +1,77 @@
+"""Container entrypoint: prepare the process, then ``exec`` the server command.
+
+1. When the settings ask for migrations (``BANDIT_RUN_MIGRATIONS``, read through the
+   service's own ``Settings`` so "true"/"1"/"yes" mean what they mean to the app),
+   apply them once here and export ``BANDIT_RUN_MIGRATIONS=false`` to the server, so
+   its N workers do not each run ``alembic upgrade head`` at start.
+2. Empty ``PROMETHEUS_MULTIPROC_DIR`` (creating it if missing): prometheus_client sums
+   every ``*.db`` file in that directory into ``/metrics``, so files left by a previous
+   run would be reported as this run's counts.
+3. ``exec`` the command: the server replaces this process as PID 1 and receives the
+   SIGTERM of ``docker stop`` directly.
+
+Usage: ``python entrypoint.py COMMAND [ARG ...]`` (the Dockerfile's ENTRYPOINT).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Mapping, MutableMapping, Sequence
+from pathlib import Path
+
+
+def reset_multiproc_dir(env: Mapping[str, str]) -> Path | None:
+    """Empty (or create) the directory named by ``PROMETHEUS_MULTIPROC_DIR``; return it,
+    or None when the variable is unset or empty (single-process metrics)."""
+    raw = env.get("PROMETHEUS_MULTIPROC_DIR", "")
+    if not raw:
+        return None
+    path = Path(raw)
+    path.mkdir(parents=True, exist_ok=True)
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    return path
+
+
+def migrate_once(env: MutableMapping[str, str]) -> bool:
+    """Apply the Alembic migrations if the settings ask for it, exactly as the app does at
+    start (``service.app.make_event_log``); return whether they ran.
+
+    After running them, sets ``BANDIT_RUN_MIGRATIONS=false`` in ``env`` (the
+    environment the server inherits)."""
+    from service.app import make_event_log
+    from service.settings import Settings
+
+    settings = Settings()
+    if not settings.run_migrations:
+        return False
+    make_event_log(settings).close()
+    env["BANDIT_RUN_MIGRATIONS"] = "false"
+    return True
+
+
+def main(argv: Sequence[str]) -> int:
+    """Prepare, then replace this process with ``argv``; returns only on a usage error."""
+    if not argv:
+        print("usage: entrypoint.py COMMAND [ARG ...]", file=sys.stderr)
+        return 2
+    # Migrate with single-process metrics: the app's modules imported for it must not
+    # leave metric files of this PID (the server keeps it after exec) in the directory.
+    multiproc_dir = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    try:
+        migrate_once(os.environ)
+    finally:
+        if multiproc_dir is not None:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc_dir
+    reset_multiproc_dir(os.environ)
+    os.execvp(argv[0], list(argv))
+    return 0  # pragma: no cover - execvp does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

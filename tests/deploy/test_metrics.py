@@ -1,0 +1,148 @@
+"""Every series the alert rules and the Grafana dashboard query is one the app exports,
+with the labels the queries use; the app's /metrics really serves those names."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.parser import text_string_to_metric_families
+
+import service.metrics
+from service.app import create_app
+from service.settings import Settings
+from tests.deploy import promql
+
+# Sample-name suffixes of each metric type in the exposition format.
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+}
+# Series Prometheus makes itself, and the target labels it attaches to every scraped one.
+_PROMETHEUS_SERIES = {"up": set()}
+_TARGET_LABELS = {"job", "instance"}
+
+
+def exported_series() -> dict[str, set[str]]:
+    """Sample name -> label names, for every metric declared in service.metrics."""
+    series: dict[str, set[str]] = {}
+    for value in vars(service.metrics).values():
+        if isinstance(value, MetricWrapperBase):
+            for suffix in _SUFFIXES[value._type]:
+                labels = set(value._labelnames) | ({"le"} if suffix == "_bucket" else set())
+                series[value._name + suffix] = labels
+    return series
+
+
+def known_series() -> dict[str, set[str]]:
+    recorded = {name: set() for name in promql.recorded_names()}
+    return exported_series() | recorded | _PROMETHEUS_SERIES
+
+
+QUERIES = {f"alert {k}": v for k, v in promql.alert_expressions().items()} | {
+    f"dashboard {k}": v for k, v in promql.dashboard_expressions().items()
+}
+
+
+def test_the_metrics_module_declares_metrics() -> None:
+    assert "bandit_http_request_duration_seconds_bucket" in exported_series()
+    assert "bandit_decisions_total" in exported_series()
+
+
+@pytest.mark.parametrize("where", sorted(QUERIES))
+def test_every_queried_series_is_exported_with_the_queried_labels(where: str) -> None:
+    expr = QUERIES[where]
+    names = promql.metric_names(expr)
+    known = known_series()
+    unknown = names - set(known)
+    assert not unknown, (
+        f"{where}: {expr!r} queries {sorted(unknown)}, which the app does not export"
+    )
+    available = set().union(*(known[name] for name in names)) | _TARGET_LABELS
+    missing = promql.label_names(expr) - available
+    assert not missing, f"{where}: {expr!r} uses labels {sorted(missing)} its series do not carry"
+
+
+def test_the_dashboard_shows_every_metric_the_app_exports() -> None:
+    queried = set().union(
+        *(promql.metric_names(e) for e in promql.dashboard_expressions().values())
+    )
+    families = {
+        value._name
+        for value in vars(service.metrics).values()
+        if isinstance(value, MetricWrapperBase)
+    }
+    unshown = {f for f in families if not any(name.startswith(f) for name in queried)}
+    assert not unshown, f"metrics without a dashboard panel: {sorted(unshown)}"
+
+
+# ---- the live /metrics of the app after some traffic -----------------------------------------
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(
+        redis_url=None,
+        database_url=None,
+        data_dir=tmp_path,
+        api_keys=["ops-test-key"],
+        policies_file=None,
+        demo_policy=True,
+        snapshot_interval_seconds=0,
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            yield http
+
+
+@pytest.mark.anyio
+async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) -> None:
+    auth = {"Authorization": "Bearer ops-test-key"}
+    for i in range(5):
+        decision = await client.post(
+            "/recommend", json={"policy": "demo", "context": [1.0, 0.5, 0.0, float(i)]}
+        )
+        assert decision.status_code == 200, decision.text
+        reward = await client.post(
+            "/reward", json={"event_id": decision.json()["event_id"], "reward": 1.0}, headers=auth
+        )
+        assert reward.status_code == 200, reward.text
+    assert (
+        await client.post("/recommend", json={"policy": "no-such-policy", "context": []})
+    ).status_code == 404
+
+    scrape = await client.get("/metrics")
+    assert scrape.status_code == 200
+    samples = [s for family in text_string_to_metric_families(scrape.text) for s in family.samples]
+    served = {s.name for s in samples if s.name.startswith("bandit_")}
+    # what the module declares is what the endpoint serves (the basis of the checks above)
+    assert served <= set(exported_series()), sorted(served - set(exported_series()))
+
+    def value(name: str, **labels: str) -> float:
+        return sum(
+            s.value for s in samples if s.name == name and labels.items() <= s.labels.items()
+        )
+
+    # the route label is the route template, so the dashboard's per-route panels group by it
+    assert (
+        value("bandit_http_request_duration_seconds_count", route="/recommend", status="200") == 5
+    )
+    assert (
+        value("bandit_http_request_duration_seconds_count", route="/recommend", status="404") == 1
+    )
+    assert value("bandit_http_request_duration_seconds_count", route="/reward", status="200") == 5
+    assert value("bandit_decisions_total", policy="demo") == 5
+    assert value("bandit_rewards_total", policy="demo", source="explicit") == 5
+    assert value("bandit_reward_sum_total", policy="demo", source="explicit") == 5.0
