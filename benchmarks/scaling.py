@@ -51,7 +51,14 @@ def measure(K: int, d: int, rounds: int, slice_s: float) -> dict[str, Any]:
     }
 
 
-def plot(k_rows: list[dict[str, Any]], d_rows: list[dict[str, Any]], path: Path) -> None:
+def plot(
+    k_rows: list[dict[str, Any]],
+    d_rows: list[dict[str, Any]],
+    path: Path,
+    overlay: tuple[str, dict[str, Any]] | None = None,
+) -> None:
+    """Two log-log panels (K sweep, d sweep); ``overlay`` adds ``(label, results JSON)``
+    of another run's engine curve (e.g. the engine with a proposed change)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,6 +72,11 @@ def plot(k_rows: list[dict[str, Any]], d_rows: list[dict[str, Any]], path: Path)
         xs = [r[key] for r in rows]
         ax.loglog(xs, [r["engine_cpu"] for r in rows], "o-", label="engine LinUCB")
         ax.loglog(xs, [r["floor_cpu"] for r in rows], "s--", label="numpy floor")
+        if overlay is not None:
+            other = overlay[1]["k_sweep" if key == "K" else "d_sweep"]
+            ax.loglog(
+                [r[key] for r in other], [r["engine_cpu"] for r in other], "D-", label=overlay[0]
+            )
         ax.set_xlabel(label)
         ax.set_ylabel("decisions / s (CPU time)")
         ax.grid(True, which="both", alpha=0.3)
@@ -105,11 +117,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", default="scaling", help="results/<out>.json and docs/img/<out>.png"
     )
+    parser.add_argument("--overlay", default="", help="results JSON of another run to draw beside")
+    parser.add_argument("--overlay-label", default="engine, other run")
+    parser.add_argument("--replot", action="store_true", help="only redraw from results/<out>.json")
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
+    import json
+
     from benchmarks import _harness as h
 
+    png = h.ROOT / "docs" / "img" / f"{args.out}.png"
+    overlay = (
+        (args.overlay_label, json.loads(Path(args.overlay).read_text())) if args.overlay else None
+    )
+    if args.replot:
+        done = json.loads((h.RESULTS / f"{args.out}.json").read_text())
+        plot(done["k_sweep"], done["d_sweep"], png, overlay)
+        print(f"wrote {png.relative_to(h.ROOT)}")
+        return 0
     k_rows = [measure(int(K), D_FIXED, args.rounds, args.slice) for K in args.ks.split(",")]
     d_rows = [measure(K_FIXED, int(d), args.rounds, args.slice) for d in args.ds.split(",")]
     cols = [
@@ -126,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             h.table([{**r, "load": r["load_before"]["loadavg"][0]} for r in rows], [*cols, "load"])
         )
-    png = h.ROOT / "docs" / "img" / f"{args.out}.png"
-    plot(k_rows, d_rows, png)
+    plot(k_rows, d_rows, png, overlay)
     path = h.write_json(
         args.out,
         {

@@ -86,3 +86,35 @@ def test_table_is_markdown_with_one_row_per_entry() -> None:
     lines = text.splitlines()
     assert lines[0].split("|")[1].strip() == "a" and len(lines) == 4
     assert "1,234" in lines[2] and "0.25" in lines[3]
+
+
+def test_per_arm_loop_lnucb_ta_scores_like_the_engine_without_distance_ties() -> None:
+    # Continuous features, so kNN distances never tie and the two tie rules (engine: most
+    # recent point; loop: oldest) never act; 400 steps stay far inside the 5000 window.
+    # Both learn from the engine's choice (exact score ties, e.g. at the start when every
+    # alpha_a is 0, are broken at random by the engine and by index by the loop).
+    from benchmarks.reference import LoopLNUCBTA
+
+    K, d = 5, 3
+    pool = Workload.make(K, d, seed=7)
+    loop = LoopLNUCBTA(K, d, alpha=1.0)
+    policy = bandit_core.make_policy("lnucb_ta", d=d, alpha=1.0, seed=0)
+    ids = [f"a{i}" for i in range(K)]
+    for t in range(400):
+        X, R = pool.X[t % len(pool.X)] + 0.01 * t, pool.R[t % len(pool.X)]
+        dec = policy.select(ids, X)
+        engine_scores = dict(zip(dec.ranking, dec.scores))
+        loop_scores = [loop.ucb(i, X[i]) for i in range(K)]
+        assert np.allclose([engine_scores[a] for a in ids], loop_scores, rtol=1e-9, atol=1e-12), t
+        a = ids.index(dec.arm_id)
+        policy.update(dec.arm_id, X[a], R[a])
+        loop.learn(a, X[a], R[a])
+
+
+def test_knn_window_fills_every_arm_memory() -> None:
+    from benchmarks.knn_window import filled_policy
+
+    policy = filled_policy(K=3, d=2, m=7)
+    for a in ("arm0", "arm1", "arm2"):
+        state = policy.ARM_STATE.from_bytes(policy.export_parts([f"arm:{a}"])[f"arm:{a}"])
+        assert state.X_mem.shape == (7, 2) and state.r_mem.shape == (7,)

@@ -1,0 +1,377 @@
+"""Service throughput and latency under a loopback load generator (issue 7, item 4).
+
+Starts ``python -m service.cli serve`` (uvicorn; uvloop and httptools come with
+``uvicorn[standard]``) on a loopback port for each backend and worker count, creates a
+LinUCB policy with K arms at d = 32, and drives it with ``wrk`` (Lua scripts written to
+a temporary directory; ``apt-get install wrk``):
+
+* ``recommend max``: ``POST /recommend`` as fast as ``--connections`` closed-loop
+  connections go, ``--duration`` seconds;
+* ``recommend half``: the same with a per-request ``delay()`` chosen so the offered rate
+  is about half the maximum just measured (wrk has no open-loop mode; the achieved rate
+  is reported);
+* ``recommend+reward``: each connection sends ``POST /reward`` for an event id from an
+  earlier ``/recommend`` response whenever one is waiting, else ``/recommend``; the rate
+  counts both kinds.
+
+Beside them, in the same run, a trivial FastAPI app (:mod:`benchmarks.trivial_app`:
+``async def`` handler, a pydantic model of the same body) under the same server gives
+this machine's HTTP ceiling. Backends: the embedded default (in-process state, SQLite
+log; one worker only, by design) and Redis + PostgreSQL (a scratch Redis database,
+``--redis-db``, flushed first, and a scratch PostgreSQL database, ``--pg-db``, dropped
+and re-created).
+
+    python -m benchmarks.service_load
+    python -m benchmarks.service_load --duration 5 --ks 50 --workers 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+RECOMMEND_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [[BODY]]
+local pause = PAUSE
+function delay() return pause end
+"""
+
+MIXED_LUA = """
+local rec = [[BODY]]
+local waiting = {}
+local sent_reward = false
+function request()
+  local id = table.remove(waiting)
+  if id then
+    sent_reward = true
+    return wrk.format("POST", "/reward", {["Content-Type"] = "application/json"},
+                      '{"event_id":"' .. id .. '","reward":1.0}')
+  end
+  sent_reward = false
+  return wrk.format("POST", "/recommend", {["Content-Type"] = "application/json"}, rec)
+end
+function response(status, headers, body)
+  local id = string.match(body, '"event_id":"([^"]+)","arm_id"')
+  if id and string.find(body, '"ranking"', 1, true) then table.insert(waiting, id) end
+end
+"""
+
+
+def _body(policy: str, d: int) -> str:
+    context = [round(0.1 + 0.8 * ((i * 37) % 100) / 100.0, 3) for i in range(d)]
+    return json.dumps({"policy": policy, "context": context}, separators=(",", ":"))
+
+
+def _wait_ready(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not ready after {timeout} s")
+
+
+def _request(method: str, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def wrk(
+    url: str, script: Path, duration: float, connections: int, threads: int = 2
+) -> dict[str, Any]:
+    """One wrk run; requests/s, non-2xx count and the latency percentiles it prints."""
+    out = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{round(duration)}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pct = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, re.MULTILINE))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {
+        "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
+        "p50_ms": _ms(pct["50"]) if "50" in pct else None,
+        "p90_ms": _ms(pct["90"]) if "90" in pct else None,
+        "p99_ms": _ms(pct["99"]) if "99" in pct else None,
+        "raw": out if len(pct) < 4 else None,
+        "non_2xx": int(bad.group(1)) if bad else 0,
+        "errors": re.findall(r"Socket errors: .*", out),
+    }
+
+
+class Server:
+    """``python -m service.cli serve`` (or the trivial app under uvicorn) as a subprocess."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], port: int, ready_path: str) -> None:
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
+        self.base = f"http://127.0.0.1:{port}"
+        _wait_ready(self.base + ready_path)
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _scripts(tmp: Path, body: str, pause_ms: int) -> tuple[Path, Path]:
+    rec = tmp / f"recommend_{pause_ms}.lua"
+    rec.write_text(RECOMMEND_LUA.replace("BODY", body).replace("PAUSE", str(pause_ms)))
+    mixed = tmp / "mixed.lua"
+    mixed.write_text(MIXED_LUA.replace("BODY", body))
+    return rec, mixed
+
+
+def _reset_backends(redis_url: str, pg_admin: str, pg_db: str) -> None:
+    import redis
+
+    redis.Redis.from_url(redis_url).flushdb()
+    for sql in (f'DROP DATABASE IF EXISTS "{pg_db}" WITH (FORCE)', f'CREATE DATABASE "{pg_db}"'):
+        subprocess.run(["psql", pg_admin, "-qc", sql], check=True, capture_output=True)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks import _harness as h
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-service-"))
+    port = args.port
+    rows: list[dict[str, Any]] = []
+    d = 32
+    try:
+        # The HTTP ceiling: same server, same body size, a handler that only parses it.
+        for workers in args.workers:
+            body = _body("bench_k50", d)
+            rec, _ = _scripts(tmp, body, 0)
+            server = Server(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "benchmarks.trivial_app:app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    str(workers),
+                    "--log-level",
+                    "warning",
+                ],
+                dict(os.environ),
+                port,
+                "/healthz",
+            )
+            try:
+                wrk(server.base + "/recommend", rec, 2, args.connections)
+                r = wrk(server.base + "/recommend", rec, args.duration, args.connections)
+                rows.append(
+                    {
+                        "backend": "trivial endpoint",
+                        "workers": workers,
+                        "K": None,
+                        "load": "recommend max",
+                        **r,
+                        "loadavg": h.load()["loadavg"],
+                    }
+                )
+            finally:
+                server.stop()
+        for backend in args.backends:
+            for workers in args.workers:
+                if backend == "embedded" and workers > 1:
+                    continue  # the embedded default keeps state in process: one worker only
+                env = dict(
+                    os.environ,
+                    BANDIT_DATA_DIR=str(tmp / f"data-{backend}-{workers}"),
+                    BANDIT_DEMO_POLICY="false",
+                )
+                if backend == "redis+postgres":
+                    _reset_backends(args.redis_url, args.pg_admin, args.pg_db)
+                    env.update(
+                        BANDIT_REDIS_URL=args.redis_url,
+                        BANDIT_DATABASE_URL=f"{args.pg_admin.rsplit('/', 1)[0]}/{args.pg_db}",
+                    )
+                server = Server(
+                    [
+                        sys.executable,
+                        "-m",
+                        "service.cli",
+                        "serve",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--workers",
+                        str(workers),
+                    ],
+                    env,
+                    port,
+                    "/readyz",
+                )
+                try:
+                    for K in args.ks:
+                        policy = f"bench_k{K}"
+                        _request(
+                            "PUT",
+                            f"{server.base}/policies/{policy}",
+                            {
+                                "algorithm": "linucb",
+                                "dimension": d,
+                                "arms": [f"arm{i}" for i in range(K)],
+                            },
+                        )
+                        body = _body(policy, d)
+                        rec, mixed = _scripts(tmp, body, 0)
+                        url = server.base + "/recommend"
+                        wrk(url, rec, 2, args.connections)
+                        top = wrk(url, rec, args.duration, args.connections)
+                        rows.append(
+                            {
+                                "backend": backend,
+                                "workers": workers,
+                                "K": K,
+                                "load": "recommend max",
+                                **top,
+                                "loadavg": h.load()["loadavg"],
+                            }
+                        )
+                        # About half the maximum rate: each connection pauses between requests.
+                        pause = max(
+                            0,
+                            round(
+                                1000 * args.connections / max(top["requests_per_s"] / 2, 1)
+                                - (top["p50_ms"] or 0)
+                            ),
+                        )
+                        half, _ = _scripts(tmp, body, pause)
+                        r = wrk(url, half, args.duration, args.connections)
+                        rows.append(
+                            {
+                                "backend": backend,
+                                "workers": workers,
+                                "K": K,
+                                "load": f"recommend ~half rate (pause {pause} ms)",
+                                **r,
+                                "loadavg": h.load()["loadavg"],
+                            }
+                        )
+                        r = wrk(url, mixed, args.duration, args.connections)
+                        rows.append(
+                            {
+                                "backend": backend,
+                                "workers": workers,
+                                "K": K,
+                                "load": "recommend+reward",
+                                **r,
+                                "loadavg": h.load()["loadavg"],
+                            }
+                        )
+                finally:
+                    server.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run (default 8)")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--ks", type=lambda s: [int(v) for v in s.split(",")], default=[10, 50])
+    parser.add_argument("--workers", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2])
+    parser.add_argument(
+        "--backends", type=lambda s: s.split(","), default=["embedded", "redis+postgres"]
+    )
+    parser.add_argument("--port", type=int, default=18181)
+    parser.add_argument(
+        "--redis-url", default="redis://127.0.0.1:6379/12", help="scratch Redis db (flushed)"
+    )
+    parser.add_argument("--pg-admin", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument(
+        "--pg-db", default="bench_service", help="scratch database (dropped, re-created)"
+    )
+    parser.add_argument("--out", default="service_load")
+    args = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
+        return 2
+    from benchmarks import _harness as h
+
+    result = run(args)
+    ceiling = {
+        r["workers"]: r["requests_per_s"]
+        for r in result["rows"]
+        if r["backend"] == "trivial endpoint"
+    }
+    for r in result["rows"]:
+        r["x trivial ceiling"] = (
+            r["requests_per_s"] / ceiling[r["workers"]] if r["workers"] in ceiling else None
+        )
+    print(
+        h.table(
+            result["rows"],
+            [
+                "backend",
+                "workers",
+                "K",
+                "load",
+                "requests_per_s",
+                "p50_ms",
+                "p90_ms",
+                "p99_ms",
+                "non_2xx",
+                "x trivial ceiling",
+                "loadavg",
+            ],
+        )
+    )
+    path = h.write_json(
+        args.out, {**result, "duration_s": args.duration, "connections": args.connections}
+    )
+    print(f"\nwrote {path.relative_to(h.ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
