@@ -103,6 +103,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks = [
             asyncio.create_task(service.run_sweeper(stop)),
             asyncio.create_task(service.run_snapshots(stop)),
+            asyncio.create_task(service.run_gauges(stop)),
         ]
 
         async def stop_tasks() -> None:

@@ -93,6 +93,9 @@ class LogSink(Protocol):
     @property
     def lag_seconds(self) -> float: ...
 
+    @property
+    def dead_letters(self) -> int: ...
+
 
 class _AlreadyFinal(Exception):
     def __init__(self, event: dict[str, Any]) -> None:
@@ -124,6 +127,7 @@ class DecisionService:
         self.settings = settings
         self.clock = clock
         self._cache: dict[str, Runtime] = {}
+        self._dead_letters_exported = 0
 
     # ---- loading state ----------------------------------------------------------------------
     async def _read(
@@ -737,18 +741,29 @@ class DecisionService:
         await _every(self.settings.sweeper_interval_seconds, stop, self.sweep_once, "sweeper")
 
     # ---- readiness -----------------------------------------------------------------------------
+    async def probe_dependencies(self) -> tuple[bool, bool]:
+        """Ping the state store and the event log concurrently; ``(store_ok, log_ok)``,
+        also published as ``bandit_dependency_up{dependency="redis"|"database"}``."""
+
+        async def reachable(ping: Awaitable[None]) -> bool:
+            try:
+                await ping
+            except StoreUnavailableError:
+                return False
+            return True
+
+        store_ok, log_ok = await asyncio.gather(
+            reachable(self.store.ping()), reachable(asyncio.to_thread(self.event_log.ping))
+        )
+        if not store_ok:
+            metrics.STORE_ERRORS.labels("ping").inc()
+        metrics.DEPENDENCY_UP.labels("redis").set(float(store_ok))
+        metrics.DEPENDENCY_UP.labels("database").set(float(log_ok))
+        return store_ok, log_ok
+
     async def readiness(self) -> Readiness:
         """Reachability of the state store and the event log, and the writer's backlog."""
-        store_ok = log_ok = True
-        try:
-            await self.store.ping()
-        except StoreUnavailableError:
-            metrics.STORE_ERRORS.labels("ping").inc()
-            store_ok = False
-        try:
-            await asyncio.to_thread(self.event_log.ping)
-        except StoreUnavailableError:
-            log_ok = False
+        store_ok, log_ok = await self.probe_dependencies()
         spool, lag = self.sink_backlog()
         return Readiness(
             status="ready" if store_ok and log_ok else "degraded",
@@ -760,11 +775,34 @@ class DecisionService:
 
     def sink_backlog(self) -> tuple[int, float]:
         """``(spooled records, seconds the oldest unflushed record waited)``, also
-        published as gauges."""
+        published as gauges, with the dead letters counted since the last call. Cheap
+        (in-memory counters): ``/metrics`` calls it at every scrape."""
         spool, lag = int(self.sink.spool_depth), float(self.sink.lag_seconds)
         metrics.SPOOL_DEPTH.set(spool)
         metrics.LOG_LAG.set(lag)
+        dead = int(self.sink.dead_letters)
+        metrics.DEAD_LETTERS.inc(dead - self._dead_letters_exported)
+        self._dead_letters_exported = dead
         return spool, lag
+
+    async def refresh_gauges(self) -> None:
+        """Probe the dependencies, then publish the backlog and every policy's gauges
+        (alpha per arm, delta_G and its limit, pending events) as :meth:`stats` does, so
+        dashboards and alerts see live values without API calls. A store outage is
+        already published by the probe, so the per-policy part is skipped then."""
+        store_ok, _ = await self.probe_dependencies()
+        self.sink_backlog()
+        if not store_ok:
+            return
+        for name in await self.store.list_policies():
+            try:
+                await self.stats(name)
+            except NotFound:
+                continue
+
+    async def run_gauges(self, stop: asyncio.Event) -> None:
+        """Refresh the gauges every ``metrics_refresh_seconds`` until ``stop`` is set."""
+        await _every(self.settings.metrics_refresh_seconds, stop, self.refresh_gauges, "gauges")
 
     # ---- administration ---------------------------------------------------------------------------
     async def get_policy(self, name: str) -> PolicyInfo:
@@ -886,6 +924,10 @@ class DecisionService:
         delta_g = pstats.get("delta_g")
         if delta_g is not None:
             metrics.DELTA_G.labels(name).set(delta_g)
+            limit = runtime.info.delta_g_limit
+            metrics.DELTA_G_LIMIT.labels(name).set(
+                self.settings.default_delta_g_limit if limit is None else limit
+            )
         metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
         return PolicyStats(
             policy=name,

@@ -16,14 +16,22 @@ bandit_reward_sum_total                  counter    policy, arm, source     sum 
 bandit_guardrail_blocks_total            counter    policy, arm             candidates blocked by a guardrail
 bandit_guardrail_argmax_blocked_total    counter    policy                  decisions whose UCB argmax was blocked
 bandit_guardrail_delta_g                 gauge      policy                  delta_G reported by the policy (max)
+bandit_guardrail_delta_g_limit           gauge      policy                  delta_G limit of the policy (latest)
 bandit_lnucb_ta_alpha                    gauge      policy, arm             LNUCB-TA exploration weight alpha_a (max)
 bandit_pending_events                    gauge      policy                  events scheduled, waiting for a reward
 bandit_default_rewards_total             counter    policy                  default rewards applied by the sweeper
 bandit_expired_events_total              counter    policy                  deferred events never activated
 bandit_event_log_lag_seconds             gauge      (none)                  age of the oldest unflushed record (max)
 bandit_event_log_spool_depth             gauge      (none)                  records spooled on disk (livesum)
+bandit_event_log_dead_letters_total      counter    (none)                  records the event log rejected for good
+bandit_dependency_up                     gauge      dependency              1 if the last probe reached it (min)
 bandit_store_errors_total                counter    operation               state-store calls that failed
 =======================================  =========  ======================  ====================================
+
+The gauges are refreshed without any API call: every ``metrics_refresh_seconds`` by the
+lifespan's gauge loop (:meth:`service.decision.DecisionService.refresh_gauges`), and the
+event-log backlog also at every scrape of ``/metrics``. ``dependency`` is ``redis`` (the
+state store) or ``database`` (the event log).
 """
 
 from __future__ import annotations
@@ -71,6 +79,12 @@ DELTA_G = Gauge(
     ["policy"],
     multiprocess_mode="max",
 )
+DELTA_G_LIMIT = Gauge(
+    "bandit_guardrail_delta_g_limit",
+    "delta_G limit of a guardrailed policy (its delta_g_limit, or the default)",
+    ["policy"],
+    multiprocess_mode="mostrecent",
+)
 LNUCB_TA_ALPHA = Gauge(
     "bandit_lnucb_ta_alpha",
     "LNUCB-TA exploration weight per arm",
@@ -91,6 +105,16 @@ LOG_LAG = Gauge(
 )
 SPOOL_DEPTH = Gauge(
     "bandit_event_log_spool_depth", "Event-log records spooled on disk", multiprocess_mode="livesum"
+)
+DEAD_LETTERS = Counter(
+    "bandit_event_log_dead_letters",
+    "Event-log records the database rejected for good (moved to the dead-letter file)",
+)
+DEPENDENCY_UP = Gauge(
+    "bandit_dependency_up",
+    "1 if the last probe reached the dependency, else 0",
+    ["dependency"],
+    multiprocess_mode="livemin",
 )
 STORE_ERRORS = Counter("bandit_store_errors", "State-store calls that failed", ["operation"])
 

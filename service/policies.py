@@ -4,8 +4,8 @@ A policy's configuration (:class:`~service.schemas.PolicyInfo`, JSON) lives in t
 state-store key ``config`` of its namespace and in the event log's ``policies`` table.
 Its ``revision`` (random, new on every change) tells replicas to rebuild their cached
 engine policy. Changing a field the engine sees (:data:`ENGINE_FIELDS`) resets the
-policy's learned state; changing arms, ``default_reward``, ``reward_wait_seconds`` or
-``feature_names`` keeps it.
+policy's learned state; changing arms, ``default_reward``, ``reward_wait_seconds``,
+``feature_names`` or ``delta_g_limit`` keeps it.
 """
 
 from __future__ import annotations

@@ -118,6 +118,14 @@ class PolicySpec(_Model):
     guardrails: list[dict[str, Any]] | None = None
     safe_arm: ArmId | None = None
     feature_names: list[Annotated[str, Field(min_length=1)]] | None = None
+    delta_g_limit: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
+        None,
+        description=(
+            "largest acceptable delta_G (share of decisions whose UCB argmax a guardrail "
+            "blocked), exported as bandit_guardrail_delta_g_limit for the "
+            "BanditDeltaGAboveLimit alert; null: the server's BANDIT_DEFAULT_DELTA_G_LIMIT"
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> PolicySpec:

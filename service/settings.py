@@ -36,7 +36,9 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated API keys; empty: loopback-only admin"
     )
-    recommend_requires_key: bool = False
+    recommend_requires_key: bool = Field(
+        False, description="require an API key on POST /recommend too"
+    )
     policies_file: Path | None = Field(
         None, description="YAML or JSON file of policies loaded at start"
     )
@@ -48,24 +50,57 @@ class Settings(BaseSettings):
     allow_import_guardrails: bool = Field(
         False, description="accept guardrail specs of type 'import' (they load server-side code)"
     )
-    data_dir: Path = Path("bandit-data")
-    max_body_bytes: int = Field(1_048_576, gt=0)
-    max_candidates: int = Field(1000, gt=0)
-    sweeper_interval_seconds: float = Field(1.0, gt=0)
-    sweeper_batch: int = Field(500, gt=0)
+    data_dir: Path = Field(
+        Path("bandit-data"),
+        description="directory of the SQLite log (embedded default) and the event-log spool",
+    )
+    max_body_bytes: int = Field(
+        1_048_576, gt=0, description="larger request bodies are refused with 413"
+    )
+    max_candidates: int = Field(
+        1000, gt=0, description="most candidate arms one POST /recommend may send"
+    )
+    sweeper_interval_seconds: float = Field(
+        1.0, gt=0, description="how often the sweeper gives due events their default reward"
+    )
+    sweeper_batch: int = Field(
+        500, gt=0, description="most due events of one policy finalized per sweep"
+    )
     done_event_retention_seconds: float = Field(
         86_400.0, ge=0, description="how long a rewarded event answers repeats before it is deleted"
     )
-    event_ttl_seconds: float = Field(7 * 86_400.0, gt=0)
+    event_ttl_seconds: float = Field(
+        7 * 86_400.0,
+        gt=0,
+        description="lifetime of a deferred event never activated (it then expires unrewarded)",
+    )
     snapshot_interval_seconds: float = Field(
         300.0, ge=0, description="0 disables periodic snapshots"
     )
-    log_batch_size: int = Field(500, gt=0)
-    log_flush_seconds: float = Field(0.2, gt=0)
+    log_batch_size: int = Field(
+        500, gt=0, description="most decision/reward records written in one transaction"
+    )
+    log_flush_seconds: float = Field(
+        0.2, gt=0, description="longest a record waits in memory before the writer flushes"
+    )
     redis_timeout_seconds: float = Field(
         2.0, gt=0, description="Redis socket timeout; past it a call counts as the store down"
     )
     redis_retry_after_seconds: int = Field(5, gt=0, description="Retry-After of 503 answers")
+    metrics_refresh_seconds: float = Field(
+        15.0,
+        gt=0,
+        description=(
+            "how often the gauges (alpha, delta_G, pending events, backlog, dependency_up) "
+            "are refreshed and the stores probed, without any API call"
+        ),
+    )
+    default_delta_g_limit: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="delta_G limit exported for guardrailed policies that set no delta_g_limit",
+    )
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -29,7 +29,9 @@ async def readyz(service: ServiceDep) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=Response)
-async def prometheus() -> Response:
-    """Prometheus exposition of :mod:`service.metrics`."""
+async def prometheus(service: ServiceDep) -> Response:
+    """Prometheus exposition of :mod:`service.metrics` (this worker's event-log backlog
+    refreshed first; every other gauge by the lifespan's refresh loop)."""
+    service.sink_backlog()
     body, content_type = metrics.render()
     return Response(content=body, media_type=content_type)
