@@ -49,7 +49,10 @@ def _lloyd(points: np.ndarray, k: int, rng: np.random.Generator, max_iter: int) 
     centroids[0] = points[rng.integers(len(points))]
     sq_dist = ((points - centroids[0]) ** 2).sum(1)
     for j in range(1, k):
-        centroids[j] = points[rng.choice(len(points), p=sq_dist / sq_dist.sum())]
+        total = sq_dist.sum()
+        # Distinct points whose squared distances underflow to 0 (subnormal gaps) leave
+        # no D^2 weight: fall back to a uniform draw.
+        centroids[j] = points[rng.choice(len(points), p=sq_dist / total if total > 0 else None)]
         sq_dist = np.minimum(sq_dist, ((points - centroids[j]) ** 2).sum(1))
     labels = nearest(points, centroids)
     for _ in range(max_iter):

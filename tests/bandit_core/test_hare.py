@@ -370,3 +370,12 @@ def test_config_round_trips_through_its_dict() -> None:
     c = HAREConfig(d=6, context_dim=2, clusters={"b": 1, "a": 0}, n_clusters=2)
     assert c.clusters == (("a", 0), ("b", 1))
     assert HAREConfig(**c.to_dict()) == c
+
+
+def test_kmeans_handles_points_whose_squared_gaps_underflow() -> None:
+    from bandit_core.kmeans import kmeans
+
+    tiny = np.array([[0.0, 0.0], [5e-324, 0.0], [0.0, 5e-324]])
+    centroids, labels = kmeans(tiny, 2, np.random.default_rng(0))
+    assert centroids.shape == (2, 2) and np.isfinite(centroids).all()
+    assert set(labels.tolist()) <= {0, 1}
