@@ -24,13 +24,12 @@ live in the ``shared`` state part, so every decision lists it in ``state_changed
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from bandit_core.errors import ConfigError
 from bandit_core.guardrails import (
@@ -107,18 +106,8 @@ class GuardrailedLinUCB(LinUCB):
         screening = self.guardrails.screen(gctx, order, self._shared)
         return screening.eligible, screening.outcome, (SHARED_PART,)
 
-    def select(
-        self,
-        arm_ids: Sequence[str],
-        X: ArrayLike,
-        *,
-        user_id: str | None = None,
-        features: Mapping[str, float] | None = None,
-        explore: bool = True,
-    ) -> Decision:
-        """LinUCB's select over the candidates passing every guardrail; the served arm is
-        recorded in the stateful guardrails (exposure window, budget)."""
-        decision = super().select(arm_ids, X, user_id=user_id, features=features, explore=explore)
+    def _finish_select(self, decision: Decision) -> Decision:
+        """The served arm is recorded in the stateful guardrails (exposure window, budget)."""
         self.guardrails.record(self._shared, decision.arm_id)
         return decision
 

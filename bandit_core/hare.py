@@ -351,23 +351,11 @@ class HARE(BasePolicy):
             self._changed.add(ARM_PREFIX + arm_ids[i])
 
     # ---- selection ---------------------------------------------------------------------
-    def select(
-        self,
-        arm_ids: Sequence[str],
-        X: ArrayLike,
-        *,
-        user_id: str | None = None,
-        features: Mapping[str, float] | None = None,
-        explore: bool = True,
-    ) -> Decision:
-        """As :meth:`BasePolicy.select`; ``state_changed`` names the arm parts that got a
-        cluster and ``shared`` when k-means set the centroids."""
-        self._changed = set()
-        try:
-            dec = super().select(arm_ids, X, user_id=user_id, features=features, explore=explore)
-        finally:
-            self._forward = None
-        return dataclasses.replace(dec, state_changed=tuple(sorted(self._changed)))
+    def _finish_select(self, decision: Decision) -> Decision:
+        """``state_changed`` names the arm parts that got a cluster and ``shared`` when
+        k-means set the centroids."""
+        changed, self._changed, self._forward = tuple(sorted(self._changed)), set(), None
+        return dataclasses.replace(decision, state_changed=changed)
 
     def _score(
         self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext

@@ -332,7 +332,7 @@ class BasePolicy:
             rest = order[(order != served) & eligible[order]]
             blocked = order[~eligible[order]]
             ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
-        return Decision(
+        return self._finish_select(Decision(
             arm_id=ids[served],
             ranking=tuple(map(ids.__getitem__, ranked.tolist())),
             scores=scores[ranked],
@@ -342,7 +342,12 @@ class BasePolicy:
             guardrail=outcome,
             state_changed=(self._parts_changed_by_new_arms(created) if created else ()) + changed,
             extras=self._decision_extras(ids, ranked, ctx),
-        )
+        ))
+
+    def _finish_select(self, decision: Decision) -> Decision:
+        """Last step of :meth:`select`: record what serving ``decision`` changes in the
+        state (guardrail counters, HARE cluster assignments); by default nothing."""
+        return decision
 
     def _decision_extras(self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext) -> Mapping[str, Any]:
         return {}
