@@ -83,9 +83,8 @@ class ArrayLog:
 
 def engine_replay(name: str, source: Any, rounds: int | None, alpha: float) -> dict[str, float]:
     """The project's replay (``bandit_core.evaluation.replay``) of a fresh policy, d = 10."""
-    from bandit_core.evaluation import replay
-
     import bandit_core
+    from bandit_core.evaluation import replay
     from benchmarks.reference import NEWS_DIM
 
     policy = bandit_core.make_policy(name, d=NEWS_DIM, alpha=alpha, seed=0)
