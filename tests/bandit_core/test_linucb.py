@@ -8,7 +8,7 @@ import pytest
 import bandit_core
 from bandit_core.linear import LinearArmState
 from bandit_core.linucb import LinUCB, LinUCBConfig
-from tests.bandit_core.conftest import strict_replay
+from bandit_core.evaluation import replay
 
 
 def test_linucb_equals_closed_form_ridge_solution() -> None:
@@ -73,7 +73,8 @@ def test_refactor_every_triggers_a_cholesky_rederivation() -> None:
 @pytest.mark.parametrize(("alpha", "expected"), [(0.1, 567.0), (1.0, 424.0), (10.0, 98.0)])
 def test_news_replay_reproduces_the_papers_linucb_row(news, alpha: float, expected: float) -> None:
     policy = bandit_core.make_policy("linucb", d=10, alpha=alpha, ridge_lambda=1.0, seed=0)
-    assert strict_replay(policy, news) == expected
+    result = replay(policy, news, 800)
+    assert (result.matched, result.cumulative_reward) == (800, expected)
 
 
 @pytest.mark.parametrize("name", ["linucb", "lnucb_ta"])
