@@ -1,0 +1,760 @@
+"""Guardrails: predicates that block arms before the UCB argmax (ALGORITHMS.md section 3;
+guardrail seed, Theorem 1, assumptions 4 and 5).
+
+A guardrail is the seed's ``G(arm, x, ctx) -> Verdict(allowed, reason)``. Two forms are
+accepted:
+
+* a :class:`Predicate`, a plain callable judging one arm at a time, and
+* a :class:`Guardrail`, an object whose ``evaluate(ctx)`` judges all ``K`` candidates at
+  once (:class:`Verdicts`, arrays of shape ``(K,)``). Every built-in is of this form.
+
+Guardrails are configured by JSON-able specs, one dict each. Keys every spec may carry:
+``type`` (required), ``name`` (default: the type; names must be unique) and ``arms``
+(the arm ids the guardrail judges; ``null`` or absent means every arm except the
+policy's safe arm). Built-in types and their own keys:
+
+=====================  ===================================================================
+``feature_threshold``  ``feature``, ``op`` (``<  <=  >  >=  ==  !=``), ``value``,
+                       ``on_missing`` (``"block"`` default, or ``"allow"``): block the
+                       arms while the request's context feature ``feature op value`` holds.
+``exposure_cap``       ``max_share``, ``window``: block an arm when serving it would make
+                       its share of the last ``window`` decisions exceed ``max_share``.
+``budget``             ``budgets`` (``{arm: total}``), ``cost`` (number or ``{arm: cost}``,
+                       default 1): block an arm once its remaining budget is below its cost
+                       per selection. Judges exactly the arms in ``budgets`` (no ``arms``).
+``conservative``       ``baseline`` (arm id), ``margin`` (>= 0, default 0), ``min_pulls``
+                       (default 0): block arms whose lower confidence bound
+                       ``x^T theta - alpha * width`` is below the baseline's by more than
+                       ``margin``. Arms with fewer than ``min_pulls`` rewards are not judged.
+                       Without the baseline among the candidates the rule allows every arm.
+``min_estimate``       ``min_pulls``, ``min_value``, ``estimate`` (``"mean_reward"`` default,
+                       or ``"predicted"`` for ``x^T theta``): block arms that have at least
+                       ``min_pulls`` rewards and an estimate below ``min_value``.
+``import``             ``path`` (``"package.module:callable"``), ``params`` (dict): a user
+                       guardrail, see below.
+any other type         looked up by name in the entry point group ``bandit_core.guardrails``;
+                       ``params`` as for ``import``.
+=====================  ===================================================================
+
+A user object found by ``import`` or an entry point is either a class, called with
+``params`` as keyword arguments, whose instances satisfy :class:`Guardrail`; or a
+:class:`Predicate` function, called for each judged arm as ``fn(arm_id, x, ctx, **params)``
+and returning a :class:`Verdict` or a bool.
+
+The policy's safe arm (assumption 5) passes every guardrail by construction: it is
+outside the default scope, and a spec whose ``arms`` (or ``budgets``) name it is a
+:class:`~bandit_core.errors.ConfigError` when the policy is created.
+
+>>> import numpy as np
+>>> gs = GuardrailSet([{"type": "feature_threshold", "feature": "age", "op": "<",
+...                     "value": 18, "arms": ["beer"]}])
+>>> ctx = GuardrailContext.build(["beer", "juice"], np.zeros((2, 1)), {"age": 16})
+>>> screen = gs.screen(ctx, np.array([0, 1]), gs.new_state())
+>>> screen.eligible.tolist(), dict(screen.outcome.blocked)
+([False, True], {'beer': ('feature_threshold: feature age = 16 < 18',)})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+
+from bandit_core.errors import ConfigError, InvalidInputError, NoEligibleArmError
+from bandit_core.policy import GuardrailOutcome
+from bandit_core.state import ArrayState
+
+ENTRY_POINT_GROUP = "bandit_core.guardrails"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The seed's ``G(arm, x, ctx)`` for one arm: ``allowed`` and, when blocked, why."""
+
+    allowed: bool
+    reason: str = ""
+
+
+class Verdicts(NamedTuple):
+    """Verdicts on all ``K`` candidates: ``allowed`` (bool, shape ``(K,)``) and
+    ``reasons`` (``K`` strings aligned with it; only read where ``allowed`` is False)."""
+
+    allowed: np.ndarray
+    reasons: Sequence[str]
+
+
+@dataclass(frozen=True)
+class GuardrailContext:
+    """What a guardrail may look at for one request.
+
+    ``arm_ids`` (``K`` ids) and ``X`` (shape ``(K, d)``) are the candidates; ``features``
+    the request's named context features. ``means`` (``x_a^T theta_a``), ``widths``
+    (``sqrt(x_a^T A_a^-1 x_a)``), ``pulls`` (rewards applied to each arm) and
+    ``mean_rewards`` have shape ``(K,)``; ``alpha`` is the policy's exploration weight.
+    ``judged`` (bool, ``(K,)``) marks the arms in the evaluating guardrail's scope and
+    ``state`` is that guardrail's own state (read-only in ``evaluate``).
+    """
+
+    arm_ids: Sequence[str]
+    X: np.ndarray
+    features: Mapping[str, float] | None = None
+    means: np.ndarray | None = None
+    widths: np.ndarray | None = None
+    alpha: float = 0.0
+    pulls: np.ndarray | None = None
+    mean_rewards: np.ndarray | None = None
+    judged: np.ndarray | None = None
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        arm_ids: Sequence[str],
+        X: np.ndarray,
+        features: Mapping[str, float] | None = None,
+        *,
+        means: np.ndarray | None = None,
+        widths: np.ndarray | None = None,
+        alpha: float = 0.0,
+        pulls: np.ndarray | None = None,
+        mean_rewards: np.ndarray | None = None,
+    ) -> GuardrailContext:
+        """A context with zeros for the model terms not given (handy for tests and tools)."""
+        k = len(arm_ids)
+        zeros = np.zeros(k)
+        return cls(
+            arm_ids=list(arm_ids),
+            X=np.asarray(X, dtype=np.float64),
+            features=features,
+            means=zeros if means is None else np.asarray(means, dtype=np.float64),
+            widths=zeros if widths is None else np.asarray(widths, dtype=np.float64),
+            alpha=float(alpha),
+            pulls=np.zeros(k, dtype=np.int64) if pulls is None else np.asarray(pulls),
+            mean_rewards=zeros
+            if mean_rewards is None
+            else np.asarray(mean_rewards, dtype=np.float64),
+            judged=np.ones(k, dtype=bool),
+        )
+
+
+@runtime_checkable
+class Guardrail(Protocol):
+    """A guardrail judging all candidates of a request at once.
+
+    Optional members the engine uses when present: ``initial_state() -> dict`` and
+    ``record(state, arm_id)`` for state that changes when an arm is served (JSON-able;
+    kept in the policy's ``shared`` state part); ``implied_scope`` (a frozenset of arm
+    ids the parameters name, e.g. a budget's arms) and ``exempt`` (arm ids it never
+    blocks, e.g. a conservative rule's baseline).
+    """
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts: ...
+
+
+class Predicate(Protocol):
+    """The seed's ``G(arm, x, ctx) -> Verdict``: judges one arm (``x`` of shape ``(d,)``)."""
+
+    def __call__(self, arm_id: str, x: np.ndarray, ctx: GuardrailContext, /) -> Verdict | bool: ...
+
+
+# ---- built-ins -------------------------------------------------------------------------
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{what} must be a finite number, but got {value!r}")
+    return float(value)
+
+
+def _count(value: Any, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{what} must be an int >= {minimum}, but got {value!r}")
+    return value
+
+
+def _blocked(allowed: np.ndarray, reason: Callable[[int], str]) -> Verdicts:
+    reasons = [""] * len(allowed)
+    for i in np.flatnonzero(~allowed):
+        reasons[i] = reason(int(i))
+    return Verdicts(allowed, reasons)
+
+
+@dataclass(frozen=True)
+class FeatureThreshold:
+    """Block the judged arms while ``features[feature] op value`` holds."""
+
+    TYPE: ClassVar[str] = "feature_threshold"
+    feature: str
+    op: str
+    value: float
+    on_missing: str = "block"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.feature, str) or not self.feature:
+            raise ConfigError(
+                f"feature_threshold 'feature' must be a non-empty str, but got {self.feature!r}"
+            )
+        if self.op not in _OPS:
+            raise ConfigError(
+                f"feature_threshold 'op' must be one of {sorted(_OPS)}, but got {self.op!r}"
+            )
+        object.__setattr__(self, "value", _number(self.value, "feature_threshold 'value'"))
+        if self.on_missing not in ("block", "allow"):
+            raise ConfigError(
+                f"feature_threshold 'on_missing' must be 'block' or 'allow', but got {self.on_missing!r}"
+            )
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts:
+        k = len(ctx.arm_ids)
+        raw = None if ctx.features is None else ctx.features.get(self.feature)
+        if raw is None:
+            allowed = np.full(k, self.on_missing == "allow")
+            return _blocked(allowed, lambda i: f"feature {self.feature} missing from the request")
+        if (
+            isinstance(raw, bool)
+            or not isinstance(raw, (int, float, np.integer, np.floating))
+            or not math.isfinite(raw)
+        ):
+            raise InvalidInputError(
+                f"features[{self.feature!r}] must be a finite number, but got {raw!r}"
+            )
+        hit = _OPS[self.op](float(raw), self.value)
+        shown = f"{raw:g}" if isinstance(raw, float) else str(raw)
+        return _blocked(
+            np.full(k, not hit),
+            lambda i: f"feature {self.feature} = {shown} {self.op} {self.value:g}",
+        )
+
+
+@dataclass(frozen=True)
+class ExposureCap:
+    """Per-arm exposure cap: in any ``window`` consecutive decisions a judged arm is
+    served at most ``floor(max_share * window)`` times. State: the arms served in the
+    last ``window - 1`` decisions and their counts."""
+
+    TYPE: ClassVar[str] = "exposure_cap"
+    max_share: float
+    window: int
+
+    def __post_init__(self) -> None:
+        share = _number(self.max_share, "exposure_cap 'max_share'")
+        _count(self.window, "exposure_cap 'window'", 1)
+        if not 0.0 < share <= 1.0 or share * self.window < 1.0:
+            raise ConfigError(
+                f"exposure_cap needs 0 < max_share <= 1 and max_share * window >= 1, "
+                f"but got max_share={self.max_share!r}, window={self.window!r}"
+            )
+        object.__setattr__(self, "max_share", share)
+
+    @property
+    def cap(self) -> int:
+        return math.floor(self.max_share * self.window + 1e-9)
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"recent": [], "counts": {}}
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts:
+        counts = ctx.state.get("counts", {})
+        served = np.array([counts.get(a, 0) for a in ctx.arm_ids], dtype=np.int64)
+        allowed = served + 1 <= self.cap
+        return _blocked(
+            allowed,
+            lambda i: (
+                f"served {served[i]} of the last {self.window - 1} decisions; cap {self.cap} per {self.window}"
+            ),
+        )
+
+    def record(self, state: dict[str, Any], arm_id: str) -> None:
+        recent, counts = state["recent"], state["counts"]
+        recent.append(arm_id)
+        counts[arm_id] = counts.get(arm_id, 0) + 1
+        while len(recent) > self.window - 1:
+            old = recent.pop(0)
+            counts[old] -= 1
+            if not counts[old]:
+                del counts[old]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per-arm budget: each selection of arm ``a`` spends ``cost[a]`` of ``budgets[a]``;
+    the arm is blocked once ``spent + cost > budget``. State: the amount spent per arm."""
+
+    TYPE: ClassVar[str] = "budget"
+    budgets: Mapping[str, float]
+    cost: float | Mapping[str, float] = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.budgets, Mapping) or not self.budgets:
+            raise ConfigError(
+                f"budget 'budgets' must be a non-empty {{arm: total}} mapping, but got {self.budgets!r}"
+            )
+        budgets = {str(a): _number(v, f"budget 'budgets'[{a!r}]") for a, v in self.budgets.items()}
+        if isinstance(self.cost, Mapping):
+            missing = sorted(set(budgets) - set(self.cost))
+            if missing:
+                raise ConfigError(
+                    f"budget 'cost' must give a cost for every budgeted arm, but misses {missing}"
+                )
+            cost = {a: _number(self.cost[a], f"budget 'cost'[{a!r}]") for a in budgets}
+        else:
+            c = _number(self.cost, "budget 'cost'")
+            cost = {a: c for a in budgets}
+        if any(v < 0 for v in budgets.values()) or any(v <= 0 for v in cost.values()):
+            raise ConfigError(
+                f"budget needs budgets >= 0 and costs > 0, but got budgets={budgets}, cost={cost}"
+            )
+        object.__setattr__(self, "budgets", budgets)
+        object.__setattr__(self, "cost", cost)
+
+    @property
+    def implied_scope(self) -> frozenset[str]:
+        return frozenset(self.budgets)
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"spent": {}}
+
+    def remaining(self, state: Mapping[str, Any]) -> dict[str, float]:
+        """Budget left per arm."""
+        spent = state.get("spent", {})
+        return {a: total - spent.get(a, 0.0) for a, total in self.budgets.items()}
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts:
+        left = self.remaining(ctx.state)
+        remaining = np.array([left.get(a, math.inf) for a in ctx.arm_ids])
+        cost = np.array([self.cost.get(a, 0.0) for a in ctx.arm_ids])  # type: ignore[union-attr]
+        allowed = remaining - cost >= -1e-12
+        return _blocked(allowed, lambda i: f"remaining budget {remaining[i]:g} < cost {cost[i]:g}")
+
+    def record(self, state: dict[str, Any], arm_id: str) -> None:
+        if arm_id in self.budgets:
+            spent = state["spent"]
+            spent[arm_id] = spent.get(arm_id, 0.0) + self.cost[arm_id]  # type: ignore[index]
+
+
+@dataclass(frozen=True)
+class Conservative:
+    """Block arm ``a`` when ``LCB_a < LCB_baseline - margin``, with
+    ``LCB = x^T theta - alpha * sqrt(x^T A^-1 x)`` (the policy's alpha). Arms with fewer
+    than ``min_pulls`` rewards are not judged (a cold arm's LCB is low and, since a
+    blocked arm is never pulled, would stay blocked)."""
+
+    TYPE: ClassVar[str] = "conservative"
+    baseline: str
+    margin: float = 0.0
+    min_pulls: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.baseline, str) or not self.baseline:
+            raise ConfigError(
+                f"conservative 'baseline' must be an arm id, but got {self.baseline!r}"
+            )
+        margin = _number(self.margin, "conservative 'margin'")
+        if margin < 0:
+            raise ConfigError(f"conservative 'margin' must be >= 0, but got {self.margin!r}")
+        object.__setattr__(self, "margin", margin)
+        _count(self.min_pulls, "conservative 'min_pulls'", 0)
+
+    @property
+    def exempt(self) -> frozenset[str]:
+        return frozenset({self.baseline})
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts:
+        k = len(ctx.arm_ids)
+        if self.baseline not in ctx.arm_ids:
+            return Verdicts(np.ones(k, dtype=bool), [""] * k)
+        lcb = ctx.means - ctx.alpha * ctx.widths
+        floor = lcb[list(ctx.arm_ids).index(self.baseline)] - self.margin
+        allowed = (lcb >= floor) | (ctx.pulls < self.min_pulls)
+        return _blocked(
+            allowed,
+            lambda i: f"LCB {lcb[i]:.4g} < baseline {self.baseline} LCB - margin = {floor:.4g}",
+        )
+
+
+@dataclass(frozen=True)
+class MinEstimate:
+    """Block arms with at least ``min_pulls`` rewards whose estimate is below
+    ``min_value``; the estimate is the arm's mean reward or ``x^T theta``."""
+
+    TYPE: ClassVar[str] = "min_estimate"
+    min_pulls: int
+    min_value: float
+    estimate: str = "mean_reward"
+
+    def __post_init__(self) -> None:
+        _count(self.min_pulls, "min_estimate 'min_pulls'", 1)
+        object.__setattr__(self, "min_value", _number(self.min_value, "min_estimate 'min_value'"))
+        if self.estimate not in ("mean_reward", "predicted"):
+            raise ConfigError(
+                f"min_estimate 'estimate' must be 'mean_reward' or 'predicted', but got {self.estimate!r}"
+            )
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts:
+        est = ctx.mean_rewards if self.estimate == "mean_reward" else ctx.means
+        allowed = (ctx.pulls < self.min_pulls) | (est >= self.min_value)
+        return _blocked(
+            allowed,
+            lambda i: (
+                f"{self.estimate} {est[i]:.4g} < {self.min_value:g} after {ctx.pulls[i]} pulls"
+            ),
+        )
+
+
+BUILTINS: dict[str, type] = {
+    cls.TYPE: cls for cls in (FeatureThreshold, ExposureCap, Budget, Conservative, MinEstimate)
+}
+
+
+class PredicateGuardrail:
+    """Adapts a :class:`Predicate` to :class:`Guardrail` by calling it per judged arm."""
+
+    def __init__(self, fn: Callable[..., Verdict | bool], params: Mapping[str, Any]) -> None:
+        self.fn = fn
+        self.params = dict(params)
+
+    def evaluate(self, ctx: GuardrailContext) -> Verdicts:
+        k = len(ctx.arm_ids)
+        allowed = np.ones(k, dtype=bool)
+        reasons = [""] * k
+        judged = np.ones(k, dtype=bool) if ctx.judged is None else ctx.judged
+        for i in np.flatnonzero(judged):
+            v = self.fn(ctx.arm_ids[i], ctx.X[i], ctx, **self.params)
+            if isinstance(v, Verdict):
+                allowed[i], reasons[i] = v.allowed, v.reason or "blocked"
+            elif isinstance(v, (bool, np.bool_)):
+                allowed[i], reasons[i] = bool(v), "blocked"
+            else:
+                raise InvalidInputError(
+                    f"guardrail predicate {getattr(self.fn, '__name__', self.fn)!r} must return a Verdict "
+                    f"or a bool, but returned {type(v).__name__}"
+                )
+        return Verdicts(allowed, reasons)
+
+
+# ---- loading specs ---------------------------------------------------------------------
+
+
+def load_object(path: str) -> Any:
+    """Import ``"package.module:attr"`` (``attr`` may be dotted)."""
+    if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
+        raise ConfigError(
+            f"guardrail 'path' must look like 'package.module:callable', but got {path!r}"
+        )
+    module_name, attr = path.split(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"guardrail 'path' {path!r} cannot be imported: {exc}") from exc
+    return obj
+
+
+def _entry_point(name: str) -> Any:
+    found = metadata.entry_points(group=ENTRY_POINT_GROUP).select(name=name)
+    for ep in found:
+        try:
+            return ep.load()
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(
+                f"guardrail entry point {name!r} ({ep.value}) cannot be loaded: {exc}"
+            ) from exc
+    known = (
+        sorted(BUILTINS)
+        + ["import"]
+        + sorted(ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP))
+    )
+    raise ConfigError(f"unknown guardrail type {name!r}; expected one of {known}")
+
+
+def _from_user_object(obj: Any, params: Any, where: str) -> Guardrail:
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"guardrail 'params' must be a mapping, but got {params!r}")
+    if isinstance(obj, type):
+        try:
+            guard = obj(**params)
+        except TypeError as exc:
+            raise ConfigError(f"guardrail {where} rejected params {dict(params)}: {exc}") from exc
+        if not isinstance(guard, Guardrail):
+            raise ConfigError(
+                f"guardrail {where} must build an object with evaluate(ctx), but got {type(guard).__name__}"
+            )
+        return guard
+    if callable(obj):
+        return PredicateGuardrail(obj, params)
+    raise ConfigError(
+        f"guardrail {where} must be a class or a callable, but got {type(obj).__name__}"
+    )
+
+
+@dataclass(frozen=True)
+class GuardrailEntry:
+    """One configured guardrail: its ``name``, scope (``arms``; None = every arm but
+    the safe arm) and the :class:`Guardrail` object."""
+
+    name: str
+    arms: frozenset[str] | None
+    guard: Guardrail
+
+
+_COMMON_KEYS = ("type", "name", "arms")
+
+
+def build_guardrail(spec: Mapping[str, Any]) -> GuardrailEntry:
+    """Build one guardrail from its JSON-able spec (keys in the module docstring).
+
+    >>> build_guardrail({"type": "min_estimate", "min_pulls": 10, "min_value": 0.1}).name
+    'min_estimate'
+    >>> build_guardrail({"type": "min_estimate", "min_pulls": 10})
+    Traceback (most recent call last):
+    ...
+    bandit_core.errors.ConfigError: guardrail 'min_estimate' needs keys ['min_value'], but they are missing
+    """
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("type"), str):
+        raise ConfigError(f"a guardrail spec must be a mapping with a str 'type', but got {spec!r}")
+    kind = spec["type"]
+    params = {k: v for k, v in spec.items() if k not in _COMMON_KEYS}
+    if kind in BUILTINS:
+        cls = BUILTINS[kind]
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - set(fields))
+        if unknown:
+            raise ConfigError(
+                f"guardrail {kind!r} got unknown keys {unknown}; expected some of {sorted(fields)}"
+            )
+        missing = sorted(
+            n
+            for n, f in fields.items()
+            if n not in params
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        )
+        if missing:
+            raise ConfigError(f"guardrail {kind!r} needs keys {missing}, but they are missing")
+        guard: Guardrail = cls(**params)
+        default_name = kind
+    else:
+        unknown = sorted(set(params) - {"path", "params"})
+        if kind == "import":
+            if unknown:
+                raise ConfigError(
+                    f"guardrail 'import' got unknown keys {unknown}; expected 'path' and 'params'"
+                )
+            path = params.get("path")
+            guard = _from_user_object(load_object(path), params.get("params", {}), repr(path))
+            default_name = path.split(":")[1]
+        else:
+            if unknown:
+                raise ConfigError(
+                    f"guardrail {kind!r} got unknown keys {unknown}; expected 'params'"
+                )
+            guard = _from_user_object(
+                _entry_point(kind), params.get("params", {}), f"entry point {kind!r}"
+            )
+            default_name = kind
+    name = spec.get("name", default_name)
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ConfigError(f"guardrail 'name' must be a non-empty str without ':', but got {name!r}")
+    implied = getattr(guard, "implied_scope", None)
+    arms = spec.get("arms")
+    if implied is not None and arms is not None:
+        raise ConfigError(
+            f"guardrail {name!r} of type {kind!r} takes its arms from its parameters, not from 'arms'"
+        )
+    if arms is not None:
+        if (
+            isinstance(arms, str)
+            or not isinstance(arms, Sequence)
+            or not all(isinstance(a, str) and a for a in arms)
+        ):
+            raise ConfigError(
+                f"guardrail {name!r} 'arms' must be a list of arm ids or null, but got {arms!r}"
+            )
+        arms = frozenset(arms)
+    return GuardrailEntry(name=name, arms=implied if implied is not None else arms, guard=guard)
+
+
+# ---- state and screening ---------------------------------------------------------------
+
+
+@dataclass
+class GuardrailState(ArrayState):
+    """Guardrail state of one policy, its ``shared`` state part (all JSON-able meta).
+
+    ``decisions`` counts selections; ``argmax_blocked`` those where the unconstrained UCB
+    argmax was blocked (delta_G's numerator) and ``blocked_by[name]`` those where guardrail
+    ``name`` blocked it; ``safe_served`` counts fallbacks to the safe arm; ``guards[name]``
+    is the state of stateful guardrails (exposure window, budget spent).
+    """
+
+    KIND: ClassVar[str] = "guardrail_shared"
+    decisions: int = 0
+    argmax_blocked: int = 0
+    safe_served: int = 0
+    blocked_by: dict[str, int] = field(default_factory=dict)
+    guards: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class Screening(NamedTuple):
+    """Result of :meth:`GuardrailSet.screen`: the eligible mask (shape ``(K,)``) and
+    the decision's :class:`GuardrailOutcome`."""
+
+    eligible: np.ndarray
+    outcome: GuardrailOutcome
+
+
+class GuardrailSet:
+    """The guardrails of one policy, built from specs, plus its safe arm.
+
+    Raises :class:`ConfigError` for an invalid spec, duplicate names, or a safe arm a
+    guardrail's scope names (assumption 5 needs a safe arm that passes every guardrail).
+    """
+
+    def __init__(
+        self, specs: Sequence[Mapping[str, Any]] = (), safe_arm: str | None = None
+    ) -> None:
+        if safe_arm is not None and (not isinstance(safe_arm, str) or not safe_arm):
+            raise ConfigError(f"safe_arm must be a non-empty arm id or None, but got {safe_arm!r}")
+        self.safe_arm = safe_arm
+        self.entries: tuple[GuardrailEntry, ...] = tuple(build_guardrail(s) for s in specs)
+        names = [e.name for e in self.entries]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(
+                f"guardrail names must be unique, but {dup} appear more than once; give each spec a 'name'"
+            )
+        for e in self.entries:
+            if (
+                safe_arm is not None
+                and e.arms is not None
+                and safe_arm in e.arms
+                and safe_arm not in getattr(e.guard, "exempt", ())
+            ):
+                raise ConfigError(
+                    f"safe_arm {safe_arm!r} is judged by guardrail {e.name!r}, which can block it; "
+                    "the safe arm must pass every guardrail (remove it from that guardrail's arms)"
+                )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.entries)
+
+    def new_state(self) -> GuardrailState:
+        """Counters at zero and each stateful guardrail's initial state."""
+        return GuardrailState(
+            blocked_by={e.name: 0 for e in self.entries},
+            guards={
+                e.name: e.guard.initial_state()
+                for e in self.entries
+                if hasattr(e.guard, "initial_state")
+            },
+        )
+
+    def _judged(self, entry: GuardrailEntry, arm_ids: Sequence[str]) -> np.ndarray:
+        if entry.arms is None:
+            return np.array([a != self.safe_arm for a in arm_ids], dtype=bool)
+        return np.array([a in entry.arms for a in arm_ids], dtype=bool)
+
+    def screen(self, ctx: GuardrailContext, order: np.ndarray, state: GuardrailState) -> Screening:
+        """Judge the candidates, update the delta_G counters in ``state`` and return the
+        eligible mask and outcome. ``order`` ranks candidates by UCB score (ties broken
+        at random), so ``order[0]`` is the unconstrained argmax.
+
+        The safe arm is never judged (assumption 5), so when every other candidate is
+        blocked it is the one eligible arm and ``safe_arm_served`` is set; when every
+        candidate is blocked (the safe arm is not among them) this raises
+        :class:`NoEligibleArmError` and changes no counter.
+        """
+        k = len(ctx.arm_ids)
+        blocked_by = np.zeros((len(self.entries), k), dtype=bool)
+        reasons: dict[int, list[str]] = {}
+        for g, e in enumerate(self.entries):
+            judged = self._judged(e, ctx.arm_ids)
+            if not judged.any():
+                continue
+            guard_state = state.guards.setdefault(e.name, getattr(e.guard, "initial_state", dict)())
+            v = e.guard.evaluate(dataclasses.replace(ctx, judged=judged, state=guard_state))
+            allowed = np.asarray(v.allowed, dtype=bool)
+            if allowed.shape != (k,) or len(v.reasons) != k:
+                raise InvalidInputError(
+                    f"guardrail {e.name!r} must return {k} verdicts and {k} reasons, but returned "
+                    f"shape {allowed.shape} and {len(v.reasons)} reasons"
+                )
+            blocked_by[g] = judged & ~allowed
+            for i in np.flatnonzero(blocked_by[g]):
+                reasons.setdefault(int(i), []).append(f"{e.name}: {v.reasons[i]}")
+        eligible = ~blocked_by.any(axis=0)
+        if not eligible.any():
+            detail = "; ".join(
+                f"{ctx.arm_ids[i]}: {', '.join(r)}" for i, r in sorted(reasons.items())
+            )
+            raise NoEligibleArmError(
+                f"guardrails blocked every candidate ({detail}) and the safe arm "
+                f"{self.safe_arm!r} is not among them"
+            )
+        # The safe arm is never judged, so "nothing passes" shows as: only the safe arm passes.
+        safe_served = bool(
+            k > 1 and eligible.sum() == 1 and ctx.arm_ids[int(np.argmax(eligible))] == self.safe_arm
+        )
+        top = int(order[0])
+        state.decisions += 1
+        state.argmax_blocked += int(not eligible[top])
+        state.safe_served += int(safe_served)
+        for g, e in enumerate(self.entries):
+            state.blocked_by[e.name] = state.blocked_by.get(e.name, 0) + int(blocked_by[g, top])
+        outcome = GuardrailOutcome(
+            blocked={ctx.arm_ids[i]: tuple(r) for i, r in sorted(reasons.items())},
+            unconstrained_arm_id=ctx.arm_ids[top],
+            argmax_blocked=bool(not eligible[top]),
+            safe_arm_served=safe_served,
+        )
+        return Screening(eligible, outcome)
+
+    def record(self, state: GuardrailState, arm_id: str) -> None:
+        """Tell the stateful guardrails that ``arm_id`` was served."""
+        for e in self.entries:
+            if hasattr(e.guard, "record"):
+                e.guard.record(state.guards.setdefault(e.name, e.guard.initial_state()), arm_id)
+
+    def stats(self, state: GuardrailState) -> dict[str, float]:
+        """delta_G overall and per guardrail, safe-arm share, and budgets left."""
+        n = state.decisions
+        out = {
+            "decisions": float(n),
+            "delta_g": state.argmax_blocked / n if n else 0.0,
+            "safe_arm_served": state.safe_served / n if n else 0.0,
+        }
+        for e in self.entries:
+            out[f"delta_g:{e.name}"] = state.blocked_by.get(e.name, 0) / n if n else 0.0
+            if isinstance(e.guard, Budget):
+                for arm, left in e.guard.remaining(state.guards.get(e.name, {})).items():
+                    out[f"budget_remaining:{e.name}:{arm}"] = left
+        return out
+
+
+def check_specs_jsonable(specs: Any) -> tuple[dict[str, Any], ...]:
+    """Normalise guardrail specs to a tuple of plain JSON dicts (ConfigError if not JSON-able)."""
+    if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Sequence):
+        raise ConfigError(f"guardrails must be a list of spec mappings, but got {specs!r}")
+    try:
+        return tuple(json.loads(json.dumps(list(specs))))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"guardrail specs must be JSON-able: {exc}") from exc
