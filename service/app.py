@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -89,27 +89,28 @@ async def load_initial_policies(service: DecisionService, settings: Settings) ->
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     warn_if_open(settings)
-    event_log = await asyncio.to_thread(make_event_log, settings)
-    writer = make_writer(settings, event_log)
-    store = make_store(settings)
-    service = DecisionService(store, writer, event_log, settings)
-    app.state.service = service
-    stop = asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-    try:
+    async with AsyncExitStack() as stack:
+        event_log = await asyncio.to_thread(make_event_log, settings)
+        stack.push_async_callback(asyncio.to_thread, event_log.close)
+        store = make_store(settings)
+        stack.push_async_callback(store.close)
+        writer = make_writer(settings, event_log)
+        stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
+        service = DecisionService(store, writer, event_log, settings)
+        app.state.service = service
         await load_initial_policies(service, settings)
+        stop = asyncio.Event()
         tasks = [
             asyncio.create_task(service.run_sweeper(stop)),
             asyncio.create_task(service.run_snapshots(stop)),
         ]
+
+        async def stop_tasks() -> None:
+            stop.set()
+            await asyncio.gather(*tasks)
+
+        stack.push_async_callback(stop_tasks)
         yield
-    finally:
-        stop.set()
-        for task in tasks:
-            await task
-        await asyncio.to_thread(writer.close)
-        await store.close()
-        await asyncio.to_thread(event_log.close)
 
 
 class BodyLimitAndTiming:
@@ -165,13 +166,18 @@ class BodyLimitAndTiming:
 
     async def _too_large(self, send: Send) -> None:
         body = (
-            b'{"detail":"request body exceeds the limit of ' + str(self.max_body_bytes).encode() + b' bytes"}'
+            b'{"detail":"request body exceeds the limit of '
+            + str(self.max_body_bytes).encode()
+            + b' bytes"}'
         )
         await send(
             {
                 "type": "http.response.start",
                 "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
             }
         )
         await send({"type": "http.response.body", "body": body})

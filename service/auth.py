@@ -41,7 +41,9 @@ def check(request: Request, credentials: HTTPAuthorizationCredentials | None) ->
         host = request.client.host if request.client else ""
         if host in LOOPBACK:
             return
-        raise Unauthorized("no API keys are configured: protected routes accept only loopback clients")
+        raise Unauthorized(
+            "no API keys are configured: protected routes accept only loopback clients"
+        )
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("missing Authorization: Bearer <api key>")
     if not key_matches(credentials.credentials, settings.api_keys):

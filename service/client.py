@@ -12,7 +12,7 @@ A non-2xx answer raises :class:`BanditAPIError` carrying the status and ``detail
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -52,17 +52,24 @@ def _recommend_body(
 ) -> dict[str, Any]:
     cands = None
     if arms is not None:
-        cands = [ArmCandidate(id=a) if isinstance(a, str) else ArmCandidate.model_validate(a) for a in arms]
+        cands = [
+            ArmCandidate(id=a) if isinstance(a, str) else ArmCandidate.model_validate(a)
+            for a in arms
+        ]
     body = RecommendRequest(policy=policy, context=context, arms=cands, **options)  # type: ignore[arg-type]
     return body.model_dump(mode="json", exclude_none=True)
 
 
 class _Requests:
-    """The requests of every method, shared by the sync and async clients."""
+    """Method, path, JSON body and response model of every call, written once for the
+    sync and the async client."""
 
     @staticmethod
     def recommend(policy: str, context: Any, arms: Any, options: dict[str, Any]) -> Request:
-        return ("POST", "/recommend", _recommend_body(policy, context, arms, **options), RecommendResponse)
+        if not isinstance(context, Mapping):
+            context = list(context)
+        body = _recommend_body(policy, context, arms, **options)
+        return ("POST", "/recommend", body, RecommendResponse)
 
     @staticmethod
     def reward(event_id: str, reward: float, arm_id: str | None) -> Request:
@@ -70,9 +77,49 @@ class _Requests:
         return ("POST", "/reward", body.model_dump(exclude_none=True), RewardResponse)
 
     @staticmethod
+    def activate(event_id: str) -> Request:
+        return ("POST", f"/events/{event_id}/activate", None, ActivateResponse)
+
+    @staticmethod
     def put_policy(name: str, spec: PolicySpec | Mapping[str, Any]) -> Request:
         spec = spec if isinstance(spec, PolicySpec) else PolicySpec.model_validate(spec)
         return ("PUT", f"/policies/{name}", spec.model_dump(mode="json"), PolicyInfo)
+
+    @staticmethod
+    def get_policy(name: str) -> Request:
+        return ("GET", f"/policies/{name}", None, PolicyInfo)
+
+    @staticmethod
+    def list_policies() -> Request:
+        return ("GET", "/policies", None, PolicyList)
+
+    @staticmethod
+    def delete_policy(name: str) -> Request:
+        return ("DELETE", f"/policies/{name}", None, None)
+
+    @staticmethod
+    def add_arms(name: str, arms: Sequence[str]) -> Request:
+        return ("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo)
+
+    @staticmethod
+    def retire_arms(name: str, arms: Sequence[str]) -> Request:
+        return ("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo)
+
+    @staticmethod
+    def reset(name: str) -> Request:
+        return ("POST", f"/policies/{name}/reset", None, PolicyInfo)
+
+    @staticmethod
+    def stats(name: str) -> Request:
+        return ("GET", f"/policies/{name}/stats", None, PolicyStats)
+
+    @staticmethod
+    def export_snapshot(name: str) -> Request:
+        return ("GET", f"/policies/{name}/snapshot", None, Snapshot)
+
+    @staticmethod
+    def import_snapshot(name: str, data: str) -> Request:
+        return ("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot)
 
 
 def _parse(response: httpx.Response, model: type[M] | None) -> M | None:
@@ -96,7 +143,9 @@ class BanditClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
 
     def _call(self, request: Request) -> Any:
         method, path, body, model = request
@@ -111,48 +160,48 @@ class BanditClient:
     ) -> RecommendResponse:
         """``POST /recommend``; ``options``: exclude, user_id, event_id, top_k, explore,
         defer_activation."""
-        return self._call(_Requests.recommend(policy, list(context) if not isinstance(context, Mapping) else context, arms, options))
+        return self._call(_Requests.recommend(policy, context, arms, options))
 
     def reward(self, event_id: str, reward: float, arm_id: str | None = None) -> RewardResponse:
         return self._call(_Requests.reward(event_id, reward, arm_id))
 
     def activate(self, event_id: str) -> ActivateResponse:
-        return self._call(("POST", f"/events/{event_id}/activate", None, ActivateResponse))
+        return self._call(_Requests.activate(event_id))
 
     def put_policy(self, name: str, spec: PolicySpec | Mapping[str, Any]) -> PolicyInfo:
         return self._call(_Requests.put_policy(name, spec))
 
     def get_policy(self, name: str) -> PolicyInfo:
-        return self._call(("GET", f"/policies/{name}", None, PolicyInfo))
+        return self._call(_Requests.get_policy(name))
 
     def list_policies(self) -> list[PolicyInfo]:
-        return self._call(("GET", "/policies", None, PolicyList)).policies
+        return self._call(_Requests.list_policies()).policies
 
     def delete_policy(self, name: str) -> None:
-        self._call(("DELETE", f"/policies/{name}", None, None))
+        self._call(_Requests.delete_policy(name))
 
     def add_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return self._call(("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo))
+        return self._call(_Requests.add_arms(name, arms))
 
     def retire_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return self._call(("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo))
+        return self._call(_Requests.retire_arms(name, arms))
 
     def reset(self, name: str) -> PolicyInfo:
-        return self._call(("POST", f"/policies/{name}/reset", None, PolicyInfo))
+        return self._call(_Requests.reset(name))
 
     def stats(self, name: str) -> PolicyStats:
-        return self._call(("GET", f"/policies/{name}/stats", None, PolicyStats))
+        return self._call(_Requests.stats(name))
 
     def export_snapshot(self, name: str) -> Snapshot:
-        return self._call(("GET", f"/policies/{name}/snapshot", None, Snapshot))
+        return self._call(_Requests.export_snapshot(name))
 
     def import_snapshot(self, name: str, data: str) -> Snapshot:
-        return self._call(("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot))
+        return self._call(_Requests.import_snapshot(name, data))
 
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> BanditClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -170,7 +219,9 @@ class AsyncBanditClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
 
     async def _call(self, request: Request) -> Any:
         method, path, body, model = request
@@ -183,48 +234,50 @@ class AsyncBanditClient:
         arms: Sequence[ArmCandidate | Mapping[str, Any] | str] | None = None,
         **options: Any,
     ) -> RecommendResponse:
-        return await self._call(_Requests.recommend(policy, list(context) if not isinstance(context, Mapping) else context, arms, options))
+        return await self._call(_Requests.recommend(policy, context, arms, options))
 
-    async def reward(self, event_id: str, reward: float, arm_id: str | None = None) -> RewardResponse:
+    async def reward(
+        self, event_id: str, reward: float, arm_id: str | None = None
+    ) -> RewardResponse:
         return await self._call(_Requests.reward(event_id, reward, arm_id))
 
     async def activate(self, event_id: str) -> ActivateResponse:
-        return await self._call(("POST", f"/events/{event_id}/activate", None, ActivateResponse))
+        return await self._call(_Requests.activate(event_id))
 
     async def put_policy(self, name: str, spec: PolicySpec | Mapping[str, Any]) -> PolicyInfo:
         return await self._call(_Requests.put_policy(name, spec))
 
     async def get_policy(self, name: str) -> PolicyInfo:
-        return await self._call(("GET", f"/policies/{name}", None, PolicyInfo))
+        return await self._call(_Requests.get_policy(name))
 
     async def list_policies(self) -> list[PolicyInfo]:
-        return (await self._call(("GET", "/policies", None, PolicyList))).policies
+        return (await self._call(_Requests.list_policies())).policies
 
     async def delete_policy(self, name: str) -> None:
-        await self._call(("DELETE", f"/policies/{name}", None, None))
+        await self._call(_Requests.delete_policy(name))
 
     async def add_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return await self._call(("POST", f"/policies/{name}/arms", {"arms": list(arms)}, PolicyInfo))
+        return await self._call(_Requests.add_arms(name, arms))
 
     async def retire_arms(self, name: str, arms: Sequence[str]) -> PolicyInfo:
-        return await self._call(("POST", f"/policies/{name}/arms/retire", {"arms": list(arms)}, PolicyInfo))
+        return await self._call(_Requests.retire_arms(name, arms))
 
     async def reset(self, name: str) -> PolicyInfo:
-        return await self._call(("POST", f"/policies/{name}/reset", None, PolicyInfo))
+        return await self._call(_Requests.reset(name))
 
     async def stats(self, name: str) -> PolicyStats:
-        return await self._call(("GET", f"/policies/{name}/stats", None, PolicyStats))
+        return await self._call(_Requests.stats(name))
 
     async def export_snapshot(self, name: str) -> Snapshot:
-        return await self._call(("GET", f"/policies/{name}/snapshot", None, Snapshot))
+        return await self._call(_Requests.export_snapshot(name))
 
     async def import_snapshot(self, name: str, data: str) -> Snapshot:
-        return await self._call(("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot))
+        return await self._call(_Requests.import_snapshot(name, data))
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncBanditClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

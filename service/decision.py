@@ -132,7 +132,9 @@ class DecisionService:
         self._cache: dict[str, Runtime] = {}
 
     # ---- loading state ----------------------------------------------------------------------
-    async def _read(self, name: str, keys: Sequence[str], known: Mapping[str, int]) -> dict[str, Any]:
+    async def _read(
+        self, name: str, keys: Sequence[str], known: Mapping[str, int]
+    ) -> dict[str, Any]:
         try:
             return await self.store.read(name, list(keys), known)
         except StoreUnavailableError:
@@ -172,7 +174,9 @@ class DecisionService:
             runtime.policy.import_parts({k: v.data for k, v in values.items()})
             runtime.versions.update({k: v.version for k, v in values.items()})
 
-    async def _transact(self, runtime: Runtime, name: str, keys: list[str], fn: Callable) -> dict[str, int]:
+    async def _transact(
+        self, runtime: Runtime, name: str, keys: list[str], fn: Callable
+    ) -> dict[str, int]:
         """``store.transact`` that keeps the cache honest: ``fn`` mutates the cached
         policy, so on failure the touched parts are reloaded next time."""
         try:
@@ -187,7 +191,11 @@ class DecisionService:
                 runtime.versions.pop(k, None)
             raise
         runtime.versions.update(
-            {k: v for k, v in versions.items() if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY}
+            {
+                k: v
+                for k, v in versions.items()
+                if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY
+            }
         )
         return versions
 
@@ -205,7 +213,9 @@ class DecisionService:
         response = self._response(req, runtime, decision, event_id, parts, degraded)
         if not degraded:
             try:
-                if not await self.store.register_event(event_id, req.policy, self.settings.event_ttl_seconds):
+                if not await self.store.register_event(
+                    event_id, req.policy, self.settings.event_ttl_seconds
+                ):
                     return await self._wait_original(req.policy, event_id)
                 response, decision = await self._store_event(
                     req, runtime, ids, X, features, decision, response, parts, now
@@ -232,12 +242,23 @@ class DecisionService:
         runtime = cached or (await self.load(req.policy))[0]
         while True:
             ids, X, features = self._candidates(req, runtime)
+
+            def parts_of(policy: BasePolicy, ids: list[str] = ids) -> list[str]:
+                return policy.parts_for_select(ids, req.user_id)
+
             try:
-                fresh, parts, _ = await self.load(req.policy, lambda p: p.parts_for_select(ids, req.user_id))
+                fresh, parts, _ = await self.load(req.policy, parts_of)
             except StoreUnavailableError:
                 if cached is None:
                     raise
-                return cached, ids, X, features, cached.policy.parts_for_select(ids, req.user_id), True
+                return (
+                    cached,
+                    ids,
+                    X,
+                    features,
+                    cached.policy.parts_for_select(ids, req.user_id),
+                    True,
+                )
             if fresh.info.revision == runtime.info.revision:
                 return fresh, ids, X, features, parts, False
             runtime = fresh
@@ -278,7 +299,9 @@ class DecisionService:
             registered = set(info.arms or ())
             for arm_id, _, i in arms:
                 if arm_id in seen:
-                    raise InvalidRequest(f"arm id {arm_id!r} appears more than once", ["body", "arms", i, "id"])
+                    raise InvalidRequest(
+                        f"arm id {arm_id!r} appears more than once", ["body", "arms", i, "id"]
+                    )
                 seen.add(arm_id)
                 if registered and arm_id not in registered:
                     raise InvalidRequest(
@@ -288,17 +311,24 @@ class DecisionService:
         exclude = set(req.exclude or ())
         arms = [a for a in arms if a[0] not in exclude]
         if not arms:
-            raise InvalidRequest("no candidate arms left (empty arms, or all excluded)", ["body", "arms"])
+            raise InvalidRequest(
+                "no candidate arms left (empty arms, or all excluded)", ["body", "arms"]
+            )
         if len(arms) > self.settings.max_candidates:
             raise InvalidRequest(
-                f"at most {self.settings.max_candidates} candidates, but got {len(arms)}", ["body", "arms"]
+                f"at most {self.settings.max_candidates} candidates, but got {len(arms)}",
+                ["body", "arms"],
             )
         d = info.dimension
         rows = []
         for arm_id, own, i in arms:
             row = context + list(own or ())
             if len(row) != d:
-                loc = ["body", "context"] if i is None or own is None else ["body", "arms", i, "features"]
+                loc = (
+                    ["body", "context"]
+                    if i is None or own is None
+                    else ["body", "arms", i, "features"]
+                )
                 raise InvalidRequest(
                     f"the feature vector of arm {arm_id!r} (context {len(context)} + arm features "
                     f"{len(own or ())}) has length {len(row)}, but the policy's dimension is {d}",
@@ -316,7 +346,9 @@ class DecisionService:
         features: dict[str, float] | None,
     ) -> Decision:
         try:
-            return runtime.policy.select(ids, X, user_id=req.user_id, features=features, explore=req.explore)
+            return runtime.policy.select(
+                ids, X, user_id=req.user_id, features=features, explore=req.explore
+            )
         except BanditError as exc:
             raise with_loc(exc, ["body", "arms"]) from exc
 
@@ -388,7 +420,9 @@ class DecisionService:
                 runtime.policy.import_parts({p: values[p] for p in changed})
                 again = self._select(runtime, ids, X, req, features)
                 result["decision"] = again
-                result["response"] = self._response(req, runtime, again, response.event_id, parts, False)
+                result["response"] = self._response(
+                    req, runtime, again, response.event_id, parts, False
+                )
                 out.update(runtime.policy.export_parts(changed))
             chosen = result["decision"]
             row = X[ids.index(chosen.arm_id)]
@@ -460,6 +494,9 @@ class DecisionService:
         )
         metrics.DECISIONS.labels(req.policy, response.arm_id).inc()
         if decision.guardrail is not None:
+            delta_g = runtime.policy.policy_stats().get("delta_g")
+            if delta_g is not None:
+                metrics.DELTA_G.labels(req.policy).set(delta_g)
             for arm in decision.guardrail.blocked:
                 metrics.GUARDRAIL_BLOCKS.labels(req.policy, arm).inc()
             if decision.guardrail.argmax_blocked:
@@ -484,7 +521,9 @@ class DecisionService:
                 ["body", "reward"],
             )
         if event["state"] == PENDING and not event["activated"]:
-            raise Conflict(f"event {req.event_id!r} was deferred and is not activated; activate it first")
+            raise Conflict(
+                f"event {req.event_id!r} was deferred and is not activated; activate it first"
+            )
         try:
             applied = await self._apply(name, runtime, req.event_id, event, req.reward, REWARDED)
         except _AlreadyFinal as final:
@@ -497,10 +536,16 @@ class DecisionService:
                     applied=False,
                     status="already_rewarded",
                 )
-            raise Conflict(f"event {req.event_id!r} is already finalized ({event['state']})") from None
+            raise Conflict(
+                f"event {req.event_id!r} is already finalized ({event['state']})"
+            ) from None
         await self._after_final(name, req.event_id, applied.event, "explicit")
         return RewardResponse(
-            event_id=req.event_id, arm_id=event["arm_id"], reward=req.reward, applied=True, status="applied"
+            event_id=req.event_id,
+            arm_id=event["arm_id"],
+            reward=req.reward,
+            applied=True,
+            status="applied",
         )
 
     @staticmethod
@@ -510,7 +555,13 @@ class DecisionService:
         return json.loads(data)
 
     async def _apply(
-        self, name: str, runtime: Runtime, event_id: str, event: dict[str, Any], value: float | None, state: str
+        self,
+        name: str,
+        runtime: Runtime,
+        event_id: str,
+        event: dict[str, Any],
+        value: float | None,
+        state: str,
     ) -> _Applied:
         """One transaction: move a pending event to ``state`` and, when ``value`` is not
         None, update the served arm's parts with it. Raises :class:`_AlreadyFinal` if the
@@ -528,7 +579,9 @@ class DecisionService:
             if ev["state"] != PENDING:
                 raise _AlreadyFinal(ev)
             if ev.get("reset_at") != runtime.info.reset_at and value is not None:
-                raise Conflict(f"policy {name!r} was reset or reconfigured after event {event_id!r}")
+                raise Conflict(
+                    f"policy {name!r} was reset or reconfigured after event {event_id!r}"
+                )
             out: dict[str, bytes | None] = {}
             if value is not None:
                 runtime.policy.import_parts({p: values[p] for p in parts})
@@ -541,9 +594,15 @@ class DecisionService:
             return out
 
         versions = await self._transact(runtime, name, [key, *parts], fn)
+        if value is not None:
+            alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
+            if alpha is not None:
+                metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
         return _Applied(event=result["event"], versions=versions)
 
-    async def _after_final(self, name: str, event_id: str, event: dict[str, Any], source: str | None) -> None:
+    async def _after_final(
+        self, name: str, event_id: str, event: dict[str, Any], source: str | None
+    ) -> None:
         """Bookkeeping once an event left ``pending``: retention schedule, counters, log."""
         now = self.clock()
         await self.store.schedule(name, event_id, now + self.settings.done_event_retention_seconds)
@@ -558,7 +617,14 @@ class DecisionService:
             return
         arm, value = event["arm_id"], float(event["reward"])
         self.sink.submit_reward(
-            RewardRecord(event_id=event_id, policy=name, arm_id=arm, value=value, source=source, created_at=now)
+            RewardRecord(
+                event_id=event_id,
+                policy=name,
+                arm_id=arm,
+                value=value,
+                source=source,
+                created_at=now,
+            )
         )
         metrics.REWARDS.labels(name, arm, source).inc()
         metrics.REWARD_SUM.labels(name, arm, source).inc(value)
@@ -585,7 +651,9 @@ class DecisionService:
 
         written = await self._transact(runtime, name, [key], fn)
         if written:
-            await self.store.schedule(name, event_id, self.clock() + runtime.info.reward_wait_seconds)
+            await self.store.schedule(
+                name, event_id, self.clock() + runtime.info.reward_wait_seconds
+            )
         return ActivateResponse(event_id=event_id, activated=True)
 
     # ---- the sweeper ---------------------------------------------------------------------------
@@ -603,6 +671,8 @@ class DecisionService:
     async def _sweep_policy(self, name: str) -> int:
         due = await self.store.due_events(name, self.clock(), self.settings.sweeper_batch)
         if not due:
+            pending = (await self.store.counters(name)).get("pending", 0.0)
+            metrics.PENDING_EVENTS.labels(name).set(pending)
             return 0
         keys = [event_key(e) for e in due]
         runtime, _, raw = await self.load(name, extra=keys)
@@ -617,10 +687,19 @@ class DecisionService:
                 await self._delete_done(runtime, name, event_id)
                 continue
             default = runtime.info.default_reward
-            learn = event["activated"] and default is not None and event.get("reset_at") == runtime.info.reset_at
+            learn = (
+                event["activated"]
+                and default is not None
+                and event.get("reset_at") == runtime.info.reset_at
+            )
             try:
                 applied = await self._apply(
-                    name, runtime, event_id, event, default if learn else None, DEFAULTED if learn else EXPIRED
+                    name,
+                    runtime,
+                    event_id,
+                    event,
+                    default if learn else None,
+                    DEFAULTED if learn else EXPIRED,
                 )
             except (_AlreadyFinal, NotFound, Conflict):
                 continue
@@ -690,6 +769,14 @@ class DecisionService:
 
     async def put_policy(self, name: str, spec: PolicySpec, log_config: bool = True) -> PolicyInfo:
         """Create or replace a policy; a change the engine sees resets its state."""
+        if not self.settings.allow_import_guardrails and any(
+            g.get("type") == "import" for g in spec.guardrails or ()
+        ):
+            raise InvalidRequest(
+                "guardrails of type 'import' load server-side code; the server must set "
+                "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them",
+                ["body", "guardrails"],
+            )
         build_policy(spec)
         now = self.clock()
         try:
@@ -699,13 +786,17 @@ class DecisionService:
         reset = old is None or engine_changed(spec_of(old), spec)
         info = new_info(name, spec, now, old, reset=reset)
         if log_config:
-            await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
+            await asyncio.to_thread(
+                self.event_log.upsert_policy, name, info.model_dump(mode="json")
+            )
         if old is not None and reset:
             await self.store.delete_policy(name)
         await self._write_config(name, info)
         return info
 
-    async def _write_config(self, name: str, info: PolicyInfo, extra: Mapping[str, bytes | None] | None = None) -> None:
+    async def _write_config(
+        self, name: str, info: PolicyInfo, extra: Mapping[str, bytes | None] | None = None
+    ) -> None:
         await self.store.add_policy(name)
         payload = {CONFIG_KEY: encode_info(info), **(extra or {})}
         await self.store.transact(name, list(payload), lambda _values: payload)
@@ -726,10 +817,14 @@ class DecisionService:
         await self._write_config(name, info)
         return info
 
-    async def change_arms(self, name: str, add: Sequence[str] = (), retire: Sequence[str] = ()) -> PolicyInfo:
+    async def change_arms(
+        self, name: str, add: Sequence[str] = (), retire: Sequence[str] = ()
+    ) -> PolicyInfo:
         """Register arms, or retire them (their learned state is deleted)."""
         old = await self.get_policy(name)
-        arms = [a for a in (old.arms or []) if a not in retire] + [a for a in add if a not in (old.arms or [])]
+        arms = [a for a in (old.arms or []) if a not in retire] + [
+            a for a in add if a not in (old.arms or [])
+        ]
         unknown = [a for a in retire if a not in (old.arms or [])]
         if unknown:
             raise NotFound(f"arms {unknown} are not registered arms of policy {name!r}")
@@ -742,7 +837,9 @@ class DecisionService:
     async def _known_arms(self, name: str, info: PolicyInfo) -> list[str]:
         counters = await self.store.counters(name)
         arms = list(info.arms or [])
-        arms += sorted(k[len("pulls:") :] for k in counters if k.startswith("pulls:") and k[6:] not in arms)
+        arms += sorted(
+            k[len("pulls:") :] for k in counters if k.startswith("pulls:") and k[6:] not in arms
+        )
         return arms
 
     async def _load_all(self, name: str) -> tuple[Runtime, list[str], dict[str, float]]:
@@ -773,7 +870,7 @@ class DecisionService:
                 extras=extras,
             )
         pstats = {k: float(v) for k, v in policy.policy_stats().items()}
-        delta_g = pstats.get("delta_G")
+        delta_g = pstats.get("delta_g")
         if delta_g is not None:
             metrics.DELTA_G.labels(name).set(delta_g)
         metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
@@ -807,7 +904,9 @@ class DecisionService:
             blob = base64.b64decode(data, validate=True)
             policy = bandit_core.policy_from_bytes(blob)
         except (ValueError, BanditError) as exc:
-            raise InvalidRequest(f"data is not an exported snapshot: {exc}", ["body", "data"]) from exc
+            raise InvalidRequest(
+                f"data is not an exported snapshot: {exc}", ["body", "data"]
+            ) from exc
         if policy.name != runtime.info.algorithm or policy.config.d != runtime.info.dimension:
             raise InvalidRequest(
                 f"snapshot is {policy.name} with dimension {policy.config.d}, but policy {name!r} is "
@@ -840,10 +939,14 @@ class DecisionService:
 
     async def run_snapshots(self, stop: asyncio.Event) -> None:
         if self.settings.snapshot_interval_seconds > 0:
-            await _every(self.settings.snapshot_interval_seconds, stop, self.snapshot_all, "snapshots")
+            await _every(
+                self.settings.snapshot_interval_seconds, stop, self.snapshot_all, "snapshots"
+            )
 
 
-async def _every(seconds: float, stop: asyncio.Event, job: Callable[[], Awaitable[Any]], what: str) -> None:
+async def _every(
+    seconds: float, stop: asyncio.Event, job: Callable[[], Awaitable[Any]], what: str
+) -> None:
     """Run ``job`` every ``seconds`` until ``stop``; a failure is logged and retried."""
     while not stop.is_set():
         try:

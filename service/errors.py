@@ -79,7 +79,9 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
         if exc.status == 422:
             return _validation(exc.message, exc.loc, "invalid_input")
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(status_code=exc.status, content={"detail": exc.message}, headers=headers)
+        return JSONResponse(
+            status_code=exc.status, content={"detail": exc.message}, headers=headers
+        )
 
     @app.exception_handler(BanditError)
     async def _bandit_error(request: Request, exc: BanditError) -> JSONResponse:

@@ -32,13 +32,14 @@ import os
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
 )
-from prometheus_client import multiprocess
 
 REQUEST_LATENCY = Histogram(
     "bandit_http_request_duration_seconds",
@@ -48,24 +49,46 @@ REQUEST_LATENCY = Histogram(
 )
 DECISIONS = Counter("bandit_decisions", "Decisions served, by served arm", ["policy", "arm"])
 DEGRADED_DECISIONS = Counter(
-    "bandit_degraded_decisions", "Decisions served from cached state while the store is down", ["policy"]
+    "bandit_degraded_decisions",
+    "Decisions served from cached state while the store is down",
+    ["policy"],
 )
 REWARDS = Counter("bandit_rewards", "Rewards applied to the model", ["policy", "arm", "source"])
-REWARD_SUM = Counter("bandit_reward_sum", "Sum of applied reward values", ["policy", "arm", "source"])
-GUARDRAIL_BLOCKS = Counter("bandit_guardrail_blocks", "Candidates blocked by a guardrail", ["policy", "arm"])
-GUARDRAIL_ARGMAX_BLOCKED = Counter(
-    "bandit_guardrail_argmax_blocked", "Decisions whose unconstrained UCB argmax was blocked", ["policy"]
+REWARD_SUM = Counter(
+    "bandit_reward_sum", "Sum of applied reward values", ["policy", "arm", "source"]
 )
-DELTA_G = Gauge("bandit_guardrail_delta_g", "delta_G of a guardrailed policy", ["policy"], multiprocess_mode="max")
+GUARDRAIL_BLOCKS = Counter(
+    "bandit_guardrail_blocks", "Candidates blocked by a guardrail", ["policy", "arm"]
+)
+GUARDRAIL_ARGMAX_BLOCKED = Counter(
+    "bandit_guardrail_argmax_blocked",
+    "Decisions whose unconstrained UCB argmax was blocked",
+    ["policy"],
+)
+DELTA_G = Gauge(
+    "bandit_guardrail_delta_g",
+    "delta_G of a guardrailed policy",
+    ["policy"],
+    multiprocess_mode="max",
+)
 LNUCB_TA_ALPHA = Gauge(
-    "bandit_lnucb_ta_alpha", "LNUCB-TA exploration weight per arm", ["policy", "arm"], multiprocess_mode="max"
+    "bandit_lnucb_ta_alpha",
+    "LNUCB-TA exploration weight per arm",
+    ["policy", "arm"],
+    multiprocess_mode="max",
 )
 PENDING_EVENTS = Gauge(
     "bandit_pending_events", "Events waiting for a reward", ["policy"], multiprocess_mode="max"
 )
-DEFAULT_REWARDS = Counter("bandit_default_rewards", "Default rewards applied by the sweeper", ["policy"])
+DEFAULT_REWARDS = Counter(
+    "bandit_default_rewards", "Default rewards applied by the sweeper", ["policy"]
+)
 EXPIRED_EVENTS = Counter("bandit_expired_events", "Deferred events never activated", ["policy"])
-LOG_LAG = Gauge("bandit_event_log_lag_seconds", "Age of the oldest unflushed event-log record", multiprocess_mode="max")
+LOG_LAG = Gauge(
+    "bandit_event_log_lag_seconds",
+    "Age of the oldest unflushed event-log record",
+    multiprocess_mode="max",
+)
 SPOOL_DEPTH = Gauge(
     "bandit_event_log_spool_depth", "Event-log records spooled on disk", multiprocess_mode="livesum"
 )
@@ -78,6 +101,4 @@ def render() -> tuple[bytes, str]:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
-    from prometheus_client import REGISTRY
-
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

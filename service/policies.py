@@ -24,7 +24,15 @@ from service.errors import InvalidRequest
 from service.schemas import PolicyInfo, PolicySpec
 
 CONFIG_KEY = "config"
-ENGINE_FIELDS = ("algorithm", "dimension", "params", "reward_range", "epsilon", "guardrails", "safe_arm")
+ENGINE_FIELDS = (
+    "algorithm",
+    "dimension",
+    "params",
+    "reward_range",
+    "epsilon",
+    "guardrails",
+    "safe_arm",
+)
 
 DEMO_POLICY = "demo"
 DEMO_SPEC = PolicySpec(
@@ -52,7 +60,9 @@ def build_policy(spec: PolicySpec) -> BasePolicy:
         raise InvalidRequest(str(exc), ["body", "params"]) from exc
 
 
-def new_info(name: str, spec: PolicySpec, now: float, old: PolicyInfo | None = None, reset: bool = True) -> PolicyInfo:
+def new_info(
+    name: str, spec: PolicySpec, now: float, old: PolicyInfo | None = None, reset: bool = True
+) -> PolicyInfo:
     """A config record for ``spec`` with a fresh revision; ``reset_at`` moves to ``now``
     unless ``old`` exists and ``reset`` is False."""
     return PolicyInfo(
@@ -90,7 +100,9 @@ def load_policies_file(path: Path) -> dict[str, PolicySpec]:
     if isinstance(raw, Mapping) and isinstance(raw.get("policies"), Mapping):
         raw = raw["policies"]
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{path}: expected a mapping of policy name -> spec, but got {type(raw).__name__}")
+        raise TypeError(
+            f"{path}: expected a mapping of policy name -> spec, but got {type(raw).__name__}"
+        )
     return {str(name): PolicySpec.model_validate(spec) for name, spec in raw.items()}
 
 

@@ -57,7 +57,9 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
         d = event.decision
         x = next(c["features"] for c in d.candidates if c["id"] == d.arm_id)
         policy.add_arm(d.arm_id)
-        policy.update(d.arm_id, np.asarray(x, dtype=np.float64), event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
+        policy.update(
+            d.arm_id, np.asarray(x, dtype=np.float64), event.reward.value, user_id=d.user_id
+        )  # type: ignore[union-attr]
     if info.arms:
         for arm in [a for a in policy.arm_ids if a not in info.arms]:
             policy.retire_arm(arm)
@@ -73,4 +75,6 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
             default_rewards=float(sum(e.reward.source == "default" for e in rewarded)),  # type: ignore[union-attr]
         )
         await store.add_counters(name, counters)
-    return RebuildReport(policy=name, decisions=n_decisions, rewards=len(rewarded), parts=len(parts))
+    return RebuildReport(
+        policy=name, decisions=n_decisions, rewards=len(rewarded), parts=len(parts)
+    )

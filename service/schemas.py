@@ -40,9 +40,9 @@ class RecommendRequest(_Model):
     )
     exclude: list[ArmId] | None = None
     user_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
-    event_id: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")] | None = (
-        None
-    )
+    event_id: (
+        Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")] | None
+    ) = None
     top_k: Annotated[int, Field(ge=1)] | None = None
     explore: bool = True
     defer_activation: bool = False
@@ -71,7 +71,9 @@ class RecommendResponse(BaseModel):
     model_version: int
     explored: bool = False
     guardrail: GuardrailInfo | None = None
-    degraded: bool = Field(False, description="served from cached state because the state store is down")
+    degraded: bool = Field(
+        False, description="served from cached state because the state store is down"
+    )
     activated: bool = True
 
 
@@ -108,7 +110,8 @@ class PolicySpec(_Model):
     arms: list[ArmId] | None = None
     reward_range: tuple[FiniteFloat, FiniteFloat] = (0.0, 1.0)
     default_reward: FiniteFloat | None = Field(
-        0.0, description="reward given to events not rewarded within reward_wait_seconds; null: none"
+        0.0,
+        description="reward given to events not rewarded within reward_wait_seconds; null: none",
     )
     reward_wait_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 600.0
     epsilon: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
@@ -120,12 +123,18 @@ class PolicySpec(_Model):
     def _check(self) -> PolicySpec:
         low, high = self.reward_range
         if not low < high:
-            raise ValueError(f"reward_range must be [low, high] with low < high, but got {[low, high]}")
+            raise ValueError(
+                f"reward_range must be [low, high] with low < high, but got {[low, high]}"
+            )
         if self.default_reward is not None and not low <= self.default_reward <= high:
-            raise ValueError(f"default_reward must lie in reward_range {[low, high]}, but got {self.default_reward}")
+            raise ValueError(
+                f"default_reward must lie in reward_range {[low, high]}, but got {self.default_reward}"
+            )
         if self.arms is not None and len(set(self.arms)) != len(self.arms):
             raise ValueError("arms must be unique")
-        if self.feature_names is not None and len(set(self.feature_names)) != len(self.feature_names):
+        if self.feature_names is not None and len(set(self.feature_names)) != len(
+            self.feature_names
+        ):
             raise ValueError("feature_names must be unique")
         return self
 
@@ -162,7 +171,9 @@ class PolicyStats(BaseModel):
     rewards: int
     default_rewards: int
     arms: dict[str, ArmStatsOut]
-    delta_G: float | None = Field(None, description="guardrail: fraction of decisions whose UCB argmax was blocked")
+    delta_G: float | None = Field(
+        None, description="guardrail: fraction of decisions whose UCB argmax was blocked"
+    )
     policy_stats: dict[str, float] = Field(default_factory=dict)
 
 

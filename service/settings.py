@@ -35,11 +35,16 @@ class Settings(BaseSettings):
         default_factory=list, description="comma-separated API keys; empty: loopback-only admin"
     )
     recommend_requires_key: bool = False
-    policies_file: Path | None = Field(None, description="YAML or JSON file of policies loaded at start")
+    policies_file: Path | None = Field(
+        None, description="YAML or JSON file of policies loaded at start"
+    )
     demo_policy: bool = Field(True, description="create the demo policy when no policy exists")
     run_migrations: bool = Field(True, description="run alembic upgrade head at start")
     rebuild_on_start: bool | None = Field(
         None, description="replay the event log into the state store at start; unset: only embedded"
+    )
+    allow_import_guardrails: bool = Field(
+        False, description="accept guardrail specs of type 'import' (they load server-side code)"
     )
     data_dir: Path = Path("bandit-data")
     max_body_bytes: int = Field(1_048_576, gt=0)
@@ -50,7 +55,9 @@ class Settings(BaseSettings):
         86_400.0, ge=0, description="how long a rewarded event answers repeats before it is deleted"
     )
     event_ttl_seconds: float = Field(7 * 86_400.0, gt=0)
-    snapshot_interval_seconds: float = Field(300.0, ge=0, description="0 disables periodic snapshots")
+    snapshot_interval_seconds: float = Field(
+        300.0, ge=0, description="0 disables periodic snapshots"
+    )
     log_batch_size: int = Field(500, gt=0)
     log_flush_seconds: float = Field(0.2, gt=0)
     redis_retry_after_seconds: int = Field(5, gt=0, description="Retry-After of 503 answers")

@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(run=_serve)
 
-    rebuild = subparsers.add_parser("rebuild", help="reconstruct a policy's state from the event log")
+    rebuild = subparsers.add_parser(
+        "rebuild", help="reconstruct a policy's state from the event log"
+    )
     rebuild.add_argument("--policy", required=True)
     rebuild.set_defaults(run=_rebuild)
 
@@ -36,6 +38,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from service.settings import get_settings
+
+    if args.workers > 1 and get_settings().embedded:
+        print(
+            "--workers > 1 needs BANDIT_REDIS_URL: on the embedded default each worker would "
+            "keep its own in-process state",
+            file=sys.stderr,
+        )
+        return 2
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Metrics of every worker land in one directory that /metrics aggregates.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bandit-metrics-")
@@ -57,7 +68,10 @@ def _rebuild(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     if settings.embedded:
-        print("bandit rebuild needs BANDIT_REDIS_URL: the embedded default rebuilds at every start", file=sys.stderr)
+        print(
+            "bandit rebuild needs BANDIT_REDIS_URL: the embedded default rebuilds at every start",
+            file=sys.stderr,
+        )
         return 2
 
     async def run() -> int:

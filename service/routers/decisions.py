@@ -20,11 +20,16 @@ _errors = {
     404: {"model": ErrorDetail, "description": "unknown policy or event"},
     409: {"model": ErrorDetail, "description": "event already finalized"},
     413: {"model": ErrorDetail, "description": "body too large"},
-    503: {"model": ErrorDetail, "description": "state store unavailable; retry after Retry-After seconds"},
+    503: {
+        "model": ErrorDetail,
+        "description": "state store unavailable; retry after Retry-After seconds",
+    },
 }
 
 
-@router.post("/recommend", response_model=RecommendResponse, dependencies=[RecommendKey], responses=_errors)
+@router.post(
+    "/recommend", response_model=RecommendResponse, dependencies=[RecommendKey], responses=_errors
+)
 async def recommend(body: RecommendRequest, service: ServiceDep) -> RecommendResponse:
     """Choose an arm for a context. A repeated client ``event_id`` returns the original
     decision. When the state store is down the decision is served from this process's
@@ -42,7 +47,10 @@ async def reward(body: RewardRequest, service: ServiceDep) -> RewardResponse:
 
 
 @router.post(
-    "/events/{event_id}/activate", response_model=ActivateResponse, dependencies=[ApiKey], responses=_errors
+    "/events/{event_id}/activate",
+    response_model=ActivateResponse,
+    dependencies=[ApiKey],
+    responses=_errors,
 )
 async def activate(
     service: ServiceDep, event_id: str = Path(min_length=1, max_length=128)

@@ -23,7 +23,9 @@ async def readyz(service: ServiceDep) -> JSONResponse:
     """Whether the state store and the event log are reachable (503 if either is not:
     decisions are then degraded or spooled)."""
     report = await service.readiness()
-    return JSONResponse(status_code=200 if report.status == "ready" else 503, content=report.model_dump())
+    return JSONResponse(
+        status_code=200 if report.status == "ready" else 503, content=report.model_dump()
+    )
 
 
 @router.get("/metrics", response_class=Response)

@@ -74,7 +74,9 @@ async def running(settings: Settings, client_host: str = "127.0.0.1") -> AsyncIt
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, client=(client_host, 50000))
         headers = {"Authorization": f"Bearer {API_KEY}"}
-        async with httpx.AsyncClient(transport=transport, base_url="http://app", headers=headers) as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://app", headers=headers
+        ) as http:
             typed = AsyncBanditClient("http://app", api_key=API_KEY, transport=transport)
             try:
                 yield app, http, typed
@@ -87,7 +89,7 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError("condition not reached within %.1fs" % timeout)
+            raise AssertionError(f"condition not reached within {timeout:.1f}s")
         await asyncio.sleep(0.02)
 
 

@@ -32,11 +32,20 @@ async def test_recommend_then_reward_contract(make_settings: Any) -> None:
         r = await http.post("/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.5]})
         assert r.status_code == 200
         body = r.json()
-        assert set(body) >= {"event_id", "arm_id", "ranking", "policy", "algorithm", "model_version"}
-        assert len(body["event_id"]) == 32 and int(body["event_id"], 16) >= 0  # 128 random bits, hex
+        assert set(body) >= {
+            "event_id",
+            "arm_id",
+            "ranking",
+            "policy",
+            "algorithm",
+            "model_version",
+        }
+        assert (
+            len(body["event_id"]) == 32 and int(body["event_id"], 16) >= 0
+        )  # 128 random bits, hex
         assert body["policy"] == "p" and body["algorithm"] == "linucb"
         ranking = body["ranking"]
-        assert [x["arm_id"] for x in ranking][0] == body["arm_id"]
+        assert ranking[0]["arm_id"] == body["arm_id"]
         assert sorted(x["arm_id"] for x in ranking) == ["a", "b", "c"]
         assert all(set(x) >= {"arm_id", "score", "propensity", "width"} for x in ranking)
         assert sum(x["propensity"] for x in ranking) == pytest.approx(1.0)
@@ -44,8 +53,11 @@ async def test_recommend_then_reward_contract(make_settings: Any) -> None:
         first = await http.post("/reward", json={"event_id": body["event_id"], "reward": 1.0})
         assert first.status_code == 200
         assert first.json() == {
-            "event_id": body["event_id"], "arm_id": body["arm_id"], "reward": 1.0,
-            "applied": True, "status": "applied",
+            "event_id": body["event_id"],
+            "arm_id": body["arm_id"],
+            "reward": 1.0,
+            "applied": True,
+            "status": "applied",
         }
         stats_once, counts_once = await _state(http, app)
         repeat = await http.post("/reward", json={"event_id": body["event_id"], "reward": 0.0})
@@ -58,7 +70,9 @@ async def test_recommend_then_reward_contract(make_settings: Any) -> None:
         assert arm == {**arm, "pulls": 1, "rewarded": 1, "reward_sum": 1.0, "mean_reward": 1.0}
 
         # The learned model moves the next greedy choice for the same context.
-        again = await http.post("/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.5], "explore": False})
+        again = await http.post(
+            "/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.5], "explore": False}
+        )
         assert again.json()["arm_id"] == body["arm_id"]
         assert again.json()["model_version"] > body["model_version"]
 
@@ -81,7 +95,13 @@ async def test_top_k_exclude_named_features_and_arm_features(make_settings: Any)
         arms = [{"id": a, "features": [float(i), 1.0]} for i, a in enumerate("wxyz")]
         r = await http.post(
             "/recommend",
-            json={"policy": "p", "context": {"hour": 0.5, "age": 0.3}, "arms": arms, "exclude": ["x"], "top_k": 2},
+            json={
+                "policy": "p",
+                "context": {"hour": 0.5, "age": 0.3},
+                "arms": arms,
+                "exclude": ["x"],
+                "top_k": 2,
+            },
         )
         assert r.status_code == 200, r.text
         body = r.json()
@@ -89,7 +109,12 @@ async def test_top_k_exclude_named_features_and_arm_features(make_settings: Any)
         await asyncio.to_thread(app.state.service.sink.flush, 5.0)
         (event,) = list(app.state.service.event_log.iter_events("p"))
         features = {c["id"]: c["features"] for c in event.decision.candidates}
-        assert features["w"] == [0.3, 0.5, 0.0, 1.0]  # context in feature_names order, then the arm's
+        assert features["w"] == [
+            0.3,
+            0.5,
+            0.0,
+            1.0,
+        ]  # context in feature_names order, then the arm's
 
 
 async def test_deferred_activation(make_settings: Any) -> None:
@@ -101,8 +126,12 @@ async def test_deferred_activation(make_settings: Any) -> None:
         assert never["activated"] is False
         r = await http.post("/reward", json={"event_id": later["event_id"], "reward": 1.0})
         assert r.status_code == 409 and "activate" in r.json()["detail"]
-        assert (await http.post(f"/events/{later['event_id']}/activate")).json()["activated"] is True
-        assert (await http.post("/reward", json={"event_id": later["event_id"], "reward": 1.0})).status_code == 200
+        assert (await http.post(f"/events/{later['event_id']}/activate")).json()[
+            "activated"
+        ] is True
+        assert (
+            await http.post("/reward", json={"event_id": later["event_id"], "reward": 1.0})
+        ).status_code == 200
         await asyncio.sleep(0.6)  # the sweeper expires the never-activated event: no learning
         stats = (await http.get("/policies/p/stats")).json()
         assert stats["rewards"] == 1 and stats["default_rewards"] == 0
@@ -114,8 +143,12 @@ async def test_deferred_activation(make_settings: Any) -> None:
 
 async def test_default_reward_then_reward_is_409(make_settings: Any) -> None:
     async with running(make_settings()) as (app, http, _):
-        await http.put("/policies/p", json={**POLICY, "reward_wait_seconds": 0.1, "default_reward": 0.25})
-        ev = (await http.post("/recommend", json={"policy": "p", "context": [1.0, 1.0, 1.0]})).json()
+        await http.put(
+            "/policies/p", json={**POLICY, "reward_wait_seconds": 0.1, "default_reward": 0.25}
+        )
+        ev = (
+            await http.post("/recommend", json={"policy": "p", "context": [1.0, 1.0, 1.0]})
+        ).json()
         await wait_for(lambda: app.state.service.event_log.count("p")[1] == 1)
         r = await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
         assert r.status_code == 409 and "defaulted" in r.json()["detail"]
@@ -125,7 +158,7 @@ async def test_default_reward_then_reward_is_409(make_settings: Any) -> None:
 
 
 async def test_policy_administration(make_settings: Any) -> None:
-    async with running(make_settings()) as (app, http, client):
+    async with running(make_settings()) as (_app, http, client):
         info = await client.put_policy("p", POLICY)
         assert info.name == "p" and info.arms == ["a", "b", "c"]
         assert [p.name for p in await client.list_policies()] == ["p"]
@@ -136,9 +169,14 @@ async def test_policy_administration(make_settings: Any) -> None:
         assert (await client.reward(dec.event_id, 1.0)).applied
         snap = await client.export_snapshot("p")
         await client.retire_arms("p", ["d"])
-        r = await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0], "arms": [{"id": "d"}]})
+        r = await http.post(
+            "/recommend", json={"policy": "p", "context": [1, 0, 0], "arms": [{"id": "d"}]}
+        )
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "arms", 0, "id"]
-        assert "d" not in (await client.stats("p")).arms or (await client.stats("p")).arms["d"].rewarded == 0
+        assert (
+            "d" not in (await client.stats("p")).arms
+            or (await client.stats("p")).arms["d"].rewarded == 0
+        )
         await client.add_arms("p", ["d"])
         await client.import_snapshot("p", snap.data)
         assert (await client.stats("p")).arms["d"].rewarded == 1
@@ -146,11 +184,78 @@ async def test_policy_administration(make_settings: Any) -> None:
         assert (await client.stats("p")).arms["d"].rewarded == 0
         await client.delete_policy("p")
         assert (await http.get("/policies/p")).status_code == 404
-        assert (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).status_code == 404
+        assert (
+            await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+        ).status_code == 404
+
+
+async def test_guardrailed_policy(make_settings: Any) -> None:
+    spec = {
+        "algorithm": "guardrailed_linucb",
+        "dimension": 2,
+        "feature_names": ["age", "score"],
+        "arms": ["beer", "juice", "water"],
+        "safe_arm": "water",
+        "guardrails": [
+            {
+                "type": "feature_threshold",
+                "feature": "age",
+                "op": "<",
+                "value": 18,
+                "arms": ["beer", "juice"],
+            }
+        ],
+    }
+    async with running(make_settings()) as (_app, http, _):
+        assert (await http.put("/policies/g", json=spec)).status_code == 200
+        minor = (
+            await http.post(
+                "/recommend", json={"policy": "g", "context": {"age": 16, "score": 1.0}}
+            )
+        ).json()
+        assert minor["arm_id"] == "water"
+        assert minor["guardrail"]["safe_arm_served"] is True
+        assert set(minor["guardrail"]["blocked"]) == {"beer", "juice"}
+        adult = (
+            await http.post(
+                "/recommend", json={"policy": "g", "context": {"age": 30, "score": 1.0}}
+            )
+        ).json()
+        assert adult["guardrail"]["blocked"] == {}
+        stats = (await http.get("/policies/g/stats")).json()
+        # The unconstrained argmax (a cold tie among all three) was blocked with probability 2/3.
+        assert stats["decisions"] == 2 and stats["delta_G"] in (0.0, 0.5)
+        assert stats["policy_stats"]["decisions"] == 2
+        assert (
+            await http.post("/reward", json={"event_id": minor["event_id"], "reward": 1})
+        ).status_code == 200
+
+
+async def test_policies_file_is_loaded_at_start(make_settings: Any, tmp_path: Any) -> None:
+    path = tmp_path / "policies.yaml"
+    path.write_text(
+        "policies:\n"
+        "  home:\n"
+        "    algorithm: epsilon_greedy\n"
+        "    dimension: 1\n"
+        "    epsilon: 0.2\n"
+        "    arms: [x, y]\n"
+    )
+    async with running(make_settings(policies_file=path)) as (_app, http, _):
+        info = (await http.get("/policies/home")).json()
+        assert (info["algorithm"], info["epsilon"], info["arms"]) == (
+            "epsilon_greedy",
+            0.2,
+            ["x", "y"],
+        )
+        r = await http.post("/recommend", json={"policy": "home", "context": [1.0]})
+        assert r.status_code == 200 and r.json()["arm_id"] in {"x", "y"}
+    async with running(make_settings(policies_file=path)) as (_app, http, _):  # a restart keeps it
+        assert (await http.get("/policies/home")).json()["revision"] == info["revision"]
 
 
 async def test_health_ready_metrics(make_settings: Any) -> None:
-    async with running(make_settings()) as (app, http, _):
+    async with running(make_settings()) as (_app, http, _):
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         ready = (await http.get("/readyz")).json()
         assert ready["status"] == "ready" and ready["state_store"] == ready["event_log"] == "ok"
@@ -159,17 +264,24 @@ async def test_health_ready_metrics(make_settings: Any) -> None:
         await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1})
         text = (await http.get("/metrics")).text
         assert f'bandit_decisions_total{{arm="{dec["arm_id"]}",policy="p"}}' in text
-        assert 'bandit_http_request_duration_seconds_count{method="POST",route="/recommend",status="200"}' in text
+        assert (
+            'bandit_http_request_duration_seconds_count{method="POST",route="/recommend",status="200"}'
+            in text
+        )
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
 async def test_embedded_default_starts_with_demo_policy_and_rebuilds(make_settings: Any) -> None:
     settings = make_settings(demo_policy=True)
-    async with running(settings) as (app, http, _):
-        dec = (await http.post("/recommend", json={"policy": "demo", "context": [1, 0, 0, 0]})).json()
-        assert (await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1})).status_code == 200
+    async with running(settings) as (_app, http, _):
+        dec = (
+            await http.post("/recommend", json={"policy": "demo", "context": [1, 0, 0, 0]})
+        ).json()
+        assert (
+            await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1})
+        ).status_code == 200
         before = (await http.get("/policies/demo/stats")).json()
-    async with running(settings) as (app, http, _):  # a restart: state rebuilt from the SQLite log
+    async with running(settings) as (_app, http, _):  # a restart: state rebuilt from the SQLite log
         after = (await http.get("/policies/demo/stats")).json()
     assert after["arms"] == before["arms"]
 
@@ -182,15 +294,37 @@ def _recommend(**fields: Any) -> dict[str, Any]:
 BAD_RECOMMEND = [
     ("nan in context", b'{"policy": "p", "context": [0.1, NaN, 0.3]}', 422, "context"),
     ("inf in context", b'{"policy": "p", "context": [0.1, Infinity, 0.3]}', 422, "context"),
-    ("inf in arm features", json.dumps(_recommend(context=[0.1, 0.2], arms=[{"id": "a", "features": [1e999]}])).encode(), 422, "features"),
+    (
+        "inf in arm features",
+        json.dumps(
+            _recommend(context=[0.1, 0.2], arms=[{"id": "a", "features": [1e999]}])
+        ).encode(),
+        422,
+        "features",
+    ),
     ("wrong dimension", json.dumps(_recommend(context=[0.1, 0.2])).encode(), 422, "context"),
-    ("wrong arm feature length", json.dumps(_recommend(arms=[{"id": "a", "features": [1.0]}])).encode(), 422, "features"),
+    (
+        "wrong arm feature length",
+        json.dumps(_recommend(arms=[{"id": "a", "features": [1.0]}])).encode(),
+        422,
+        "features",
+    ),
     ("unknown policy", json.dumps(_recommend(policy="nope")).encode(), 404, "nope"),
     ("unknown arm", json.dumps(_recommend(arms=[{"id": "zzz"}])).encode(), 422, "arms"),
     ("empty candidates", json.dumps(_recommend(arms=[])).encode(), 422, "arms"),
     ("all excluded", json.dumps(_recommend(exclude=["a", "b", "c"])).encode(), 422, "arms"),
-    ("duplicate arm", json.dumps(_recommend(arms=[{"id": "a"}, {"id": "a"}])).encode(), 422, "arms"),
-    ("named features without feature_names", json.dumps(_recommend(context={"x": 1.0})).encode(), 422, "context"),
+    (
+        "duplicate arm",
+        json.dumps(_recommend(arms=[{"id": "a"}, {"id": "a"}])).encode(),
+        422,
+        "arms",
+    ),
+    (
+        "named features without feature_names",
+        json.dumps(_recommend(context={"x": 1.0})).encode(),
+        422,
+        "context",
+    ),
     ("context not numeric", json.dumps(_recommend(context=["x", 1, 2])).encode(), 422, "context"),
     ("top_k zero", json.dumps(_recommend(top_k=0)).encode(), 422, "top_k"),
     ("unknown field", json.dumps(_recommend(colour="red")).encode(), 422, "colour"),
@@ -200,14 +334,18 @@ BAD_RECOMMEND = [
 ]
 
 
-@pytest.mark.parametrize(("case", "body", "status", "named"), BAD_RECOMMEND, ids=[c[0] for c in BAD_RECOMMEND])
+@pytest.mark.parametrize(
+    ("case", "body", "status", "named"), BAD_RECOMMEND, ids=[c[0] for c in BAD_RECOMMEND]
+)
 async def test_bad_recommend_is_4xx_naming_the_field_and_writes_nothing(
     make_settings: Any, case: str, body: bytes, status: int, named: str
 ) -> None:
     async with running(make_settings()) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
         before = await _state(http, app)
-        r = await http.post("/recommend", content=body, headers={"content-type": "application/json"})
+        r = await http.post(
+            "/recommend", content=body, headers={"content-type": "application/json"}
+        )
         assert r.status_code == status, r.text
         assert named in r.text
         assert await _state(http, app) == before
@@ -223,7 +361,9 @@ BAD_REWARD = [
 ]
 
 
-@pytest.mark.parametrize(("case", "fields", "status", "named"), BAD_REWARD, ids=[c[0] for c in BAD_REWARD])
+@pytest.mark.parametrize(
+    ("case", "fields", "status", "named"), BAD_REWARD, ids=[c[0] for c in BAD_REWARD]
+)
 async def test_bad_reward_is_4xx_naming_the_field_and_writes_nothing(
     make_settings: Any, case: str, fields: dict[str, Any], status: int, named: str
 ) -> None:
@@ -238,7 +378,7 @@ async def test_bad_reward_is_4xx_naming_the_field_and_writes_nothing(
 
 
 async def test_nan_reward_is_422(make_settings: Any) -> None:
-    async with running(make_settings()) as (app, http, _):
+    async with running(make_settings()) as (_app, http, _):
         await http.put("/policies/p", json=POLICY)
         ev = (await http.post("/recommend", json=_recommend())).json()
         body = b'{"event_id": "%s", "reward": NaN}' % ev["event_id"].encode()
@@ -255,6 +395,22 @@ BAD_POLICY = [
     ("default outside range", {"default_reward": 2.0}, "default_reward"),
     ("epsilon above one", {"epsilon": 1.5}, "epsilon"),
     ("non-positive wait", {"reward_wait_seconds": 0}, "reward_wait_seconds"),
+    (
+        "import guardrail",
+        {
+            "algorithm": "guardrailed_linucb",
+            "guardrails": [
+                {"type": "import", "path": "subprocess:Popen", "params": {"args": "true"}}
+            ],
+        },
+        "guardrails",
+    ),
+    (
+        "invalid guardrail",
+        {"algorithm": "guardrailed_linucb", "guardrails": [{"type": "no_such_guardrail"}]},
+        "params",
+    ),
+    ("guardrails on linucb", {"guardrails": [{"type": "exposure_cap"}]}, "params"),
 ]
 
 
@@ -271,7 +427,7 @@ async def test_bad_policy_is_422_naming_the_field_and_writes_nothing(
 
 
 async def test_snapshot_import_rejects_garbage(make_settings: Any) -> None:
-    async with running(make_settings()) as (app, http, _):
+    async with running(make_settings()) as (_app, http, _):
         await http.put("/policies/p", json=POLICY)
         for data in ("not base64!", base64.b64encode(b"BCS1garbage").decode()):
             r = await http.put("/policies/p/snapshot", json={"data": data})

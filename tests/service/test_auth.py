@@ -24,18 +24,24 @@ BAD_HEADERS = [
 
 
 def _unauth(app: Any, host: str = "127.0.0.1") -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(host, 50000)), base_url="http://app")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=(host, 50000)), base_url="http://app"
+    )
 
 
 @pytest.mark.parametrize("headers", BAD_HEADERS)
-async def test_protected_routes_need_a_valid_key_and_change_nothing(make_settings: Any, headers: dict) -> None:
+async def test_protected_routes_need_a_valid_key_and_change_nothing(
+    make_settings: Any, headers: dict
+) -> None:
     async with running(make_settings()) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
         dec = (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).json()
         before = (await http.get("/policies/p/stats")).json()
         async with _unauth(app) as anon:
             calls = [
-                anon.post("/reward", json={"event_id": dec["event_id"], "reward": 1.0}, headers=headers),
+                anon.post(
+                    "/reward", json={"event_id": dec["event_id"], "reward": 1.0}, headers=headers
+                ),
                 anon.post(f"/events/{dec['event_id']}/activate", headers=headers),
                 anon.put("/policies/q", json=POLICY, headers=headers),
                 anon.get("/policies", headers=headers),
@@ -56,12 +62,18 @@ async def test_recommend_is_open_unless_configured(make_settings: Any) -> None:
     async with running(make_settings()) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
         async with _unauth(app, host="203.0.113.9") as anon:
-            assert (await anon.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).status_code == 200
+            assert (
+                await anon.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+            ).status_code == 200
     async with running(make_settings(recommend_requires_key=True)) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
         async with _unauth(app) as anon:
-            assert (await anon.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).status_code == 401
-        assert (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).status_code == 200
+            assert (
+                await anon.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+            ).status_code == 401
+        assert (
+            await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+        ).status_code == 200
 
 
 async def test_without_keys_only_loopback_reaches_protected_routes(
@@ -86,9 +98,15 @@ async def test_keys_are_never_logged(make_settings: Any, caplog: pytest.LogCaptu
         async with _unauth(app) as anon:
             await anon.get("/policies", headers={"Authorization": "Bearer second-key"})
             await anon.get("/policies", headers={"Authorization": "Bearer guessed-key"})
-    assert API_KEY not in caplog.text and "second-key" not in caplog.text and "guessed-key" not in caplog.text
+    assert (
+        API_KEY not in caplog.text
+        and "second-key" not in caplog.text
+        and "guessed-key" not in caplog.text
+    )
 
 
-@pytest.mark.parametrize(("given", "expected"), [("k1", True), ("k2", True), ("k", False), ("k1k2", False), ("", False)])
+@pytest.mark.parametrize(
+    ("given", "expected"), [("k1", True), ("k2", True), ("k", False), ("k1k2", False), ("", False)]
+)
 def test_key_matches(given: str, expected: bool, backend: str) -> None:
     assert key_matches(given, ["k1", "k2"]) is expected

@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from bandit_core import policy_from_bytes
+from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
 from tests.service.conftest import API_KEY, REDIS_URL
 
@@ -58,8 +59,19 @@ def two_processes(tmp_path: Path) -> Iterator[list[str]]:
                     "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
                     "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
                 }
-                cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory",
-                       "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "service.app:create_app",
+                    "--factory",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--log-level",
+                    "warning",
+                ]
                 procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env))
                 urls.append(f"http://127.0.0.1:{port}")
             for url in urls:
@@ -88,15 +100,26 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
     headers = {"Authorization": f"Bearer {API_KEY}"}
     clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=30.0) for u in two_processes]
     try:
-        spec = {"algorithm": "linucb", "dimension": 1, "params": {"alpha": 0.0}, "arms": ["hot"],
-                "reward_wait_seconds": 3600}
-        assert (await clients[0].put("/policies/p", json=spec)).status_code == 200
+        spec = {
+            "algorithm": "linucb",
+            "dimension": 1,
+            "params": {"alpha": 0.0},
+            "arms": ["hot"],
+            "reward_wait_seconds": 3600,
+        }
+        with BanditClient(two_processes[0], api_key=API_KEY) as admin:  # the sync client
+            assert admin.put_policy("p", spec).arms == ["hot"]
+            with pytest.raises(BanditAPIError, match="does not exist") as missing:
+                admin.get_policy("missing")
+            assert missing.value.status == 404
         rewards = np.random.default_rng(7).integers(0, 5, size=(CLIENTS, PER_CLIENT)) / 4.0
 
         async def decide(k: int) -> list[str]:
             ids = []
             for j in range(PER_CLIENT):
-                r = await clients[(k + j) % 2].post("/recommend", json={"policy": "p", "context": [1.0]})
+                r = await clients[(k + j) % 2].post(
+                    "/recommend", json={"policy": "p", "context": [1.0]}
+                )
                 assert r.status_code == 200, r.text
                 ids.append(r.json()["event_id"])
             return ids
@@ -113,15 +136,19 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
         await asyncio.gather(*(reward(k) for k in range(CLIENTS)))
 
         expected_sum = float(rewards.sum())
-        for client in clients:  # both processes see the same, exact state
-            hot = (await client.get("/policies/p/stats")).json()["arms"]["hot"]
-            assert hot["pulls"] == CLIENTS * PER_CLIENT
-            assert hot["rewarded"] == CLIENTS * PER_CLIENT
-            assert hot["reward_sum"] == expected_sum
+        for url in two_processes:  # both processes see the same, exact state
+            with BanditClient(url, api_key=API_KEY) as admin:
+                hot = admin.stats("p").arms["hot"]
+            assert hot.pulls == CLIENTS * PER_CLIENT
+            assert hot.rewarded == CLIENTS * PER_CLIENT
+            assert hot.reward_sum == expected_sum
         # /metrics of either process aggregates both (PROMETHEUS_MULTIPROC_DIR).
         text = (await clients[0].get("/metrics")).text
         assert 'bandit_rewards_total{arm="hot",policy="p",source="explicit"} 2000.0' in text
-        assert f'bandit_reward_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}' in text
+        assert (
+            f'bandit_reward_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}'
+            in text
+        )
         snap = (await clients[1].get("/policies/p/snapshot")).json()
         policy = policy_from_bytes(base64.b64decode(snap["data"]))
         score = policy.select(["hot"], np.ones((1, 1)), explore=False).scores[0]

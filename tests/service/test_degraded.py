@@ -26,8 +26,19 @@ def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
         stdout=subprocess.DEVNULL,
     )
     url = f"redis://127.0.0.1:{port}/0"
@@ -46,7 +57,9 @@ def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]
         proc.wait(timeout=10)
 
 
-async def test_redis_down(make_settings: Any, private_redis: tuple[str, subprocess.Popen[bytes]]) -> None:
+async def test_redis_down(
+    make_settings: Any, private_redis: tuple[str, subprocess.Popen[bytes]]
+) -> None:
     url, proc = private_redis
     async with running(make_settings(redis_url=url, redis_retry_after_seconds=7)) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
@@ -58,7 +71,9 @@ async def test_redis_down(make_settings: Any, private_redis: tuple[str, subproce
         r = await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
         assert r.status_code == 200 and r.json()["degraded"] is True
         assert r.json()["arm_id"] in {"a", "b", "c"}
-        assert (await http.post("/recommend", json={"policy": "other", "context": [1]})).status_code == 503
+        assert (
+            await http.post("/recommend", json={"policy": "other", "context": [1]})
+        ).status_code == 503
 
         r = await http.post("/reward", json={"event_id": warm["event_id"], "reward": 1.0})
         assert r.status_code == 503 and r.headers["retry-after"] == "7"

@@ -83,15 +83,21 @@ async def test_simulated_frontend(make_settings: Any, backend: str) -> None:
         final = await stats()
         assert final["default_rewards"] == len(unrewarded)
         assert final["rewards"] == total and final["decisions"] == N_EVENTS
-        assert sum(a["rewarded"] for a in final["arms"].values()) == total  # each event learned once
+        assert (
+            sum(a["rewarded"] for a in final["arms"].values()) == total
+        )  # each event learned once
         assert sum(a["pulls"] for a in final["arms"].values()) == N_EVENTS
-        assert sum(a["reward_sum"] for a in final["arms"].values()) == pytest.approx(sum(explicit.values()))
+        assert sum(a["reward_sum"] for a in final["arms"].values()) == pytest.approx(
+            sum(explicit.values())
+        )
 
         for a, _, _ in apps:
             await asyncio.to_thread(a.state.service.sink.flush, 10.0)
         await wait_for(lambda: service.event_log.count("news") == (N_EVENTS, total))
         logged = list(service.event_log.iter_events("news"))
-        assert {e.decision.event_id for e in logged} == set(responses)  # decisions in log == responses
+        assert {e.decision.event_id for e in logged} == set(
+            responses
+        )  # decisions in log == responses
         for e in logged:
             sent = responses[e.decision.event_id]
             assert e.decision.arm_id == sent["arm_id"]
@@ -99,6 +105,9 @@ async def test_simulated_frontend(make_settings: Any, backend: str) -> None:
             assert e.decision.model_version == sent["model_version"]
             assert e.reward is not None
             if e.decision.event_id in explicit:
-                assert (e.reward.source, e.reward.value) == ("explicit", explicit[e.decision.event_id])
+                assert (e.reward.source, e.reward.value) == (
+                    "explicit",
+                    explicit[e.decision.event_id],
+                )
             else:
                 assert (e.reward.source, e.reward.value) == ("default", 0.0)

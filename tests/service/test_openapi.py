@@ -15,7 +15,9 @@ pytestmark = pytest.mark.anyio
 
 
 def test_committed_document_equals_the_export() -> None:
-    assert OPENAPI_PATH.read_text() == render_openapi(), "run `bandit export-openapi` and commit the result"
+    assert OPENAPI_PATH.read_text() == render_openapi(), (
+        "run `bandit export-openapi` and commit the result"
+    )
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
@@ -29,15 +31,42 @@ def test_document_carries_the_contract_field_names() -> None:
     doc = json.loads(OPENAPI_PATH.read_text())
     schemas = doc["components"]["schemas"]
     assert set(schemas["RecommendRequest"]["properties"]) >= {
-        "policy", "context", "arms", "exclude", "user_id", "event_id", "top_k", "explore", "defer_activation",
+        "policy",
+        "context",
+        "arms",
+        "exclude",
+        "user_id",
+        "event_id",
+        "top_k",
+        "explore",
+        "defer_activation",
     }
     assert set(schemas["RecommendResponse"]["properties"]) >= {
-        "event_id", "arm_id", "ranking", "policy", "algorithm", "model_version", "guardrail",
+        "event_id",
+        "arm_id",
+        "ranking",
+        "policy",
+        "algorithm",
+        "model_version",
+        "guardrail",
     }
     assert set(schemas["RewardRequest"]["properties"]) == {"event_id", "reward", "arm_id"}
-    assert set(schemas["ArmStatsOut"]["properties"]) >= {"pulls", "rewarded", "reward_sum", "mean_reward"}
-    for path in ("/recommend", "/reward", "/events/{event_id}/activate", "/policies/{name}", "/policies/{name}/stats",
-                 "/healthz", "/readyz", "/metrics"):
+    assert set(schemas["ArmStatsOut"]["properties"]) >= {
+        "pulls",
+        "rewarded",
+        "reward_sum",
+        "mean_reward",
+    }
+    for path in (
+        "/recommend",
+        "/reward",
+        "/events/{event_id}/activate",
+        "/policies/{name}",
+        "/policies/{name}/stats",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+    ):
         assert path in doc["paths"]
 
 

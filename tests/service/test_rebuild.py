@@ -24,14 +24,22 @@ def _model(snapshot: dict[str, Any]) -> Any:
     return policy_from_bytes(base64.b64decode(snapshot["data"]))
 
 
-async def test_rebuild_reconstructs_the_live_state(make_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_rebuild_reconstructs_the_live_state(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = make_settings(snapshot_interval_seconds=0.2)
     rng = np.random.default_rng(3)
     async with running(settings) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
         for _ in range(120):
-            dec = (await http.post("/recommend", json={"policy": "p", "context": rng.normal(size=3).tolist()})).json()
-            await http.post("/reward", json={"event_id": dec["event_id"], "reward": float(rng.random())})
+            dec = (
+                await http.post(
+                    "/recommend", json={"policy": "p", "context": rng.normal(size=3).tolist()}
+                )
+            ).json()
+            await http.post(
+                "/reward", json={"event_id": dec["event_id"], "reward": float(rng.random())}
+            )
         live_stats = (await http.get("/policies/p/stats")).json()
         live = _model((await http.get("/policies/p/snapshot")).json())
         await asyncio.to_thread(app.state.service.sink.flush, 5.0)
@@ -39,8 +47,11 @@ async def test_rebuild_reconstructs_the_live_state(make_settings: Any, monkeypat
         await wait_for(lambda: log.latest_snapshot("p") is not None)
 
     redis.Redis.from_url(REDIS_URL).flushdb()
-    for name, value in {"REDIS_URL": settings.redis_url, "DATABASE_URL": settings.database_url,
-                        "DATA_DIR": str(settings.data_dir)}.items():
+    for name, value in {
+        "REDIS_URL": settings.redis_url,
+        "DATABASE_URL": settings.database_url,
+        "DATA_DIR": str(settings.data_dir),
+    }.items():
         monkeypatch.setenv(f"BANDIT_{name}", value)
     get_settings.cache_clear()
     try:
