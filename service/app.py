@@ -46,9 +46,15 @@ def make_event_log(settings: Settings) -> Any:
     from service.storage.migrate import upgrade_head
     from service.storage.sql_log import SqlEventLog
 
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.run_migrations:
-        upgrade_head(settings.log_url)
+        try:
+            upgrade_head(settings.log_url)
+        except (OperationalError, InterfaceError) as exc:
+            # A database outage must not keep the service down: events spool until it is back.
+            log.warning("event log unreachable at start, migrations skipped, events will spool: %s", exc)
     return SqlEventLog(settings.log_url)
 
 
