@@ -529,6 +529,7 @@ class DecisionService:
         except _AlreadyFinal as final:
             event = final.event
             if event["state"] == REWARDED:
+                self._log_reward(name, req.event_id, event)
                 return RewardResponse(
                     event_id=req.event_id,
                     arm_id=event["arm_id"],
@@ -603,7 +604,17 @@ class DecisionService:
     async def _after_final(
         self, name: str, event_id: str, event: dict[str, Any], source: str | None
     ) -> None:
-        """Bookkeeping once an event left ``pending``: retention schedule, counters, log."""
+        """Bookkeeping once an event left ``pending``: log, metrics, retention schedule,
+        counters. The log comes first: the model already holds the reward, so the log
+        must get it even if the store fails on the steps after it."""
+        if source is None:
+            metrics.EXPIRED_EVENTS.labels(name).inc()
+        else:
+            arm, value = self._log_reward(name, event_id, event)
+            metrics.REWARDS.labels(name, arm, source).inc()
+            metrics.REWARD_SUM.labels(name, arm, source).inc(value)
+            if source == "default":
+                metrics.DEFAULT_REWARDS.labels(name).inc()
         now = self.clock()
         await self.store.schedule(name, event_id, now + self.settings.done_event_retention_seconds)
         counters = {"pending": -1.0}
@@ -612,10 +623,14 @@ class DecisionService:
             if source == "default":
                 counters["default_rewards"] = 1.0
         await self.store.add_counters(name, counters)
-        if source is None:
-            metrics.EXPIRED_EVENTS.labels(name).inc()
-            return
+
+    def _log_reward(self, name: str, event_id: str, event: dict[str, Any]) -> tuple[str, float]:
+        """Submit the reward of a finalized event to the log; safe to repeat (the log is
+        idempotent on event id), which is how a reward applied by a process that died
+        before logging it still reaches the log: on the client's repeat, or at the
+        latest when the sweeper deletes the finished event."""
         arm, value = event["arm_id"], float(event["reward"])
+        source = "explicit" if event["state"] == REWARDED else "default"
         self.sink.submit_reward(
             RewardRecord(
                 event_id=event_id,
@@ -623,13 +638,10 @@ class DecisionService:
                 arm_id=arm,
                 value=value,
                 source=source,
-                created_at=now,
+                created_at=float(event["finalized_at"]),
             )
         )
-        metrics.REWARDS.labels(name, arm, source).inc()
-        metrics.REWARD_SUM.labels(name, arm, source).inc(value)
-        if source == "default":
-            metrics.DEFAULT_REWARDS.labels(name).inc()
+        return arm, value
 
     # ---- POST /events/{id}/activate -----------------------------------------------------------
     async def activate(self, event_id: str) -> ActivateResponse:
@@ -710,13 +722,18 @@ class DecisionService:
     async def _delete_done(self, runtime: Runtime, name: str, event_id: str) -> None:
         key = event_key(event_id)
 
+        deleted: list[dict[str, Any]] = []
+
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             ev = values[key]
             if ev is None or json.loads(ev)["state"] == PENDING:
                 return {}
+            deleted[:] = [json.loads(ev)]
             return {key: None}
 
         await self._transact(runtime, name, [key], fn)
+        if deleted and deleted[0]["state"] in (REWARDED, DEFAULTED):
+            self._log_reward(name, event_id, deleted[0])
         await self.store.unschedule(name, event_id)
 
     async def run_sweeper(self, stop: asyncio.Event) -> None:
