@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -83,9 +83,13 @@ async def worker(
     reward_fraction: float = 0.8,
     pause: float = 0.0,
     max_requests: int = 100_000,
+    reward_lag: int = 0,
 ) -> None:
-    """recommend -> (maybe) reward, round-robin over ``urls``, until ``stop``."""
+    """recommend -> (maybe) reward, round-robin over ``urls``, until ``stop``; with
+    ``reward_lag`` each reward goes out that many decisions after its own (rewards
+    arrive late, as clicks do), the last ones at the end."""
     rng = np.random.default_rng(seed)
+    late: deque[tuple[str, float]] = deque()
     clients = [httpx.AsyncClient(base_url=u, timeout=10.0) for u in urls]
     try:
         for i in range(max_requests):
@@ -109,9 +113,14 @@ async def worker(
             ledger.decisions[body["event_id"]] = body
             if not body["degraded"] and rng.random() < reward_fraction:
                 value = float(rng.integers(0, 5)) / 4.0  # quarters: float sums are exact
-                await send_reward(clients[(i + 1) % len(clients)], ledger, body["event_id"], value)
+                late.append((body["event_id"], value))
+            if late and (len(late) > reward_lag or body["degraded"]):
+                event_id, value = late.popleft()
+                await send_reward(clients[(i + 1) % len(clients)], ledger, event_id, value)
             if pause:
                 await asyncio.sleep(pause)
+        for event_id, value in late:
+            ledger.to_retry[event_id] = value
     finally:
         for c in clients:
             await c.aclose()
