@@ -29,6 +29,7 @@ class Ledger:
     """What the service answered."""
 
     decisions: dict[str, dict] = field(default_factory=dict)  # event id -> 200 body
+    answered_at: dict[str, float] = field(default_factory=dict)  # event id -> unix time
     accepted: dict[str, float] = field(default_factory=dict)  # event id -> accepted reward
     to_retry: dict[str, float] = field(default_factory=dict)  # rewards not (yet) accepted
     recommend_status: Counter = field(default_factory=Counter)
@@ -111,6 +112,7 @@ async def worker(
                 continue
             body = r.json()
             ledger.decisions[body["event_id"]] = body
+            ledger.answered_at[body["event_id"]] = time.time()
             if not body["degraded"] and rng.random() < reward_fraction:
                 value = float(rng.integers(0, 5)) / 4.0  # quarters: float sums are exact
                 late.append((body["event_id"], value))
@@ -199,17 +201,20 @@ async def model_totals(url: str, policy: str) -> dict[str, tuple[int, float]]:
 
 def logged(database_url: str, policy: str) -> tuple[set[str], dict[str, float], tuple[int, int]]:
     """(decision event ids, reward value by event id, (decision rows, reward rows)) in
-    the event log."""
+    the event log (rewards read from their own table, with or without a decision)."""
+    import sqlalchemy as sa
+
+    from service.storage.schema import rewards as rewards_table
     from service.storage.sql_log import SqlEventLog
 
     log = SqlEventLog(database_url)
     try:
-        decisions: set[str] = set()
-        rewards: dict[str, float] = {}
-        for event in log.iter_events(policy):
-            decisions.add(event.decision.event_id)
-            if event.reward is not None:
-                rewards[event.decision.event_id] = event.reward.value
+        decisions = {e.decision.event_id for e in log.iter_events(policy)}
+        query = sa.select(rewards_table.c.event_id, rewards_table.c.value).where(
+            rewards_table.c.policy == policy
+        )
+        with log.engine.connect() as conn:
+            rewards = {event_id: value for event_id, value in conn.execute(query)}
         return decisions, rewards, log.count(policy)
     finally:
         log.close()
