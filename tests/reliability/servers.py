@@ -128,16 +128,28 @@ class PostgresCluster:
 class AppProcess:
     """``uvicorn service.app:create_app --factory`` in a child process on a free port."""
 
-    def __init__(self, env: Mapping[str, str], port: int | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str], port: int | None = None, log_level: str = "warning",
+        output: Path | None = None,
+    ) -> None:
         self.env = dict(env)
+        self.log_level = log_level
+        self.output = output  # stdout and stderr of the process go here when set
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> AppProcess:
         cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory",
-               "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **self.env})
+               "--host", "127.0.0.1", "--port", str(self.port), "--log-level", self.log_level]
+        sink = open(self.output, "ab") if self.output else None  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env={**os.environ, **self.env}, stdout=sink, stderr=subprocess.STDOUT if sink else None
+            )
+        finally:
+            if sink:
+                sink.close()
 
         def up() -> bool:
             assert self.proc is not None
