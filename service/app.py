@@ -35,7 +35,7 @@ def make_store(settings: Settings) -> StateStore:
     if settings.redis_url:
         from service.storage.redis_store import RedisStateStore
 
-        return RedisStateStore(settings.redis_url)
+        return RedisStateStore(settings.redis_url, socket_timeout=settings.redis_timeout_seconds)
     from service.storage.memory_store import InProcessStateStore
 
     return InProcessStateStore()
@@ -117,6 +117,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
         stack.push_async_callback(stop_tasks)
         yield
+    metrics.process_exit()
 
 
 class BodyLimitAndTiming:

@@ -71,6 +71,7 @@ from service.storage.base import (
     RewardRecord,
     StateStore,
     StoreUnavailableError,
+    TransactionFn,
 )
 from service.storage.base import Snapshot as LogSnapshot
 
@@ -173,30 +174,37 @@ class DecisionService:
         if values:
             runtime.policy.import_parts({k: v.data for k, v in values.items()})
             runtime.versions.update({k: v.version for k, v in values.items()})
+            runtime.absorbed += 1
 
     async def _transact(
-        self, runtime: Runtime, name: str, keys: list[str], fn: Callable
+        self, runtime: Runtime, name: str, keys: list[str], fn: TransactionFn
     ) -> dict[str, int]:
-        """``store.transact`` that keeps the cache honest: ``fn`` mutates the cached
-        policy, so on failure the touched parts are reloaded next time."""
+        """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
+        values in the cached policy; their versions are recorded only if no concurrent
+        load replaced cached parts meanwhile, and on failure the touched parts are
+        reloaded next time."""
+        mark = -1
+
+        def tracked(values: dict[str, bytes | None]) -> Mapping[str, bytes | None]:
+            nonlocal mark
+            out = fn(values)
+            mark = runtime.absorbed
+            return out
+
+        parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
         try:
-            versions = await self.store.transact(name, keys, fn)
-        except StoreUnavailableError:
-            metrics.STORE_ERRORS.labels("transact").inc()
-            for k in keys:
+            versions = await self.store.transact(name, keys, tracked)
+        except BaseException as exc:
+            if isinstance(exc, StoreUnavailableError):
+                metrics.STORE_ERRORS.labels("transact").inc()
+            for k in parts:
                 runtime.versions.pop(k, None)
             raise
-        except BaseException:
-            for k in keys:
+        for k in parts:
+            if k in versions and mark == runtime.absorbed:
+                runtime.versions[k] = versions[k]
+            else:
                 runtime.versions.pop(k, None)
-            raise
-        runtime.versions.update(
-            {
-                k: v
-                for k, v in versions.items()
-                if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY
-            }
-        )
         return versions
 
     # ---- POST /recommend ----------------------------------------------------------------------
@@ -220,9 +228,11 @@ class DecisionService:
                 response, decision = await self._store_event(
                     req, runtime, ids, X, features, decision, response, parts, now
                 )
-                await self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds)
                 pulls = {"decisions": 1.0, "pending": 1.0, f"pulls:{decision.arm_id}": 1.0}
-                await self.store.add_counters(req.policy, pulls)
+                await asyncio.gather(
+                    self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds),
+                    self.store.add_counters(req.policy, pulls),
+                )
             except StoreUnavailableError:
                 metrics.STORE_ERRORS.labels("decision").inc()
                 degraded = True
@@ -294,6 +304,11 @@ class DecisionService:
                 )
             arms = [(a, None, None) for a in info.arms]
         else:
+            if len(req.arms) > self.settings.max_candidates:
+                raise InvalidRequest(
+                    f"at most {self.settings.max_candidates} candidates, but got {len(req.arms)}",
+                    ["body", "arms"],
+                )
             arms = [(a.id, a.features, i) for i, a in enumerate(req.arms)]
             seen: set[str] = set()
             registered = set(info.arms or ())
@@ -313,11 +328,6 @@ class DecisionService:
         if not arms:
             raise InvalidRequest(
                 "no candidate arms left (empty arms, or all excluded)", ["body", "arms"]
-            )
-        if len(arms) > self.settings.max_candidates:
-            raise InvalidRequest(
-                f"at most {self.settings.max_candidates} candidates, but got {len(arms)}",
-                ["body", "arms"],
             )
         d = info.dimension
         rows = []
@@ -604,25 +614,24 @@ class DecisionService:
     async def _after_final(
         self, name: str, event_id: str, event: dict[str, Any], source: str | None
     ) -> None:
-        """Bookkeeping once an event left ``pending``: log, metrics, retention schedule,
-        counters. The log comes first: the model already holds the reward, so the log
-        must get it even if the store fails on the steps after it."""
+        """Once an event left ``pending``: log the applied reward first (the model already
+        holds it), then the retention schedule and the counters."""
+        now = self.clock()
+        counters = {"pending": -1.0}
         if source is None:
             metrics.EXPIRED_EVENTS.labels(name).inc()
         else:
             arm, value = self._log_reward(name, event_id, event)
             metrics.REWARDS.labels(name, arm, source).inc()
             metrics.REWARD_SUM.labels(name, arm, source).inc(value)
-            if source == "default":
-                metrics.DEFAULT_REWARDS.labels(name).inc()
-        now = self.clock()
-        await self.store.schedule(name, event_id, now + self.settings.done_event_retention_seconds)
-        counters = {"pending": -1.0}
-        if source is not None:
             counters["rewards"] = 1.0
             if source == "default":
+                metrics.DEFAULT_REWARDS.labels(name).inc()
                 counters["default_rewards"] = 1.0
-        await self.store.add_counters(name, counters)
+        retention = now + self.settings.done_event_retention_seconds
+        await asyncio.gather(
+            self.store.schedule(name, event_id, retention), self.store.add_counters(name, counters)
+        )
 
     def _log_reward(self, name: str, event_id: str, event: dict[str, Any]) -> tuple[str, float]:
         """Submit the reward of a finalized event to the log; safe to repeat (the log is
@@ -907,12 +916,15 @@ class DecisionService:
         per-user parts are not enumerable from the store and are left out)."""
         runtime, arms, _ = await self._load_all(name)
         parts = runtime.policy.parts_for_select(arms) if arms else []
+        # A fresh policy holding exactly the loaded parts (the cache may hold user parts).
+        model = build_policy(runtime.spec)
+        model.import_parts(runtime.policy.export_parts(parts))
         return Snapshot(
             policy=name,
             algorithm=runtime.info.algorithm,
             created_at=self.clock(),
             model_version=runtime.model_version(parts),
-            data=base64.b64encode(runtime.policy.to_bytes()).decode(),
+            data=base64.b64encode(model.to_bytes()).decode(),
         )
 
     async def import_snapshot(self, name: str, data: str) -> Snapshot:

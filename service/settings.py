@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     )
     log_batch_size: int = Field(500, gt=0)
     log_flush_seconds: float = Field(0.2, gt=0)
+    redis_timeout_seconds: float = Field(
+        2.0, gt=0, description="Redis socket timeout; past it a call counts as the store down"
+    )
     redis_retry_after_seconds: int = Field(5, gt=0, description="Retry-After of 503 answers")
 
     @field_validator("api_keys", mode="before")

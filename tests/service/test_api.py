@@ -8,8 +8,10 @@ import base64
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 
+import bandit_core
 from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -189,6 +191,31 @@ async def test_policy_administration(make_settings: Any) -> None:
         ).status_code == 404
 
 
+@pytest.mark.parametrize("algorithm", sorted(bandit_core.POLICIES))
+async def test_every_registered_algorithm_serves_learns_and_round_trips(
+    make_settings: Any, algorithm: str
+) -> None:
+    spec = {"algorithm": algorithm, "dimension": 3, "arms": ["a", "b", "c"]}
+    rng = np.random.default_rng(1)
+    async with running(make_settings()) as (_app, http, client):
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        for i in range(20):
+            dec = await client.recommend("p", rng.random(3).tolist(), user_id=f"u{i % 3}")
+            assert dec.algorithm == algorithm
+            assert (await client.reward(dec.event_id, float(i % 2))).applied
+        stats = await client.stats("p")
+        assert sum(a.rewarded for a in stats.arms.values()) == 20
+        assert sum(a.reward_sum for a in stats.arms.values()) == 10.0
+        snap = await client.export_snapshot("p")
+        await client.reset("p")
+        assert sum(a.rewarded for a in (await client.stats("p")).arms.values()) == 0
+        await client.import_snapshot("p", snap.data)
+        restored = await client.stats("p")
+        assert {k: v.rewarded for k, v in restored.arms.items()} == {
+            k: v.rewarded for k, v in stats.arms.items()
+        }
+
+
 async def test_guardrailed_policy(make_settings: Any) -> None:
     spec = {
         "algorithm": "guardrailed_linucb",
@@ -313,6 +340,12 @@ BAD_RECOMMEND = [
     ("unknown arm", json.dumps(_recommend(arms=[{"id": "zzz"}])).encode(), 422, "arms"),
     ("empty candidates", json.dumps(_recommend(arms=[])).encode(), 422, "arms"),
     ("all excluded", json.dumps(_recommend(exclude=["a", "b", "c"])).encode(), 422, "arms"),
+    (
+        "too many candidates",
+        json.dumps(_recommend(arms=[{"id": f"x{i}"} for i in range(1001)])).encode(),
+        422,
+        "at most 1000",
+    ),
     (
         "duplicate arm",
         json.dumps(_recommend(arms=[{"id": "a"}, {"id": "a"}])).encode(),

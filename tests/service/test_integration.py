@@ -52,6 +52,7 @@ async def test_simulated_frontend(make_settings: Any, backend: str) -> None:
             r = await http.post("/recommend", json={"policy": "news", "context": context.tolist()})
             assert r.status_code == 200, r.text
             dec = r.json()
+            assert not dec["degraded"], dec
             responses[dec["event_id"]] = dec
             click = float(rng.random() < (P_BEST if dec["arm_id"] == f"r{region}" else P_OTHER))
             if i >= N_EVENTS // 2:

@@ -1,0 +1,69 @@
+"""``bandit serve`` with no configuration at all: the embedded default in a fresh
+directory (in-process state, SQLite log under ./bandit-data, the demo policy)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BANDIT_")}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def test_serve_on_a_fresh_machine(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [
+        sys.executable,
+        "-m",
+        "service.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_clean_env(), stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "bandit serve did not start"
+            time.sleep(0.1)
+        dec = httpx.post(
+            f"{base}/recommend", json={"policy": "demo", "context": [0.2, 0.1, 0.0, 0.7]}
+        ).json()
+        assert dec["arm_id"] in {"article-1", "article-2", "article-3"}
+        reward = httpx.post(f"{base}/reward", json={"event_id": dec["event_id"], "reward": 1})
+        assert reward.json()["status"] == "applied"
+    finally:
+        proc.terminate()
+        _, stderr = proc.communicate(timeout=20)
+    assert "BANDIT_API_KEYS is not set" in stderr  # said loudly at start
+    assert (tmp_path / "bandit-data" / "events.sqlite3").exists()
+
+
+def test_serve_refuses_workers_on_the_embedded_default(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--workers", "2"]
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2 and "BANDIT_REDIS_URL" in done.stderr
