@@ -849,7 +849,7 @@ class DecisionService:
         """Register arms, or retire them (their learned state is deleted)."""
         old = await self.get_policy(name)
         arms = [a for a in (old.arms or []) if a not in retire] + [
-            a for a in add if a not in (old.arms or [])
+            a for a in dict.fromkeys(add) if a not in (old.arms or [])
         ]
         unknown = [a for a in retire if a not in (old.arms or [])]
         if unknown:

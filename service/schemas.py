@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 ArmId = Annotated[str, Field(min_length=1, max_length=256)]
 PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
 Algorithm = Literal["linucb", "lnucb_ta", "guardrailed_linucb", "hare", "random", "epsilon_greedy"]
@@ -108,7 +109,12 @@ class PolicySpec(_Model):
     dimension: Annotated[int, Field(ge=1, le=4096)]
     params: dict[str, Any] = Field(default_factory=dict, description="algorithm hyperparameters")
     arms: list[ArmId] | None = None
-    reward_range: tuple[FiniteFloat, FiniteFloat] = (0.0, 1.0)
+    # documented as items + min/maxItems: the prefixItems pydantic writes for a tuple trip
+    # OpenAPI tools that rewrite 3.1 schemas to older drafts (schemathesis among them)
+    reward_range: Annotated[
+        tuple[FiniteFloat, FiniteFloat],
+        WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}),
+    ] = (0.0, 1.0)
     default_reward: FiniteFloat | None = Field(
         0.0,
         description="reward given to events not rewarded within reward_wait_seconds; null: none",
