@@ -5,9 +5,12 @@ redis-server and a fresh PostgreSQL schema, driven open-loop at a steady rate of
 Records p50/p99/max latency per route, the error count (any non-2xx or transport
 error), the achieved rate, the app's resident memory (``VmRSS``) every second, and
 checks at the end that the event log holds every answered decision and accepted reward.
-Fails (exit 1) on any error, on a log that does not match, or when memory keeps
-growing: the median RSS of the last fifth of the run may exceed that of the first fifth
-after warm-up by at most ``--max-growth-mib``.
+Fails (exit 1) on any error, on a log that does not match, when memory keeps growing
+(the median RSS of the last fifth of the run may exceed that of the first fifth after
+warm-up by at most ``--max-growth-mib``), or when more than ``--max-skipped`` of the
+scheduled decisions had to be skipped because ``--max-in-flight`` requests were still
+waiting (the app fell behind the rate; a skipped request is counted, never queued
+without bound, so a stall cannot snowball into an unbounded backlog).
 
     python benchmarks/soak.py                   # 120 s at 50 decisions/s (docs/reliability.md)
     python benchmarks/soak.py --short           # 20 s, what the test suite runs
@@ -134,6 +137,9 @@ async def soak(url: str, app: AppProcess, duration: float, rate: float, reward_f
             "last_fifth_median": round(last / 1024, 1),
             "peak": round(max(k for _, k in rss) / 1024, 1),
             "growth_after_warmup": round((last - first) / 1024, 1),
+            "slope_after_warmup_mib_per_min": round(
+                float(np.polyfit([t - start for t, k in rss if t - start >= warmup], after, 1)[0]) * 60 / 1024, 3
+            ) if len(after) > 2 else None,
         },
         "_answered": answered,
         "_accepted": accepted,
@@ -156,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="decisions per second")
     parser.add_argument("--reward-fraction", type=float, default=0.8)
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds excluded from the memory trend")
-    parser.add_argument("--max-in-flight", type=int, default=32)
+    parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument("--max-skipped", type=float, default=0.02, help="fraction of scheduled decisions")
     parser.add_argument("--max-growth-mib", type=float, default=16.0)
     parser.add_argument("--short", action="store_true", help="20 s run (the test suite's)")
     parser.add_argument("--output", type=Path, help="write the figures as JSON here")
@@ -184,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     result["command"] = "python benchmarks/soak.py " + " ".join(argv if argv is not None else sys.argv[1:])
     ok = (
         result["errors"] == 0
-        and result["skipped_not_keeping_up"] == 0
+        and result["skipped_not_keeping_up"] <= args.max_skipped * args.duration * args.rate
         and result["log_matches_answers"]
         and result["rss_mib"]["growth_after_warmup"] <= args.max_growth_mib
     )
