@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from bandit_core.errors import InvalidInputError
 from bandit_core.state import ArrayState
 
 
@@ -59,10 +60,16 @@ class LinearArmState(ArrayState):
         >>> bool(np.allclose(s.A_inv, np.linalg.inv(s.A)))
         True
         """
-        Ax = self.A_inv @ x
-        self.A += np.outer(x, x)
-        self.A_inv -= np.outer(Ax, Ax) / (1.0 + x @ Ax)
-        self.b += target * x
+        A = self.A + np.outer(x, x)
+        A_inv = self.A_inv.copy()
+        sherman_morrison(A_inv, x)
+        b = self.b + target * x
+        if not (np.isfinite(A).all() and np.isfinite(A_inv).all() and np.isfinite(b).all()):
+            # Checked before any field changes, so the state is never left half-updated.
+            raise InvalidInputError(
+                f"x with max |x| = {np.abs(x).max()} and target {target} overflow the ridge statistics"
+            )
+        self.A, self.A_inv, self.b = A, A_inv, b
         self.n += 1
         self.reward_sum += reward
         self.since_refactor += 1
@@ -72,9 +79,30 @@ class LinearArmState(ArrayState):
 
     def refactor(self) -> None:
         """Re-derive ``A^-1`` from ``A``: ``A = L L^T``, ``A^-1 = L^-T L^-1``."""
-        L_inv = np.linalg.solve(np.linalg.cholesky(self.A), np.eye(len(self.b)))
-        self.A_inv = L_inv.T @ L_inv
+        self.A_inv = cholesky_inverse(self.A)
         self.since_refactor = 0
+
+
+def sherman_morrison(A_inv: np.ndarray, x: np.ndarray) -> None:
+    """In place ``A^-1 <- (A + x x^T)^-1`` by Sherman-Morrison, O(d^2).
+
+    ``A_inv`` has shape ``(..., d, d)`` and ``x`` shape ``(..., d)``: a stack of
+    matrices is updated at once (HARE keeps one per head).
+
+    >>> A = np.eye(2) * 2.0; A_inv = np.linalg.inv(A); x = np.array([1.0, 3.0])
+    >>> sherman_morrison(A_inv, x)
+    >>> bool(np.allclose(A_inv, np.linalg.inv(A + np.outer(x, x))))
+    True
+    """
+    Ax = np.matmul(A_inv, x[..., None])[..., 0]
+    A_inv -= Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
+
+
+def cholesky_inverse(A: np.ndarray) -> np.ndarray:
+    """``A^-1`` of symmetric positive definite ``A`` (shape ``(..., d, d)``) through its
+    Cholesky factor: ``A = L L^T``, ``A^-1 = L^-T L^-1``."""
+    L_inv = np.linalg.solve(np.linalg.cholesky(A), np.broadcast_to(np.eye(A.shape[-1]), A.shape))
+    return np.swapaxes(L_inv, -1, -2) @ L_inv
 
 
 def linear_ucb_terms(states: Sequence[LinearArmState], X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

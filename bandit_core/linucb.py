@@ -22,7 +22,7 @@ import numpy as np
 
 from bandit_core.errors import ConfigError
 from bandit_core.linear import LinearArmState, linear_ucb_terms
-from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext
+from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext, _is_real
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class LinUCBConfig(PolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (np.isfinite(self.ridge_lambda) and self.ridge_lambda > 0):
+        if not (_is_real(self.ridge_lambda) and np.isfinite(self.ridge_lambda) and self.ridge_lambda > 0):
             raise ConfigError(f"ridge_lambda must be finite and > 0, but got {self.ridge_lambda!r}")
         if isinstance(self.refactor_every, bool) or not isinstance(self.refactor_every, int) or self.refactor_every < 1:
             raise ConfigError(f"refactor_every must be a positive int, but got {self.refactor_every!r}")

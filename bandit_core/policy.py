@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bandit_core.errors import ConfigError, StateFormatError, UnknownArmError
+from bandit_core.errors import ConfigError, InvalidInputError, StateFormatError, UnknownArmError
 from bandit_core.state import ArrayState, pack, unpack
 from bandit_core.validation import check_arm_ids, check_matrix, check_reward, check_vector
 
@@ -65,14 +65,28 @@ class PolicyConfig:
     def __post_init__(self) -> None:
         if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 1:
             raise ConfigError(f"d must be a positive int, but got {self.d!r}")
-        _require(np.isfinite(self.alpha) and self.alpha >= 0, f"alpha must be finite and >= 0, but got {self.alpha!r}")
-        _require(0.0 <= self.epsilon <= 1.0, f"epsilon must be in [0, 1], but got {self.epsilon!r}")
-        rr = tuple(float(v) for v in self.reward_range)
         _require(
-            len(rr) == 2 and np.isfinite(rr).all() and rr[0] < rr[1],
+            _is_real(self.alpha) and np.isfinite(self.alpha) and self.alpha >= 0,
+            f"alpha must be finite and >= 0, but got {self.alpha!r}",
+        )
+        _require(
+            _is_real(self.epsilon) and 0.0 <= self.epsilon <= 1.0,
+            f"epsilon must be in [0, 1], but got {self.epsilon!r}",
+        )
+        _require(
+            self.seed is None
+            or (not isinstance(self.seed, bool) and isinstance(self.seed, (int, np.integer)) and self.seed >= 0),
+            f"seed must be None or an int >= 0, but got {self.seed!r}",
+        )
+        rr = self.reward_range
+        _require(
+            isinstance(rr, (tuple, list))
+            and len(rr) == 2
+            and all(_is_real(v) and np.isfinite(v) for v in rr)
+            and rr[0] < rr[1],
             f"reward_range must be [low, high] with finite low < high, but got {self.reward_range!r}",
         )
-        object.__setattr__(self, "reward_range", rr)
+        object.__setattr__(self, "reward_range", (float(rr[0]), float(rr[1])))
         object.__setattr__(self, "d", int(self.d))
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +97,11 @@ class PolicyConfig:
 def _require(condition: Any, message: str) -> None:
     if not condition:
         raise ConfigError(message)
+
+
+def _is_real(value: Any) -> bool:
+    """True for a real number (int or float, numpy scalars included), not a bool."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
 
 
 @dataclass(frozen=True)
@@ -110,8 +129,9 @@ class Decision:
     width, ``None`` for algorithms without one) and ``propensities`` are arrays of
     shape ``(K,)`` aligned with ``ranking``: ``propensities[i]`` is the probability
     that ``ranking[i]`` is served, ``(1 - eps) * 1[argmax] / #tied + eps / K_eligible``.
-    ``state_changed`` names the state parts the selection itself changed (guardrail
-    counters); ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
+    ``state_changed`` names the state parts the selection itself changed (cold-started
+    arms, guardrail counters, LNUCB-TA's arm count) and a store must save;
+    ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
     """
 
     arm_id: str
@@ -236,6 +256,11 @@ class BasePolicy:
     def _arm_stats_extras(self, arm_id: str, state: ArrayState) -> dict[str, float]:
         return {}
 
+    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
+        """Parts a selection changed by cold-starting ``arm_ids``: their prior arm parts
+        (and, for policies whose shared state counts arms, ``"shared"``)."""
+        return tuple(ARM_PREFIX + a for a in arm_ids)
+
     def _choose(
         self,
         arm_ids: list[str],
@@ -271,8 +296,15 @@ class BasePolicy:
         ids = check_arm_ids(arm_ids)
         X = check_matrix(X, len(ids), self.config.d)
         ctx = SelectContext(user_id=user_id, features=features)
+        created = tuple(a for a in ids if a not in self._arms)
         states = [self._arm_for_select(a) for a in ids]
         scores, widths = self._score(ids, states, X, ctx)
+        if not np.isfinite(scores).all():
+            bad = int(np.argmin(np.isfinite(scores)))
+            raise InvalidInputError(
+                f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
+                "feature values this large overflow float64"
+            )
         # Ties are broken uniformly at random: a random permutation, then a stable sort.
         perm = self._rng.permutation(len(ids))
         order = perm[np.argsort(-scores[perm], kind="stable")]
@@ -297,7 +329,7 @@ class BasePolicy:
             propensities=propensity[ranked],
             explored=explored,
             guardrail=outcome,
-            state_changed=changed,
+            state_changed=(self._parts_changed_by_new_arms(created) if created else ()) + changed,
             extras=self._decision_extras(ids, ranked, ctx),
         )
 

@@ -28,9 +28,17 @@ MAGIC = b"BCS1"
 _HEADER_LEN = struct.Struct("<I")
 
 
+def _json_scalar(value: Any) -> Any:
+    """numpy scalars in ``meta`` (an ``np.int64`` count, say) travel as Python numbers."""
+    if isinstance(value, (np.integer, np.floating, np.bool_)):
+        return value.item()
+    raise TypeError(f"meta values must be JSON-able, but got {type(value).__name__}")
+
+
 def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bytes:
     """Serialize ``meta`` (JSON-able) and named arrays into one blob (layout above)."""
-    contiguous = {name: np.ascontiguousarray(a) for name, a in arrays.items()}
+    # np.asarray(order="C"), not np.ascontiguousarray: the latter turns 0-d arrays into shape (1,).
+    contiguous = {name: np.asarray(a, order="C") for name, a in arrays.items()}
     header = json.dumps(
         {
             "kind": kind,
@@ -38,6 +46,7 @@ def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> byte
             "arrays": [[n, a.dtype.str, list(a.shape)] for n, a in contiguous.items()],
         },
         separators=(",", ":"),
+        default=_json_scalar,
     ).encode()
     return b"".join(
         [MAGIC, _HEADER_LEN.pack(len(header)), header]
@@ -59,6 +68,9 @@ def unpack(data: bytes, kind: str | None = None) -> tuple[str, dict[str, Any], d
     try:
         (header_len,) = _HEADER_LEN.unpack_from(data, 4)
         header = json.loads(bytes(data[8 : 8 + header_len]))
+        found_kind, meta = header["kind"], header["meta"]
+        if not isinstance(found_kind, str) or not isinstance(meta, dict):
+            raise StateFormatError("state header must hold a str 'kind' and a dict 'meta'")
         offset = 8 + header_len
         arrays: dict[str, np.ndarray] = {}
         for name, dtype_str, shape in header["arrays"]:
@@ -77,9 +89,9 @@ def unpack(data: bytes, kind: str | None = None) -> tuple[str, dict[str, Any], d
         raise StateFormatError(f"state bytes are corrupt: {exc}") from exc
     if offset != len(data):
         raise StateFormatError(f"state bytes have {len(data) - offset} trailing bytes")
-    if kind is not None and header["kind"] != kind:
-        raise StateFormatError(f"expected a {kind!r} state, but got a {header['kind']!r} state")
-    return header["kind"], header["meta"], arrays
+    if kind is not None and found_kind != kind:
+        raise StateFormatError(f"expected a {kind!r} state, but got a {found_kind!r} state")
+    return found_kind, meta, arrays
 
 
 class ArrayState:

@@ -16,7 +16,10 @@ def check_arm_ids(arm_ids: Sequence[str]) -> list[str]:
     """Return ``arm_ids`` as a list after checking it is a non-empty list of unique strings."""
     if isinstance(arm_ids, (str, bytes)):
         raise InvalidInputError(f"arm_ids must be a sequence of str, but got a single {type(arm_ids).__name__}")
-    ids = list(arm_ids)
+    try:
+        ids = list(arm_ids)
+    except TypeError:
+        raise InvalidInputError(f"arm_ids must be a sequence of str, but got {type(arm_ids).__name__}") from None
     if not ids:
         raise InvalidInputError("arm_ids must hold at least one candidate arm, but got an empty list")
     for arm_id in ids:
@@ -29,12 +32,21 @@ def check_arm_ids(arm_ids: Sequence[str]) -> list[str]:
     return ids
 
 
+def _as_real_array(value: ArrayLike, name: str, expected: str) -> np.ndarray:
+    """``value`` as float64; booleans, ints and floats only (strings, complex and objects
+    are rejected rather than parsed or truncated)."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{name} must be {expected}: {exc}") from exc
+    if raw.dtype.kind not in "biuf":
+        raise InvalidInputError(f"{name} must be {expected} of real numbers, but got dtype {raw.dtype}")
+    return raw.astype(np.float64, copy=False)
+
+
 def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray:
     """Return ``X`` as a finite float64 array of shape ``(rows, d)``."""
-    try:
-        arr = np.asarray(X, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"{name} must be a numeric array of shape ({rows}, {d}): {exc}") from exc
+    arr = _as_real_array(X, name, f"a numeric array of shape ({rows}, {d})")
     if arr.shape != (rows, d):
         raise InvalidInputError(f"{name} must have shape (K, d) = ({rows}, {d}), but got {arr.shape}")
     if not np.isfinite(arr).all():
@@ -47,10 +59,7 @@ def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray
 
 def check_vector(x: ArrayLike, d: int, name: str = "x") -> np.ndarray:
     """Return ``x`` as a finite float64 vector of length ``d``."""
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"{name} must be a numeric vector of length {d}: {exc}") from exc
+    arr = _as_real_array(x, name, f"a numeric vector of length {d}")
     if arr.shape != (d,):
         raise InvalidInputError(f"{name} must have shape ({d},), but got {arr.shape}")
     if not np.isfinite(arr).all():

@@ -30,7 +30,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -98,12 +97,6 @@ class LogSink(Protocol):
 class _AlreadyFinal(Exception):
     def __init__(self, event: dict[str, Any]) -> None:
         self.event = event
-
-
-@dataclass(frozen=True)
-class _Applied:
-    event: dict[str, Any]
-    versions: dict[str, int]
 
 
 def event_key(event_id: str) -> str:
@@ -221,13 +214,20 @@ class DecisionService:
         response = self._response(req, runtime, decision, event_id, parts, degraded)
         if not degraded:
             try:
-                if not await self.store.register_event(
+                register = self.store.register_event(
                     event_id, req.policy, self.settings.event_ttl_seconds
-                ):
-                    return await self._wait_original(req.policy, event_id)
-                response, decision = await self._store_event(
-                    req, runtime, ids, X, features, decision, response, parts, now
                 )
+                args = (req, runtime, ids, X, features, decision, response, parts, now)
+                if req.event_id is not None:  # a client's id may repeat: claim it first
+                    if not await register:
+                        return await self._wait_original(req.policy, event_id)
+                    response, decision = await self._store_event(*args)
+                else:  # 128 random bits never collide: both writes at once
+                    registered, (response, decision) = await asyncio.gather(
+                        register, self._store_event(*args)
+                    )
+                    if not registered:
+                        raise Conflict(f"generated event_id {event_id!r} collided; retry")
                 pulls = {"decisions": 1.0, "pending": 1.0, f"pulls:{decision.arm_id}": 1.0}
                 await asyncio.gather(
                     self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds),
@@ -550,7 +550,7 @@ class DecisionService:
             raise Conflict(
                 f"event {req.event_id!r} is already finalized ({event['state']})"
             ) from None
-        await self._after_final(name, req.event_id, applied.event, "explicit")
+        await self._after_final(name, req.event_id, applied, "explicit")
         return RewardResponse(
             event_id=req.event_id,
             arm_id=event["arm_id"],
@@ -573,10 +573,11 @@ class DecisionService:
         event: dict[str, Any],
         value: float | None,
         state: str,
-    ) -> _Applied:
+    ) -> dict[str, Any]:
         """One transaction: move a pending event to ``state`` and, when ``value`` is not
-        None, update the served arm's parts with it. Raises :class:`_AlreadyFinal` if the
-        event is no longer pending (the transition happened elsewhere)."""
+        None, update the served arm's parts with it; returns the finalized event. Raises
+        :class:`_AlreadyFinal` if the event is no longer pending (the transition happened
+        elsewhere)."""
         key = event_key(event_id)
         arm, user = event["arm_id"], event.get("user_id")
         parts = runtime.policy.parts_for_update(arm, user) if value is not None else []
@@ -604,12 +605,12 @@ class DecisionService:
             result["event"] = ev
             return out
 
-        versions = await self._transact(runtime, name, [key, *parts], fn)
+        await self._transact(runtime, name, [key, *parts], fn)
         if value is not None:
             alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
             if alpha is not None:
                 metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
-        return _Applied(event=result["event"], versions=versions)
+        return result["event"]
 
     async def _after_final(
         self, name: str, event_id: str, event: dict[str, Any], source: str | None
@@ -690,10 +691,12 @@ class DecisionService:
         return done
 
     async def _sweep_policy(self, name: str) -> int:
-        due = await self.store.due_events(name, self.clock(), self.settings.sweeper_batch)
+        due, counters = await asyncio.gather(
+            self.store.due_events(name, self.clock(), self.settings.sweeper_batch),
+            self.store.counters(name),
+        )
+        metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
         if not due:
-            pending = (await self.store.counters(name)).get("pending", 0.0)
-            metrics.PENDING_EVENTS.labels(name).set(pending)
             return 0
         keys = [event_key(e) for e in due]
         runtime, _, raw = await self.load(name, extra=keys)
@@ -724,7 +727,7 @@ class DecisionService:
                 )
             except (_AlreadyFinal, NotFound, Conflict):
                 continue
-            await self._after_final(name, event_id, applied.event, "default" if learn else None)
+            await self._after_final(name, event_id, applied, "default" if learn else None)
             finalized += 1
         return finalized
 

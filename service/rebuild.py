@@ -5,7 +5,9 @@ table, and every reward logged for a decision made since the policy's last reset
 (``reset_at``) is applied in the order the rewards were applied live (their
 ``created_at``), each to the served arm's logged feature vector. For the linear
 policies the result equals the live state up to floating-point summation order.
-State that selections change (guardrail counters) is not replayed.
+State that selections change (guardrail counters) is not replayed. The replay starts
+from the beginning, not from the latest snapshot: a snapshot cannot say which logged
+rewards it already holds (``RewardRecord`` carries no state version to compare).
 """
 
 from __future__ import annotations

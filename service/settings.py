@@ -3,7 +3,9 @@ environment variables when :func:`get_settings` is first called (never at import
 
 With nothing set the service runs on the *embedded default*: in-process state, an
 SQLite event log and spool under ``BANDIT_DATA_DIR`` and a demo policy, so
-``bandit serve`` works on a fresh machine.
+``bandit serve`` works on a fresh machine. At every start it rebuilds the model state
+from the SQLite log; events still waiting for a reward when the process stopped are not
+restored (their decisions stay in the log, unrewarded). ``--workers`` > 1 needs Redis.
 
 Authentication: ``BANDIT_API_KEYS`` (comma-separated) protects ``/reward``,
 ``/events/*`` and the policy administration routes with ``Authorization: Bearer

@@ -3,6 +3,8 @@
 ``upgrade_head(url)`` is what the app calls on start when configured to. On PostgreSQL
 it holds an advisory lock while migrating, so several app processes starting at once
 migrate one after the other (the later ones find the schema at head and do nothing).
+Alembic keeps its migration context in module globals, so call these from one thread
+of a process at a time.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
+from service.storage.base import StoreUnavailableError
 from service.storage.schema import create_log_engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,9 +25,10 @@ _LOCK_KEY = 0x62616E646974  # "bandit"
 
 
 def alembic_config(url: str | None = None) -> Config:
-    """The Alembic config of ``alembic.ini`` at the repository root, optionally bound to
-    ``url`` (otherwise ``env.py`` reads BANDIT_DATABASE_URL)."""
-    config = Config(str(ROOT / "alembic.ini"))
+    """An Alembic config for ``migrations/`` (the ``alembic.ini`` at the repository root
+    serves the ``alembic`` command line), optionally bound to ``url`` (otherwise
+    ``env.py`` reads BANDIT_DATABASE_URL)."""
+    config = Config()
     config.set_main_option("script_location", str(ROOT / "migrations"))
     config.attributes["configure_logger"] = False
     if url is not None:
@@ -36,18 +41,15 @@ def _run(url: str, action: str, revision: str) -> None:
     engine = create_log_engine(url)
     try:
         with engine.connect() as conn:
-            postgres = conn.dialect.name == "postgresql"
-            if postgres:
+            if conn.dialect.name == "postgresql":
+                # session-level: held until the connection closes (engine.dispose below)
                 conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _LOCK_KEY})
                 conn.commit()
-            try:
-                config.attributes["connection"] = conn
-                getattr(command, action)(config, revision)
-                conn.commit()
-            finally:
-                if postgres:
-                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _LOCK_KEY})
-                    conn.commit()
+            config.attributes["connection"] = conn
+            getattr(command, action)(config, revision)
+            conn.commit()
+    except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+        raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
     finally:
         engine.dispose()
 

@@ -252,7 +252,7 @@ class EventLogWriter:
     def lag_seconds(self) -> float:
         """Age of the oldest record not yet in the log (0 when everything is written)."""
         with self._cond:
-            times = [t for t, _ in self._inflight[:1]] + [t for t, _ in list(self._queue)[:1]]
+            times = [items[0][0] for items in (self._inflight, self._queue) if items]
         if self._spool.depth and self._spool.oldest is not None:
             times.append(self._spool.oldest)
         return max(0.0, time.time() - min(times)) if times else 0.0
@@ -276,8 +276,12 @@ class EventLogWriter:
             if self._stopping:
                 return
             self._stopping = True
+            self._next_retry = 0.0  # one last try at the spool before exiting
             self._cond.notify_all()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("event-log writer did not finish within %s s; spool left open", timeout)
+            return
         self._spool.close()
 
     # -- background thread --------------------------------------------------------------
@@ -320,7 +324,7 @@ class EventLogWriter:
 
     def _step(self, batch: list[_Item]) -> None:
         spooled = self._spool.depth > 0
-        if spooled and (time.monotonic() >= self._next_retry or self._stopping):
+        if spooled and time.monotonic() >= self._next_retry:
             spooled = not self._drain_spool()
         if not batch:
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from service.storage.base import StoreUnavailableError
 from service.storage.migrate import ROOT, alembic_config, downgrade, upgrade_head
 from service.storage.schema import create_log_engine, metadata
 from tests.databases import database
@@ -53,6 +55,27 @@ def test_upgrade_matches_metadata_and_downgrade_removes_everything(url: str) -> 
     assert _tables(url) == {"alembic_version"}
     # and the empty database differs from the metadata by exactly the four tables
     assert {d[1].name for d in _diff(url) if d[0] == "add_table"} == TABLES
+
+
+def test_concurrent_upgrades_on_postgres_serialise(tmp_path: Path) -> None:
+    """App processes starting together all run upgrade_head; the advisory lock makes
+    them migrate one after the other instead of racing to create the same tables."""
+    with database("postgresql", tmp_path) as url:
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=upgrade_head, args=(url,)) for _ in range(3)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=40)
+            if p.is_alive():
+                p.kill()
+        assert [p.exitcode for p in procs] == [0, 0, 0]
+        assert _diff(url) == []
+
+
+def test_unreachable_database_raises_store_unavailable() -> None:
+    with pytest.raises(StoreUnavailableError, match="event log database"):
+        upgrade_head("postgresql://postgres@127.0.0.1:1/test")
 
 
 def test_migrations_are_static_and_named_by_date_and_slug() -> None:

@@ -4,6 +4,8 @@ and PostgreSQL, driven in process through ``httpx.ASGITransport``."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -20,8 +22,51 @@ from service.settings import Settings
 from tests.databases import postgres_schema
 
 API_KEY = "test-key-0123456789"
-REDIS_URL = "redis://127.0.0.1:6379/7"  # a database of its own, flushed per test
 BACKENDS = ["embedded", "redis_postgres"]
+
+
+def start_redis(directory: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """A private, real redis-server on a free loopback port (so concurrent test runs
+    sharing the machine's Redis cannot flush each other's state)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            redis.Redis.from_url(url).ping()
+            return url, proc
+        except redis.ConnectionError:
+            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of this test session's own redis-server, flushed by the fixtures using it."""
+    url, proc = start_redis(tmp_path_factory.mktemp("redis"))
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture
@@ -35,9 +80,12 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_settings(backend: str, tmp_path: Path) -> Iterator[Callable[..., Settings]]:
+def make_settings(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Settings]]:
     """Settings for the backend under test; keyword arguments override fields."""
-    with _backend_urls(backend) as urls:
+    url = None if backend == "embedded" else request.getfixturevalue("redis_url")
+    with _backend_urls(url) as urls:
 
         def make(**overrides: Any) -> Settings:
             fields: dict[str, Any] = {
@@ -57,15 +105,15 @@ def make_settings(backend: str, tmp_path: Path) -> Iterator[Callable[..., Settin
 
 
 @contextmanager
-def _backend_urls(backend: str) -> Iterator[dict[str, Any]]:
-    """No URLs for the embedded default; a flushed Redis database and a fresh
+def _backend_urls(redis_url: str | None) -> Iterator[dict[str, Any]]:
+    """No URLs for the embedded default; the flushed session Redis and a fresh
     PostgreSQL schema otherwise."""
-    if backend == "embedded":
+    if redis_url is None:
         yield {}
         return
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    redis.Redis.from_url(redis_url).flushdb()
     with postgres_schema() as url:
-        yield {"redis_url": REDIS_URL, "database_url": url}
+        yield {"redis_url": redis_url, "database_url": url}
 
 
 @asynccontextmanager

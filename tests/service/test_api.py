@@ -206,6 +206,9 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
         stats = await client.stats("p")
         assert sum(a.rewarded for a in stats.arms.values()) == 20
         assert sum(a.reward_sum for a in stats.arms.values()) == 10.0
+        if algorithm == "lnucb_ta":  # the per-arm exploration weight is reported and exported
+            assert all(a.alpha is not None and a.alpha >= 0 for a in stats.arms.values())
+            assert 'bandit_lnucb_ta_alpha{arm="a",policy="p"}' in (await http.get("/metrics")).text
         snap = await client.export_snapshot("p")
         await client.reset("p")
         assert sum(a.rewarded for a in (await client.stats("p")).arms.values()) == 0

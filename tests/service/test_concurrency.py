@@ -24,7 +24,7 @@ import redis
 from bandit_core import policy_from_bytes
 from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
-from tests.service.conftest import API_KEY, REDIS_URL
+from tests.service.conftest import API_KEY
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +38,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def two_processes(tmp_path: Path) -> Iterator[list[str]]:
+def two_processes(tmp_path: Path, redis_url: str) -> Iterator[list[str]]:
     """Base URLs of two uvicorn processes sharing Redis and a PostgreSQL schema."""
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    redis.Redis.from_url(redis_url).flushdb()
     with postgres_schema() as db_url:
         metrics_dir = tmp_path / "metrics"
         metrics_dir.mkdir()
@@ -51,7 +51,7 @@ def two_processes(tmp_path: Path) -> Iterator[list[str]]:
                 port = _free_port()
                 env = {
                     **os.environ,
-                    "BANDIT_REDIS_URL": REDIS_URL,
+                    "BANDIT_REDIS_URL": redis_url,
                     "BANDIT_DATABASE_URL": db_url,
                     "BANDIT_API_KEYS": API_KEY,
                     "BANDIT_DATA_DIR": str(tmp_path / f"data{i}"),

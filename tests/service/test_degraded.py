@@ -5,51 +5,21 @@ changes nothing, /readyz reports the store. A private redis-server is stopped fo
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
-from tests.service.conftest import POLICY, running
+from tests.service.conftest import POLICY, running, start_redis
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["embedded"])]
 
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            redis.Redis.from_url(url).ping()
-            break
-        except redis.ConnectionError:
-            assert time.monotonic() < deadline, "private redis-server did not start"
-            time.sleep(0.05)
+    url, proc = start_redis(tmp_path)
     try:
         yield url, proc
     finally:

@@ -112,3 +112,41 @@ async def test_simulated_frontend(make_settings: Any, backend: str) -> None:
                 )
             else:
                 assert (e.reward.source, e.reward.value) == ("default", 0.0)
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_default_reward_exactly_once_with_four_sweeping_replicas(make_settings: Any) -> None:
+    """Four replicas sweep the same 200 due events every 10 ms: each event gets the
+    default reward once (counters, model and log agree)."""
+    n = 200
+    async with AsyncExitStack() as stack:
+        apps = [
+            await stack.enter_async_context(running(make_settings(sweeper_interval_seconds=0.01)))
+            for _ in range(4)
+        ]
+        _, http, _ = apps[0]
+        await http.put(
+            "/policies/p", json={**SPEC, "reward_wait_seconds": 0.5, "default_reward": 0.5}
+        )
+        for i in range(n):
+            r = await apps[i % 4][1].post(
+                "/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.0]}
+            )
+            assert r.status_code == 200 and not r.json()["degraded"]
+
+        async def stats() -> dict[str, Any]:
+            return (await http.get("/policies/p/stats")).json()
+
+        deadline = asyncio.get_running_loop().time() + 15
+        while (await stats())["default_rewards"] < n:
+            assert asyncio.get_running_loop().time() < deadline, await stats()
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
+        final = await stats()
+        assert final["default_rewards"] == final["rewards"] == n
+        assert sum(a["rewarded"] for a in final["arms"].values()) == n
+        assert sum(a["reward_sum"] for a in final["arms"].values()) == 0.5 * n
+        for a, _, _ in apps:
+            await asyncio.to_thread(a.state.service.sink.flush, 10.0)
+        log = apps[0][0].state.service.event_log
+        await wait_for(lambda: log.count("p") == (n, n))

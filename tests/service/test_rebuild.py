@@ -15,7 +15,7 @@ import redis
 from bandit_core import policy_from_bytes
 from service.cli import main
 from service.settings import get_settings
-from tests.service.conftest import POLICY, REDIS_URL, running, wait_for
+from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["redis_postgres"])]
 
@@ -46,7 +46,7 @@ async def test_rebuild_reconstructs_the_live_state(
         log = app.state.service.event_log
         await wait_for(lambda: log.latest_snapshot("p") is not None)
 
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    redis.Redis.from_url(settings.redis_url).flushdb()
     for name, value in {
         "REDIS_URL": settings.redis_url,
         "DATABASE_URL": settings.database_url,

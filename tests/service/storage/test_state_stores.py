@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bandit_core.errors import InvalidInputError
 from service.storage.base import (
@@ -204,6 +206,53 @@ async def test_policies_and_delete_policy(store: StateStore, policy: str) -> Non
 
 async def test_ping(store: StateStore) -> None:
     await store.ping()
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.sampled_from("abc"), st.binary(max_size=8)),
+        st.tuples(st.just("del"), st.sampled_from("abc")),
+        st.tuples(st.just("swap"), st.just("a"), st.just("b")),
+        st.tuples(st.just("drop")),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops)
+def test_both_stores_agree_on_any_sequence_of_writes(sequence: list[tuple]) -> None:
+    """Same data after every step; version 0 exactly for missing keys; a written key's
+    version only grows; an unchanged key keeps its version."""
+
+    async def run(store: StateStore, policy: str) -> list[dict[str, bytes | None]]:
+        seen: list[dict[str, bytes | None]] = []
+        last: dict[str, int] = {}
+        for op in sequence:
+            if op[0] == "set":
+                await store.transact(policy, [op[1]], lambda v, op=op: {op[1]: op[2]})
+            elif op[0] == "del":
+                await store.transact(policy, [op[1]], lambda v, op=op: {op[1]: None})
+            elif op[0] == "swap":
+                await store.transact(policy, ["a", "b"], lambda v: {"a": v["b"], "b": v["a"]})
+            else:
+                await store.delete_policy(policy)
+            got = await store.read(policy, ["a", "b", "c"], {})
+            for key, value in got.items():
+                assert (value.version == 0) == (value.data is None)
+                if value.version and op[0] != "drop" and key in op[1:2]:
+                    assert value.version > last.get(key, 0)
+                elif value.version and key not in op[1:]:
+                    assert value.version == last.get(key, value.version)
+                last[key] = value.version
+            seen.append({k: v.data for k, v in got.items()})
+        await store.delete_policy(policy)
+        await store.close()
+        return seen
+
+    name = f"test-{uuid.uuid4().hex}"
+    memory = asyncio.run(run(InProcessStateStore(), name))
+    assert asyncio.run(run(RedisStateStore(REDIS_URL), name)) == memory
 
 
 # --- Redis only -----------------------------------------------------------------------

@@ -77,8 +77,11 @@ def submit(writer: EventLogWriter, ids: range, rewarded: Callable[[int], bool]) 
 
 def test_batches_by_size_then_interval(sqlite_log: SqlEventLog, tmp_path: Path) -> None:
     recorder = BatchRecorder(sqlite_log)
-    writer = EventLogWriter(recorder, tmp_path / "spool", batch_size=100, flush_interval=0.3)
+    writer = EventLogWriter(recorder, tmp_path / "spool", batch_size=100, flush_interval=1.0)
     submit(writer, range(250), lambda i: False)
+    wait_until(lambda: writer.pending == 50)
+    time.sleep(0.2)
+    assert writer.lag_seconds >= 0.2  # the 50 wait for the interval
     wait_until(lambda: writer.pending == 0)
     assert recorder.batches == [(100, 0), (100, 0), (50, 0)]  # the last one after the interval
     assert writer.pending == 0 and writer.lag_seconds == 0.0

@@ -1,0 +1,89 @@
+"""LinUCB: closed-form ridge solution, Sherman-Morrison drift, the paper's news replay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bandit_core
+from bandit_core.linear import LinearArmState
+from bandit_core.linucb import LinUCB, LinUCBConfig
+from tests.bandit_core.conftest import strict_replay
+
+
+def test_linucb_equals_closed_form_ridge_solution() -> None:
+    rng = np.random.default_rng(1)
+    d, lam, alpha = 6, 0.7, 0.9
+    policy = LinUCB(LinUCBConfig(d=d, alpha=alpha, ridge_lambda=lam))
+    policy.add_arm("a")
+    Xs, rs = rng.normal(size=(50, d)), rng.uniform(size=50)
+    for x, r in zip(Xs, rs):
+        policy.update("a", x, r)
+    A = lam * np.eye(d) + Xs.T @ Xs
+    theta = np.linalg.solve(A, Xs.T @ rs)
+    state = policy._arms["a"]
+    np.testing.assert_allclose(state.theta, theta, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(state.A, A, rtol=1e-12)
+
+    x_new = rng.normal(size=(1, d))
+    dec = policy.select(["a"], x_new)
+    expected = x_new[0] @ theta + alpha * np.sqrt(x_new[0] @ np.linalg.solve(A, x_new[0]))
+    assert dec.scores[0] == pytest.approx(expected, rel=1e-10)
+    assert dec.widths is not None
+    assert dec.widths[0] == pytest.approx(np.sqrt(x_new[0] @ np.linalg.solve(A, x_new[0])), rel=1e-10)
+
+
+def test_batched_scores_equal_per_arm_formula() -> None:
+    rng = np.random.default_rng(2)
+    d = 4
+    policy = LinUCB(LinUCBConfig(d=d, alpha=1.3))
+    ids = ["a", "b", "c"]
+    for arm in ids:
+        policy.add_arm(arm)
+        for _ in range(int(rng.integers(1, 20))):
+            policy.update(arm, rng.normal(size=d), float(rng.uniform()))
+    X = rng.normal(size=(3, d))
+    dec = policy.select(ids, X)
+    for arm, score in zip(dec.ranking, dec.scores):
+        s, x = policy._arms[arm], X[ids.index(arm)]
+        assert score == pytest.approx(x @ s.theta + 1.3 * np.sqrt(x @ np.linalg.inv(s.A) @ x), rel=1e-9)
+
+
+def test_sherman_morrison_inverse_stays_within_1e_9_after_1e5_updates() -> None:
+    rng = np.random.default_rng(3)
+    d = 10
+    state = LinearArmState.prior(d, 1.0)
+    xs = rng.uniform(0.0, 1.0, size=(100_000, d))
+    for x in xs:
+        state.add(x, 1.0, 1.0, refactor_every=1000)
+    exact = np.linalg.inv(state.A)
+    rel = np.linalg.norm(state.A_inv - exact) / np.linalg.norm(exact)
+    assert rel < 1e-9
+    assert state.n == 100_000 and state.since_refactor == 0
+
+
+def test_refactor_every_triggers_a_cholesky_rederivation() -> None:
+    state = LinearArmState.prior(3, 2.0)
+    rng = np.random.default_rng(4)
+    for i in range(1, 8):
+        state.add(rng.normal(size=3), 0.5, 0.5, refactor_every=3)
+        assert state.since_refactor == i % 3
+
+
+@pytest.mark.parametrize(("alpha", "expected"), [(0.1, 567.0), (1.0, 424.0), (10.0, 98.0)])
+def test_news_replay_reproduces_the_papers_linucb_row(news, alpha: float, expected: float) -> None:
+    policy = bandit_core.make_policy("linucb", d=10, alpha=alpha, ridge_lambda=1.0, seed=0)
+    assert strict_replay(policy, news) == expected
+
+
+@pytest.mark.parametrize("name", ["linucb", "lnucb_ta"])
+def test_overflowing_features_raise_and_leave_the_state_intact(name: str) -> None:
+    policy = bandit_core.make_policy(name, d=2, seed=0)
+    policy.add_arm("a")
+    policy.update("a", np.array([1.0, 2.0]), 1.0)
+    before = policy.to_bytes()
+    with pytest.raises(bandit_core.InvalidInputError, match="overflow the ridge statistics"):
+        policy.update("a", np.array([1e200, 0.0]), 1.0)
+    assert policy.to_bytes() == before
+    with pytest.raises(bandit_core.InvalidInputError, match=r"X\[0\] gives the non-finite score"):
+        policy.select(["a"], np.array([[1e200, 1e200]]))

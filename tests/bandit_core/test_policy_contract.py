@@ -1,0 +1,260 @@
+"""The contract every registered policy keeps (ALGORITHMS.md section 5, policy.py).
+
+The tests are parametrised over ``bandit_core.POLICIES`` at collection time, so a
+policy registered later (guardrailed_linucb, hare, ...) is checked without edits here.
+Each policy is built with ``make_policy(name, d=D, ...)`` and its defaults otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bandit_core
+from bandit_core import POLICIES, make_policy
+from bandit_core.errors import ConfigError, InvalidInputError, UnknownArmError
+from bandit_core.policy import Decision
+
+D = 4
+ARMS = ["a", "b", "c", "d", "e"]
+NAMES = sorted(POLICIES)
+
+
+def _X(rng: np.random.Generator, k: int = len(ARMS)) -> np.ndarray:
+    return rng.normal(size=(k, D))
+
+
+def _train(policy, rng: np.random.Generator, rounds: int = 30) -> None:
+    """Select over ARMS and reward the served arm (reward in [0, 1])."""
+    for _ in range(rounds):
+        X = _X(rng)
+        dec = policy.select(ARMS, X)
+        policy.update(dec.arm_id, X[ARMS.index(dec.arm_id)], float(rng.uniform()))
+
+
+def _decisions(policy, seed: int, rounds: int = 15) -> list[Decision]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(rounds):
+        X = _X(rng)
+        dec = policy.select(ARMS, X)
+        policy.update(dec.arm_id, X[ARMS.index(dec.arm_id)], float(rng.uniform()))
+        out.append(dec)
+    return out
+
+
+def _same(a: list[Decision], b: list[Decision]) -> None:
+    for da, db in zip(a, b, strict=True):
+        assert da.arm_id == db.arm_id and da.ranking == db.ranking and da.explored == db.explored
+        np.testing.assert_array_equal(da.scores, db.scores)
+        np.testing.assert_array_equal(da.propensities, db.propensities)
+
+
+def _eligible(dec: Decision) -> np.ndarray:
+    blocked = set(dec.guardrail.blocked) if dec.guardrail is not None else set()
+    return np.array([a not in blocked for a in dec.ranking])
+
+
+def test_the_four_algorithms_and_baselines_are_registered() -> None:
+    assert {"linucb", "lnucb_ta", "random", "epsilon_greedy"} <= set(POLICIES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decision_shape_invariants(name: str) -> None:
+    policy = make_policy(name, d=D, seed=0)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        X = _X(rng)
+        dec = policy.select(ARMS, X)
+        assert isinstance(dec, Decision)
+        assert sorted(dec.ranking) == sorted(ARMS)
+        assert dec.ranking[0] == dec.arm_id
+        assert dec.scores.shape == dec.propensities.shape == (len(ARMS),)
+        assert dec.widths is None or dec.widths.shape == (len(ARMS),)
+        assert ((dec.propensities >= 0) & (dec.propensities <= 1)).all()
+        eligible = _eligible(dec)
+        assert dec.propensities[eligible].sum() == pytest.approx(1.0, abs=1e-12)
+        assert (dec.propensities[~eligible] == 0).all()
+        assert dec.propensity == dec.propensities[0] > 0
+        policy.update(dec.arm_id, X[ARMS.index(dec.arm_id)], float(rng.uniform()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_propensities_follow_the_epsilon_formula(name: str) -> None:
+    """(1 - eps) * 1[score = greedy score] / #tied + eps / K_eligible, checked on the
+    decisions that served the greedy arm (explored False)."""
+    eps = 0.3
+    policy = make_policy(name, d=D, seed=2, epsilon=eps)
+    rng = np.random.default_rng(3)
+    _train(policy, rng)
+    checked = explored = 0
+    for _ in range(60):
+        dec = policy.select(ARMS, _X(rng))
+        if dec.explored:
+            explored += 1
+            continue
+        eligible = _eligible(dec)
+        tied = eligible & (dec.scores == dec.scores[0])
+        expected = np.where(eligible, eps / eligible.sum(), 0.0) + np.where(tied, (1 - eps) / tied.sum(), 0.0)
+        np.testing.assert_allclose(dec.propensities, expected, rtol=0, atol=1e-12)
+        checked += 1
+    assert checked > 0 and explored > 0  # P(no exploration in 60 draws at eps=0.3) ~ 5e-10
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_decisions(name: str) -> None:
+    _same(_decisions(make_policy(name, d=D, seed=7, epsilon=0.2), 5),
+          _decisions(make_policy(name, d=D, seed=7, epsilon=0.2), 5))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bytes_round_trip_gives_bit_identical_later_decisions(name: str) -> None:
+    policy = make_policy(name, d=D, seed=11, epsilon=0.2)
+    _train(policy, np.random.default_rng(12))
+    data = policy.to_bytes()
+    clone = type(policy).from_bytes(data)
+    also = bandit_core.policy_from_bytes(data)
+    assert clone.to_bytes() == data == also.to_bytes()
+    later = _decisions(policy, 13)
+    _same(later, _decisions(clone, 13))
+    _same(later, _decisions(also, 13))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_exported_parts_reproduce_scores_in_a_fresh_policy(name: str) -> None:
+    """Parts carry the model; a fresh policy importing them scores every candidate the
+    same (the RNG is not part of the parts, so compare scores per arm, explore off)."""
+    policy = make_policy(name, d=D, seed=21)
+    _train(policy, np.random.default_rng(22))
+    fresh = make_policy(name, d=D, seed=99)
+    fresh.import_parts(policy.export_parts(policy.part_names()))
+    assert sorted(fresh.part_names()) == sorted(policy.part_names())
+    rng = np.random.default_rng(23)
+    for _ in range(5):
+        X = _X(rng)
+        da, db = policy.select(ARMS, X, explore=False), fresh.select(ARMS, X, explore=False)
+        assert dict(zip(da.ranking, da.scores.tolist())) == dict(zip(db.ranking, db.scores.tolist()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_single_arm_part_moves_alone(name: str) -> None:
+    policy = make_policy(name, d=D, seed=31)
+    _train(policy, np.random.default_rng(32))
+    other = make_policy(name, d=D, seed=31)
+    other.import_parts(policy.export_parts(policy.parts_for_update("c")))
+    assert other.arm_stats("c") == policy.arm_stats("c")
+    assert policy.export_parts(["arm:c"]) == other.export_parts(["arm:c"])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cold_start_of_new_arms(name: str) -> None:
+    policy = make_policy(name, d=D, seed=41)
+    rng = np.random.default_rng(42)
+    _train(policy, rng)
+    new = ["a", "b", "new-1", "new-2"]
+    dec = policy.select(new, _X(rng, 4))
+    assert sorted(dec.ranking) == sorted(new)
+    assert {"arm:new-1", "arm:new-2"} <= set(dec.state_changed) and "arm:a" not in dec.state_changed
+    assert {"new-1", "new-2"} <= set(policy.arm_ids)
+    assert policy.arm_stats("new-1").rewarded == 0 and policy.arm_stats("new-1").reward_sum == 0.0
+    policy.update("new-1", _X(rng, 1)[0], 1.0)
+    assert policy.arm_stats("new-1").rewarded == 1 and policy.arm_stats("new-1").reward_sum == 1.0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_retire_arm(name: str) -> None:
+    policy = make_policy(name, d=D, seed=51)
+    rng = np.random.default_rng(52)
+    _train(policy, rng)
+    policy.retire_arm("b")
+    assert "b" not in policy.arm_ids and "arm:b" not in policy.part_names()
+    with pytest.raises(UnknownArmError, match="arm 'b' was retired"):
+        policy.select(ARMS, _X(rng))
+    with pytest.raises(UnknownArmError, match="arm 'b' was retired"):
+        policy.update("b", _X(rng, 1)[0], 1.0)
+    restored = type(policy).from_bytes(policy.to_bytes())
+    with pytest.raises(UnknownArmError, match="retired"):
+        restored.select(ARMS, _X(rng))
+    policy.add_arm("b")
+    assert policy.arm_stats("b").rewarded == 0
+    assert "b" in policy.select(ARMS, _X(rng)).ranking
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_explore_false_serves_the_greedy_arm(name: str) -> None:
+    policy = make_policy(name, d=D, seed=61, epsilon=1.0)
+    rng = np.random.default_rng(62)
+    _train(policy, rng)
+    for _ in range(10):
+        X = _X(rng)
+        greedy = policy.select(ARMS, X, explore=False)
+        assert not greedy.explored
+        eligible = _eligible(greedy)
+        tied = eligible & (greedy.scores == greedy.scores[0])
+        np.testing.assert_allclose(greedy.propensities, np.where(tied, 1.0 / tied.sum(), 0.0), atol=1e-12)
+        explored = policy.select(ARMS, X)
+        assert explored.explored
+        np.testing.assert_allclose(explored.propensities, np.where(_eligible(explored), 1 / eligible.sum(), 0.0))
+
+
+def _invalid_calls():
+    x_ok = np.zeros(D)
+    X_ok = np.zeros((3, D))
+    nan_X = X_ok.copy()
+    nan_X[1, 2] = np.nan
+    inf_x = x_ok.copy()
+    inf_x[3] = np.inf
+    return [
+        ("X wrong dimension", lambda p: p.select(["a", "b", "c"], np.zeros((3, D + 1))), InvalidInputError,
+         rf"X must have shape \(K, d\) = \(3, {D}\), but got \(3, {D + 1}\)"),
+        ("X wrong rows", lambda p: p.select(["a", "b", "c"], np.zeros((2, D))), InvalidInputError,
+         r"X must have shape \(K, d\) = \(3, "),
+        ("X NaN", lambda p: p.select(["a", "b", "c"], nan_X), InvalidInputError, r"X must be finite, but X\[1, 2\] is nan"),
+        ("X strings", lambda p: p.select(["a"], [["1"] * D]), InvalidInputError, "X must be .* of real numbers"),
+        ("x inf", lambda p: p.update("a", inf_x, 1.0), InvalidInputError, r"x must be finite, but x\[3\] is inf"),
+        ("x wrong dimension", lambda p: p.update("a", np.zeros(D - 1), 1.0), InvalidInputError,
+         rf"x must have shape \({D},\), but got \({D - 1},\)"),
+        ("empty candidates", lambda p: p.select([], np.zeros((0, D))), InvalidInputError,
+         "arm_ids must hold at least one candidate arm"),
+        ("duplicate ids", lambda p: p.select(["a", "b", "a"], X_ok), InvalidInputError, "'a' appears more than once"),
+        ("single str ids", lambda p: p.select("abc", X_ok), InvalidInputError, "arm_ids must be a sequence of str"),
+        ("non-str id", lambda p: p.select(["a", 2, "c"], X_ok), InvalidInputError, "every arm id must be a non-empty str"),
+        ("unknown arm in update", lambda p: p.update("zzz", x_ok, 1.0), UnknownArmError,
+         "arm 'zzz' is not known to this policy"),
+        ("reward out of range", lambda p: p.update("a", x_ok, 1.5), InvalidInputError,
+         r"reward must be a finite number in \[0.0, 1.0\], but got 1.5"),
+        ("reward NaN", lambda p: p.update("a", x_ok, float("nan")), InvalidInputError, "reward must be a finite number"),
+        ("reward not a number", lambda p: p.update("a", x_ok, "1"), InvalidInputError, "reward must be a number, but got str"),
+    ]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(("case", "call", "error", "match"), _invalid_calls(), ids=[c[0] for c in _invalid_calls()])
+def test_invalid_input_is_rejected(name: str, case: str, call, error: type, match: str) -> None:
+    policy = make_policy(name, d=D, seed=0)
+    policy.select(["a", "b", "c"], np.random.default_rng(0).normal(size=(3, D)))
+    before = policy.to_bytes()
+    with pytest.raises(error, match=match):
+        call(policy)
+    assert policy.to_bytes() == before  # a rejected call changes no state and draws no random number
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"d": 0}, "d must be a positive int, but got 0"),
+        ({"d": 2.5}, "d must be a positive int, but got 2.5"),
+        ({"alpha": -1.0}, r"alpha must be finite and >= 0, but got -1.0"),
+        ({"alpha": "high"}, "alpha must be finite and >= 0, but got 'high'"),
+        ({"epsilon": 1.5}, r"epsilon must be in \[0, 1\], but got 1.5"),
+        ({"seed": -3}, "seed must be None or an int >= 0, but got -3"),
+        ({"reward_range": (1.0, 0.0)}, r"reward_range must be \[low, high\] with finite low < high"),
+        ({"reward_range": None}, r"reward_range must be \[low, high\]"),
+        ({"no_such_param": 1}, "unknown parameter 'no_such_param'"),
+    ],
+)
+def test_bad_config_is_rejected(name: str, params: dict, match: str) -> None:
+    params = {"d": D, **params}
+    with pytest.raises(ConfigError, match=match):
+        make_policy(name, **params)
