@@ -735,15 +735,28 @@ class DecisionService:
         key = event_key(event_id)
 
         deleted: list[dict[str, Any]] = []
+        retained: list[bool] = []
+        now = self.clock()
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            retained.clear()
             ev = values[key]
-            if ev is None or json.loads(ev)["state"] == PENDING:
+            if ev is None:
                 return {}
-            deleted[:] = [json.loads(ev)]
+            event = json.loads(ev)
+            # a sweeper that listed the event while it was pending must not delete it
+            # once another process finalized it: it is kept for its retention period
+            if event["state"] == PENDING or (
+                event["finalized_at"] + self.settings.done_event_retention_seconds > now
+            ):
+                retained.append(True)
+                return {}
+            deleted[:] = [event]
             return {key: None}
 
         await self._transact(runtime, name, [key], fn)
+        if retained:
+            return
         if deleted and deleted[0]["state"] in (REWARDED, DEFAULTED):
             self._log_reward(name, event_id, deleted[0])
         await self.store.unschedule(name, event_id)
