@@ -34,20 +34,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
+import httpx
+import numpy as np
 
-from tests.databases import postgres_schema  # noqa: E402
-from tests.reliability.servers import AppProcess, RedisServer, app_env  # noqa: E402
-from tests.reliability.traffic import HEADERS, logged, spec  # noqa: E402
+from tests.databases import postgres_schema
+from tests.reliability.servers import AppProcess, RedisServer, app_env
+from tests.reliability.traffic import HEADERS, logged, spec
 
 
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-async def soak(url: str, app: AppProcess, duration: float, rate: float, reward_fraction: float,
-               warmup: float, max_in_flight: int) -> dict:
+async def soak(
+    url: str,
+    app: AppProcess,
+    duration: float,
+    rate: float,
+    reward_fraction: float,
+    warmup: float,
+    max_in_flight: int,
+) -> dict:
     lat: dict[str, list[float]] = {"recommend": [], "reward": []}
     errors: list[str] = []
     answered: set[str] = set()
@@ -56,7 +63,9 @@ async def soak(url: str, app: AppProcess, duration: float, rate: float, reward_f
     skipped = 0
     rng = np.random.default_rng(0)
     limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
-    async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=10.0, limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=url, headers=HEADERS, timeout=10.0, limits=limits
+    ) as client:
         assert (await client.put("/policies/soak", json=spec(dimension=8))).status_code == 200
         in_flight = asyncio.Semaphore(max_in_flight)
 
@@ -79,9 +88,13 @@ async def soak(url: str, app: AppProcess, duration: float, rate: float, reward_f
                 if dec is None:
                     return
                 answered.add(dec["event_id"])
-                if reward is not None:
-                    if await call("reward", {"event_id": dec["event_id"], "reward": reward}) is not None:
-                        accepted[dec["event_id"]] = reward
+                if reward is None:
+                    return
+                if (
+                    await call("reward", {"event_id": dec["event_id"], "reward": reward})
+                    is not None
+                ):
+                    accepted[dec["event_id"]] = reward
 
         async def sample_memory(stop: asyncio.Event) -> None:
             while not stop.is_set():
@@ -138,15 +151,22 @@ async def soak(url: str, app: AppProcess, duration: float, rate: float, reward_f
             "peak": round(max(k for _, k in rss) / 1024, 1),
             "growth_after_warmup": round((last - first) / 1024, 1),
             "slope_after_warmup_mib_per_min": round(
-                float(np.polyfit([t - start for t, k in rss if t - start >= warmup], after, 1)[0]) * 60 / 1024, 3
-            ) if len(after) > 2 else None,
+                float(np.polyfit([t - start for t, k in rss if t - start >= warmup], after, 1)[0])
+                * 60
+                / 1024,
+                3,
+            )
+            if len(after) > 2
+            else None,
         },
         "_answered": answered,
         "_accepted": accepted,
     }
 
 
-async def wait_logged(db_url: str, answered: set[str], accepted: dict[str, float], timeout: float) -> bool:
+async def wait_logged(
+    db_url: str, answered: set[str], accepted: dict[str, float], timeout: float
+) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         decisions, rewards, _ = await asyncio.to_thread(logged, db_url, "soak")
@@ -161,9 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of traffic")
     parser.add_argument("--rate", type=float, default=50.0, help="decisions per second")
     parser.add_argument("--reward-fraction", type=float, default=0.8)
-    parser.add_argument("--warmup", type=float, default=5.0, help="seconds excluded from the memory trend")
+    parser.add_argument(
+        "--warmup", type=float, default=5.0, help="seconds excluded from the memory trend"
+    )
     parser.add_argument("--max-in-flight", type=int, default=64)
-    parser.add_argument("--max-skipped", type=float, default=0.02, help="fraction of scheduled decisions")
+    parser.add_argument(
+        "--max-skipped", type=float, default=0.02, help="fraction of scheduled decisions"
+    )
     parser.add_argument("--max-growth-mib", type=float, default=16.0)
     parser.add_argument("--short", action="store_true", help="20 s run (the test suite's)")
     parser.add_argument("--output", type=Path, help="write the figures as JSON here")
@@ -176,19 +200,39 @@ def main(argv: list[str] | None = None) -> int:
         redis_server.start()
         try:
             with postgres_schema() as db_url:
-                app = AppProcess(app_env(Path(tmp) / "data", redis_server.url, db_url,
-                                         BANDIT_LOG_FLUSH_SECONDS="0.2", BANDIT_SWEEPER_INTERVAL_SECONDS="1"))
+                app = AppProcess(
+                    app_env(
+                        Path(tmp) / "data",
+                        redis_server.url,
+                        db_url,
+                        BANDIT_LOG_FLUSH_SECONDS="0.2",
+                        BANDIT_SWEEPER_INTERVAL_SECONDS="1",
+                    )
+                )
                 app.start()
                 try:
-                    result = asyncio.run(soak(app.url, app, args.duration, args.rate, args.reward_fraction,
-                                              args.warmup, args.max_in_flight))
+                    result = asyncio.run(
+                        soak(
+                            app.url,
+                            app,
+                            args.duration,
+                            args.rate,
+                            args.reward_fraction,
+                            args.warmup,
+                            args.max_in_flight,
+                        )
+                    )
                     answered, accepted = result.pop("_answered"), result.pop("_accepted")
-                    result["log_matches_answers"] = asyncio.run(wait_logged(db_url, answered, accepted, 30))
+                    result["log_matches_answers"] = asyncio.run(
+                        wait_logged(db_url, answered, accepted, 30)
+                    )
                 finally:
                     app.stop()
         finally:
             redis_server.stop()
-    result["command"] = "python benchmarks/soak.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    result["command"] = "python benchmarks/soak.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     ok = (
         result["errors"] == 0
         and result["skipped_not_keeping_up"] <= args.max_skipped * args.duration * args.rate

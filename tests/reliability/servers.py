@@ -38,11 +38,9 @@ def free_port() -> int:
 def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
-        try:
+        with contextlib.suppress(Exception):  # not up yet
             if predicate():
                 return
-        except Exception:  # noqa: BLE001 -- not up yet
-            pass
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout:.0f}s")
         time.sleep(0.05)
@@ -62,8 +60,21 @@ class RedisServer:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.dir)],
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.dir),
+            ],
             stdout=subprocess.DEVNULL,
         )
         _wait(lambda: redis.Redis.from_url(self.url).ping(), 15, "redis-server ready")
@@ -101,19 +112,50 @@ class PostgresCluster:
         self._as_root = os.geteuid() == 0
         if self._as_root:
             shutil.chown(self.dir, "postgres", "postgres")
-        self._run([_pg_bin("initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
-                   "--no-sync", "-E", "UTF8"])
+        self._run(
+            [
+                _pg_bin("initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ]
+        )
 
     def _run(self, cmd: list[str]) -> None:
         if self._as_root:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        subprocess.run(
+            cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120
+        )
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"),
-                   "-w", "-t", "60", "start"])
-        _wait(lambda: psycopg.connect(self.url, connect_timeout=2).close() is None, 30, "postgres ready")
+        self._run(
+            [
+                _pg_bin("pg_ctl"),
+                "-D",
+                str(self.data),
+                "-o",
+                opts,
+                "-l",
+                str(self.dir / "log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        )
+        _wait(
+            lambda: psycopg.connect(self.url, connect_timeout=2).close() is None,
+            30,
+            "postgres ready",
+        )
 
     def stop(self) -> None:
         """``pg_ctl stop -m fast``: every connection is cut, the server is gone."""
@@ -129,7 +171,10 @@ class AppProcess:
     """``uvicorn service.app:create_app --factory`` in a child process on a free port."""
 
     def __init__(
-        self, env: Mapping[str, str], port: int | None = None, log_level: str = "warning",
+        self,
+        env: Mapping[str, str],
+        port: int | None = None,
+        log_level: str = "warning",
         output: Path | None = None,
     ) -> None:
         self.env = dict(env)
@@ -140,12 +185,27 @@ class AppProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> AppProcess:
-        cmd = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory",
-               "--host", "127.0.0.1", "--port", str(self.port), "--log-level", self.log_level]
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "service.app:create_app",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            self.log_level,
+        ]
         sink = open(self.output, "ab") if self.output else None  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(
-                cmd, cwd=ROOT, env={**os.environ, **self.env}, stdout=sink, stderr=subprocess.STDOUT if sink else None
+                cmd,
+                cwd=ROOT,
+                env={**os.environ, **self.env},
+                stdout=sink,
+                stderr=subprocess.STDOUT if sink else None,
             )
         finally:
             if sink:

@@ -63,7 +63,9 @@ def test_keys_are_compared_in_constant_time() -> None:
     calls = {
         f"{n.func.value.id}.{n.func.attr}"
         for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
     }
     assert calls & {"hmac.compare_digest", "secrets.compare_digest"}, calls
     source = inspect.getsource(key_matches)
@@ -72,20 +74,31 @@ def test_keys_are_compared_in_constant_time() -> None:
     assert not key_matches("", [API_KEY]) and not key_matches("é" + API_KEY, [API_KEY])
 
 
-async def test_protected_routes_refuse_and_change_nothing(tmp_path: Path, private_redis: RedisServer) -> None:
+async def test_protected_routes_refuse_and_change_nothing(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
     output = tmp_path / "app.log"
     with postgres_schema() as db_url:
         env = app_env(tmp_path / "data", private_redis.url, db_url)
         app = AppProcess(env, log_level="debug", output=output).start()
         try:
             async with httpx.AsyncClient(base_url=app.url, timeout=10.0) as client:
-                assert (await client.put("/policies/p", json=spec(), headers=HEADERS)).status_code == 200
-                dec = (await client.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).json()
-                r = await client.post("/reward", json={"event_id": dec["event_id"], "reward": 1}, headers=HEADERS)
+                assert (
+                    await client.put("/policies/p", json=spec(), headers=HEADERS)
+                ).status_code == 200
+                dec = (
+                    await client.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+                ).json()
+                r = await client.post(
+                    "/reward", json={"event_id": dec["event_id"], "reward": 1}, headers=HEADERS
+                )
                 assert r.status_code == 200
-                dec = (await client.post(
-                    "/recommend", json={"policy": "p", "context": [0, 1, 0], "defer_activation": True}
-                )).json()
+                dec = (
+                    await client.post(
+                        "/recommend",
+                        json={"policy": "p", "context": [0, 1, 0], "defer_activation": True},
+                    )
+                ).json()
                 snapshot = (await client.get("/policies/p/snapshot", headers=HEADERS)).json()
                 bodies = {
                     "/reward": {"event_id": dec["event_id"], "reward": 1.0},
@@ -100,7 +113,9 @@ async def test_protected_routes_refuse_and_change_nothing(tmp_path: Path, privat
                 for method, path in _protected_routes():
                     url = path.replace("{name}", "p").replace("{event_id}", dec["event_id"])
                     for headers in BAD_HEADERS:
-                        r = await client.request(method, url, json=bodies.get(path), headers=headers)
+                        r = await client.request(
+                            method, url, json=bodies.get(path), headers=headers
+                        )
                         assert r.status_code == 401, (method, path, headers, r.status_code, r.text)
                         assert r.headers.get("www-authenticate") == "Bearer"
                         refused += 1

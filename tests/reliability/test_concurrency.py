@@ -23,18 +23,28 @@ PROCESSES, CLIENTS, PER_CLIENT = 3, 6, 60
 DEFAULT = 0.25
 
 
-async def test_replicas_count_exactly_and_sweep_once(tmp_path: Path, private_redis: RedisServer) -> None:
+async def test_replicas_count_exactly_and_sweep_once(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     with postgres_schema() as db_url:
         procs = [
-            AppProcess(app_env(tmp_path / f"data{i}", private_redis.url, db_url,
-                               PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-                               BANDIT_SWEEPER_INTERVAL_SECONDS="0.1"))
+            AppProcess(
+                app_env(
+                    tmp_path / f"data{i}",
+                    private_redis.url,
+                    db_url,
+                    PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
+                    BANDIT_SWEEPER_INTERVAL_SECONDS="0.1",
+                )
+            )
             for i in range(PROCESSES)
         ]
         with apps(*procs):
-            clients = [httpx.AsyncClient(base_url=p.url, headers=HEADERS, timeout=30.0) for p in procs]
+            clients = [
+                httpx.AsyncClient(base_url=p.url, headers=HEADERS, timeout=30.0) for p in procs
+            ]
             try:
                 r = await clients[0].put(
                     "/policies/p", json=spec(default_reward=DEFAULT, reward_wait_seconds=1.0)
@@ -46,7 +56,9 @@ async def test_replicas_count_exactly_and_sweep_once(tmp_path: Path, private_red
 
                 async def reward_later(event_id: str, value: float, delay: float, k: int) -> None:
                     await asyncio.sleep(delay)
-                    r = await clients[k % PROCESSES].post("/reward", json={"event_id": event_id, "reward": value})
+                    r = await clients[k % PROCESSES].post(
+                        "/reward", json={"event_id": event_id, "reward": value}
+                    )
                     if r.status_code == 200:
                         assert r.json()["applied"], r.text
                         explicit[event_id] = value
@@ -66,9 +78,16 @@ async def test_replicas_count_exactly_and_sweep_once(tmp_path: Path, private_red
                         served[r.json()["event_id"]] = r.json()["arm_id"]
                         if rng.random() < 0.6:
                             value = float(rng.integers(0, 5)) / 4.0
-                            later.append(asyncio.create_task(
-                                reward_later(r.json()["event_id"], value, rng.uniform(0.2, 1.6), k + j + 1)
-                            ))
+                            later.append(
+                                asyncio.create_task(
+                                    reward_later(
+                                        r.json()["event_id"],
+                                        value,
+                                        rng.uniform(0.2, 1.6),
+                                        k + j + 1,
+                                    )
+                                )
+                            )
                     await asyncio.gather(*later)
 
                 await asyncio.gather(*(client(k) for k in range(CLIENTS)))
@@ -87,12 +106,14 @@ async def test_replicas_count_exactly_and_sweep_once(tmp_path: Path, private_red
                 assert stats["decisions"] == total
                 assert stats["rewards"] == total
                 assert stats["default_rewards"] == len(defaulted)
-                for arm in {"a", "b", "c"}:
+                for arm in ("a", "b", "c"):
                     events = [e for e, a in served.items() if a == arm]
                     got = stats["arms"].get(arm, {"pulls": 0, "rewarded": 0, "reward_sum": 0.0})
                     want_sum = sum(explicit.get(e, DEFAULT) for e in events)
                     assert (got["pulls"], got["rewarded"], got["reward_sum"]) == (
-                        len(events), len(events), want_sum
+                        len(events),
+                        len(events),
+                        want_sum,
                     ), arm
                 text = (await clients[0].get("/metrics")).text
                 m = re.search(r'bandit_default_rewards_total\{policy="p"\} (\S+)', text)

@@ -25,7 +25,16 @@ import pytest
 
 from tests.databases import postgres_schema
 from tests.reliability.servers import AppProcess, RedisServer, app_env
-from tests.reliability.traffic import HEADERS, Ledger, drive, logged, model_totals, retry_rewards, spec, wait_until
+from tests.reliability.traffic import (
+    HEADERS,
+    Ledger,
+    drive,
+    logged,
+    model_totals,
+    retry_rewards,
+    spec,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 FLUSH_SECONDS = 0.05
@@ -35,7 +44,9 @@ RETENTION_SECONDS = 15.0
 async def test_sigkill_under_load(tmp_path: Path, private_redis: RedisServer) -> None:
     with postgres_schema() as db_url:
         env = app_env(
-            tmp_path / "data", private_redis.url, db_url,
+            tmp_path / "data",
+            private_redis.url,
+            db_url,
             BANDIT_LOG_FLUSH_SECONDS=str(FLUSH_SECONDS),
             BANDIT_DONE_EVENT_RETENTION_SECONDS=str(RETENTION_SECONDS),
         )
@@ -66,7 +77,7 @@ async def test_sigkill_under_load(tmp_path: Path, private_redis: RedisServer) ->
                 return logged(db_url, "p")[1] == ledger.accepted
 
             await wait_until(rewards_logged, RETENTION_SECONDS + 15, "every accepted reward logged")
-            decisions, rewards, (n_decisions, n_rewards) = logged(db_url, "p")
+            decisions, _, (_, n_rewards) = logged(db_url, "p")
             assert n_rewards == len(ledger.accepted)
             missing = set(ledger.decisions) - decisions
             late = [killed_at[0] - ledger.answered_at[e] for e in missing]

@@ -24,21 +24,29 @@ from service.schemas import MAX_ABS_FEATURE, RecommendRequest, RewardRequest
 from service.settings import Settings
 from tests.databases import postgres_schema
 from tests.reliability.servers import API_KEY, RedisServer
-from tests.reliability.traffic import HEADERS, logged, spec
+from tests.reliability.traffic import HEADERS, spec
 
 pytestmark = pytest.mark.timeout(120)
 LIMIT = 8192
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 fields = {
     "policy": st.sampled_from(["p", "q", "", "../x", "p" * 200]) | st.text(max_size=10),
-    "context": st.lists(st.floats(), max_size=5) | st.dictionaries(st.text(max_size=5), st.floats(), max_size=3)
+    "context": st.lists(st.floats(), max_size=5)
+    | st.dictionaries(st.text(max_size=5), st.floats(), max_size=3)
     | json_values,
-    "arms": st.lists(st.fixed_dictionaries({"id": st.text(max_size=10)}, optional={"features": st.lists(st.floats(), max_size=3)}), max_size=4)
+    "arms": st.lists(
+        st.fixed_dictionaries(
+            {"id": st.text(max_size=10)}, optional={"features": st.lists(st.floats(), max_size=3)}
+        ),
+        max_size=4,
+    )
     | json_values,
     "user_id": st.text(max_size=10) | json_values,
     "event_id": st.text(max_size=10) | json_values,
@@ -91,15 +99,27 @@ async def app_client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, A
     try:
         with postgres_schema() as db_url:
             settings = Settings(
-                redis_url=server.url, database_url=db_url, api_keys=[API_KEY], data_dir=tmp_path / "data",
-                demo_policy=False, snapshot_interval_seconds=0, log_flush_seconds=0.02, max_body_bytes=LIMIT,
+                redis_url=server.url,
+                database_url=db_url,
+                api_keys=[API_KEY],
+                data_dir=tmp_path / "data",
+                demo_policy=False,
+                snapshot_interval_seconds=0,
+                log_flush_seconds=0.02,
+                max_body_bytes=LIMIT,
             )
             app = create_app(settings)
             async with app.router.lifespan_context(app):
                 # raise_app_exceptions=False: an unhandled error must show up as the 500 a client sees
-                transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000), raise_app_exceptions=False)
-                async with httpx.AsyncClient(transport=transport, base_url="http://app", headers=HEADERS) as client:
-                    assert (await client.put("/policies/p", json=spec(dimension=2, arms=None))).status_code == 200
+                transport = httpx.ASGITransport(
+                    app=app, client=("127.0.0.1", 50000), raise_app_exceptions=False
+                )
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://app", headers=HEADERS
+                ) as client:
+                    assert (
+                        await client.put("/policies/p", json=spec(dimension=2, arms=None))
+                    ).status_code == 200
                     assert (await client.put("/policies/q", json=spec())).status_code == 200
                     yield client, app, db_url
     finally:
@@ -121,13 +141,19 @@ async def test_generated_bodies_never_5xx_and_refusals_write_nothing(app_client:
     seen: dict[int, int] = {}
 
     @given(bodies)
-    @settings(max_examples=100, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=100,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     def run(body: dict) -> None:
         async def one() -> None:
             for path in ("/recommend", "/reward"):
                 before = await _settled(app, db_url)
-                r = await client.post(path, content=_json(body), headers={"content-type": "application/json"})
+                r = await client.post(
+                    path, content=_json(body), headers={"content-type": "application/json"}
+                )
                 seen[r.status_code] = seen.get(r.status_code, 0) + 1
                 assert r.status_code in (200, 404, 409, 422), (path, body, r.status_code, r.text)
                 after = await _settled(app, db_url)
@@ -168,7 +194,11 @@ async def test_bodies_at_and_over_the_limit(app_client: Any) -> None:
     huge = b'{"policy": "q", "context": [' + b"0.5, " * 1_000_000 + b"0.5]}"  # 5 MB
     r = await client.post("/recommend", content=huge, headers=ct)
     assert r.status_code == 413
-    many = {"policy": "p", "context": [1.0], "arms": [{"id": f"{i}", "features": [0.0]} for i in range(200)]}
+    many = {
+        "policy": "p",
+        "context": [1.0],
+        "arms": [{"id": f"{i}", "features": [0.0]} for i in range(200)],
+    }
     assert len(_json(many)) < LIMIT
     r = await client.post("/recommend", content=_json(many), headers=ct)
     assert r.status_code == 200 and len(r.json()["ranking"]) == 200, r.text
@@ -184,7 +214,9 @@ async def test_deeply_nested_json(app_client: Any, depth: int) -> None:
         body = b'{"policy": "q", "context": ' + b"[" * depth + b"]" * depth + b"}"
         assert len(body) <= LIMIT  # nesting, not size, is under test
         method = "PUT" if path.startswith("/policies") else "POST"
-        r = await client.request(method, path, content=body, headers={"content-type": "application/json"})
+        r = await client.request(
+            method, path, content=body, headers={"content-type": "application/json"}
+        )
         assert r.status_code == 422, (path, depth, r.status_code, r.text[:200])
     assert await _settled(app, db_url) == before
 
@@ -229,7 +261,16 @@ async def test_huge_and_tiny_numbers(app_client: Any, context: Any, ok: bool) ->
     assert await _settled(app, db_url) == (before[0] + 2, before[1] + 1)
 
 
-UNICODE_IDS = ["😀", "\u202eevil", "x\u200b", "ß" * 256, "混合-ID", "\ufeffbom", "a b\tc\n", "'; DROP TABLE decisions; --"]
+UNICODE_IDS = [
+    "😀",
+    "\u202eevil",
+    "x\u200b",
+    "ß" * 256,
+    "混合-ID",
+    "\ufeffbom",
+    "a b\tc\n",
+    "'; DROP TABLE decisions; --",
+]
 
 
 @pytest.mark.anyio
@@ -240,16 +281,26 @@ async def test_unicode_ids_round_trip_through_model_and_log(app_client: Any) -> 
     for arm in UNICODE_IDS:
         r = await client.post(
             "/recommend",
-            json={"policy": "p", "context": [1.0], "arms": [{"id": arm, "features": [0.5]}], "user_id": arm},
+            json={
+                "policy": "p",
+                "context": [1.0],
+                "arms": [{"id": arm, "features": [0.5]}],
+                "user_id": arm,
+            },
         )
         assert r.status_code == 200, (arm, r.text)
         assert r.json()["arm_id"] == arm
         served[r.json()["event_id"]] = arm
-        rr = await client.post("/reward", json={"event_id": r.json()["event_id"], "reward": 0.5, "arm_id": arm})
+        rr = await client.post(
+            "/reward", json={"event_id": r.json()["event_id"], "reward": 0.5, "arm_id": arm}
+        )
         assert rr.status_code == 200, rr.text
     stats = (await client.get("/policies/p/stats")).json()["arms"]
     assert all(stats[a]["rewarded"] == 1 for a in UNICODE_IDS)
-    assert await _settled(app, db_url) == (before[0] + len(UNICODE_IDS), before[1] + len(UNICODE_IDS))
+    assert await _settled(app, db_url) == (
+        before[0] + len(UNICODE_IDS),
+        before[1] + len(UNICODE_IDS),
+    )
     from service.storage.sql_log import SqlEventLog
 
     log = SqlEventLog(db_url)
@@ -260,9 +311,17 @@ async def test_unicode_ids_round_trip_through_model_and_log(app_client: Any) -> 
     assert {e: logged_arms[e] for e in served} == served
     for bad in ["a\x00b", "\x00", "ß" * 257, ""]:
         r = await client.post(
-            "/recommend", json={"policy": "p", "context": [1.0], "arms": [{"id": bad, "features": [0.5]}]}
+            "/recommend",
+            json={"policy": "p", "context": [1.0], "arms": [{"id": bad, "features": [0.5]}]},
         )
-        assert r.status_code == 422 and r.json()["detail"][0]["loc"][:3] == ["body", "arms", 0], r.text
-        r = await client.post("/recommend", json={"policy": "p", "context": [1.0, 0.5], "user_id": bad or "\x00"})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][:3] == ["body", "arms", 0], (
+            r.text
+        )
+        r = await client.post(
+            "/recommend", json={"policy": "p", "context": [1.0, 0.5], "user_id": bad or "\x00"}
+        )
         assert r.status_code == 422, r.text
-    assert await _settled(app, db_url) == (before[0] + len(UNICODE_IDS), before[1] + len(UNICODE_IDS))
+    assert await _settled(app, db_url) == (
+        before[0] + len(UNICODE_IDS),
+        before[1] + len(UNICODE_IDS),
+    )

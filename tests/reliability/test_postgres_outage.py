@@ -13,7 +13,16 @@ import httpx
 import pytest
 
 from tests.reliability.servers import AppProcess, PostgresCluster, RedisServer, app_env
-from tests.reliability.traffic import HEADERS, Ledger, drive, logged, model_totals, retry_rewards, spec, wait_until
+from tests.reliability.traffic import (
+    HEADERS,
+    Ledger,
+    drive,
+    logged,
+    model_totals,
+    retry_rewards,
+    spec,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -78,4 +87,6 @@ async def _spool_depth(url: str, seen: list[int]) -> bool:
 
 async def _drained(url: str) -> bool:
     ready = await _ready(url)
-    return ready["status"] == "ready" and ready["spool_depth"] == 0 and ready["log_lag_seconds"] == 0
+    return (
+        ready["status"] == "ready" and ready["spool_depth"] == 0 and ready["log_lag_seconds"] == 0
+    )

@@ -23,15 +23,24 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 CONTEXTS = np.random.default_rng(99).normal(size=(40, 3)).round(4).tolist()
 
 
-async def _decisions(client: httpx.AsyncClient, policy: str) -> list[tuple[str, list[str], list[float]]]:
+async def _decisions(
+    client: httpx.AsyncClient, policy: str
+) -> list[tuple[str, list[str], list[float]]]:
     out = []
     for explore in (True, False):
         for context in CONTEXTS:
-            r = await client.post("/recommend", json={"policy": policy, "context": context, "explore": explore})
+            r = await client.post(
+                "/recommend", json={"policy": policy, "context": context, "explore": explore}
+            )
             assert r.status_code == 200, r.text
             body = r.json()
-            out.append((body["arm_id"], [a["arm_id"] for a in body["ranking"]],
-                        [a["score"] for a in body["ranking"]]))
+            out.append(
+                (
+                    body["arm_id"],
+                    [a["arm_id"] for a in body["ranking"]],
+                    [a["score"] for a in body["ranking"]],
+                )
+            )
     return out
 
 
@@ -51,9 +60,12 @@ async def test_rebuild_after_wiping_one_policy(tmp_path: Path, private_redis: Re
                     assert (await client.put(f"/policies/{name}", json=spec())).status_code == 200
                     for _ in range(150):
                         ctx = rng.normal(size=3).round(4).tolist()
-                        dec = (await client.post("/recommend", json={"policy": name, "context": ctx})).json()
+                        dec = (
+                            await client.post("/recommend", json={"policy": name, "context": ctx})
+                        ).json()
                         r = await client.post(
-                            "/reward", json={"event_id": dec["event_id"], "reward": float(rng.random())}
+                            "/reward",
+                            json={"event_id": dec["event_id"], "reward": float(rng.random())},
                         )
                         assert r.status_code == 200, r.text
                 original = await _decisions(client, "p")
@@ -75,9 +87,14 @@ async def test_rebuild_after_wiping_one_policy(tmp_path: Path, private_redis: Re
             q_keys = len(list(r.scan_iter(match="bandit:{q}:*")))
             assert q_keys > 0
 
-            cli = subprocess.run(
+            cli = subprocess.run(  # noqa: ASYNC221 -- nothing else runs meanwhile
                 [sys.executable, "-m", "service.cli", "rebuild", "--policy", "p"],
-                cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+                check=False,
+                cwd=ROOT,
+                env={**os.environ, **env},
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             assert cli.returncode == 0, cli.stderr
             assert "rebuilt p: 150 rewards" in cli.stdout, cli.stdout

@@ -18,14 +18,25 @@ import pytest
 
 from tests.databases import postgres_schema
 from tests.reliability.servers import AppProcess, RedisServer, app_env
-from tests.reliability.traffic import HEADERS, Ledger, drive, logged, model_totals, retry_rewards, spec, wait_until
+from tests.reliability.traffic import (
+    HEADERS,
+    Ledger,
+    drive,
+    logged,
+    model_totals,
+    retry_rewards,
+    spec,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 
 async def test_redis_outage_mid_traffic(tmp_path: Path, private_redis: RedisServer) -> None:
     with postgres_schema() as db_url:
-        env = app_env(tmp_path / "data", private_redis.url, db_url, BANDIT_REDIS_RETRY_AFTER_SECONDS="1")
+        env = app_env(
+            tmp_path / "data", private_redis.url, db_url, BANDIT_REDIS_RETRY_AFTER_SECONDS="1"
+        )
         app = AppProcess(env).start()
         ledger = Ledger()
         during: dict[str, int] = {}
@@ -51,7 +62,9 @@ async def test_redis_outage_mid_traffic(tmp_path: Path, private_redis: RedisServ
                     private_redis.start()
                     await asyncio.sleep(1.5)
 
-                await drive([app.url], ledger, "p", 3, workers=3, script=script, pause=0.01, reward_lag=15)
+                await drive(
+                    [app.url], ledger, "p", 3, workers=3, script=script, pause=0.01, reward_lag=15
+                )
                 await retry_rewards(app.url, ledger)
 
                 assert set(ledger.recommend_status) == {200}, ledger.recommend_status
@@ -62,7 +75,9 @@ async def test_redis_outage_mid_traffic(tmp_path: Path, private_redis: RedisServ
                 assert await model_totals(app.url, "p") == ledger.arm_totals()
                 # a repeat after recovery is answered without a second update
                 some = next(iter(ledger.accepted))
-                r = await client.post("/reward", json={"event_id": some, "reward": ledger.accepted[some]})
+                r = await client.post(
+                    "/reward", json={"event_id": some, "reward": ledger.accepted[some]}
+                )
                 assert r.json()["status"] == "already_rewarded" and r.json()["applied"] is False
                 assert await model_totals(app.url, "p") == ledger.arm_totals()
                 # degraded decisions are counted in the metrics exactly
@@ -72,17 +87,25 @@ async def test_redis_outage_mid_traffic(tmp_path: Path, private_redis: RedisServ
                 assert (await client.get("/readyz")).status_code == 200
 
             async def caught_up() -> bool:
-                decisions, rewards, counts = logged(db_url, "p")
+                decisions, rewards, _ = logged(db_url, "p")
                 return decisions == set(ledger.decisions) and rewards == ledger.accepted
 
             try:
                 await wait_until(caught_up, 20, "event log equal to the answers")
             finally:
                 decisions, rewards, (n_decisions, n_rewards) = logged(db_url, "p")
-                print("decisions answered, not logged:", len(set(ledger.decisions) - decisions),
-                      "logged, not answered:", len(decisions - set(ledger.decisions)))
-                print("rewards accepted, not logged:", {e: v for e, v in ledger.accepted.items() if e not in rewards},
-                      "logged, not accepted:", {e: v for e, v in rewards.items() if e not in ledger.accepted})
+                print(
+                    "decisions answered, not logged:",
+                    len(set(ledger.decisions) - decisions),
+                    "logged, not answered:",
+                    len(decisions - set(ledger.decisions)),
+                )
+                print(
+                    "rewards accepted, not logged:",
+                    {e: v for e, v in ledger.accepted.items() if e not in rewards},
+                    "logged, not accepted:",
+                    {e: v for e, v in rewards.items() if e not in ledger.accepted},
+                )
             assert (n_decisions, n_rewards) == (len(ledger.decisions), len(ledger.accepted))
             print(
                 f"redis outage: {len(ledger.decisions)} decisions ({len(ledger.degraded)} degraded, "
@@ -105,16 +128,25 @@ async def test_redis_lost_right_after_the_model_update(
 
     with postgres_schema() as db_url:
         settings = Settings(
-            redis_url=private_redis.url, database_url=db_url, api_keys=[API_KEY],
-            data_dir=tmp_path / "data", demo_policy=False, snapshot_interval_seconds=0,
-            log_flush_seconds=0.02, sweeper_interval_seconds=0.05,
+            redis_url=private_redis.url,
+            database_url=db_url,
+            api_keys=[API_KEY],
+            data_dir=tmp_path / "data",
+            demo_policy=False,
+            snapshot_interval_seconds=0,
+            log_flush_seconds=0.02,
+            sweeper_interval_seconds=0.05,
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
-            async with httpx.AsyncClient(transport=transport, base_url="http://app", headers=HEADERS) as http:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://app", headers=HEADERS
+            ) as http:
                 assert (await http.put("/policies/p", json=spec())).status_code == 200
-                event = (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).json()
+                event = (
+                    await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+                ).json()
                 store = app.state.service.store
                 schedule = store.schedule
 
@@ -124,11 +156,15 @@ async def test_redis_lost_right_after_the_model_update(
                     await schedule(*args)
 
                 monkeypatch.setattr(store, "schedule", outage_then_schedule)
-                first = await http.post("/reward", json={"event_id": event["event_id"], "reward": 0.75})
+                first = await http.post(
+                    "/reward", json={"event_id": event["event_id"], "reward": 0.75}
+                )
                 assert first.status_code in (200, 503), first.text
                 private_redis.start()
                 for _ in range(50):  # the client's retries (Retry-After) until Redis answers
-                    again = await http.post("/reward", json={"event_id": event["event_id"], "reward": 0.75})
+                    again = await http.post(
+                        "/reward", json={"event_id": event["event_id"], "reward": 0.75}
+                    )
                     if again.status_code != 503:
                         break
                     await asyncio.sleep(0.1)

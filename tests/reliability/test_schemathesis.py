@@ -50,7 +50,11 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+    ],
     derandomize=True,
 )
 def test_api_conforms_and_never_5xx(case: schemathesis.Case, app_url: str) -> None:

@@ -51,10 +51,14 @@ class Ledger:
         return out
 
 
-async def send_reward(client: httpx.AsyncClient, ledger: Ledger, event_id: str, value: float) -> int | None:
+async def send_reward(
+    client: httpx.AsyncClient, ledger: Ledger, event_id: str, value: float
+) -> int | None:
     """One reward attempt; updates the ledger; returns the status (None: no answer)."""
     try:
-        r = await client.post("/reward", json={"event_id": event_id, "reward": value}, headers=HEADERS)
+        r = await client.post(
+            "/reward", json={"event_id": event_id, "reward": value}, headers=HEADERS
+        )
     except httpx.TransportError:
         ledger.reward_status["no answer"] += 1
         ledger.to_retry[event_id] = value
@@ -196,7 +200,9 @@ async def model_totals(url: str, policy: str) -> dict[str, tuple[int, float]]:
     async with httpx.AsyncClient(base_url=url, timeout=10.0) as client:
         r = await client.get(f"/policies/{policy}/stats", headers=HEADERS)
     assert r.status_code == 200, r.text
-    return {a: (s["rewarded"], s["reward_sum"]) for a, s in r.json()["arms"].items() if s["rewarded"]}
+    return {
+        a: (s["rewarded"], s["reward_sum"]) for a, s in r.json()["arms"].items() if s["rewarded"]
+    }
 
 
 def logged(database_url: str, policy: str) -> tuple[set[str], dict[str, float], tuple[int, int]]:
