@@ -76,8 +76,14 @@ def make_env(
         centres = _unit(rng.standard_normal((n_clusters, d_item)))
         items = _unit(centres[clusters] + spread * rng.standard_normal((len(clusters), d_item)))
         M = rng.standard_normal((d_x, rank)) @ rng.standard_normal((rank, d_item)) / math.sqrt(rank)
-        env = ClusteredEnv(_unit(rng.standard_normal((n_users, d_x))), items, clusters, M,
-                           0.5 * rng.standard_normal(d_item), noise)
+        env = ClusteredEnv(
+            _unit(rng.standard_normal((n_users, d_x))),
+            items,
+            clusters,
+            M,
+            0.5 * rng.standard_normal(d_item),
+            noise,
+        )
         mu = env.means(env.contexts)
         cluster_mean = np.stack([mu[:, clusters == j].mean(1) for j in range(n_clusters)], 1)
         best = cluster_mean.argmax(1)
@@ -89,8 +95,15 @@ def hare_policy(env: ClusteredEnv, alpha: float, seed: int, **params: float) -> 
     """HARE for ``env`` (k-means clusters, d_k = 4, squared loss, rewards in [-5, 5])."""
     d_x = env.contexts.shape[1]
     return make_policy(
-        "hare", d=d_x + env.items.shape[1], context_dim=d_x, alpha=alpha, key_dim=4,
-        n_clusters=int(env.clusters.max()) + 1, seed=seed, reward_range=(-5.0, 5.0), **params,
+        "hare",
+        d=d_x + env.items.shape[1],
+        context_dim=d_x,
+        alpha=alpha,
+        key_dim=4,
+        n_clusters=int(env.clusters.max()) + 1,
+        seed=seed,
+        reward_range=(-5.0, 5.0),
+        **params,
     )
 
 
@@ -144,15 +157,27 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="hare_regret.json")
     args = parser.parse_args(argv)
     checkpoints = [c for c in (10**3, 10**4, 10**5) if c < args.T] + [args.T]
-    results: dict = {"T": args.T, "checkpoints": checkpoints, "continuous": args.continuous, "runs": []}
-    print(f"{'policy':<14}{'seed':>5}" + "".join(f"{'R(' + str(c) + ')':>14}" for c in checkpoints)
-          + f"{'slope':>8}{'sim0':>8}{'sim1':>8}{'sec':>7}")
+    results: dict = {
+        "T": args.T,
+        "checkpoints": checkpoints,
+        "continuous": args.continuous,
+        "runs": [],
+    }
+    print(
+        f"{'policy':<14}{'seed':>5}"
+        + "".join(f"{'R(' + str(c) + ')':>14}" for c in checkpoints)
+        + f"{'slope':>8}{'sim0':>8}{'sim1':>8}{'sec':>7}"
+    )
     for seed in args.seeds:
         env = make_env(seed)
         for name, alpha in (("hare", 1.0), ("hare_alpha0", 0.0), ("random", None)):
             if alpha is None:
-                policy = make_policy("random", d=env.rows(env.contexts[0]).shape[1], seed=seed,
-                                     reward_range=(-5.0, 5.0))
+                policy = make_policy(
+                    "random",
+                    d=env.rows(env.contexts[0]).shape[1],
+                    seed=seed,
+                    reward_range=(-5.0, 5.0),
+                )
             else:
                 policy = hare_policy(env, alpha, seed)
             sim0 = attention_similarity(policy, env) if alpha is not None else float("nan")
@@ -161,11 +186,22 @@ def main(argv: list[str] | None = None) -> dict:
             seconds = time.perf_counter() - start
             sim1 = attention_similarity(policy, env) if alpha is not None else float("nan")
             slope = loglog_slope(R, checkpoints)
-            row = {"policy": name, "seed": seed, "R": [float(R[c - 1]) for c in checkpoints],
-                   "slope": slope, "similarity_before": sim0, "similarity_after": sim1, "seconds": seconds}
+            row = {
+                "policy": name,
+                "seed": seed,
+                "R": [float(R[c - 1]) for c in checkpoints],
+                "slope": slope,
+                "similarity_before": sim0,
+                "similarity_after": sim1,
+                "seconds": seconds,
+            }
             results["runs"].append(row)
-            print(f"{name:<14}{seed:>5}" + "".join(f"{r:>14.1f}" for r in row["R"])
-                  + f"{slope:>8.3f}{sim0:>8.4f}{sim1:>8.4f}{seconds:>7.1f}", flush=True)
+            print(
+                f"{name:<14}{seed:>5}"
+                + "".join(f"{r:>14.1f}" for r in row["R"])
+                + f"{slope:>8.3f}{sim0:>8.4f}{sim1:>8.4f}{seconds:>7.1f}",
+                flush=True,
+            )
     with open(args.out, "w") as fh:
         json.dump(results, fh, indent=1)
     return results

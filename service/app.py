@@ -25,7 +25,7 @@ from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
 from service.routers import decisions, health, policies
 from service.settings import Settings, get_settings
-from service.storage.base import StateStore
+from service.storage.base import StateStore, StoreUnavailableError
 
 log = logging.getLogger("bandit.service")
 
@@ -48,7 +48,11 @@ def make_event_log(settings: Settings) -> Any:
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.run_migrations:
-        upgrade_head(settings.log_url)
+        try:
+            upgrade_head(settings.log_url)
+        except StoreUnavailableError as exc:
+            # A database outage must not keep the service down: events spool until it is back.
+            log.warning("event log unreachable at start, migrations skipped, events will spool: %s", exc)
     return SqlEventLog(settings.log_url)
 
 

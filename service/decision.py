@@ -543,6 +543,7 @@ class DecisionService:
         except _AlreadyFinal as final:
             event = final.event
             if event["state"] == REWARDED:
+                self._log_reward(name, req.event_id, event)
                 return RewardResponse(
                     event_id=req.event_id,
                     arm_id=event["arm_id"],
@@ -625,16 +626,7 @@ class DecisionService:
         if source is None:
             metrics.EXPIRED_EVENTS.labels(name).inc()
         else:
-            arm, value = event["arm_id"], float(event["reward"])
-            record = RewardRecord(
-                event_id=event_id,
-                policy=name,
-                arm_id=arm,
-                value=value,
-                source=source,
-                created_at=now,
-            )
-            self.sink.submit_reward(record)
+            arm, value = self._log_reward(name, event_id, event)
             metrics.REWARDS.labels(name, arm, source).inc()
             metrics.REWARD_SUM.labels(name, arm, source).inc(value)
             counters["rewards"] = 1.0
@@ -645,6 +637,25 @@ class DecisionService:
         await asyncio.gather(
             self.store.schedule(name, event_id, retention), self.store.add_counters(name, counters)
         )
+
+    def _log_reward(self, name: str, event_id: str, event: dict[str, Any]) -> tuple[str, float]:
+        """Submit the reward of a finalized event to the log; safe to repeat (the log is
+        idempotent on event id), which is how a reward applied by a process that died
+        before logging it still reaches the log: on the client's repeat, or at the
+        latest when the sweeper deletes the finished event."""
+        arm, value = event["arm_id"], float(event["reward"])
+        source = "explicit" if event["state"] == REWARDED else "default"
+        self.sink.submit_reward(
+            RewardRecord(
+                event_id=event_id,
+                policy=name,
+                arm_id=arm,
+                value=value,
+                source=source,
+                created_at=float(event["finalized_at"]),
+            )
+        )
+        return arm, value
 
     # ---- POST /events/{id}/activate -----------------------------------------------------------
     async def activate(self, event_id: str) -> ActivateResponse:
@@ -727,13 +738,31 @@ class DecisionService:
     async def _delete_done(self, runtime: Runtime, name: str, event_id: str) -> None:
         key = event_key(event_id)
 
+        deleted: list[dict[str, Any]] = []
+        retained: list[bool] = []
+        now = self.clock()
+
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            retained.clear()
             ev = values[key]
-            if ev is None or json.loads(ev)["state"] == PENDING:
+            if ev is None:
                 return {}
+            event = json.loads(ev)
+            # a sweeper that listed the event while it was pending must not delete it
+            # once another process finalized it: it is kept for its retention period
+            if event["state"] == PENDING or (
+                event["finalized_at"] + self.settings.done_event_retention_seconds > now
+            ):
+                retained.append(True)
+                return {}
+            deleted[:] = [event]
             return {key: None}
 
         await self._transact(runtime, name, [key], fn)
+        if retained:
+            return
+        if deleted and deleted[0]["state"] in (REWARDED, DEFAULTED):
+            self._log_reward(name, event_id, deleted[0])
         await self.store.unschedule(name, event_id)
 
     async def run_sweeper(self, stop: asyncio.Event) -> None:
@@ -874,7 +903,7 @@ class DecisionService:
         """Register arms, or retire them (their learned state is deleted)."""
         old = await self.get_policy(name)
         arms = [a for a in (old.arms or []) if a not in retire] + [
-            a for a in add if a not in (old.arms or [])
+            a for a in dict.fromkeys(add) if a not in (old.arms or [])
         ]
         unknown = [a for a in retire if a not in (old.arms or [])]
         if unknown:

@@ -12,6 +12,8 @@ request validation (pydantic)      422     FastAPI's ``detail`` list, ``loc`` na
 :class:`Conflict`                  409     ``{"detail": message}``
 :class:`Unauthorized`              401     ``{"detail": message}`` + ``WWW-Authenticate``
 body over ``max_body_bytes``       413     ``{"detail": message}``
+body that does not parse           422     ``detail`` list, ``type: json_invalid``
+method not allowed                 405     ``{"detail": message}`` + ``Allow`` (every method)
 ``StoreUnavailableError``          503     ``{"detail": message}`` + ``Retry-After``
 ``TransactionConflictError``       503     ``{"detail": message}`` + ``Retry-After``
 =================================  ======  ==========================================
@@ -24,8 +26,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from bandit_core.errors import BanditError
 from service.storage.base import StoreUnavailableError, TransactionConflictError
@@ -73,6 +78,19 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
         # Only loc/msg/type: the offending input may be NaN (not JSON) or large.
         detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
         return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400:  # a body that is not JSON (e.g. not UTF-8): like bad JSON
+            return _validation(f"request body is not valid JSON: {exc.detail}", ["body"], "json_invalid")
+        if exc.status_code == 405:  # Allow must list every method of the path, not one route's
+            scope = {**request.scope, "method": ""}
+            allowed = sorted(
+                {m for r in request.app.router.routes if r.matches(scope)[0] == Match.PARTIAL
+                 for m in getattr(r, "methods", None) or ()}
+            )
+            return JSONResponse({"detail": exc.detail}, 405, headers={"Allow": ", ".join(allowed)})
+        return await http_exception_handler(request, exc)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -8,10 +8,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-ArmId = Annotated[str, Field(min_length=1, max_length=256)]
+# strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
+# Features are bounded so that no request can overflow the model: with |x| <= 1e6 the
+# products in x x^T stay far inside float64 (a 1e308 feature made every score NaN and a
+# reward with it poisoned the arm for good).
+MAX_ABS_FEATURE = 1e6
+Feature = Annotated[FiniteFloat, Field(ge=-MAX_ABS_FEATURE, le=MAX_ABS_FEATURE)]
+
+
+def _storable(value: str) -> str:
+    """PostgreSQL text and JSONB cannot hold NUL: an id with one could not be logged."""
+    if "\x00" in value:
+        raise ValueError("must not contain the NUL character (\\u0000)")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_storable)]
+ArmId = Annotated[Text, Field(min_length=1, max_length=256)]
 PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
 Algorithm = Literal["linucb", "lnucb_ta", "guardrailed_linucb", "hare", "random", "epsilon_greedy"]
 
@@ -26,12 +42,12 @@ class ArmCandidate(_Model):
     ``features`` (both optional, together ``dimension`` long)."""
 
     id: ArmId
-    features: list[FiniteFloat] | None = None
+    features: list[Feature] | None = None
 
 
 class RecommendRequest(_Model):
     policy: PolicyName
-    context: list[FiniteFloat] | dict[str, FiniteFloat] = Field(
+    context: list[Feature] | dict[str, Feature] = Field(
         default_factory=list,
         description="the context vector, or named features for a policy with feature_names",
     )
@@ -39,7 +55,7 @@ class RecommendRequest(_Model):
         None, description="candidates; omitted: the policy's registered arms"
     )
     exclude: list[ArmId] | None = None
-    user_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    user_id: Annotated[Text, Field(min_length=1, max_length=256)] | None = None
     event_id: (
         Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")] | None
     ) = None
@@ -108,7 +124,12 @@ class PolicySpec(_Model):
     dimension: Annotated[int, Field(ge=1, le=4096)]
     params: dict[str, Any] = Field(default_factory=dict, description="algorithm hyperparameters")
     arms: list[ArmId] | None = None
-    reward_range: tuple[FiniteFloat, FiniteFloat] = (0.0, 1.0)
+    # documented as items + min/maxItems: the prefixItems pydantic writes for a tuple trip
+    # OpenAPI tools that rewrite 3.1 schemas to older drafts (schemathesis among them)
+    reward_range: Annotated[
+        tuple[FiniteFloat, FiniteFloat],
+        WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}),
+    ] = (0.0, 1.0)
     default_reward: FiniteFloat | None = Field(
         0.0,
         description="reward given to events not rewarded within reward_wait_seconds; null: none",
@@ -117,7 +138,7 @@ class PolicySpec(_Model):
     epsilon: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     guardrails: list[dict[str, Any]] | None = None
     safe_arm: ArmId | None = None
-    feature_names: list[Annotated[str, Field(min_length=1)]] | None = None
+    feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
     delta_g_limit: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
         None,
         description=(

@@ -28,7 +28,12 @@ _errors = {
 
 
 @router.post(
-    "/recommend", response_model=RecommendResponse, dependencies=[RecommendKey], responses=_errors
+    "/recommend",
+    response_model=RecommendResponse,
+    dependencies=[RecommendKey],
+    responses=_errors,
+    # the key is optional (required only with BANDIT_RECOMMEND_REQUIRES_KEY)
+    openapi_extra={"security": [{}]},
 )
 async def recommend(body: RecommendRequest, service: ServiceDep) -> RecommendResponse:
     """Choose an arm for a context. A repeated client ``event_id`` returns the original

@@ -121,13 +121,18 @@ class RedisStateStore:
     ) -> None:
         if max_attempts < 1:
             raise InvalidInputError(f"max_attempts must be >= 1, but got {max_attempts}")
-        self._redis: aioredis.Redis = aioredis.Redis.from_url(
+        # A blocking pool: a burst of more concurrent calls than max_connections waits
+        # (up to socket_timeout) for a free connection instead of failing with
+        # MaxConnectionsError, which the soak showed as 503s under load.
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
             health_check_interval=30,
             max_connections=max_connections,
+            timeout=socket_timeout,
         )
+        self._redis: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns and closes the pool
         self._read_script = self._redis.register_script(_READ)
         self._commit_script = self._redis.register_script(_COMMIT)
         self._delete_script = self._redis.register_script(_DELETE)

@@ -1,0 +1,286 @@
+"""Processes the reliability tests own: a private ``redis-server``, a private
+PostgreSQL cluster (``initdb``/``pg_ctl``) and real uvicorn app processes, each on a
+free loopback port, each stopped (and its files removed) by the test that started it.
+
+Nothing here is a fake: faults are injected by stopping or killing these processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import httpx
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "reliability-key-0123456789abcdef"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(Exception):  # not up yet
+            if predicate():
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+class RedisServer:
+    """A private redis-server on a free port. ``--save ""`` (no RDB snapshots) but an
+    append-only file fsync'ed on every write, so a stop and restart keeps every
+    acknowledged write -- an outage, not a data loss."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.dir),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        _wait(lambda: redis.Redis.from_url(self.url).ping(), 15, "redis-server ready")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+        self.proc = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url)
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if found:
+        return found[-1]
+    path = shutil.which(name)
+    assert path, f"PostgreSQL binary {name!r} not found under /usr/lib/postgresql/*/bin or PATH"
+    return path
+
+
+class PostgresCluster:
+    """A private PostgreSQL cluster (trust auth, user ``postgres``) on a free port.
+
+    initdb refuses to run as root, so as root the cluster belongs to the ``postgres``
+    system user and its commands run through ``runuser``."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="bandit-pg-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._as_root = os.geteuid() == 0
+        if self._as_root:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run(
+            [
+                _pg_bin("initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ]
+        )
+
+    def _run(self, cmd: list[str]) -> None:
+        if self._as_root:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(
+            cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120
+        )
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            [
+                _pg_bin("pg_ctl"),
+                "-D",
+                str(self.data),
+                "-o",
+                opts,
+                "-l",
+                str(self.dir / "log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        )
+        _wait(
+            lambda: psycopg.connect(self.url, connect_timeout=2).close() is None,
+            30,
+            "postgres ready",
+        )
+
+    def stop(self) -> None:
+        """``pg_ctl stop -m fast``: every connection is cut, the server is gone."""
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run([_pg_bin("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class AppProcess:
+    """``uvicorn service.app:create_app --factory`` in a child process on a free port."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        port: int | None = None,
+        log_level: str = "warning",
+        output: Path | None = None,
+    ) -> None:
+        self.env = dict(env)
+        self.log_level = log_level
+        self.output = output  # stdout and stderr of the process go here when set
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> AppProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "service.app:create_app",
+            "--factory",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            self.log_level,
+        ]
+        sink = open(self.output, "ab") if self.output else None  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=ROOT,
+                env={**os.environ, **self.env},
+                stdout=sink,
+                stderr=subprocess.STDOUT if sink else None,
+            )
+        finally:
+            if sink:
+                sink.close()
+
+        def up() -> bool:
+            assert self.proc is not None
+            assert self.proc.poll() is None, f"app exited with {self.proc.returncode}"
+            return httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if up():
+                    return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError("app process did not become healthy")
+            time.sleep(0.05)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL: no lifespan shutdown, nothing flushed."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=15)
+        self.proc = None
+
+    def stop(self) -> None:
+        """SIGTERM: the graceful shutdown (writer closed: queued records written or spooled)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def rss_kib(self) -> int:
+        """Resident set size of the process (``VmRSS`` of /proc), KiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+
+def app_env(data_dir: Path, redis_url: str, database_url: str, **extra: str) -> dict[str, str]:
+    """Environment of an app process over Redis and PostgreSQL with the test API key."""
+    return {
+        "BANDIT_REDIS_URL": redis_url,
+        "BANDIT_DATABASE_URL": database_url,
+        "BANDIT_API_KEYS": API_KEY,
+        "BANDIT_DATA_DIR": str(data_dir),
+        "BANDIT_DEMO_POLICY": "false",
+        "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
+        "BANDIT_LOG_FLUSH_SECONDS": "0.05",
+        "BANDIT_SWEEPER_INTERVAL_SECONDS": "0.2",
+        **extra,
+    }
+
+
+@contextlib.contextmanager
+def apps(*procs: AppProcess) -> Iterator[tuple[AppProcess, ...]]:
+    """Start ``procs``; always stop them afterwards."""
+    try:
+        for p in procs:
+            p.start()
+        yield procs
+    finally:
+        for p in procs:
+            p.kill() if p.proc is not None and p.proc.poll() is not None else p.stop()
