@@ -39,18 +39,21 @@ def reset_multiproc_dir(env: Mapping[str, str]) -> Path | None:
 
 
 def migrate_once(env: MutableMapping[str, str]) -> bool:
-    """Apply the Alembic migrations if the settings ask for it, exactly as the app does at
-    start (``service.app.make_event_log``); return whether they ran.
+    """Apply the Alembic migrations if the settings ask for it; return whether they ran.
 
-    After running them, sets ``BANDIT_RUN_MIGRATIONS=false`` in ``env`` (the
-    environment the server inherits)."""
-    from service.app import make_event_log
+    Unlike the app's own start (``service.app.make_event_log``), which skips migrations
+    with a warning when the database is unreachable so a running fleet keeps serving,
+    a failure here fails the container start: the orchestrator restarts it until the
+    schema is in place. After running them, sets ``BANDIT_RUN_MIGRATIONS=false`` in
+    ``env`` (the environment the server inherits)."""
     from service.settings import Settings
+    from service.storage.migrate import upgrade_head
 
     settings = Settings()
     if not settings.run_migrations:
         return False
-    make_event_log(settings).close()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    upgrade_head(settings.log_url)
     env["BANDIT_RUN_MIGRATIONS"] = "false"
     return True
 
