@@ -281,6 +281,8 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
         url = make_url(spec.data)
     except ArgumentError:
         raise CliError(f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}") from None
+    if url.get_backend_name() not in ("postgresql", "sqlite"):
+        raise CliError(f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}")
     if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
         raise CliError(f"--data {spec.data}: no such SQLite file")
     assert spec.log_policy is not None
