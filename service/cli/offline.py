@@ -295,7 +295,8 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
         )
         return list(source)
     except StoreUnavailableError as exc:
-        raise CliError(f"--data {url.render_as_string(hide_password=True)}: {exc}") from None
+        message = " ".join(str(exc).split())  # a driver's message may span lines
+        raise CliError(f"--data {url.render_as_string(hide_password=True)}: {message}") from None
     finally:
         event_log.close()
 

@@ -304,6 +304,17 @@ def test_cli_estimate_matches_the_library(
             ["--format", "eventlog", "--log-policy", "x", "--data", "mysql://h/db"],
             "postgresql:// or sqlite:///",
         ),
+        (
+            [
+                "--format",
+                "eventlog",
+                "--log-policy",
+                "x",
+                "--data",
+                "postgresql://postgres@127.0.0.1:1/test",
+            ],
+            "Connection refused",
+        ),
     ],
 )
 def test_cli_rejects_bad_event_log_options(
@@ -311,4 +322,4 @@ def test_cli_rejects_bad_event_log_options(
 ) -> None:
     argv = ["estimate", "--data", logs[0].url, "--policy", "linucb", *extra]
     code, _, err = _cli(argv, capsys)
-    assert code == 2 and message in err, err
+    assert code == 2 and message in err and err.count("\n") == 1, err
