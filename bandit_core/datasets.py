@@ -24,8 +24,9 @@ Three sources (ALGORITHMS.md section 6):
   the LNUCB-TA paper's Table 2).
 
 Any iterable of :class:`LoggedEvent` in time order is a :class:`LogSource`, which is all
-the replay evaluators need; the service's SQL event log only has to yield
-:class:`LoggedEvent` objects, e.g. for a decision ``d`` and its reward ``r``::
+the replay evaluators need. The service's own event log is one through
+``service.offline_source.EventLogSource`` (outside ``bandit_core``), which builds, for a
+decision ``d`` and its reward ``r``::
 
     LoggedEvent.build([c["id"] for c in d.candidates], d.arm_id, r.value,
                       arm_features=[c["features"] for c in d.candidates],

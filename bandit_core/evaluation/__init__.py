@@ -3,10 +3,12 @@
 * :func:`replay`, :func:`rejection_replay`, :func:`replay_seeds` -- learn-as-you-go
   evaluation of a policy on a log (Li et al. 2011);
 * :func:`ips`, :func:`snips`, :func:`dr` -- value of a fixed target policy from logged
-  propensities, each returning a float; :func:`estimate` adds a bootstrap interval.
+  propensities, each returning a float; :func:`estimate` adds a bootstrap interval;
+* :func:`off_policy_estimates` -- all three for a fixed greedy policy on logged events.
 """
 
 from bandit_core.evaluation.estimators import EstimateResult, dr, estimate, ips, snips
+from bandit_core.evaluation.offpolicy import off_policy_estimates, ridge_q_hat, target_distribution
 from bandit_core.evaluation.replay import (
     ReplayResult,
     SeedReplays,
@@ -24,8 +26,11 @@ __all__ = [
     "dr",
     "estimate",
     "ips",
+    "off_policy_estimates",
     "rejection_replay",
     "replay",
     "replay_seeds",
+    "ridge_q_hat",
     "snips",
+    "target_distribution",
 ]

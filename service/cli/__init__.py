@@ -1,5 +1,5 @@
 """The ``bandit`` command line: ``serve`` and ``rebuild`` (service), ``replay``,
-``simulate`` and ``compare`` (offline evaluation), ``bound`` (regret bounds)."""
+``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound`` (regret bounds)."""
 
 from __future__ import annotations
 

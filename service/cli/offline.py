@@ -1,6 +1,8 @@
-"""Offline evaluation from the command line: ``bandit replay``, ``bandit simulate`` and
-``bandit compare`` (ALGORITHMS.md section 6; the engine side is
-:mod:`bandit_core.evaluation` and :mod:`bandit_core.simulation`).
+"""Offline evaluation from the command line: ``bandit replay``, ``bandit estimate``,
+``bandit simulate`` and ``bandit compare`` (ALGORITHMS.md section 6; the engine side is
+:mod:`bandit_core.evaluation` and :mod:`bandit_core.simulation`). Logs come from a news
+or JSON Lines file or from the service's own event log (``--format eventlog``, read
+through :class:`service.offline_source.EventLogSource`).
 
 Every command prints a short summary, writes the full result as JSON with
 ``--json PATH`` and a PNG of the cumulative curves with ``--plot PATH``. Invalid
@@ -19,15 +21,29 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from itertools import product
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bandit_core.datasets import JsonlLog, LogSource, load_classification_csv, load_news
+from bandit_core.datasets import (
+    JsonlLog,
+    LoggedEvent,
+    LogSource,
+    load_classification_csv,
+    load_news,
+)
 from bandit_core.errors import BanditError, ConfigError
-from bandit_core.evaluation import ReplayResult, SeedReplays, Spread, rejection_replay, replay
+from bandit_core.evaluation import (
+    ReplayResult,
+    SeedReplays,
+    Spread,
+    off_policy_estimates,
+    rejection_replay,
+    replay,
+)
 from bandit_core.policy import BasePolicy
 from bandit_core.registry import POLICIES, make_policy
 from bandit_core.simulation import (
@@ -38,7 +54,7 @@ from bandit_core.simulation import (
     simulate_run,
 )
 
-FORMATS = ("news", "jsonl")
+FORMATS = ("news", "jsonl", "eventlog")
 
 
 class CliError(Exception):
@@ -98,6 +114,20 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = _non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a finite number > 0, but got 0")
+    return value
+
+
+def _at_least_two(text: str) -> int:
+    value = _positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2, but got {value}")
+    return value
+
+
 def _seeds(args: argparse.Namespace) -> list[int]:
     return list(range(args.seed_start, args.seed_start + args.seeds))
 
@@ -137,34 +167,161 @@ def _add_policy_params(p: argparse.ArgumentParser, alpha_nargs: str | None = Non
     )
 
 
-def _add_log_source(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, required=True, metavar="PATH", help="the log to replay")
+def _timestamp(text: str) -> float:
+    """Unix seconds, or an ISO 8601 date/time (UTC unless it names an offset)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected unix seconds or an ISO 8601 time such as 2026-01-31T12:00, but got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
+    p.add_argument(
+        "--data", required=True, metavar="PATH|URL",
+        help="the log: a file for --format news/jsonl, a database URL (postgresql://user@host/db or "
+        "sqlite:///path) for --format eventlog",
+    )
     p.add_argument(
         "--format", choices=FORMATS, default="news",
         help="log format: 'news' (102 integers a line: logged arm, click, 10x10 arm features; "
-        "a uniformly random log) or 'jsonl' (one JSON event a line, schema in bandit_core.datasets) "
-        "(default news)",
+        "a uniformly random log), 'jsonl' (one JSON event a line, schema in bandit_core.datasets) or "
+        "'eventlog' (the service's decisions and rewards of --log-policy, with their logged "
+        "propensities) (default news)",
     )
     p.add_argument(
-        "--rejection", action="store_true",
-        help="rejection-sampling replay for logs with known non-uniform propensities "
-        "(every event needs a propensity); default: plain replay, valid for uniformly random logs",
+        "--log-policy", metavar="NAME",
+        help="with --format eventlog: the service policy whose logged decisions to read",
     )
+    p.add_argument("--since", type=_timestamp, metavar="TIME",
+                   help="with --format eventlog: only decisions made at or after TIME (unix seconds or ISO 8601)")
+    p.add_argument("--until", type=_timestamp, metavar="TIME",
+                   help="with --format eventlog: only decisions made before TIME (unix seconds or ISO 8601)")
+    p.add_argument(
+        "--unrewarded", choices=("skip", "default"), default="skip",
+        help="with --format eventlog: a decision with no logged reward (pending, expired, or served "
+        "degraded) is skipped ('skip', the default) or counts with the policy's default_reward "
+        "('default'); rewards the sweeper applied by default are logged and always count",
+    )
+    if rejection:
+        p.add_argument(
+            "--rejection", action="store_true",
+            help="rejection-sampling replay for logs with known non-uniform propensities "
+            "(every event needs a propensity; the service's event log has them); default: plain "
+            "replay, valid for uniformly random logs",
+        )
+
+
+# ---- loading logs -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LogSpec:
+    """Where a log comes from (hashable: logs are cached per process by it, and it is what
+    ``bandit compare`` sends to its workers)."""
+
+    data: str
+    fmt: str
+    log_policy: str | None = None
+    since: float | None = None
+    until: float | None = None
+    unrewarded: str = "skip"
+
+
+def _log_spec(args: argparse.Namespace) -> LogSpec:
+    spec = LogSpec(args.data, args.format, args.log_policy, args.since, args.until, args.unrewarded)
+    if spec.fmt == "eventlog":
+        if spec.log_policy is None:
+            raise CliError("--format eventlog needs --log-policy NAME")
+    elif spec.log_policy is not None or spec.since is not None or spec.until is not None or spec.unrewarded != "skip":
+        raise CliError("--log-policy, --since, --until and --unrewarded apply to --format eventlog only")
+    return spec
+
+
+@functools.lru_cache(maxsize=4)
+def _load_log(spec: LogSpec) -> tuple[LogSource, int]:
+    """The log and its feature length ``d`` (cached per process)."""
+    if spec.fmt == "eventlog":
+        events = _load_event_log(spec)
+    else:
+        path = Path(spec.data)
+        if not path.is_file():
+            raise CliError(f"--data {path}: no such file")
+        if spec.fmt == "news":
+            log = load_news(path)
+            return log, log.d
+        events = list(JsonlLog(path))
+    if not events:
+        raise CliError(f"--data {spec.data}: the log holds no events")
+    widths = sorted({int(e.X.shape[1]) for e in events})
+    if len(widths) > 1:
+        raise CliError(
+            f"--data {spec.data}: events have feature lengths {widths}; one length is needed "
+            "(for an event log, pick a --since after the policy's dimension changed)"
+        )
+    return events, widths[0]
+
+
+def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
+    """Every event of ``spec``'s policy and time range, read from the service's event log."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from service.offline_source import EventLogSource, default_reward
+    from service.storage.base import StoreUnavailableError
+    from service.storage.sql_log import SqlEventLog
+
+    try:
+        url = make_url(spec.data)
+    except ArgumentError:
+        raise CliError(f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}") from None
+    if url.get_backend_name() not in ("postgresql", "sqlite"):
+        raise CliError(f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}")
+    if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
+        raise CliError(f"--data {spec.data}: no such SQLite file")
+    assert spec.log_policy is not None
+    event_log = SqlEventLog(spec.data)
+    try:
+        fill = default_reward(event_log, spec.log_policy)  # also checks the policy is logged
+        source = EventLogSource(
+            event_log, spec.log_policy, spec.since, spec.until,
+            unrewarded=fill if spec.unrewarded == "default" else None,
+        )
+        return list(source)
+    except StoreUnavailableError as exc:
+        message = " ".join(str(exc).split())  # a driver's message may span lines
+        raise CliError(f"--data {url.render_as_string(hide_password=True)}: {message}") from None
+    finally:
+        event_log.close()
+
+
+def _source_fields(spec: LogSpec) -> dict[str, Any]:
+    """The log's description in a JSON result (a URL's password hidden)."""
+    if spec.fmt != "eventlog":
+        return {"data": spec.data, "format": spec.fmt}
+    from sqlalchemy.engine import make_url
+
+    return {
+        "data": make_url(spec.data).render_as_string(hide_password=True),
+        "format": spec.fmt,
+        "log_policy": spec.log_policy,
+        "since": spec.since,
+        "until": spec.until,
+        "unrewarded": spec.unrewarded,
+    }
+
+
+def _source_title(spec: LogSpec) -> str:
+    return f"the event log of {spec.log_policy}" if spec.fmt == "eventlog" else Path(spec.data).name
 
 
 # ---- running replays ------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4)
-def _load_log(path: Path, fmt: str) -> tuple[LogSource, int]:
-    """The log and its feature length ``d`` (cached per process)."""
-    if not path.is_file():
-        raise CliError(f"--data {path}: no such file")
-    if fmt == "news":
-        log = load_news(path)
-        return log, log.d
-    events = list(JsonlLog(path))
-    if not events:
-        raise CliError(f"--data {path}: the log holds no events")
-    return events, int(events[0].X.shape[1])
 
 
 def _build_policy(name: str, d: int, params: dict[str, Any], seed: int) -> BasePolicy:
@@ -172,10 +329,10 @@ def _build_policy(name: str, d: int, params: dict[str, Any], seed: int) -> BaseP
 
 
 def _replay_one(
-    path: Path, fmt: str, name: str, params: dict[str, Any], seed: int, rounds: int | None,
+    spec: LogSpec, name: str, params: dict[str, Any], seed: int, rounds: int | None,
     rejection: bool, progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
-    log, d = _load_log(path, fmt)
+    log, d = _load_log(spec)
     policy = _build_policy(name, d, params, seed)
     if rejection:
         return rejection_replay(policy, log, np.random.default_rng([seed, 1]), rounds, progress=progress)
@@ -183,10 +340,10 @@ def _replay_one(
 
 
 def _replay_task(
-    path: Path, fmt: str, name: str, params: dict[str, Any], seed: int, rounds: int | None, rejection: bool
+    spec: LogSpec, name: str, params: dict[str, Any], seed: int, rounds: int | None, rejection: bool
 ) -> ReplayResult:
     """Worker entry point of ``bandit compare`` (module level so it pickles)."""
-    return _replay_one(path, fmt, name, params, seed, rounds, rejection)
+    return _replay_one(spec, name, params, seed, rounds, rejection)
 
 
 def _progress_bar(total: int | None, disable: bool, unit: str) -> Any:
@@ -306,21 +463,21 @@ def _run_replay(args: argparse.Namespace) -> int:
     _check_policy(args.policy)
     params = _params(args)
     seeds = _seeds(args)
-    _load_log(args.data, args.format)
+    spec = _log_spec(args)
+    _load_log(spec)
     total = args.rounds * len(seeds) if args.rounds else None
     results = []
     with _progress_bar(total, args.no_progress, "round") as bar:
         for seed in seeds:
             bar.set_description(f"{args.policy} seed {seed}")
             results.append(
-                _replay_one(args.data, args.format, args.policy, params, seed, args.rounds, args.rejection, bar.update)
+                _replay_one(spec, args.policy, params, seed, args.rounds, args.rejection, bar.update)
             )
     runs = SeedReplays(seeds=tuple(seeds), results=tuple(results))
     payload = {
         "policy": args.policy,
         "params": params,
-        "data": str(args.data),
-        "format": args.format,
+        **_source_fields(spec),
         "protocol": _protocol(args.rejection),
         "rounds": args.rounds,
         "seeds": seeds,
@@ -337,12 +494,87 @@ def _run_replay(args: argparse.Namespace) -> int:
     _write_json(args.json, payload)
     if args.plot:
         _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, runs.curves(), {})])],
-              f"Replay of {args.data.name}")
+              f"Replay of {_source_title(spec)}")
     return 0
 
 
 def _format_params(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items()) or "(defaults)"
+
+
+# ---- bandit estimate -----------------------------------------------------------------------------
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), but got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), but got {text}")
+    return value
+
+
+def _confidence(text: str) -> float:
+    value = _fraction(text)
+    if value == 0.0:
+        raise argparse.ArgumentTypeError("expected a confidence in (0, 1), but got 0")
+    return value
+
+
+def train_target(policy: BasePolicy, events: Sequence[LoggedEvent]) -> None:
+    """Fit ``policy`` on logged events: each event's reward is learned for its served arm
+    and feature row, whatever the logging policy was (no replay matching)."""
+    for e in events:
+        policy.add_arm(e.chosen)
+        policy.update(e.chosen, e.X[e.action], e.reward, user_id=e.user_id)
+
+
+@_clean_exit("estimate")
+def _run_estimate(args: argparse.Namespace) -> int:
+    _check_policy(args.policy)
+    params = _params(args)
+    spec = _log_spec(args)
+    log, d = _load_log(spec)
+    events = list(log)
+    n_train = int(args.train_fraction * len(events))
+    evaluated = events[n_train:]
+    if len(evaluated) < args.folds:
+        raise CliError(
+            f"{len(evaluated)} event(s) left to evaluate after --train-fraction {args.train_fraction} of "
+            f"{len(events)}; --folds {args.folds} needs at least {args.folds}"
+        )
+    started = time.perf_counter()
+    target = _build_policy(args.policy, d, params, args.seed)
+    train_target(target, events[:n_train])
+    results = off_policy_estimates(
+        target, evaluated, rng=np.random.default_rng([args.seed, 3]), n_bootstrap=args.bootstrap,
+        confidence=args.confidence, ridge_lambda=args.ridge_lambda, folds=args.folds,
+    )
+    logged = float(np.mean([e.reward for e in evaluated]))
+    payload = {
+        "policy": args.policy,
+        "params": params,
+        **_source_fields(spec),
+        "protocol": (
+            f"target trained on the first {n_train} events, then fixed and greedy (explore=False) on the "
+            f"{len(evaluated)} later ones; DR's q_hat: per-arm ridge (lambda {args.ridge_lambda}) "
+            f"cross-fitted over {args.folds} time-ordered folds; percentile bootstrap, {args.bootstrap} resamples"
+        ),
+        "seed": args.seed,
+        "train_events": n_train,
+        "evaluated_events": len(evaluated),
+        "logged_mean_reward": logged,
+        "confidence": args.confidence,
+        "estimates": {name: r.to_dict() for name, r in results.items()},
+        "seconds": time.perf_counter() - started,
+    }
+    print(
+        f"{args.policy} {_format_params(params)} on {len(evaluated)} events (trained on {n_train}); "
+        f"logging policy's mean reward {logged:.4f}"
+    )
+    for name, r in results.items():
+        print(f"  {name:<5} {r.value:.4f}  [{r.ci_low:.4f}, {r.ci_high:.4f}] ({r.confidence:.0%} bootstrap)")
+    _write_json(args.json, payload)
+    return 0
 
 
 # ---- bandit simulate ---------------------------------------------------------------------------------
@@ -485,7 +717,8 @@ def _run_compare(args: argparse.Namespace) -> int:
         for gi in range(len(grid))
     ]
     seeds = _seeds(args)
-    _, d = _load_log(args.data, args.format)
+    spec = _log_spec(args)
+    _, d = _load_log(spec)
     for row in rows:  # invalid parameters fail here, before any worker starts
         _build_policy(row.policy, d, row.params, seeds[0])
     tasks = [(i, s) for i in range(len(rows)) for s in seeds]
@@ -495,11 +728,11 @@ def _run_compare(args: argparse.Namespace) -> int:
         if pool is None:
             for i, s in tasks:
                 r = rows[i]
-                results[i, s] = _replay_task(args.data, args.format, r.policy, r.params, s, args.rounds, args.rejection)
+                results[i, s] = _replay_task(spec, r.policy, r.params, s, args.rounds, args.rejection)
                 bar.update(1)
         else:
             futures = {
-                pool.submit(_replay_task, args.data, args.format, rows[i].policy, rows[i].params, s, args.rounds,
+                pool.submit(_replay_task, spec, rows[i].policy, rows[i].params, s, args.rounds,
                             args.rejection): (i, s)
                 for i, s in tasks
             }
@@ -513,8 +746,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         for row, runs in zip(rows, per_row, strict=True)
     ]
     payload = {
-        "data": str(args.data),
-        "format": args.format,
+        **_source_fields(spec),
         "protocol": _protocol(args.rejection),
         "rounds": args.rounds,
         "seeds": seeds,
@@ -527,7 +759,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     _write_json(args.json, payload)
     if args.plot:
         lines = [(row.label, runs.curves(), style) for row, runs, style in zip(rows, per_row, styles, strict=True)]
-        title = f"Replay of {args.data.name}: mean over {len(seeds)} seed(s), band +-1 sd"
+        title = f"Replay of {_source_title(spec)}: mean over {len(seeds)} seed(s), band +-1 sd"
         _plot(args.plot, [("matched round", "cumulative reward", lines)], title)
     return 0
 
@@ -560,7 +792,7 @@ def _table(summaries: Sequence[dict[str, Any]]) -> str:
 
 # ---- registration ------------------------------------------------------------------------------------
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``replay``, ``simulate`` and ``compare`` to ``subparsers``."""
+    """Add ``replay``, ``estimate``, ``simulate`` and ``compare`` to ``subparsers``."""
     names = ", ".join(sorted(POLICIES))
     fmt = argparse.RawDescriptionHelpFormatter
 
@@ -572,12 +804,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Replay a policy on a log (Li et al. 2011): events are read in order; when the policy picks the\n"
             "logged arm the reward counts and the policy learns from it, otherwise the event is skipped.\n"
             "Stops after --rounds matched events or at the end of the log. Valid for uniformly random logs;\n"
-            "use --rejection for logs with known non-uniform propensities.\n\n"
+            "use --rejection for logs with known non-uniform propensities, such as the service's own event\n"
+            "log (--format eventlog --data URL --log-policy NAME).\n\n"
             f"Policies: {names}.\n\n"
             "JSON keys: policy, params, protocol, cumulative_reward (mean over seeds), cumulative_reward_std,\n"
             "mean_reward, matched, events_seen, seconds and cpu_seconds (mean wall and CPU time per run),\nspread, per_seed, curve.\n\n"
             "example: bandit replay --data news_dataset.txt --format news --policy linucb --alpha 0.1 \\\n"
-            "             --rounds 800 --seeds 1 --json r.json --plot r.png"
+            "             --rounds 800 --seeds 1 --json r.json --plot r.png\n"
+            "         bandit replay --format eventlog --data sqlite:///data/events.sqlite3 --log-policy home \\\n"
+            "             --rejection --policy linucb --alpha 0.5 --json r.json"
         ),
     )
     _add_log_source(p)
@@ -585,6 +820,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_policy_params(p)
     _add_common(p, rounds_default=None)
     p.set_defaults(run=_run_replay)
+
+    p = subparsers.add_parser(
+        "estimate",
+        help="estimate a fixed policy's value from a log with propensities (IPS, SNIPS, DR)",
+        formatter_class=fmt,
+        description=(
+            "Off-policy estimates of what a fixed target policy would earn per decision, from a log whose\n"
+            "events carry the logging policy's propensities (the service's event log always does):\n"
+            "  IPS    (1/n) sum w_i r_i,  w_i = pi(a_i | x_i) / pscore_i\n"
+            "  SNIPS  sum w_i r_i / sum w_i\n"
+            "  DR     (1/n) sum [sum_a pi(a | x_i) q_hat(x_i, a) + w_i (r_i - q_hat(x_i, a_i))]\n"
+            "each with a percentile bootstrap interval (--bootstrap resamples of the events).\n\n"
+            "The target is --policy with its parameters: it learns from the first --train-fraction of the\n"
+            "events (every event's reward for its served arm), is then frozen and, on each later event,\n"
+            "serves greedily (explore=False; ties split evenly): pi is that choice. --train-fraction 0\n"
+            "evaluates the untrained policy. DR's q_hat is a per-arm ridge regression of reward on the\n"
+            "served arm's feature row (lambda --ridge-lambda), cross-fitted over --folds time-ordered\n"
+            "blocks of the evaluated events (each block predicted by the fit on the others).\n"
+            "logged_mean_reward is the logging policy's own mean reward on the evaluated events.\n\n"
+            f"Policies: {names}.\n\n"
+            "JSON keys: policy, params, data, format (and log_policy, since, until, unrewarded for an event\n"
+            "log), protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
+            "estimates (ips, snips, dr: estimator, value, ci_low, ci_high, confidence, n_bootstrap, n), seconds.\n\n"
+            "example: bandit estimate --format eventlog --data postgresql://postgres@127.0.0.1/bandit \\\n"
+            "             --log-policy home --policy linucb --alpha 0 --train-fraction 0.5 --json e.json"
+        ),
+    )
+    _add_log_source(p, rejection=False)
+    p.add_argument("--policy", required=True, metavar="NAME", help=f"target policy, one of: {names}")
+    _add_policy_params(p)
+    p.add_argument("--train-fraction", type=_fraction, default=0.5, metavar="F",
+                   help="share of the events (the earliest) the target learns from before it is fixed (default 0.5)")
+    p.add_argument("--bootstrap", type=_positive_int, default=1000, metavar="B",
+                   help="bootstrap resamples per estimator (default 1000)")
+    p.add_argument("--confidence", type=_confidence, default=0.95, metavar="C",
+                   help="coverage of the bootstrap interval (default 0.95)")
+    p.add_argument("--ridge-lambda", type=_positive_float, default=1.0, metavar="L",
+                   help="ridge penalty of DR's reward model (default 1)")
+    p.add_argument("--folds", type=_at_least_two, default=2, metavar="F",
+                   help="cross-fitting blocks of DR's reward model (default 2)")
+    p.add_argument("--seed", type=int, default=0, metavar="SEED",
+                   help="seed of the target policy's RNG and of the bootstrap (default 0)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH")
+    p.set_defaults(run=_run_estimate)
 
     p = subparsers.add_parser(
         "simulate",

@@ -1,0 +1,86 @@
+"""The service's own event log as a :class:`bandit_core.datasets.LogSource` (ALGORITHMS.md
+section 6: offline evaluation "with logged propensities (the service's own logs)").
+
+:class:`EventLogSource` streams ``EventLog.iter_events(policy, since, until)`` (decisions in
+time order, each joined with its reward) and yields one
+:class:`bandit_core.datasets.LoggedEvent` per decision:
+
+* ``arm_ids`` -- the candidates in the order the service scored them;
+* ``X`` (K, d) -- the feature rows the policy scored, as logged: the service builds each
+  row ``x_a = concat(context, arm features)`` once, in ``DecisionService._candidates``
+  (named features put in ``feature_names`` order), and ``_log_decision`` writes exactly
+  those rows as the candidates' ``features``. They are read back, never rebuilt, so the
+  offline ``X`` is the online ``X`` bit for bit;
+* ``action`` -- the index of the served arm, ``pscore`` -- the logged propensity
+  ``Decision.propensity`` (the logging policy's probability of serving that arm, epsilon
+  floor and tie-breaking included), ``user_id`` -- the request's user;
+* ``reward`` -- the logged reward: the explicit ``POST /reward`` value or the default reward
+  the sweeper applied after ``reward_wait_seconds`` (both are what the live model learned).
+
+A decision without a logged reward (still pending, expired without activation, or served
+degraded while the state store was down) has no observed outcome: with ``unrewarded=None``
+(the default) it is skipped; with a number it counts as that reward (e.g. the policy's
+``default_reward``, see :func:`default_reward`). Skipping is unbiased only when whether a
+reward arrives does not depend on the served arm.
+
+``bandit_core`` never imports the service: this adapter is the only bridge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from bandit_core.datasets import LoggedEvent
+from bandit_core.errors import InvalidInputError
+from service.storage import base
+
+
+def to_logged_event(
+    logged: base.LoggedEvent, unrewarded: float | None = None
+) -> LoggedEvent | None:
+    """One logged decision (and its reward) as an offline event; ``None`` when it has no
+    reward and ``unrewarded`` is None (module docstring)."""
+    d = logged.decision
+    reward = unrewarded if logged.reward is None else logged.reward.value
+    if reward is None:
+        return None
+    return LoggedEvent.build(
+        [c["id"] for c in d.candidates],
+        d.arm_id,
+        reward,
+        arm_features=[c["features"] for c in d.candidates],
+        pscore=d.propensity,
+        user_id=d.user_id,
+    )
+
+
+@dataclass(frozen=True)
+class EventLogSource:
+    """The decisions of ``policy`` with ``since <= created_at < until`` (unix seconds, None:
+    unbounded) in ``event_log``, as :class:`~bandit_core.datasets.LoggedEvent` objects in
+    time order. Each iteration queries the log again (streamed in batches), so the source
+    can be read more than once, as ``rejection_replay`` does."""
+
+    event_log: base.EventLog
+    policy: str
+    since: float | None = None
+    until: float | None = None
+    unrewarded: float | None = None
+
+    def __iter__(self) -> Iterator[LoggedEvent]:
+        for logged in self.event_log.iter_events(self.policy, self.since, self.until):
+            event = to_logged_event(logged, self.unrewarded)
+            if event is not None:
+                yield event
+
+
+def default_reward(event_log: base.EventLog, policy: str) -> float:
+    """The ``default_reward`` of ``policy``'s config as recorded in the log; raises
+    :class:`InvalidInputError` naming the known policies when it is not there."""
+    configs = event_log.policies()
+    if policy not in configs:
+        raise InvalidInputError(
+            f"log policy {policy!r} is not in the event log; known: {sorted(configs)}"
+        )
+    return float(configs[policy]["default_reward"])
