@@ -95,8 +95,14 @@ async def test_policy_gauges_are_refreshed_without_stats_calls(make_settings: An
         forget_gauges()
         samples = await until(
             http,
+            # the loop refreshes policies in the store's (unordered) listing order: wait
+            # for every policy's gauges, not just the first and last one written
             lambda s: (
                 sample(s, "bandit_lnucb_ta_alpha", policy="ta", arm="c") is not None
+                and sample(s, "bandit_pending_events", policy="ta") is not None
+                and sample(s, "bandit_pending_events", policy="g") is not None
+                and sample(s, "bandit_guardrail_delta_g", policy="g") is not None
+                and sample(s, "bandit_guardrail_delta_g_limit", policy="g") is not None
                 and sample(s, "bandit_guardrail_delta_g_limit", policy="g2") is not None
             ),
         )
