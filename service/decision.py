@@ -70,6 +70,7 @@ from service.storage.base import (
     StateStore,
     StoreUnavailableError,
     TransactionFn,
+    VersionedValue,
 )
 from service.storage.base import Snapshot as LogSnapshot
 
@@ -174,7 +175,12 @@ class DecisionService:
             runtime.absorbed += 1
 
     async def _transact(
-        self, runtime: Runtime, name: str, keys: list[str], fn: TransactionFn
+        self,
+        runtime: Runtime,
+        name: str,
+        keys: list[str],
+        fn: TransactionFn,
+        assumed: Mapping[str, VersionedValue] | None = None,
     ) -> dict[str, int]:
         """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
         values in the cached policy; their versions are recorded only if no concurrent
@@ -190,7 +196,7 @@ class DecisionService:
 
         parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
         try:
-            versions = await self.store.transact(name, keys, tracked)
+            versions = await self.store.transact(name, keys, tracked, assumed)
         except BaseException as exc:
             if isinstance(exc, StoreUnavailableError):
                 metrics.STORE_ERRORS.labels("transact").inc()
@@ -462,7 +468,10 @@ class DecisionService:
             )
             return out
 
-        await self._transact(runtime, req.policy, [key, *changed], fn)
+        # A new event id has no value yet: assuming so saves the store a read.
+        await self._transact(
+            runtime, req.policy, [key, *changed], fn, {key: VersionedValue(0, None)}
+        )
         return result["response"], result["decision"]
 
     async def _original_decision(self, name: str, event_id: str) -> RecommendResponse | None:

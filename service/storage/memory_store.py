@@ -68,8 +68,15 @@ class InProcessStateStore:
                     out[key] = current
             return out
 
-    async def transact(self, policy: str, keys: Sequence[str], fn: TransactionFn) -> dict[str, int]:
-        """Read ``keys``, apply ``fn``, write its result with fresh versions, atomically."""
+    async def transact(
+        self,
+        policy: str,
+        keys: Sequence[str],
+        fn: TransactionFn,
+        assumed: Mapping[str, VersionedValue] | None = None,
+    ) -> dict[str, int]:
+        """Read ``keys``, apply ``fn``, write its result with fresh versions, atomically
+        (reading here costs nothing: ``assumed`` is not needed and ignored)."""
         with self._lock:
             values = self._spaces.get(policy, _Namespace()).values
             writes = checked_writes(keys, fn({k: values.get(k, _MISSING).data for k in keys}))

@@ -106,6 +106,31 @@ async def test_transaction_sees_values_and_writes_only_returned_keys(
     assert {k: v.data for k, v in got.items()} == {"x": b"1", "y": b"12", "z": None}
 
 
+async def test_wrong_assumption_is_redone_with_fresh_values(
+    store: StateStore, policy: str
+) -> None:
+    # Right: the key is absent as assumed, the first attempt commits.
+    seen: list[dict[str, bytes | None]] = []
+
+    def append(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        seen.append(dict(values))
+        return {"e": (values["e"] or b"") + b"+"}
+
+    first = await store.transact(policy, ["e"], append, {"e": VersionedValue(0, None)})
+    assert seen == [{"e": None}]
+    # Wrong: "e" exists now; whatever fn saw first, what commits is built on b"+".
+    seen.clear()
+    second = await store.transact(policy, ["e"], append, {"e": VersionedValue(0, None)})
+    assert seen[-1] == {"e": b"+"} and second["e"] > first["e"]
+    assert await store.read(policy, ["e"], first) == {"e": VersionedValue(second["e"], b"++")}
+    # A stale version with the right bytes is as wrong as wrong bytes.
+    seen.clear()
+    await store.transact(policy, ["e"], append, {"e": VersionedValue(first["e"], b"++")})
+    assert seen[-1] == {"e": b"++"}
+    got = await store.read(policy, ["e"], {})
+    assert got["e"].data == b"+++"
+
+
 async def test_exception_in_fn_aborts_with_nothing_written(store: StateStore, policy: str) -> None:
     first = await store.transact(policy, ["x"], lambda v: {"x": b"keep"})
 
