@@ -239,9 +239,8 @@ class DecisionService:
                     if not registered:
                         raise Conflict(f"generated event_id {event_id!r} collided; retry")
                 pulls = {"decisions": 1.0, "pending": 1.0, f"pulls:{decision.arm_id}": 1.0}
-                await asyncio.gather(
-                    self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds),
-                    self.store.add_counters(req.policy, pulls),
+                await self.store.schedule(
+                    req.policy, event_id, now + spec.reward_wait_seconds, pulls
                 )
             except StoreUnavailableError:
                 metrics.STORE_ERRORS.labels("decision").inc()
@@ -659,9 +658,7 @@ class DecisionService:
                 metrics.DEFAULT_REWARDS.labels(name).inc()
                 counters["default_rewards"] = 1.0
         retention = now + self.settings.done_event_retention_seconds
-        await asyncio.gather(
-            self.store.schedule(name, event_id, retention), self.store.add_counters(name, counters)
-        )
+        await self.store.schedule(name, event_id, retention, counters)
 
     # ---- POST /events/{id}/activate -----------------------------------------------------------
     async def activate(self, event_id: str) -> ActivateResponse:

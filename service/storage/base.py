@@ -87,8 +87,15 @@ class StateStore(Protocol):
         """The policy that owns ``event_id``, or None if unknown or expired."""
         ...
 
-    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
-        """Put ``event_id`` on the policy's deadline index (unix seconds)."""
+    async def schedule(
+        self,
+        policy: str,
+        event_id: str,
+        deadline: float,
+        counters: Mapping[str, float] | None = None,
+    ) -> None:
+        """Put ``event_id`` on the policy's deadline index (unix seconds) and add
+        ``counters`` as :meth:`add_counters` does, in one round trip."""
         ...
 
     async def unschedule(self, policy: str, event_id: str) -> None:

@@ -130,10 +130,19 @@ class InProcessStateStore:
             entry = self._events.get(event_id)
             return None if entry is None else entry[0]
 
-    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
-        """Put ``event_id`` on the deadline index (replacing an earlier deadline)."""
+    async def schedule(
+        self,
+        policy: str,
+        event_id: str,
+        deadline: float,
+        counters: Mapping[str, float] | None = None,
+    ) -> None:
+        """Put ``event_id`` on the deadline index (replacing an earlier deadline) and add
+        ``counters``."""
         with self._lock:
             self._space(policy).deadlines[event_id] = float(deadline)
+        if counters:
+            await self.add_counters(policy, counters)
 
     async def unschedule(self, policy: str, event_id: str) -> None:
         """Take ``event_id`` off the deadline index."""

@@ -249,9 +249,24 @@ class RedisStateStore:
         raw = await self._call(self._redis.get(f"bandit:event:{event_id}"))
         return None if raw is None else raw.decode()
 
-    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
-        """ZADD to the policy's deadline index."""
-        await self._call(self._redis.zadd(self._prefix(policy) + "deadlines", {event_id: deadline}))
+    async def schedule(
+        self,
+        policy: str,
+        event_id: str,
+        deadline: float,
+        counters: Mapping[str, float] | None = None,
+    ) -> None:
+        """ZADD to the policy's deadline index, and HINCRBYFLOAT each counter, in one
+        MULTI/EXEC."""
+        prefix = self._prefix(policy)
+        if not counters:
+            await self._call(self._redis.zadd(prefix + "deadlines", {event_id: deadline}))
+            return
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(prefix + "deadlines", {event_id: deadline})
+            for name, delta in counters.items():
+                pipe.hincrbyfloat(prefix + "counters", name, float(delta))
+            await self._call(pipe.execute())
 
     async def unschedule(self, policy: str, event_id: str) -> None:
         """ZREM from the policy's deadline index."""

@@ -211,6 +211,16 @@ async def test_deadline_index(store: StateStore, policy: str) -> None:
     assert await store.due_events(policy, now, limit=0) == []
 
 
+async def test_schedule_adds_counters_in_the_same_call(store: StateStore, policy: str) -> None:
+    now = time.time()
+    await store.add_counters(policy, {"pending": 2.0})
+    await store.schedule(policy, "e1", now - 1, {"pending": 1.0, "pulls:a": 1.0})
+    await store.schedule(policy, "e2", now - 2, {"pending": -1.0, "rewards": 1.0})
+    await store.schedule(policy, "e3", now - 3, {})
+    assert await store.due_events(policy, now, limit=10) == ["e3", "e2", "e1"]
+    assert await store.counters(policy) == {"pending": 2.0, "pulls:a": 1.0, "rewards": 1.0}
+
+
 async def test_policies_and_delete_policy(store: StateStore, policy: str) -> None:
     await store.add_policy(policy)
     await store.add_policy(policy)
