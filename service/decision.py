@@ -152,18 +152,25 @@ class DecisionService:
         runtime = self._cache.get(name)
         parts = parts_of(runtime.policy) if runtime else []
         known = {p: runtime.versions[p] for p in parts if runtime and p in runtime.versions}
+        if runtime is not None and runtime.config_version:
+            known[CONFIG_KEY] = runtime.config_version  # the config comes back only if changed
         values = await self._read(name, [CONFIG_KEY, *extra, *parts], known)
         config = values.get(CONFIG_KEY)
-        if config is None or config.data is None:
+        if config is None and runtime is not None and CONFIG_KEY in known:
+            info = runtime.info
+        elif config is None or config.data is None:
             self._cache.pop(name, None)
             raise NotFound(f"policy {name!r} does not exist")
-        info = decode_info(config.data)
+        else:
+            info = decode_info(config.data)
         if runtime is None or runtime.info.revision != info.revision:
             runtime = Runtime(info=info, policy=build_policy(spec_of(info)))
             self._cache[name] = runtime
             parts = parts_of(runtime.policy)
             values.update(await self._read(name, parts, {}))
         runtime.info = info
+        if config is not None:
+            runtime.config_version = config.version
         self._absorb(runtime, {p: values[p] for p in parts if p in values})
         return runtime, parts, {k: values[k].data if k in values else None for k in extra}
 
