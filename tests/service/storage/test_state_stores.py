@@ -106,6 +106,31 @@ async def test_transaction_sees_values_and_writes_only_returned_keys(
     assert {k: v.data for k, v in got.items()} == {"x": b"1", "y": b"12", "z": None}
 
 
+async def test_wrong_assumption_is_redone_with_fresh_values(
+    store: StateStore, policy: str
+) -> None:
+    # Right: the key is absent as assumed, the first attempt commits.
+    seen: list[dict[str, bytes | None]] = []
+
+    def append(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        seen.append(dict(values))
+        return {"e": (values["e"] or b"") + b"+"}
+
+    first = await store.transact(policy, ["e"], append, {"e": VersionedValue(0, None)})
+    assert seen == [{"e": None}]
+    # Wrong: "e" exists now; whatever fn saw first, what commits is built on b"+".
+    seen.clear()
+    second = await store.transact(policy, ["e"], append, {"e": VersionedValue(0, None)})
+    assert seen[-1] == {"e": b"+"} and second["e"] > first["e"]
+    assert await store.read(policy, ["e"], first) == {"e": VersionedValue(second["e"], b"++")}
+    # A stale version with the right bytes is as wrong as wrong bytes.
+    seen.clear()
+    await store.transact(policy, ["e"], append, {"e": VersionedValue(first["e"], b"++")})
+    assert seen[-1] == {"e": b"++"}
+    got = await store.read(policy, ["e"], {})
+    assert got["e"].data == b"+++"
+
+
 async def test_exception_in_fn_aborts_with_nothing_written(store: StateStore, policy: str) -> None:
     first = await store.transact(policy, ["x"], lambda v: {"x": b"keep"})
 
@@ -184,6 +209,16 @@ async def test_deadline_index(store: StateStore, policy: str) -> None:
     assert await store.due_events(policy, now, limit=10) == ["a"]
     assert await store.due_events(policy, now + 100, limit=10) == ["a", "late"]
     assert await store.due_events(policy, now, limit=0) == []
+
+
+async def test_schedule_adds_counters_in_the_same_call(store: StateStore, policy: str) -> None:
+    now = time.time()
+    await store.add_counters(policy, {"pending": 2.0})
+    await store.schedule(policy, "e1", now - 1, {"pending": 1.0, "pulls:a": 1.0})
+    await store.schedule(policy, "e2", now - 2, {"pending": -1.0, "rewards": 1.0})
+    await store.schedule(policy, "e3", now - 3, {})
+    assert await store.due_events(policy, now, limit=10) == ["e3", "e2", "e1"]
+    assert await store.counters(policy) == {"pending": 2.0, "pulls:a": 1.0, "rewards": 1.0}
 
 
 async def test_policies_and_delete_policy(store: StateStore, policy: str) -> None:
