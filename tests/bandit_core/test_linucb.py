@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import bandit_core
+from bandit_core.evaluation import replay
 from bandit_core.linear import LinearArmState
 from bandit_core.linucb import LinUCB, LinUCBConfig
-from bandit_core.evaluation import replay
 
 
 def test_linucb_equals_closed_form_ridge_solution() -> None:
