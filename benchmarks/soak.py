@@ -38,8 +38,8 @@ import httpx
 import numpy as np
 
 from tests.databases import postgres_schema
-from tests.reliability.servers import AppProcess, RedisServer, app_env
 from tests.reliability.traffic import HEADERS, logged, spec
+from tests.servers import AppProcess, RedisServer, app_env
 
 
 def percentile(values: list[float], q: float) -> float:

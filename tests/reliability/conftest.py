@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.reliability.servers import PostgresCluster, RedisServer
+from tests.servers import PostgresCluster, RedisServer
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ import pytest
 import service.auth
 from service.auth import key_matches
 from tests.databases import postgres_schema
-from tests.reliability.servers import API_KEY, ROOT, AppProcess, RedisServer, app_env
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
+from tests.servers import API_KEY, ROOT, AppProcess, RedisServer, app_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 WRONG = "wrong-key-that-must-not-be-logged-5f1c"

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tests.databases import postgres_schema
-from tests.reliability.servers import AppProcess, RedisServer, app_env, apps
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
+from tests.servers import AppProcess, RedisServer, app_env, apps
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 PROCESSES, CLIENTS, PER_CLIENT = 3, 6, 60

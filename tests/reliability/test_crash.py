@@ -24,7 +24,6 @@ import httpx
 import pytest
 
 from tests.databases import postgres_schema
-from tests.reliability.servers import AppProcess, RedisServer, app_env
 from tests.reliability.traffic import (
     HEADERS,
     Ledger,
@@ -35,6 +34,7 @@ from tests.reliability.traffic import (
     spec,
     wait_until,
 )
+from tests.servers import AppProcess, RedisServer, app_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 FLUSH_SECONDS = 0.05

@@ -23,8 +23,8 @@ from service.app import create_app
 from service.schemas import MAX_ABS_FEATURE, RecommendRequest, RewardRequest
 from service.settings import Settings
 from tests.databases import postgres_schema
-from tests.reliability.servers import API_KEY, RedisServer
 from tests.reliability.traffic import HEADERS, spec
+from tests.servers import API_KEY, RedisServer
 
 pytestmark = pytest.mark.timeout(120)
 LIMIT = 8192

@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability.servers import AppProcess, PostgresCluster, RedisServer, app_env
 from tests.reliability.traffic import (
     HEADERS,
     Ledger,
@@ -23,6 +22,7 @@ from tests.reliability.traffic import (
     spec,
     wait_until,
 )
+from tests.servers import AppProcess, PostgresCluster, RedisServer, app_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 

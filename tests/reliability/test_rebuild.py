@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from tests.databases import postgres_schema
-from tests.reliability.servers import ROOT, AppProcess, RedisServer, app_env
 from tests.reliability.traffic import HEADERS, spec, wait_until
+from tests.servers import ROOT, AppProcess, RedisServer, app_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 CONTEXTS = np.random.default_rng(99).normal(size=(40, 3)).round(4).tolist()

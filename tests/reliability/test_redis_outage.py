@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from tests.databases import postgres_schema
-from tests.reliability.servers import AppProcess, RedisServer, app_env
 from tests.reliability.traffic import (
     HEADERS,
     Ledger,
@@ -28,6 +27,7 @@ from tests.reliability.traffic import (
     spec,
     wait_until,
 )
+from tests.servers import AppProcess, RedisServer, app_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -124,7 +124,7 @@ async def test_redis_lost_right_after_the_model_update(
     event log too, and the client's retry after recovery must not apply it again."""
     from service.app import create_app
     from service.settings import Settings
-    from tests.reliability.servers import API_KEY
+    from tests.servers import API_KEY
 
     with postgres_schema() as db_url:
         settings = Settings(

@@ -19,8 +19,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from tests.databases import postgres_schema
-from tests.reliability.servers import API_KEY, ROOT, AppProcess, RedisServer, app_env
 from tests.reliability.traffic import HEADERS, spec
+from tests.servers import API_KEY, ROOT, AppProcess, RedisServer, app_env
 
 schema = schemathesis.openapi.from_path(ROOT / "openapi" / "openapi.json")
 EXAMPLES = 25

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.servers import ROOT
+from tests.servers import ROOT
 
 
 @pytest.mark.timeout(150)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
-from tests.reliability.servers import API_KEY
+from tests.servers import API_KEY
 
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 

@@ -8,11 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,17 +19,12 @@ import redis
 from bandit_core import policy_from_bytes
 from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
+from tests.servers import AppProcess
 from tests.service.conftest import API_KEY
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS, PER_CLIENT = 8, 250
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -44,13 +34,10 @@ def two_processes(tmp_path: Path, redis_url: str) -> Iterator[list[str]]:
     with postgres_schema() as db_url:
         metrics_dir = tmp_path / "metrics"
         metrics_dir.mkdir()
-        procs: list[subprocess.Popen[bytes]] = []
-        urls = []
+        apps: list[AppProcess] = []
         try:
             for i in range(2):
-                port = _free_port()
                 env = {
-                    **os.environ,
                     "BANDIT_REDIS_URL": redis_url,
                     "BANDIT_DATABASE_URL": db_url,
                     "BANDIT_API_KEYS": API_KEY,
@@ -60,41 +47,13 @@ def two_processes(tmp_path: Path, redis_url: str) -> Iterator[list[str]]:
                     "BANDIT_REDIS_TIMEOUT_SECONDS": "10",
                     "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
                 }
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "uvicorn",
-                    "service.app:create_app",
-                    "--factory",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--log-level",
-                    "warning",
-                ]
-                procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env))
-                urls.append(f"http://127.0.0.1:{port}")
-            for url in urls:
-                _wait_healthy(url)
-            yield urls
+                apps.append(AppProcess(env).start())
+            for app in apps:
+                assert httpx.get(f"{app.url}/readyz", timeout=5.0).status_code == 200
+            yield [app.url for app in apps]
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(timeout=20)
-
-
-def _wait_healthy(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} did not become ready")
+            for app in apps:
+                app.stop()
 
 
 async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""Processes the reliability tests own: a private ``redis-server``, a private
+"""Processes the system tests own: a private ``redis-server``, a private
 PostgreSQL cluster (``initdb``/``pg_ctl``) and real uvicorn app processes, each on a
 free loopback port, each stopped (and its files removed) by the test that started it.
 
@@ -24,7 +24,7 @@ import httpx
 import psycopg
 import redis
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "reliability-key-0123456789abcdef"
 
 
