@@ -110,6 +110,22 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
 @pytest.mark.anyio
 async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) -> None:
     auth = {"Authorization": "Bearer ops-test-key"}
+
+    async def scrape() -> list:
+        response = await client.get("/metrics")
+        assert response.status_code == 200
+        return [
+            s for family in text_string_to_metric_families(response.text) for s in family.samples
+        ]
+
+    def value(samples: list, name: str, **labels: str) -> float:
+        return sum(
+            s.value for s in samples if s.name == name and labels.items() <= s.labels.items()
+        )
+
+    # The metrics live in the process-wide registry, so other tests in this process may
+    # have counted already: what this test's traffic adds is the difference of two scrapes.
+    before = await scrape()
     for i in range(5):
         decision = await client.post(
             "/recommend", json={"policy": "demo", "context": [1.0, 0.5, 0.0, float(i)]}
@@ -122,27 +138,22 @@ async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) 
     assert (
         await client.post("/recommend", json={"policy": "no-such-policy", "context": []})
     ).status_code == 404
-
-    scrape = await client.get("/metrics")
-    assert scrape.status_code == 200
-    samples = [s for family in text_string_to_metric_families(scrape.text) for s in family.samples]
+    samples = await scrape()
     served = {s.name for s in samples if s.name.startswith("bandit_")}
     # what the module declares is what the endpoint serves (the basis of the checks above)
     assert served <= set(exported_series()), sorted(served - set(exported_series()))
 
-    def value(name: str, **labels: str) -> float:
-        return sum(
-            s.value for s in samples if s.name == name and labels.items() <= s.labels.items()
-        )
+    def added(name: str, **labels: str) -> float:
+        return value(samples, name, **labels) - value(before, name, **labels)
 
     # the route label is the route template, so the dashboard's per-route panels group by it
     assert (
-        value("bandit_http_request_duration_seconds_count", route="/recommend", status="200") == 5
+        added("bandit_http_request_duration_seconds_count", route="/recommend", status="200") == 5
     )
     assert (
-        value("bandit_http_request_duration_seconds_count", route="/recommend", status="404") == 1
+        added("bandit_http_request_duration_seconds_count", route="/recommend", status="404") == 1
     )
-    assert value("bandit_http_request_duration_seconds_count", route="/reward", status="200") == 5
-    assert value("bandit_decisions_total", policy="demo") == 5
-    assert value("bandit_rewards_total", policy="demo", source="explicit") == 5
-    assert value("bandit_reward_sum_total", policy="demo", source="explicit") == 5.0
+    assert added("bandit_http_request_duration_seconds_count", route="/reward", status="200") == 5
+    assert added("bandit_decisions_total", policy="demo") == 5
+    assert added("bandit_rewards_total", policy="demo", source="explicit") == 5
+    assert added("bandit_reward_sum_total", policy="demo", source="explicit") == 5.0
