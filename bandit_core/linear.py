@@ -122,10 +122,16 @@ def linear_ucb_terms(states: Sequence[LinearArmState], X: np.ndarray) -> tuple[n
 
 
 def stacked_ucb_terms(A_inv: np.ndarray, theta: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`linear_ucb_terms` from pre-stacked ``A_inv (K, d, d)`` and ``theta (K, d)``."""
-    mean = np.einsum("kd,kd->k", X, theta)
-    A_inv_x = np.matmul(A_inv, X[:, :, None])[:, :, 0]
-    width = np.sqrt(np.maximum(np.einsum("kd,kd->k", X, A_inv_x), 0.0))
+    """:func:`linear_ucb_terms` from pre-stacked ``A_inv (K, d, d)`` and ``theta (K, d)``.
+
+    ``X`` may also be a batch of shape ``(B, K, d)`` (results ``(B, K)``): every row is
+    computed by the same per-candidate matmul and row-wise product sums as a single
+    ``(K, d)`` call, so row ``i`` of a batch is bit-identical to ``X[i]`` scored alone.
+    """
+    X = np.ascontiguousarray(X)
+    mean = (X * theta).sum(-1)
+    A_inv_x = np.matmul(A_inv, X[..., None])[..., 0]
+    width = np.sqrt(np.maximum((X * A_inv_x).sum(-1), 0.0))
     return mean, width
 
 

@@ -188,6 +188,10 @@ class Policy(Protocol):
         explore: bool = True,
     ) -> Decision: ...
 
+    def select_until(
+        self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
+    ) -> int: ...
+
     def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None: ...
 
     def to_bytes(self) -> bytes: ...
@@ -235,6 +239,20 @@ class BasePolicy:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Return ``(scores, widths)``, each of shape ``(K,)`` (widths may be None)."""
         raise NotImplementedError
+
+    def _score_batch(
+        self, arm_ids: list[str], states: list[ArrayState], X_batch: np.ndarray, ctx: SelectContext
+    ) -> np.ndarray | None:
+        """Scores of B selections over the same candidates at once, shape ``(B, K)`` for
+        ``X_batch`` of shape ``(B, K, d)``, row ``i`` bit-identical to ``_score(...,
+        X_batch[i], ...)[0]``; ``None`` when the policy has no batched scoring.
+
+        :meth:`select_until` uses it only if scoring changes no state, so the B
+        selections would all have seen the same state, and only when ``_filter``,
+        ``_choose`` and ``_finish_select`` are the defaults (they may change state or
+        pick other than the best score).
+        """
+        return None
 
     def _update(self, arm_id: str, state: ArrayState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         """Apply one reward to ``state`` (and shared/user state) in place."""
@@ -310,9 +328,10 @@ class BasePolicy:
                 f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
                 "feature values this large overflow float64"
             )
-        # Ties are broken uniformly at random: a random permutation, then a stable sort.
-        perm = self._rng.permutation(len(ids))
-        order = perm[(-scores[perm]).argsort(kind="stable")]
+        # Ties are broken uniformly at random: each candidate draws a random key and,
+        # among equal scores, the larger key ranks first.
+        keys = self._rng.random(len(ids))
+        order = np.lexsort((-keys, -scores))
         eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
         greedy = self._choose(ids, X, scores, order, eligible, ctx)
         n_eligible = int(np.count_nonzero(eligible))
@@ -343,6 +362,74 @@ class BasePolicy:
             state_changed=(self._parts_changed_by_new_arms(created) if created else ()) + changed,
             extras=self._decision_extras(ids, ranked, ctx),
         ))
+
+    def select_until(
+        self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
+    ) -> int:
+        """Select on consecutive feature matrices until the served arm is the target.
+
+        Equivalent to calling ``select(arm_ids, X_batch[i], user_id=user_id)`` for
+        ``i = 0, 1, ...`` and stopping after the first ``i`` whose served arm is
+        ``arm_ids[targets[i]]``: returns that ``i``, or ``B`` when none matched, and
+        leaves the policy's state and RNG exactly as those calls would. ``X_batch`` has
+        shape ``(B, K, d)``, ``targets`` shape ``(B,)`` (candidate indices). A replay
+        (:mod:`bandit_core.evaluation.replay`) uses it to skip the unmatched events
+        between two updates, during which the policy's state does not change.
+
+        Policies with batched scoring (``_score_batch``) and ``epsilon = 0`` score all
+        B events in one call and draw all B tie-break keys at once, then rewind the RNG
+        to just after the matched event's keys (one ``random(K)`` draw per selection,
+        as :meth:`select` makes). Any input :meth:`select` would reject falls back to
+        the one-by-one loop, so the same error is raised after the same selections.
+
+        >>> import numpy as np, bandit_core
+        >>> p = bandit_core.make_policy("linucb", d=1, alpha=0.0, seed=0)
+        >>> p.add_arm("a"); p.add_arm("b")
+        >>> p.update("a", [1.0], 1.0)  # "a" now scores 0.5, "b" 0
+        >>> p.select_until(["a", "b"], np.ones((3, 2, 1)), [1, 0, 0])
+        1
+        """
+        ids = check_arm_ids(arm_ids)
+        n_events, targets = _check_targets(X_batch, targets, len(ids))
+        if not n_events:
+            return 0
+        scores = self._batch_scores(ids, X_batch, user_id)
+        if scores is None:
+            for i in range(n_events):
+                if self.select(ids, X_batch[i], user_id=user_id).arm_id == ids[targets[i]]:
+                    return i
+            return n_events
+        rng = self._rng.bit_generator
+        before = rng.state
+        keys = self._rng.random(scores.shape)
+        greedy = np.where(scores == scores.max(axis=1, keepdims=True), keys, -1.0).argmax(axis=1)
+        hits = np.flatnonzero(greedy == targets)
+        if not hits.size:
+            return n_events
+        rng.state = before
+        self._rng.random((int(hits[0]) + 1) * len(ids))
+        return int(hits[0])
+
+    def _batch_scores(self, ids: list[str], X_batch: ArrayLike, user_id: str | None) -> np.ndarray | None:
+        """``_score_batch`` of ``X_batch`` after the cold start the first selection would
+        make, or ``None`` when :meth:`select_until` must loop (see there)."""
+        cls = type(self)
+        if (
+            self.config.epsilon != 0.0
+            or cls._filter is not BasePolicy._filter
+            or cls._choose is not BasePolicy._choose
+            or cls._finish_select is not BasePolicy._finish_select
+            or cls._score_batch is BasePolicy._score_batch
+        ):
+            return None
+        X = np.asarray(X_batch)
+        if X.dtype.kind not in "biuf" or X.shape[1:] != (len(ids), self.config.d) or not np.isfinite(X).all():
+            return None
+        if any(a in self._retired for a in ids):
+            return None
+        states = [self._arm_for_select(a) for a in ids]
+        scores = self._score_batch(ids, states, X.astype(np.float64, copy=False), SelectContext(user_id=user_id))
+        return scores if scores is not None and np.isfinite(scores).all() else None
 
     def _finish_select(self, decision: Decision) -> Decision:
         """Last step of :meth:`select`: record what serving ``decision`` changes in the
@@ -511,6 +598,21 @@ class BasePolicy:
         if state is None and create:
             state = self._users[user_id] = self._new_user_state()  # type: ignore[assignment]
         return state
+
+
+def _check_targets(X_batch: ArrayLike, targets: ArrayLike, k: int) -> tuple[int, np.ndarray]:
+    """``(B, targets as an int array)`` after checking ``targets`` holds one candidate
+    index in ``[0, K)`` per row of ``X_batch``."""
+    t = np.asarray(targets)
+    n_events = len(X_batch)  # type: ignore[arg-type]
+    if t.shape != (n_events,) or (n_events and t.dtype.kind not in "iu"):
+        raise InvalidInputError(
+            f"targets must be {n_events} candidate indices (one per row of X_batch), "
+            f"but got shape {t.shape} and dtype {t.dtype}"
+        )
+    if n_events and not ((t >= 0).all() and (t < k).all()):
+        raise InvalidInputError(f"targets must lie in [0, {k}), but got {t[(t < 0) | (t >= k)][0]}")
+    return n_events, t.astype(np.intp, copy=False)
 
 
 def policy_from_bytes(data: bytes) -> BasePolicy:
