@@ -132,6 +132,10 @@ class Decision:
     ``state_changed`` names the state parts the selection itself changed (cold-started
     arms, guardrail counters, LNUCB-TA's arm count) and a store must save;
     ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
+
+    A decision returned by :meth:`BasePolicy.select` computes ``ranking``, ``scores``,
+    ``widths`` and ``propensities`` when one of them is first read, from arrays the
+    selection already holds; the values are those an eager construction would give.
     """
 
     arm_id: str
@@ -148,6 +152,75 @@ class Decision:
     def propensity(self) -> float:
         """Probability with which the served arm was chosen."""
         return float(self.propensities[0])
+
+    def __getattr__(self, name: str) -> Any:
+        # A decision made by select holds its ranking, scores, widths and propensities
+        # as a _Ranking until one of them is first read (most callers read only arm_id).
+        pending = self.__dict__.get("_pending")
+        if pending is None or name not in _Ranking.FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.__dict__.update(pending.fields())
+        return self.__dict__[name]
+
+
+class _Ranking:
+    """What :meth:`BasePolicy.select` knows about one decision, from which the
+    :class:`Decision`'s ranking, scores, widths and propensities are computed on demand.
+
+    ``order`` ranks candidates by descending score, ties by descending ``keys`` (computed
+    here when select did not need it); ``eligible`` is ``None`` when no arm was blocked;
+    ``tied`` marks the eligible arms sharing the greedy arm's score.
+    """
+
+    FIELDS = frozenset(("ranking", "scores", "widths", "propensities"))
+
+    def __init__(
+        self,
+        ids: list[str],
+        scores: np.ndarray,
+        widths: np.ndarray | None,
+        keys: np.ndarray,
+        order: np.ndarray | None,
+        eligible: np.ndarray | None,
+        served: int,
+        tied: np.ndarray,
+        n_tied: int,
+        n_eligible: int,
+        epsilon: float,
+    ) -> None:
+        self.ids, self.scores, self.widths, self.keys, self.order = ids, scores, widths, keys, order
+        self.eligible, self.served, self.tied, self.n_tied = eligible, served, tied, n_tied
+        self.n_eligible, self.epsilon = n_eligible, epsilon
+
+    def ranked(self) -> np.ndarray:
+        """Candidate indices: the served arm, the other eligible arms by descending score
+        (ties by descending key), then the blocked arms."""
+        order = self.order
+        if order is None:
+            order = self.order = np.lexsort((-self.keys, -self.scores))
+        eligible, served = self.eligible, self.served
+        if eligible is None:
+            if served == order[0]:
+                return order  # the usual case: no arm blocked, the best-ranked arm served
+            return np.concatenate(([served], order[order != served])).astype(np.intp)
+        rest = order[(order != served) & eligible[order]]
+        blocked = order[~eligible[order]]
+        return np.concatenate(([served], rest, blocked)).astype(np.intp)
+
+    def fields(self) -> dict[str, Any]:
+        """The four lazy :class:`Decision` fields."""
+        ranked, eps = self.ranked(), self.epsilon
+        if self.eligible is None:
+            propensity = np.full(len(self.ids), eps / self.n_eligible)
+        else:
+            propensity = np.where(self.eligible, eps / self.n_eligible, 0.0)
+        propensity[self.tied] += (1.0 - eps) / self.n_tied
+        return {
+            "ranking": tuple(map(self.ids.__getitem__, ranked.tolist())),
+            "scores": self.scores[ranked],
+            "widths": None if self.widths is None else self.widths[ranked],
+            "propensities": propensity[ranked],
+        }
 
 
 @dataclass
@@ -213,6 +286,15 @@ class BasePolicy:
     ARM_STATE: ClassVar[type[ArrayState]]
     SHARED_STATE: ClassVar[type[ArrayState] | None] = None
     USER_STATE: ClassVar[type[ArrayState] | None] = None
+
+    # Set per class from which selection hooks it overrides (__init_subclass__).
+    _PLAIN_CHOICE: ClassVar[bool] = True
+    _NO_EXTRAS: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._PLAIN_CHOICE = cls._filter is BasePolicy._filter and cls._choose is BasePolicy._choose
+        cls._NO_EXTRAS = cls._decision_extras is BasePolicy._decision_extras
 
     def __init__(self, config: PolicyConfig) -> None:
         if not isinstance(config, self.CONFIG):
@@ -312,17 +394,17 @@ class BasePolicy:
         this call and the greedy (UCB) choice is served.
         """
         ids = check_arm_ids(arm_ids)
-        X = check_matrix(X, len(ids), self.config.d)
+        K = len(ids)
+        X = check_matrix(X, K, self.config.d)
         ctx = SelectContext(user_id=user_id, features=features)
-        arms = self._arms
         try:
-            states = [arms[a] for a in ids]
+            states = list(map(self._arms.__getitem__, ids))
             created: tuple[str, ...] = ()
         except KeyError:
-            created = tuple(a for a in ids if a not in arms)
+            created = tuple(a for a in ids if a not in self._arms)
             states = [self._arm_for_select(a) for a in ids]
         scores, widths = self._score(ids, states, X, ctx)
-        if not np.isfinite(scores).all():
+        if not np.isfinite(np.add.reduce(scores)) and not np.isfinite(scores).all():
             bad = int(np.argmin(np.isfinite(scores)))
             raise InvalidInputError(
                 f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
@@ -330,38 +412,46 @@ class BasePolicy:
             )
         # Ties are broken uniformly at random: each candidate draws a random key and,
         # among equal scores, the larger key ranks first.
-        keys = self._rng.random(len(ids))
-        order = np.lexsort((-keys, -scores))
-        eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
-        greedy = self._choose(ids, X, scores, order, eligible, ctx)
-        n_eligible = int(np.count_nonzero(eligible))
-        every = n_eligible == len(ids)
+        keys = self._rng.random(K)
         epsilon = self.config.epsilon if explore else 0.0
-        tied = scores == scores[greedy]
-        if not every:
-            tied &= eligible
-        n_tied = int(np.count_nonzero(tied))
-        propensity = np.full(len(ids), epsilon / n_eligible) if every else np.where(eligible, epsilon / n_eligible, 0.0)
-        propensity[tied] += (1.0 - epsilon) / n_tied
-        explored = bool(epsilon > 0.0 and self._rng.random() < epsilon)
-        served = int(self._rng.choice(np.flatnonzero(eligible))) if explored else greedy
-        if every and served == order[0]:
-            ranked = order  # the usual case: no arm blocked, the best-ranked arm served
+        if self._PLAIN_CHOICE:
+            # No guardrails and the default choice: the greedy arm is the best score,
+            # the largest key among ties; the full order is left to the Decision.
+            order, eligible, outcome, changed, n_eligible = None, None, None, (), K
+            greedy = int(scores.argmax())
+            tied = scores == scores[greedy]
+            n_tied = int(np.count_nonzero(tied))
+            if n_tied > 1:
+                greedy = int(np.where(tied, keys, -1.0).argmax())
         else:
-            rest = order[(order != served) & eligible[order]]
-            blocked = order[~eligible[order]]
-            ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
-        return self._finish_select(Decision(
+            order = np.lexsort((-keys, -scores))
+            eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
+            greedy = self._choose(ids, X, scores, order, eligible, ctx)
+            n_eligible = int(np.count_nonzero(eligible))
+            tied = scores == scores[greedy]
+            if n_eligible < K:
+                tied &= eligible
+            else:
+                eligible = None
+            n_tied = int(np.count_nonzero(tied))
+        explored = bool(epsilon > 0.0 and self._rng.random() < epsilon)
+        if explored:
+            candidates = np.arange(K) if eligible is None else np.flatnonzero(eligible)
+            served = int(self._rng.choice(candidates))
+        else:
+            served = greedy
+        plan = _Ranking(ids, scores, widths, keys, order, eligible, served, tied, n_tied, n_eligible, epsilon)
+        extras = {} if self._NO_EXTRAS else self._decision_extras(ids, plan.ranked(), ctx)
+        decision = Decision.__new__(Decision)
+        decision.__dict__.update(
             arm_id=ids[served],
-            ranking=tuple(map(ids.__getitem__, ranked.tolist())),
-            scores=scores[ranked],
-            widths=None if widths is None else widths[ranked],
-            propensities=propensity[ranked],
             explored=explored,
             guardrail=outcome,
             state_changed=(self._parts_changed_by_new_arms(created) if created else ()) + changed,
-            extras=self._decision_extras(ids, ranked, ctx),
-        ))
+            extras=extras,
+            _pending=plan,
+        )
+        return self._finish_select(decision)
 
     def select_until(
         self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
@@ -416,8 +506,7 @@ class BasePolicy:
         cls = type(self)
         if (
             self.config.epsilon != 0.0
-            or cls._filter is not BasePolicy._filter
-            or cls._choose is not BasePolicy._choose
+            or not cls._PLAIN_CHOICE
             or cls._finish_select is not BasePolicy._finish_select
             or cls._score_batch is BasePolicy._score_batch
         ):
