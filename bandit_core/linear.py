@@ -13,6 +13,7 @@ so floating-point drift stays bounded.
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ class LinearArmState(ArrayState):
         # Checked before any field changes, so the state is never left half-updated; a
         # finite total proves every entry finite in one pass per array (else test each).
         total = np.add.reduce(A, axis=None) + np.add.reduce(A_inv, axis=None) + np.add.reduce(b)
-        if not np.isfinite(total) and not (np.isfinite(A).all() and np.isfinite(A_inv).all() and np.isfinite(b).all()):
+        if not math.isfinite(total) and not (np.isfinite(A).all() and np.isfinite(A_inv).all() and np.isfinite(b).all()):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and target {target} overflow the ridge statistics"
             )
@@ -109,7 +110,7 @@ def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
     if x.ndim == 1:  # one matrix (an arm's update): the same formula in fewer numpy calls
         Ax = A_inv @ x
         term = np.multiply.outer(Ax, Ax)
-        term /= 1.0 + np.add.reduce(x * Ax)
+        term /= 1.0 + x @ Ax
         return term
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
     return Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]

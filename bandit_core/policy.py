@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
@@ -39,7 +40,13 @@ from numpy.typing import ArrayLike
 
 from bandit_core.errors import ConfigError, InvalidInputError, StateFormatError, UnknownArmError
 from bandit_core.state import ArrayState, pack, unpack
-from bandit_core.validation import check_arm_ids, check_matrix, check_reward, check_vector
+from bandit_core.validation import (
+    all_finite,
+    check_arm_ids,
+    check_matrix,
+    check_reward,
+    check_vector,
+)
 
 SHARED_PART = "shared"
 ARM_PREFIX = "arm:"
@@ -287,14 +294,23 @@ class BasePolicy:
     SHARED_STATE: ClassVar[type[ArrayState] | None] = None
     USER_STATE: ClassVar[type[ArrayState] | None] = None
 
-    # Set per class from which selection hooks it overrides (__init_subclass__).
+    # Set per class from which selection hooks it overrides (__init_subclass__):
+    # _PLAIN_CHOICE, no guardrail filter and the default greedy choice; _NO_EXTRAS, no
+    # decision extras; _BATCHED, select_until may use _score_batch (see there).
     _PLAIN_CHOICE: ClassVar[bool] = True
     _NO_EXTRAS: ClassVar[bool] = True
+    _BATCHED: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._PLAIN_CHOICE = cls._filter is BasePolicy._filter and cls._choose is BasePolicy._choose
-        cls._NO_EXTRAS = cls._decision_extras is BasePolicy._decision_extras
+        base = BasePolicy
+        cls._PLAIN_CHOICE = cls._filter is base._filter and cls._choose is base._choose
+        cls._NO_EXTRAS = cls._decision_extras is base._decision_extras
+        cls._BATCHED = (
+            cls._PLAIN_CHOICE
+            and cls._finish_select is base._finish_select
+            and cls._score_batch is not base._score_batch
+        )
 
     def __init__(self, config: PolicyConfig) -> None:
         if not isinstance(config, self.CONFIG):
@@ -404,7 +420,7 @@ class BasePolicy:
             created = tuple(a for a in ids if a not in self._arms)
             states = [self._arm_for_select(a) for a in ids]
         scores, widths = self._score(ids, states, X, ctx)
-        if not np.isfinite(np.add.reduce(scores)) and not np.isfinite(scores).all():
+        if not math.isfinite(np.add.reduce(scores)) and not np.isfinite(scores).all():
             bad = int(np.argmin(np.isfinite(scores)))
             raise InvalidInputError(
                 f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
@@ -503,22 +519,20 @@ class BasePolicy:
     def _batch_scores(self, ids: list[str], X_batch: ArrayLike, user_id: str | None) -> np.ndarray | None:
         """``_score_batch`` of ``X_batch`` after the cold start the first selection would
         make, or ``None`` when :meth:`select_until` must loop (see there)."""
-        cls = type(self)
-        if (
-            self.config.epsilon != 0.0
-            or not cls._PLAIN_CHOICE
-            or cls._finish_select is not BasePolicy._finish_select
-            or cls._score_batch is BasePolicy._score_batch
-        ):
+        if not self._BATCHED or self.config.epsilon != 0.0:
             return None
         X = np.asarray(X_batch)
-        if X.dtype.kind not in "biuf" or X.shape[1:] != (len(ids), self.config.d) or not np.isfinite(X).all():
+        if X.dtype.kind not in "biuf" or X.shape[1:] != (len(ids), self.config.d):
             return None
-        if any(a in self._retired for a in ids):
+        X = X.astype(np.float64, copy=False)
+        if not all_finite(X) or any(a in self._retired for a in ids):
             return None
-        states = [self._arm_for_select(a) for a in ids]
-        scores = self._score_batch(ids, states, X.astype(np.float64, copy=False), SelectContext(user_id=user_id))
-        return scores if scores is not None and np.isfinite(scores).all() else None
+        try:
+            states = list(map(self._arms.__getitem__, ids))
+        except KeyError:
+            states = [self._arm_for_select(a) for a in ids]
+        scores = self._score_batch(ids, states, X, SelectContext(user_id=user_id))
+        return scores if scores is not None and all_finite(scores) else None
 
     def _finish_select(self, decision: Decision) -> Decision:
         """Last step of :meth:`select`: record what serving ``decision`` changes in the

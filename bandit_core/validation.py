@@ -53,12 +53,12 @@ def _as_real_array(value: ArrayLike, name: str, expected: str) -> np.ndarray:
 _FLOAT64 = np.dtype(np.float64)
 
 
-def _all_finite(arr: np.ndarray) -> bool:
-    """True if every entry of the float array ``arr`` is finite. A finite sum proves it
+def all_finite(arr: np.ndarray) -> bool:
+    """True if every entry of the float64 array ``arr`` is finite. A finite sum proves it
     in one pass (a NaN or infinity makes the sum NaN or infinite); only when the sum is
     not finite (a non-finite entry, or finite entries whose sum overflows) is each
     entry tested."""
-    return bool(np.isfinite(np.add.reduce(arr, axis=None))) or bool(np.isfinite(arr).all())
+    return math.isfinite(np.add.reduce(arr, axis=None)) or bool(np.isfinite(arr).all())
 
 
 def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray:
@@ -69,7 +69,7 @@ def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray
         arr = _as_real_array(X, name, f"a numeric array of shape ({rows}, {d})")
     if arr.shape != (rows, d):
         raise InvalidInputError(f"{name} must have shape (K, d) = ({rows}, {d}), but got {arr.shape}")
-    if not _all_finite(arr):
+    if not all_finite(arr):
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise InvalidInputError(
             f"{name} must be finite, but {name}[{bad[0]}, {bad[1]}] is {arr[bad[0], bad[1]]}"
@@ -85,7 +85,7 @@ def check_vector(x: ArrayLike, d: int, name: str = "x") -> np.ndarray:
         arr = _as_real_array(x, name, f"a numeric vector of length {d}")
     if arr.shape != (d,):
         raise InvalidInputError(f"{name} must have shape ({d},), but got {arr.shape}")
-    if not _all_finite(arr):
+    if not all_finite(arr):
         i = int(np.argmin(np.isfinite(arr)))
         raise InvalidInputError(f"{name} must be finite, but {name}[{i}] is {arr[i]}")
     return arr
