@@ -521,7 +521,10 @@ class BasePolicy:
         make, or ``None`` when :meth:`select_until` must loop (see there)."""
         if not self._BATCHED or self.config.epsilon != 0.0:
             return None
-        X = np.asarray(X_batch)
+        try:
+            X = np.asarray(X_batch)
+        except (TypeError, ValueError):  # e.g. ragged rows: select will say what is wrong
+            return None
         if X.dtype.kind not in "biuf" or X.shape[1:] != (len(ids), self.config.d):
             return None
         X = X.astype(np.float64, copy=False)

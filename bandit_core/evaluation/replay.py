@@ -110,19 +110,22 @@ class _Lookahead:
 
     def take_run(self, n: int) -> list[LoggedEvent]:
         """Up to ``n`` next events sharing ``arm_ids``, ``user_id`` and the shape of ``X``
-        ([] at the end)."""
+        (an event whose ``X`` is not an array comes alone; [] at the end)."""
         if not self._check():
             return []
         self._fill(n)
         buf = self._buf
         first = buf.popleft()
         run = [first]
+        shape = first.X.shape if isinstance(first.X, np.ndarray) else None
         while (
-            buf
+            shape is not None
+            and buf
             and len(run) < n
             and buf[0].arm_ids == first.arm_ids
             and buf[0].user_id == first.user_id
-            and buf[0].X.shape == first.X.shape
+            and isinstance(buf[0].X, np.ndarray)
+            and buf[0].X.shape == shape
         ):
             run.append(buf.popleft())
         return run
@@ -151,7 +154,7 @@ def _run(
         run = events.take_run(_READ_AHEAD)
         if not run:
             break
-        X = np.stack([e.X for e in run])
+        X = np.stack([e.X for e in run]) if len(run) > 1 else [run[0].X]
         targets = np.array([e.action for e in run], dtype=np.intp)
         pos = 0
         while pos < len(run):

@@ -258,3 +258,18 @@ def test_a_source_error_surfaces_where_the_one_by_one_loop_meets_it(fail_at: int
     except InvalidInputError as exc:
         got = str(exc)
     assert got == expected and p.to_bytes() == reference.to_bytes()
+
+
+def test_malformed_events_fail_as_select_would() -> None:
+    log = _synthetic_log(3, n=40)
+    ragged = LoggedEvent(tuple(ARMS), [[1.0] * D] * 4 + [[1.0] * (D - 1)], 0, 1.0)  # type: ignore[arg-type]
+    wrong_d = LoggedEvent(tuple(ARMS), np.ones((len(ARMS), D + 1)), 0, 1.0)
+    for bad in (ragged, wrong_d):
+        events = [*log[:20], bad, *log[20:]]
+        expected = make_policy("linucb", d=D, seed=0)
+        with pytest.raises(InvalidInputError) as a:
+            _reference_replay(expected, events, None)
+        p = make_policy("linucb", d=D, seed=0)
+        with pytest.raises(InvalidInputError) as b:
+            replay(p, events)
+        assert str(a.value) == str(b.value) and p.to_bytes() == expected.to_bytes()
