@@ -13,6 +13,7 @@ so floating-point drift stays bounded.
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,14 +64,17 @@ class LinearArmState(ArrayState):
         >>> bool(np.allclose(s.A_inv, np.linalg.inv(s.A)))
         True
         """
-        A = np.multiply.outer(x, x)
+        A = x[:, None] * x
         A += self.A
         A_inv = sherman_morrison_term(self.A_inv, x)
         np.subtract(self.A_inv, A_inv, out=A_inv)
         b = target * x
         b += self.b
-        if not (all_finite(A) and all_finite(A_inv) and all_finite(b)):
-            # Checked before any field changes, so the state is never left half-updated.
+        # Checked before any field changes, so the state is never left half-updated. A
+        # finite total of the three sums proves every entry finite (all_finite's
+        # argument); otherwise each array is tested on its own.
+        total = np.add.reduce(A, axis=None) + np.add.reduce(A_inv, axis=None) + np.add.reduce(b)
+        if not (math.isfinite(total) or (all_finite(A) and all_finite(A_inv) and all_finite(b))):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and target {target} overflow the ridge statistics"
             )
@@ -107,7 +111,7 @@ def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
     :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``."""
     if x.ndim == 1:  # one matrix (an arm's update): the same formula in fewer numpy calls
         Ax = A_inv @ x
-        term = np.multiply.outer(Ax, Ax)
+        term = Ax[:, None] * Ax
         term /= 1.0 + x @ Ax
         return term
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
