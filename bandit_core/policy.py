@@ -180,7 +180,8 @@ class _Ranking:
 
     ``order`` ranks candidates by descending score, ties by descending ``keys`` (computed
     here when select did not need it); ``eligible`` is ``None`` when no arm was blocked;
-    ``tied`` marks the eligible arms sharing the greedy arm's score.
+    ``tied`` marks the eligible arms sharing the greedy arm's score (``None`` when no arm
+    was blocked and that score is the only maximum).
     """
 
     FIELDS = frozenset(("ranking", "scores", "widths", "propensities"))
@@ -194,7 +195,7 @@ class _Ranking:
         order: np.ndarray | None,
         eligible: np.ndarray | None,
         served: int,
-        tied: np.ndarray,
+        tied: np.ndarray | None,
         n_tied: int,
         n_eligible: int,
         epsilon: float,
@@ -225,7 +226,10 @@ class _Ranking:
             propensity = np.full(len(self.ids), eps / self.n_eligible)
         else:
             propensity = np.where(self.eligible, eps / self.n_eligible, 0.0)
-        propensity[self.tied] += (1.0 - eps) / self.n_tied
+        tied = self.tied
+        if tied is None:  # no arm blocked and a single best score
+            tied = self.scores == self.scores.max()
+        propensity[tied] += (1.0 - eps) / self.n_tied
         return {
             "ranking": tuple(map(self.ids.__getitem__, ranked.tolist())),
             "scores": self.scores[ranked],
@@ -325,6 +329,7 @@ class BasePolicy:
         self._retired: set[str] = set()
         self._users: dict[str, ArrayState] = {}
         self._shared: ArrayState | None = self._new_shared_state()
+        self._checked_ids: list[str] | None = None  # the last candidate list select checked
 
     # ---- algorithm hooks -------------------------------------------------------------
     def _new_arm_state(self) -> ArrayState:
@@ -413,7 +418,7 @@ class BasePolicy:
         :class:`UnknownArmError`. With ``explore=False`` the epsilon floor is off for
         this call and the greedy (UCB) choice is served.
         """
-        ids = check_arm_ids(arm_ids)
+        ids = self._checked_ids = check_arm_ids(arm_ids, self._checked_ids)
         K = len(ids)
         X = check_matrix(X, K, self.config.d)
         ctx = SelectContext(user_id=user_id, features=features)
@@ -437,11 +442,14 @@ class BasePolicy:
         if self._PLAIN_CHOICE:
             # No guardrails and the default choice: the greedy arm is the best score,
             # the largest key among ties; the full order is left to the Decision.
+            # The tie mask is left to the Decision unless there is a tie to break.
             order, eligible, outcome, changed, n_eligible = None, None, None, (), K
             greedy = int(scores.argmax())
-            tied = scores == scores[greedy]
-            n_tied = int(np.count_nonzero(tied))
+            listed = scores.tolist()
+            n_tied = listed.count(listed[greedy])
+            tied = None
             if n_tied > 1:
+                tied = scores == scores[greedy]
                 greedy = int(np.where(tied, keys, -1.0).argmax())
         else:
             order = np.lexsort((-keys, -scores))

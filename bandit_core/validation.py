@@ -12,8 +12,19 @@ from numpy.typing import ArrayLike
 from bandit_core.errors import InvalidInputError
 
 
-def check_arm_ids(arm_ids: Sequence[str]) -> list[str]:
-    """Return ``arm_ids`` as a list after checking it is a non-empty list of unique strings."""
+def check_arm_ids(arm_ids: Sequence[str], known: list[str] | None = None) -> list[str]:
+    """Return ``arm_ids`` as a list after checking it is a non-empty list of unique strings.
+
+    ``known``, a list this function returned before, makes a repeated check cheap: a
+    list of str equal to it (one ``str.join`` proves every element a str, and str
+    equality is equality of content) passes without the uniqueness pass.
+    """
+    if type(arm_ids) is list and arm_ids == known:
+        try:
+            "".join(arm_ids)
+            return arm_ids.copy()
+        except TypeError:
+            pass  # a non-str equal to a known id: the full check names it
     if isinstance(arm_ids, (str, bytes)):
         raise InvalidInputError(f"arm_ids must be a sequence of str, but got a single {type(arm_ids).__name__}")
     try:

@@ -14,6 +14,7 @@ import bandit_core
 from bandit_core import POLICIES, make_policy
 from bandit_core.errors import ConfigError, InvalidInputError, UnknownArmError
 from bandit_core.policy import Decision
+from bandit_core.validation import check_arm_ids
 
 D = 4
 ARMS = ["a", "b", "c", "d", "e"]
@@ -300,3 +301,25 @@ def test_a_decision_behaves_as_the_dataclass_it_is() -> None:
         dec.rank  # noqa: B018
     with pytest.raises(dataclasses.FrozenInstanceError):
         dec.arm_id = "b"  # type: ignore[misc]
+
+
+def test_arm_ids_checked_against_the_last_list_select_checked() -> None:
+    class EqualToB:  # not a str, yet equal to the known id "b"
+        def __eq__(self, other: object) -> bool:
+            return other == "b"
+
+        __hash__ = None  # type: ignore[assignment]
+
+    known = check_arm_ids(["a", "b", "c"])
+    again = check_arm_ids(["a", "b", "c"], known)
+    assert again == known and again is not known
+    with pytest.raises(InvalidInputError, match="every arm id must be a non-empty str, but got <"):
+        check_arm_ids(["a", EqualToB(), "c"], known)
+    with pytest.raises(InvalidInputError, match="'a' appears more than once"):
+        check_arm_ids(["a", "b", "a"], known)
+    policy = make_policy("linucb", d=D, seed=0)
+    X = np.random.default_rng(0).normal(size=(3, D))
+    policy.select(["a", "b", "c"], X)
+    policy.select(["a", "b", "c"], X)  # an equal list: the cheap check
+    with pytest.raises(InvalidInputError, match="every arm id must be a non-empty str"):
+        policy.select(["a", EqualToB(), "c"], X)
