@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -160,8 +160,9 @@ class RidgeStack:
     last candidate list and rewrites only the rows of arms whose state object was
     replaced (cold start, :meth:`~bandit_core.policy.BasePolicy.import_parts`) or whose
     update count ``n`` moved (:meth:`LinearArmState.add` is the only writer of a state's
-    arrays). A different candidate list rebuilds the stacks. Values are copies, so the
-    scores are bit-identical to :func:`linear_ucb_terms`.
+    arrays); a caller that knows which arms may have changed says so and spares the scan
+    of all K states. A different candidate list rebuilds the stacks. Values are copies,
+    so the scores are bit-identical to :func:`linear_ucb_terms`.
 
     >>> stack, s = RidgeStack(), LinearArmState.prior(2, 1.0)
     >>> X = np.array([[1.0, 0.0]])
@@ -174,23 +175,38 @@ class RidgeStack:
 
     def __init__(self) -> None:
         self._ids: list[str] = []
+        self._rows: dict[str, int] = {}
         self._states: list[LinearArmState] = []
         self._stamps: list[int] = []
         self.A_inv = np.zeros((0, 0, 0))
         self.theta = np.zeros((0, 0))
 
-    def sync(self, arm_ids: list[str], states: Sequence[LinearArmState]) -> list[int] | None:
+    def sync(
+        self, arm_ids: list[str], states: Sequence[LinearArmState], changed: Collection[str] | None = None
+    ) -> list[int] | None:
         """Bring the stacks up to date with ``states`` (aligned with ``arm_ids``).
 
-        Returns ``None`` when the stacks were rebuilt, else the (possibly empty) list of
-        rows rewritten.
+        ``changed``, when given, names every arm whose state may differ from the last
+        sync (states of other arms are the same objects, unchanged); then only those
+        rows are checked. Returns ``None`` when the stacks were rebuilt, else the
+        (possibly empty) list of rows rewritten.
         """
         if arm_ids != self._ids:
             self._ids, self._states = list(arm_ids), list(states)
+            self._rows = {a: i for i, a in enumerate(self._ids)}
             self._stamps = [s.n for s in states]
             self._rebuild()
             return None
         cached, stamps = self._states, self._stamps
+        if changed is not None:
+            rows = self._rows
+            maybe = [rows[a] for a in changed if a in rows]
+            if all(states[i] is cached[i] for i in maybe):
+                written = [i for i in maybe if states[i].n != stamps[i]]
+                for i in written:
+                    stamps[i] = states[i].n
+                    self._write(i, states[i])
+                return written
         now = list(map(_UPDATES, states))
         if all(map(operator.is_, states, cached)):
             if now == stamps:
@@ -213,8 +229,12 @@ class RidgeStack:
         self.theta[i] = state.theta
 
     def ucb_terms(
-        self, arm_ids: list[str], states: Sequence[LinearArmState], X: np.ndarray
+        self,
+        arm_ids: list[str],
+        states: Sequence[LinearArmState],
+        X: np.ndarray,
+        changed: Collection[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """:func:`linear_ucb_terms` over the cached stacks, after :meth:`sync`."""
-        self.sync(arm_ids, states)
+        self.sync(arm_ids, states, changed)
         return stacked_ucb_terms(self.A_inv, self.theta, X)

@@ -59,7 +59,7 @@ class LinUCB(BasePolicy):
     def _score(
         self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        mean, width = self._stack.ucb_terms(arm_ids, states, X)
+        mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
         return mean + self.config.alpha * width, width
 
     def _score_batch(self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext) -> np.ndarray:

@@ -330,6 +330,10 @@ class BasePolicy:
         self._users: dict[str, ArrayState] = {}
         self._shared: ArrayState | None = self._new_shared_state()
         self._checked_ids: list[str] | None = None  # the last candidate list select checked
+        # Arms whose state update() may have changed since _take_updated last ran; None
+        # when the arm table itself changed (cold start, add, retire, part import), so
+        # every arm must be treated as changed.
+        self._updated_arms: set[str] | None = None
 
     # ---- algorithm hooks -------------------------------------------------------------
     def _new_arm_state(self) -> ArrayState:
@@ -565,6 +569,9 @@ class BasePolicy:
         state = self._known_arm(arm_id)
         x = check_vector(x, self.config.d)
         reward = check_reward(reward, self.config.reward_range)
+        updated = self._updated_arms
+        if updated is not None:
+            updated.add(arm_id)
         self._update(arm_id, state, x, reward, SelectContext(user_id=user_id))
 
     def add_arm(self, arm_id: str) -> None:
@@ -573,12 +580,14 @@ class BasePolicy:
         self._retired.discard(arm_id)
         if arm_id not in self._arms:
             self._arms[arm_id] = self._new_arm_state()
+            self._updated_arms = None
 
     def retire_arm(self, arm_id: str) -> None:
         """Forget ``arm_id``'s state; later selections including it raise UnknownArmError."""
         self._known_arm(arm_id)
         del self._arms[arm_id]
         self._retired.add(arm_id)
+        self._updated_arms = None
 
     @property
     def arm_ids(self) -> tuple[str, ...]:
@@ -632,6 +641,7 @@ class BasePolicy:
     def import_parts(self, parts: Mapping[str, bytes | None]) -> None:
         """Replace the named parts with the given bytes; ``None`` drops a part."""
         decoded = {name: self._decode_part(name, data) for name, data in parts.items()}
+        self._updated_arms = None
         for name, state in decoded.items():
             kind, key = self._split(name)
             if kind == "shared":
@@ -700,7 +710,14 @@ class BasePolicy:
             if arm_id in self._retired:
                 raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
             state = self._arms[arm_id] = self._new_arm_state()
+            self._updated_arms = None
         return state
+
+    def _take_updated(self) -> set[str] | None:
+        """The arms :meth:`update` may have changed since the last call (``None``:
+        possibly any arm, and the arm table too); starts a new record."""
+        updated, self._updated_arms = self._updated_arms, set()
+        return updated
 
     def _known_arm(self, arm_id: str) -> ArrayState:
         state = self._arms.get(arm_id)

@@ -119,3 +119,38 @@ def test_one_vector_sherman_morrison_matches_the_stacked_form() -> None:
         one = sherman_morrison_term(A_inv[k], x[k])
         np.testing.assert_allclose(one, stacked[k], rtol=1e-12, atol=1e-15)
         np.testing.assert_array_equal(one, one.T)  # symmetric, as A^-1 must stay
+
+
+def test_stack_rows_follow_every_kind_of_change() -> None:
+    # select scores from the policy's RidgeStack, synced from the arms update() named
+    # since the last selection; after any mix of updates, cold starts, adds, retires and
+    # part imports the stacks must equal the states' arrays bit for bit.
+    rng = np.random.default_rng(3)
+    d = 3
+    policy = LinUCB(LinUCBConfig(d=d, alpha=1.0, seed=0))
+    donor = LinUCB(LinUCBConfig(d=d, alpha=1.0, seed=1))
+    donor.select(["a", "b", "c", "d"], rng.normal(size=(4, d)))
+    for arm in ("a", "b", "c", "d"):
+        donor.update(arm, rng.normal(size=d), 1.0)
+    ids = ["a", "b", "c"]
+    for step in range(300):
+        op = rng.integers(6)
+        if op == 0:
+            pool = ["a", "b", "c"] + (["d"] if "d" in policy.arm_ids else [])
+            ids = [str(a) for a in rng.permutation(pool)[: rng.integers(1, len(pool) + 1)]]
+        elif op == 1 and "d" in policy.arm_ids:
+            policy.retire_arm("d")
+            ids = [a for a in ids if a != "d"] or ["a"]
+        elif op == 2:
+            policy.add_arm("d")
+        elif op == 3:
+            arm = str(rng.choice(["a", "b", "c", "d"]))
+            policy.import_parts(donor.export_parts([f"arm:{arm}"]))
+        else:
+            known = [a for a in ids if a in policy.arm_ids]
+            for arm in rng.choice(known, size=rng.integers(0, 3)) if known else []:
+                policy.update(str(arm), rng.normal(size=d), float(rng.random()))
+        policy.select(ids, rng.normal(size=(len(ids), d)))
+        states = [policy._arms[a] for a in ids]
+        assert np.array_equal(policy._stack.A_inv, np.stack([s.A_inv for s in states])), step
+        assert np.array_equal(policy._stack.theta, np.stack([s.theta for s in states])), step
