@@ -445,8 +445,8 @@ class BasePolicy:
         epsilon = self.config.epsilon if explore else 0.0
         if self._PLAIN_CHOICE:
             # No guardrails and the default choice: the greedy arm is the best score,
-            # the largest key among ties; the full order is left to the Decision.
-            # The tie mask is left to the Decision unless there is a tie to break.
+            # the largest key among ties; the full order (and the tie mask, unless there
+            # is a tie to break) is left to the Decision.
             order, eligible, outcome, changed, n_eligible = None, None, None, (), K
             greedy = int(scores.argmax())
             listed = scores.tolist()
