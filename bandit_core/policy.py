@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
@@ -39,7 +40,13 @@ from numpy.typing import ArrayLike
 
 from bandit_core.errors import ConfigError, InvalidInputError, StateFormatError, UnknownArmError
 from bandit_core.state import ArrayState, pack, unpack
-from bandit_core.validation import check_arm_ids, check_matrix, check_reward, check_vector
+from bandit_core.validation import (
+    all_finite,
+    check_arm_ids,
+    check_matrix,
+    check_reward,
+    check_vector,
+)
 
 SHARED_PART = "shared"
 ARM_PREFIX = "arm:"
@@ -132,6 +139,10 @@ class Decision:
     ``state_changed`` names the state parts the selection itself changed (cold-started
     arms, guardrail counters, LNUCB-TA's arm count) and a store must save;
     ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
+
+    A decision returned by :meth:`BasePolicy.select` computes ``ranking``, ``scores``,
+    ``widths`` and ``propensities`` when one of them is first read, from arrays the
+    selection already holds; the values are those an eager construction would give.
     """
 
     arm_id: str
@@ -148,6 +159,75 @@ class Decision:
     def propensity(self) -> float:
         """Probability with which the served arm was chosen."""
         return float(self.propensities[0])
+
+    def __getattr__(self, name: str) -> Any:
+        # A decision made by select holds its ranking, scores, widths and propensities
+        # as a _Ranking until one of them is first read (most callers read only arm_id).
+        pending = self.__dict__.get("_pending")
+        if pending is None or name not in _Ranking.FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.__dict__.update(pending.fields())
+        return self.__dict__[name]
+
+
+class _Ranking:
+    """What :meth:`BasePolicy.select` knows about one decision, from which the
+    :class:`Decision`'s ranking, scores, widths and propensities are computed on demand.
+
+    ``order`` ranks candidates by descending score, ties by descending ``keys`` (computed
+    here when select did not need it); ``eligible`` is ``None`` when no arm was blocked;
+    ``tied`` marks the eligible arms sharing the greedy arm's score.
+    """
+
+    FIELDS = frozenset(("ranking", "scores", "widths", "propensities"))
+
+    def __init__(
+        self,
+        ids: list[str],
+        scores: np.ndarray,
+        widths: np.ndarray | None,
+        keys: np.ndarray,
+        order: np.ndarray | None,
+        eligible: np.ndarray | None,
+        served: int,
+        tied: np.ndarray,
+        n_tied: int,
+        n_eligible: int,
+        epsilon: float,
+    ) -> None:
+        self.ids, self.scores, self.widths, self.keys, self.order = ids, scores, widths, keys, order
+        self.eligible, self.served, self.tied, self.n_tied = eligible, served, tied, n_tied
+        self.n_eligible, self.epsilon = n_eligible, epsilon
+
+    def ranked(self) -> np.ndarray:
+        """Candidate indices: the served arm, the other eligible arms by descending score
+        (ties by descending key), then the blocked arms."""
+        order = self.order
+        if order is None:
+            order = self.order = np.lexsort((-self.keys, -self.scores))
+        eligible, served = self.eligible, self.served
+        if eligible is None:
+            if served == order[0]:
+                return order  # the usual case: no arm blocked, the best-ranked arm served
+            return np.concatenate(([served], order[order != served])).astype(np.intp)
+        rest = order[(order != served) & eligible[order]]
+        blocked = order[~eligible[order]]
+        return np.concatenate(([served], rest, blocked)).astype(np.intp)
+
+    def fields(self) -> dict[str, Any]:
+        """The four lazy :class:`Decision` fields."""
+        ranked, eps = self.ranked(), self.epsilon
+        if self.eligible is None:
+            propensity = np.full(len(self.ids), eps / self.n_eligible)
+        else:
+            propensity = np.where(self.eligible, eps / self.n_eligible, 0.0)
+        propensity[self.tied] += (1.0 - eps) / self.n_tied
+        return {
+            "ranking": tuple(map(self.ids.__getitem__, ranked.tolist())),
+            "scores": self.scores[ranked],
+            "widths": None if self.widths is None else self.widths[ranked],
+            "propensities": propensity[ranked],
+        }
 
 
 @dataclass
@@ -188,6 +268,10 @@ class Policy(Protocol):
         explore: bool = True,
     ) -> Decision: ...
 
+    def select_until(
+        self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
+    ) -> int: ...
+
     def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None: ...
 
     def to_bytes(self) -> bytes: ...
@@ -209,6 +293,24 @@ class BasePolicy:
     ARM_STATE: ClassVar[type[ArrayState]]
     SHARED_STATE: ClassVar[type[ArrayState] | None] = None
     USER_STATE: ClassVar[type[ArrayState] | None] = None
+
+    # Set per class from which selection hooks it overrides (__init_subclass__):
+    # _PLAIN_CHOICE, no guardrail filter and the default greedy choice; _NO_EXTRAS, no
+    # decision extras; _BATCHED, select_until may use _score_batch (see there).
+    _PLAIN_CHOICE: ClassVar[bool] = True
+    _NO_EXTRAS: ClassVar[bool] = True
+    _BATCHED: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        base = BasePolicy
+        cls._PLAIN_CHOICE = cls._filter is base._filter and cls._choose is base._choose
+        cls._NO_EXTRAS = cls._decision_extras is base._decision_extras
+        cls._BATCHED = (
+            cls._PLAIN_CHOICE
+            and cls._finish_select is base._finish_select
+            and cls._score_batch is not base._score_batch
+        )
 
     def __init__(self, config: PolicyConfig) -> None:
         if not isinstance(config, self.CONFIG):
@@ -235,6 +337,20 @@ class BasePolicy:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Return ``(scores, widths)``, each of shape ``(K,)`` (widths may be None)."""
         raise NotImplementedError
+
+    def _score_batch(
+        self, arm_ids: list[str], states: list[ArrayState], X_batch: np.ndarray, ctx: SelectContext
+    ) -> np.ndarray | None:
+        """Scores of B selections over the same candidates at once, shape ``(B, K)`` for
+        ``X_batch`` of shape ``(B, K, d)``, row ``i`` bit-identical to ``_score(...,
+        X_batch[i], ...)[0]``; ``None`` when the policy has no batched scoring.
+
+        :meth:`select_until` uses it only if scoring changes no state, so the B
+        selections would all have seen the same state, and only when ``_filter``,
+        ``_choose`` and ``_finish_select`` are the defaults (they may change state or
+        pick other than the best score).
+        """
+        return None
 
     def _update(self, arm_id: str, state: ArrayState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         """Apply one reward to ``state`` (and shared/user state) in place."""
@@ -294,55 +410,132 @@ class BasePolicy:
         this call and the greedy (UCB) choice is served.
         """
         ids = check_arm_ids(arm_ids)
-        X = check_matrix(X, len(ids), self.config.d)
+        K = len(ids)
+        X = check_matrix(X, K, self.config.d)
         ctx = SelectContext(user_id=user_id, features=features)
-        arms = self._arms
         try:
-            states = [arms[a] for a in ids]
+            states = list(map(self._arms.__getitem__, ids))
             created: tuple[str, ...] = ()
         except KeyError:
-            created = tuple(a for a in ids if a not in arms)
+            created = tuple(a for a in ids if a not in self._arms)
             states = [self._arm_for_select(a) for a in ids]
         scores, widths = self._score(ids, states, X, ctx)
-        if not np.isfinite(scores).all():
+        if not math.isfinite(np.add.reduce(scores)) and not np.isfinite(scores).all():
             bad = int(np.argmin(np.isfinite(scores)))
             raise InvalidInputError(
                 f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
                 "feature values this large overflow float64"
             )
-        # Ties are broken uniformly at random: a random permutation, then a stable sort.
-        perm = self._rng.permutation(len(ids))
-        order = perm[(-scores[perm]).argsort(kind="stable")]
-        eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
-        greedy = self._choose(ids, X, scores, order, eligible, ctx)
-        n_eligible = int(np.count_nonzero(eligible))
-        every = n_eligible == len(ids)
+        # Ties are broken uniformly at random: each candidate draws a random key and,
+        # among equal scores, the larger key ranks first.
+        keys = self._rng.random(K)
         epsilon = self.config.epsilon if explore else 0.0
-        tied = scores == scores[greedy]
-        if not every:
-            tied &= eligible
-        n_tied = int(np.count_nonzero(tied))
-        propensity = np.full(len(ids), epsilon / n_eligible) if every else np.where(eligible, epsilon / n_eligible, 0.0)
-        propensity[tied] += (1.0 - epsilon) / n_tied
-        explored = bool(epsilon > 0.0 and self._rng.random() < epsilon)
-        served = int(self._rng.choice(np.flatnonzero(eligible))) if explored else greedy
-        if every and served == order[0]:
-            ranked = order  # the usual case: no arm blocked, the best-ranked arm served
+        if self._PLAIN_CHOICE:
+            # No guardrails and the default choice: the greedy arm is the best score,
+            # the largest key among ties; the full order is left to the Decision.
+            order, eligible, outcome, changed, n_eligible = None, None, None, (), K
+            greedy = int(scores.argmax())
+            tied = scores == scores[greedy]
+            n_tied = int(np.count_nonzero(tied))
+            if n_tied > 1:
+                greedy = int(np.where(tied, keys, -1.0).argmax())
         else:
-            rest = order[(order != served) & eligible[order]]
-            blocked = order[~eligible[order]]
-            ranked = np.concatenate(([served], rest, blocked)).astype(np.intp)
-        return self._finish_select(Decision(
+            order = np.lexsort((-keys, -scores))
+            eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
+            greedy = self._choose(ids, X, scores, order, eligible, ctx)
+            n_eligible = int(np.count_nonzero(eligible))
+            tied = scores == scores[greedy]
+            if n_eligible < K:
+                tied &= eligible
+            else:
+                eligible = None
+            n_tied = int(np.count_nonzero(tied))
+        explored = bool(epsilon > 0.0 and self._rng.random() < epsilon)
+        if explored:
+            candidates = np.arange(K) if eligible is None else np.flatnonzero(eligible)
+            served = int(self._rng.choice(candidates))
+        else:
+            served = greedy
+        plan = _Ranking(ids, scores, widths, keys, order, eligible, served, tied, n_tied, n_eligible, epsilon)
+        extras = {} if self._NO_EXTRAS else self._decision_extras(ids, plan.ranked(), ctx)
+        decision = Decision.__new__(Decision)
+        decision.__dict__.update(
             arm_id=ids[served],
-            ranking=tuple(map(ids.__getitem__, ranked.tolist())),
-            scores=scores[ranked],
-            widths=None if widths is None else widths[ranked],
-            propensities=propensity[ranked],
             explored=explored,
             guardrail=outcome,
             state_changed=(self._parts_changed_by_new_arms(created) if created else ()) + changed,
-            extras=self._decision_extras(ids, ranked, ctx),
-        ))
+            extras=extras,
+            _pending=plan,
+        )
+        return self._finish_select(decision)
+
+    def select_until(
+        self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
+    ) -> int:
+        """Select on consecutive feature matrices until the served arm is the target.
+
+        Equivalent to calling ``select(arm_ids, X_batch[i], user_id=user_id)`` for
+        ``i = 0, 1, ...`` and stopping after the first ``i`` whose served arm is
+        ``arm_ids[targets[i]]``: returns that ``i``, or ``B`` when none matched, and
+        leaves the policy's state and RNG exactly as those calls would. ``X_batch`` has
+        shape ``(B, K, d)``, ``targets`` shape ``(B,)`` (candidate indices). A replay
+        (:mod:`bandit_core.evaluation.replay`) uses it to skip the unmatched events
+        between two updates, during which the policy's state does not change.
+
+        Policies with batched scoring (``_score_batch``) and ``epsilon = 0`` score all
+        B events in one call and draw all B tie-break keys at once, then rewind the RNG
+        to just after the matched event's keys (one ``random(K)`` draw per selection,
+        as :meth:`select` makes). Any input :meth:`select` would reject falls back to
+        the one-by-one loop, so the same error is raised after the same selections.
+
+        >>> import numpy as np, bandit_core
+        >>> p = bandit_core.make_policy("linucb", d=1, alpha=0.0, seed=0)
+        >>> p.add_arm("a"); p.add_arm("b")
+        >>> p.update("a", [1.0], 1.0)  # "a" now scores 0.5, "b" 0
+        >>> p.select_until(["a", "b"], np.ones((3, 2, 1)), [1, 0, 0])
+        1
+        """
+        ids = check_arm_ids(arm_ids)
+        n_events, targets = _check_targets(X_batch, targets, len(ids))
+        if not n_events:
+            return 0
+        scores = self._batch_scores(ids, X_batch, user_id)
+        if scores is None:
+            for i in range(n_events):
+                if self.select(ids, X_batch[i], user_id=user_id).arm_id == ids[targets[i]]:
+                    return i
+            return n_events
+        rng = self._rng.bit_generator
+        before = rng.state
+        keys = self._rng.random(scores.shape)
+        greedy = np.where(scores == scores.max(axis=1, keepdims=True), keys, -1.0).argmax(axis=1)
+        hits = np.flatnonzero(greedy == targets)
+        if not hits.size:
+            return n_events
+        rng.state = before
+        self._rng.random((int(hits[0]) + 1) * len(ids))
+        return int(hits[0])
+
+    def _batch_scores(self, ids: list[str], X_batch: ArrayLike, user_id: str | None) -> np.ndarray | None:
+        """``_score_batch`` of ``X_batch`` after the cold start the first selection would
+        make, or ``None`` when :meth:`select_until` must loop (see there)."""
+        if not self._BATCHED or self.config.epsilon != 0.0:
+            return None
+        try:
+            X = np.asarray(X_batch)
+        except (TypeError, ValueError):  # e.g. ragged rows: select will say what is wrong
+            return None
+        if X.dtype.kind not in "biuf" or X.shape[1:] != (len(ids), self.config.d):
+            return None
+        X = X.astype(np.float64, copy=False)
+        if not all_finite(X) or any(a in self._retired for a in ids):
+            return None
+        try:
+            states = list(map(self._arms.__getitem__, ids))
+        except KeyError:
+            states = [self._arm_for_select(a) for a in ids]
+        scores = self._score_batch(ids, states, X, SelectContext(user_id=user_id))
+        return scores if scores is not None and all_finite(scores) else None
 
     def _finish_select(self, decision: Decision) -> Decision:
         """Last step of :meth:`select`: record what serving ``decision`` changes in the
@@ -511,6 +704,21 @@ class BasePolicy:
         if state is None and create:
             state = self._users[user_id] = self._new_user_state()  # type: ignore[assignment]
         return state
+
+
+def _check_targets(X_batch: ArrayLike, targets: ArrayLike, k: int) -> tuple[int, np.ndarray]:
+    """``(B, targets as an int array)`` after checking ``targets`` holds one candidate
+    index in ``[0, K)`` per row of ``X_batch``."""
+    t = np.asarray(targets)
+    n_events = len(X_batch)  # type: ignore[arg-type]
+    if t.shape != (n_events,) or (n_events and t.dtype.kind not in "iu"):
+        raise InvalidInputError(
+            f"targets must be {n_events} candidate indices (one per row of X_batch), "
+            f"but got shape {t.shape} and dtype {t.dtype}"
+        )
+    if n_events and not ((t >= 0).all() and (t < k).all()):
+        raise InvalidInputError(f"targets must lie in [0, {k}), but got {t[(t < 0) | (t >= k)][0]}")
+    return n_events, t.astype(np.intp, copy=False)
 
 
 def policy_from_bytes(data: bytes) -> BasePolicy:

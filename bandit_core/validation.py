@@ -23,13 +23,15 @@ def check_arm_ids(arm_ids: Sequence[str]) -> list[str]:
     if not ids:
         raise InvalidInputError("arm_ids must hold at least one candidate arm, but got an empty list")
     try:
-        all_named = all(map(str.__len__, ids))  # C-level pass: TypeError on a non-str
+        "".join(ids)  # C-level pass: TypeError on a non-str
+        unique = set(ids)
+        all_named = "" not in unique
     except TypeError:
         all_named = False
     if not all_named:
         bad = next(a for a in ids if not isinstance(a, str) or not a)
         raise InvalidInputError(f"every arm id must be a non-empty str, but got {bad!r}")
-    if len(set(ids)) != len(ids):
+    if len(unique) != len(ids):
         seen: set[str] = set()
         dup = next(a for a in ids if a in seen or seen.add(a))  # type: ignore[func-returns-value]
         raise InvalidInputError(f"arm_ids must be unique, but {dup!r} appears more than once")
@@ -48,12 +50,26 @@ def _as_real_array(value: ArrayLike, name: str, expected: str) -> np.ndarray:
     return raw.astype(np.float64, copy=False)
 
 
+_FLOAT64 = np.dtype(np.float64)
+
+
+def all_finite(arr: np.ndarray) -> bool:
+    """True if every entry of the float64 array ``arr`` is finite. A finite sum proves it
+    in one pass (a NaN or infinity makes the sum NaN or infinite); only when the sum is
+    not finite (a non-finite entry, or finite entries whose sum overflows) is each
+    entry tested."""
+    return math.isfinite(np.add.reduce(arr, axis=None)) or bool(np.isfinite(arr).all())
+
+
 def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray:
     """Return ``X`` as a finite float64 array of shape ``(rows, d)``."""
-    arr = _as_real_array(X, name, f"a numeric array of shape ({rows}, {d})")
+    if type(X) is np.ndarray and X.dtype is _FLOAT64:
+        arr = X  # the common case, already what _as_real_array returns
+    else:
+        arr = _as_real_array(X, name, f"a numeric array of shape ({rows}, {d})")
     if arr.shape != (rows, d):
         raise InvalidInputError(f"{name} must have shape (K, d) = ({rows}, {d}), but got {arr.shape}")
-    if not np.isfinite(arr).all():
+    if not all_finite(arr):
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise InvalidInputError(
             f"{name} must be finite, but {name}[{bad[0]}, {bad[1]}] is {arr[bad[0], bad[1]]}"
@@ -63,10 +79,13 @@ def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray
 
 def check_vector(x: ArrayLike, d: int, name: str = "x") -> np.ndarray:
     """Return ``x`` as a finite float64 vector of length ``d``."""
-    arr = _as_real_array(x, name, f"a numeric vector of length {d}")
+    if type(x) is np.ndarray and x.dtype is _FLOAT64:
+        arr = x
+    else:
+        arr = _as_real_array(x, name, f"a numeric vector of length {d}")
     if arr.shape != (d,):
         raise InvalidInputError(f"{name} must have shape ({d},), but got {arr.shape}")
-    if not np.isfinite(arr).all():
+    if not all_finite(arr):
         i = int(np.argmin(np.isfinite(arr)))
         raise InvalidInputError(f"{name} must be finite, but {name}[{i}] is {arr[i]}")
     return arr

@@ -21,6 +21,7 @@ equals :func:`replay`.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,6 +72,65 @@ def _check_rounds(n_rounds: int | None) -> None:
         raise InvalidInputError(f"n_rounds must be a positive int or None, but got {n_rounds!r}")
 
 
+_READ_AHEAD = 64  # events buffered from the source and stacked for select_until
+_STEP = 16  # events per select_until call: about one match's worth on a log of ~10 arms
+
+
+class _Lookahead:
+    """Events read ahead from a source; an error the source raises is kept and raised
+    only when the events before it are used up, where the one-by-one loop would meet it."""
+
+    def __init__(self, source: LogSource) -> None:
+        self._it = iter(source)
+        self._buf: deque[LoggedEvent] = deque()
+        self._error: BaseException | None = None
+        self._done = False
+
+    def _fill(self, n: int) -> None:
+        while len(self._buf) < n and not self._done:
+            try:
+                self._buf.append(next(self._it))
+            except StopIteration:
+                self._done = True
+            except Exception as exc:  # noqa: BLE001 - re-raised in order by take_run/touch
+                self._error, self._done = exc, True
+
+    def _check(self) -> bool:
+        """True if an event is available; raises the source's error if that is next."""
+        self._fill(1)
+        if self._buf:
+            return True
+        if self._error is not None:
+            raise self._error
+        return False
+
+    def touch(self) -> None:
+        """Read the next event as the one-by-one loop would before stopping."""
+        self._check()
+
+    def take_run(self, n: int) -> list[LoggedEvent]:
+        """Up to ``n`` next events sharing ``arm_ids``, ``user_id`` and the shape of ``X``
+        (an event whose ``X`` is not an array comes alone; [] at the end)."""
+        if not self._check():
+            return []
+        self._fill(n)
+        buf = self._buf
+        first = buf.popleft()
+        run = [first]
+        shape = first.X.shape if isinstance(first.X, np.ndarray) else None
+        while (
+            shape is not None
+            and buf
+            and len(run) < n
+            and buf[0].arm_ids == first.arm_ids
+            and buf[0].user_id == first.user_id
+            and isinstance(buf[0].X, np.ndarray)
+            and buf[0].X.shape == shape
+        ):
+            run.append(buf.popleft())
+        return run
+
+
 def _run(
     policy: Policy,
     source: LogSource,
@@ -78,21 +138,41 @@ def _run(
     accept: Callable[[LoggedEvent], bool],
     progress: Progress | None,
 ) -> ReplayResult:
+    """The strict replay loop. Events with the same candidates go to
+    :meth:`Policy.select_until` in small batches: the policy learns only at a match, so
+    every result (matches, ``events_seen``, the acceptance draws, the final state) is
+    that of calling ``select`` on each event in turn."""
     _check_rounds(n_rounds)
     start, start_cpu = time.perf_counter(), time.process_time()
     rewards: list[float] = []
     seen = 0
-    for event in source:
+    events = _Lookahead(source)
+    while True:
         if n_rounds is not None and len(rewards) >= n_rounds:
+            events.touch()
             break
-        seen += 1
-        decision = policy.select(event.arm_ids, event.X, user_id=event.user_id)
-        if decision.arm_id != event.chosen or not accept(event):
-            continue
-        policy.update(event.chosen, event.X[event.action], event.reward, user_id=event.user_id)
-        rewards.append(event.reward)
-        if progress is not None:
-            progress(1)
+        run = events.take_run(_READ_AHEAD)
+        if not run:
+            break
+        X = np.stack([e.X for e in run]) if len(run) > 1 else [run[0].X]
+        targets = np.array([e.action for e in run], dtype=np.intp)
+        pos = 0
+        while pos < len(run):
+            if n_rounds is not None and len(rewards) >= n_rounds:
+                break
+            end = min(pos + _STEP, len(run))
+            i = policy.select_until(run[0].arm_ids, X[pos:end], targets[pos:end], user_id=run[0].user_id)
+            if i == end - pos:
+                seen, pos = seen + i, end
+                continue
+            seen, pos = seen + i + 1, pos + i + 1
+            event = run[pos - 1]
+            if not accept(event):
+                continue
+            policy.update(event.chosen, event.X[event.action], event.reward, user_id=event.user_id)
+            rewards.append(event.reward)
+            if progress is not None:
+                progress(1)
     curve = np.cumsum(np.asarray(rewards, dtype=np.float64))
     total = float(curve[-1]) if curve.size else 0.0
     return ReplayResult(

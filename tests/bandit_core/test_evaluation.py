@@ -44,6 +44,13 @@ class Spy:
         self.selected.append(dec.arm_id)
         return dec
 
+    def select_until(self, arm_ids, X_batch, targets, **kw):  # type: ignore[no-untyped-def]
+        """The Protocol's definition: one select per row until the target is served."""
+        for i, (X, t) in enumerate(zip(X_batch, targets, strict=True)):
+            if self.select(arm_ids, X, **kw).arm_id == arm_ids[t]:
+                return i
+        return len(targets)
+
     def update(self, arm_id, x, reward, **kw):  # type: ignore[no-untyped-def]
         self.updates.append((arm_id, np.array(x), reward))
         self.policy.update(arm_id, x, reward, **kw)

@@ -88,3 +88,34 @@ def test_overflowing_features_raise_and_leave_the_state_intact(name: str) -> Non
     assert policy.to_bytes() == before
     with pytest.raises(bandit_core.InvalidInputError, match=r"X\[0\] gives the non-finite score"):
         policy.select(["a"], np.array([[1e200, 1e200]]))
+
+
+def test_finite_values_whose_sum_overflows_are_accepted() -> None:
+    """The finiteness checks sum an array first and test entries only if the sum is not
+    finite, so huge but finite statistics and features pass as before."""
+    from bandit_core.linear import LinearArmState
+    from bandit_core.validation import check_matrix, check_vector
+
+    s = LinearArmState.prior(2, 1e308)  # A = 1e308 I: finite, its sum is not
+    s.add(np.array([1.0, 0.0]), 1.0, 1.0, refactor_every=1000)
+    np.testing.assert_allclose(s.A_inv, np.diag([1.0 / (1e308 + 1.0), 1e-308]), rtol=1e-12)
+    np.testing.assert_array_equal(check_vector(np.array([1e308, 1e308]), 2), [1e308, 1e308])
+    assert check_matrix(np.full((2, 2), 1e308), 2, 2).shape == (2, 2)
+    with pytest.raises(bandit_core.InvalidInputError, match=r"x must be finite, but x\[1\] is nan"):
+        check_vector(np.array([1e308, np.nan]), 2)
+    with pytest.raises(bandit_core.InvalidInputError, match=r"X must be finite, but X\[1, 0\] is -inf"):
+        check_matrix(np.array([[1.0, 2.0], [-np.inf, 0.0]]), 2, 2)
+
+
+def test_one_vector_sherman_morrison_matches_the_stacked_form() -> None:
+    from bandit_core.linear import sherman_morrison_term
+
+    rng = np.random.default_rng(3)
+    M = rng.normal(size=(4, 6, 6))
+    A_inv = np.linalg.inv(M @ np.swapaxes(M, 1, 2) + np.eye(6))
+    x = rng.normal(size=(4, 6))
+    stacked = sherman_morrison_term(A_inv, x)
+    for k in range(4):
+        one = sherman_morrison_term(A_inv[k], x[k])
+        np.testing.assert_allclose(one, stacked[k], rtol=1e-12, atol=1e-15)
+        np.testing.assert_array_equal(one, one.T)  # symmetric, as A^-1 must stay

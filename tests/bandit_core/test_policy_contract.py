@@ -258,3 +258,45 @@ def test_bad_config_is_rejected(name: str, params: dict, match: str) -> None:
     params = {"d": D, **params}
     with pytest.raises(ConfigError, match=match):
         make_policy(name, **params)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decision_fields_read_later_equal_fields_read_at_once(name: str) -> None:
+    """A Decision computes ranking, scores, widths and propensities on first read; reading
+    them after later selections and updates gives what reading them at once gave."""
+    params = {"epsilon": 0.3} if name != "hare" else {}
+    now, late = make_policy(name, d=D, seed=8, **params), make_policy(name, d=D, seed=8, **params)
+    rng = np.random.default_rng(8)
+    held = []
+    for _ in range(25):
+        X = rng.integers(0, 2, size=(len(ARMS), D)).astype(float)  # exact ties are common
+        a, b = now.select(ARMS, X), late.select(ARMS, X)
+        _ = (a.ranking, a.scores, a.widths, a.propensities)
+        held.append((a, b))
+        reward = float(rng.integers(0, 2))
+        for p, dec in ((now, a), (late, b)):
+            p.update(dec.arm_id, X[ARMS.index(dec.arm_id)], reward)
+    _same([a for a, _ in held], [b for _, b in held])
+    for a, b in held:
+        assert a.propensity == b.propensity and (a.widths is None) == (b.widths is None)
+        if a.widths is not None:
+            np.testing.assert_array_equal(a.widths, b.widths)
+
+
+def test_a_decision_behaves_as_the_dataclass_it_is() -> None:
+    import dataclasses
+    import pickle
+
+    p = make_policy("linucb", d=D, seed=0)
+    dec = p.select(ARMS, np.ones((len(ARMS), D)))
+    again = pickle.loads(pickle.dumps(dec))
+    moved = dataclasses.replace(dec, state_changed=("shared",))
+    for d in (again, moved):
+        assert d.arm_id == dec.arm_id and d.ranking == dec.ranking and d.ranking[0] == dec.arm_id
+        np.testing.assert_array_equal(d.propensities, dec.propensities)
+    assert moved.state_changed == ("shared",) and repr(dec).startswith("Decision(arm_id=")
+    assert dataclasses.asdict(dec)["ranking"] == dec.ranking
+    with pytest.raises(AttributeError, match="no attribute 'rank'"):
+        dec.rank  # noqa: B018
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        dec.arm_id = "b"  # type: ignore[misc]
