@@ -577,6 +577,16 @@ class LNUCBTA(BasePolicy):
     def _score(
         self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
+        score, width = self._scores(arm_ids, states, X[None])
+        return score[0], width[0]
+
+    def _score_batch(self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext) -> np.ndarray:
+        return self._scores(arm_ids, states, X_batch)[0]
+
+    def _scores(self, arm_ids: list[str], states: list, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and widths, each of shape ``(B, K)``, of B feature sets ``X`` (shape
+        ``(B, K, d)``) against the same candidates; :meth:`_score` is the case ``B = 1``,
+        and every term is computed row by row, so a batch row is bit-identical to it."""
         cfg, stack = self.config, self._stack
         stack.sync(arm_ids, states)
         mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
@@ -587,7 +597,7 @@ class LNUCBTA(BasePolicy):
         if cfg.use_linear:
             score = score + mean
         if cfg.use_knn:
-            score = score + stack.knn.estimates(X[None], cfg.knn_weights)[0]  # type: ignore[union-attr]
+            score = score + stack.knn.estimates(X, cfg.knn_weights)  # type: ignore[union-attr]
         return score, width
 
     def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
