@@ -13,7 +13,6 @@ so floating-point drift stays bounded.
 from __future__ import annotations
 
 import itertools
-import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy as np
 
 from bandit_core.errors import InvalidInputError
 from bandit_core.state import ArrayState
+from bandit_core.validation import all_finite
 
 
 @dataclass
@@ -69,10 +69,8 @@ class LinearArmState(ArrayState):
         np.subtract(self.A_inv, A_inv, out=A_inv)
         b = target * x
         b += self.b
-        # Checked before any field changes, so the state is never left half-updated; a
-        # finite total proves every entry finite in one pass per array (else test each).
-        total = np.add.reduce(A, axis=None) + np.add.reduce(A_inv, axis=None) + np.add.reduce(b)
-        if not math.isfinite(total) and not (np.isfinite(A).all() and np.isfinite(A_inv).all() and np.isfinite(b).all()):
+        if not (all_finite(A) and all_finite(A_inv) and all_finite(b)):
+            # Checked before any field changes, so the state is never left half-updated.
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and target {target} overflow the ridge statistics"
             )

@@ -22,8 +22,12 @@ common to all arms, e.g. HARE's projections or guardrail counters) and
 Implementors subclass :class:`BasePolicy` and fill in ``_new_arm_state``, ``_score``
 and ``_update`` (and optionally ``_filter`` for guardrails, ``_new_shared_state`` and
 ``_new_user_state``). The shared steps live here once: validation, cold start of
-unseen arms, guardrail filtering, uniform tie-breaking, the epsilon exploration floor
-and the logged propensities (ALGORITHMS.md section 5).
+unseen arms, guardrail filtering, uniform tie-breaking (one random key per candidate),
+the epsilon exploration floor and the logged propensities (ALGORITHMS.md section 5).
+
+:meth:`BasePolicy.select_until` runs selections over a batch of requests until one
+serves a given arm, the inner loop of an offline replay; policies whose scoring
+changes no state may implement ``_score_batch`` so it scores the batch in one call.
 """
 
 from __future__ import annotations
