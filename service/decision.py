@@ -346,22 +346,26 @@ class DecisionService:
                 "no candidate arms left (empty arms, or all excluded)", ["body", "arms"]
             )
         d = info.dimension
-        rows = []
+        n_ctx = len(context)
         for arm_id, own, i in arms:
-            row = context + list(own or ())
-            if len(row) != d:
+            n_own = len(own) if own else 0
+            if n_ctx + n_own != d:
                 loc = (
                     ["body", "context"]
                     if i is None or own is None
                     else ["body", "arms", i, "features"]
                 )
                 raise InvalidRequest(
-                    f"the feature vector of arm {arm_id!r} (context {len(context)} + arm features "
-                    f"{len(own or ())}) has length {len(row)}, but the policy's dimension is {d}",
+                    f"the feature vector of arm {arm_id!r} (context {n_ctx} + arm features "
+                    f"{n_own}) has length {n_ctx + n_own}, but the policy's dimension is {d}",
                     loc,
                 )
-            rows.append(row)
-        return [a[0] for a in arms], np.asarray(rows, dtype=np.float64), features
+        # Filled by columns, not built from K Python row lists (the lists cost ~10x more).
+        X = np.empty((len(arms), d), dtype=np.float64)
+        X[:, :n_ctx] = context
+        if n_ctx < d:  # then every arm brought d - n_ctx features of its own
+            X[:, n_ctx:] = [own for _, own, _ in arms]
+        return [a[0] for a in arms], X, features
 
     def _select(
         self,
