@@ -67,6 +67,7 @@ from service.storage.base import (
     DecisionRecord,
     EventLog,
     RewardRecord,
+    Schedule,
     StateStore,
     StoreUnavailableError,
     TransactionFn,
@@ -188,6 +189,7 @@ class DecisionService:
         keys: list[str],
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
+        schedule: Callable[[], Schedule] | None = None,
     ) -> dict[str, int]:
         """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
         values in the cached policy; their versions are recorded only if no concurrent
@@ -203,7 +205,7 @@ class DecisionService:
 
         parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
         try:
-            versions = await self.store.transact(name, keys, tracked, assumed)
+            versions = await self.store.transact(name, keys, tracked, assumed, schedule)
         except BaseException as exc:
             if isinstance(exc, StoreUnavailableError):
                 metrics.STORE_ERRORS.labels("transact").inc()
@@ -224,7 +226,6 @@ class DecisionService:
             if original is not None:
                 return original
         runtime, ids, X, features, parts, degraded = await self._load_for_select(req)
-        spec = runtime.spec
         decision = self._select(runtime, ids, X, req, features)
         now = self.clock()
         event_id = req.event_id or secrets.token_hex(16)
@@ -245,10 +246,6 @@ class DecisionService:
                     )
                     if not registered:
                         raise Conflict(f"generated event_id {event_id!r} collided; retry")
-                pulls = {"decisions": 1.0, "pending": 1.0, f"pulls:{decision.arm_id}": 1.0}
-                await self.store.schedule(
-                    req.policy, event_id, now + spec.reward_wait_seconds, pulls
-                )
             except StoreUnavailableError:
                 metrics.STORE_ERRORS.labels("decision").inc()
                 degraded = True
@@ -444,8 +441,9 @@ class DecisionService:
         parts: list[str],
         now: float,
     ) -> tuple[RecommendResponse, Decision]:
-        """Write the pending event; a selection that changed state (guardrail counters)
-        is redone inside the same transaction over fresh values of those parts."""
+        """Write the pending event, put it on the deadline index and count the decision,
+        in one transaction; a selection that changed state (guardrail counters) is redone
+        inside it over fresh values of those parts."""
         key = event_key(response.event_id)
         changed = list(decision.state_changed)
         result = {"decision": decision, "response": response}
@@ -478,9 +476,14 @@ class DecisionService:
             )
             return out
 
+        def schedule() -> Schedule:
+            arm = result["decision"].arm_id
+            counters = {"decisions": 1.0, "pending": 1.0, f"pulls:{arm}": 1.0}
+            return Schedule(response.event_id, now + runtime.info.reward_wait_seconds, counters)
+
         # A new event id has no value yet: assuming so saves the store a read.
         await self._transact(
-            runtime, req.policy, [key, *changed], fn, {key: VersionedValue(0, None)}
+            runtime, req.policy, [key, *changed], fn, {key: VersionedValue(0, None)}, schedule
         )
         return result["response"], result["decision"]
 

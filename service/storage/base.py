@@ -34,6 +34,17 @@ class VersionedValue:
     data: bytes | None
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """A :meth:`StateStore.schedule` that a transaction's commit performs atomically
+    with its writes: ``event_id`` on the deadline index at ``deadline`` (unix seconds)
+    and ``counters`` added."""
+
+    event_id: str
+    deadline: float
+    counters: Mapping[str, float] = field(default_factory=dict)
+
+
 # fn(current values by key) -> new values by key (None deletes); may raise to abort.
 TransactionFn = Callable[[dict[str, bytes | None]], Mapping[str, bytes | None]]
 
@@ -54,6 +65,7 @@ class StateStore(Protocol):
         keys: Sequence[str],
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
+        schedule: Callable[[], Schedule] | None = None,
     ) -> dict[str, int]:
         """Atomically read ``keys``, call ``fn`` with their values and write what it
         returns (only keys among ``keys``), bumping each written key's version.
@@ -68,6 +80,11 @@ class StateStore(Protocol):
         first attempt instead of reading those keys. A wrong assumption is a conflict
         like any other (the attempt is redone with fresh values), so it never changes
         the outcome, only saves a read.
+
+        ``schedule``: called after each ``fn``; the commit does the :class:`Schedule` it
+        returns atomically with the writes (nothing when ``fn`` writes nothing or
+        raises): one round trip instead of two, and no moment where the writes are
+        visible but the schedule is not.
         """
         ...
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -42,6 +42,7 @@ from redis.exceptions import RedisError
 from bandit_core.errors import InvalidInputError
 from service.storage._common import check_ttl, checked_writes
 from service.storage.base import (
+    Schedule,
     StoreUnavailableError,
     TransactionConflictError,
     TransactionFn,
@@ -50,13 +51,19 @@ from service.storage.base import (
 
 T = TypeVar("T")
 
-# KEYS: versions hash, value keys...; ARGV: field and known version (-1: unknown) per key.
+# KEYS: versions hash, value keys...; ARGV[1]: the known version of each key, comma
+# separated (-1: unknown). A key's field in the versions hash is its name after the
+# prefix ("<prefix>versions" / "<prefix>k:<field>"), so fields are not sent again: at
+# K = 50 the call packs 52 arguments instead of 154 (redis-py packs them in Python).
 # Returns flat triples (index, version, data) for the keys whose version differs.
 _READ = """
+local skip = #KEYS[1] - #'versions' + #'k:'
+local known = {}
+for v in string.gmatch(ARGV[1], '[^,]+') do known[#known + 1] = tonumber(v) end
 local out = {}
 for i = 2, #KEYS do
-  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[2 * i - 3]) or '0')
-  if v ~= tonumber(ARGV[2 * i - 2]) then
+  local v = tonumber(redis.call('HGET', KEYS[1], string.sub(KEYS[i], skip + 1)) or '0')
+  if v ~= known[i - 1] then
     out[#out + 1] = i - 1
     out[#out + 1] = v
     out[#out + 1] = (v > 0 and redis.call('GET', KEYS[i])) or ''
@@ -65,28 +72,36 @@ end
 return out
 """
 
-# KEYS: versions hash, clock, value keys...; ARGV: clock seed, then per key its field,
-# the version the transaction read, and an op ('' keep, 's' set, 'd' delete), then the
-# data of each 's' in key order. Returns the new version, or -1 when a version moved.
+# KEYS: versions hash, clock, deadlines, counters, value keys...; ARGV: clock seed,
+# the event id to schedule ('' none), its deadline, the number c of counters, c pairs
+# (name, increment), then per key its field, the version the transaction read, and an
+# op ('' keep, 's' set, 'd' delete), then the data of each 's' in key order. Returns
+# the new version, or -1 (nothing written) when a version moved.
 _COMMIT = """
-local n = #KEYS - 2
+local n = #KEYS - 4
+local c = tonumber(ARGV[4])
+local b = 4 + 2 * c
 for i = 1, n do
-  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[3 * i - 1]) or '0')
-  if v ~= tonumber(ARGV[3 * i]) then return -1 end
+  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[b + 3 * i - 2]) or '0')
+  if v ~= tonumber(ARGV[b + 3 * i - 1]) then return -1 end
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[1]) end
 local version = redis.call('INCR', KEYS[2])
-local d = 3 * n + 2
+local d = b + 3 * n + 1
 for i = 1, n do
-  local op = ARGV[3 * i + 1]
+  local op = ARGV[b + 3 * i]
   if op == 's' then
-    redis.call('SET', KEYS[i + 2], ARGV[d])
-    redis.call('HSET', KEYS[1], ARGV[3 * i - 1], version)
+    redis.call('SET', KEYS[i + 4], ARGV[d])
+    redis.call('HSET', KEYS[1], ARGV[b + 3 * i - 2], version)
     d = d + 1
   elseif op == 'd' then
-    redis.call('DEL', KEYS[i + 2])
-    redis.call('HDEL', KEYS[1], ARGV[3 * i - 1])
+    redis.call('DEL', KEYS[i + 4])
+    redis.call('HDEL', KEYS[1], ARGV[b + 3 * i - 2])
   end
+end
+if ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+  for j = 1, c do redis.call('HINCRBYFLOAT', KEYS[4], ARGV[3 + 2 * j], ARGV[4 + 2 * j]) end
 end
 return version
 """
@@ -158,12 +173,10 @@ class RedisStateStore:
         self, policy: str, keys: Sequence[str], known: Mapping[str, int]
     ) -> dict[str, VersionedValue]:
         prefix = self._prefix(policy)
-        args: list[Any] = []
-        for key in keys:
-            args += [key, known.get(key, -1)]
+        known_csv = ",".join([str(known.get(key, -1)) for key in keys])
         flat = await self._call(
             self._read_script(
-                keys=[prefix + "versions", *(prefix + "k:" + k for k in keys)], args=args
+                keys=[prefix + "versions", *(prefix + "k:" + k for k in keys)], args=[known_csv]
             )
         )
         out: dict[str, VersionedValue] = {}
@@ -187,17 +200,24 @@ class RedisStateStore:
         keys: Sequence[str],
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
+        schedule: Callable[[], Schedule] | None = None,
     ) -> dict[str, int]:
         """Optimistic read-modify-write of ``keys`` (see the module docstring). The first
         attempt takes the ``assumed`` values instead of reading those keys (one round
         trip fewer when it assumes them all); the commit checks their versions as it
-        checks read ones."""
+        checks read ones, and does the ``schedule`` in the same script."""
         keys = list(dict.fromkeys(keys))
         if not keys:
             checked_writes(keys, fn({}))
             return {}
         prefix = self._prefix(policy)
-        redis_keys = [prefix + "versions", prefix + "clock", *(prefix + "k:" + k for k in keys)]
+        redis_keys = [
+            prefix + "versions",
+            prefix + "clock",
+            prefix + "deadlines",
+            prefix + "counters",
+            *(prefix + "k:" + k for k in keys),
+        ]
         assume = {k: v for k, v in (assumed or {}).items() if k in keys}
         for attempt in range(self._max_attempts):
             unread = [k for k in keys if k not in assume]
@@ -205,7 +225,12 @@ class RedisStateStore:
             writes = checked_writes(keys, fn({k: current[k].data for k in keys}))
             if not writes:
                 return {}
-            args: list[Any] = [time.time_ns() // 1000]
+            args: list[Any] = [time.time_ns() // 1000, "", 0, 0]
+            if schedule is not None:
+                due = schedule()
+                args[1:] = [due.event_id, due.deadline, len(due.counters)]
+                for name, delta in due.counters.items():
+                    args += [name, float(delta)]
             data: list[bytes] = []
             for key in keys:
                 op = "" if key not in writes else ("d" if writes[key] is None else "s")
