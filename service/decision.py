@@ -63,7 +63,9 @@ from service.schemas import (
 )
 from service.settings import Settings
 from service.storage.base import (
+    Claim,
     DecisionRecord,
+    EventIdTakenError,
     EventLog,
     RewardRecord,
     Schedule,
@@ -190,6 +192,7 @@ class DecisionService:
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
         schedule: Callable[[], Schedule] | None = None,
+        claim: Claim | None = None,
     ) -> dict[str, int]:
         """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
         values in the cached policy; their versions are recorded only if no concurrent
@@ -205,7 +208,7 @@ class DecisionService:
 
         parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
         try:
-            versions = await self.store.transact(name, keys, tracked, assumed, schedule)
+            versions = await self.store.transact(name, keys, tracked, assumed, schedule, claim)
         except BaseException as exc:
             if isinstance(exc, StoreUnavailableError):
                 metrics.STORE_ERRORS.labels("transact").inc()
@@ -233,21 +236,17 @@ class DecisionService:
         event_id = req.event_id or secrets.token_hex(16)
         response = self._response(req, runtime, decision, event_id, parts, degraded)
         if not degraded:
+            ttl = self.settings.event_ttl_seconds
+            args = (req, runtime, ids, X, features, decision, response, parts, now)
             try:
-                register = self.store.register_event(
-                    event_id, req.policy, self.settings.event_ttl_seconds
-                )
-                args = (req, runtime, ids, X, features, decision, response, parts, now)
-                if req.event_id is not None:  # a client's id may repeat: claim it first
-                    if not await register:
+                if req.event_id is not None:  # a client's id may repeat: register it first
+                    if not await self.store.register_event(event_id, req.policy, ttl):
                         return await self._wait_original(req.policy, event_id)
                     response, decision = await self._store_event(*args)
-                else:  # 128 random bits never collide: both writes at once
-                    registered, (response, decision) = await asyncio.gather(
-                        register, self._store_event(*args)
-                    )
-                    if not registered:
-                        raise Conflict(f"generated event_id {event_id!r} collided; retry")
+                else:  # 128 random bits never collide: claimed with the write
+                    response, decision = await self._store_event(*args, Claim(event_id, ttl))
+            except EventIdTakenError:
+                raise Conflict(f"generated event_id {event_id!r} collided; retry") from None
             except StoreUnavailableError:
                 metrics.STORE_ERRORS.labels("decision").inc()
                 degraded = True
@@ -441,6 +440,7 @@ class DecisionService:
         response: dict[str, Any],
         parts: list[str],
         now: float,
+        claim: Claim | None = None,
     ) -> tuple[dict[str, Any], Decision]:
         """Write the pending event, put it on the deadline index and count the decision,
         in one transaction; a selection that changed state (guardrail counters) is redone
@@ -483,7 +483,13 @@ class DecisionService:
 
         # A new event id has no value yet: assuming so saves the store a read.
         await self._transact(
-            runtime, req.policy, [key, *changed], fn, {key: VersionedValue(0, None)}, schedule
+            runtime,
+            req.policy,
+            [key, *changed],
+            fn,
+            {key: VersionedValue(0, None)},
+            schedule,
+            claim,
         )
         return result["response"], result["decision"]
 

@@ -23,7 +23,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from service.storage._common import check_ttl, checked_writes
-from service.storage.base import Schedule, TransactionFn, VersionedValue
+from service.storage.base import (
+    Claim,
+    EventIdTakenError,
+    Schedule,
+    TransactionFn,
+    VersionedValue,
+)
 
 
 @dataclass
@@ -75,10 +81,15 @@ class InProcessStateStore:
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
         schedule: Callable[[], Schedule] | None = None,
+        claim: Claim | None = None,
     ) -> dict[str, int]:
         """Read ``keys``, apply ``fn``, write its result with fresh versions and do the
         ``schedule``, atomically (reading here costs nothing: ``assumed`` is not needed
-        and ignored)."""
+        and ignored). A taken ``claim`` raises before anything is written."""
+        if claim is not None and not await self.register_event(
+            claim.event_id, policy, claim.ttl_seconds
+        ):
+            raise EventIdTakenError(f"event id {claim.event_id!r} is registered already")
         with self._lock:
             values = self._spaces.get(policy, _Namespace()).values
             writes = checked_writes(keys, fn({k: values.get(k, _MISSING).data for k in keys}))

@@ -37,11 +37,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from bandit_core.errors import InvalidInputError
 from service.storage._common import check_ttl, checked_writes
 from service.storage.base import (
+    Claim,
+    EventIdTakenError,
     Schedule,
     StoreUnavailableError,
     TransactionConflictError,
@@ -112,6 +114,10 @@ local fields = redis.call('HKEYS', KEYS[1])
 for _, f in ipairs(fields) do redis.call('DEL', ARGV[1] .. f) end
 return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 """
+
+
+def _registry_key(event_id: str) -> str:
+    return f"bandit:event:{event_id}"
 
 
 class RedisStateStore:
@@ -201,11 +207,13 @@ class RedisStateStore:
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
         schedule: Callable[[], Schedule] | None = None,
+        claim: Claim | None = None,
     ) -> dict[str, int]:
         """Optimistic read-modify-write of ``keys`` (see the module docstring). The first
         attempt takes the ``assumed`` values instead of reading those keys (one round
         trip fewer when it assumes them all); the commit checks their versions as it
-        checks read ones, and does the ``schedule`` in the same script."""
+        checks read ones, and does the ``schedule`` in the same script. The ``claim``
+        (``SET NX``) is pipelined with the first commit."""
         keys = list(dict.fromkeys(keys))
         if not keys:
             checked_writes(keys, fn({}))
@@ -219,6 +227,7 @@ class RedisStateStore:
             *(prefix + "k:" + k for k in keys),
         ]
         assume = {k: v for k, v in (assumed or {}).items() if k in keys}
+        taken: str | None = None
         for attempt in range(self._max_attempts):
             unread = [k for k in keys if k not in assume]
             current = {**assume, **(await self._read(policy, unread, {}) if unread else {})}
@@ -237,8 +246,20 @@ class RedisStateStore:
                 args += [key, current[key].version, op]
                 if op == "s":
                     data.append(writes[key])  # type: ignore[arg-type]
-            version = int(await self._call(self._commit_script(keys=redis_keys, args=args + data)))
+            if claim is not None:
+                registered, version = await self._claim_and_commit(
+                    claim, policy, redis_keys, args + data
+                )
+                if not registered:
+                    taken = claim.event_id
+                claim = None
+            else:
+                version = int(
+                    await self._call(self._commit_script(keys=redis_keys, args=args + data))
+                )
             if version >= 0:
+                if taken is not None:
+                    raise EventIdTakenError(f"event id {taken!r} is registered already")
                 return {key: version for key in writes}
             if assume:  # a wrong assumption: read everything next time, without waiting
                 assume = {}
@@ -248,6 +269,28 @@ class RedisStateStore:
         raise TransactionConflictError(
             f"transaction on policy {policy!r} keys {keys} conflicted {self._max_attempts} times"
         )
+
+    async def _claim_and_commit(
+        self, claim: Claim, policy: str, keys: list[str], args: list[Any]
+    ) -> tuple[bool, int]:
+        """``SET NX`` of the claim and the commit script in one pipeline (the script by
+        its SHA; loaded and run again if the server does not know it)."""
+        check_ttl(claim.ttl_seconds)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(
+                _registry_key(claim.event_id),
+                policy,
+                nx=True,
+                px=max(1, round(claim.ttl_seconds * 1000)),
+            )
+            pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
+            registered, version = await self._call(pipe.execute(raise_on_error=False))
+        if isinstance(version, NoScriptError):
+            version = await self._call(self._commit_script(keys=keys, args=args))
+        for reply in (registered, version):
+            if isinstance(reply, Exception):
+                raise StoreUnavailableError(f"Redis: {type(reply).__name__}: {reply}")
+        return bool(registered), int(version)
 
     async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
         """HINCRBYFLOAT each increment, all in one MULTI/EXEC."""
@@ -269,14 +312,14 @@ class RedisStateStore:
         check_ttl(ttl_seconds)
         ok = await self._call(
             self._redis.set(
-                f"bandit:event:{event_id}", policy, nx=True, px=max(1, round(ttl_seconds * 1000))
+                _registry_key(event_id), policy, nx=True, px=max(1, round(ttl_seconds * 1000))
             )
         )
         return bool(ok)
 
     async def event_policy(self, event_id: str) -> str | None:
         """Owner of ``event_id`` unless unknown or expired."""
-        raw = await self._call(self._redis.get(f"bandit:event:{event_id}"))
+        raw = await self._call(self._redis.get(_registry_key(event_id)))
         return None if raw is None else raw.decode()
 
     async def schedule(

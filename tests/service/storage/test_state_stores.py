@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from bandit_core.errors import InvalidInputError
 from service.storage.base import (
+    Claim,
+    EventIdTakenError,
     Schedule,
     StateStore,
     StoreUnavailableError,
@@ -245,12 +247,23 @@ async def test_transaction_does_its_schedule_with_the_commit(
     def boom(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
         raise RuntimeError("abort")
 
-    never = lambda: Schedule("2", now - 1, {"pending": 1.0})  # noqa: E731
+    never = lambda: Schedule("2", now - 1, {"pending": 1.0})
     with pytest.raises(RuntimeError):
         await store.transact(policy, ["event:2"], boom, schedule=never)
     assert await store.transact(policy, ["event:2"], lambda v: {}, schedule=never) == {}
     assert await store.due_events(policy, now, limit=10) == ["1"]
     assert await store.counters(policy) == {"pending": 1.0, "pulls:b": 1.0}
+
+
+async def test_transaction_claims_its_event_id(store: StateStore, policy: str) -> None:
+    eid = uuid.uuid4().hex
+    first = lambda v: {"event:1": b"pending"}
+    await store.transact(policy, ["event:1"], first, claim=Claim(eid, 60))
+    assert await store.event_policy(eid) == policy
+    assert (await store.read(policy, ["event:1"], {}))["event:1"].data == b"pending"
+    with pytest.raises(EventIdTakenError):
+        await store.transact(policy, ["event:2"], lambda v: {"event:2": b"x"}, claim=Claim(eid, 9))
+    assert await store.event_policy(eid) == policy  # still the first owner's
 
 
 async def test_policies_and_delete_policy(store: StateStore, policy: str) -> None:
