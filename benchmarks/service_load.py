@@ -159,7 +159,7 @@ def wrk(
     cpu_ms = None
     if cpu0 is not None and cpu1 is not None and done and int(done.group(1)):
         cpu_ms = 1000 * (cpu1 - cpu0) / int(done.group(1))
-    pct = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, re.MULTILINE))
+    pct = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)\s*$", out, re.MULTILINE))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
