@@ -15,6 +15,7 @@ not exist has version 0.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import threading
@@ -106,7 +107,13 @@ class InProcessStateStore:
                 due = schedule()
                 space.deadlines[due.event_id] = float(due.deadline)
                 self._add(space, due.counters)
-            return {key: version for key in writes}
+            versions = {key: version for key in writes}
+        # Once per write, give the event loop its turn, as a networked store's await
+        # would: a /recommend served wholly from memory otherwise never yields, and its
+        # tail grew (K = 50, 32 connections, loaded 2-core machine: p99 0.15-1.2 s,
+        # median 0.73 s, in 7 runs without; 0.13-0.49 s, median 0.33 s, in 8 with).
+        await asyncio.sleep(0)
+        return versions
 
     async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
         """Add ``increments`` to the policy's named counters."""
