@@ -49,8 +49,9 @@ own k search.
 
 Scoring: the linear terms of all K candidates come from one batched matmul over
 stacks the policy keeps between calls (:class:`bandit_core.linear.RidgeStack`); the
-kNN term concatenates the candidates' memories once per change and computes every
-distance and neighbour set in one pass (:func:`knn_estimates`, ``O(M d)`` for
+kNN term keeps the candidates' memories laid out side by side, rewrites only the
+changed arm's rows after an update (:class:`KnnMemory`), and computes every distance
+and neighbour set in one pass (:func:`knn_estimates`, ``O(M d)`` for
 ``M <= K * knn_window`` points). Brute force is fine up to ~10^4 points per arm; beyond
 that an approximate nearest-neighbour index per arm (e.g. HNSW) would replace
 :func:`knn_estimates`, at the cost of a state that no longer serializes as plain arrays.
@@ -70,6 +71,7 @@ that an approximate nearest-neighbour index per arm (e.g. HNSW) would replace
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
@@ -152,10 +154,23 @@ class LNUCBTAArmState(LinearArmState):
         return cls(**fields, X_mem=np.zeros((0, d)), r_mem=np.zeros(0))
 
     def remember(self, x: np.ndarray, reward: float, window: int) -> None:
-        """Store ``(x, reward)``, dropping the oldest point once ``window`` are held."""
-        if len(self.r_mem) < window:
-            self.X_mem = np.concatenate((self.X_mem, x[None, :]))
-            self.r_mem = np.append(self.r_mem, reward)
+        """Store ``(x, reward)``, dropping the oldest point once ``window`` are held.
+
+        Below the window, ``X_mem`` and ``r_mem`` are views of the first ``m`` rows of
+        arrays with rows reserved for later points (:func:`_capacity`), so an append
+        writes one row instead of copying the memory.
+        """
+        m = len(self.r_mem)
+        if m < window:
+            spare = self.__dict__.get("_spare")
+            # a copy of this state must not append into the same arrays: they are tied to id(self)
+            owned = spare is not None and spare[0] == id(self) and spare[1] is self.X_mem.base
+            if not (owned and spare[2] is self.r_mem.base and len(spare[2]) > m):
+                X_buf, r_buf = np.empty((_capacity(m + 1, window), len(x))), np.empty(_capacity(m + 1, window))
+                X_buf[:m], r_buf[:m] = self.X_mem, self.r_mem
+                spare = self._spare = (id(self), X_buf, r_buf)
+            spare[1][m], spare[2][m] = x, reward
+            self.X_mem, self.r_mem = spare[1][: m + 1], spare[2][: m + 1]
             return
         self.X_mem[self.head] = x
         self.r_mem[self.head] = reward
@@ -180,31 +195,23 @@ def adaptive_k(
     >>> adaptive_k([s], 1, 9, (0.0, 1.0)).tolist()
     [3]
     """
-    n, total, total_sq = _counters(states)
-    return _adaptive_k(n, total, total_sq, theta_min, theta_max, reward_range)
+    return np.array([_arm_k(s, theta_min, theta_max, reward_range) for s in states], dtype=np.intp)
 
 
-def _counters(states: Sequence[LNUCBTAArmState]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(n, reward_sum, reward_sq_sum)`` of the states, each of shape ``(K,)``."""
-    n = np.array([s.n for s in states], dtype=np.float64)
-    total = np.array([s.reward_sum for s in states], dtype=np.float64)
-    total_sq = np.array([s.reward_sq_sum for s in states], dtype=np.float64)
-    return n, total, total_sq
-
-
-def _adaptive_k(
-    n: np.ndarray,
-    total: np.ndarray,
-    total_sq: np.ndarray,
-    theta_min: int,
-    theta_max: int,
-    reward_range: tuple[float, float],
-) -> np.ndarray:
-    per = np.maximum(n, 1.0)
-    mean = total / per
-    var = np.where(n >= 2, np.maximum(total_sq / per - mean * mean, 0.0), 0.0)
+def _arm_k(state: LNUCBTAArmState, theta_min: int, theta_max: int, reward_range: tuple[float, float]) -> int:
+    """:func:`adaptive_k` of one state, in Python floats: an update changes one arm's ``k``."""
+    n, var = state.n, 0.0
+    if n >= 2:
+        mean = state.reward_sum / n
+        var = max(state.reward_sq_sum / n - mean * mean, 0.0)
     var /= (reward_range[1] - reward_range[0]) ** 2
-    return np.clip(np.floor(theta_min + (theta_max - theta_min) * var), theta_min, theta_max).astype(np.intp)
+    return min(max(math.floor(theta_min + (theta_max - theta_min) * var), theta_min), theta_max)
+
+
+def _attention_factors(state: LinearArmState, alpha: float, kappa: float) -> tuple[float, float]:
+    """The factors of eq. 4 that depend on the arm alone, ``alpha_0 / (N_a + 1)`` and
+    ``(1 - kappa) * n_a``: ``alpha_a = max(scale * (kappa * g + own), 0)``."""
+    return alpha / (state.n + 1.0), (1.0 - kappa) * _mean(state)
 
 
 class Scratch:
@@ -217,84 +224,223 @@ class Scratch:
     def array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """A float64 array of ``shape`` with arbitrary contents, backed by the buffer
         ``name`` (grown by half again when too small)."""
-        need = int(np.prod(shape))
+        need = math.prod(shape)
         buf = self._arrays.get(name)
         if buf is None or len(buf) < need:
             buf = self._arrays[name] = np.empty(need + need // 2)
         return buf[:need].reshape(shape)
 
 
+# A ring row before the ring's head was written after every row from the head on: its
+# recency rank is -(row + _NEWER), the others' -row, so the newest point ranks lowest.
+_NEWER = 1 << 40
+# Points (distance, rank) of a batch scored at once, B * C: larger batches go in chunks.
+_BATCH_POINTS = 1 << 20
+# Floats of differences x - point computed at once (1 MB: they stay in cache).
+_SPAN_FLOATS = 1 << 17
+
+
+def _capacity(points: int, window: int | None) -> int:
+    """Rows :class:`KnnMemory` gives a memory of ``points`` points that outgrew its
+    rows: a quarter more (plus 8, at most ``window``), so appends rarely move the
+    layout; just the points without a window (a one-off search)."""
+    if window is None:
+        return max(points, 1)
+    return min(window, points + points // 4 + 8)
+
+
+def _ranks(rows: np.ndarray, head: int | np.ndarray) -> np.ndarray:
+    """Recency ranks of ring rows ``rows`` with the oldest point at ``head`` (lower is newer)."""
+    return -(rows + _NEWER * (rows < head)).astype(np.float64)
+
+
+def _rows(points: np.ndarray) -> np.ndarray:
+    """The rows of points ``distance^2 + i * rank`` in their candidates' segments."""
+    rows = np.negative(points.imag).astype(np.intp)
+    rows &= _NEWER - 1
+    return rows
+
+
 class KnnMemory:
-    """The candidates' kNN memories laid out once, for :func:`knn_estimates`.
+    """The candidates' kNN memories laid out side by side, for :func:`knn_estimates`.
 
-    Built from K states and their ``ks`` (shape ``(K,)``): the memories of the
-    candidates with at least ``k`` points are concatenated, and every index that
-    depends only on the memories is kept, so scoring new feature rows against unchanged
-    memories costs one distance pass and ``max k`` selection passes.
+    Candidate ``i`` owns the rows ``starts[i]`` to ``starts[i] + caps[i]`` of ``mem``
+    (shape ``(C, d)``): its ``m_i`` points in the first ``m_i`` rows, in its state's
+    ring order, and NaN in the rows reserved for later points, which no search takes.
+    ``rank`` (shape ``(C,)``) holds each point's recency rank (:func:`_ranks`), from
+    which its row can be read back.
 
-    Neighbour search, exact and with the documented tie rule, ``O(M)`` per pass for
-    ``M`` points: pass ``j`` takes from every candidate's memory the nearest point not
-    yet taken, the most recent among equally near ones (segmented minima with
-    ``np.fmin.reduceat``). The ``k`` points taken come out ordered by (distance, age).
+    Built from K states and their ``ks`` (shape ``(K,)``) with no rows to spare (the
+    candidates may change before any memory grows); :meth:`write` brings one candidate
+    up to date after its state changed, so a select-then-update loop never lays out all
+    K memories again: a point appended or written over the oldest costs ``O(d)``, a
+    replaced state its own segment, and a segment that outgrows its rows moves the
+    layout once, reserving rows for that candidate's later points (:func:`_capacity`).
+
+    Neighbour search, exact and with the documented tie rule, ``O(C)`` per pass for
+    ``C`` rows: every point is the complex number ``distance^2 + i * rank``, which
+    numpy orders by distance, then rank; pass ``j`` takes from every candidate's
+    memory the smallest point not yet taken (segmented minimum, ``np.fmin.reduceat``,
+    which skips NaN), i.e. the nearest, the most recent among equally near ones. The
+    ``k`` points taken come out ordered by (distance, age).
     """
 
-    def __init__(self, states: Sequence[LNUCBTAArmState], ks: np.ndarray, scratch: Scratch | None = None) -> None:
+    def __init__(
+        self,
+        states: Sequence[LNUCBTAArmState],
+        ks: np.ndarray,
+        window: int | None = None,
+        scratch: Scratch | None = None,
+    ) -> None:
+        self.window = window
         self.scratch = Scratch() if scratch is None else scratch
-        sizes = np.array([len(s.r_mem) for s in states])
-        self.K = len(states)
-        self.valid = np.flatnonzero(sizes >= ks)
-        if len(self.valid) == 0:
+        self.states = list(states)
+        self.K = len(self.states)
+        self.k = np.array(ks, dtype=np.intp)
+        self.sizes = np.array([len(s.r_mem) for s in self.states], dtype=np.intp)
+        self.heads = [s.head for s in self.states]
+        self.stamps = [s.n for s in self.states]
+        d = self.states[0].X_mem.shape[1]
+        self._side = 0
+        self._allocate(np.maximum(self.sizes, 1), d)
+        empty = np.full((1, d), np.nan)
+        np.concatenate([s.X_mem if len(s.r_mem) else empty for s in self.states], out=self.mem)
+        np.concatenate([s.r_mem if len(s.r_mem) else empty[0, :1] for s in self.states], out=self.rewards)
+        rows = np.arange(len(self.seg)) - self.starts[self.seg]
+        self.rank[:] = _ranks(rows, np.array(self.heads)[self.seg])
+        self._plan: tuple[np.ndarray, int, np.ndarray | None, np.ndarray | None] | None = None
+
+    def _allocate(self, caps: np.ndarray, d: int) -> None:
+        """Arrays for segments of ``caps`` rows, contents arbitrary: work arrays reused
+        from one layout to the next, on the side the current layout does not use."""
+        self.caps = caps
+        self.starts = np.cumsum(caps) - caps
+        self.seg = np.repeat(np.arange(self.K), caps)
+        rows, self._side = len(self.seg), 1 - self._side
+        self.mem = self.scratch.array(f"mem{self._side}", (rows, d))
+        self.rewards = self.scratch.array(f"rewards{self._side}", (rows,))
+        self.rank = self.scratch.array(f"rank{self._side}", (rows,))
+
+    def _fill(self, i: int, state: LNUCBTAArmState) -> None:
+        """Lay out candidate ``i``'s whole memory from ``state``."""
+        m, start = len(state.r_mem), int(self.starts[i])
+        self.mem[start : start + m] = state.X_mem
+        self.mem[start + m : start + self.caps[i]] = np.nan
+        self.rewards[start : start + m] = state.r_mem
+        self.rank[start : start + m] = _ranks(np.arange(m), state.head)
+        self.states[i], self.sizes[i], self.heads[i], self.stamps[i] = state, m, state.head, state.n
+
+    def _grow(self, i: int, points: int) -> None:
+        """Reserve rows for ``points`` points and more (:func:`_capacity`) for candidate
+        ``i``, moving every segment."""
+        caps = self.caps.copy()
+        caps[i] = _capacity(points, self.window)
+        old_starts, old_seg, mem, rewards, rank = self.starts, self.seg, self.mem, self.rewards, self.rank
+        self._allocate(caps, mem.shape[1])
+        self.mem.fill(np.nan)
+        self.rank.fill(0.0)  # row 0 of each segment for the rows reserved
+        to = np.arange(len(old_seg)) + (self.starts - old_starts)[old_seg]
+        self.mem[to], self.rewards[to], self.rank[to] = mem, rewards, rank
+
+    def write(self, i: int, state: LNUCBTAArmState, k: int) -> None:
+        """Bring candidate ``i`` up to date with ``state`` (the same object after one
+        more :meth:`LNUCBTAArmState.remember`, or any state) and its ``k``."""
+        self.k[i] = k
+        self._plan = None
+        if state is self.states[i] and state.n == self.stamps[i] + 1 and self._step(i, state):
             return
-        self.sizes = sizes[self.valid]
-        self.k = ks[self.valid].astype(np.intp)
-        picked = [states[i] for i in self.valid]
-        self.mem = np.concatenate(
-            [s.X_mem for s in picked], out=self.scratch.array("mem", (int(self.sizes.sum()), picked[0].X_mem.shape[1]))
-        )
-        self.rewards = np.concatenate([s.r_mem for s in picked])
-        self.seg = np.repeat(np.arange(len(self.valid)), self.sizes)
-        self.row = self.valid[self.seg]
-        self.starts = np.cumsum(self.sizes) - self.sizes
-        heads = np.array([s.head for s in picked])
-        # age 0 = newest; each arm's rows are a ring whose oldest point sits at index `head`
-        self.age = (heads[self.seg] - 1 - (np.arange(len(self.seg)) - self.starts[self.seg])) % self.sizes[self.seg]
-        self.by_age = np.empty_like(self.age)
-        self.by_age[self.starts[self.seg] + self.age] = np.arange(len(self.seg))
-        self.k_starts = np.cumsum(self.k) - self.k
-        self.take = np.arange(int(self.k.max()))[None, :] < self.k[:, None]
+        if len(state.r_mem) > self.caps[i]:
+            self._grow(i, len(state.r_mem))
+        self._fill(i, state)
+
+    def _step(self, i: int, state: LNUCBTAArmState) -> bool:
+        """Write the one point ``state`` remembered since candidate ``i`` was last
+        written; ``False`` if its memory did not change that way."""
+        m, head = len(state.r_mem), state.head
+        size, old_head, start = int(self.sizes[i]), self.heads[i], int(self.starts[i])
+        if m == size + 1 and head == old_head == 0:  # appended
+            if m > self.caps[i]:
+                self._grow(i, m)
+                start = int(self.starts[i])
+            row = size
+            self.rank[start + row] = -row
+        elif m == size > 0 and head == (old_head + 1) % m:  # written over the oldest point
+            row = old_head
+            if head:
+                self.rank[start + row] = -(row + _NEWER)
+            else:  # the ring wrapped: no row comes before the head any more
+                self.rank[start : start + m] = -np.arange(m)
+        else:
+            return False
+        self.mem[start + row] = state.X_mem[row]
+        self.rewards[start + row] = state.r_mem[row]
+        self.sizes[i], self.heads[i], self.stamps[i] = m, head, state.n
+        return True
+
+    def _search_plan(self) -> tuple[np.ndarray, int, np.ndarray | None, np.ndarray | None]:
+        """``(valid, kmax, take, k)``: the candidates holding at least ``k`` points, the
+        passes they need, and where ``kmax > 1`` (else ``None``) ``take[j, 0, i] = j < k_i``
+        and ``k`` as floats."""
+        if self._plan is None:
+            valid = self.sizes >= self.k
+            kmax = int(np.maximum.reduce(self.k, where=valid, initial=0))
+            if kmax > 1:
+                self._plan = (valid, kmax, (np.arange(kmax)[:, None] < self.k)[:, None], self.k.astype(np.float64))
+            else:
+                self._plan = (valid, kmax, None, None)
+        return self._plan
 
     def estimates(self, X: np.ndarray, weights: str = "uniform") -> np.ndarray:
-        """``f_a(x_a)`` for the rows of ``X`` (shape ``(K, d)``), shape ``(K,)``."""
-        out = np.zeros(self.K)
-        if len(self.valid) == 0:
-            return out
-        diff = np.take(X, self.row, axis=0, mode="clip", out=self.scratch.array("diff", self.mem.shape))
-        np.subtract(self.mem, diff, out=diff)
-        dist2 = np.einsum("md,md->m", diff, diff)
-        kmax = self.take.shape[1]
-        left = dist2.copy() if kmax > 1 else dist2  # points taken become NaN, which fmin skips
-        passes = np.empty((kmax, len(self.valid)), dtype=np.intp)
+        """``f_a`` for B sets of the candidates' feature rows: ``X`` of shape ``(B, K, d)``,
+        ``X[b, i]`` scored against candidate ``i``'s memory; result shape ``(B, K)``.
+        Every row goes through the same operations whatever ``B``, so a row of a batch is
+        bit-identical to that row scored alone."""
+        valid, kmax, take, k = self._search_plan()
+        B = len(X)
+        if not kmax:
+            return np.zeros((B, self.K))
+        rows, d = self.mem.shape
+        step = max(1, _BATCH_POINTS // rows)
+        if B > step:
+            return np.concatenate([self.estimates(X[s : s + step], weights) for s in range(0, B, step)])
+        points = self.scratch.array("points", (B, 2 * rows)).view(np.complex128)
+        points.imag = self.rank
+        # the distances a span of rows at a time, so the differences stay in cache
+        span = max(1, _SPAN_FLOATS // (B * d))
+        for c0 in range(0, rows, span):
+            c1 = min(c0 + span, rows)
+            diff = np.take(X, self.seg[c0:c1], axis=1, mode="clip", out=self.scratch.array("diff", (B, c1 - c0, d)))
+            np.subtract(self.mem[c0:c1], diff, out=diff)
+            np.einsum("bmd,bmd->bm", diff, diff, out=points[:, c0:c1].real)
+        # pass j's point of every candidate; one with no point left gets a row not taken
+        found = np.empty((kmax, B, self.K), dtype=np.complex128)
         for j in range(kmax):
-            nearest = np.fmin.reduceat(left, self.starts)
-            newest = np.fmin.reduceat(np.where(left == nearest[self.seg], self.age, len(left)), self.starts)
-            if j:  # an arm with only j points has none left: any index will do, it is not taken
-                np.minimum(newest, self.sizes - 1, out=newest)
-            passes[j] = self.by_age[self.starts + newest]
-            if j + 1 < kmax:
-                left[passes[j]] = np.nan
-        chosen = passes[0] if kmax == 1 else passes.T[self.take]
-        r = self.rewards[chosen]
+            np.fmin.reduceat(points, self.starts, axis=1, out=found[j])
+            if j + 1 < kmax:  # take them: NaN, which fmin skips
+                points[np.arange(B)[:, None], self.starts + _rows(found[j])] = np.nan
+        picks = _rows(found)
+        r = self.rewards[picks + self.starts]
         if weights == "uniform":
+            if take is None:  # k = 1 for every candidate searched: f is the neighbour's reward
+                return np.where(valid, r[0], 0.0)
             # weights of 1: the weighted sums are the plain sum and the count k
-            out[self.valid] = np.add.reduceat(r, self.k_starts) / self.k
-            return out
-        dist = np.sqrt(dist2[chosen])
-        exact = dist == 0.0
-        has_exact = np.add.reduceat(exact, self.k_starts) > 0
-        with np.errstate(divide="ignore"):
-            w = np.where(np.repeat(has_exact, self.k), exact.astype(np.float64), 1.0 / dist)
-        out[self.valid] = np.add.reduceat(w * r, self.k_starts) / np.add.reduceat(w, self.k_starts)
-        return out
+            return np.where(valid, _sum_taken(r, take) / k, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dist = np.sqrt(found.real)
+            exact = dist == 0.0
+            if take is not None:
+                exact &= take
+            w = np.where(exact.any(axis=0), exact, 1.0 / dist)
+            if take is None:
+                return np.where(valid, w[0] * r[0] / w[0], 0.0)
+            return np.where(valid, _sum_taken(w * r, take) / _sum_taken(w, take), 0.0)
+
+
+def _sum_taken(v: np.ndarray, take: np.ndarray) -> np.ndarray:
+    """``sum_j v[j]`` over the passes ``j`` with ``take[j]``, summed ``v[0] + (v[1] +
+    ... )`` as ``np.add.reduce`` sums up to 9 terms, so a sum over a candidate's ``k``
+    neighbours does not depend on the other candidates' ``k``."""
+    return v[0] + np.where(take[1:], v[1:], 0.0).sum(axis=0)
 
 
 def knn_estimates(
@@ -308,9 +454,9 @@ def knn_estimates(
     ``k``-th distance go to the most recent points. ``weights="distance"`` weights each
     neighbour by ``1/distance``, or uses only the neighbours at distance 0 if any.
 
-    All candidates' memories are concatenated (:class:`KnnMemory`): brute force,
-    ``O(M d)`` distances and ``max k`` linear-time selection passes for ``M`` stored
-    points in total.
+    All candidates' memories are laid out side by side (:class:`KnnMemory`): brute
+    force, ``O(M d)`` distances and ``max k`` linear-time selection passes for ``M``
+    stored points in total.
 
     >>> s = LNUCBTAArmState.prior(1, 1.0)
     >>> for x, r in [(0.0, 1.0), (1.0, 0.0), (3.0, 1.0)]:
@@ -318,31 +464,41 @@ def knn_estimates(
     >>> knn_estimates([s, s], np.array([[0.4], [2.9]]), np.array([2, 1])).tolist()
     [0.5, 1.0]
     """
-    return KnnMemory(states, ks).estimates(X, weights)
+    return KnnMemory(states, ks).estimates(X[None], weights)[0]
 
 
 class LNUCBTAStack(RidgeStack):
-    """:class:`~bandit_core.linear.RidgeStack` plus the counters ``n``, ``reward_sum``,
-    ``reward_sq_sum`` (each shape ``(K,)``) of the candidates and their
-    :class:`KnnMemory` and exploration weights ``alpha_a``, rebuilt only after one of
-    their states (or, for ``alpha_a``, ``g``) changed."""
+    """:class:`~bandit_core.linear.RidgeStack` plus, for the candidates, the factors of
+    ``alpha_a`` that depend on the arm alone (:func:`_attention_factors`, shape
+    ``(K,)`` each) and their :class:`KnnMemory` (with ``use_knn``); like the ridge
+    stacks, these are rewritten for the changed candidates only. ``alpha`` caches
+    ``alpha_a`` while ``g`` equals ``alpha_g``."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: LNUCBTAConfig) -> None:
         super().__init__()
+        self.config = config
         self.knn: KnnMemory | None = None
         self.scratch = Scratch()
-        self.alpha: np.ndarray | None = None  # alpha_a, valid while g equals alpha_g
+        self.alpha: np.ndarray | None = None
         self.alpha_g = 0.0
 
     def _rebuild(self) -> None:
         super()._rebuild()
-        self.n, self.total, self.total_sq = _counters(self._states)
-        self.knn = self.alpha = None
+        cfg, states = self.config, self._states
+        factors = np.array([_attention_factors(s, cfg.alpha, cfg.kappa) for s in states])
+        self.scale, self.own = factors[:, 0].copy(), factors[:, 1].copy()
+        self.alpha = None
+        if cfg.use_knn:
+            ks = adaptive_k(states, cfg.theta_min, cfg.theta_max, cfg.reward_range)  # type: ignore[arg-type]
+            self.knn = KnnMemory(states, ks, cfg.knn_window, self.scratch)  # type: ignore[arg-type]
 
     def _write(self, i: int, state: LinearArmState) -> None:
         super()._write(i, state)
-        self.n[i], self.total[i], self.total_sq[i] = state.n, state.reward_sum, state.reward_sq_sum  # type: ignore[attr-defined]
-        self.knn = self.alpha = None
+        cfg = self.config
+        self.scale[i], self.own[i] = _attention_factors(state, cfg.alpha, cfg.kappa)
+        self.alpha = None
+        if self.knn is not None:
+            self.knn.write(i, state, _arm_k(state, cfg.theta_min, cfg.theta_max, cfg.reward_range))  # type: ignore[arg-type]
 
 
 @dataclass
@@ -398,21 +554,20 @@ class LNUCBTA(BasePolicy):
 
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
-        self._stack = LNUCBTAStack()
+        self._stack = LNUCBTAStack(self.config)
 
     def exploration_weights(self, states: list[LNUCBTAArmState]) -> np.ndarray:
         """``alpha_a`` of eq. 4/17 for each state, shape ``(K,)``, clamped at 0; the
         constant ``alpha_0`` when ``temporal_attention`` is off."""
-        n, total, _ = _counters(states)
-        return self._exploration_weights(n, total)
+        cfg = self.config
+        factors = np.array([_attention_factors(s, cfg.alpha, cfg.kappa) for s in states]).reshape(-1, 2)
+        return self._exploration_weights(factors[:, 0], factors[:, 1])
 
-    def _exploration_weights(self, n: np.ndarray, total: np.ndarray) -> np.ndarray:
+    def _exploration_weights(self, scale: np.ndarray, own: np.ndarray) -> np.ndarray:
         cfg = self.config
         if not cfg.temporal_attention:
-            return np.full(len(n), cfg.alpha)
-        n_mean = np.divide(total, n, out=np.zeros(len(n)), where=n > 0)
-        alpha = cfg.alpha / (n + 1.0) * (cfg.kappa * self.global_attention() + (1.0 - cfg.kappa) * n_mean)
-        return np.maximum(alpha, 0.0)
+            return np.full(len(scale), cfg.alpha)
+        return np.maximum(scale * (cfg.kappa * self.global_attention() + own), 0.0)
 
     def _knn_terms(self, states: list[LNUCBTAArmState], X: np.ndarray) -> np.ndarray:
         cfg = self.config
@@ -422,20 +577,27 @@ class LNUCBTA(BasePolicy):
     def _score(
         self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
+        score, width = self._scores(arm_ids, states, X[None])
+        return score[0], width[0]
+
+    def _score_batch(self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext) -> np.ndarray:
+        return self._scores(arm_ids, states, X_batch)[0]
+
+    def _scores(self, arm_ids: list[str], states: list, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and widths, each of shape ``(B, K)``, of B feature sets ``X`` (shape
+        ``(B, K, d)``) against the same candidates; :meth:`_score` is the case ``B = 1``,
+        and every term is computed row by row, so a batch row is bit-identical to it."""
         cfg, stack = self.config, self._stack
         stack.sync(arm_ids, states)
         mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
         g = self.global_attention()
         if stack.alpha is None or stack.alpha_g != g:
-            stack.alpha, stack.alpha_g = self._exploration_weights(stack.n, stack.total), g
+            stack.alpha, stack.alpha_g = self._exploration_weights(stack.scale, stack.own), g
         score = stack.alpha * width
         if cfg.use_linear:
             score = score + mean
         if cfg.use_knn:
-            if stack.knn is None:
-                ks = _adaptive_k(stack.n, stack.total, stack.total_sq, cfg.theta_min, cfg.theta_max, cfg.reward_range)
-                stack.knn = KnnMemory(states, ks, stack.scratch)
-            score = score + stack.knn.estimates(X, cfg.knn_weights)
+            score = score + stack.knn.estimates(X, cfg.knn_weights)  # type: ignore[union-attr]
         return score, width
 
     def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:

@@ -14,6 +14,12 @@ a temporary directory; ``apt-get install wrk``):
   earlier ``/recommend`` response whenever one is waiting, else ``/recommend``; the rate
   counts both kinds.
 
+Each row also gives the server's CPU time per request (``cpu_ms_per_request``: user +
+system time of the server's process group, Linux ``/proc``, over the requests wrk
+completed): on this shared two-core machine the requests/s move with the other
+processes' load, the CPU per request much less, so ``x trivial cpu`` (the trivial
+endpoint's CPU per request over the row's) is the steadier ratio.
+
 Beside them, in the same run, a trivial FastAPI app (:mod:`benchmarks.trivial_app`:
 ``async def`` handler, a pydantic model of the same body) under the same server gives
 this machine's HTTP ceiling. Backends: the embedded default (in-process state, SQLite
@@ -104,10 +110,35 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
 
+def _group_cpu_seconds(pgid: int) -> float | None:
+    """User + system CPU seconds of the live processes in process group ``pgid`` (the
+    server and its uvicorn workers); None where ``/proc`` is not there to read."""
+    root = Path("/proc")
+    if not root.is_dir():
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in root.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[2]) == pgid:  # fields[0] is the state: pgrp is field 5 of stat
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 def wrk(
-    url: str, script: Path, duration: float, connections: int, threads: int = 2
+    url: str,
+    script: Path,
+    duration: float,
+    connections: int,
+    threads: int = 2,
+    server: Server | None = None,
 ) -> dict[str, Any]:
-    """One wrk run; requests/s, non-2xx count and the latency percentiles it prints."""
+    """One wrk run; requests/s, non-2xx count and the latency percentiles it prints,
+    and the ``server``'s CPU milliseconds per completed request."""
+    cpu0 = None if server is None else _group_cpu_seconds(server.proc.pid)
     out = subprocess.run(
         [
             "wrk",
@@ -123,7 +154,12 @@ def wrk(
         text=True,
         check=True,
     ).stdout
-    pct = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, re.MULTILINE))
+    cpu1 = None if server is None else _group_cpu_seconds(server.proc.pid)
+    done = re.search(r"(\d+) requests in", out)
+    cpu_ms = None
+    if cpu0 is not None and cpu1 is not None and done and int(done.group(1)):
+        cpu_ms = 1000 * (cpu1 - cpu0) / int(done.group(1))
+    pct = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)\s*$", out, re.MULTILINE))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
         "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
@@ -133,6 +169,7 @@ def wrk(
         "raw": out if len(pct) < 4 else None,
         "non_2xx": int(bad.group(1)) if bad else 0,
         "errors": re.findall(r"Socket errors: .*", out),
+        "cpu_ms_per_request": cpu_ms,
     }
 
 
@@ -204,7 +241,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             try:
                 wrk(server.base + "/recommend", rec, 2, args.connections)
-                r = wrk(server.base + "/recommend", rec, args.duration, args.connections)
+                r = wrk(
+                    server.base + "/recommend", rec, args.duration, args.connections, server=server
+                )
                 rows.append(
                     {
                         "backend": "trivial endpoint",
@@ -265,7 +304,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         rec, mixed = _scripts(tmp, body, 0)
                         url = server.base + "/recommend"
                         wrk(url, rec, 2, args.connections)
-                        top = wrk(url, rec, args.duration, args.connections)
+                        top = wrk(url, rec, args.duration, args.connections, server=server)
                         rows.append(
                             {
                                 "backend": backend,
@@ -285,7 +324,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             ),
                         )
                         half, _ = _scripts(tmp, body, pause)
-                        r = wrk(url, half, args.duration, args.connections)
+                        r = wrk(url, half, args.duration, args.connections, server=server)
                         rows.append(
                             {
                                 "backend": backend,
@@ -296,7 +335,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                 "loadavg": h.load()["loadavg"],
                             }
                         )
-                        r = wrk(url, mixed, args.duration, args.connections)
+                        r = wrk(url, mixed, args.duration, args.connections, server=server)
                         rows.append(
                             {
                                 "backend": backend,
@@ -339,14 +378,14 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import _harness as h
 
     result = run(args)
-    ceiling = {
-        r["workers"]: r["requests_per_s"]
-        for r in result["rows"]
-        if r["backend"] == "trivial endpoint"
-    }
+    trivial = {r["workers"]: r for r in result["rows"] if r["backend"] == "trivial endpoint"}
     for r in result["rows"]:
-        r["x trivial ceiling"] = (
-            r["requests_per_s"] / ceiling[r["workers"]] if r["workers"] in ceiling else None
+        t = trivial.get(r["workers"])
+        r["x trivial ceiling"] = r["requests_per_s"] / t["requests_per_s"] if t else None
+        r["x trivial cpu"] = (
+            t["cpu_ms_per_request"] / r["cpu_ms_per_request"]
+            if t and t["cpu_ms_per_request"] and r["cpu_ms_per_request"]
+            else None
         )
     print(
         h.table(
@@ -362,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
                 "p99_ms",
                 "non_2xx",
                 "x trivial ceiling",
+                "cpu_ms_per_request",
+                "x trivial cpu",
                 "loadavg",
             ],
         )

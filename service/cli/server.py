@@ -21,6 +21,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--log-level", default="info")
+    # One log line per request costs about 3% of a /recommend's CPU (py-spy, K = 50):
+    # off unless asked for; errors and start-up messages still log at --log-level.
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log every request (uvicorn's access log; default off)",
+    )
     serve.set_defaults(run=_serve)
 
     rebuild = subparsers.add_parser(
@@ -57,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        access_log=args.access_log,
     )
     return 0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
 
 from service.deps import ApiKey, RecommendKey, ServiceDep
 from service.schemas import (
@@ -35,11 +35,13 @@ _errors = {
     # the key is optional (required only with BANDIT_RECOMMEND_REQUIRES_KEY)
     openapi_extra={"security": [{}]},
 )
-async def recommend(body: RecommendRequest, service: ServiceDep) -> RecommendResponse:
+async def recommend(body: RecommendRequest, service: ServiceDep) -> Response:
     """Choose an arm for a context. A repeated client ``event_id`` returns the original
     decision. When the state store is down the decision is served from this process's
     cached model and flagged ``degraded`` (it cannot be rewarded)."""
-    return await service.recommend(body)
+    # The service serializes the response itself (``response_model`` documents it): a
+    # returned model would be dumped, validated and serialized again by FastAPI.
+    return Response(await service.recommend(body), media_type="application/json")
 
 
 @router.post("/reward", response_model=RewardResponse, dependencies=[ApiKey], responses=_errors)

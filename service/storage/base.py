@@ -25,6 +25,10 @@ class TransactionConflictError(RuntimeError):
     """An optimistic transaction kept conflicting after its retries."""
 
 
+class EventIdTakenError(RuntimeError):
+    """The event id a transaction was to claim is registered already."""
+
+
 @dataclass(frozen=True)
 class VersionedValue:
     """A stored value and its version; ``data`` is None when the key does not exist
@@ -32,6 +36,26 @@ class VersionedValue:
 
     version: int
     data: bytes | None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A :meth:`StateStore.schedule` that a transaction's commit performs atomically
+    with its writes: ``event_id`` on the deadline index at ``deadline`` (unix seconds)
+    and ``counters`` added."""
+
+    event_id: str
+    deadline: float
+    counters: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A :meth:`StateStore.register_event` of ``event_id`` (for the transaction's policy,
+    ``ttl_seconds``) sent with a transaction's first commit."""
+
+    event_id: str
+    ttl_seconds: float
 
 
 # fn(current values by key) -> new values by key (None deletes); may raise to abort.
@@ -54,6 +78,8 @@ class StateStore(Protocol):
         keys: Sequence[str],
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
+        schedule: Callable[[], Schedule] | None = None,
+        claim: Claim | None = None,
     ) -> dict[str, int]:
         """Atomically read ``keys``, call ``fn`` with their values and write what it
         returns (only keys among ``keys``), bumping each written key's version.
@@ -68,6 +94,17 @@ class StateStore(Protocol):
         first attempt instead of reading those keys. A wrong assumption is a conflict
         like any other (the attempt is redone with fresh values), so it never changes
         the outcome, only saves a read.
+
+        ``schedule``: called after each ``fn``; the commit does the :class:`Schedule` it
+        returns atomically with the writes (nothing when ``fn`` writes nothing or
+        raises): one round trip instead of two, and no moment where the writes are
+        visible but the schedule is not.
+
+        ``claim``: registered in the round trip of the first commit (one round trip
+        instead of two). If the id was taken, :class:`EventIdTakenError` is raised, on
+        a store that cannot make the two atomic (Redis: the registry lives outside the
+        policy's hash slot) after the transaction committed: claim only ids drawn at
+        random (128 bits never collide); register a client's id first.
         """
         ...
 

@@ -15,15 +15,22 @@ not exist has version 0.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from service.storage._common import check_ttl, checked_writes
-from service.storage.base import TransactionFn, VersionedValue
+from service.storage.base import (
+    Claim,
+    EventIdTakenError,
+    Schedule,
+    TransactionFn,
+    VersionedValue,
+)
 
 
 @dataclass
@@ -74,29 +81,49 @@ class InProcessStateStore:
         keys: Sequence[str],
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
+        schedule: Callable[[], Schedule] | None = None,
+        claim: Claim | None = None,
     ) -> dict[str, int]:
-        """Read ``keys``, apply ``fn``, write its result with fresh versions, atomically
-        (reading here costs nothing: ``assumed`` is not needed and ignored)."""
+        """Read ``keys``, apply ``fn``, write its result with fresh versions and do the
+        ``schedule``, atomically (reading here costs nothing: ``assumed`` is not needed
+        and ignored). A taken ``claim`` raises before anything is written."""
+        if claim is not None and not await self.register_event(
+            claim.event_id, policy, claim.ttl_seconds
+        ):
+            raise EventIdTakenError(f"event id {claim.event_id!r} is registered already")
         with self._lock:
             values = self._spaces.get(policy, _Namespace()).values
             writes = checked_writes(keys, fn({k: values.get(k, _MISSING).data for k in keys}))
             if not writes:
                 return {}
-            values = self._space(policy).values
+            space = self._space(policy)
             version = next(self._clock)
             for key, data in writes.items():
                 if data is None:
-                    values.pop(key, None)
+                    space.values.pop(key, None)
                 else:
-                    values[key] = VersionedValue(version, data)
-            return {key: version for key in writes}
+                    space.values[key] = VersionedValue(version, data)
+            if schedule is not None:
+                due = schedule()
+                space.deadlines[due.event_id] = float(due.deadline)
+                self._add(space, due.counters)
+            versions = {key: version for key in writes}
+        # Once per write, give the event loop its turn, as a networked store's await
+        # would: a /recommend served wholly from memory otherwise never yields, and its
+        # tail grew (K = 50, 32 connections, loaded 2-core machine: p99 0.15-1.2 s,
+        # median 0.73 s, in 7 runs without; 0.13-0.49 s, median 0.33 s, in 8 with).
+        await asyncio.sleep(0)
+        return versions
 
     async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
         """Add ``increments`` to the policy's named counters."""
         with self._lock:
-            counters = self._space(policy).counters
-            for name, delta in increments.items():
-                counters[name] = counters.get(name, 0.0) + float(delta)
+            self._add(self._space(policy), increments)
+
+    @staticmethod
+    def _add(space: _Namespace, increments: Mapping[str, float]) -> None:
+        for name, delta in increments.items():
+            space.counters[name] = space.counters.get(name, 0.0) + float(delta)
 
     async def counters(self, policy: str) -> dict[str, float]:
         """All counters of ``policy``."""

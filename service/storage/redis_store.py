@@ -33,15 +33,18 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from bandit_core.errors import InvalidInputError
 from service.storage._common import check_ttl, checked_writes
 from service.storage.base import (
+    Claim,
+    EventIdTakenError,
+    Schedule,
     StoreUnavailableError,
     TransactionConflictError,
     TransactionFn,
@@ -50,13 +53,19 @@ from service.storage.base import (
 
 T = TypeVar("T")
 
-# KEYS: versions hash, value keys...; ARGV: field and known version (-1: unknown) per key.
+# KEYS: versions hash, value keys...; ARGV[1]: the known version of each key, comma
+# separated (-1: unknown). A key's field in the versions hash is its name after the
+# prefix ("<prefix>versions" / "<prefix>k:<field>"), so fields are not sent again: at
+# K = 50 the call packs 52 arguments instead of 154 (redis-py packs them in Python).
 # Returns flat triples (index, version, data) for the keys whose version differs.
 _READ = """
+local skip = #KEYS[1] - #'versions' + #'k:'
+local known = {}
+for v in string.gmatch(ARGV[1], '[^,]+') do known[#known + 1] = tonumber(v) end
 local out = {}
 for i = 2, #KEYS do
-  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[2 * i - 3]) or '0')
-  if v ~= tonumber(ARGV[2 * i - 2]) then
+  local v = tonumber(redis.call('HGET', KEYS[1], string.sub(KEYS[i], skip + 1)) or '0')
+  if v ~= known[i - 1] then
     out[#out + 1] = i - 1
     out[#out + 1] = v
     out[#out + 1] = (v > 0 and redis.call('GET', KEYS[i])) or ''
@@ -65,28 +74,36 @@ end
 return out
 """
 
-# KEYS: versions hash, clock, value keys...; ARGV: clock seed, then per key its field,
-# the version the transaction read, and an op ('' keep, 's' set, 'd' delete), then the
-# data of each 's' in key order. Returns the new version, or -1 when a version moved.
+# KEYS: versions hash, clock, deadlines, counters, value keys...; ARGV: clock seed,
+# the event id to schedule ('' none), its deadline, the number c of counters, c pairs
+# (name, increment), then per key its field, the version the transaction read, and an
+# op ('' keep, 's' set, 'd' delete), then the data of each 's' in key order. Returns
+# the new version, or -1 (nothing written) when a version moved.
 _COMMIT = """
-local n = #KEYS - 2
+local n = #KEYS - 4
+local c = tonumber(ARGV[4])
+local b = 4 + 2 * c
 for i = 1, n do
-  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[3 * i - 1]) or '0')
-  if v ~= tonumber(ARGV[3 * i]) then return -1 end
+  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[b + 3 * i - 2]) or '0')
+  if v ~= tonumber(ARGV[b + 3 * i - 1]) then return -1 end
 end
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[1]) end
 local version = redis.call('INCR', KEYS[2])
-local d = 3 * n + 2
+local d = b + 3 * n + 1
 for i = 1, n do
-  local op = ARGV[3 * i + 1]
+  local op = ARGV[b + 3 * i]
   if op == 's' then
-    redis.call('SET', KEYS[i + 2], ARGV[d])
-    redis.call('HSET', KEYS[1], ARGV[3 * i - 1], version)
+    redis.call('SET', KEYS[i + 4], ARGV[d])
+    redis.call('HSET', KEYS[1], ARGV[b + 3 * i - 2], version)
     d = d + 1
   elseif op == 'd' then
-    redis.call('DEL', KEYS[i + 2])
-    redis.call('HDEL', KEYS[1], ARGV[3 * i - 1])
+    redis.call('DEL', KEYS[i + 4])
+    redis.call('HDEL', KEYS[1], ARGV[b + 3 * i - 2])
   end
+end
+if ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+  for j = 1, c do redis.call('HINCRBYFLOAT', KEYS[4], ARGV[3 + 2 * j], ARGV[4 + 2 * j]) end
 end
 return version
 """
@@ -97,6 +114,10 @@ local fields = redis.call('HKEYS', KEYS[1])
 for _, f in ipairs(fields) do redis.call('DEL', ARGV[1] .. f) end
 return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 """
+
+
+def _registry_key(event_id: str) -> str:
+    return f"bandit:event:{event_id}"
 
 
 class RedisStateStore:
@@ -158,12 +179,10 @@ class RedisStateStore:
         self, policy: str, keys: Sequence[str], known: Mapping[str, int]
     ) -> dict[str, VersionedValue]:
         prefix = self._prefix(policy)
-        args: list[Any] = []
-        for key in keys:
-            args += [key, known.get(key, -1)]
+        known_csv = ",".join([str(known.get(key, -1)) for key in keys])
         flat = await self._call(
             self._read_script(
-                keys=[prefix + "versions", *(prefix + "k:" + k for k in keys)], args=args
+                keys=[prefix + "versions", *(prefix + "k:" + k for k in keys)], args=[known_csv]
             )
         )
         out: dict[str, VersionedValue] = {}
@@ -187,33 +206,60 @@ class RedisStateStore:
         keys: Sequence[str],
         fn: TransactionFn,
         assumed: Mapping[str, VersionedValue] | None = None,
+        schedule: Callable[[], Schedule] | None = None,
+        claim: Claim | None = None,
     ) -> dict[str, int]:
         """Optimistic read-modify-write of ``keys`` (see the module docstring). The first
         attempt takes the ``assumed`` values instead of reading those keys (one round
         trip fewer when it assumes them all); the commit checks their versions as it
-        checks read ones."""
+        checks read ones, and does the ``schedule`` in the same script. The ``claim``
+        (``SET NX``) is pipelined with the first commit."""
         keys = list(dict.fromkeys(keys))
         if not keys:
             checked_writes(keys, fn({}))
             return {}
         prefix = self._prefix(policy)
-        redis_keys = [prefix + "versions", prefix + "clock", *(prefix + "k:" + k for k in keys)]
+        redis_keys = [
+            prefix + "versions",
+            prefix + "clock",
+            prefix + "deadlines",
+            prefix + "counters",
+            *(prefix + "k:" + k for k in keys),
+        ]
         assume = {k: v for k, v in (assumed or {}).items() if k in keys}
+        taken: str | None = None
         for attempt in range(self._max_attempts):
             unread = [k for k in keys if k not in assume]
             current = {**assume, **(await self._read(policy, unread, {}) if unread else {})}
             writes = checked_writes(keys, fn({k: current[k].data for k in keys}))
             if not writes:
                 return {}
-            args: list[Any] = [time.time_ns() // 1000]
+            args: list[Any] = [time.time_ns() // 1000, "", 0, 0]
+            if schedule is not None:
+                due = schedule()
+                args[1:] = [due.event_id, due.deadline, len(due.counters)]
+                for name, delta in due.counters.items():
+                    args += [name, float(delta)]
             data: list[bytes] = []
             for key in keys:
                 op = "" if key not in writes else ("d" if writes[key] is None else "s")
                 args += [key, current[key].version, op]
                 if op == "s":
                     data.append(writes[key])  # type: ignore[arg-type]
-            version = int(await self._call(self._commit_script(keys=redis_keys, args=args + data)))
+            if claim is not None:
+                registered, version = await self._claim_and_commit(
+                    claim, policy, redis_keys, args + data
+                )
+                if not registered:
+                    taken = claim.event_id
+                claim = None
+            else:
+                version = int(
+                    await self._call(self._commit_script(keys=redis_keys, args=args + data))
+                )
             if version >= 0:
+                if taken is not None:
+                    raise EventIdTakenError(f"event id {taken!r} is registered already")
                 return {key: version for key in writes}
             if assume:  # a wrong assumption: read everything next time, without waiting
                 assume = {}
@@ -223,6 +269,28 @@ class RedisStateStore:
         raise TransactionConflictError(
             f"transaction on policy {policy!r} keys {keys} conflicted {self._max_attempts} times"
         )
+
+    async def _claim_and_commit(
+        self, claim: Claim, policy: str, keys: list[str], args: list[Any]
+    ) -> tuple[bool, int]:
+        """``SET NX`` of the claim and the commit script in one pipeline (the script by
+        its SHA; loaded and run again if the server does not know it)."""
+        check_ttl(claim.ttl_seconds)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.set(
+                _registry_key(claim.event_id),
+                policy,
+                nx=True,
+                px=max(1, round(claim.ttl_seconds * 1000)),
+            )
+            pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
+            registered, version = await self._call(pipe.execute(raise_on_error=False))
+        if isinstance(version, NoScriptError):
+            version = await self._call(self._commit_script(keys=keys, args=args))
+        for reply in (registered, version):
+            if isinstance(reply, Exception):
+                raise StoreUnavailableError(f"Redis: {type(reply).__name__}: {reply}")
+        return bool(registered), int(version)
 
     async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
         """HINCRBYFLOAT each increment, all in one MULTI/EXEC."""
@@ -244,14 +312,14 @@ class RedisStateStore:
         check_ttl(ttl_seconds)
         ok = await self._call(
             self._redis.set(
-                f"bandit:event:{event_id}", policy, nx=True, px=max(1, round(ttl_seconds * 1000))
+                _registry_key(event_id), policy, nx=True, px=max(1, round(ttl_seconds * 1000))
             )
         )
         return bool(ok)
 
     async def event_policy(self, event_id: str) -> str | None:
         """Owner of ``event_id`` unless unknown or expired."""
-        raw = await self._call(self._redis.get(f"bandit:event:{event_id}"))
+        raw = await self._call(self._redis.get(_registry_key(event_id)))
         return None if raw is None else raw.decode()
 
     async def schedule(

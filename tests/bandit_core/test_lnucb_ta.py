@@ -240,3 +240,42 @@ def test_learns_a_nonlinear_reward_that_linucb_cannot() -> None:
     linucb = np.mean([_xor_last_mean("linucb", s) for s in range(3)])
     assert lnucb > 0.85
     assert linucb < 0.6
+
+
+@pytest.mark.parametrize("integer", [True, False], ids=["integer", "normal"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"knn_weights": "distance", "theta_max": 9, "knn_window": 6},
+        {"linear_target": "residual"},
+        {"use_linear": False, "temporal_attention": False},
+        {"use_knn": False},
+    ],
+)
+def test_batched_scores_are_bit_identical_to_single_scores(params: dict, integer: bool) -> None:
+    """select_until's batched path scores B events in one pass; each row must equal the
+    score select computes for that event alone, ties (integer features, as in the news
+    data) included."""
+    rng = np.random.default_rng(4)
+    p = _policy(**params)
+
+    def features(*shape: int) -> np.ndarray:
+        return rng.integers(0, 3, size=shape).astype(float) if integer else rng.normal(size=shape)
+
+    trained = ["a", "b", "c", "d"]
+    for _ in range(60):
+        X = features(4, 3)
+        dec = p.select(trained, X)
+        p.update(dec.arm_id, X[trained.index(dec.arm_id)], float(rng.random() < 0.5))
+    p.import_parts({"arm:twin": p.export_parts(["arm:d"])["arm:d"]})
+    ids = [*trained, "new", "twin"]  # an arm in the prior state, a copy of "d"
+    X_batch = features(50, len(ids), 3)
+    X_batch[:, -1] = X_batch[:, 3]
+    assert p._batch_scores(ids, X_batch, None) is not None  # the batched path is taken
+    states = [p._arms[a] for a in ids]
+    batch = p._score_batch(ids, states, X_batch, None)
+    single = np.stack([p._score(ids, states, X, None)[0] for X in X_batch])
+    assert batch.shape == (50, len(ids))
+    np.testing.assert_array_equal(batch, single)
+    np.testing.assert_array_equal(batch[:, -1], batch[:, 3])  # equal states and rows: tied scores

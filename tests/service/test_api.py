@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import bandit_core
+from service.schemas import RankedArm, RecommendResponse
 from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -26,6 +27,14 @@ async def _counts(app: Any, policy: str) -> tuple[int, int]:
 async def _state(http: Any, app: Any, policy: str = "p") -> tuple[Any, tuple[int, int]]:
     stats = (await http.get(f"/policies/{policy}/stats")).json()
     return stats, await _counts(app, policy)
+
+
+def _is_the_model(body: dict[str, Any]) -> None:
+    """The service writes /recommend's JSON itself: it must be what the documented
+    model would write, field for field and in its order."""
+    assert list(body) == list(RecommendResponse.model_fields)
+    assert all(list(x) == list(RankedArm.model_fields) for x in body["ranking"])
+    assert RecommendResponse.model_validate(body).model_dump(mode="json") == body
 
 
 async def test_recommend_then_reward_contract(make_settings: Any) -> None:
@@ -46,6 +55,7 @@ async def test_recommend_then_reward_contract(make_settings: Any) -> None:
             len(body["event_id"]) == 32 and int(body["event_id"], 16) >= 0
         )  # 128 random bits, hex
         assert body["policy"] == "p" and body["algorithm"] == "linucb"
+        _is_the_model(body)
         ranking = body["ranking"]
         assert ranking[0]["arm_id"] == body["arm_id"]
         assert sorted(x["arm_id"] for x in ranking) == ["a", "b", "c"]
@@ -245,6 +255,7 @@ async def test_guardrailed_policy(make_settings: Any) -> None:
         ).json()
         assert minor["arm_id"] == "water"
         assert minor["guardrail"]["safe_arm_served"] is True
+        _is_the_model(minor)
         assert set(minor["guardrail"]["blocked"]) == {"beer", "juice"}
         adult = (
             await http.post(

@@ -34,7 +34,7 @@ def test_serve_on_a_fresh_machine(tmp_path: Path) -> None:
         "--port",
         str(port),
         "--log-level",
-        "warning",
+        "info",
     ]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_clean_env(), stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -58,7 +58,16 @@ def test_serve_on_a_fresh_machine(tmp_path: Path) -> None:
         proc.terminate()
         _, stderr = proc.communicate(timeout=20)
     assert "BANDIT_API_KEYS is not set" in stderr  # said loudly at start
+    assert "POST /recommend" not in stderr  # no access log unless --access-log
     assert (tmp_path / "bandit-data" / "events.sqlite3").exists()
+
+
+def test_serve_access_log_is_an_option() -> None:
+    from service.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["serve"]).access_log is False
+    assert parser.parse_args(["serve", "--access-log"]).access_log is True
 
 
 def test_serve_refuses_workers_on_the_embedded_default(tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 
 from bandit_core.errors import InvalidInputError
 from service.storage.base import (
+    Claim,
+    EventIdTakenError,
+    Schedule,
     StateStore,
     StoreUnavailableError,
     TransactionConflictError,
@@ -221,6 +224,48 @@ async def test_schedule_adds_counters_in_the_same_call(store: StateStore, policy
     assert await store.counters(policy) == {"pending": 2.0, "pulls:a": 1.0, "rewards": 1.0}
 
 
+async def test_transaction_does_its_schedule_with_the_commit(
+    store: StateStore, policy: str
+) -> None:
+    now = time.time()
+    served: list[str] = []
+
+    def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        served.append("b")  # what the schedule counts is decided by fn
+        return {"event:1": b"pending"}
+
+    def schedule() -> Schedule:
+        return Schedule("1", now - 1, {"pending": 1.0, f"pulls:{served[-1]}": 1.0})
+
+    versions = await store.transact(policy, ["event:1"], fn, schedule=schedule)
+    got = await store.read(policy, ["event:1"], {})
+    assert got == {"event:1": VersionedValue(versions["event:1"], b"pending")}
+    assert await store.due_events(policy, now, limit=10) == ["1"]
+    assert await store.counters(policy) == {"pending": 1.0, "pulls:b": 1.0}
+
+    # fn raising, or writing nothing: nothing is scheduled or counted either
+    def boom(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        raise RuntimeError("abort")
+
+    never = lambda: Schedule("2", now - 1, {"pending": 1.0})
+    with pytest.raises(RuntimeError):
+        await store.transact(policy, ["event:2"], boom, schedule=never)
+    assert await store.transact(policy, ["event:2"], lambda v: {}, schedule=never) == {}
+    assert await store.due_events(policy, now, limit=10) == ["1"]
+    assert await store.counters(policy) == {"pending": 1.0, "pulls:b": 1.0}
+
+
+async def test_transaction_claims_its_event_id(store: StateStore, policy: str) -> None:
+    eid = uuid.uuid4().hex
+    first = lambda v: {"event:1": b"pending"}
+    await store.transact(policy, ["event:1"], first, claim=Claim(eid, 60))
+    assert await store.event_policy(eid) == policy
+    assert (await store.read(policy, ["event:1"], {}))["event:1"].data == b"pending"
+    with pytest.raises(EventIdTakenError):
+        await store.transact(policy, ["event:2"], lambda v: {"event:2": b"x"}, claim=Claim(eid, 9))
+    assert await store.event_policy(eid) == policy  # still the first owner's
+
+
 async def test_policies_and_delete_policy(store: StateStore, policy: str) -> None:
     await store.add_policy(policy)
     await store.add_policy(policy)
@@ -326,10 +371,15 @@ async def test_redis_commit_retries_when_another_writer_interleaves() -> None:
                 prefix = f"bandit:{{{policy}}}:"
                 sync_other.evalsha(
                     commit.sha,
-                    3,
+                    5,
                     prefix + "versions",
                     prefix + "clock",
+                    prefix + "deadlines",
+                    prefix + "counters",
                     prefix + "k:n",
+                    0,
+                    "",  # nothing to schedule
+                    0,
                     0,
                     "n",
                     version,
