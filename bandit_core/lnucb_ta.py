@@ -588,7 +588,7 @@ class LNUCBTA(BasePolicy):
         ``(B, K, d)``) against the same candidates; :meth:`_score` is the case ``B = 1``,
         and every term is computed row by row, so a batch row is bit-identical to it."""
         cfg, stack = self.config, self._stack
-        stack.sync(arm_ids, states)
+        stack.sync(arm_ids, states, self._take_updated())
         mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
         g = self.global_attention()
         if stack.alpha is None or stack.alpha_g != g:
