@@ -342,16 +342,19 @@ class KnnMemory:
         to = np.arange(len(old_seg)) + (self.starts - old_starts)[old_seg]
         self.mem[to], self.rewards[to], self.rank[to] = mem, rewards, rank
 
-    def write(self, i: int, state: LNUCBTAArmState, k: int) -> None:
+    def write(self, i: int, state: LNUCBTAArmState, k: int) -> bool:
         """Bring candidate ``i`` up to date with ``state`` (the same object after one
-        more :meth:`LNUCBTAArmState.remember`, or any state) and its ``k``."""
+        more :meth:`LNUCBTAArmState.remember`, or any state) and its ``k``; ``True`` if
+        that appended one point and left ``k`` as it was (see :meth:`with_newest`)."""
+        same_k, size = self.k[i] == k, self.sizes[i]
         self.k[i] = k
         self._plan = None
         if state is self.states[i] and state.n == self.stamps[i] + 1 and self._step(i, state):
-            return
+            return bool(same_k and self.sizes[i] == size + 1)
         if len(state.r_mem) > self.caps[i]:
             self._grow(i, len(state.r_mem))
         self._fill(i, state)
+        return False
 
     def _step(self, i: int, state: LNUCBTAArmState) -> bool:
         """Write the one point ``state`` remembered since candidate ``i`` was last
@@ -390,36 +393,85 @@ class KnnMemory:
                 self._plan = (valid, kmax, None, None)
         return self._plan
 
-    def estimates(self, X: np.ndarray, weights: str = "uniform") -> np.ndarray:
-        """``f_a`` for B sets of the candidates' feature rows: ``X`` of shape ``(B, K, d)``,
-        ``X[b, i]`` scored against candidate ``i``'s memory; result shape ``(B, K)``.
-        Every row goes through the same operations whatever ``B``, so a row of a batch is
-        bit-identical to that row scored alone."""
-        valid, kmax, take, k = self._search_plan()
-        B = len(X)
-        if not kmax:
-            return np.zeros((B, self.K))
-        rows, d = self.mem.shape
-        step = max(1, _BATCH_POINTS // rows)
-        if B > step:
-            return np.concatenate([self.estimates(X[s : s + step], weights) for s in range(0, B, step)])
-        points = self.scratch.array("points", (B, 2 * rows)).view(np.complex128)
-        points.imag = self.rank
+    def passes(self) -> int:
+        """The passes :meth:`search` makes: ``max k`` over the candidates holding at
+        least ``k`` points."""
+        return self._search_plan()[1]
+
+    def _span(self, candidate: int | None) -> tuple[int, int, np.ndarray]:
+        """``(lo, hi, starts)``: the rows of every candidate, or of ``candidate`` alone,
+        and where its segments start counted from ``lo``."""
+        if candidate is None:
+            return 0, len(self.seg), self.starts
+        lo = int(self.starts[candidate])
+        return lo, lo + int(self.caps[candidate]), self.starts[candidate : candidate + 1] - lo
+
+    def _points(self, X: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """``distance^2 + i * rank`` of the rows ``lo`` to ``hi`` to their candidates'
+        rows of ``X`` (shape ``(B, K, d)``), shape ``(B, hi - lo)``, in a work array."""
+        B, d = len(X), self.mem.shape[1]
+        points = self.scratch.array("points", (B, 2 * (hi - lo))).view(np.complex128)
+        points.imag = self.rank[lo:hi]
         # the distances a span of rows at a time, so the differences stay in cache
         span = max(1, _SPAN_FLOATS // (B * d))
-        for c0 in range(0, rows, span):
-            c1 = min(c0 + span, rows)
+        for c0 in range(lo, hi, span):
+            c1 = min(c0 + span, hi)
             diff = np.take(X, self.seg[c0:c1], axis=1, mode="clip", out=self.scratch.array("diff", (B, c1 - c0, d)))
             np.subtract(self.mem[c0:c1], diff, out=diff)
-            np.einsum("bmd,bmd->bm", diff, diff, out=points[:, c0:c1].real)
+            np.einsum("bmd,bmd->bm", diff, diff, out=points[:, c0 - lo : c1 - lo].real)
+        return points
+
+    def search(self, X: np.ndarray, candidate: int | None = None) -> np.ndarray:
+        """The neighbours of B sets of the candidates' feature rows, ``X`` of shape
+        ``(B, K, d)``: ``found[j, b, i]`` is the ``j``-th nearest point of candidate
+        ``i``'s memory to ``X[b, i]`` as ``distance^2 + i * rank`` (NaN once its points
+        are used up), for the ``max k`` passes the candidates need; shape
+        ``(max k, B, K)``, or ``(max k, B, 1)`` for column ``candidate`` alone
+        (bit-identical to that column of the whole). Every row goes through the same
+        operations whatever ``B``, so a row of a batch is bit-identical to it alone."""
+        kmax = self._search_plan()[1]
+        lo, hi, starts = self._span(candidate)
+        B = len(X)
+        step = max(1, _BATCH_POINTS // (hi - lo))
+        if kmax and B > step:
+            return np.concatenate([self.search(X[s : s + step], candidate) for s in range(0, B, step)], axis=1)
+        found = np.empty((kmax, B, len(starts)), dtype=np.complex128)
+        if not kmax:
+            return found
+        points = self._points(X, lo, hi)
         # pass j's point of every candidate; one with no point left gets a row not taken
-        found = np.empty((kmax, B, self.K), dtype=np.complex128)
         for j in range(kmax):
-            np.fmin.reduceat(points, self.starts, axis=1, out=found[j])
+            np.fmin.reduceat(points, starts, axis=1, out=found[j])
             if j + 1 < kmax:  # take them: NaN, which fmin skips
-                points[np.arange(B)[:, None], self.starts + _rows(found[j])] = np.nan
-        picks = _rows(found)
-        r = self.rewards[picks + self.starts]
+                points[np.arange(B)[:, None], starts + _rows(found[j])] = np.nan
+        return found
+
+    def with_newest(self, found: np.ndarray, X: np.ndarray, candidate: int) -> np.ndarray:
+        """:meth:`search` of column ``candidate`` after its state appended one point
+        with ``k`` unchanged (:meth:`write` returned ``True``), from ``found``, that
+        column's search before: the newest point goes in after the nearer points, ahead
+        of equally near ones (it is the most recent), and the farthest drops out.
+        Bit-identical to searching again, in ``O(B d)`` instead of ``O(B m d)``."""
+        row = int(self.starts[candidate] + self.sizes[candidate]) - 1
+        new = self._points(X, row, row + 1)
+        pos = (found.real < new.real).sum(axis=0)
+        ahead = np.arange(len(found))[:, None, None]
+        out = np.where(ahead < pos, found, new)
+        out[1:] = np.where(ahead[1:] > pos, found[:-1], out[1:])
+        return out
+
+    def estimates(self, X: np.ndarray, weights: str = "uniform") -> np.ndarray:
+        """``f_a`` for B sets of the candidates' feature rows: ``X`` of shape ``(B, K, d)``,
+        ``X[b, i]`` scored against candidate ``i``'s memory; result shape ``(B, K)``, row
+        by row as :meth:`search` finds the neighbours."""
+        return self.estimates_from(self.search(X), weights)
+
+    def estimates_from(self, found: np.ndarray, weights: str = "uniform") -> np.ndarray:
+        """:meth:`estimates` from the neighbours :meth:`search` found."""
+        valid, kmax, take, k = self._search_plan()
+        if not kmax:
+            return np.zeros(found.shape[1:])
+        r = self.rewards[_rows(found) + self.starts]
         if weights == "uniform":
             if take is None:  # k = 1 for every candidate searched: f is the neighbour's reward
                 return np.where(valid, r[0], 0.0)
@@ -472,7 +524,9 @@ class LNUCBTAStack(RidgeStack):
     ``alpha_a`` that depend on the arm alone (:func:`_attention_factors`, shape
     ``(K,)`` each) and their :class:`KnnMemory` (with ``use_knn``); like the ridge
     stacks, these are rewritten for the changed candidates only. ``alpha`` caches
-    ``alpha_a`` while ``g`` equals ``alpha_g``."""
+    ``alpha_a`` while ``g`` equals ``alpha_g``; ``kept`` holds the rows last scored by
+    :meth:`terms` with ``keep``, their terms and their neighbours; ``appended``, the
+    candidates whose memory the last :meth:`sync` grew by one point, ``k`` unchanged."""
 
     def __init__(self, config: LNUCBTAConfig) -> None:
         super().__init__()
@@ -481,6 +535,8 @@ class LNUCBTAStack(RidgeStack):
         self.scratch = Scratch()
         self.alpha: np.ndarray | None = None
         self.alpha_g = 0.0
+        self.kept: tuple[np.ndarray, ...] | None = None
+        self.appended: set[int] = set()
 
     def _rebuild(self) -> None:
         super()._rebuild()
@@ -498,7 +554,54 @@ class LNUCBTAStack(RidgeStack):
         self.scale[i], self.own[i] = _attention_factors(state, cfg.alpha, cfg.kappa)
         self.alpha = None
         if self.knn is not None:
-            self.knn.write(i, state, _arm_k(state, cfg.theta_min, cfg.theta_max, cfg.reward_range))  # type: ignore[arg-type]
+            k = _arm_k(state, cfg.theta_min, cfg.theta_max, cfg.reward_range)  # type: ignore[arg-type]
+            if self.knn.write(i, state, k):  # type: ignore[arg-type]
+                self.appended.add(i)
+
+    def terms(
+        self, X: np.ndarray, written: list[int] | None, keep: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(x^T mu, w, f)`` of the rows ``X`` (shape ``(B, K, d)``) against the stacks
+        :meth:`sync` just brought up to date, rewriting the rows ``written`` (``None``:
+        rebuilt); each of shape ``(B, K)``, ``f`` ``None`` without ``use_knn``.
+
+        With ``keep``, the rows, their terms and their neighbours are kept for the next
+        call. If that call scores the last rows kept again (a replay scoring the rest of
+        its read-ahead after an update), only the columns of the rows ``written`` since
+        are computed, a candidate's terms depending on its own row and state alone, and
+        a memory that grew by one point only takes that point into account
+        (:meth:`KnnMemory.with_newest`): bit-identical to computing everything again.
+        """
+        cfg, knn, kept, appended = self.config, self.knn, self.kept, self.appended
+        self.kept, self.appended = None, set()
+        B = len(X)
+        reuse = (
+            kept is not None
+            and written is not None
+            and B <= len(kept[0])
+            and np.array_equal(kept[0][len(kept[0]) - B :], X)
+        )
+        if reuse:
+            X, mean, width = (a[len(a) - B :] for a in kept[:3])  # type: ignore[index]
+            for i in written:  # type: ignore[union-attr]
+                m, w = stacked_ucb_terms(self.A_inv[i : i + 1], self.theta[i : i + 1], X[:, i : i + 1])
+                mean[:, i], width[:, i] = m[:, 0], w[:, 0]
+        else:
+            mean, width = stacked_ucb_terms(self.A_inv, self.theta, X)
+            X = X.copy() if keep else X
+        found = None
+        if knn is not None:
+            passes = knn.passes()
+            if reuse and len(kept[3]) >= passes:  # type: ignore[index]
+                found = kept[3][:passes, len(kept[0]) - B :]  # type: ignore[index] # pass j needs no later pass
+                for i in written:  # type: ignore[union-attr]
+                    column = found[:, :, i : i + 1]
+                    column[...] = knn.with_newest(column, X, i) if i in appended else knn.search(X, i)
+            else:
+                found = knn.search(X)
+        if keep:
+            self.kept = (X, mean, width, found)
+        return mean, width, None if found is None else knn.estimates_from(found, cfg.knn_weights)  # type: ignore[union-attr]
 
 
 @dataclass
@@ -525,6 +628,7 @@ class LNUCBTA(BasePolicy):
 
     NAME: ClassVar[str] = "lnucb_ta"
     CONFIG: ClassVar[type[PolicyConfig]] = LNUCBTAConfig
+    _SELECT_ROWS: ClassVar[int | None] = None  # _score_batch keeps its rows' terms
     ARM_STATE = LNUCBTAArmState
     SHARED_STATE = AttentionTotals
     config: LNUCBTAConfig
@@ -581,23 +685,25 @@ class LNUCBTA(BasePolicy):
         return score[0], width[0]
 
     def _score_batch(self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext) -> np.ndarray:
-        return self._scores(arm_ids, states, X_batch)[0]
+        return self._scores(arm_ids, states, X_batch, keep=True)[0]
 
-    def _scores(self, arm_ids: list[str], states: list, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _scores(
+        self, arm_ids: list[str], states: list, X: np.ndarray, keep: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Scores and widths, each of shape ``(B, K)``, of B feature sets ``X`` (shape
         ``(B, K, d)``) against the same candidates; :meth:`_score` is the case ``B = 1``,
-        and every term is computed row by row, so a batch row is bit-identical to it."""
+        and every term is computed row by row, so a batch row is bit-identical to it.
+        ``keep``: keep the rows' terms for the next call (:meth:`LNUCBTAStack.terms`)."""
         cfg, stack = self.config, self._stack
-        stack.sync(arm_ids, states, self._take_updated())
-        mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
+        mean, width, knn = stack.terms(X, stack.sync(arm_ids, states, self._take_updated()), keep)
         g = self.global_attention()
         if stack.alpha is None or stack.alpha_g != g:
             stack.alpha, stack.alpha_g = self._exploration_weights(stack.scale, stack.own), g
         score = stack.alpha * width
         if cfg.use_linear:
             score = score + mean
-        if cfg.use_knn:
-            score = score + stack.knn.estimates(X, cfg.knn_weights)  # type: ignore[union-attr]
+        if knn is not None:
+            score = score + knn
         return score, width
 
     def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:

@@ -308,6 +308,10 @@ class BasePolicy:
     _PLAIN_CHOICE: ClassVar[bool] = True
     _NO_EXTRAS: ClassVar[bool] = True
     _BATCHED: ClassVar[bool] = False
+    # Rows select_until scores per _score_batch call: about one match's worth on a log
+    # of ~10 arms, so few rows past the match are scored in vain. None: all at once, for
+    # a policy whose _score_batch keeps the terms of rows it scores again (LNUCB-TA).
+    _SELECT_ROWS: ClassVar[int | None] = 16
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -498,11 +502,12 @@ class BasePolicy:
         (:mod:`bandit_core.evaluation.replay`) uses it to skip the unmatched events
         between two updates, during which the policy's state does not change.
 
-        Policies with batched scoring (``_score_batch``) and ``epsilon = 0`` score all
-        B events in one call and draw all B tie-break keys at once, then rewind the RNG
-        to just after the matched event's keys (one ``random(K)`` draw per selection,
-        as :meth:`select` makes). Any input :meth:`select` would reject falls back to
-        the one-by-one loop, so the same error is raised after the same selections.
+        Policies with batched scoring (``_score_batch``) and ``epsilon = 0`` score the
+        events ``_SELECT_ROWS`` at a time (all B in one call when ``None``) and draw their
+        tie-break keys at once, then rewind the RNG to just after the matched event's
+        keys (one ``random(K)`` draw per selection, as :meth:`select` makes). Any input
+        :meth:`select` would reject falls back to the one-by-one loop, so the same error
+        is raised after the same selections.
 
         >>> import numpy as np, bandit_core
         >>> p = bandit_core.make_policy("linucb", d=1, alpha=0.0, seed=0)
@@ -513,28 +518,34 @@ class BasePolicy:
         """
         ids = check_arm_ids(arm_ids)
         n_events, targets = _check_targets(X_batch, targets, len(ids))
-        if not n_events:
-            return 0
-        scores = self._batch_scores(ids, X_batch, user_id)
-        if scores is None:
-            for i in range(n_events):
-                if self.select(ids, X_batch[i], user_id=user_id).arm_id == ids[targets[i]]:
-                    return i
-            return n_events
-        rng = self._rng.bit_generator
-        before = rng.state
-        keys = self._rng.random(scores.shape)
-        greedy = np.where(scores == scores.max(axis=1, keepdims=True), keys, -1.0).argmax(axis=1)
-        hits = np.flatnonzero(greedy == targets)
-        if not hits.size:
-            return n_events
-        rng.state = before
-        self._rng.random((int(hits[0]) + 1) * len(ids))
-        return int(hits[0])
+        X = self._batch_input(ids, X_batch) if n_events else None
+        start = 0
+        if X is not None:
+            rng = self._rng.bit_generator
+            step = self._SELECT_ROWS or n_events
+            for start in range(0, n_events, step):
+                scores = self._checked_batch_scores(ids, X[start : start + step], user_id)
+                if scores is None:
+                    break  # the RNG stands where select would draw row start's keys
+                before = rng.state
+                keys = self._rng.random(scores.shape)
+                greedy = np.where(scores == scores.max(axis=1, keepdims=True), keys, -1.0).argmax(axis=1)
+                hits = np.flatnonzero(greedy == targets[start : start + step])
+                if hits.size:
+                    rng.state = before
+                    self._rng.random((int(hits[0]) + 1) * len(ids))
+                    return start + int(hits[0])
+            else:
+                return n_events
+        for i in range(start, n_events):
+            if self.select(ids, X_batch[i], user_id=user_id).arm_id == ids[targets[i]]:
+                return i
+        return n_events
 
-    def _batch_scores(self, ids: list[str], X_batch: ArrayLike, user_id: str | None) -> np.ndarray | None:
-        """``_score_batch`` of ``X_batch`` after the cold start the first selection would
-        make, or ``None`` when :meth:`select_until` must loop (see there)."""
+    def _batch_input(self, ids: list[str], X_batch: ArrayLike) -> np.ndarray | None:
+        """``X_batch`` as a float array when :meth:`select_until` may score it in batches:
+        a policy with batched scoring, no exploration, and rows :meth:`select` would
+        accept; else ``None`` (see there)."""
         if not self._BATCHED or self.config.epsilon != 0.0:
             return None
         try:
@@ -546,6 +557,16 @@ class BasePolicy:
         X = X.astype(np.float64, copy=False)
         if not all_finite(X) or any(a in self._retired for a in ids):
             return None
+        return X
+
+    def _batch_scores(self, ids: list[str], X_batch: ArrayLike, user_id: str | None) -> np.ndarray | None:
+        """``_score_batch`` of ``X_batch`` after the cold start the first selection would
+        make, or ``None`` when :meth:`select_until` must loop (see there)."""
+        X = self._batch_input(ids, X_batch)
+        return None if X is None else self._checked_batch_scores(ids, X, user_id)
+
+    def _checked_batch_scores(self, ids: list[str], X: np.ndarray, user_id: str | None) -> np.ndarray | None:
+        """:meth:`_batch_scores` of rows :meth:`_batch_input` accepted."""
         try:
             states = list(map(self._arms.__getitem__, ids))
         except KeyError:

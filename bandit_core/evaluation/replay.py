@@ -73,7 +73,6 @@ def _check_rounds(n_rounds: int | None) -> None:
 
 
 _READ_AHEAD = 64  # events buffered from the source and stacked for select_until
-_STEP = 16  # events per select_until call: about one match's worth on a log of ~10 arms
 
 
 class _Lookahead:
@@ -139,7 +138,8 @@ def _run(
     progress: Progress | None,
 ) -> ReplayResult:
     """The strict replay loop. Events with the same candidates go to
-    :meth:`Policy.select_until` in small batches: the policy learns only at a match, so
+    :meth:`Policy.select_until` together, up to ``_READ_AHEAD`` of them, and after a
+    match the rest of them again: the policy learns only at a match, so
     every result (matches, ``events_seen``, the acceptance draws, the final state) is
     that of calling ``select`` on each event in turn."""
     _check_rounds(n_rounds)
@@ -160,10 +160,9 @@ def _run(
         while pos < len(run):
             if n_rounds is not None and len(rewards) >= n_rounds:
                 break
-            end = min(pos + _STEP, len(run))
-            i = policy.select_until(run[0].arm_ids, X[pos:end], targets[pos:end], user_id=run[0].user_id)
-            if i == end - pos:
-                seen, pos = seen + i, end
+            i = policy.select_until(run[0].arm_ids, X[pos:], targets[pos:], user_id=run[0].user_id)
+            if i == len(run) - pos:
+                seen, pos = seen + i, len(run)
                 continue
             seen, pos = seen + i + 1, pos + i + 1
             event = run[pos - 1]

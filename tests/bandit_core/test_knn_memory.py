@@ -92,3 +92,49 @@ def test_memory_appends_never_alias_a_copied_state() -> None:
     twin.remember(np.array([3.0, 3.0]), 1.0, window=10)
     assert s.X_mem.tolist() == [[1.0, 1.0], [2.0, 2.0]] and s.r_mem.tolist() == [1.0, 0.0]
     assert twin.X_mem.tolist() == [[1.0, 1.0], [3.0, 3.0]] and twin.r_mem.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("integer", [True, False], ids=["integer", "normal"])
+def test_one_candidate_and_one_new_point_give_the_whole_search(
+    integer: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``search(X, i)`` is column ``i`` of ``search(X)``, and after an append with ``k``
+    unchanged ``with_newest`` gives what searching again gives, ties to the newest point
+    included (a point equal to a stored one, or to the row scored)."""
+    rng = np.random.default_rng(6)
+    states = []
+    for m in (0, 3, 20, 12, 1):
+        s = LNUCBTAArmState.prior(4, 1.0)
+        for _ in range(m):
+            s.remember(_features(rng, integer, (4,)), float(rng.random() < 0.5), window=30)
+        states.append(s)
+    ks = np.array([1, 2, 4, 3, 1])
+    memory = KnnMemory(states, ks, window=30)
+    X = _features(rng, integer, (9, 5, 4))
+    for small in (False, True):
+        if small:
+            monkeypatch.setattr(lnucb_ta, "_BATCH_POINTS", 30)
+            monkeypatch.setattr(lnucb_ta, "_SPAN_FLOATS", 20)
+        whole = memory.search(X)
+        assert whole.shape == (4, 9, 5)
+        for i in range(5):
+            np.testing.assert_array_equal(memory.search(X, i), whole[:, :, i : i + 1])
+    for t in range(40):
+        i = t % 5
+        before = memory.search(X, i)
+        s = states[i]
+        new = [X[t % 9, i], s.X_mem[0] if len(s.r_mem) else X[0, i], _features(rng, integer, (4,))][t % 3]
+        s.remember(new.copy(), float(rng.random() < 0.5), window=30)
+        s.n += 1  # as LNUCBTAArmState.add does with each point remembered
+        assert memory.write(i, s, int(ks[i]))
+        np.testing.assert_array_equal(memory.with_newest(before, X, i), memory.search(X, i))
+        np.testing.assert_array_equal(memory.estimates_from(memory.search(X)), memory.estimates(X))
+
+
+def test_write_says_whether_it_only_appended_with_k_unchanged() -> None:
+    s = LNUCBTAArmState.prior(1, 1.0)
+    memory = KnnMemory([s], np.array([1]), window=2)
+    for t, (k, appended) in enumerate([(1, True), (1, True), (1, False), (2, False)]):
+        s.remember(np.array([float(t)]), 1.0, window=2)  # the third point overwrites the first
+        s.n += 1
+        assert memory.write(0, s, k) is appended

@@ -273,3 +273,46 @@ def test_malformed_events_fail_as_select_would() -> None:
         with pytest.raises(InvalidInputError) as b:
             replay(p, events)
         assert str(a.value) == str(b.value) and p.to_bytes() == expected.to_bytes()
+
+
+@pytest.mark.parametrize("integer", [False, True], ids=["normal", "integer"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"knn_window": 4},  # rings overwrite their oldest points
+        {"knn_weights": "distance", "theta_max": 9, "reward_range": (0.0, 2.0)},  # k changes
+        {"linear_target": "residual"},
+        {"use_knn": False},
+    ],
+    ids=range(5),
+)
+def test_lnucb_ta_select_until_on_the_rest_of_its_rows_equals_one_select_per_row(
+    params: dict, integer: bool
+) -> None:
+    """As a replay calls it: the rest of the same rows after each update, which LNUCB-TA
+    scores again only in the updated arm's column; a select or a part imported in
+    between must not leave stale terms behind."""
+    p = _trained("lnucb_ta", integer, **params)
+    q = type(p).from_bytes(p.to_bytes())
+    rng = np.random.default_rng(12)
+    for rep in range(6):
+        X = _X(rng, (60, len(ARMS), D), integer)
+        targets = rng.integers(0, len(ARMS), size=60)
+        pos = 0
+        while pos < 60:
+            i = p.select_until(ARMS, X[pos:], targets[pos:])
+            assert i == _one_by_one(q, ARMS, X[pos:], targets[pos:])
+            assert p.to_bytes() == q.to_bytes()
+            pos += i + 1
+            if pos <= 60:
+                reward = float(rng.integers(0, 3)) if "reward_range" in params else float(rng.integers(0, 2))
+                for s in (p, q):
+                    s.update(ARMS[targets[pos - 1]], X[pos - 1, targets[pos - 1]], reward)
+            if rep == 2 and pos < 60:
+                assert p.select(ARMS, X[pos]).arm_id == q.select(ARMS, X[pos]).arm_id
+            if rep == 4 and pos < 60:
+                parts = q.export_parts(["arm:a", "shared"])
+                for s in (p, q):
+                    s.update("a", X[pos, 0], 1.0)
+                    s.import_parts(parts)
