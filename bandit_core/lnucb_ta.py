@@ -454,10 +454,10 @@ class KnnMemory:
         Bit-identical to searching again, in ``O(B d)`` instead of ``O(B m d)``."""
         row = int(self.starts[candidate] + self.sizes[candidate]) - 1
         new = self._points(X, row, row + 1)
-        pos = (found.real < new.real).sum(axis=0)
-        ahead = np.arange(len(found))[:, None, None]
-        out = np.where(ahead < pos, found, new)
-        out[1:] = np.where(ahead[1:] > pos, found[:-1], out[1:])
+        nearer = found.real < new.real  # true on a prefix of the passes (NaN: false)
+        out = np.where(nearer, found, new)
+        if len(found) > 1:  # the passes after the new point's hold their predecessors
+            out[1:] = np.where(nearer[:-1], out[1:], found[:-1])
         return out
 
     def estimates(self, X: np.ndarray, weights: str = "uniform") -> np.ndarray:
