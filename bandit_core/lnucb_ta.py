@@ -592,8 +592,13 @@ class LNUCBTAStack(RidgeStack):
         found = None
         if knn is not None:
             passes = knn.passes()
-            if reuse and len(kept[3]) >= passes:  # type: ignore[index]
+            if reuse:
                 found = kept[3][:passes, len(kept[0]) - B :]  # type: ignore[index] # pass j needs no later pass
+                if len(found) < passes:
+                    # only a written candidate needs the passes added (a k or a memory
+                    # grew); the others' k stayed at most len(found): their added passes
+                    # are not taken, whatever they hold
+                    found = np.concatenate([found, np.full((passes - len(found), *found.shape[1:]), np.nan + 0j)])
                 for i in written:  # type: ignore[union-attr]
                     column = found[:, :, i : i + 1]
                     column[...] = knn.with_newest(column, X, i) if i in appended else knn.search(X, i)
