@@ -242,11 +242,12 @@ _SPAN_FLOATS = 1 << 17
 
 def _capacity(points: int, window: int | None) -> int:
     """Rows :class:`KnnMemory` gives a memory of ``points`` points that outgrew its
-    rows: a quarter more (plus 8, at most ``window``), so appends rarely move the
-    layout; just the points without a window (a one-off search)."""
+    rows: an eighth more (plus 4, at most ``window``), so appends rarely move the
+    layout, while the rows reserved, which every search scans, stay few; just the
+    points without a window (a one-off search)."""
     if window is None:
         return max(points, 1)
-    return min(window, points + points // 4 + 8)
+    return min(window, points + points // 8 + 4)
 
 
 def _ranks(rows: np.ndarray, head: int | np.ndarray) -> np.ndarray:
