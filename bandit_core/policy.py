@@ -559,14 +559,10 @@ class BasePolicy:
             return None
         return X
 
-    def _batch_scores(self, ids: list[str], X_batch: ArrayLike, user_id: str | None) -> np.ndarray | None:
-        """``_score_batch`` of ``X_batch`` after the cold start the first selection would
-        make, or ``None`` when :meth:`select_until` must loop (see there)."""
-        X = self._batch_input(ids, X_batch)
-        return None if X is None else self._checked_batch_scores(ids, X, user_id)
-
     def _checked_batch_scores(self, ids: list[str], X: np.ndarray, user_id: str | None) -> np.ndarray | None:
-        """:meth:`_batch_scores` of rows :meth:`_batch_input` accepted."""
+        """``_score_batch`` of rows :meth:`_batch_input` accepted, after the cold start the
+        first selection would make, or ``None`` when :meth:`select_until` must loop
+        (non-finite scores)."""
         try:
             states = list(map(self._arms.__getitem__, ids))
         except KeyError:

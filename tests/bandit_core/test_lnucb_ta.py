@@ -8,6 +8,7 @@ import pytest
 import bandit_core
 from bandit_core.errors import ConfigError
 from bandit_core.lnucb_ta import LNUCBTA, LNUCBTAArmState, LNUCBTAConfig, knn_estimates
+from tests.bandit_core.conftest import takes_batched_path
 
 
 def _policy(**kw) -> LNUCBTA:
@@ -272,7 +273,7 @@ def test_batched_scores_are_bit_identical_to_single_scores(params: dict, integer
     ids = [*trained, "new", "twin"]  # an arm in the prior state, a copy of "d"
     X_batch = features(50, len(ids), 3)
     X_batch[:, -1] = X_batch[:, 3]
-    assert p._batch_scores(ids, X_batch, None) is not None  # the batched path is taken
+    assert takes_batched_path(p, ids, X_batch)
     states = [p._arms[a] for a in ids]
     batch = p._score_batch(ids, states, X_batch, None)
     single = np.stack([p._score(ids, states, X, None)[0] for X in X_batch])

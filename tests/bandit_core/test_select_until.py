@@ -14,6 +14,7 @@ from bandit_core.datasets import BanditLog, LoggedEvent
 from bandit_core.errors import InvalidInputError, UnknownArmError
 from bandit_core.evaluation import rejection_replay, replay
 from bandit_core.evaluation.replay import ReplayResult
+from tests.bandit_core.conftest import takes_batched_path
 
 D = 4
 ARMS = ["a", "b", "c", "d", "e"]
@@ -75,15 +76,10 @@ def test_select_until_cold_starts_like_the_first_select(name: str) -> None:
 
 def test_linucb_without_exploration_takes_the_batched_path() -> None:
     p = _trained("linucb", integer=True)
-    assert p._batch_scores(ARMS, np.ones((3, len(ARMS), D)), None) is not None
+    assert takes_batched_path(p, ARMS, np.ones((3, len(ARMS), D)))
     for name in ("guardrailed_linucb", "hare", "random"):
-        assert make_policy(name, d=D)._batch_scores(ARMS, np.ones((3, len(ARMS), D)), None) is None
-    assert (
-        _trained("linucb", integer=True, epsilon=0.1)._batch_scores(
-            ARMS, np.ones((3, len(ARMS), D)), None
-        )
-        is None
-    )
+        assert not takes_batched_path(make_policy(name, d=D), ARMS, np.ones((3, len(ARMS), D)))
+    assert not takes_batched_path(_trained("linucb", integer=True, epsilon=0.1), ARMS, np.ones((3, len(ARMS), D)))
 
 
 @pytest.mark.parametrize("integer", [False, True], ids=["normal", "integer"])
