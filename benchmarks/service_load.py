@@ -142,7 +142,7 @@ def wrk(
     out = subprocess.run(
         [
             "wrk",
-            f"-t{threads}",
+            f"-t{min(threads, connections)}",  # wrk needs a connection per thread
             f"-c{connections}",
             f"-d{round(duration)}s",
             "--latency",

@@ -57,12 +57,12 @@ async def require_key(
     check(request, credentials)
 
 
-async def recommend_key(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    """Dependency of ``/recommend``: open unless ``recommend_requires_key``."""
+async def recommend_key(request: Request) -> None:
+    """Dependency of ``/recommend``: open unless ``recommend_requires_key``. The bearer
+    credentials are read only then, not declared as a sub-dependency that FastAPI would
+    solve on every request (the route names the scheme in its OpenAPI security)."""
     if request.app.state.settings.recommend_requires_key:
-        check(request, credentials)
+        check(request, await _bearer(request))
 
 
 def warn_if_open(settings: Settings) -> None:

@@ -114,6 +114,24 @@ def _dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def candidates_json(ids: Sequence[str], X: np.ndarray) -> orjson.Fragment:
+    """The log's ``candidates`` column, ``[{"id": <arm>, "features": <row of X>}, ...]``,
+    as the JSON orjson writes for it, built from the text of each distinct row.
+
+    Without arm features of their own every row is the context: its text is written once
+    instead of K times (the K x d floats were 55 us of the writer thread's time under the
+    GIL at K = 50, d = 32, and the K row lists kept about 100 objects per queued decision
+    for the garbage collector to scan); the rows are compared bitwise, so ``-0.0`` and
+    ``0.0`` keep their own text.
+    """
+    option = orjson.OPT_SERIALIZE_NUMPY
+    if X.tobytes() == X[0].tobytes() * len(X):
+        rows = [orjson.Fragment(orjson.dumps(X[0], option=option))] * len(X)
+    else:
+        rows = [orjson.Fragment(orjson.dumps(x, option=option)) for x in X]
+    return orjson.Fragment(orjson.dumps([{"id": a, "features": r} for a, r in zip(ids, rows)]))
+
+
 class DecisionService:
     """Everything the routers call; one per process, created in the app's lifespan."""
 
@@ -529,7 +547,7 @@ class DecisionService:
                 policy=req.policy,
                 created_at=now,
                 context=req.context,
-                candidates=[{"id": a, "features": x} for a, x in zip(ids, X.tolist())],
+                candidates=candidates_json(ids, X),
                 arm_id=response["arm_id"],
                 propensity=float(decision.propensity),
                 scores=np.asarray(decision.scores, dtype=np.float64).tolist(),

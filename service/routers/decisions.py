@@ -32,8 +32,9 @@ _errors = {
     response_model=RecommendResponse,
     dependencies=[RecommendKey],
     responses=_errors,
-    # the key is optional (required only with BANDIT_RECOMMEND_REQUIRES_KEY)
-    openapi_extra={"security": [{}]},
+    # the key is optional (required only with BANDIT_RECOMMEND_REQUIRES_KEY); recommend_key
+    # reads it without declaring the bearer scheme as a dependency, so it is named here
+    openapi_extra={"security": [{"HTTPBearer": []}, {}]},
 )
 async def recommend(body: RecommendRequest, service: ServiceDep) -> Response:
     """Choose an arm for a context. A repeated client ``event_id`` returns the original

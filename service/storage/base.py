@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 
 class StoreUnavailableError(RuntimeError):
     """The backing store could not be reached (the service degrades or answers 503)."""
@@ -172,7 +174,8 @@ class DecisionRecord:
     policy: str
     created_at: float
     context: Any
-    candidates: list[dict[str, Any]]
+    # the candidate list, or (as the service submits it) its JSON already encoded
+    candidates: list[dict[str, Any]] | orjson.Fragment
     arm_id: str
     propensity: float
     scores: list[float]

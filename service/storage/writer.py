@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from service.storage.base import DecisionRecord, EventLog, RewardRecord, StoreUnavailableError
+from service.storage.schema import json_dumps
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,10 @@ _Item = tuple[float, Record]
 def _encode(item: _Item) -> str:
     submitted, record = item
     kind = "decision" if isinstance(record, DecisionRecord) else "reward"
-    return json.dumps({"kind": kind, "submitted": submitted, "record": dataclasses.asdict(record)})
+    # the fields as they are (asdict would deep-copy them), by the log's own JSON writer:
+    # a decision's candidates may come already encoded (an orjson.Fragment)
+    fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    return json_dumps({"kind": kind, "submitted": submitted, "record": fields})
 
 
 def _decode(line: str) -> _Item:

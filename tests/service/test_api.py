@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 import bandit_core
+from service.app import YOUNG_GC_THRESHOLD
 from service.schemas import RankedArm, RecommendResponse
 from tests.service.conftest import POLICY, running, wait_for
 
@@ -479,3 +481,13 @@ async def test_snapshot_import_rejects_garbage(make_settings: Any) -> None:
         for data in ("not base64!", base64.b64encode(b"BCS1garbage").decode()):
             r = await http.put("/policies/p/snapshot", json={"data": data})
             assert r.status_code == 422 and "data" in r.text
+
+
+async def test_serving_collects_the_young_generation_less_often(make_settings: Any) -> None:
+    before = gc.get_threshold()
+    try:
+        async with running(make_settings()) as (_app, http, _):
+            assert (await http.get("/healthz")).status_code == 200
+            assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, *before[1:])
+    finally:
+        gc.set_threshold(*before)

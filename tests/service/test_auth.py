@@ -76,6 +76,21 @@ async def test_recommend_is_open_unless_configured(make_settings: Any) -> None:
         ).status_code == 200
 
 
+@pytest.mark.parametrize("headers", BAD_HEADERS)
+async def test_required_recommend_key_is_checked_before_the_body(
+    make_settings: Any, headers: dict
+) -> None:
+    # recommend_key reads the bearer credentials itself: a bad key is 401 like on the
+    # protected routes, and still before the body is validated (a bad body is 401 too)
+    async with running(make_settings(recommend_requires_key=True)) as (app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        async with _unauth(app) as anon:
+            for body in ({"policy": "p", "context": [1, 0, 0]}, {"policy": "p"}):
+                r = await anon.post("/recommend", json=body, headers=headers)
+                assert r.status_code == 401, r.text
+                assert r.headers["www-authenticate"] == "Bearer"
+
+
 async def test_without_keys_only_loopback_reaches_protected_routes(
     make_settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

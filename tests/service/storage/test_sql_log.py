@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 
 from bandit_core.errors import ConfigError
+from service.decision import candidates_json
 from service.storage.base import (
     DecisionRecord,
     LoggedEvent,
@@ -67,6 +70,17 @@ def test_append_round_trips_records_exactly(log: SqlEventLog) -> None:
     r = reward(1, value=-0.125, source="default")
     log.append([d, plain], [r])
     assert list(log.iter_events("p")) == [LoggedEvent(d, r), LoggedEvent(plain, None)]
+
+
+def test_append_takes_candidates_already_encoded(log: SqlEventLog) -> None:
+    # the service submits the candidates as JSON (an orjson.Fragment): logged and read
+    # back exactly as the same list given as Python objects
+    X = np.array([[0.1, -0.0, 1 / 3], [0.1, 0.0, 2.5e-9]])
+    plain = decision(1, candidates=[{"id": a, "features": x} for a, x in zip("ab", X.tolist())])
+    encoded = dataclasses.replace(plain, candidates=candidates_json(["a", "b"], X))
+    log.append([encoded], [])
+    (event,) = list(log.iter_events("p"))
+    assert event.decision == plain
 
 
 def test_append_is_idempotent_on_event_id(log: SqlEventLog) -> None:

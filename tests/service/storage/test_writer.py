@@ -3,14 +3,17 @@ the real PostgreSQL (cut by a TCP proxy), restart survival, and exactly-once flu
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import numpy as np
 import pytest
 
+from service.decision import candidates_json
 from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.sql_log import SqlEventLog
@@ -122,6 +125,28 @@ def test_spool_survives_restart_and_flushes_on_start(tmp_path: Path) -> None:
         assert [e.decision for e in up.iter_events("p")][:3] == [decision(i) for i in range(3)]
         assert list(spool.glob("slot-*/seg-*.jsonl")) == []
         up.close()
+
+
+def test_spooled_encoded_candidates_reach_the_log_as_written(
+    sqlite_log: SqlEventLog, tmp_path: Path
+) -> None:
+    # the service submits a decision's candidates already encoded (an orjson.Fragment):
+    # through the spool they reach the log as the same list
+    X = np.array([[0.5, 1.0], [0.5, -0.0]])
+    plain = dataclasses.replace(
+        decision(1), candidates=[{"id": a, "features": x} for a, x in zip("ab", X.tolist())]
+    )
+    down = SqlEventLog(CLOSED_PORT_URL, connect_timeout=1)
+    writer = EventLogWriter(down, tmp_path / "spool", retry_interval=0.05)
+    writer.submit_decision(dataclasses.replace(plain, candidates=candidates_json(["a", "b"], X)))
+    assert writer.flush(timeout=20)
+    assert writer.spool_depth == 1
+    writer.close()
+    down.close()
+    writer = EventLogWriter(sqlite_log, tmp_path / "spool", retry_interval=0.05)
+    wait_until(lambda: writer.spool_depth == 0)
+    writer.close()
+    assert [e.decision for e in sqlite_log.iter_events("p")] == [plain]
 
 
 def test_outage_and_recovery_of_postgres_lose_and_duplicate_nothing(tmp_path: Path) -> None:
