@@ -36,10 +36,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection, parse_url
-from redis.exceptions import DataError, NoScriptError, RedisError
+from redis.connection import HiredisRespSerializer
+from redis.exceptions import NoScriptError, RedisError
 
 from bandit_core.errors import InvalidInputError
 from service.storage._common import check_ttl, checked_writes
@@ -126,19 +126,11 @@ def packed_by_hiredis(base: type[C]) -> type[C]:
     packer, as redis-py's synchronous client does when hiredis is installed; its asyncio
     client packs in Python: 150 us for the read script's 54 arguments at K = 50 against
     15 us, the same bytes (tests/service/storage/test_redis_packing.py)."""
+    serializer = HiredisRespSerializer()  # redis-py's own, which its sync client uses
 
     class HiredisPacked(base):  # type: ignore[valid-type,misc]
         def pack_command(self, *args: Any) -> list[bytes]:
-            # a command name of several words ("CONFIG GET") is sent as several arguments
-            if isinstance(args[0], str):
-                args = (*args[0].encode().split(), *args[1:])
-            elif b" " in args[0]:
-                args = (*args[0].split(), *args[1:])
-            args = tuple(bytes(a) if isinstance(a, bytearray | memoryview) else a for a in args)
-            try:
-                return [hiredis.pack_command(args)]
-            except TypeError as exc:  # what redis-py's encoder refuses (None, bool, ...)
-                raise DataError(str(exc)) from exc
+            return serializer.pack(*args)
 
     HiredisPacked.__name__ = HiredisPacked.__qualname__ = f"HiredisPacked{base.__name__}"
     return HiredisPacked
