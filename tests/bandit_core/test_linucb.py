@@ -107,6 +107,27 @@ def test_finite_values_whose_sum_overflows_are_accepted() -> None:
         check_matrix(np.array([[1.0, 2.0], [-np.inf, 0.0]]), 2, 2)
 
 
+def test_add_is_the_textbook_update_bit_for_bit() -> None:
+    """LinearArmState.add computes A + x x^T, A^-1 - (A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x),
+    b + target x and theta = A^-1 b exactly as the plain numpy expressions do."""
+    from bandit_core.linear import LinearArmState
+
+    rng = np.random.default_rng(11)
+    s = LinearArmState.prior(5, 0.5)
+    for _ in range(40):
+        x, target = rng.normal(size=5), float(rng.normal())
+        A, A_inv, b = s.A.copy(), s.A_inv.copy(), s.b.copy()
+        s.add(x, target, 1.0, refactor_every=10**6)
+        Ax = A_inv @ x
+        for got, want in [
+            (s.A, A + np.outer(x, x)),
+            (s.A_inv, A_inv - np.outer(Ax, Ax) / (1.0 + x @ Ax)),
+            (s.b, b + target * x),
+            (s.theta, s.A_inv @ s.b),
+        ]:
+            assert got.tobytes() == want.tobytes()
+
+
 def test_one_vector_sherman_morrison_matches_the_stacked_form() -> None:
     from bandit_core.linear import sherman_morrison_term
 
