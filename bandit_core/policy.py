@@ -461,9 +461,8 @@ class BasePolicy:
             # the largest key among ties; the full order (and the tie mask, unless there
             # is a tie to break) is left to the Decision.
             order, eligible, outcome, changed, n_eligible = None, None, None, (), K
-            best = max(listed)
-            greedy = listed.index(best)
-            n_tied = listed.count(best)
+            greedy = int(scores.argmax())
+            n_tied = listed.count(listed[greedy])
             tied = None
             if n_tied > 1:
                 tied = scores == scores[greedy]
