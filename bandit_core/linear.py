@@ -65,13 +65,19 @@ class LinearArmState(ArrayState):
         """
         # The three new arrays are rows of one buffer, so one all_finite pass checks them
         # all; it runs before any field changes, so the state is never left half-updated.
+        # Positional outputs and in-place operators keep numpy's per-call work small;
+        # dividing by -(1 + x^T A^-1 x), then adding A^-1, gives the bits of A^-1 - term
+        # exactly (IEEE division is sign-symmetric and a - t is a + (-t)).
         d = len(x)
         new = np.empty((2 * d + 1, d))
         A, A_inv, b = new[:d], new[d:-1], new[-1]
-        np.multiply(x[:, None], x, out=A)
+        np.multiply(x[:, None], x, A)
         A += self.A
-        np.subtract(self.A_inv, sherman_morrison_term(self.A_inv, x, out=A_inv), out=A_inv)
-        np.multiply(x, target, out=b)
+        Ax = self.A_inv.dot(x)
+        np.multiply(Ax[:, None], Ax, A_inv)
+        A_inv /= -(1.0 + x.dot(Ax))
+        A_inv += self.A_inv
+        np.multiply(x, target, b)
         b += self.b
         if not all_finite(new):
             raise InvalidInputError(
@@ -105,15 +111,9 @@ def sherman_morrison(A_inv: np.ndarray, x: np.ndarray) -> None:
     A_inv -= sherman_morrison_term(A_inv, x)
 
 
-def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The rank-one term ``(A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x)`` that
-    :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``
-    (written into ``out`` when given, for one matrix)."""
-    if x.ndim == 1:  # one matrix (an arm's update): the same formula in fewer numpy calls
-        Ax = A_inv.dot(x)
-        term = np.multiply(Ax[:, None], Ax, out=out)
-        term /= 1.0 + x.dot(Ax)
-        return term
+    :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``."""
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
     return Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
 
