@@ -175,3 +175,19 @@ def test_stack_rows_follow_every_kind_of_change() -> None:
         states = [policy._arms[a] for a in ids]
         assert np.array_equal(policy._stack.A_inv, np.stack([s.A_inv for s in states])), step
         assert np.array_equal(policy._stack.theta, np.stack([s.theta for s in states])), step
+
+
+@pytest.mark.parametrize("size", [7, 8192, 8193, 20_000])
+def test_all_finite_flags_one_bad_entry_at_any_size(size: int) -> None:
+    """all_finite witnesses with a sum of squares (small arrays) or a sum (large ones);
+    either way one NaN or infinity anywhere is caught and huge finite values pass."""
+    from bandit_core.validation import _DOT_MAX, all_finite
+
+    assert (size <= _DOT_MAX) == (size in (7, 8192))
+    arr = np.full(size, 1e300)  # squares and sums overflow: the entry-wise test decides
+    assert all_finite(arr) and all_finite(arr.reshape(1, -1)[:, ::-1])
+    for bad in (np.nan, np.inf, -np.inf):
+        for i in (0, size // 2, size - 1):
+            a = np.ones(size)
+            a[i] = bad
+            assert not all_finite(a)
