@@ -13,7 +13,6 @@ so floating-point drift stays bounded.
 from __future__ import annotations
 
 import itertools
-import math
 import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -64,17 +63,23 @@ class LinearArmState(ArrayState):
         >>> bool(np.allclose(s.A_inv, np.linalg.inv(s.A)))
         True
         """
-        A = x[:, None] * x
+        # The three new arrays are rows of one buffer, so one all_finite pass checks them
+        # all; it runs before any field changes, so the state is never left half-updated.
+        # Positional outputs and in-place operators keep numpy's per-call work small;
+        # dividing by -(1 + x^T A^-1 x), then adding A^-1, gives the bits of A^-1 - term
+        # exactly (IEEE division is sign-symmetric and a - t is a + (-t)).
+        d = len(x)
+        new = np.empty((2 * d + 1, d))
+        A, A_inv, b = new[:d], new[d:-1], new[-1]
+        np.multiply(x[:, None], x, A)
         A += self.A
-        A_inv = sherman_morrison_term(self.A_inv, x)
-        np.subtract(self.A_inv, A_inv, out=A_inv)
-        b = target * x
+        Ax = self.A_inv.dot(x)
+        np.multiply(Ax[:, None], Ax, A_inv)
+        A_inv /= -(1.0 + x.dot(Ax))
+        A_inv += self.A_inv
+        np.multiply(x, target, b)
         b += self.b
-        # Checked before any field changes, so the state is never left half-updated. A
-        # finite total of the three sums proves every entry finite (all_finite's
-        # argument); otherwise each array is tested on its own.
-        total = np.add.reduce(A, axis=None) + np.add.reduce(A_inv, axis=None) + np.add.reduce(b)
-        if not (math.isfinite(total) or (all_finite(A) and all_finite(A_inv) and all_finite(b))):
+        if not all_finite(new):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and target {target} overflow the ridge statistics"
             )
@@ -84,7 +89,7 @@ class LinearArmState(ArrayState):
         self.since_refactor += 1
         if self.since_refactor >= refactor_every:
             self.refactor()
-        self.theta = self.A_inv @ self.b
+        self.theta = self.A_inv.dot(self.b)
 
     def refactor(self) -> None:
         """Re-derive ``A^-1`` from ``A``: ``A = L L^T``, ``A^-1 = L^-T L^-1``."""
@@ -109,11 +114,6 @@ def sherman_morrison(A_inv: np.ndarray, x: np.ndarray) -> None:
 def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The rank-one term ``(A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x)`` that
     :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``."""
-    if x.ndim == 1:  # one matrix (an arm's update): the same formula in fewer numpy calls
-        Ax = A_inv @ x
-        term = Ax[:, None] * Ax
-        term /= 1.0 + x @ Ax
-        return term
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
     return Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
 

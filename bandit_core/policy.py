@@ -338,6 +338,10 @@ class BasePolicy:
         # when the arm table itself changed (cold start, add, retire, part import), so
         # every arm must be treated as changed.
         self._updated_arms: set[str] | None = None
+        # The candidate list select looked up last and its states, until the arm table
+        # changes.
+        self._select_states: tuple[list[str], list[ArrayState]] | None = None
+        self._no_context = SelectContext()  # the context of calls without user or features
 
     # ---- algorithm hooks -------------------------------------------------------------
     def _new_arm_state(self) -> ArrayState:
@@ -429,15 +433,24 @@ class BasePolicy:
         ids = self._checked_ids = check_arm_ids(arm_ids, self._checked_ids)
         K = len(ids)
         X = check_matrix(X, K, self.config.d)
-        ctx = SelectContext(user_id=user_id, features=features)
-        try:
-            states = list(map(self._arms.__getitem__, ids))
-            created: tuple[str, ...] = ()
-        except KeyError:
-            created = tuple(a for a in ids if a not in self._arms)
-            states = [self._arm_for_select(a) for a in ids]
+        if user_id is None and features is None:
+            ctx = self._no_context
+        else:
+            ctx = SelectContext(user_id=user_id, features=features)
+        created: tuple[str, ...] = ()
+        cached = self._select_states
+        if cached is not None and cached[0] == ids:
+            states = cached[1]
+        else:
+            try:
+                states = list(map(self._arms.__getitem__, ids))
+            except KeyError:
+                created = tuple(a for a in ids if a not in self._arms)
+                states = [self._arm_for_select(a) for a in ids]
+            self._select_states = (ids, states)
         scores, widths = self._score(ids, states, X, ctx)
-        if not math.isfinite(np.add.reduce(scores)) and not np.isfinite(scores).all():
+        listed = scores.tolist()
+        if not math.isfinite(sum(listed)) and not np.isfinite(scores).all():
             bad = int(np.argmin(np.isfinite(scores)))
             raise InvalidInputError(
                 f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
@@ -453,7 +466,6 @@ class BasePolicy:
             # is a tie to break) is left to the Decision.
             order, eligible, outcome, changed, n_eligible = None, None, None, (), K
             greedy = int(scores.argmax())
-            listed = scores.tolist()
             n_tied = listed.count(listed[greedy])
             tied = None
             if n_tied > 1:
@@ -589,7 +601,8 @@ class BasePolicy:
         updated = self._updated_arms
         if updated is not None:
             updated.add(arm_id)
-        self._update(arm_id, state, x, reward, SelectContext(user_id=user_id))
+        ctx = self._no_context if user_id is None else SelectContext(user_id=user_id)
+        self._update(arm_id, state, x, reward, ctx)
 
     def add_arm(self, arm_id: str) -> None:
         """Register ``arm_id`` with the prior state (no-op if known; un-retires it)."""
@@ -597,14 +610,14 @@ class BasePolicy:
         self._retired.discard(arm_id)
         if arm_id not in self._arms:
             self._arms[arm_id] = self._new_arm_state()
-            self._updated_arms = None
+            self._arm_table_changed()
 
     def retire_arm(self, arm_id: str) -> None:
         """Forget ``arm_id``'s state; later selections including it raise UnknownArmError."""
         self._known_arm(arm_id)
         del self._arms[arm_id]
         self._retired.add(arm_id)
-        self._updated_arms = None
+        self._arm_table_changed()
 
     @property
     def arm_ids(self) -> tuple[str, ...]:
@@ -658,7 +671,7 @@ class BasePolicy:
     def import_parts(self, parts: Mapping[str, bytes | None]) -> None:
         """Replace the named parts with the given bytes; ``None`` drops a part."""
         decoded = {name: self._decode_part(name, data) for name, data in parts.items()}
-        self._updated_arms = None
+        self._arm_table_changed()
         for name, state in decoded.items():
             kind, key = self._split(name)
             if kind == "shared":
@@ -727,8 +740,13 @@ class BasePolicy:
             if arm_id in self._retired:
                 raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
             state = self._arms[arm_id] = self._new_arm_state()
-            self._updated_arms = None
+            self._arm_table_changed()
         return state
+
+    def _arm_table_changed(self) -> None:
+        """Record that arms were added, removed or given new state objects."""
+        self._updated_arms = None
+        self._select_states = None
 
     def _take_updated(self) -> set[str] | None:
         """The arms :meth:`update` may have changed since the last call (``None``:

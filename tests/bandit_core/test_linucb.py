@@ -107,6 +107,27 @@ def test_finite_values_whose_sum_overflows_are_accepted() -> None:
         check_matrix(np.array([[1.0, 2.0], [-np.inf, 0.0]]), 2, 2)
 
 
+def test_add_is_the_textbook_update_bit_for_bit() -> None:
+    """LinearArmState.add computes A + x x^T, A^-1 - (A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x),
+    b + target x and theta = A^-1 b exactly as the plain numpy expressions do."""
+    from bandit_core.linear import LinearArmState
+
+    rng = np.random.default_rng(11)
+    s = LinearArmState.prior(5, 0.5)
+    for _ in range(40):
+        x, target = rng.normal(size=5), float(rng.normal())
+        A, A_inv, b = s.A.copy(), s.A_inv.copy(), s.b.copy()
+        s.add(x, target, 1.0, refactor_every=10**6)
+        Ax = A_inv @ x
+        for got, want in [
+            (s.A, A + np.outer(x, x)),
+            (s.A_inv, A_inv - np.outer(Ax, Ax) / (1.0 + x @ Ax)),
+            (s.b, b + target * x),
+            (s.theta, s.A_inv @ s.b),
+        ]:
+            assert got.tobytes() == want.tobytes()
+
+
 def test_one_vector_sherman_morrison_matches_the_stacked_form() -> None:
     from bandit_core.linear import sherman_morrison_term
 
@@ -154,3 +175,19 @@ def test_stack_rows_follow_every_kind_of_change() -> None:
         states = [policy._arms[a] for a in ids]
         assert np.array_equal(policy._stack.A_inv, np.stack([s.A_inv for s in states])), step
         assert np.array_equal(policy._stack.theta, np.stack([s.theta for s in states])), step
+
+
+@pytest.mark.parametrize("size", [7, 8192, 8193, 20_000])
+def test_all_finite_flags_one_bad_entry_at_any_size(size: int) -> None:
+    """all_finite witnesses with a sum of squares (small arrays) or a sum (large ones);
+    either way one NaN or infinity anywhere is caught and huge finite values pass."""
+    from bandit_core.validation import _DOT_MAX, all_finite
+
+    assert (size <= _DOT_MAX) == (size in (7, 8192))
+    arr = np.full(size, 1e300)  # squares and sums overflow: the entry-wise test decides
+    assert all_finite(arr) and all_finite(arr.reshape(1, -1)[:, ::-1])
+    for bad in (np.nan, np.inf, -np.inf):
+        for i in (0, size // 2, size - 1):
+            a = np.ones(size)
+            a[i] = bad
+            assert not all_finite(a)

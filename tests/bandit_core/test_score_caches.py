@@ -91,3 +91,30 @@ def test_knn_search_matches_a_sort_by_distance_then_age(weights: str, seed: int)
     X = rng.integers(0, 3, (6, 2)).astype(float)
     ks = rng.integers(1, 6, 6)
     np.testing.assert_allclose(knn_estimates(states, X, ks, weights), _brute(states, X, ks, weights), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["linucb", "lnucb_ta"])
+def test_select_looks_states_up_again_after_the_arm_table_changes(name: str) -> None:
+    """select keeps the states of its last candidate list; a retire and re-add, an import
+    or a select_until (which also cold-starts and consumes the update record) between two
+    selections over an equal list must not leave it scoring a replaced state."""
+    d, rng = 3, np.random.default_rng(5)
+    policy = bandit_core.make_policy(name, d=d, alpha=0.0, seed=0)
+    ids = ["a", "b", "c"]
+    X = np.abs(rng.normal(size=(3, d)))
+    policy.select(ids, X)
+    for _ in range(5):
+        policy.update("a", X[0], 1.0)
+    prior = bandit_core.make_policy(name, d=d)
+    prior.add_arm("a")
+    steps = [
+        lambda p: (p.retire_arm("a"), p.add_arm("a")),
+        lambda p: p.import_parts(prior.export_parts(["arm:a"])),
+        lambda p: p.select_until(["a", "b", "c", "e"], X[None].repeat(2, 0)[:, [0, 1, 2, 2]], [3, 3]),
+    ]
+    for step in steps:
+        policy.select(list(ids), X)
+        step(policy)
+        policy.update("b", X[1], 1.0)
+        fresh = type(policy).from_bytes(policy.to_bytes())
+        _same(policy.select(list(ids), X), fresh.select(list(ids), X))
