@@ -238,9 +238,10 @@ class _Ranking:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class SelectContext:
-    """Request-level inputs an algorithm may use beyond the candidates' features."""
+    """Request-level inputs an algorithm may use beyond the candidates' features.
+    Frozen: calls without a user or features share one instance."""
 
     user_id: str | None = None
     features: Mapping[str, float] | None = None
