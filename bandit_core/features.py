@@ -355,8 +355,33 @@ class _Parsed:
         self.namespaces: list[str] = []
 
 
-def _child_path(path: str, key: str) -> str:
-    return f"{path}.{key}" if _IDENTIFIER.match(key) else f"{path}[{json.dumps(key)}]"
+def _render(path: tuple[str | int, ...]) -> str:
+    """``("context", 0, "user", "my key")`` -> ``context[0].user["my key"]``."""
+    parts = [str(path[0])]
+    for part in path[1:]:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif _IDENTIFIER.match(part):
+            parts.append(f".{part}")
+        else:
+            parts.append(f"[{json.dumps(part)}]")
+    return "".join(parts)
+
+
+_JSON_TYPES = frozenset({str, bool, int, float, dict, list, type(None)})
+
+
+def _exact_json(value: Any, path: tuple[str | int, ...]) -> Any:
+    """A subclass of a JSON type (a numpy float is a float) as that type; anything else
+    (a set, bytes, a numpy integer, a tuple...) is not JSON."""
+    for json_type in (str, float, int, dict, list):
+        if isinstance(value, json_type) and not isinstance(value, bool):
+            return json_type(value)
+    raise _fail(path, f"a JSON value (object, array, string, number, boolean or null), but got {_kind(value)}")
+
+
+def _fail(path: tuple[str | int, ...], expected: str) -> InvalidFeatureError:
+    return InvalidFeatureError(_render(path), expected)
 
 
 class Featurizer:
@@ -390,126 +415,121 @@ class Featurizer:
 
     # --- parsing -------------------------------------------------------------------
 
-    def _parse(self, root: Any, path: str) -> _Parsed:
+    def _parse(self, root: Any, root_path: str) -> _Parsed:
         """Walk one feature object, or a list of them, into ``_Parsed``."""
         out = _Parsed()
         if isinstance(root, dict):
-            self._walk(root, DEFAULT_NAMESPACE, path, 1, out)
+            self._walk(root, DEFAULT_NAMESPACE, (root_path,), 1, out)
         elif isinstance(root, list):
             if len(root) > self._limits.max_array_length:
-                raise InvalidFeatureError(
-                    path, f"a list of at most {self._limits.max_array_length} feature objects, but got {len(root)}"
+                raise _fail(
+                    (root_path,),
+                    f"a list of at most {self._limits.max_array_length} feature objects, but got {len(root)}",
                 )
             for i, obj in enumerate(root):
                 if not isinstance(obj, dict):
-                    raise InvalidFeatureError(f"{path}[{i}]", f"a JSON object, but got {_kind(obj)}")
-                self._walk(obj, DEFAULT_NAMESPACE, f"{path}[{i}]", 1, out)
+                    raise _fail((root_path, i), f"a JSON object, but got {_kind(obj)}")
+                self._walk(obj, DEFAULT_NAMESPACE, (root_path, i), 1, out)
         else:
-            raise InvalidFeatureError(path, f"a JSON object or a list of objects, but got {_kind(root)}")
+            raise _fail((root_path,), f"a JSON object or a list of objects, but got {_kind(root)}")
         return out
 
-    def _walk(self, obj: dict, namespace: str, path: str, depth: int, out: _Parsed) -> None:
+    def _walk(self, obj: dict, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed) -> None:
+        # Hot path: exact-type dispatch first (what json.loads makes), isinstance for
+        # subclasses (numpy floats are floats); paths are rendered only on error.
         limits = self._limits
         if depth > limits.max_depth:
-            raise InvalidFeatureError(path, f"nesting at most {limits.max_depth} levels deep")
+            raise _fail(path, f"nesting at most {limits.max_depth} levels deep")
         try:
             keys = sorted(obj)
-        except TypeError:
-            bad = next(k for k in obj if not isinstance(k, str))
-            raise InvalidFeatureError(path, f"string keys, but got the key {bad!r}") from None
+        except TypeError:  # keys of several types: the loop names the first non-string
+            keys = list(obj)
         names, values, namespaces = out.names, out.values, out.namespaces
-        max_len = limits.max_string_length
+        max_len, max_abs = limits.max_string_length, limits.max_abs_value
+        prefix = namespace + "|"
         for key in keys:
-            if not isinstance(key, str):
-                raise InvalidFeatureError(path, f"string keys, but got the key {key!r}")
+            if type(key) is not str and not isinstance(key, str):
+                raise _fail(path, f"string keys, but got the key {key!r}")
             if key[:1] == "_":
                 continue
             if len(key) > max_len:
-                raise InvalidFeatureError(_child_path(path, key[:40] + "..."), f"keys of at most {max_len} characters")
+                raise _fail(path + (key[:40] + "...",), f"keys of at most {max_len} characters, but got {len(key)}")
             value = obj[key]
-            if isinstance(value, str):
+            kind = type(value)
+            if kind not in _JSON_TYPES:
+                value = _exact_json(value, path + (key,))
+                kind = type(value)
+            if kind is str:
                 if len(value) > max_len:
-                    raise InvalidFeatureError(
-                        _child_path(path, key), f"a string of at most {max_len} characters, but got {len(value)}"
-                    )
-                names.append(f"{namespace}|{key}={value}")
+                    raise _fail(path + (key,), f"a string of at most {max_len} characters, but got {len(value)}")
+                names.append(f"{prefix}{key}={value}")
                 values.append(1.0)
-            elif isinstance(value, bool):
+            elif kind is bool:
                 if not value:
                     continue
-                names.append(f"{namespace}|{key}")
+                names.append(prefix + key)
                 values.append(1.0)
-            elif isinstance(value, (int, float)):
-                number = self._number(value, path, key)
-                if not number:
+            elif kind is float or kind is int:
+                if not -max_abs <= value <= max_abs:  # also NaN
+                    raise _fail(path + (key,), self._bad_number(value))
+                if not value:
                     continue
-                names.append(f"{namespace}|{key}")
-                values.append(number)
+                names.append(prefix + key)
+                values.append(float(value))
             elif value is None:
                 continue
-            elif isinstance(value, dict):
+            elif kind is dict:
                 child = key if namespace == DEFAULT_NAMESPACE else f"{namespace}.{key}"
-                self._walk(value, child, _child_path(path, key), depth + 1, out)
+                self._walk(value, child, path + (key,), depth + 1, out)
                 continue
-            elif isinstance(value, list):
-                self._array(value, namespace, key, _child_path(path, key), depth + 1, out)
+            else:  # list
+                self._array(value, prefix + key, namespace, path + (key,), depth + 1, out)
                 continue
-            else:
-                raise InvalidFeatureError(_child_path(path, key), f"a JSON value, but got {_kind(value)}")
             namespaces.append(namespace)
             if len(names) > limits.max_features:
-                raise InvalidFeatureError(_child_path(path, key), f"at most {limits.max_features} features")
+                raise _fail(path + (key,), f"at most {limits.max_features} features")
 
-    def _array(self, arr: list, namespace: str, key: str, path: str, depth: int, out: _Parsed) -> None:
+    def _array(
+        self, arr: list, stem: str, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
+    ) -> None:
+        """Elements of the array ``path`` whose features are named ``stem=v`` / ``stem[i]``."""
         limits = self._limits
         if depth > limits.max_depth:
-            raise InvalidFeatureError(path, f"nesting at most {limits.max_depth} levels deep")
+            raise _fail(path, f"nesting at most {limits.max_depth} levels deep")
         if len(arr) > limits.max_array_length:
-            raise InvalidFeatureError(path, f"an array of at most {limits.max_array_length} elements, but got {len(arr)}")
+            raise _fail(path, f"an array of at most {limits.max_array_length} elements, but got {len(arr)}")
         names, values = out.names, out.values
+        max_len, max_abs = limits.max_string_length, limits.max_abs_value
         before = len(names)
         for i, value in enumerate(arr):
-            if isinstance(value, str):
-                if len(value) > limits.max_string_length:
-                    raise InvalidFeatureError(
-                        f"{path}[{i}]",
-                        f"a string of at most {limits.max_string_length} characters, but got {len(value)}",
-                    )
-                names.append(f"{namespace}|{key}={value}")
+            kind = type(value)
+            if kind not in _JSON_TYPES:
+                value = _exact_json(value, path + (i,))
+                kind = type(value)
+            if kind is str:
+                if len(value) > max_len:
+                    raise _fail(path + (i,), f"a string of at most {max_len} characters, but got {len(value)}")
+                names.append(f"{stem}={value}")
                 values.append(1.0)
-            elif isinstance(value, bool):
+            elif kind is bool:
                 if value:
-                    names.append(f"{namespace}|{key}[{i}]")
+                    names.append(f"{stem}[{i}]")
                     values.append(1.0)
-            elif isinstance(value, (int, float)):
-                number = self._number(value, path, i)
-                if number:
-                    names.append(f"{namespace}|{key}[{i}]")
-                    values.append(number)
-            elif value is None:
-                pass
-            elif isinstance(value, (dict, list)):
-                raise InvalidFeatureError(
-                    f"{path}[{i}]", f"a number, string, boolean or null in an array, but got {_kind(value)}"
-                )
-            else:
-                raise InvalidFeatureError(f"{path}[{i}]", f"a JSON value, but got {_kind(value)}")
-            if len(names) > limits.max_features:
-                raise InvalidFeatureError(f"{path}[{i}]", f"at most {limits.max_features} features")
+            elif kind is float or kind is int:
+                if not -max_abs <= value <= max_abs:
+                    raise _fail(path + (i,), self._bad_number(value))
+                if value:
+                    names.append(f"{stem}[{i}]")
+                    values.append(float(value))
+            elif value is not None:  # dict or list
+                raise _fail(path + (i,), f"a number, string, boolean or null in an array, but got {_kind(value)}")
         out.namespaces.extend([namespace] * (len(names) - before))
+        if len(names) > limits.max_features:
+            raise _fail(path, f"at most {limits.max_features} features")
 
-    def _number(self, value: int | float, path: str, key: str | int) -> float:
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number) or abs(number) > self._limits.max_abs_value:
-            where = f"{path}[{key}]" if isinstance(key, int) else _child_path(path, key)
-            shown = "an int too large for a float" if math.isinf(number) and isinstance(value, int) else repr(value)
-            raise InvalidFeatureError(
-                where, f"a finite number of magnitude at most {self._limits.max_abs_value:g}, but got {shown}"
-            )
-        return number
+    def _bad_number(self, value: int | float) -> str:
+        shown = f"an int of {value.bit_length()} bits" if isinstance(value, int) else repr(value)
+        return f"a finite number of magnitude at most {self._limits.max_abs_value:g}, but got {shown}"
 
     # --- vectors -------------------------------------------------------------------
 
@@ -602,24 +622,28 @@ class Featurizer:
     def _assemble(
         self, rows: np.ndarray, idx: np.ndarray, vals: np.ndarray, n_rows: int, single: bool = True
     ) -> np.ndarray | SparseRows:
-        """Sum the (row, column, value) entries into the config's output form; entries of
-        one (row, column) add up in their order of arrival (walk order)."""
+        """Sum the (row, column, value) entries into the config's output form.
+
+        Entries of one (row, column) add up in their order of arrival (walk order) in
+        both forms (``bincount`` sums sequentially; the sparse form sorts stably first),
+        so dense and sparse vectors are equal bit for bit.
+        """
         dim = self.config.dim
         key = rows * dim + idx
+        if self.config.output == "dense":
+            dense = np.bincount(key, weights=vals, minlength=n_rows * dim).reshape(n_rows, dim)
+            return dense[0] if single else dense
         order = np.argsort(key, kind="stable")
         key = key[order]
-        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        summed = np.add.reduceat(vals[order], starts)
+        first = np.empty(len(key), dtype=bool)
+        first[:1] = True
+        np.not_equal(key[1:], key[:-1], out=first[1:])
+        summed = np.bincount(np.cumsum(first) - 1, weights=vals[order])
         keep = summed != 0.0
-        key, summed = key[starts][keep], summed[keep]
-        out_rows, columns = np.divmod(key, dim)
-        if self.config.output == "dense":
-            dense = np.zeros((n_rows, dim))
-            dense[out_rows, columns] = summed
-            return dense[0] if single else dense
+        out_rows, columns = np.divmod(key[first][keep], dim)
         indptr = np.zeros(n_rows + 1, dtype=np.int64)
         np.cumsum(np.bincount(out_rows, minlength=n_rows), out=indptr[1:])
-        return SparseRows(indptr=indptr, indices=columns, values=summed, dim=dim)
+        return SparseRows(indptr=indptr, indices=columns, values=summed[keep], dim=dim)
 
     # --- by name -------------------------------------------------------------------
 
