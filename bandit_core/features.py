@@ -58,7 +58,6 @@ tested against.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
@@ -122,7 +121,9 @@ def interaction_hash(context_hashes: np.ndarray, action_hashes: np.ndarray) -> n
     >>> int(interaction_hash(np.uint32([1]), np.uint32([2]))[0])
     2117216093
     """
-    mixed = np.asarray(context_hashes, dtype=np.uint32) * _MIX_MULTIPLIER + np.asarray(action_hashes, dtype=np.uint32)
+    mixed = np.asarray(context_hashes, dtype=np.uint32) * _MIX_MULTIPLIER + np.asarray(
+        action_hashes, dtype=np.uint32
+    )
     mixed ^= mixed >> np.uint32(16)
     mixed *= _FMIX_1
     mixed ^= mixed >> np.uint32(13)
@@ -174,13 +175,17 @@ class FeatureLimits:
         for f in fields(self):
             if f.name == "max_abs_value":
                 v = self.max_abs_value
-                if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                if isinstance(v, (bool, np.bool_)) or not isinstance(
+                    v, (int, float, np.integer, np.floating)
+                ):
                     raise ConfigError(f"limits.max_abs_value must be a number, but got {v!r}")
                 if not (0 < v <= 1e100):
                     raise ConfigError(f"limits.max_abs_value must be in (0, 1e100], but got {v!r}")
                 object.__setattr__(self, "max_abs_value", float(v))
             else:
-                object.__setattr__(self, f.name, _check_int(f"limits.{f.name}", getattr(self, f.name), 1))
+                object.__setattr__(
+                    self, f.name, _check_int(f"limits.{f.name}", getattr(self, f.name), 1)
+                )
 
 
 @dataclass(frozen=True)
@@ -216,7 +221,9 @@ class FeaturizerConfig:
         object.__setattr__(self, "bits", bits)
         pairs = self.interactions
         if isinstance(pairs, (str, bytes)) or not isinstance(pairs, (list, tuple)):
-            raise ConfigError(f"interactions must be a list of [context, action] namespace patterns, but got {pairs!r}")
+            raise ConfigError(
+                f"interactions must be a list of [context, action] namespace patterns, but got {pairs!r}"
+            )
         checked = []
         for pair in pairs:
             if (
@@ -230,20 +237,26 @@ class FeaturizerConfig:
             checked.append((pair[0], pair[1]))
         object.__setattr__(self, "interactions", tuple(dict.fromkeys(checked)))
         if not isinstance(self.context_in_actions, bool):
-            raise ConfigError(f"context_in_actions must be a bool, but got {self.context_in_actions!r}")
+            raise ConfigError(
+                f"context_in_actions must be a bool, but got {self.context_in_actions!r}"
+            )
         output = self.output
         if output not in ("auto", "dense", "sparse"):
             raise ConfigError(f"output must be 'auto', 'dense' or 'sparse', but got {output!r}")
         if output == "auto":
             output = "dense" if bits <= AUTO_DENSE_MAX_BITS else "sparse"
         if output == "dense" and bits > MAX_DENSE_BITS:
-            raise ConfigError(f"dense output needs bits <= {MAX_DENSE_BITS}, but got bits = {bits}; use 'sparse'")
+            raise ConfigError(
+                f"dense output needs bits <= {MAX_DENSE_BITS}, but got bits = {bits}; use 'sparse'"
+            )
         object.__setattr__(self, "output", output)
         limits = self.limits
         if isinstance(limits, dict):
             limits = _from_mapping(FeatureLimits, limits, "limits")
         elif not isinstance(limits, FeatureLimits):
-            raise ConfigError(f"limits must be a FeatureLimits or a dict, but got {type(limits).__name__}")
+            raise ConfigError(
+                f"limits must be a FeatureLimits or a dict, but got {type(limits).__name__}"
+            )
         object.__setattr__(self, "limits", limits)
 
     @property
@@ -283,7 +296,9 @@ def _from_mapping(cls: type, data: Any, what: str) -> Any:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(data) - known, key=str)
     if unknown:
-        raise ConfigError(f"unknown {what} config key {unknown[0]!r}; expected some of {sorted(known)}")
+        raise ConfigError(
+            f"unknown {what} config key {unknown[0]!r}; expected some of {sorted(known)}"
+        )
     return cls(**data)
 
 
@@ -347,7 +362,7 @@ class NamedFeature(NamedTuple):
 class _Parsed:
     """Features of one feature-object list, in walk order (sorted keys)."""
 
-    __slots__ = ("names", "values", "namespaces")
+    __slots__ = ("names", "namespaces", "values")
 
     def __init__(self) -> None:
         self.names: list[str] = []
@@ -377,7 +392,10 @@ def _exact_json(value: Any, path: tuple[str | int, ...]) -> Any:
     for json_type in (str, float, int, dict, list):
         if isinstance(value, json_type) and not isinstance(value, bool):
             return json_type(value)
-    raise _fail(path, f"a JSON value (object, array, string, number, boolean or null), but got {_kind(value)}")
+    raise _fail(
+        path,
+        f"a JSON value (object, array, string, number, boolean or null), but got {_kind(value)}",
+    )
 
 
 def _fail(path: tuple[str | int, ...], expected: str) -> InvalidFeatureError:
@@ -397,13 +415,13 @@ class Featurizer:
         self.config = config
         self._limits = config.limits
         self._mask = np.uint32((1 << config.bits) - 1)
-        self._patterns = [
-            (self._compile(c), self._compile(a)) for c, a in config.interactions
-        ]
+        self._patterns = [(self._compile(c), self._compile(a)) for c, a in config.interactions]
 
     @staticmethod
     def _compile(pattern: str) -> re.Pattern[str]:
-        return re.compile(".*".join(re.escape(part) for part in pattern.split("*")) + r"\Z", re.DOTALL)
+        return re.compile(
+            ".*".join(re.escape(part) for part in pattern.split("*")) + r"\Z", re.DOTALL
+        )
 
     def interacts(self, context_namespace: str, action_namespace: str) -> bool:
         """Whether features of these two namespaces interact under the config's pairs.
@@ -411,7 +429,9 @@ class Featurizer:
         >>> Featurizer(FeaturizerConfig(interactions=[["user*", "item"]])).interacts("user.address", "item")
         True
         """
-        return any(c.match(context_namespace) and a.match(action_namespace) for c, a in self._patterns)
+        return any(
+            c.match(context_namespace) and a.match(action_namespace) for c, a in self._patterns
+        )
 
     # --- parsing -------------------------------------------------------------------
 
@@ -434,7 +454,9 @@ class Featurizer:
             raise _fail((root_path,), f"a JSON object or a list of objects, but got {_kind(root)}")
         return out
 
-    def _walk(self, obj: dict, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed) -> None:
+    def _walk(
+        self, obj: dict, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
+    ) -> None:
         # Hot path: exact-type dispatch first (what json.loads makes), isinstance for
         # subclasses (numpy floats are floats); paths are rendered only on error.
         limits = self._limits
@@ -453,7 +475,10 @@ class Featurizer:
             if key[:1] == "_":
                 continue
             if len(key) > max_len:
-                raise _fail(path + (key[:40] + "...",), f"keys of at most {max_len} characters, but got {len(key)}")
+                shown = key if len(key) <= 40 else key[:40] + "..."
+                raise _fail(
+                    path + (shown,), f"keys of at most {max_len} characters, but got {len(key)}"
+                )
             value = obj[key]
             kind = type(value)
             if kind not in _JSON_TYPES:
@@ -461,7 +486,10 @@ class Featurizer:
                 kind = type(value)
             if kind is str:
                 if len(value) > max_len:
-                    raise _fail(path + (key,), f"a string of at most {max_len} characters, but got {len(value)}")
+                    raise _fail(
+                        path + (key,),
+                        f"a string of at most {max_len} characters, but got {len(value)}",
+                    )
                 names.append(f"{prefix}{key}={value}")
                 values.append(1.0)
             elif kind is bool:
@@ -490,14 +518,22 @@ class Featurizer:
                 raise _fail(path + (key,), f"at most {limits.max_features} features")
 
     def _array(
-        self, arr: list, stem: str, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
+        self,
+        arr: list,
+        stem: str,
+        namespace: str,
+        path: tuple[str | int, ...],
+        depth: int,
+        out: _Parsed,
     ) -> None:
         """Elements of the array ``path`` whose features are named ``stem=v`` / ``stem[i]``."""
         limits = self._limits
         if depth > limits.max_depth:
             raise _fail(path, f"nesting at most {limits.max_depth} levels deep")
         if len(arr) > limits.max_array_length:
-            raise _fail(path, f"an array of at most {limits.max_array_length} elements, but got {len(arr)}")
+            raise _fail(
+                path, f"an array of at most {limits.max_array_length} elements, but got {len(arr)}"
+            )
         names, values = out.names, out.values
         max_len, max_abs = limits.max_string_length, limits.max_abs_value
         before = len(names)
@@ -508,7 +544,10 @@ class Featurizer:
                 kind = type(value)
             if kind is str:
                 if len(value) > max_len:
-                    raise _fail(path + (i,), f"a string of at most {max_len} characters, but got {len(value)}")
+                    raise _fail(
+                        path + (i,),
+                        f"a string of at most {max_len} characters, but got {len(value)}",
+                    )
                 names.append(f"{stem}={value}")
                 values.append(1.0)
             elif kind is bool:
@@ -522,20 +561,27 @@ class Featurizer:
                     names.append(f"{stem}[{i}]")
                     values.append(float(value))
             elif value is not None:  # dict or list
-                raise _fail(path + (i,), f"a number, string, boolean or null in an array, but got {_kind(value)}")
+                raise _fail(
+                    path + (i,),
+                    f"a number, string, boolean or null in an array, but got {_kind(value)}",
+                )
         out.namespaces.extend([namespace] * (len(names) - before))
         if len(names) > limits.max_features:
             raise _fail(path, f"at most {limits.max_features} features")
 
-    def _bad_number(self, value: int | float) -> str:
+    def _bad_number(self, value: float) -> str:
         shown = f"an int of {value.bit_length()} bits" if isinstance(value, int) else repr(value)
-        return f"a finite number of magnitude at most {self._limits.max_abs_value:g}, but got {shown}"
+        return (
+            f"a finite number of magnitude at most {self._limits.max_abs_value:g}, but got {shown}"
+        )
 
     # --- vectors -------------------------------------------------------------------
 
     def _hashes(self, parsed: _Parsed) -> np.ndarray:
         return np.fromiter(
-            (mmh3.hash(n, _FEATURE_SEED, signed=False) for n in parsed.names), dtype=np.uint32, count=len(parsed.names)
+            (mmh3.hash(n, _FEATURE_SEED, signed=False) for n in parsed.names),
+            dtype=np.uint32,
+            count=len(parsed.names),
         )
 
     def featurize_context(self, context: Any) -> np.ndarray | SparseRows:
@@ -545,7 +591,10 @@ class Featurizer:
         idx = (self._hashes(parsed) & self._mask).astype(np.int64)
         rows = np.zeros(len(idx) + 1, dtype=np.int64)
         return self._assemble(
-            rows, np.append(idx, self.config.bias_index), np.append(np.asarray(parsed.values), 1.0), 1
+            rows,
+            np.append(idx, self.config.bias_index),
+            np.append(np.asarray(parsed.values), 1.0),
+            1,
         )
 
     def featurize(self, context: Any, actions: Sequence[Any]) -> FeatureBatch:
@@ -557,8 +606,14 @@ class Featurizer:
         from the two sets of 32-bit hashes at once (see the module docstring for the
         rules; :meth:`describe` computes the same vector feature by feature).
         """
-        if isinstance(actions, (str, bytes, dict)) or not isinstance(actions, Sequence) or not actions:
-            raise InvalidFeatureError("actions", f"a non-empty list of feature objects, but got {_kind(actions)}")
+        if (
+            isinstance(actions, (str, bytes, dict))
+            or not isinstance(actions, Sequence)
+            or not actions
+        ):
+            raise InvalidFeatureError(
+                "actions", f"a non-empty list of feature objects, but got {_kind(actions)}"
+            )
         config = self.config
         ctx = self._parse(context, "context")
         parsed = [self._parse(a, f"actions[{k}]") for k, a in enumerate(actions)]
@@ -568,9 +623,13 @@ class Featurizer:
         counts = np.fromiter((len(p.names) for p in parsed), dtype=np.int64, count=K)
         all_names = [n for p in parsed for n in p.names]
         h_act = np.fromiter(
-            (mmh3.hash(n, _FEATURE_SEED, signed=False) for n in all_names), dtype=np.uint32, count=len(all_names)
+            (mmh3.hash(n, _FEATURE_SEED, signed=False) for n in all_names),
+            dtype=np.uint32,
+            count=len(all_names),
         )
-        v_act = np.fromiter((v for p in parsed for v in p.values), dtype=np.float64, count=len(all_names))
+        v_act = np.fromiter(
+            (v for p in parsed for v in p.values), dtype=np.float64, count=len(all_names)
+        )
         row_act = np.repeat(np.arange(K), counts)
 
         pair_mask = self._pair_mask(ctx, parsed, counts)
@@ -585,8 +644,12 @@ class Featurizer:
             [np.repeat(np.arange(K), n_ctx), row_act, row_int.ravel(), np.arange(K)]
         )
         hashes = np.concatenate([np.tile(h_ctx, K) if n_ctx else h_ctx[:0], h_act, h_int.ravel()])
-        idx = np.concatenate([(hashes & self._mask).astype(np.int64), np.full(K, config.bias_index)])
-        vals = np.concatenate([np.tile(v_ctx, K) if n_ctx else v_ctx[:0], v_act, v_int.ravel(), np.ones(K)])
+        idx = np.concatenate(
+            [(hashes & self._mask).astype(np.int64), np.full(K, config.bias_index)]
+        )
+        vals = np.concatenate(
+            [np.tile(v_ctx, K) if n_ctx else v_ctx[:0], v_act, v_int.ravel(), np.ones(K)]
+        )
         ctx_idx = (h_ctx & self._mask).astype(np.int64)
         context_vector = self._assemble(
             np.zeros(len(ctx_idx) + 1, dtype=np.int64),
@@ -594,21 +657,35 @@ class Featurizer:
             np.append(v_ctx, 1.0),
             1,
         )
-        return FeatureBatch(context=context_vector, actions=self._assemble(rows, idx, vals, K, single=False))
+        return FeatureBatch(
+            context=context_vector, actions=self._assemble(rows, idx, vals, K, single=False)
+        )
 
-    def _pair_mask(self, ctx: _Parsed, parsed: list[_Parsed], counts: np.ndarray) -> np.ndarray | None:
+    def _pair_mask(
+        self, ctx: _Parsed, parsed: list[_Parsed], counts: np.ndarray
+    ) -> np.ndarray | None:
         """(n_context, n_action_total) bool mask of the interacting pairs, None when all
         pairs interact; raises when the request exceeds ``max_interactions``."""
         ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx.namespaces))}
-        act_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ns for p in parsed for ns in p.namespaces))}
+        act_ns = {
+            ns: i for i, ns in enumerate(dict.fromkeys(ns for p in parsed for ns in p.namespaces))
+        }
         allowed = np.array(
             [[self.interacts(c, a) for a in act_ns] for c in ctx_ns], dtype=bool
         ).reshape(len(ctx_ns), len(act_ns))
-        c_ids = np.fromiter((ctx_ns[ns] for ns in ctx.namespaces), dtype=np.int64, count=len(ctx.namespaces))
-        a_ids = np.fromiter(
-            (act_ns[ns] for p in parsed for ns in p.namespaces), dtype=np.int64, count=int(counts.sum())
+        c_ids = np.fromiter(
+            (ctx_ns[ns] for ns in ctx.namespaces), dtype=np.int64, count=len(ctx.namespaces)
         )
-        total = np.bincount(c_ids, minlength=len(ctx_ns)) @ allowed @ np.bincount(a_ids, minlength=len(act_ns))
+        a_ids = np.fromiter(
+            (act_ns[ns] for p in parsed for ns in p.namespaces),
+            dtype=np.int64,
+            count=int(counts.sum()),
+        )
+        total = (
+            np.bincount(c_ids, minlength=len(ctx_ns))
+            @ allowed
+            @ np.bincount(a_ids, minlength=len(act_ns))
+        )
         if total > self._limits.max_interactions:
             raise InvalidFeatureError(
                 "actions",
@@ -660,7 +737,9 @@ class Featurizer:
         mask = int(self._mask)
         ctx = self._parse(context, "context")
         ctx_hashes = [feature_hash(n) for n in ctx.names]
-        ctx_named = [NamedFeature(n, h & mask, v) for n, h, v in zip(ctx.names, ctx_hashes, ctx.values)]
+        ctx_named = [
+            NamedFeature(n, h & mask, v) for n, h, v in zip(ctx.names, ctx_hashes, ctx.values)
+        ]
         bias = NamedFeature(BIAS_NAME, self.config.bias_index, 1.0)
         if action is None:
             return [*ctx_named, bias]
@@ -672,7 +751,9 @@ class Featurizer:
             for an, ah, av, ans in zip(act.names, act_hashes, act.values, act.namespaces)
             if self.interacts(cns, ans)
         ]
-        act_named = [NamedFeature(n, h & mask, v) for n, h, v in zip(act.names, act_hashes, act.values)]
+        act_named = [
+            NamedFeature(n, h & mask, v) for n, h, v in zip(act.names, act_hashes, act.values)
+        ]
         own_context = ctx_named if self.config.context_in_actions else []
         return [*own_context, *act_named, *interactions, bias]
 
@@ -690,7 +771,11 @@ def _kind(value: Any) -> str:
         return "an array"
     if isinstance(value, dict):
         return "an object"
-    return f"a {type(value).__module__}.{type(value).__qualname__}" if type(value).__module__ != "builtins" else f"a {type(value).__name__}"
+    return (
+        f"a {type(value).__module__}.{type(value).__qualname__}"
+        if type(value).__module__ != "builtins"
+        else f"a {type(value).__name__}"
+    )
 
 
 @dataclass
@@ -719,7 +804,9 @@ class BucketNames:
         self.max_names_per_bucket = _check_int("max_names_per_bucket", self.max_names_per_bucket, 1)
         self.dropped = _check_int("dropped", self.dropped, 0)
         if not isinstance(self.buckets, dict):
-            raise ConfigError(f"buckets must be a dict of bucket -> names, but got {type(self.buckets).__name__}")
+            raise ConfigError(
+                f"buckets must be a dict of bucket -> names, but got {type(self.buckets).__name__}"
+            )
         buckets: dict[int, list[str]] = {}
         for bucket, names in self.buckets.items():
             b = int(bucket) if isinstance(bucket, str) and bucket.isdigit() else bucket
@@ -727,12 +814,16 @@ class BucketNames:
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise ConfigError(f"bucket {b} must map to a list of names, but got {names!r}")
             if len(names) > self.max_names_per_bucket:
-                raise ConfigError(f"bucket {b} holds {len(names)} names, more than {self.max_names_per_bucket}")
+                raise ConfigError(
+                    f"bucket {b} holds {len(names)} names, more than {self.max_names_per_bucket}"
+                )
             buckets[b] = list(dict.fromkeys(names))
         self.buckets = buckets
         total = self.size
         if total > self.max_names:
-            raise ConfigError(f"the map holds {total} names, more than max_names = {self.max_names}")
+            raise ConfigError(
+                f"the map holds {total} names, more than max_names = {self.max_names}"
+            )
 
     @property
     def size(self) -> int:
@@ -747,7 +838,9 @@ class BucketNames:
             held = self.buckets.get(bucket)
             if held is not None and name in held:
                 continue
-            if size >= self.max_names or (held is not None and len(held) >= self.max_names_per_bucket):
+            if size >= self.max_names or (
+                held is not None and len(held) >= self.max_names_per_bucket
+            ):
                 self.dropped += 1
                 continue
             if held is None:
