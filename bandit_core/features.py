@@ -416,6 +416,7 @@ class Featurizer:
         self._limits = config.limits
         self._mask = np.uint32((1 << config.bits) - 1)
         self._patterns = [(self._compile(c), self._compile(a)) for c, a in config.interactions]
+        self._every_pair = ("*", "*") in config.interactions
 
     @staticmethod
     def _compile(pattern: str) -> re.Pattern[str]:
@@ -666,33 +667,35 @@ class Featurizer:
     ) -> np.ndarray | None:
         """(n_context, n_action_total) bool mask of the interacting pairs, None when all
         pairs interact; raises when the request exceeds ``max_interactions``."""
-        ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx.namespaces))}
-        act_ns = {
-            ns: i for i, ns in enumerate(dict.fromkeys(ns for p in parsed for ns in p.namespaces))
-        }
-        allowed = np.array(
-            [[self.interacts(c, a) for a in act_ns] for c in ctx_ns], dtype=bool
-        ).reshape(len(ctx_ns), len(act_ns))
-        c_ids = np.fromiter(
-            (ctx_ns[ns] for ns in ctx.namespaces), dtype=np.int64, count=len(ctx.namespaces)
-        )
-        a_ids = np.fromiter(
-            (act_ns[ns] for p in parsed for ns in p.namespaces),
-            dtype=np.int64,
-            count=int(counts.sum()),
-        )
-        total = (
-            np.bincount(c_ids, minlength=len(ctx_ns))
-            @ allowed
-            @ np.bincount(a_ids, minlength=len(act_ns))
-        )
+        n_act = int(counts.sum())
+        if self._every_pair:  # ("*", "*"): no namespace to look at
+            allowed, total = None, len(ctx.names) * n_act
+        else:
+            ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx.namespaces))}
+            act_ns = {
+                ns: i for i, ns in enumerate(dict.fromkeys(ns for p in parsed for ns in p.namespaces))
+            }
+            allowed = np.array(
+                [[self.interacts(c, a) for a in act_ns] for c in ctx_ns], dtype=bool
+            ).reshape(len(ctx_ns), len(act_ns))
+            c_ids = np.fromiter(
+                (ctx_ns[ns] for ns in ctx.namespaces), dtype=np.int64, count=len(ctx.namespaces)
+            )
+            a_ids = np.fromiter(
+                (act_ns[ns] for p in parsed for ns in p.namespaces), dtype=np.int64, count=n_act
+            )
+            total = (
+                np.bincount(c_ids, minlength=len(ctx_ns))
+                @ allowed
+                @ np.bincount(a_ids, minlength=len(act_ns))
+            )
         if total > self._limits.max_interactions:
             raise InvalidFeatureError(
                 "actions",
                 f"at most {self._limits.max_interactions} context x action interactions per request, "
                 f"but these features make {int(total)}",
             )
-        if allowed.all():
+        if allowed is None or allowed.all():
             return None
         return allowed[c_ids[:, None], a_ids[None, :]]
 
