@@ -81,7 +81,9 @@ def request_collisions(bits: int, context: dict, actions: list[dict]) -> float:
     featurizer = Featurizer(FeaturizerConfig(bits=bits, output="sparse"))
     shares = []
     for action in actions:
-        buckets = np.array([f.bucket for f in featurizer.describe(context, action) if f.name != BIAS_NAME])
+        buckets = np.array(
+            [f.bucket for f in featurizer.describe(context, action) if f.name != BIAS_NAME]
+        )
         _, inverse, counts = np.unique(buckets, return_inverse=True, return_counts=True)
         shares.append(float(np.mean(counts[inverse] > 1)))
     return float(np.mean(shares))
@@ -102,13 +104,17 @@ def vocabulary_hashes(n: int, seed: int = 0) -> np.ndarray:
 
 def vocabulary_collisions(hashes: np.ndarray, bits: int) -> float:
     """Share of the distinct features whose bucket holds another one."""
-    _, inverse, counts = np.unique(hashes & np.uint32((1 << bits) - 1), return_inverse=True, return_counts=True)
+    _, inverse, counts = np.unique(
+        hashes & np.uint32((1 << bits) - 1), return_inverse=True, return_counts=True
+    )
     return float(np.mean(counts[inverse] > 1))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (default 9)")
+    parser.add_argument(
+        "--rounds", type=int, default=9, help="interleaved timing rounds (default 9)"
+    )
     args = parser.parse_args(argv)
 
     import bandit_core
@@ -118,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     before = load()
 
     per_request = [
-        {"bits": b, "colliding share of a vector's features": request_collisions(b, context, actions)} for b in BITS
+        {
+            "bits": b,
+            "colliding share of a vector's features": request_collisions(b, context, actions),
+        }
+        for b in BITS
     ]
     print("Collisions inside one action's vector (15 + 6 features, 90 interactions):")
     print(table(per_request, ["bits", "colliding share of a vector's features"]))
@@ -131,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             row[f"{b}"] = vocabulary_collisions(hashes, b)
         vocab_rows.append(row)
     expected = [
-        {"distinct features": n, **{f"{b}": 1 - (1 - 2.0**-b) ** (n - 1) for b in BITS}} for n in VOCABULARIES
+        {"distinct features": n, **{f"{b}": 1 - (1 - 2.0**-b) ** (n - 1) for b in BITS}}
+        for n in VOCABULARIES
     ]
     print("\nShare of distinct features sharing a bucket (measured), by bits:")
     print(table(vocab_rows, ["distinct features", *map(str, BITS)]))
@@ -168,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     contenders["LinUCB select (50, 32), yardstick"] = run_select
     measured = interleave(contenders, rounds=args.rounds)
     timing = [
-        {"what": name, "CPU us per request": 1e6 / m.cpu_median, "wall us per request": 1e6 / m.wall_median}
+        {
+            "what": name,
+            "CPU us per request": 1e6 / m.cpu_median,
+            "wall us per request": 1e6 / m.wall_median,
+        }
         for name, m in measured.items()
     ]
     print("\nCost per request (15 context features, 50 actions x 6 features, 4,500 interactions):")

@@ -28,6 +28,7 @@ from bandit_core.features import (
     SparseRows,
     feature_hash,
     interaction_hash,
+    sort_stably,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -350,6 +351,18 @@ def check_csr(rows: SparseRows, n_rows: int) -> None:
         assert np.all(np.diff(idx) > 0), "indices strictly increasing within a row"
         assert np.all(vals != 0)
         assert idx[-1] == rows.dim - 1 and vals[-1] == 1.0, "the bias ends every row"
+
+
+@SETTINGS
+@given(keys=st.lists(st.integers(0, 40), max_size=60), widen=st.booleans())
+def test_sort_stably_is_a_stable_argsort_on_both_paths(keys, widen) -> None:
+    # widen: a bound so large that key * n + position would overflow int64 (the argsort path)
+    arr = np.array(keys, dtype=np.int64)
+    bound = 1 << 62 if widen else 41
+    sorted_keys, order = sort_stably(arr, bound)
+    expected = np.argsort(arr, kind="stable")
+    np.testing.assert_array_equal(order, expected)
+    np.testing.assert_array_equal(sorted_keys, arr[expected])
 
 
 def test_featurize_does_not_change_its_input() -> None:
