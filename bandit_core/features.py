@@ -380,14 +380,17 @@ class NamedFeature(NamedTuple):
 
 
 class _Parsed:
-    """Features of one feature-object list, in walk order (sorted keys)."""
+    """Features of feature-object lists, in walk order (sorted keys). Several lists (the
+    K actions) may share one: ``cap`` is the length ``names`` may reach while the
+    current one is walked (its ``max_features`` past the features before it)."""
 
-    __slots__ = ("names", "namespaces", "values")
+    __slots__ = ("cap", "names", "namespaces", "values")
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.values: list[float] = []
         self.namespaces: list[str] = []
+        self.cap = 0
 
 
 def _render(path: tuple[str | int, ...]) -> str:
@@ -456,23 +459,27 @@ class Featurizer:
 
     # --- parsing -------------------------------------------------------------------
 
-    def _parse(self, root: Any, root_path: str) -> _Parsed:
-        """Walk one feature object, or a list of them, into ``_Parsed``."""
-        out = _Parsed()
+    def _parse(
+        self, root: Any, root_path: tuple[str | int, ...], out: _Parsed | None = None
+    ) -> _Parsed:
+        """Walk one feature object, or a list of them, at ``root_path`` into ``out`` (a
+        new ``_Parsed`` if None); returns ``out``."""
+        out = _Parsed() if out is None else out
+        out.cap = len(out.names) + self._limits.max_features
         if isinstance(root, dict):
-            self._walk(root, DEFAULT_NAMESPACE, (root_path,), 1, out)
+            self._walk(root, DEFAULT_NAMESPACE, root_path, 1, out)
         elif isinstance(root, list):
             if len(root) > self._limits.max_array_length:
                 raise _fail(
-                    (root_path,),
+                    root_path,
                     f"a list of at most {self._limits.max_array_length} feature objects, but got {len(root)}",
                 )
             for i, obj in enumerate(root):
                 if not isinstance(obj, dict):
-                    raise _fail((root_path, i), f"a JSON object, but got {_kind(obj)}")
-                self._walk(obj, DEFAULT_NAMESPACE, (root_path, i), 1, out)
+                    raise _fail((*root_path, i), f"a JSON object, but got {_kind(obj)}")
+                self._walk(obj, DEFAULT_NAMESPACE, (*root_path, i), 1, out)
         else:
-            raise _fail((root_path,), f"a JSON object or a list of objects, but got {_kind(root)}")
+            raise _fail(root_path, f"a JSON object or a list of objects, but got {_kind(root)}")
         return out
 
     def _walk(
@@ -535,7 +542,7 @@ class Featurizer:
                 self._array(value, prefix + key, namespace, path + (key,), depth + 1, out)
                 continue
             namespaces.append(namespace)
-            if len(names) > limits.max_features:
+            if len(names) > out.cap:
                 raise _fail(path + (key,), f"at most {limits.max_features} features")
 
     def _array(
@@ -587,7 +594,7 @@ class Featurizer:
                     f"a number, string, boolean or null in an array, but got {_kind(value)}",
                 )
         out.namespaces.extend([namespace] * (len(names) - before))
-        if len(names) > limits.max_features:
+        if len(names) > out.cap:
             raise _fail(path, f"at most {limits.max_features} features")
 
     def _bad_number(self, value: float) -> str:
@@ -608,7 +615,7 @@ class Featurizer:
     def featurize_context(self, context: Any) -> np.ndarray | SparseRows:
         """The context's vector alone (per-arm models): shape (dim,) or a one-row
         :class:`SparseRows`, by the config's output."""
-        parsed = self._parse(context, "context")
+        parsed = self._parse(context, ("context",))
         idx = (self._hashes(parsed) & self._mask).astype(np.int64)
         rows = np.zeros(len(idx) + 1, dtype=np.int64)
         return self._assemble(
@@ -636,24 +643,20 @@ class Featurizer:
                 "actions", f"a non-empty list of feature objects, but got {_kind(actions)}"
             )
         config = self.config
-        ctx = self._parse(context, "context")
-        parsed = [self._parse(a, f"actions[{k}]") for k, a in enumerate(actions)]
-        K = len(parsed)
+        ctx = self._parse(context, ("context",))
+        K = len(actions)
+        act = _Parsed()  # the K actions' features one after the other
+        ends = [0]
+        for k, action in enumerate(actions):
+            ends.append(len(self._parse(action, ("actions", k), act).names))
+        counts = np.diff(ends)
         h_ctx = self._hashes(ctx)
         v_ctx = np.asarray(ctx.values, dtype=np.float64)
-        counts = np.fromiter((len(p.names) for p in parsed), dtype=np.int64, count=K)
-        all_names = [n for p in parsed for n in p.names]
-        h_act = np.fromiter(
-            (mmh3.hash(n, _FEATURE_SEED, signed=False) for n in all_names),
-            dtype=np.uint32,
-            count=len(all_names),
-        )
-        v_act = np.fromiter(
-            (v for p in parsed for v in p.values), dtype=np.float64, count=len(all_names)
-        )
+        h_act = self._hashes(act)
+        v_act = np.asarray(act.values, dtype=np.float64)
         row_act = np.repeat(np.arange(K), counts)
 
-        pair_mask = self._pair_mask(ctx, parsed, counts)
+        pair_mask = self._pair_mask(ctx, act)
         h_int = interaction_hash(h_ctx[:, None], h_act[None, :])
         v_int = v_ctx[:, None] * v_act[None, :]
         row_int = np.broadcast_to(row_act, h_int.shape)
@@ -682,20 +685,14 @@ class Featurizer:
             context=context_vector, actions=self._assemble(rows, idx, vals, K, single=False)
         )
 
-    def _pair_mask(
-        self, ctx: _Parsed, parsed: list[_Parsed], counts: np.ndarray
-    ) -> np.ndarray | None:
+    def _pair_mask(self, ctx: _Parsed, act: _Parsed) -> np.ndarray | None:
         """(n_context, n_action_total) bool mask of the interacting pairs, None when all
         pairs interact; raises when the request exceeds ``max_interactions``."""
-        n_act = int(counts.sum())
         if self._every_pair:  # ("*", "*"): no namespace to look at
-            allowed, total = None, len(ctx.names) * n_act
+            allowed, total = None, len(ctx.names) * len(act.names)
         else:
             ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx.namespaces))}
-            act_ns = {
-                ns: i
-                for i, ns in enumerate(dict.fromkeys(ns for p in parsed for ns in p.namespaces))
-            }
+            act_ns = {ns: i for i, ns in enumerate(dict.fromkeys(act.namespaces))}
             allowed = np.array(
                 [[self.interacts(c, a) for a in act_ns] for c in ctx_ns], dtype=bool
             ).reshape(len(ctx_ns), len(act_ns))
@@ -703,7 +700,7 @@ class Featurizer:
                 (ctx_ns[ns] for ns in ctx.namespaces), dtype=np.int64, count=len(ctx.namespaces)
             )
             a_ids = np.fromiter(
-                (act_ns[ns] for p in parsed for ns in p.namespaces), dtype=np.int64, count=n_act
+                (act_ns[ns] for ns in act.namespaces), dtype=np.int64, count=len(act.namespaces)
             )
             total = (
                 np.bincount(c_ids, minlength=len(ctx_ns))
@@ -758,7 +755,7 @@ class Featurizer:
         :class:`BucketNames` records.
         """
         mask = int(self._mask)
-        ctx = self._parse(context, "context")
+        ctx = self._parse(context, ("context",))
         ctx_hashes = [feature_hash(n) for n in ctx.names]
         ctx_named = [
             NamedFeature(n, h & mask, v) for n, h, v in zip(ctx.names, ctx_hashes, ctx.values)
@@ -766,7 +763,7 @@ class Featurizer:
         bias = NamedFeature(BIAS_NAME, self.config.bias_index, 1.0)
         if action is None:
             return [*ctx_named, bias]
-        act = self._parse(action, "actions[0]")
+        act = self._parse(action, ("actions", 0))
         act_hashes = [feature_hash(n) for n in act.names]
         interactions = [
             NamedFeature(f"{cn} ^ {an}", _interaction_hash_scalar(ch, ah) & mask, cv * av)
