@@ -616,14 +616,13 @@ class Featurizer:
         """The context's vector alone (per-arm models): shape (dim,) or a one-row
         :class:`SparseRows`, by the config's output."""
         parsed = self._parse(context, ("context",))
-        idx = (self._hashes(parsed) & self._mask).astype(np.int64)
-        rows = np.zeros(len(idx) + 1, dtype=np.int64)
-        return self._assemble(
-            rows,
-            np.append(idx, self.config.bias_index),
-            np.append(np.asarray(parsed.values), 1.0),
-            1,
+        return self._context_vector(
+            self._hashes(parsed), np.asarray(parsed.values, dtype=np.float64)
         )
+
+    def _context_vector(self, hashes: np.ndarray, values: np.ndarray) -> np.ndarray | SparseRows:
+        idx = np.append((hashes & self._mask).astype(np.int64), self.config.bias_index)
+        return self._assemble(np.zeros(len(idx), dtype=np.int64), idx, np.append(values, 1.0), 1)
 
     def featurize(self, context: Any, actions: Sequence[Any]) -> FeatureBatch:
         """Vectors of one request: the context, and each of the K actions.
@@ -674,15 +673,9 @@ class Featurizer:
         vals = np.concatenate(
             [np.tile(v_ctx, K) if n_ctx else v_ctx[:0], v_act, v_int.ravel(), np.ones(K)]
         )
-        ctx_idx = (h_ctx & self._mask).astype(np.int64)
-        context_vector = self._assemble(
-            np.zeros(len(ctx_idx) + 1, dtype=np.int64),
-            np.append(ctx_idx, config.bias_index),
-            np.append(v_ctx, 1.0),
-            1,
-        )
         return FeatureBatch(
-            context=context_vector, actions=self._assemble(rows, idx, vals, K, single=False)
+            context=self._context_vector(h_ctx, v_ctx),
+            actions=self._assemble(rows, idx, vals, K, single=False),
         )
 
     def _pair_mask(self, ctx: _Parsed, act: _Parsed) -> np.ndarray | None:
