@@ -485,8 +485,6 @@ class Featurizer:
     def _walk(
         self, obj: dict, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
     ) -> None:
-        # Hot path: exact-type dispatch first (what json.loads makes), isinstance for
-        # subclasses (numpy floats are floats); paths are rendered only on error.
         limits = self._limits
         if depth > limits.max_depth:
             raise _fail(path, f"nesting at most {limits.max_depth} levels deep")
@@ -494,8 +492,7 @@ class Featurizer:
             keys = sorted(obj)
         except TypeError:  # keys of several types: the loop names the first non-string
             keys = list(obj)
-        names, values, namespaces = out.names, out.values, out.namespaces
-        max_len, max_abs = limits.max_string_length, limits.max_abs_value
+        max_len = limits.max_string_length
         prefix = namespace + "|"
         for key in keys:
             if type(key) is not str and not isinstance(key, str):
@@ -507,43 +504,14 @@ class Featurizer:
                 raise _fail(
                     path + (shown,), f"keys of at most {max_len} characters, but got {len(key)}"
                 )
-            value = obj[key]
-            kind = type(value)
-            if kind not in _JSON_TYPES:
-                value = _exact_json(value, path + (key,))
-                kind = type(value)
-            if kind is str:
-                if len(value) > max_len:
-                    raise _fail(
-                        path + (key,),
-                        f"a string of at most {max_len} characters, but got {len(value)}",
-                    )
-                names.append(f"{prefix}{key}={value}")
-                values.append(1.0)
-            elif kind is bool:
-                if not value:
-                    continue
-                names.append(prefix + key)
-                values.append(1.0)
-            elif kind is float or kind is int:
-                if not -max_abs <= value <= max_abs:  # also NaN
-                    raise _fail(path + (key,), self._bad_number(value))
-                if not value:
-                    continue
-                names.append(prefix + key)
-                values.append(float(value))
-            elif value is None:
+            inner = self._leaf(obj[key], prefix + key, None, namespace, path, key, out)
+            if inner is None:
                 continue
-            elif kind is dict:
+            if type(inner) is dict:
                 child = key if namespace == DEFAULT_NAMESPACE else f"{namespace}.{key}"
-                self._walk(value, child, path + (key,), depth + 1, out)
-                continue
-            else:  # list
-                self._array(value, prefix + key, namespace, path + (key,), depth + 1, out)
-                continue
-            namespaces.append(namespace)
-            if len(names) > out.cap:
-                raise _fail(path + (key,), f"at most {limits.max_features} features")
+                self._walk(inner, child, path + (key,), depth + 1, out)
+            else:
+                self._array(inner, prefix + key, namespace, path + (key,), depth + 1, out)
 
     def _array(
         self,
@@ -562,40 +530,60 @@ class Featurizer:
             raise _fail(
                 path, f"an array of at most {limits.max_array_length} elements, but got {len(arr)}"
             )
-        names, values = out.names, out.values
-        max_len, max_abs = limits.max_string_length, limits.max_abs_value
-        before = len(names)
         for i, value in enumerate(arr):
-            kind = type(value)
-            if kind not in _JSON_TYPES:
-                value = _exact_json(value, path + (i,))
-                kind = type(value)
-            if kind is str:
-                if len(value) > max_len:
-                    raise _fail(
-                        path + (i,),
-                        f"a string of at most {max_len} characters, but got {len(value)}",
-                    )
-                names.append(f"{stem}={value}")
-                values.append(1.0)
-            elif kind is bool:
-                if value:
-                    names.append(f"{stem}[{i}]")
-                    values.append(1.0)
-            elif kind is float or kind is int:
-                if not -max_abs <= value <= max_abs:
-                    raise _fail(path + (i,), self._bad_number(value))
-                if value:
-                    names.append(f"{stem}[{i}]")
-                    values.append(float(value))
-            elif value is not None:  # dict or list
+            inner = self._leaf(value, stem, i, namespace, path, i, out)
+            if inner is not None:
                 raise _fail(
                     path + (i,),
-                    f"a number, string, boolean or null in an array, but got {_kind(value)}",
+                    f"a number, string, boolean or null in an array, but got {_kind(inner)}",
                 )
-        out.namespaces.extend([namespace] * (len(names) - before))
-        if len(names) > out.cap:
-            raise _fail(path, f"at most {limits.max_features} features")
+
+    def _leaf(
+        self,
+        value: Any,
+        stem: str,
+        index: int | None,
+        namespace: str,
+        path: tuple[str | int, ...],
+        last: str | int,
+        out: _Parsed,
+    ) -> dict | list | None:
+        """Record the feature of the scalar ``value`` at ``path + (last,)``: a string is
+        ``stem=value``, a number or ``true`` is ``stem`` (``stem[index]`` in an array);
+        ``false``, ``null`` and 0 give none. An object or an array is returned (as its
+        exact JSON type) for the caller to walk or refuse; anything else raises."""
+        # Hot path: exact-type dispatch (what json.loads makes); paths rendered on error.
+        kind = type(value)
+        if kind not in _JSON_TYPES:
+            value = _exact_json(value, path + (last,))
+            kind = type(value)
+        if kind is str:
+            if len(value) > self._limits.max_string_length:
+                raise _fail(
+                    path + (last,),
+                    f"a string of at most {self._limits.max_string_length} characters, "
+                    f"but got {len(value)}",
+                )
+            out.names.append(f"{stem}={value}")
+            out.values.append(1.0)
+        elif kind is float or kind is int or kind is bool:
+            if (
+                kind is not bool
+                and not -self._limits.max_abs_value <= value <= self._limits.max_abs_value
+            ):
+                raise _fail(path + (last,), self._bad_number(value))  # also NaN
+            if not value:
+                return None
+            out.names.append(stem if index is None else f"{stem}[{index}]")
+            out.values.append(float(value))
+        elif value is None:
+            return None
+        else:
+            return value
+        out.namespaces.append(namespace)
+        if len(out.names) > out.cap:
+            raise _fail(path + (last,), f"at most {self._limits.max_features} features")
+        return None
 
     def _bad_number(self, value: float) -> str:
         shown = f"an int of {value.bit_length()} bits" if isinstance(value, int) else repr(value)

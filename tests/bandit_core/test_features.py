@@ -442,7 +442,7 @@ _LIMITS = FeatureLimits(
         ({"u": {f"f{i}": 1 for i in range(11)}}, "context.u.f9", "at most 10 features"),
         (
             {"u": {"v": list(range(1, 5)), "w": list(range(1, 5)), "x": list(range(1, 5))}},
-            "context.u.x",
+            "context.u.x[2]",
             "at most 10 features",
         ),
         ("tech", "context", "a JSON object or a list of objects, but got a string"),
