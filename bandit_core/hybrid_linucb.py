@@ -250,22 +250,23 @@ def _hybrid_update(
     inverse. Both inverses are re-derived from their matrices every ``refactor_every``
     updates. Every new array is checked finite before any field changes.
     """
-    P, B, b = arm.A_inv, arm.B, arm.b
-    P_B = P @ B
-    A0 = shared.A + B.T @ P_B  # line 17: A_0 += B_a'A_a^-1 B_a
-    b0 = shared.b + P_B.T @ b  # line 18: b_0 += B_a'A_a^-1 b_a
-    Px = P @ x
-    c = 1.0 + x @ Px
-    v = z - P_B.T @ x
-    A = arm.A + np.outer(x, x)  # line 19: A_a += x x'
-    P_new = P - np.outer(Px, Px) / c
-    B_new = B + np.outer(x, z)  # line 20: B_a += x z'
-    b_new = b + reward * x  # line 21: b_a += r x
-    P_B = P_new @ B_new
-    A0 += np.outer(z, z) - B_new.T @ P_B  # line 22: A_0 += z z' - B_a'A_a^-1 B_a
-    b0 += reward * z - P_B.T @ b_new  # line 22: b_0 += r z - B_a'A_a^-1 b_a
-    A0_inv_v = shared.A_inv @ v
-    A0_inv = shared.A_inv - np.outer(A0_inv_v, A0_inv_v) / (c + v @ A0_inv_v)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+        P, B, b = arm.A_inv, arm.B, arm.b
+        P_B = P @ B
+        A0 = shared.A + B.T @ P_B  # A_0 += B_a'A_a^-1 B_a
+        b0 = shared.b + P_B.T @ b  # b_0 += B_a'A_a^-1 b_a
+        Px = P @ x
+        c = 1.0 + x @ Px
+        v = z - P_B.T @ x
+        A = arm.A + np.outer(x, x)  # A_a += x x'
+        P_new = P - np.outer(Px, Px) / c
+        B_new = B + np.outer(x, z)  # B_a += x z'
+        b_new = b + reward * x  # b_a += r x
+        P_B = P_new @ B_new
+        A0 += np.outer(z, z) - B_new.T @ P_B  # A_0 += z z' - B_a'A_a^-1 B_a
+        b0 += reward * z - P_B.T @ b_new  # b_0 += r z - B_a'A_a^-1 b_a
+        A0_inv_v = shared.A_inv @ v
+        A0_inv = shared.A_inv - np.outer(A0_inv_v, A0_inv_v) / (c + v @ A0_inv_v)
     if not all(all_finite(a) for a in (A0, b0, A, P_new, B_new, b_new, A0_inv)):
         raise InvalidInputError(
             f"x with max |x| = {max(np.abs(z).max(), np.abs(x).max())} overflows the ridge statistics"
