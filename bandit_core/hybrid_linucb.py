@@ -39,7 +39,7 @@ from typing import ClassVar
 import numpy as np
 
 from bandit_core.errors import ConfigError, InvalidInputError, UnknownArmError
-from bandit_core.linear import LinearArmState, RidgeStack, cholesky_inverse
+from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
 from bandit_core.policy import SHARED_PART, ArmStats, BasePolicy, PolicyConfig, SelectContext
 from bandit_core.validation import all_finite, check_arm_ids
