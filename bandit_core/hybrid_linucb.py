@@ -271,14 +271,7 @@ def _hybrid_update(
         raise InvalidInputError(
             f"x with max |x| = {max(np.abs(z).max(), np.abs(x).max())} overflows the ridge statistics"
         )
-    for state, new_A, new_inv, new_b in ((arm, A, P_new, b_new), (shared, A0, A0_inv, b0)):
-        state.A, state.A_inv, state.b = new_A, new_inv, new_b
-        state.n += 1
-        state.reward_sum += reward
-        state.since_refactor += 1
-        if state.since_refactor >= refactor_every:
-            state.refactor()
+    arm.commit(A, P_new, b_new, reward, refactor_every)
     arm.B = B_new
-    arm.theta = arm.A_inv @ arm.b
-    shared.theta = shared.A_inv @ shared.b
+    shared.commit(A0, A0_inv, b0, reward, refactor_every)
 
