@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bandit_core import make_policy
-from bandit_core.errors import ConfigError, InvalidInputError
+from bandit_core.errors import ConfigError, InvalidInputError, UnknownArmError
 from bandit_core.hybrid_linucb import HybridArmState, HybridLinUCB, HybridSharedState
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -141,9 +141,9 @@ def test_a_retired_id_is_refused_without_a_per_arm_part() -> None:
     policy = _policy(2, 0)
     policy.retire_arm("gone")
     assert policy.part_names() == ["shared"]
-    with pytest.raises(Exception, match="arm 'gone' was retired"):
+    with pytest.raises(UnknownArmError, match="arm 'gone' was retired"):
         policy.select(["a", "gone"], np.ones((2, 2)))
-    with pytest.raises(Exception, match="arm 'gone' was retired"):
+    with pytest.raises(UnknownArmError, match="arm 'gone' was retired"):
         policy.update("gone", np.ones(2), 1.0)
     policy.add_arm("gone")
     assert policy.select(["a", "gone"], np.ones((2, 2))).arm_id in ("a", "gone")
