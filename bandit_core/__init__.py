@@ -1,7 +1,7 @@
 """bandit_core: the pure numpy contextual-bandit engine.
 
-Policies (``make_policy(name, d, **params)``): ``linucb``, ``lnucb_ta``,
-``guardrailed_linucb``, ``hare``, ``random``, ``epsilon_greedy``. Every policy offers
+Policies (``make_policy(name, d, **params)``): ``linucb``, ``hybrid_linucb``,
+``lnucb_ta``, ``guardrailed_linucb``, ``hare``, ``random``, ``epsilon_greedy``. Every policy offers
 ``select(arm_ids, X) -> Decision`` and ``update(arm_id, x, reward)`` over explicit state
 that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
 """
@@ -9,6 +9,7 @@ that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
 from bandit_core.errors import (
     BanditError,
     ConfigError,
+    InvalidFeatureError,
     InvalidInputError,
     NoEligibleArmError,
     StateFormatError,
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigError",
     "Decision",
     "GuardrailOutcome",
+    "InvalidFeatureError",
     "InvalidInputError",
     "NoEligibleArmError",
     "Policy",

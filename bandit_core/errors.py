@@ -44,13 +44,18 @@ class StateFormatError(BanditError):
 
 
 class InvalidFeatureError(InvalidInputError):
-    """A JSON feature value the featurizer cannot take; ``path`` names it, e.g.
-    ``context[0].user.tags[3]`` (:mod:`bandit_core.features`)."""
+    """A JSON feature value the featurizer cannot take (:mod:`bandit_core.features`).
 
-    def __init__(self, path: str, expected: str) -> None:
+    ``path`` names it, e.g. ``context[0].user.tags[3]``; ``loc`` is the same path as
+    components, ``("context", 0, "user", "tags", 3)``, for a caller that names its own
+    request fields (a 422's ``loc``); ``expected`` says what was expected and what came.
+    """
+
+    def __init__(self, path: str, expected: str, loc: tuple[str | int, ...] = ()) -> None:
         super().__init__(f"{path}: expected {expected}")
         self.path = path
         self.expected = expected
+        self.loc = loc
 
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:
-        return type(self), (self.path, self.expected)
+    def __reduce__(self) -> tuple[type, tuple[str, str, tuple[str | int, ...]]]:
+        return type(self), (self.path, self.expected, self.loc)

@@ -422,7 +422,7 @@ def _exact_json(value: Any, path: tuple[str | int, ...]) -> Any:
 
 
 def _fail(path: tuple[str | int, ...], expected: str) -> InvalidFeatureError:
-    return InvalidFeatureError(_render(path), expected)
+    return InvalidFeatureError(_render(path), expected, path)
 
 
 class Featurizer:
@@ -626,8 +626,8 @@ class Featurizer:
             or not isinstance(actions, Sequence)
             or not actions
         ):
-            raise InvalidFeatureError(
-                "actions", f"a non-empty list of feature objects, but got {_kind(actions)}"
+            raise _fail(
+                ("actions",), f"a non-empty list of feature objects, but got {_kind(actions)}"
             )
         config = self.config
         ctx = self._parse(context, ("context",))
@@ -689,8 +689,8 @@ class Featurizer:
                 @ np.bincount(a_ids, minlength=len(act_ns))
             )
         if total > self._limits.max_interactions:
-            raise InvalidFeatureError(
-                "actions",
+            raise _fail(
+                ("actions",),
                 f"at most {self._limits.max_interactions} context x action interactions per request, "
                 f"but these features make {int(total)}",
             )

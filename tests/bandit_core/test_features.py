@@ -485,6 +485,17 @@ def test_action_errors_name_the_action(actions, path, message) -> None:
     assert raised.value.path == path
 
 
+def test_errors_carry_the_path_as_components() -> None:
+    featurizer = Featurizer(FeaturizerConfig(bits=8))
+    with pytest.raises(InvalidFeatureError) as raised:
+        featurizer.featurize([{"u": {"my tags": ["a", ["b"]]}}], [{"i": {"a": 1}}])
+    assert raised.value.loc == ("context", 0, "u", "my tags", 1)
+    assert raised.value.path == 'context[0].u["my tags"][1]'
+    with pytest.raises(InvalidFeatureError) as raised:
+        featurizer.featurize({}, [{"i": {"a": 1}}, [{"x": 1}, {"item": {"p": math.inf}}]])
+    assert raised.value.loc == ("actions", 1, 1, "item", "p")
+
+
 def test_too_many_interactions_is_refused_before_any_is_computed() -> None:
     limits = FeatureLimits(max_interactions=100)
     featurizer = Featurizer(FeaturizerConfig(bits=8, limits=limits))
@@ -515,6 +526,7 @@ def test_feature_error_is_an_invalid_input_error_and_pickles() -> None:
         type(copy_) is InvalidFeatureError
         and copy_.path == "context.a"
         and str(copy_) == str(raised.value)
+        and copy_.loc == ("context", "a")
     )
 
 
