@@ -437,6 +437,8 @@ class Featurizer:
             raise ConfigError(f"config must be a FeaturizerConfig, but got {type(config).__name__}")
         self.config = config
         self._limits = config.limits
+        self._max_string_length = config.limits.max_string_length  # read per value
+        self._max_abs_value = config.limits.max_abs_value
         self._mask = np.uint32((1 << config.bits) - 1)
         self._patterns = [(self._compile(c), self._compile(a)) for c, a in config.interactions]
         self._every_pair = ("*", "*") in config.interactions
@@ -504,7 +506,7 @@ class Featurizer:
                 raise _fail(
                     path + (shown,), f"keys of at most {max_len} characters, but got {len(key)}"
                 )
-            inner = self._leaf(obj[key], prefix + key, None, namespace, path, key, out)
+            inner = self._leaf(obj[key], prefix + key, namespace, path, key, out)
             if inner is None:
                 continue
             if type(inner) is dict:
@@ -531,7 +533,7 @@ class Featurizer:
                 path, f"an array of at most {limits.max_array_length} elements, but got {len(arr)}"
             )
         for i, value in enumerate(arr):
-            inner = self._leaf(value, stem, i, namespace, path, i, out)
+            inner = self._leaf(value, stem, namespace, path, i, out)
             if inner is not None:
                 raise _fail(
                     path + (i,),
@@ -542,14 +544,14 @@ class Featurizer:
         self,
         value: Any,
         stem: str,
-        index: int | None,
         namespace: str,
         path: tuple[str | int, ...],
         last: str | int,
         out: _Parsed,
     ) -> dict | list | None:
         """Record the feature of the scalar ``value`` at ``path + (last,)``: a string is
-        ``stem=value``, a number or ``true`` is ``stem`` (``stem[index]`` in an array);
+        ``stem=value``, a number or ``true`` is ``stem`` (``stem[last]`` in an array, where
+        ``last`` is the element's index);
         ``false``, ``null`` and 0 give none. An object or an array is returned (as its
         exact JSON type) for the caller to walk or refuse; anything else raises."""
         # Hot path: exact-type dispatch (what json.loads makes); paths rendered on error.
@@ -558,23 +560,20 @@ class Featurizer:
             value = _exact_json(value, path + (last,))
             kind = type(value)
         if kind is str:
-            if len(value) > self._limits.max_string_length:
+            if len(value) > self._max_string_length:
                 raise _fail(
                     path + (last,),
-                    f"a string of at most {self._limits.max_string_length} characters, "
+                    f"a string of at most {self._max_string_length} characters, "
                     f"but got {len(value)}",
                 )
             out.names.append(f"{stem}={value}")
             out.values.append(1.0)
         elif kind is float or kind is int or kind is bool:
-            if (
-                kind is not bool
-                and not -self._limits.max_abs_value <= value <= self._limits.max_abs_value
-            ):
+            if kind is not bool and not -self._max_abs_value <= value <= self._max_abs_value:
                 raise _fail(path + (last,), self._bad_number(value))  # also NaN
             if not value:
                 return None
-            out.names.append(stem if index is None else f"{stem}[{index}]")
+            out.names.append(f"{stem}[{last}]" if type(last) is int else stem)
             out.values.append(float(value))
         elif value is None:
             return None
