@@ -182,9 +182,10 @@ def test_numpy_floats_are_floats_and_subclasses_of_json_types_are_taken() -> Non
 
     plain = featurizer.featurize_context({"u": {"x": 1.5, "t": "a", "v": [2.0]}})
     exotic = featurizer.featurize_context(
-        {"u": {"x": np.float64(1.5), "t": Label("a"), "v": [np.float64(2.0)]}}
+        {Label("u"): {Label("x"): np.float64(1.5), "t": Label("a"), "v": [np.float64(2.0)]}}
     )
     np.testing.assert_array_equal(plain, exotic)
+    assert np.count_nonzero(plain) == 4
 
 
 # --- interactions -----------------------------------------------------------------------
