@@ -45,6 +45,8 @@ class Contender:
 
 
 def contenders(alpha: float) -> list[Contender]:
+    """The compared policies: shared and per-arm, each with epsilon-greedy at 20 % and with
+    the UCB width ``alpha``, and random."""
     eps = {"alpha": 0.0, "epsilon": 0.2}
     ucb = {"alpha": alpha}
     return [
@@ -126,10 +128,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
-        epilog="example: python -m benchmarks.storefront --seeds 5 --rounds 6000 --replace-at 3000",
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=6000, help="rounds per run (default %(default)s)")
     parser.add_argument("--replace-at", type=int, default=3000,
