@@ -9,7 +9,12 @@ in one place::
     ├── UnknownArmError      an arm id the policy does not know, or one that was retired
     ├── NoEligibleArmError   every candidate blocked by a guardrail and no safe arm to serve
     ├── ConfigError          an invalid policy or guardrail configuration
-    └── StateFormatError     bytes that are not a serialized state of the expected kind
+    ├── StateFormatError     bytes that are not a serialized state of the expected kind
+    └── ModelError           the model itself produced a non-finite score from valid input
+
+Every class but :class:`ModelError` blames the caller's input (the service answers
+422); a :class:`ModelError` is the policy's own fault (its state or arithmetic), so the
+service answers 500 and logs it with the policy's name.
 
 Messages name the argument, what was expected and what came, e.g.
 ``"X must have shape (K, 10) = (3, 10), but got (3, 9)"``.
@@ -40,3 +45,8 @@ class ConfigError(BanditError):
 
 class StateFormatError(BanditError):
     """Serialized bytes are not a state this code can read."""
+
+
+class ModelError(BanditError):
+    """The policy produced a non-finite score for finite, representable features: a fault
+    of its state or arithmetic, not of the input (which :class:`InvalidInputError` blames)."""
