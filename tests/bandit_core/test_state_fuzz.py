@@ -44,15 +44,17 @@ def sealed(header: Any, payload: bytes = b"", magic: bytes = MAGIC) -> bytes:
     return magic + struct.pack("<I", zlib.crc32(body)) + body
 
 
-def corruptions(blob: bytes, seed: int) -> Iterator[bytes]:
+def corruptions(
+    blob: bytes, seed: int, mutations: int = MUTATIONS, truncations: int = TRUNCATIONS
+) -> Iterator[bytes]:
     """Seeded damage: 1 to 4 changed bytes, truncations, one inserted or dropped byte."""
     rng = np.random.default_rng(seed)
-    for _ in range(MUTATIONS):
+    for _ in range(mutations):
         data = bytearray(blob)
         for pos in rng.choice(len(blob), size=int(rng.integers(1, 5)), replace=False):
             data[pos] ^= int(rng.integers(1, 256))  # never the same byte again
         yield bytes(data)
-    for cut in rng.choice(len(blob), size=TRUNCATIONS, replace=False):
+    for cut in rng.choice(len(blob), size=truncations, replace=False):
         yield blob[:cut]
     pos = int(rng.integers(0, len(blob)))
     yield blob[:pos] + bytes([int(rng.integers(0, 256))]) + blob[pos:]
@@ -81,7 +83,8 @@ def test_corrupted_state_parts_are_refused(name: str) -> None:
     before = policy.to_bytes()
     for i, (part, blob) in enumerate(sorted(policy.export_parts(policy.part_names()).items())):
         for data in corruptions(blob, seed=100 + i):
-            refuses(lambda d: policy.import_parts({part: d}), data)
+            with pytest.raises(StateFormatError):
+                policy.import_parts({part: data})
     assert policy.to_bytes() == before
 
 
@@ -192,6 +195,10 @@ def test_version_one_blobs_are_still_read_explicitly(name: str) -> None:
         part = arrays[f"p{i}"].tobytes()
         v1_parts.append(np.frombuffer(MAGIC_V1 + part[8:], np.uint8))
     entries = [[f"p{i}", "|u1", [len(p)]] for i, p in enumerate(v1_parts)]
-    v1 = sealed({"kind": "policy", "meta": meta, "arrays": entries}, b"".join(p.tobytes() for p in v1_parts), MAGIC_V1)
+    v1 = sealed(
+        {"kind": "policy", "meta": meta, "arrays": entries},
+        b"".join(p.tobytes() for p in v1_parts),
+        MAGIC_V1,
+    )
     assert policy_from_bytes(v1).to_bytes() == blob  # rewritten as version 2
     refuses(policy_from_bytes, MAGIC_V1 + blob[4:])
