@@ -307,7 +307,9 @@ def non_finite_score_error(algorithm: str, ids: Sequence[str], X: np.ndarray, sc
     """
     bad = int(np.argmin(np.isfinite(scores)))
     row = X[bad]
-    if not math.isfinite(float(row.dot(row))):
+    with np.errstate(over="ignore"):
+        norm_sq = float(row.dot(row))
+    if not math.isfinite(norm_sq):
         return InvalidInputError(
             f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
             "feature values this large overflow float64"
