@@ -10,7 +10,7 @@ in one place::
     ├── NoEligibleArmError   every candidate blocked by a guardrail and no safe arm to serve
     ├── ConfigError          an invalid policy or guardrail configuration
     ├── StateFormatError     bytes that are not a serialized state of the expected kind
-    └── ModelError           the model itself produced a non-finite score from valid input
+    └── ModelError           the model, not the input, is at fault (a non-finite score)
 
 Every class but :class:`ModelError` blames the caller's input (the service answers
 422); a :class:`ModelError` is the policy's own fault (its state or arithmetic), so the
@@ -48,5 +48,6 @@ class StateFormatError(BanditError):
 
 
 class ModelError(BanditError):
-    """The policy produced a non-finite score for finite, representable features: a fault
-    of its state or arithmetic, not of the input (which :class:`InvalidInputError` blames)."""
+    """The model is at fault, not the input (which :class:`InvalidInputError` blames): it
+    produced a non-finite score for finite, representable features (raised by ``select``),
+    or, raised by a caller such as the service, its stored state does not read back."""

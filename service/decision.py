@@ -36,7 +36,7 @@ import numpy as np
 import orjson
 
 import bandit_core
-from bandit_core import BanditError, BasePolicy, Decision
+from bandit_core import BanditError, BasePolicy, Decision, ModelError, StateFormatError
 from service import metrics
 from service.errors import Conflict, InvalidRequest, NotFound, with_loc, with_policy
 from service.policies import (
@@ -198,7 +198,7 @@ class DecisionService:
     @staticmethod
     def _absorb(runtime: Runtime, values: Mapping[str, Any]) -> None:
         if values:
-            runtime.policy.import_parts({k: v.data for k, v in values.items()})
+            import_stored(runtime, {k: v.data for k, v in values.items()})
             runtime.versions.update({k: v.version for k, v in values.items()})
             runtime.absorbed += 1
 
@@ -473,7 +473,7 @@ class DecisionService:
                 raise Conflict(f"event_id {event_id!r} is already in use")
             out: dict[str, bytes | None] = {}
             if changed:
-                runtime.policy.import_parts({p: values[p] for p in changed})
+                import_stored(runtime, {p: values[p] for p in changed})
                 again = self._select(runtime, ids, X, req, features)
                 result["decision"] = again
                 result["response"] = self._response(req, runtime, again, event_id, parts, False)
@@ -652,7 +652,7 @@ class DecisionService:
                 )
             out: dict[str, bytes | None] = {}
             if value is not None:
-                runtime.policy.import_parts({p: values[p] for p in parts})
+                import_stored(runtime, {p: values[p] for p in parts})
                 runtime.policy.add_arm(arm)
                 runtime.policy.update(arm, np.asarray(ev["x"]), value, user_id=user)
                 out.update(runtime.policy.export_parts(parts))
@@ -1079,6 +1079,17 @@ class DecisionService:
             await _every(
                 self.settings.snapshot_interval_seconds, stop, self.snapshot_all, "snapshots"
             )
+
+
+def import_stored(runtime: Runtime, parts: Mapping[str, bytes | None]) -> None:
+    """Load state parts read from the store into ``runtime``'s policy. A part that fails
+    its format checks (``StateFormatError``: corrupted in the store) is the service's
+    fault, not the request's: it becomes a ``ModelError`` naming the policy (a 500)."""
+    try:
+        runtime.policy.import_parts(parts)
+    except StateFormatError as exc:
+        error = ModelError(f"a stored state part is corrupt: {exc}")
+        raise with_policy(error, runtime.info.name) from exc
 
 
 async def _every(

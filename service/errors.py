@@ -20,8 +20,8 @@ method not allowed                 405     ``{"detail": message}`` + ``Allow`` (
 =================================  ======  ==========================================
 
 Nothing is written when an error is answered: every check runs before the first write.
-A ``ModelError`` (the policy produced a non-finite score from valid features) is the
-service's fault, not the request's: it is logged at ERROR level on ``bandit.service``
+A ``ModelError`` (the policy produced a non-finite score from valid features, or a
+stored state part fails its format checks) is the service's fault, not the request's: it is logged at ERROR level on ``bandit.service``
 with the policy's name, attached by :func:`with_policy` where the engine is called.
 """
 

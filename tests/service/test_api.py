@@ -510,6 +510,20 @@ async def test_a_model_error_is_a_500_naming_the_policy_and_logged(
         assert any("policy 'p'" in rec.getMessage() for rec in caplog.records)
 
 
+async def test_a_corrupted_stored_part_is_a_500_naming_the_policy(make_settings: Any) -> None:
+    async with running(make_settings()) as (app, http, client):
+        await http.put("/policies/p", json=POLICY)
+        dec = await client.recommend("p", [1.0, 0.0, 0.5])
+        part = f"arm:{dec.arm_id}"
+        stored = app.state.service.store
+        blob = (await stored.read("p", [part], {}))[part].data
+        damaged = blob[:-1] + bytes([blob[-1] ^ 1])
+        await stored.transact("p", [part], lambda _values: {part: damaged})
+        r = await http.post("/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.5]})
+        assert r.status_code == 500, r.text
+        assert "policy 'p'" in r.json()["detail"] and "checksum" in r.json()["detail"]
+
+
 async def test_snapshot_import_rejects_garbage(make_settings: Any) -> None:
     async with running(make_settings()) as (_app, http, _):
         await http.put("/policies/p", json=POLICY)
