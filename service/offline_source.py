@@ -37,7 +37,7 @@ from service.storage import base
 
 
 def to_logged_event(
-    logged: base.LoggedEvent, unrewarded: float | None = None
+    logged: base.LoggedDecision, unrewarded: float | None = None
 ) -> LoggedEvent | None:
     """One logged decision (and its reward) as an offline event; ``None`` when it has no
     reward and ``unrewarded`` is None (module docstring)."""

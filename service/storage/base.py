@@ -200,7 +200,7 @@ class RewardRecord:
 
 
 @dataclass(frozen=True)
-class LoggedEvent:
+class LoggedDecision:
     """A decision joined with its reward (``reward`` None if never rewarded)."""
 
     decision: DecisionRecord
@@ -244,7 +244,7 @@ class EventLog(Protocol):
 
     def iter_events(
         self, policy: str, since: float | None = None, until: float | None = None, batch_size: int = 1000
-    ) -> Iterator[LoggedEvent]:
+    ) -> Iterator[LoggedDecision]:
         """Decisions of ``policy`` in time order with their rewards, streamed in batches."""
         ...
 

@@ -14,7 +14,7 @@ from bandit_core.errors import ConfigError
 from service.decision import candidates_json
 from service.storage.base import (
     DecisionRecord,
-    LoggedEvent,
+    LoggedDecision,
     RewardRecord,
     Snapshot,
     StoreUnavailableError,
@@ -69,7 +69,7 @@ def test_append_round_trips_records_exactly(log: SqlEventLog) -> None:
     plain = decision(2)
     r = reward(1, value=-0.125, source="default")
     log.append([d, plain], [r])
-    assert list(log.iter_events("p")) == [LoggedEvent(d, r), LoggedEvent(plain, None)]
+    assert list(log.iter_events("p")) == [LoggedDecision(d, r), LoggedDecision(plain, None)]
 
 
 def test_append_takes_candidates_already_encoded(log: SqlEventLog) -> None:
