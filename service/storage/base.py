@@ -1,4 +1,4 @@
-"""The two storage interfaces of the service.
+"""The two storage interfaces of the service (and the writer's sink in front of the log).
 
 ``StateStore`` keeps policy state *parts* as opaque bytes (the engine serializes them;
 see ``bandit_core.policy``), pending events, counters and the policy list, namespaced
@@ -216,6 +216,24 @@ class Snapshot:
     model_version: int
     data: bytes
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+class LogSink(Protocol):
+    """Where the use cases send decisions and rewards on their way to the
+    :class:`EventLog` (the batching writer, ``service.storage.writer``): never blocks."""
+
+    def submit_decision(self, record: DecisionRecord) -> None: ...
+
+    def submit_reward(self, record: RewardRecord) -> None: ...
+
+    @property
+    def spool_depth(self) -> int: ...
+
+    @property
+    def lag_seconds(self) -> float: ...
+
+    @property
+    def dead_letters(self) -> int: ...
 
 
 class EventLog(Protocol):

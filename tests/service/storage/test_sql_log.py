@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from bandit_core.errors import ConfigError
-from service.decision import candidates_json
+from service.usecases.candidates import candidates_json
 from service.storage.base import (
     DecisionRecord,
     LoggedDecision,
