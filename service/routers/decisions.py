@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Response
 
-from service.deps import ApiKey, RecommendKey, RecommenderDep, RewardsDep
+from service.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
 from service.schemas import (
     ActivateResponse,
     ErrorDetail,

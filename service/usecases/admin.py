@@ -7,30 +7,32 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from service import metrics
 from service.errors import InvalidRequest, NotFound
-from service.policies import CONFIG_KEY, build_policy, encode_info, engine_changed, new_info, spec_of
+from service.policies import (
+    CONFIG_KEY,
+    build_policy,
+    encode_info,
+    engine_changed,
+    new_info,
+    spec_of,
+)
 from service.schemas import ArmStatsOut, PolicyInfo, PolicySpec, PolicyStats
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.usecases.policy_cache import PolicyCache
 
 
+@dataclass
 class PolicyAdmin:
     """The policy administration use cases; one per process."""
 
-    def __init__(
-        self,
-        cache: PolicyCache,
-        event_log: EventLog,
-        settings: Settings,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.cache = cache
-        self.event_log = event_log
-        self.settings = settings
-        self.clock = clock
+    cache: PolicyCache
+    event_log: EventLog
+    settings: Settings
+    clock: Callable[[], float] = time.time
 
     async def get_policy(self, name: str) -> PolicyInfo:
         runtime, _, _ = await self.cache.load(name)

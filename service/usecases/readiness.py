@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 
 from service import metrics
 from service.errors import NotFound
@@ -15,23 +16,16 @@ from service.usecases.admin import PolicyAdmin
 from service.usecases.periodic import every
 
 
+@dataclass
 class Monitor:
     """The readiness and gauge use cases; one per process."""
 
-    def __init__(
-        self,
-        store: StateStore,
-        sink: LogSink,
-        event_log: EventLog,
-        admin: PolicyAdmin,
-        settings: Settings,
-    ) -> None:
-        self.store = store
-        self.sink = sink
-        self.event_log = event_log
-        self.admin = admin
-        self.settings = settings
-        self._dead_letters_exported = 0
+    store: StateStore
+    sink: LogSink
+    event_log: EventLog
+    admin: PolicyAdmin
+    settings: Settings
+    _dead_letters_exported: int = field(default=0, init=False, repr=False)
 
     async def probe_dependencies(self) -> tuple[bool, bool]:
         """Ping the state store and the event log concurrently; ``(store_ok, log_ok)``,

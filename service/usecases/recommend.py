@@ -15,6 +15,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,20 +40,14 @@ from service.usecases.events import EventState, PendingEvent, dumps, event_key
 from service.usecases.policy_cache import PolicyCache
 
 
+@dataclass
 class Recommender:
     """The recommend use case; one per process."""
 
-    def __init__(
-        self,
-        cache: PolicyCache,
-        sink: LogSink,
-        settings: Settings,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.cache = cache
-        self.sink = sink
-        self.settings = settings
-        self.clock = clock
+    cache: PolicyCache
+    sink: LogSink
+    settings: Settings
+    clock: Callable[[], float] = time.time
 
     async def recommend(self, req: RecommendRequest) -> bytes:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,20 +41,14 @@ def stored_event(event_id: str, data: bytes | None) -> PendingEvent:
     return PendingEvent.from_json(data)
 
 
+@dataclass
 class Rewards:
     """The reward and activation use cases; one per process."""
 
-    def __init__(
-        self,
-        cache: PolicyCache,
-        sink: LogSink,
-        settings: Settings,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.cache = cache
-        self.sink = sink
-        self.settings = settings
-        self.clock = clock
+    cache: PolicyCache
+    sink: LogSink
+    settings: Settings
+    clock: Callable[[], float] = time.time
 
     async def reward(self, req: RewardRequest) -> RewardResponse:
         """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""

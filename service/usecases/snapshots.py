@@ -7,6 +7,7 @@ import asyncio
 import base64
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import bandit_core
 from bandit_core import BanditError
@@ -20,20 +21,14 @@ from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
 
 
+@dataclass
 class Snapshots:
     """The snapshot use cases; one per process."""
 
-    def __init__(
-        self,
-        cache: PolicyCache,
-        event_log: EventLog,
-        settings: Settings,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.cache = cache
-        self.event_log = event_log
-        self.settings = settings
-        self.clock = clock
+    cache: PolicyCache
+    event_log: EventLog
+    settings: Settings
+    clock: Callable[[], float] = time.time
 
     async def export_snapshot(self, name: str) -> Snapshot:
         """The whole model of ``name`` (state of every known arm and the shared part;

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from service import metrics
 from service.errors import Conflict, NotFound
@@ -23,20 +24,14 @@ from service.usecases.policy_cache import PolicyCache
 from service.usecases.rewards import EventAlreadyFinal, Rewards
 
 
+@dataclass
 class Sweeper:
     """The sweeper use case; one per process."""
 
-    def __init__(
-        self,
-        cache: PolicyCache,
-        rewards: Rewards,
-        settings: Settings,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.cache = cache
-        self.rewards = rewards
-        self.settings = settings
-        self.clock = clock
+    cache: PolicyCache
+    rewards: Rewards
+    settings: Settings
+    clock: Callable[[], float] = time.time
 
     async def sweep_once(self) -> int:
         """Finalize the due events of every policy; returns how many this call finalized."""

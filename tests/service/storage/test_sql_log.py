@@ -11,7 +11,6 @@ import pytest
 import sqlalchemy as sa
 
 from bandit_core.errors import ConfigError
-from service.usecases.candidates import candidates_json
 from service.storage.base import (
     DecisionRecord,
     LoggedDecision,
@@ -22,6 +21,7 @@ from service.storage.base import (
 from service.storage.migrate import upgrade_head
 from service.storage.schema import database_url
 from service.storage.sql_log import SqlEventLog
+from service.usecases.candidates import candidates_json
 from tests.databases import database
 
 
