@@ -6,8 +6,8 @@ per policy (in Redis every key of a policy shares the hash tag ``bandit:{policy}
 ``EventLog`` is the append-only record of decisions and rewards (PostgreSQL, or SQLite
 for the embedded default) and the source of truth that ``bandit rebuild`` replays.
 
-Key names inside a policy's namespace are free-form strings chosen by the decision
-service: ``arm:<id>``, ``shared``, ``user:<id>``, ``event:<id>``, ``config``.
+Key names inside a policy's namespace are free-form strings chosen by the use cases
+(``service.usecases``): ``arm:<id>``, ``shared``, ``user:<id>``, ``event:<id>``, ``config``.
 """
 
 from __future__ import annotations
