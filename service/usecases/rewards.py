@@ -26,7 +26,7 @@ from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.policy_cache import PolicyCache
 
 
-class EventAlreadyFinal(Exception):
+class EventAlreadyFinalError(Exception):
     """The event left ``pending`` before this transition (it happened elsewhere)."""
 
     def __init__(self, event: PendingEvent) -> None:
@@ -76,7 +76,7 @@ class Rewards:
             applied = await self.finalize(
                 name, runtime, req.event_id, event, req.reward, EventState.REWARDED
             )
-        except EventAlreadyFinal as final:
+        except EventAlreadyFinalError as final:
             event = final.event
             if event.state is EventState.REWARDED:
                 self.log_reward(name, req.event_id, event)
@@ -136,7 +136,7 @@ class Rewards:
     ) -> PendingEvent:
         """One transaction: move a pending event to ``state`` and, when ``value`` is not
         None, update the served arm's parts with it; returns the finalized event. Raises
-        :class:`EventAlreadyFinal` if the event is no longer pending."""
+        :class:`EventAlreadyFinalError` if the event is no longer pending."""
         key = event_key(event_id)
         arm, user = event.arm_id, event.user_id
         parts = runtime.policy.parts_for_update(arm, user) if value is not None else []
@@ -145,7 +145,7 @@ class Rewards:
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             ev = stored_event(event_id, values[key])
             if not ev.pending:
-                raise EventAlreadyFinal(ev)
+                raise EventAlreadyFinalError(ev)
             if ev.reset_at != runtime.info.reset_at and value is not None:
                 raise Conflict(
                     f"policy {name!r} was reset or reconfigured after event {event_id!r}"

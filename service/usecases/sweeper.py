@@ -21,7 +21,7 @@ from service.settings import Settings
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.rewards import EventAlreadyFinal, Rewards
+from service.usecases.rewards import EventAlreadyFinalError, Rewards
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Sweeper:
                     default if learn else None,
                     EventState.DEFAULTED if learn else EventState.EXPIRED,
                 )
-            except (EventAlreadyFinal, NotFound, Conflict):
+            except (EventAlreadyFinalError, NotFound, Conflict):
                 continue
             await self.rewards.record_final(name, event_id, applied, "default" if learn else None)
             finalized += 1
