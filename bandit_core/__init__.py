@@ -9,6 +9,7 @@ that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
 from bandit_core.errors import (
     BanditError,
     ConfigError,
+    InvalidFeatureError,
     InvalidInputError,
     ModelError,
     NoEligibleArmError,
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "Decision",
     "GuardrailOutcome",
+    "InvalidFeatureError",
     "InvalidInputError",
     "ModelError",
     "NoEligibleArmError",
