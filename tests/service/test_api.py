@@ -533,7 +533,7 @@ async def test_a_corrupted_stored_part_is_a_500_naming_the_policy(make_settings:
         await http.put("/policies/p", json=POLICY)
         dec = await client.recommend("p", [1.0, 0.0, 0.5])
         part = f"arm:{dec.arm_id}"
-        stored = app.state.service.store
+        stored = app.state.use_cases.store
         blob = (await stored.read("p", [part], {}))[part].data
         damaged = blob[:-1] + bytes([blob[-1] ^ 1])
         await stored.transact("p", [part], lambda _values: {part: damaged})
