@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bandit_core.errors import InvalidInputError
+from bandit_core.validation import check_int, check_real
 
 
 @dataclass(frozen=True)
@@ -56,27 +57,6 @@ class GuardrailBound:
         return dataclasses.asdict(self)
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive int, but got {value!r}")
-    return value
-
-
-def _finite(
-    value: Any, name: str, low: float, high: float = math.inf, low_open: bool = False
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInputError(f"{name} must be a number, but got {type(value).__name__}")
-    v = float(value)
-    ok = math.isfinite(v) and (v > low if low_open else v >= low) and v <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise InvalidInputError(
-            f"{name} must be finite and in {bracket}{low:g}, {high:g}], but got {value!r}"
-        )
-    return v
-
-
 def guardrail_regret_bound(
     d: int, T: int, delta_g: float, r_max: float, alpha: float = 1.0, L: float = 1.0
 ) -> GuardrailBound:
@@ -90,12 +70,12 @@ def guardrail_regret_bound(
     >>> guardrail_regret_bound(d=1, T=1, delta_g=0.0, r_max=1.0).linucb_term == 2 * math.sqrt(2 * math.log(2))
     True
     """
-    d = _positive_int(d, "d")
-    T = _positive_int(T, "T")
-    delta_g = _finite(delta_g, "delta_g", 0.0, 1.0)
-    r_max = _finite(r_max, "r_max", 0.0, low_open=True)
-    alpha = _finite(alpha, "alpha", 0.0)
-    L = _finite(L, "L", 0.0, low_open=True)
+    d = check_int(d, "d", low=1, error=InvalidInputError)
+    T = check_int(T, "T", low=1, error=InvalidInputError)
+    delta_g = check_real(delta_g, "delta_g", low=0.0, high=1.0, error=InvalidInputError)
+    r_max = check_real(r_max, "r_max", low=0.0, low_open=True, error=InvalidInputError)
+    alpha = check_real(alpha, "alpha", low=0.0, error=InvalidInputError)
+    L = check_real(L, "L", low=0.0, low_open=True, error=InvalidInputError)
     linucb = 2.0 * alpha * math.sqrt(2.0 * T * d * math.log1p(T * L * L / d))
     guardrail = delta_g * T * r_max
     total = linucb + guardrail
@@ -120,6 +100,6 @@ def verify_regret_bound(measured_regret: float, bound: GuardrailBound, slack: fl
     >>> verify_regret_bound(100.0, guardrail_regret_bound(d=2, T=100, delta_g=0.0, r_max=1.0))
     False
     """
-    measured = _finite(measured_regret, "measured_regret", 0.0)
-    slack = _finite(slack, "slack", 1.0)
+    measured = check_real(measured_regret, "measured_regret", low=0.0, error=InvalidInputError)
+    slack = check_real(slack, "slack", low=1.0, error=InvalidInputError)
     return measured <= slack * bound.total

@@ -32,6 +32,7 @@ changes no state may implement ``_score_batch`` so it scores the batch in one ca
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import math
@@ -47,9 +48,13 @@ from bandit_core.state import ArrayState, pack, unpack
 from bandit_core.validation import (
     all_finite,
     check_arm_ids,
+    check_int,
     check_matrix,
+    check_real,
     check_reward,
+    check_true,
     check_vector,
+    is_real,
 )
 
 SHARED_PART = "shared"
@@ -74,45 +79,21 @@ class PolicyConfig:
     reward_range: tuple[float, float] = (0.0, 1.0)
 
     def __post_init__(self) -> None:
-        if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 1:
-            raise ConfigError(f"d must be a positive int, but got {self.d!r}")
-        _require(
-            _is_real(self.alpha) and np.isfinite(self.alpha) and self.alpha >= 0,
-            f"alpha must be finite and >= 0, but got {self.alpha!r}",
-        )
-        _require(
-            _is_real(self.epsilon) and 0.0 <= self.epsilon <= 1.0,
-            f"epsilon must be in [0, 1], but got {self.epsilon!r}",
-        )
-        _require(
-            self.seed is None
-            or (not isinstance(self.seed, bool) and isinstance(self.seed, (int, np.integer)) and self.seed >= 0),
-            f"seed must be None or an int >= 0, but got {self.seed!r}",
-        )
+        object.__setattr__(self, "d", check_int(self.d, "d", low=1))
+        object.__setattr__(self, "alpha", check_real(self.alpha, "alpha", low=0.0))
+        object.__setattr__(self, "epsilon", check_real(self.epsilon, "epsilon", low=0.0, high=1.0))
+        object.__setattr__(self, "seed", check_int(self.seed, "seed", low=0, allow_none=True))
         rr = self.reward_range
-        _require(
-            isinstance(rr, (tuple, list))
-            and len(rr) == 2
-            and all(_is_real(v) and np.isfinite(v) for v in rr)
+        check_true(
+            isinstance(rr, (tuple, list)) and len(rr) == 2 and all(is_real(v) and math.isfinite(v) for v in rr)
             and rr[0] < rr[1],
             f"reward_range must be [low, high] with finite low < high, but got {self.reward_range!r}",
         )
         object.__setattr__(self, "reward_range", (float(rr[0]), float(rr[1])))
-        object.__setattr__(self, "d", int(self.d))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the configuration (inverse of ``type(config)(**dict)``)."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
-
-
-def _require(condition: Any, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-def _is_real(value: Any) -> bool:
-    """True for a real number (int or float, numpy scalars included), not a bool."""
-    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
 
 
 @dataclass(frozen=True)
@@ -289,8 +270,9 @@ class Policy(Protocol):
     def from_bytes(cls, data: bytes) -> Self: ...
 
 
-class BasePolicy:
-    """Shared steps of every policy; subclasses implement the algorithm hooks.
+class BasePolicy(abc.ABC):
+    """Shared steps of every policy; subclasses implement the algorithm hooks (the
+    extension contract is the module docstring).
 
     Subclasses set ``NAME`` (the registry name), ``CONFIG`` (their config class) and
     ``ARM_STATE`` (their per-arm :class:`ArrayState` class), and optionally
@@ -345,8 +327,9 @@ class BasePolicy:
         self._no_context = SelectContext()  # the context of calls without user or features
 
     # ---- algorithm hooks -------------------------------------------------------------
+    @abc.abstractmethod
     def _new_arm_state(self) -> ArrayState:
-        raise NotImplementedError
+        """The prior state of an arm never rewarded (the cold start)."""
 
     def _new_shared_state(self) -> ArrayState | None:
         return None
@@ -354,11 +337,11 @@ class BasePolicy:
     def _new_user_state(self) -> ArrayState | None:
         return None
 
+    @abc.abstractmethod
     def _score(
         self, arm_ids: list[str], states: list[ArrayState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Return ``(scores, widths)``, each of shape ``(K,)`` (widths may be None)."""
-        raise NotImplementedError
 
     def _score_batch(
         self, arm_ids: list[str], states: list[ArrayState], X_batch: np.ndarray, ctx: SelectContext
@@ -374,9 +357,9 @@ class BasePolicy:
         """
         return None
 
+    @abc.abstractmethod
     def _update(self, arm_id: str, state: ArrayState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         """Apply one reward to ``state`` (and shared/user state) in place."""
-        raise NotImplementedError
 
     def _filter(
         self,
@@ -638,6 +621,40 @@ class BasePolicy:
         """Policy-level statistics (e.g. delta_G for guardrailed policies)."""
         return {}
 
+    def arm_state(self, arm_id: str) -> ArrayState:
+        """The state of a known arm, to read: writing it bypasses the score caches (see
+        the module docstring); change state through :meth:`update` or :meth:`import_parts`."""
+        return self._known_arm(arm_id)
+
+    @property
+    def shared_state(self) -> ArrayState | None:
+        """The ``shared`` state part (``None`` for policies without one), to read."""
+        return self._shared
+
+    def user_state(self, user_id: str) -> ArrayState | None:
+        """The state part of ``user_id`` (``None`` if the policy holds none), to read."""
+        return self._users.get(user_id)
+
+    @property
+    def rng_state(self) -> dict[str, Any]:
+        """The RNG's bit-generator state, as :meth:`to_bytes` stores it; assigning one
+        makes later draws those of the policy it came from."""
+        return self._rng.bit_generator.state
+
+    @rng_state.setter
+    def rng_state(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state
+
+    def batch_scores(self, arm_ids: Sequence[str], X_batch: ArrayLike, *, user_id: str | None = None) -> np.ndarray | None:
+        """The scores :meth:`select_until` computes at once for the rows of ``X_batch``,
+        shape ``(B, K)``, each row bit-identical to the scores :meth:`select` gives for
+        that row; ``None`` when select_until would loop over :meth:`select` instead (no
+        batched scoring, exploration, guardrails, input select rejects, non-finite
+        scores). Unseen arms are cold-started, as the first selection would."""
+        ids = check_arm_ids(arm_ids)
+        X = self._batch_input(ids, X_batch)
+        return None if X is None else self._checked_batch_scores(ids, X, user_id)
+
     # ---- state parts ---------------------------------------------------------------------
     def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
         """Names of the state parts a selection over ``arm_ids`` reads."""
@@ -785,10 +802,3 @@ def _check_targets(X_batch: ArrayLike, targets: ArrayLike, k: int) -> tuple[int,
         raise InvalidInputError(f"targets must lie in [0, {k}), but got {t[(t < 0) | (t >= k)][0]}")
     return n_events, t.astype(np.intp, copy=False)
 
-
-def policy_from_bytes(data: bytes) -> BasePolicy:
-    """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
-    from bandit_core.registry import policy_class
-
-    _, meta, _ = unpack(data, "policy")
-    return policy_class(meta.get("algorithm", "")).from_bytes(data)

@@ -76,7 +76,7 @@ def per_algorithm(d: int) -> list[dict[str, Any]]:
                     "state": label,
                     "d": d,
                     "arm part bytes (serialized)": len(arm),
-                    "arm bytes (in process)": in_process_bytes(policy._arms["a"]),
+                    "arm bytes (in process)": in_process_bytes(policy.arm_state("a")),
                     "shared part bytes": len(shared),
                     "2-arm policy to_bytes": len(policy.to_bytes()),
                 }

@@ -53,6 +53,7 @@ from bandit_core.simulation import (
     SyntheticEnvironment,
     simulate_run,
 )
+from bandit_core.validation import check_int, check_real
 
 FORMATS = ("news", "jsonl", "eventlog")
 
@@ -94,38 +95,29 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, but got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, but got {value}")
-    return value
+def _number_argument(kind: type[int] | type[float], **bounds: Any) -> Callable[[str], Any]:
+    """An argparse ``type``: the text parsed as ``kind``, then checked with the engine's
+    validators (:func:`bandit_core.validation.check_int` / ``check_real``) and ``bounds``."""
+    check = check_int if kind is int else check_real
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            expected = "an int" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"the value must be {expected}, but got {text!r}") from None
+        try:
+            return check(value, "the value", **bounds)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, but got {text!r}") from None
-    if not np.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, but got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a finite number > 0, but got 0")
-    return value
-
-
-def _at_least_two(text: str) -> int:
-    value = _positive_int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 2, but got {value}")
-    return value
+_positive_int = _number_argument(int, low=1)
+_at_least_two = _number_argument(int, low=2)
+_non_negative_float = _number_argument(float, low=0.0)
+_positive_float = _number_argument(float, low=0.0, low_open=True)
 
 
 def _seeds(args: argparse.Namespace) -> list[int]:

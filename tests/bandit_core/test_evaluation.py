@@ -107,7 +107,7 @@ def test_rejection_replay_needs_propensities() -> None:
     log = [LoggedEvent.build(["a", "b"], "a", 1.0, context=[1.0])]
     with pytest.raises(InvalidInputError, match="needs a pscore on every event"):
         rejection_replay(bandit_core.make_policy("random", d=1), log, np.random.default_rng(0))
-    with pytest.raises(InvalidInputError, match=r"min_pscore must be in \(0, 1\]"):
+    with pytest.raises(InvalidInputError, match=r"min_pscore must be a finite number in \(0, 1\], but got"):
         rejection_replay(bandit_core.make_policy("random", d=1), log, np.random.default_rng(0), min_pscore=0.0)
     with pytest.raises(InvalidInputError, match="n_rounds must be a positive int"):
         replay(bandit_core.make_policy("random", d=1), log, 0)
@@ -265,7 +265,7 @@ def test_estimate_rejects_bad_options() -> None:
         dr(**GOOD, q_hat=np.zeros((2, 3)))
     with pytest.raises(InvalidInputError, match="n_bootstrap must be a positive int"):
         estimate("ips", **GOOD, rng=rng, n_bootstrap=0)
-    with pytest.raises(InvalidInputError, match=r"confidence must be in \(0, 1\)"):
+    with pytest.raises(InvalidInputError, match=r"confidence must be a finite number in \(0, 1\), but got"):
         estimate("ips", **GOOD, rng=rng, confidence=1.0)
     with pytest.raises(InvalidInputError, match="snips is undefined"):
         snips(np.ones(2), np.array([0, 0]), np.full(2, 0.5), np.array([[0.0, 1.0], [0.0, 1.0]]))
