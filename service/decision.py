@@ -38,7 +38,7 @@ import orjson
 import bandit_core
 from bandit_core import BanditError, BasePolicy, Decision
 from service import metrics
-from service.errors import Conflict, InvalidRequest, NotFound, with_loc
+from service.errors import Conflict, EngineInputError, InvalidRequest, NotFound
 from service.policies import (
     CONFIG_KEY,
     Runtime,
@@ -396,7 +396,7 @@ class DecisionService:
                 ids, X, user_id=req.user_id, features=features, explore=req.explore
             )
         except BanditError as exc:
-            raise with_loc(exc, ["body", "arms"]) from exc
+            raise EngineInputError(exc, ["body", "arms"]) from exc
 
     def _response(
         self,
