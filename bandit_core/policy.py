@@ -12,22 +12,76 @@ A policy chooses one arm among ``K`` candidates whose feature vectors are the ro
 >>> type(p).from_bytes(p.to_bytes()).to_bytes() == p.to_bytes()
 True
 
-State is explicit and split into *parts* so a store can load, update and save one arm
-without touching the others: ``"arm:<id>"`` (one arm's model), ``"shared"`` (state
-common to all arms, e.g. HARE's projections or guardrail counters) and
-``"user:<id>"`` (per-user state, HARE). :meth:`BasePolicy.export_parts` and
-:meth:`BasePolicy.import_parts` move parts in and out as bytes;
-:meth:`BasePolicy.parts_for_update` names the parts one update reads and writes.
+The extension contract
+======================
 
-Implementors subclass :class:`BasePolicy` and fill in ``_new_arm_state``, ``_score``
-and ``_update`` (and optionally ``_filter`` for guardrails, ``_new_shared_state`` and
-``_new_user_state``). The shared steps live here once: validation, cold start of
-unseen arms, guardrail filtering, uniform tie-breaking (one random key per candidate),
-the epsilon exploration floor and the logged propensities (ALGORITHMS.md section 5).
+An algorithm is a subclass of :class:`BasePolicy` registered in
+:mod:`bandit_core.registry` (``docs/adding_an_algorithm.md`` is the checklist).
 
-:meth:`BasePolicy.select_until` runs selections over a batch of requests until one
-serves a given arm, the inner loop of an offline replay; policies whose scoring
-changes no state may implement ``_score_batch`` so it scores the batch in one call.
+Class attributes
+    ``NAME`` (the registry name, stored in every serialized policy), ``CONFIG`` (a
+    frozen :class:`PolicyConfig` subclass whose ``__post_init__`` checks each new field
+    with :mod:`bandit_core.validation` and stores it as a Python value), ``ARM_STATE``
+    (the :class:`~bandit_core.state.ArrayState` of one arm) and, when the algorithm has
+    them, ``SHARED_STATE`` and ``USER_STATE``.
+
+Abstract hooks (the class cannot be instantiated without them)
+    ``_new_arm_state()``: an arm's prior, the cold start. ``_score(arm_ids, states, X,
+    ctx)``: ``(scores, widths)`` of shape ``(K,)`` (widths may be ``None``).
+    ``_update(arm_id, state, x, reward, ctx)``: apply one checked reward in place.
+
+Optional hooks
+    ``_new_shared_state``, ``_new_user_state``; ``_filter`` (guardrails: the eligible
+    mask), ``_choose`` (the greedy index), ``_finish_select`` (record what serving
+    changes), ``_decision_extras``, ``_arm_stats_extras``, ``_parts_changed_by_new_arms``;
+    ``_score_batch`` (scores of B selections at once, bit-identical to ``_score`` row by
+    row, for :meth:`BasePolicy.select_until`).
+
+Class flags (set by ``__init_subclass__`` from the hooks a class overrides; never set
+by hand)
+    ``_PLAIN_CHOICE``: neither ``_filter`` nor ``_choose`` is overridden, so
+    :meth:`~BasePolicy.select` takes the argmax without building the full order.
+    ``_NO_EXTRAS``: ``_decision_extras`` is not overridden. ``_BATCHED``: a plain
+    choice, the default ``_finish_select`` and a ``_score_batch``; only then does
+    ``select_until`` score rows in batches. ``_SELECT_ROWS`` (set by hand): rows per
+    ``_score_batch`` call, ``None`` for all at once.
+
+Select, update, select_until
+    :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
+    ``_score``, breaks ties uniformly (one random key per candidate), applies the
+    guardrail hooks and the epsilon floor and logs the propensities (ALGORITHMS.md
+    section 5). :meth:`~BasePolicy.update` checks ``x`` and the reward and calls
+    ``_update``. :meth:`~BasePolicy.select_until` equals a loop of selections that
+    stops at a target arm, state and RNG included; it only batches when ``_BATCHED``,
+    ``epsilon = 0`` and ``select`` would accept every row, else it loops.
+
+Cache rules
+    Policies over ridge states (LinUCB, LNUCB-TA) score from stacked copies of the
+    candidates' arrays (:class:`bandit_core.linear.RidgeStack`) kept between calls.
+    Only the hooks of the owning policy write an arm's arrays, through
+    :meth:`LinearArmState.add <bandit_core.linear.LinearArmState.add>`, which bumps the
+    update count ``n`` the stack compares; nothing else writes them in place
+    (:meth:`~BasePolicy.arm_state` and the other accessors are to read). A stack row
+    is rewritten when its arm's state *object* is replaced or its ``n`` moved; the
+    whole stack is rebuilt when the candidate list differs. :meth:`~BasePolicy.update`
+    records the arm it changed; any change to the arm *table* (cold start,
+    :meth:`~BasePolicy.add_arm`, :meth:`~BasePolicy.retire_arm`,
+    :meth:`~BasePolicy.import_parts`) calls ``_arm_table_changed``, after which every
+    arm counts as changed and the candidate-state lookup is redone. A hook that replaces
+    a state object outside these paths must call ``_arm_table_changed`` itself.
+    :class:`SelectContext` is frozen: calls without a user or features share one.
+
+State parts
+    State is explicit and split into *parts* so a store can load, update and save one
+    arm without touching the others: ``"arm:<id>"`` (one arm's model), ``"shared"``
+    (state common to all arms, e.g. HARE's projections or guardrail counters) and
+    ``"user:<id>"`` (per-user state, HARE). :meth:`BasePolicy.export_parts` and
+    :meth:`BasePolicy.import_parts` move parts in and out as bytes;
+    :meth:`BasePolicy.parts_for_select` and :meth:`BasePolicy.parts_for_update` name
+    the parts a call reads and writes, and ``Decision.state_changed`` the parts a
+    selection itself changed. :meth:`BasePolicy.to_bytes` holds the config, the RNG
+    state, the retired arms and every part; :func:`bandit_core.registry.policy_from_bytes`
+    rebuilds any registered policy from it.
 """
 
 from __future__ import annotations
