@@ -102,11 +102,8 @@ class HAREConfig(PolicyConfig):
         super().__post_init__()
         for name in ("heads", "key_dim", "value_dim", "n_clusters", "refactor_every"):
             object.__setattr__(self, name, check_int(getattr(self, name), name, low=1))
-        object.__setattr__(self, "context_dim", check_int(self.context_dim, "context_dim", low=0))
-        check_true(
-            self.context_dim < self.d,
-            f"context_dim must be < d = {self.d} (the item embedding needs a column), but got {self.context_dim}",
-        )
+        # the item embedding needs a column: context_dim < d
+        object.__setattr__(self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1))
         object.__setattr__(self, "out_dim", check_int(self.out_dim, "out_dim", low=1, allow_none=True))
         for name in ("ridge_lambda", "sigma", "learning_rate"):
             object.__setattr__(self, name, check_real(getattr(self, name), name, low=0.0, low_open=True))

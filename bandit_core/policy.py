@@ -56,7 +56,7 @@ Select, update, select_until
     ``epsilon = 0`` and ``select`` would accept every row, else it loops.
 
 Cache rules
-    Policies over ridge states (LinUCB, LNUCB-TA) score from stacked copies of the
+    Policies over ridge states (LinUCB, hybrid LinUCB, LNUCB-TA) score from stacked copies of the
     candidates' arrays (:class:`bandit_core.linear.RidgeStack`) kept between calls.
     Only the hooks of the owning policy write an arm's arrays, through
     :meth:`LinearArmState.add <bandit_core.linear.LinearArmState.add>`, which bumps the

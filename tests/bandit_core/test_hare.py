@@ -332,8 +332,8 @@ def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        ({"context_dim": 5}, "context_dim must be < d = 5"),
-        ({"context_dim": -1}, "context_dim must be an int >= 0"),
+        ({"context_dim": 5}, r"context_dim must be an int in \[0, 4\], but got 5"),
+        ({"context_dim": -1}, r"context_dim must be an int in \[0, 4\], but got -1"),
         ({"heads": 0}, "heads must be a positive int"),
         ({"key_dim": 2.5}, "key_dim must be a positive int"),
         ({"loss": "hinge"}, "loss must be one of"),
