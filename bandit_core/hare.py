@@ -59,7 +59,14 @@ from bandit_core.policy import (
     SelectContext,
 )
 from bandit_core.state import ArrayState
-from bandit_core.validation import check_choice, check_int, check_matrix, check_real, check_reward, check_true
+from bandit_core.validation import (
+    check_choice,
+    check_int,
+    check_matrix,
+    check_real,
+    check_reward,
+    check_true,
+)
 
 LOSSES = ("squared", "logistic")
 #: The projections the SGD step and :meth:`HARE.fit_projections` learn.

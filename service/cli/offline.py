@@ -95,7 +95,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _number_argument(kind: type[int] | type[float], **bounds: Any) -> Callable[[str], Any]:
+def _number_argument(kind: type[int | float], **bounds: Any) -> Callable[[str], Any]:
     """An argparse ``type``: the text parsed as ``kind``, then checked with the engine's
     validators (:func:`bandit_core.validation.check_int` / ``check_real``) and ``bounds``."""
     check = check_int if kind is int else check_real

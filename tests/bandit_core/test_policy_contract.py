@@ -17,7 +17,7 @@ import pytest
 
 import bandit_core
 from bandit_core import POLICIES, make_policy
-from bandit_core.errors import ConfigError, InvalidInputError, UnknownArmError
+from bandit_core.errors import InvalidInputError, UnknownArmError
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig
 from bandit_core.validation import check_arm_ids
 
