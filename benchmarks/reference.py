@@ -158,8 +158,9 @@ class LoopLNUCBTA(LoopLinUCB):
 
 
 def news_path(repo: Path) -> Path:
-    """``<repo>/../shared/data/news_dataset.txt``, where the project keeps the data set."""
-    return repo.resolve().parent / "shared" / "data" / "news_dataset.txt"
+    """``<repo>/bandit_core/data/news_dataset.txt.gz``, the news data set the package ships
+    (found from the checkout, so an ``--engine-path`` engine replays the same file)."""
+    return repo.resolve() / "bandit_core" / "data" / "news_dataset.txt.gz"
 
 
 def load_news(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
