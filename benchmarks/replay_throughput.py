@@ -279,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
-    parser.add_argument("--out", default="replay_throughput")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/replay_throughput.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
@@ -301,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"not registered, skipped: {', '.join(missing)}")
     path = h.write_json(
-        args.out,
+        "replay_throughput",
         {
             "alpha": args.alpha,
             "rounds": args.rounds,
@@ -310,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "skipped": missing,
         },
+        args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0
