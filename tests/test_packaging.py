@@ -53,7 +53,8 @@ def test_importing_all_of_bandit_core_loads_no_optional_dependency() -> None:
     ("argv", "blocked", "extra"),
     [
         (["serve"], "uvicorn", "server"),
-        (["openapi", "--output", "unused.json"], "fastapi", "server"),
+        (["replay", "--format", "eventlog", "--data", "sqlite:///unused.sqlite3", "--log-policy", "p",
+          "--policy", "linucb"], "sqlalchemy", "server"),
         (["replay", "--policy", "linucb", "--rounds", "5"], "tqdm", "offline"),
     ],
 )
