@@ -1,6 +1,6 @@
 """Logged bandit data and classification data sets, as plain numpy arrays.
 
-Three sources (ALGORITHMS.md section 6):
+Three sources (docs/algorithms.md section 6):
 
 * the **news format** (:func:`load_news`): 102 integers a line, the logged arm
   (0-based), the click (0/1), then 10 features for each of the 10 arms in arm order

@@ -23,7 +23,7 @@ Implementors subclass :class:`BasePolicy` and fill in ``_new_arm_state``, ``_sco
 and ``_update`` (and optionally ``_filter`` for guardrails, ``_new_shared_state`` and
 ``_new_user_state``). The shared steps live here once: validation, cold start of
 unseen arms, guardrail filtering, uniform tie-breaking (one random key per candidate),
-the epsilon exploration floor and the logged propensities (ALGORITHMS.md section 5).
+the epsilon exploration floor and the logged propensities (docs/algorithms.md section 5).
 
 :meth:`BasePolicy.select_until` runs selections over a batch of requests until one
 serves a given arm, the inner loop of an offline replay; policies whose scoring
@@ -63,7 +63,7 @@ class PolicyConfig:
 
     ``d``: length of each candidate's feature vector. ``alpha``: exploration weight of
     the confidence width. ``epsilon``: probability of serving a uniformly random
-    eligible arm (ALGORITHMS.md section 5). ``seed``: seed of the policy's RNG.
+    eligible arm (docs/algorithms.md section 5). ``seed``: seed of the policy's RNG.
     ``reward_range``: ``[low, high]`` every reward must lie in.
     """
 
@@ -117,7 +117,7 @@ def _is_real(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class GuardrailOutcome:
-    """What the guardrails did in one decision (guardrail seed, assumptions 4 and 5).
+    """What the guardrails did in one decision (docs/algorithms.md section 3.2, assumptions 4 and 5).
 
     ``blocked`` maps each blocked candidate to the reasons given by the predicates
     that blocked it; ``unconstrained_arm_id`` is the UCB argmax before filtering and

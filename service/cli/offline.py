@@ -1,5 +1,5 @@
 """Offline evaluation from the command line: ``bandit replay``, ``bandit estimate``,
-``bandit simulate`` and ``bandit compare`` (ALGORITHMS.md section 6; the engine side is
+``bandit simulate`` and ``bandit compare`` (docs/algorithms.md section 6; the engine side is
 :mod:`bandit_core.evaluation` and :mod:`bandit_core.simulation`). Logs come from a news
 or JSON Lines file or from the service's own event log (``--format eventlog``, read
 through :class:`service.offline_source.EventLogSource`).

@@ -1,4 +1,4 @@
-"""Shared fixtures of the engine tests: the news data set of ALGORITHMS.md section 6."""
+"""Shared fixtures of the engine tests: the news data set of docs/algorithms.md section 6."""
 
 from __future__ import annotations
 
