@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from bandit_core import BanditError, BasePolicy, Decision
+from bandit_core import BanditError, BasePolicy, Decision, ModelError
 from service import metrics
-from service.errors import Conflict, with_loc, with_policy
+from service.errors import Conflict, EngineInputError, with_policy
 from service.policies import Runtime
 from service.schemas import RecommendRequest
 from service.settings import Settings
@@ -126,8 +126,10 @@ class Recommender:
             return runtime.policy.select(
                 ids, X, user_id=req.user_id, features=features, explore=req.explore
             )
+        except ModelError as exc:
+            raise with_policy(exc, runtime.info.name)  # the model's fault: a 500, not a 422
         except BanditError as exc:
-            raise with_loc(with_policy(exc, runtime.info.name), ["body", "arms"]) from exc
+            raise EngineInputError(exc, ["body", "arms"]) from exc
 
     @staticmethod
     def _response(
