@@ -7,12 +7,14 @@ import asyncio
 import base64
 import gc
 import json
+import logging
 from typing import Any
 
 import numpy as np
 import pytest
 
 import bandit_core
+from bandit_core.linear import LinearArmState
 from service.app import YOUNG_GC_THRESHOLD
 from service.schemas import RankedArm, RecommendResponse
 from tests.service.conftest import POLICY, running, wait_for
@@ -21,9 +23,9 @@ pytestmark = pytest.mark.anyio
 
 
 async def _counts(app: Any, policy: str) -> tuple[int, int]:
-    service = app.state.service
-    await asyncio.to_thread(service.sink.flush, 5.0)
-    return await asyncio.to_thread(service.event_log.count, policy)
+    use_cases = app.state.use_cases
+    await asyncio.to_thread(use_cases.sink.flush, 5.0)
+    return await asyncio.to_thread(use_cases.event_log.count, policy)
 
 
 async def _state(http: Any, app: Any, policy: str = "p") -> tuple[Any, tuple[int, int]]:
@@ -120,8 +122,8 @@ async def test_top_k_exclude_named_features_and_arm_features(make_settings: Any)
         assert r.status_code == 200, r.text
         body = r.json()
         assert len(body["ranking"]) == 2 and "x" not in [a["arm_id"] for a in body["ranking"]]
-        await asyncio.to_thread(app.state.service.sink.flush, 5.0)
-        (event,) = list(app.state.service.event_log.iter_events("p"))
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        (event,) = list(app.state.use_cases.event_log.iter_events("p"))
         features = {c["id"]: c["features"] for c in event.decision.candidates}
         assert features["w"] == [
             0.3,
@@ -163,7 +165,7 @@ async def test_default_reward_then_reward_is_409(make_settings: Any) -> None:
         ev = (
             await http.post("/recommend", json={"policy": "p", "context": [1.0, 1.0, 1.0]})
         ).json()
-        await wait_for(lambda: app.state.service.event_log.count("p")[1] == 1)
+        await wait_for(lambda: app.state.use_cases.event_log.count("p")[1] == 1)
         r = await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
         assert r.status_code == 409 and "defaulted" in r.json()["detail"]
         stats = (await http.get("/policies/p/stats")).json()
@@ -203,13 +205,27 @@ async def test_policy_administration(make_settings: Any) -> None:
         ).status_code == 404
 
 
+FRESH_POLICIES = 30
+
+
 @pytest.mark.parametrize("algorithm", sorted(bandit_core.POLICIES))
 async def test_every_registered_algorithm_serves_learns_and_round_trips(
     make_settings: Any, algorithm: str
 ) -> None:
+    """Thirty fresh policies each serve a first request and learn its reward, so a fault
+    showing once in a few runs (HARE's NaN from an empty contraction, issue 16) cannot
+    hide; then one policy learns 20 rewards and round-trips its snapshot."""
     spec = {"algorithm": algorithm, "dimension": 3, "arms": ["a", "b", "c"]}
     rng = np.random.default_rng(1)
     async with running(make_settings()) as (_app, http, client):
+        for n in range(FRESH_POLICIES):
+            assert (await http.put(f"/policies/fresh{n}", json=spec)).status_code == 200
+            first = await http.post(
+                "/recommend",
+                json={"policy": f"fresh{n}", "context": rng.random(3).tolist(), "user_id": "u"},
+            )
+            assert first.status_code == 200, (n, first.text)
+            assert (await client.reward(first.json()["event_id"], 1.0)).applied
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         for i in range(20):
             dec = await client.recommend("p", rng.random(3).tolist(), user_id=f"u{i % 3}")
@@ -290,6 +306,15 @@ async def test_guardrailed_policy(make_settings: Any) -> None:
         assert (
             await http.post("/reward", json={"event_id": minor["event_id"], "reward": 1})
         ).status_code == 200
+        # Every candidate blocked and the safe arm not among them: the engine's error,
+        # answered 422 naming the candidates field and the engine error's class.
+        r = await http.post(
+            "/recommend",
+            json={"policy": "g", "context": {"age": 16, "score": 1.0}, "arms": [{"id": "beer"}, {"id": "juice"}]},
+        )
+        assert r.status_code == 422
+        (detail,) = r.json()["detail"]
+        assert detail["loc"] == ["body", "arms"] and detail["type"] == "NoEligibleArmError", detail
 
 
 async def test_policies_file_is_loaded_at_start(make_settings: Any, tmp_path: Any) -> None:
@@ -490,7 +515,40 @@ async def test_bad_policy_is_422_naming_the_field_and_writes_nothing(
         assert r.status_code == 422, r.text
         assert named in r.text
         assert (await http.get("/policies")).json() == {"policies": []}
-        assert await asyncio.to_thread(app.state.service.event_log.policies) == {}
+        assert await asyncio.to_thread(app.state.use_cases.event_log.policies) == {}
+
+
+async def test_a_model_error_is_a_500_naming_the_policy_and_logged(
+    make_settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finite, bounded features that give a non-finite score are the model's fault (here a
+    NaN state imported from a snapshot), not the request's: 500, not a 422 on the arms."""
+    broken = bandit_core.make_policy("linucb", d=3, seed=0)
+    nan_arm = LinearArmState.prior(3, 1.0)
+    nan_arm.theta[:] = np.nan
+    broken.import_parts({"arm:b": nan_arm.to_bytes()})
+    async with running(make_settings()) as (_app, http, client):
+        await http.put("/policies/p", json=POLICY)
+        await client.import_snapshot("p", base64.b64encode(broken.to_bytes()).decode())
+        with caplog.at_level(logging.ERROR, logger="bandit.service"):
+            r = await http.post("/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.5]})
+        assert r.status_code == 500
+        assert "policy 'p'" in r.json()["detail"] and "non-finite score nan" in r.json()["detail"]
+        assert any("policy 'p'" in rec.getMessage() for rec in caplog.records)
+
+
+async def test_a_corrupted_stored_part_is_a_500_naming_the_policy(make_settings: Any) -> None:
+    async with running(make_settings()) as (app, http, client):
+        await http.put("/policies/p", json=POLICY)
+        dec = await client.recommend("p", [1.0, 0.0, 0.5])
+        part = f"arm:{dec.arm_id}"
+        stored = app.state.use_cases.store
+        blob = (await stored.read("p", [part], {}))[part].data
+        damaged = blob[:-1] + bytes([blob[-1] ^ 1])
+        await stored.transact("p", [part], lambda _values: {part: damaged})
+        r = await http.post("/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.5]})
+        assert r.status_code == 500, r.text
+        assert "policy 'p'" in r.json()["detail"] and "checksum" in r.json()["detail"]
 
 
 async def test_snapshot_import_rejects_garbage(make_settings: Any) -> None:
