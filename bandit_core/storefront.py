@@ -1,4 +1,4 @@
-"""A simulated storefront with known click rates (ALGORITHMS.md sections 7 and 8).
+"""A simulated storefront with known click rates (docs/algorithms.md sections 7 and 8).
 
 Shoppers of four segments with different tastes arrive one per round, each with a JSON
 context such as ``{"user": {"segment": "student", "tenureYears": 2}, "device": {"type":
@@ -213,7 +213,7 @@ Encoder = Callable[[dict[str, Any], Sequence[dict[str, Any]]], np.ndarray]
 
 def shared_rows(featurizer: Featurizer) -> Encoder:
     """Rows of a shared model: each action's vector (context, action, interactions, bias;
-    ALGORITHMS.md section 7). The featurizer's output must be dense."""
+    docs/algorithms.md section 7). The featurizer's output must be dense."""
     return lambda context, actions: featurizer.featurize(context, actions).actions  # type: ignore[return-value]
 
 
