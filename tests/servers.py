@@ -284,3 +284,183 @@ def apps(*procs: AppProcess) -> Iterator[tuple[AppProcess, ...]]:
     finally:
         for p in procs:
             p.kill() if p.proc is not None and p.proc.poll() is not None else p.stop()
+
+
+def _redis_server(port: int, directory: Path, *options: str) -> subprocess.Popen[bytes]:
+    """A ``redis-server`` on 127.0.0.1:``port`` keeping its files in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--dir", str(directory), *options],
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=15)
+
+
+class RedisClusterServers:
+    """A Redis Cluster of ``masters`` masters with one replica each, from ``redis-server
+    --cluster-enabled yes`` processes joined by ``redis-cli --cluster create``.
+    ``url`` is the service's ``redis+cluster://`` URL listing every node."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="bandit-redis-cluster-"))
+        self.ports = [free_port() for _ in range(2 * masters)]
+        self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        try:
+            for port in self.ports:
+                self.procs.append(
+                    _redis_server(
+                        port,
+                        self.dir / str(port),
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-port",  # the bus; port + 10000 may exceed 65535
+                        str(free_port()),
+                        "--cluster-node-timeout",
+                        "2000",
+                        "--appendonly",
+                        "no",
+                    )
+                )
+            for port in self.ports:
+                _wait(
+                    lambda port=port: redis.Redis(host="127.0.0.1", port=port).ping(),
+                    15,
+                    "cluster node ready",
+                )
+            subprocess.run(
+                ["redis-cli", "--cluster", "create"]
+                + [f"127.0.0.1:{p}" for p in self.ports]
+                + ["--cluster-replicas", "1", "--cluster-yes"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                timeout=60,
+            )
+            for port in self.ports:
+                _wait(
+                    lambda port=port: (
+                        redis.Redis(host="127.0.0.1", port=port).cluster("info")["cluster_state"]
+                        == "ok"
+                    ),
+                    30,
+                    "cluster_state:ok",
+                )
+        except BaseException:
+            self.stop()
+            raise
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
+
+    def stop(self) -> None:
+        _stop_all(self.procs)
+        self.procs = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SentinelGroup:
+    """A master, one replica and three sentinels monitoring them as ``mymaster``
+    (down after 1 s). ``url`` is the service's ``redis+sentinel://`` URL."""
+
+    MASTER_NAME = "mymaster"
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="bandit-redis-sentinel-"))
+        self.master_port, self.replica_port = free_port(), free_port()
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.url = (
+            "redis+sentinel://"
+            + ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+            + f"/{self.MASTER_NAME}/0"
+        )
+        self.servers: dict[int, subprocess.Popen[bytes]] = {}
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        try:
+            self.servers[self.master_port] = _redis_server(self.master_port, self.dir / "master")
+            self.servers[self.replica_port] = _redis_server(
+                self.replica_port,
+                self.dir / "replica",
+                "--replicaof",
+                "127.0.0.1",
+                str(self.master_port),
+            )
+            _wait(
+                lambda: (
+                    redis.Redis(host="127.0.0.1", port=self.replica_port).info("replication")[
+                        "master_link_status"
+                    ]
+                    == "up"
+                ),
+                15,
+                "replica in sync",
+            )
+            for port in self.sentinel_ports:
+                conf = self.dir / f"sentinel-{port}.conf"
+                conf.write_text(
+                    f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                    f"sentinel monitor {self.MASTER_NAME} 127.0.0.1 {self.master_port} 2\n"
+                    f"sentinel down-after-milliseconds {self.MASTER_NAME} 1000\n"
+                    f"sentinel failover-timeout {self.MASTER_NAME} 10000\n"
+                )
+                self.sentinels.append(
+                    subprocess.Popen(
+                        ["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL
+                    )
+                )
+            for port in self.sentinel_ports:
+                _wait(
+                    lambda port=port: (
+                        redis.Redis(host="127.0.0.1", port=port).info("sentinel")["master0"][
+                            "slaves"
+                        ]
+                        == 1
+                        and redis.Redis(host="127.0.0.1", port=port).info("sentinel")["master0"][
+                            "sentinels"
+                        ]
+                        == 3
+                    ),
+                    30,
+                    "sentinels see the replica and each other",
+                )
+        except BaseException:
+            self.stop()
+            raise
+
+    def master_address(self) -> tuple[str, int]:
+        """The master as the sentinels name it now."""
+        host, port = redis.Redis(
+            host="127.0.0.1", port=self.sentinel_ports[0]
+        ).sentinel_get_master_addr_by_name(self.MASTER_NAME)
+        return host.decode() if isinstance(host, bytes) else host, int(port)
+
+    def kill_master(self) -> int:
+        """SIGKILL the current master; returns its port."""
+        port = self.master_address()[1]
+        proc = self.servers[port]
+        proc.kill()
+        proc.wait(timeout=15)
+        return port
+
+    def client(self) -> redis.Redis:
+        """A client of the current master."""
+        return redis.Redis(host="127.0.0.1", port=self.master_address()[1])
+
+    def stop(self) -> None:
+        _stop_all([*self.servers.values(), *self.sentinels])
+        self.servers, self.sentinels = {}, []
+        shutil.rmtree(self.dir, ignore_errors=True)

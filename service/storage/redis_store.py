@@ -37,9 +37,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis.asyncio.connection import AbstractConnection, parse_url
-from redis.connection import HiredisRespSerializer
-from redis.exceptions import NoScriptError, RedisError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from bandit_core.errors import InvalidInputError
 from service.storage.base import (
@@ -52,6 +51,7 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.storage.checks import check_ttl, checked_writes
+from service.storage.redis_urls import redis_client
 
 T = TypeVar("T")
 
@@ -118,24 +118,6 @@ return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 """
 
 
-C = TypeVar("C", bound=AbstractConnection)
-
-
-def packed_by_hiredis(base: type[C]) -> type[C]:
-    """``base`` (the connection class a URL calls for) packing commands with hiredis's C
-    packer, as redis-py's synchronous client does when hiredis is installed; its asyncio
-    client packs in Python: 150 us for the read script's 54 arguments at K = 50 against
-    15 us, the same bytes (tests/service/storage/test_redis_packing.py)."""
-    serializer = HiredisRespSerializer()  # redis-py's own, which its sync client uses
-
-    class HiredisPacked(base):  # type: ignore[valid-type,misc]
-        def pack_command(self, *args: Any) -> list[bytes]:
-            return serializer.pack(*args)
-
-    HiredisPacked.__name__ = HiredisPacked.__qualname__ = f"HiredisPacked{base.__name__}"
-    return HiredisPacked
-
-
 def _registry_key(event_id: str) -> str:
     return f"bandit:event:{event_id}"
 
@@ -143,7 +125,8 @@ def _registry_key(event_id: str) -> str:
 class RedisStateStore:
     """State of every policy in Redis; safe to share between app processes.
 
-    ``url`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL. ``max_attempts``,
+    ``url`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL, or names a Redis
+    Cluster or a Sentinel group (``service.storage.redis_urls``). ``max_attempts``,
     ``backoff_base`` and ``backoff_cap`` (seconds) bound the optimistic retries of
     :meth:`transact`.
     """
@@ -162,24 +145,10 @@ class RedisStateStore:
     ) -> None:
         if max_attempts < 1:
             raise InvalidInputError(f"max_attempts must be >= 1, but got {max_attempts}")
-        # A blocking pool: a burst of more concurrent calls than max_connections waits
-        # (up to socket_timeout) for a free connection instead of failing with
-        # MaxConnectionsError, which the soak showed as 503s under load.
-        # As BlockingConnectionPool.from_url (the URL's options win), with connections
-        # that pack commands in C.
-        options: dict[str, Any] = {
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_timeout,
-            "health_check_interval": 30,
-            "max_connections": max_connections,
-            "timeout": socket_timeout,
-            **parse_url(url),
-        }
-        options["connection_class"] = packed_by_hiredis(
-            options.get("connection_class", aioredis.Connection)
+        self._client = redis_client(
+            url, socket_timeout=socket_timeout, max_connections=max_connections
         )
-        pool = aioredis.BlockingConnectionPool(**options)
-        self._redis: aioredis.Redis = aioredis.Redis.from_pool(pool)  # owns and closes the pool
+        self._redis = self._client.redis
         self._read_script = self._redis.register_script(_READ)
         self._commit_script = self._redis.register_script(_COMMIT)
         self._delete_script = self._redis.register_script(_DELETE)
@@ -188,9 +157,9 @@ class RedisStateStore:
         self._backoff_cap = backoff_cap
 
     @property
-    def connection_pool(self) -> aioredis.BlockingConnectionPool:
-        """The pool this store's connections come from (built from the URL's options)."""
-        return self._redis.connection_pool
+    def client(self) -> aioredis.Redis | RedisCluster:
+        """The redis-py client this store talks through (built from the URL's options)."""
+        return self._redis
 
     @property
     def commit_script_sha(self) -> str:
@@ -208,8 +177,21 @@ class RedisStateStore:
     async def _call(self, awaitable: Awaitable[T]) -> T:
         try:
             return await awaitable
-        except (TimeoutError, RedisError, OSError) as exc:
+        except (TimeoutError, RedisError, RedisClusterException, OSError) as exc:
             raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+    async def _pipeline(
+        self, queue: Callable[[Any], None], transaction: bool, raise_on_error: bool = True
+    ) -> list[Any]:
+        """The commands ``queue`` puts on a pipeline (MULTI/EXEC when ``transaction``;
+        on a Redis Cluster only for keys of one slot), in one round trip per node."""
+
+        async def run() -> list[Any]:
+            async with self._redis.pipeline(transaction=transaction) as pipe:
+                queue(pipe)
+                return await pipe.execute(raise_on_error=raise_on_error)
+
+        return await self._call(run())
 
     async def _read(
         self, policy: str, keys: Sequence[str], known: Mapping[str, int]
@@ -310,17 +292,27 @@ class RedisStateStore:
         self, claim: Claim, policy: str, keys: list[str], args: list[Any]
     ) -> tuple[bool, int]:
         """``SET NX`` of the claim and the commit script in one pipeline (the script by
-        its SHA; loaded and run again if the server does not know it)."""
+        its SHA; loaded and run again if the server does not know it). On a Redis
+        Cluster the claim's key lives in another slot, often on another node: the two
+        are sent concurrently instead (its pipelines refuse EVALSHA)."""
         check_ttl(claim.ttl_seconds)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.set(
-                _registry_key(claim.event_id),
-                policy,
-                nx=True,
-                px=max(1, round(claim.ttl_seconds * 1000)),
+        claim_key = _registry_key(claim.event_id)
+        ttl_ms = max(1, round(claim.ttl_seconds * 1000))
+        registered: Any
+        version: Any
+        if isinstance(self._redis, RedisCluster):
+            registered, version = await asyncio.gather(
+                self._redis.set(claim_key, policy, nx=True, px=ttl_ms),
+                self._redis.evalsha(self._commit_script.sha, len(keys), *keys, *args),
+                return_exceptions=True,
             )
-            pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
-            registered, version = await self._call(pipe.execute(raise_on_error=False))
+        else:
+
+            def queue(pipe: Any) -> None:
+                pipe.set(claim_key, policy, nx=True, px=ttl_ms)
+                pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
+
+            registered, version = await self._pipeline(queue, False, raise_on_error=False)
         if isinstance(version, NoScriptError):
             version = await self._call(self._commit_script(keys=keys, args=args))
         for reply in (registered, version):
@@ -333,10 +325,12 @@ class RedisStateStore:
         if not increments:
             return
         key = self._prefix(policy) + "counters"
-        async with self._redis.pipeline(transaction=True) as pipe:
+
+        def queue(pipe: Any) -> None:
             for name, delta in increments.items():
                 pipe.hincrbyfloat(key, name, float(delta))
-            await self._call(pipe.execute())
+
+        await self._pipeline(queue, True)
 
     async def counters(self, policy: str) -> dict[str, float]:
         """All counters of ``policy``."""
@@ -371,11 +365,13 @@ class RedisStateStore:
         if not counters:
             await self._call(self._redis.zadd(prefix + "deadlines", {event_id: deadline}))
             return
-        async with self._redis.pipeline(transaction=True) as pipe:
+
+        def queue(pipe: Any) -> None:
             pipe.zadd(prefix + "deadlines", {event_id: deadline})
             for name, delta in counters.items():
                 pipe.hincrbyfloat(prefix + "counters", name, float(delta))
-            await self._call(pipe.execute())
+
+        await self._pipeline(queue, True)
 
     async def unschedule(self, policy: str, event_id: str) -> None:
         """ZREM from the policy's deadline index."""
@@ -418,5 +414,5 @@ class RedisStateStore:
         await self._call(self._redis.ping())
 
     async def close(self) -> None:
-        """Close the connection pool."""
-        await self._redis.aclose()
+        """Close the connections (to the sentinels too)."""
+        await self._client.close()

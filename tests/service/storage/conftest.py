@@ -1,10 +1,71 @@
-"""Storage tests run against the real Redis and PostgreSQL of the machine."""
+"""Storage tests run against the real Redis and PostgreSQL of the machine, and against a
+Redis Cluster and a Sentinel group the session starts on loopback when a test asks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
 import pytest
+import redis
+
+from tests.databases import REDIS_URL
+from tests.servers import RedisClusterServers, SentinelGroup
+
+# The Redis deployments every Redis test runs against; starting a cluster or a
+# Sentinel group takes seconds, so those are ``slow``.
+DEPLOYMENTS = [
+    "redis",
+    pytest.param("cluster", marks=pytest.mark.slow),
+    pytest.param("sentinel", marks=pytest.mark.slow),
+]
+
+
+@dataclass(frozen=True)
+class RedisDeployment:
+    """A Redis the store under test uses: its ``BANDIT_REDIS_URL`` and a synchronous
+    client of its data (the master, or the whole cluster) for inspecting keys."""
+
+    kind: str
+    url: str
+    client: Callable[[], redis.Redis | redis.RedisCluster]
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A 3-master, 3-replica Redis Cluster for the whole session."""
+    cluster = RedisClusterServers()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelGroup]:
+    """A master, a replica and three sentinels for the whole session."""
+    group = SentinelGroup()
+    group.start()
+    try:
+        yield group
+    finally:
+        group.stop()
+
+
+def deployment(request: pytest.FixtureRequest, kind: str) -> RedisDeployment:
+    """The deployment ``kind`` (one of :data:`DEPLOYMENTS`), started on first use."""
+    if kind == "redis":
+        return RedisDeployment(kind, REDIS_URL, lambda: redis.Redis.from_url(REDIS_URL))
+    servers = request.getfixturevalue(f"redis_{kind}")
+    return RedisDeployment(kind, servers.url, servers.client)
+
+
+@pytest.fixture(params=DEPLOYMENTS)
+def redis_deployment(request: pytest.FixtureRequest) -> RedisDeployment:
+    return deployment(request, request.param)

@@ -9,7 +9,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import DataError
 
-from service.storage.redis_store import RedisStateStore, packed_by_hiredis
+from service.storage.redis_store import RedisStateStore
+from service.storage.redis_urls import packed_by_hiredis
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("PING",),
@@ -51,7 +52,7 @@ def test_refuses_what_redis_py_refuses(bad: object) -> None:
     ],
 )
 def test_store_keeps_the_url_connection_kind_and_options(url: str, kind: type) -> None:
-    pool = RedisStateStore(url, socket_timeout=1.5, max_connections=7).connection_pool
+    pool = RedisStateStore(url, socket_timeout=1.5, max_connections=7).client.connection_pool
     assert isinstance(pool, aioredis.BlockingConnectionPool)
     assert pool.connection_class.__mro__[1] is kind
     assert (pool.max_connections, pool.timeout) == (7, 1.5)
