@@ -23,13 +23,21 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bandit_core.errors import InvalidInputError
+
 
 class Settings(BaseSettings):
     """Every setting of the service; the environment variable is ``BANDIT_<NAME>``."""
 
     model_config = SettingsConfigDict(env_prefix="BANDIT_", extra="ignore")
 
-    redis_url: str | None = Field(None, description="redis://host:port/db; unset: in-process state")
+    redis_url: str | None = Field(
+        None,
+        description=(
+            "redis://host:port/db, redis+cluster://host:port,... (Redis Cluster) or "
+            "redis+sentinel://host:port,.../master-name[/db]; unset: in-process state"
+        ),
+    )
     database_url: str | None = Field(
         None, description="postgresql://... or sqlite:///...; unset: SQLite under data_dir"
     )
@@ -119,6 +127,13 @@ class Settings(BaseSettings):
                 "BANDIT_REDIS_URL is set but empty; give redis://host:port/db, or unset it "
                 "for the embedded in-process state (one worker)"
             )
+        if value is not None:
+            from service.storage.redis_urls import parse_redis_url
+
+            try:
+                parse_redis_url(value)
+            except InvalidInputError as exc:
+                raise ValueError(str(exc)) from exc
         return value
 
     @property

@@ -358,6 +358,13 @@ class RedisClusterServers:
                     30,
                     "cluster_state:ok",
                 )
+            _wait(  # every slot range served by a master and its replica
+                lambda: all(
+                    len(r["replicas"]) == 1 for r in self.client().cluster_slots().values()
+                ),
+                30,
+                "replicas in the slot map",
+            )
         except BaseException:
             self.stop()
             raise

@@ -120,6 +120,8 @@ def parse_redis_url(url: str) -> RedisTarget:
                 "redis+sentinel://host:port,.../master-name[/db]"
             )
         master_name, db = path[0], (path[1] if len(path) == 2 else "0")
+        if not db.isdigit():
+            raise InvalidInputError(f"BANDIT_REDIS_URL {url!r}: the database must be a number")
     nodes = _nodes(hosts, default_port, url)
     auth = f"{userinfo}@" if userinfo else ""
     host, port = nodes[0]
