@@ -20,6 +20,7 @@ from service.app import create_app
 from service.client import AsyncBanditClient
 from service.settings import Settings
 from tests.databases import postgres_schema
+from tests.servers import RedisClusterServers, SentinelGroup
 
 API_KEY = "test-key-0123456789"
 BACKENDS = ["embedded", "redis_postgres"]
@@ -67,6 +68,28 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A 3-master, 3-replica Redis Cluster for the whole session."""
+    cluster = RedisClusterServers()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelGroup]:
+    """A master, a replica and three sentinels for the whole session."""
+    group = SentinelGroup()
+    group.start()
+    try:
+        yield group
+    finally:
+        group.stop()
 
 
 @pytest.fixture

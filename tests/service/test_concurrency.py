@@ -1,4 +1,5 @@
-"""No lost update across processes: two real app processes (uvicorn) share one Redis;
+"""No lost update across processes: two real app processes (uvicorn) share one Redis
+(a server, a 3-master Redis Cluster or a Sentinel-managed master);
 8 concurrent clients send 250 rewards each for decisions of the same arm, spread over
 both processes. The arm must end with exactly 2000 rewards, the exact reward sum
 (rewards are multiples of 1/4, so float sums are exact), and ridge state
@@ -27,10 +28,23 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS, PER_CLIENT = 8, 250
 
 
-@pytest.fixture
-def two_processes(tmp_path: Path, redis_url: str) -> Iterator[list[str]]:
-    """Base URLs of two uvicorn processes sharing Redis and a PostgreSQL schema."""
-    redis.Redis.from_url(redis_url).flushdb()
+@pytest.fixture(
+    params=[
+        "redis",
+        pytest.param("cluster", marks=pytest.mark.slow),
+        pytest.param("sentinel", marks=pytest.mark.slow),
+    ]
+)
+def two_processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """Base URLs of two uvicorn processes sharing a PostgreSQL schema and one Redis: a
+    server, the session's Redis Cluster or its Sentinel-managed master (emptied first)."""
+    if request.param == "redis":
+        redis_url = request.getfixturevalue("redis_url")
+        redis.Redis.from_url(redis_url).flushdb()
+    else:
+        servers = request.getfixturevalue(f"redis_{request.param}")
+        redis_url = servers.url
+        servers.client().flushall()
     with postgres_schema() as db_url:
         metrics_dir = tmp_path / "metrics"
         metrics_dir.mkdir()

@@ -1,16 +1,15 @@
-"""Storage tests run against the real Redis and PostgreSQL of the machine, and against a
-Redis Cluster and a Sentinel group the session starts on loopback when a test asks."""
+"""Storage tests run against the real Redis and PostgreSQL of the machine, and against the
+Redis Cluster and the Sentinel group of tests/service/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 import redis
 
 from tests.databases import REDIS_URL
-from tests.servers import RedisClusterServers, SentinelGroup
 
 # The Redis deployments every Redis test runs against; starting a cluster or a
 # Sentinel group takes seconds, so those are ``slow``.
@@ -34,28 +33,6 @@ class RedisDeployment:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisClusterServers]:
-    """A 3-master, 3-replica Redis Cluster for the whole session."""
-    cluster = RedisClusterServers()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_sentinel() -> Iterator[SentinelGroup]:
-    """A master, a replica and three sentinels for the whole session."""
-    group = SentinelGroup()
-    group.start()
-    try:
-        yield group
-    finally:
-        group.stop()
 
 
 def deployment(request: pytest.FixtureRequest, kind: str) -> RedisDeployment:
