@@ -35,6 +35,10 @@ class Ledger:
     recommend_status: Counter = field(default_factory=Counter)
     reward_status: Counter = field(default_factory=Counter)
     reward_503_without_retry_after: int = 0
+    # a failover may lose a decision's event (asynchronous replication): its reward then
+    # answers 404; such ids are collected here when ``events_may_be_lost``
+    events_may_be_lost: bool = False
+    lost_events: set[str] = field(default_factory=set)
     latencies: list[float] = field(default_factory=list)
 
     @property
@@ -73,6 +77,9 @@ async def send_reward(
         if "retry-after" not in r.headers:
             ledger.reward_503_without_retry_after += 1
         ledger.to_retry[event_id] = value
+    elif r.status_code == 404 and ledger.events_may_be_lost:
+        ledger.lost_events.add(event_id)
+        ledger.to_retry.pop(event_id, None)
     else:
         raise AssertionError(f"reward {event_id}: {r.status_code} {r.text}")
     return r.status_code
