@@ -55,9 +55,7 @@ def make_event_log(settings: Settings) -> Any:
             upgrade_head(settings.log_url)
         except StoreUnavailableError as exc:
             # A database outage must not keep the service down: events spool until it is back.
-            log.warning(
-                "event log unreachable at start, migrations skipped, events will spool: %s", exc
-            )
+            log.warning("event log unreachable at start, migrations skipped, events will spool: %s", exc)
     return SqlEventLog(settings.log_url)
 
 

@@ -131,9 +131,7 @@ class PolicySpec(_Model):
     # OpenAPI tools that rewrite 3.1 schemas to older drafts (schemathesis among them)
     reward_range: Annotated[
         tuple[FiniteFloat, FiniteFloat],
-        WithJsonSchema(
-            {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
-        ),
+        WithJsonSchema({"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}),
     ] = (0.0, 1.0)
     default_reward: FiniteFloat | None = Field(
         0.0,

@@ -106,9 +106,7 @@ def _number_argument(kind: type[int | float], **bounds: Any) -> Callable[[str], 
             value = kind(text)
         except ValueError:
             expected = "an int" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(
-                f"the value must be {expected}, but got {text!r}"
-            ) from None
+            raise argparse.ArgumentTypeError(f"the value must be {expected}, but got {text!r}") from None
         try:
             return check(value, "the value", **bounds)
         except ConfigError as exc:
@@ -133,55 +131,30 @@ def _add_common(p: argparse.ArgumentParser, rounds_default: int | None) -> None:
         if rounds_default is None
         else f"number of rounds to simulate (default {rounds_default})"
     )
+    p.add_argument("--rounds", type=_positive_int, default=rounds_default, metavar="N", help=rounds_help)
     p.add_argument(
-        "--rounds", type=_positive_int, default=rounds_default, metavar="N", help=rounds_help
-    )
-    p.add_argument(
-        "--seeds",
-        type=_positive_int,
-        default=1,
-        metavar="S",
+        "--seeds", type=_positive_int, default=1, metavar="S",
         help="number of seeds to repeat over (default 1); seed i seeds the policy's RNG",
     )
     p.add_argument(
-        "--seed-start",
-        type=int,
-        default=0,
-        metavar="SEED",
+        "--seed-start", type=int, default=0, metavar="SEED",
         help="first seed; the runs use SEED, SEED+1, ..., SEED+S-1 (default 0)",
     )
-    p.add_argument(
-        "--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH"
-    )
-    p.add_argument(
-        "--plot", type=Path, metavar="PATH", help="write a PNG of the cumulative curves to PATH"
-    )
-    p.add_argument(
-        "--no-progress", action="store_true", help="do not draw the progress bar (on stderr)"
-    )
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH")
+    p.add_argument("--plot", type=Path, metavar="PATH", help="write a PNG of the cumulative curves to PATH")
+    p.add_argument("--no-progress", action="store_true", help="do not draw the progress bar (on stderr)")
 
 
 def _add_policy_params(p: argparse.ArgumentParser, alpha_nargs: str | None = None) -> None:
     if alpha_nargs:
         p.add_argument(
-            "--alpha",
-            type=_non_negative_float,
-            nargs=alpha_nargs,
-            metavar="A",
+            "--alpha", type=_non_negative_float, nargs=alpha_nargs, metavar="A",
             help="exploration weight(s) alpha; several values form a grid (e.g. --alpha 0.1 1 10)",
         )
     else:
-        p.add_argument(
-            "--alpha",
-            type=_non_negative_float,
-            metavar="A",
-            help="exploration weight alpha of the policy",
-        )
+        p.add_argument("--alpha", type=_non_negative_float, metavar="A", help="exploration weight alpha of the policy")
     p.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
+        "--param", action="append", default=[], metavar="KEY=VALUE",
         help="a field of the policy's config, e.g. --param ridge_lambda=1 --param epsilon=0.05; "
         "VALUE is read as JSON (numbers, true/false, lists), else as a string; repeatable",
     )
@@ -206,50 +179,35 @@ def _timestamp(text: str) -> float:
 
 def _add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
     p.add_argument(
-        "--data",
-        metavar="PATH|URL",
+        "--data", metavar="PATH|URL",
         help="the log: a file for --format news/jsonl (a .gz file is decompressed), a database URL "
         "(postgresql://user@host/db or sqlite:///path) for --format eventlog; with --format news it "
         "defaults to the news data set shipped with bandit_core (the LNUCB-TA paper's Table 3)",
     )
     p.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="news",
+        "--format", choices=FORMATS, default="news",
         help="log format: 'news' (102 integers a line: logged arm, click, 10x10 arm features; "
         "a uniformly random log), 'jsonl' (one JSON event a line, schema in bandit_core.datasets) or "
         "'eventlog' (the service's decisions and rewards of --log-policy, with their logged "
         "propensities) (default news)",
     )
     p.add_argument(
-        "--log-policy",
-        metavar="NAME",
+        "--log-policy", metavar="NAME",
         help="with --format eventlog: the service policy whose logged decisions to read",
     )
+    p.add_argument("--since", type=_timestamp, metavar="TIME",
+                   help="with --format eventlog: only decisions made at or after TIME (unix seconds or ISO 8601)")
+    p.add_argument("--until", type=_timestamp, metavar="TIME",
+                   help="with --format eventlog: only decisions made before TIME (unix seconds or ISO 8601)")
     p.add_argument(
-        "--since",
-        type=_timestamp,
-        metavar="TIME",
-        help="with --format eventlog: only decisions made at or after TIME (unix seconds or ISO 8601)",
-    )
-    p.add_argument(
-        "--until",
-        type=_timestamp,
-        metavar="TIME",
-        help="with --format eventlog: only decisions made before TIME (unix seconds or ISO 8601)",
-    )
-    p.add_argument(
-        "--unrewarded",
-        choices=("skip", "default"),
-        default="skip",
+        "--unrewarded", choices=("skip", "default"), default="skip",
         help="with --format eventlog: a decision with no logged reward (pending, expired, or served "
         "degraded) is skipped ('skip', the default) or counts with the policy's default_reward "
         "('default'); rewards the sweeper applied by default are logged and always count",
     )
     if rejection:
         p.add_argument(
-            "--rejection",
-            action="store_true",
+            "--rejection", action="store_true",
             help="rejection-sampling replay for logs with known non-uniform propensities "
             "(every event needs a propensity; the service's event log has them); default: plain "
             "replay, valid for uniformly random logs",
@@ -280,15 +238,8 @@ def _log_spec(args: argparse.Namespace) -> LogSpec:
     if spec.fmt == "eventlog":
         if spec.log_policy is None:
             raise CliError("--format eventlog needs --log-policy NAME")
-    elif (
-        spec.log_policy is not None
-        or spec.since is not None
-        or spec.until is not None
-        or spec.unrewarded != "skip"
-    ):
-        raise CliError(
-            "--log-policy, --since, --until and --unrewarded apply to --format eventlog only"
-        )
+    elif spec.log_policy is not None or spec.since is not None or spec.until is not None or spec.unrewarded != "skip":
+        raise CliError("--log-policy, --since, --until and --unrewarded apply to --format eventlog only")
     return spec
 
 
@@ -328,13 +279,9 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
     try:
         url = make_url(spec.data)
     except ArgumentError:
-        raise CliError(
-            f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}"
-        ) from None
+        raise CliError(f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}") from None
     if url.get_backend_name() not in ("postgresql", "sqlite"):
-        raise CliError(
-            f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}"
-        )
+        raise CliError(f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}")
     if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
         raise CliError(f"--data {spec.data}: no such SQLite file")
     assert spec.log_policy is not None
@@ -342,10 +289,7 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
     try:
         fill = default_reward(event_log, spec.log_policy)  # also checks the policy is logged
         source = EventLogSource(
-            event_log,
-            spec.log_policy,
-            spec.since,
-            spec.until,
+            event_log, spec.log_policy, spec.since, spec.until,
             unrewarded=fill if spec.unrewarded == "default" else None,
         )
         return list(source)
@@ -384,20 +328,13 @@ def _build_policy(name: str, d: int, params: dict[str, Any], seed: int) -> BaseP
 
 
 def _replay_one(
-    spec: LogSpec,
-    name: str,
-    params: dict[str, Any],
-    seed: int,
-    rounds: int | None,
-    rejection: bool,
-    progress: Callable[[int], None] | None = None,
+    spec: LogSpec, name: str, params: dict[str, Any], seed: int, rounds: int | None,
+    rejection: bool, progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
     log, d = _load_log(spec)
     policy = _build_policy(name, d, params, seed)
     if rejection:
-        return rejection_replay(
-            policy, log, np.random.default_rng([seed, 1]), rounds, progress=progress
-        )
+        return rejection_replay(policy, log, np.random.default_rng([seed, 1]), rounds, progress=progress)
     return replay(policy, log, rounds, progress=progress)
 
 
@@ -493,9 +430,7 @@ def _write_json(path: Path | None, payload: dict[str, Any]) -> None:
         raise CliError(f"--json {path}: {exc.strerror or exc}") from None
 
 
-def _clean_exit(
-    command: str,
-) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+def _clean_exit(command: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
     """Turn user errors into one line on stderr and exit status 2."""
 
     def wrap(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -535,9 +470,7 @@ def _run_replay(args: argparse.Namespace) -> int:
         for seed in seeds:
             bar.set_description(f"{args.policy} seed {seed}")
             results.append(
-                _replay_one(
-                    spec, args.policy, params, seed, args.rounds, args.rejection, bar.update
-                )
+                _replay_one(spec, args.policy, params, seed, args.rounds, args.rejection, bar.update)
             )
     runs = SeedReplays(seeds=tuple(seeds), results=tuple(results))
     payload = {
@@ -559,11 +492,8 @@ def _run_replay(args: argparse.Namespace) -> int:
     )
     _write_json(args.json, payload)
     if args.plot:
-        _plot(
-            args.plot,
-            [("matched round", "cumulative reward", [(args.policy, runs.curves(), {})])],
-            f"Replay of {_source_title(spec)}",
-        )
+        _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, runs.curves(), {})])],
+              f"Replay of {_source_title(spec)}")
     return 0
 
 
@@ -615,13 +545,8 @@ def _run_estimate(args: argparse.Namespace) -> int:
     target = _build_policy(args.policy, d, params, args.seed)
     train_target(target, events[:n_train])
     results = off_policy_estimates(
-        target,
-        evaluated,
-        rng=np.random.default_rng([args.seed, 3]),
-        n_bootstrap=args.bootstrap,
-        confidence=args.confidence,
-        ridge_lambda=args.ridge_lambda,
-        folds=args.folds,
+        target, evaluated, rng=np.random.default_rng([args.seed, 3]), n_bootstrap=args.bootstrap,
+        confidence=args.confidence, ridge_lambda=args.ridge_lambda, folds=args.folds,
     )
     logged = float(np.mean([e.reward for e in evaluated]))
     payload = {
@@ -646,9 +571,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
         f"logging policy's mean reward {logged:.4f}"
     )
     for name, r in results.items():
-        print(
-            f"  {name:<5} {r.value:.4f}  [{r.ci_low:.4f}, {r.ci_high:.4f}] ({r.confidence:.0%} bootstrap)"
-        )
+        print(f"  {name:<5} {r.value:.4f}  [{r.ci_low:.4f}, {r.ci_high:.4f}] ({r.confidence:.0%} bootstrap)")
     _write_json(args.json, payload)
     return 0
 
@@ -661,9 +584,7 @@ def _environment(args: argparse.Namespace) -> Environment:
         return ClassificationEnvironment(load_classification_csv(args.csv, args.label_column))
     if args.label_column is not None:
         raise CliError("--label-column needs --csv PATH")
-    return SyntheticEnvironment.random(
-        args.arms, args.dim, args.env, np.random.default_rng(args.env_seed)
-    )
+    return SyntheticEnvironment.random(args.arms, args.dim, args.env, np.random.default_rng(args.env_seed))
 
 
 @_clean_exit("simulate")
@@ -678,16 +599,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
         for seed in seeds:
             bar.set_description(f"{args.policy} seed {seed}")
             policy = _build_policy(args.policy, env.d, params, seed)
-            runs.append(
-                simulate_run(
-                    policy,
-                    env,
-                    args.rounds,
-                    np.random.default_rng([seed, 2]),
-                    seed=seed,
-                    progress=bar.update,
-                )
-            )
+            runs.append(simulate_run(policy, env, args.rounds, np.random.default_rng([seed, 2]),
+                                     seed=seed, progress=bar.update))
     result = SimulationResult(runs=tuple(runs))
     source = (
         {"csv": str(args.csv), "label_column": args.label_column, "arms": list(env.arm_ids)}
@@ -706,12 +619,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
         "cumulative_reward_std": result.cumulative_reward.std,
         "seconds": float(np.mean([r.seconds for r in runs])),
         "per_seed": [
-            {
-                "seed": r.seed,
-                "cumulative_regret": r.cumulative_regret,
-                "cumulative_reward": r.cumulative_reward,
-                "seconds": r.seconds,
-            }
+            {"seed": r.seed, "cumulative_regret": r.cumulative_regret, "cumulative_reward": r.cumulative_reward,
+             "seconds": r.seconds}
             for r in runs
         ],
         "regret_curve": result.regret_curves.mean(axis=0).tolist(),
@@ -726,10 +635,8 @@ def _run_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(
             args.plot,
-            [
-                ("round", "cumulative regret", [(args.policy, result.regret_curves, {})]),
-                ("round", "cumulative reward", [(args.policy, result.reward_curves, {})]),
-            ],
+            [("round", "cumulative regret", [(args.policy, result.regret_curves, {})]),
+             ("round", "cumulative reward", [(args.policy, result.reward_curves, {})])],
             f"Simulation: {args.csv.name if args.csv else args.env + ' environment'}",
         )
     return 0
@@ -761,11 +668,7 @@ def parse_policy_spec(spec: str) -> Variant:
     if not name:
         raise CliError(f"--policy takes [LABEL=]NAME[:KEY=VALUE,...], but got {spec!r}")
     _check_policy(name)
-    params = (
-        dict(_parse_assignment(kv, "--policy") for kv in tail.split(",") if kv.strip())
-        if tail
-        else {}
-    )
+    params = dict(_parse_assignment(kv, "--policy") for kv in tail.split(",") if kv.strip()) if tail else {}
     _check_reserved(params, "--policy")
     return Variant(label or name, name, params)
 
@@ -824,31 +727,19 @@ def _run_compare(args: argparse.Namespace) -> int:
         if pool is None:
             for i, s in tasks:
                 r = rows[i]
-                results[i, s] = _replay_task(
-                    spec, r.policy, r.params, s, args.rounds, args.rejection
-                )
+                results[i, s] = _replay_task(spec, r.policy, r.params, s, args.rounds, args.rejection)
                 bar.update(1)
         else:
             futures = {
-                pool.submit(
-                    _replay_task,
-                    spec,
-                    rows[i].policy,
-                    rows[i].params,
-                    s,
-                    args.rounds,
-                    args.rejection,
-                ): (i, s)
+                pool.submit(_replay_task, spec, rows[i].policy, rows[i].params, s, args.rounds,
+                            args.rejection): (i, s)
                 for i, s in tasks
             }
             for fut in as_completed(futures):
                 results[futures[fut]] = fut.result()
                 bar.update(1)
     wall = time.perf_counter() - started
-    per_row = [
-        SeedReplays(seeds=tuple(seeds), results=tuple(results[i, s] for s in seeds))
-        for i in range(len(rows))
-    ]
+    per_row = [SeedReplays(seeds=tuple(seeds), results=tuple(results[i, s] for s in seeds)) for i in range(len(rows))]
     summaries = [
         {"label": row.label, "policy": row.policy, "params": row.params, **_replay_summary(runs)}
         for row, runs in zip(rows, per_row, strict=True)
@@ -866,28 +757,15 @@ def _run_compare(args: argparse.Namespace) -> int:
     print(f"{len(tasks)} runs in {wall:.1f} s with {args.jobs} process(es)")
     _write_json(args.json, payload)
     if args.plot:
-        lines = [
-            (row.label, runs.curves(), style)
-            for row, runs, style in zip(rows, per_row, styles, strict=True)
-        ]
+        lines = [(row.label, runs.curves(), style) for row, runs, style in zip(rows, per_row, styles, strict=True)]
         title = f"Replay of {_source_title(spec)}: mean over {len(seeds)} seed(s), band +-1 sd"
         _plot(args.plot, [("matched round", "cumulative reward", lines)], title)
     return 0
 
 
 def _table(summaries: Sequence[dict[str, Any]]) -> str:
-    header = (
-        "policy",
-        "cum. reward",
-        "sd",
-        "min",
-        "max",
-        "mean reward",
-        "matched",
-        "events seen",
-        "s/run",
-        "cpu s/run",
-    )
+    header = ("policy", "cum. reward", "sd", "min", "max", "mean reward", "matched", "events seen", "s/run",
+              "cpu s/run")
     body = [
         (
             s["label"],
@@ -906,10 +784,7 @@ def _table(summaries: Sequence[dict[str, Any]]) -> str:
     widths = [max(len(r[c]) for r in (header, *body)) for c in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            v.ljust(w) if c == 0 else v.rjust(w)
-            for c, (v, w) in enumerate(zip(cells, widths, strict=True))
-        )
+        return "  ".join(v.ljust(w) if c == 0 else v.rjust(w) for c, (v, w) in enumerate(zip(cells, widths, strict=True)))
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
 
@@ -941,9 +816,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _add_log_source(p)
-    p.add_argument(
-        "--policy", required=True, metavar="NAME", help=f"policy to evaluate, one of: {names}"
-    )
+    p.add_argument("--policy", required=True, metavar="NAME", help=f"policy to evaluate, one of: {names}")
     _add_policy_params(p)
     _add_common(p, rounds_default=None)
     p.set_defaults(run=_run_replay)
@@ -975,55 +848,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _add_log_source(p, rejection=False)
-    p.add_argument(
-        "--policy", required=True, metavar="NAME", help=f"target policy, one of: {names}"
-    )
+    p.add_argument("--policy", required=True, metavar="NAME", help=f"target policy, one of: {names}")
     _add_policy_params(p)
-    p.add_argument(
-        "--train-fraction",
-        type=_fraction,
-        default=0.5,
-        metavar="F",
-        help="share of the events (the earliest) the target learns from before it is fixed (default 0.5)",
-    )
-    p.add_argument(
-        "--bootstrap",
-        type=_positive_int,
-        default=1000,
-        metavar="B",
-        help="bootstrap resamples per estimator (default 1000)",
-    )
-    p.add_argument(
-        "--confidence",
-        type=_confidence,
-        default=0.95,
-        metavar="C",
-        help="coverage of the bootstrap interval (default 0.95)",
-    )
-    p.add_argument(
-        "--ridge-lambda",
-        type=_positive_float,
-        default=1.0,
-        metavar="L",
-        help="ridge penalty of DR's reward model (default 1)",
-    )
-    p.add_argument(
-        "--folds",
-        type=_at_least_two,
-        default=2,
-        metavar="F",
-        help="cross-fitting blocks of DR's reward model (default 2)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        metavar="SEED",
-        help="seed of the target policy's RNG and of the bootstrap (default 0)",
-    )
-    p.add_argument(
-        "--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH"
-    )
+    p.add_argument("--train-fraction", type=_fraction, default=0.5, metavar="F",
+                   help="share of the events (the earliest) the target learns from before it is fixed (default 0.5)")
+    p.add_argument("--bootstrap", type=_positive_int, default=1000, metavar="B",
+                   help="bootstrap resamples per estimator (default 1000)")
+    p.add_argument("--confidence", type=_confidence, default=0.95, metavar="C",
+                   help="coverage of the bootstrap interval (default 0.95)")
+    p.add_argument("--ridge-lambda", type=_positive_float, default=1.0, metavar="L",
+                   help="ridge penalty of DR's reward model (default 1)")
+    p.add_argument("--folds", type=_at_least_two, default=2, metavar="F",
+                   help="cross-fitting blocks of DR's reward model (default 2)")
+    p.add_argument("--seed", type=int, default=0, metavar="SEED",
+                   help="seed of the target policy's RNG and of the bootstrap (default 0)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH")
     p.set_defaults(run=_run_estimate)
 
     p = subparsers.add_parser(
@@ -1044,39 +883,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--csv", type=Path, metavar="PATH", help="classification CSV with a header row")
-    p.add_argument(
-        "--label-column", metavar="COL", help="name of the CSV's label column (with --csv)"
-    )
-    p.add_argument(
-        "--env",
-        choices=("linear", "nonlinear"),
-        default="linear",
-        help="synthetic environment when no --csv is given (default linear)",
-    )
-    p.add_argument(
-        "--arms",
-        type=_positive_int,
-        default=10,
-        metavar="K",
-        help="arms of the synthetic environment (default 10)",
-    )
-    p.add_argument(
-        "--dim",
-        type=_positive_int,
-        default=10,
-        metavar="D",
-        help="feature length of the synthetic environment (default 10)",
-    )
-    p.add_argument(
-        "--env-seed",
-        type=int,
-        default=0,
-        metavar="SEED",
-        help="seed drawing the synthetic environment's theta (default 0)",
-    )
-    p.add_argument(
-        "--policy", required=True, metavar="NAME", help=f"policy to run, one of: {names}"
-    )
+    p.add_argument("--label-column", metavar="COL", help="name of the CSV's label column (with --csv)")
+    p.add_argument("--env", choices=("linear", "nonlinear"), default="linear",
+                   help="synthetic environment when no --csv is given (default linear)")
+    p.add_argument("--arms", type=_positive_int, default=10, metavar="K", help="arms of the synthetic environment (default 10)")
+    p.add_argument("--dim", type=_positive_int, default=10, metavar="D", help="feature length of the synthetic environment (default 10)")
+    p.add_argument("--env-seed", type=int, default=0, metavar="SEED",
+                   help="seed drawing the synthetic environment's theta (default 0)")
+    p.add_argument("--policy", required=True, metavar="NAME", help=f"policy to run, one of: {names}")
     _add_policy_params(p)
     _add_common(p, rounds_default=1000)
     p.set_defaults(run=_run_simulate)
@@ -1099,27 +913,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _add_log_source(p)
-    p.add_argument(
-        "--policy",
-        action="append",
-        required=True,
-        metavar="SPEC",
-        help="[LABEL=]NAME[:KEY=VALUE,...]; repeat for each policy to compare",
-    )
+    p.add_argument("--policy", action="append", required=True, metavar="SPEC",
+                   help="[LABEL=]NAME[:KEY=VALUE,...]; repeat for each policy to compare")
     _add_policy_params(p, alpha_nargs="+")
-    p.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="another grid axis over a config field, e.g. --grid ridge_lambda=0.1,1; repeatable",
-    )
-    p.add_argument(
-        "--jobs",
-        type=_positive_int,
-        default=os.cpu_count() or 1,
-        metavar="J",
-        help="worker processes (default: the number of CPUs; 1 runs in this process)",
-    )
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="another grid axis over a config field, e.g. --grid ridge_lambda=0.1,1; repeatable")
+    p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="J",
+                   help="worker processes (default: the number of CPUs; 1 runs in this process)")
     _add_common(p, rounds_default=None)
     p.set_defaults(run=_run_compare)

@@ -77,8 +77,6 @@ async def export_snapshot(snapshots: SnapshotsDep, name: str = Name) -> Snapshot
 
 
 @router.put("/{name}/snapshot", response_model=Snapshot, responses=_errors)
-async def import_snapshot(
-    body: SnapshotImport, snapshots: SnapshotsDep, name: str = Name
-) -> Snapshot:
+async def import_snapshot(body: SnapshotImport, snapshots: SnapshotsDep, name: str = Name) -> Snapshot:
     """Replace the learned state with an exported snapshot of the same algorithm and dimension."""
     return await snapshots.import_snapshot(name, body.data)

@@ -261,11 +261,7 @@ class EventLog(Protocol):
     def latest_snapshot(self, policy: str) -> Snapshot | None: ...
 
     def iter_events(
-        self,
-        policy: str,
-        since: float | None = None,
-        until: float | None = None,
-        batch_size: int = 1000,
+        self, policy: str, since: float | None = None, until: float | None = None, batch_size: int = 1000
     ) -> Iterator[LoggedDecision]:
         """Decisions of ``policy`` in time order with their rewards, streamed in batches."""
         ...

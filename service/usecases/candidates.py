@@ -74,7 +74,9 @@ def build_candidates(
         n_own = len(own) if own else 0
         if n_ctx + n_own != d:
             loc = (
-                ["body", "context"] if i is None or own is None else ["body", "arms", i, "features"]
+                ["body", "context"]
+                if i is None or own is None
+                else ["body", "arms", i, "features"]
             )
             raise InvalidRequest(
                 f"the feature vector of arm {arm_id!r} (context {n_ctx} + arm features "

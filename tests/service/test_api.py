@@ -251,17 +251,10 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
         assert restored.policy_stats == stats.policy_stats
 
 
-async def test_hybrid_linucb_updates_the_arm_and_the_shared_part_together(
-    make_settings: Any,
-) -> None:
+async def test_hybrid_linucb_updates_the_arm_and_the_shared_part_together(make_settings: Any) -> None:
     """With a per-arm part a reward writes ``arm:<id>`` and ``shared`` in one transaction:
     the per-arm and the policy-wide counters agree."""
-    spec = {
-        "algorithm": "hybrid_linucb",
-        "dimension": 3,
-        "params": {"context_dim": 1},
-        "arms": ["a", "b"],
-    }
+    spec = {"algorithm": "hybrid_linucb", "dimension": 3, "params": {"context_dim": 1}, "arms": ["a", "b"]}
     async with running(make_settings()) as (_app, http, client):
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         for i in range(12):
@@ -269,11 +262,7 @@ async def test_hybrid_linucb_updates_the_arm_and_the_shared_part_together(
             assert (await client.reward(dec.event_id, float(i % 3 == 0))).applied
         stats = await client.stats("p")
         assert sum(a.rewarded for a in stats.arms.values()) == 12 == stats.policy_stats["rewarded"]
-        assert (
-            sum(a.reward_sum for a in stats.arms.values())
-            == 4.0
-            == stats.policy_stats["reward_sum"]
-        )
+        assert sum(a.reward_sum for a in stats.arms.values()) == 4.0 == stats.policy_stats["reward_sum"]
 
 
 async def test_guardrailed_policy(make_settings: Any) -> None:
@@ -321,11 +310,7 @@ async def test_guardrailed_policy(make_settings: Any) -> None:
         # answered 422 naming the candidates field and the engine error's class.
         r = await http.post(
             "/recommend",
-            json={
-                "policy": "g",
-                "context": {"age": 16, "score": 1.0},
-                "arms": [{"id": "beer"}, {"id": "juice"}],
-            },
+            json={"policy": "g", "context": {"age": 16, "score": 1.0}, "arms": [{"id": "beer"}, {"id": "juice"}]},
         )
         assert r.status_code == 422
         (detail,) = r.json()["detail"]

@@ -25,9 +25,7 @@ PENDING = (
             0.75,
         ),
         (
-            PENDING.replace(b'"pending"', b'"expired"').replace(
-                b'"activated":true', b'"activated":false'
-            )[:-1]
+            PENDING.replace(b'"pending"', b'"expired"').replace(b'"activated":true', b'"activated":false')[:-1]
             + b',"reward":null,"finalized_at":1700000002.0}',
             EventState.EXPIRED,
             None,
@@ -38,11 +36,7 @@ def test_stored_events_round_trip_byte_for_byte(
     data: bytes, state: EventState, reward: float | None
 ) -> None:
     event = PendingEvent.from_json(data)
-    assert (event.state, event.reward, event.pending) == (
-        state,
-        reward,
-        state is EventState.PENDING,
-    )
+    assert (event.state, event.reward, event.pending) == (state, reward, state is EventState.PENDING)
     assert event.x == [0.5, -0.0, 1e-300] and str(event.x[1]) == "-0.0"
     assert event.to_json() == data
 
