@@ -85,7 +85,7 @@ def _concrete_subclasses(cls: type) -> set[type]:
 
 
 def test_the_algorithms_and_baselines_are_registered() -> None:
-    algorithms = {"linucb", "hybrid_linucb", "lnucb_ta", "guardrailed_linucb", "hare"}
+    algorithms = {"linucb", "hybrid_linucb", "diag_linucb", "lnucb_ta", "guardrailed_linucb", "hare"}
     baselines = {"random", "epsilon_greedy"}
     assert set(POLICIES) == algorithms | baselines
     assert all(cls.NAME == name for name, cls in POLICIES.items())
