@@ -308,9 +308,8 @@ def check_sparse_rows(
     ptr, cols = ptr.astype(np.int64, copy=False), cols.astype(np.int64, copy=False)
     counts = np.diff(ptr)
     if ptr[0] != 0 or ptr[-1] != len(cols) or (counts < 0).any():
-        raise InvalidInputError(
-            f"{name}.indptr must rise from 0 to the {len(cols)} stored entries, but got {ptr.tolist()[:8]}..."
-        )
+        shown = ptr.tolist() if len(ptr) <= 8 else f"{ptr[:8].tolist()[:-1]}..."
+        raise InvalidInputError(f"{name}.indptr must rise from 0 to the {len(cols)} stored entries, but got {shown}")
     if len(cols):
         row_of = np.repeat(np.arange(rows), counts)
         outside = (cols < 0) | (cols >= d)
