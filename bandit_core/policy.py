@@ -46,6 +46,28 @@ by hand)
     ``select_until`` score rows in batches. ``_SELECT_ROWS`` (set by hand): rows per
     ``_score_batch`` call, ``None`` for all at once.
 
+Sparse rows
+    ``SPARSE_ROWS`` (set by hand, default False) says the policy takes sparse rows, for
+    feature spaces where a dense ``X`` cannot exist (``d = 2**20 + 1`` hashed buckets:
+    :mod:`bandit_core.diag_linucb`). :meth:`~BasePolicy.select` then takes ``X`` as a
+    :class:`~bandit_core.features.SparseRows` of ``K`` rows of length ``d`` (what the
+    featurizer makes) and :meth:`~BasePolicy.update` ``x`` as a one-row ``SparseRows``;
+    a dense ``X`` or ``x`` is still accepted, checked as before and turned into sparse
+    rows (:meth:`SparseRows.from_dense <bandit_core.features.SparseRows.from_dense>`), so
+    both forms of the same rows give the same decisions. Sparse input is checked in the
+    shared step (:func:`~bandit_core.validation.check_sparse_rows`: ``dim == d``, ``K``
+    rows, columns in ``[0, d)`` strictly increasing within a row, finite values) and
+    ``_score`` and ``_update`` always receive ``SparseRows``. Such a policy has no
+    ``_score_batch``: ``select_until`` loops over ``select``.
+
+Shared models
+    :class:`SharedModelPolicy` holds the steps of a policy whose ``"shared"`` part scores
+    any candidate from its features (hybrid LinUCB, diagonal LinUCB). When its
+    ``_keeps_arm_parts()`` is False (the default) arms carry no state: any arm id may be
+    served or rewarded without registration, the hooks get ``None`` as an arm's state,
+    the only state part is ``"shared"`` and :meth:`~BasePolicy.policy_stats` holds the
+    counts.
+
 Select, update, select_until
     :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
     ``_score``, breaks ties uniformly (one random key per candidate), applies the
@@ -307,7 +329,7 @@ class Policy(Protocol):
     def select(
         self,
         arm_ids: Sequence[str],
-        X: ArrayLike,
+        X: ArrayLike | SparseRows,
         *,
         user_id: str | None = None,
         features: Mapping[str, float] | None = None,
@@ -318,7 +340,7 @@ class Policy(Protocol):
         self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
     ) -> int: ...
 
-    def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None: ...
+    def update(self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None) -> None: ...
 
     def to_bytes(self) -> bytes: ...
 
@@ -460,13 +482,14 @@ class BasePolicy(abc.ABC):
     def select(
         self,
         arm_ids: Sequence[str],
-        X: ArrayLike,
+        X: ArrayLike | SparseRows,
         *,
         user_id: str | None = None,
         features: Mapping[str, float] | None = None,
         explore: bool = True,
     ) -> Decision:
-        """Choose one of ``arm_ids`` given their feature rows ``X`` (shape ``(K, d)``).
+        """Choose one of ``arm_ids`` given their feature rows ``X`` (shape ``(K, d)``; a
+        :class:`~bandit_core.features.SparseRows` for a policy with ``SPARSE_ROWS``).
 
         Unseen arms start from the algorithm's prior (cold start); retired arms raise
         :class:`UnknownArmError`. With ``explore=False`` the epsilon floor is off for
@@ -632,8 +655,9 @@ class BasePolicy(abc.ABC):
     def _decision_extras(self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext) -> Mapping[str, Any]:
         return {}
 
-    def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None:
-        """Learn from ``reward`` observed after serving ``arm_id`` with feature vector ``x``.
+    def update(self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None) -> None:
+        """Learn from ``reward`` observed after serving ``arm_id`` with feature vector ``x``
+        (a one-row :class:`~bandit_core.features.SparseRows` for a policy with ``SPARSE_ROWS``).
 
         ``arm_id`` must be known (seen by :meth:`select` or added with :meth:`add_arm`).
         """
