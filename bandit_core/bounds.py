@@ -1,6 +1,6 @@
 """Regret-bound calculators.
 
-Theorem 1 of the guardrail seed (``seeds/guardrailed-linucb-theorem.md``; ALGORITHMS.md
+Theorem 1, the guardrail theorem (docs/algorithms.md
 section 3): guardrailed LinUCB over ``T`` rounds with ``d``-dimensional contexts,
 ``||x_t|| <= L``, rewards in ``[0, R_max]`` and a guardrail that blocks the optimal arm
 with probability at most ``delta_G`` has expected regret
@@ -8,11 +8,11 @@ with probability at most ``delta_G`` has expected regret
     R(T) <= 2 * alpha * sqrt(2 * T * d * log(1 + T * L^2 / d))    (Step 5, LinUCB term)
           + delta_G * T * R_max                                   (Step 2, guardrail term)
 
-The LinUCB term holds with the confidence width ``alpha`` of the seed's Lemma 3.1; a
+The LinUCB term holds with the confidence width ``alpha`` of the theorem's Lemma 3.1; a
 disjoint (per-arm) LinUCB over ``K`` arms is one linear model on block-encoded
 features, so its ``d`` is ``K`` times the per-arm dimension.
 
-The seed's worked example (``d = 128``, ``T = 10^6``, ``delta_G = 0.01``,
+The theorem's worked example (``d = 128``, ``T = 10^6``, ``delta_G = 0.01``,
 ``R_max = 100``) reports 458,000: it drops ``R_max`` from the guardrail term (10,000
 instead of 1,000,000) and takes ``sqrt(log 10^6)`` as 3.5 instead of 3.717. Computed
 from the theorem's own expression:
@@ -94,7 +94,7 @@ def guardrail_regret_bound(
 
 
 def verify_regret_bound(measured_regret: float, bound: GuardrailBound, slack: float = 1.1) -> bool:
-    """Whether ``measured_regret <= slack * bound.total`` (the seed's
+    """Whether ``measured_regret <= slack * bound.total`` (the theorem's
     ``verify_regret_bound`` check, with its 1.1 slack by default).
 
     >>> verify_regret_bound(100.0, guardrail_regret_bound(d=2, T=100, delta_g=0.0, r_max=1.0))

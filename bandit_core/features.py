@@ -1,4 +1,4 @@
-"""JSON feature objects -> hashed feature vectors (ALGORITHMS.md section 7).
+"""JSON feature objects -> hashed feature vectors (docs/algorithms.md section 7).
 
 A product frontend sends facts, not vectors: a context such as
 ``{"user": {"interest": "tech", "tenureYears": 2}, "device": {"type": "mobile"}}`` and,
@@ -197,7 +197,7 @@ class FeatureLimits:
 
 @dataclass(frozen=True)
 class FeaturizerConfig:
-    """How a policy's JSON features become vectors (ALGORITHMS.md section 7).
+    """How a policy's JSON features become vectors (docs/algorithms.md section 7).
 
     ``bits``: features hash into ``2**bits`` buckets (1 to 30); vectors have
     ``dim = 2**bits + 1`` entries, the last the bias. ``interactions``: pairs
@@ -776,7 +776,7 @@ def _kind(value: Any) -> str:
 @dataclass
 class BucketNames:
     """Bounded map from bucket to the names of the features seen in it (state the
-    caller owns; ALGORITHMS.md section 7: explain a model's weights by name).
+    caller owns; docs/algorithms.md section 7: explain a model's weights by name).
 
     At most ``max_names_per_bucket`` names per bucket (colliding features beyond it are
     not kept) and ``max_names`` in all; the first names seen are the ones kept, and

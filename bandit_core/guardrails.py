@@ -1,7 +1,7 @@
-"""Guardrails: predicates that block arms before the UCB argmax (ALGORITHMS.md section 3;
-guardrail seed, Theorem 1, assumptions 4 and 5).
+"""Guardrails: predicates that block arms before the UCB argmax (docs/algorithms.md section 3;
+Theorem 1 in section 3.2, assumptions 4 and 5).
 
-A guardrail is the seed's ``G(arm, x, ctx) -> Verdict(allowed, reason)``. Two forms are
+A guardrail is the theorem's ``G(arm, x, ctx) -> Verdict(allowed, reason)``. Two forms are
 accepted:
 
 * a :class:`Predicate`, a plain callable judging one arm at a time, and
@@ -78,7 +78,7 @@ ENTRY_POINT_GROUP = "bandit_core.guardrails"
 
 @dataclass(frozen=True)
 class Verdict:
-    """The seed's ``G(arm, x, ctx)`` for one arm: ``allowed`` and, when blocked, why."""
+    """The theorem's ``G(arm, x, ctx)`` for one arm: ``allowed`` and, when blocked, why."""
 
     allowed: bool
     reason: str = ""
@@ -161,7 +161,7 @@ class Guardrail(Protocol):
 
 
 class Predicate(Protocol):
-    """The seed's ``G(arm, x, ctx) -> Verdict``: judges one arm (``x`` of shape ``(d,)``)."""
+    """The theorem's ``G(arm, x, ctx) -> Verdict``: judges one arm (``x`` of shape ``(d,)``)."""
 
     def __call__(self, arm_id: str, x: np.ndarray, ctx: GuardrailContext, /) -> Verdict | bool: ...
 

@@ -1,9 +1,9 @@
-"""HARE: uncertainty-augmented attention over item clusters (ALGORITHMS.md section 4).
+"""HARE: uncertainty-augmented attention over item clusters (docs/algorithms.md section 4).
 
 Inputs through the common API: each row of ``X`` (shape ``(K, d)``) is
 ``concat(x, v_i)``, the user context ``x`` (the first ``context_dim`` columns, the same in
 every row) followed by item ``i``'s embedding ``v_i`` (``d_item = d - context_dim``).
-Per head ``h`` (HARE derivations section 2.1-2.2, regret seed Term 1 and Term 3)::
+Per head ``h`` (docs/algorithms.md sections 4.1, 4.3 and 4.4)::
 
     q   = W_Qx x + W_Qu u_hat + b_Q                (d_k)
     k_i = W_K v_i,  s_i = q . k_i / sqrt(d_k)
@@ -11,7 +11,7 @@ Per head ``h`` (HARE derivations section 2.1-2.2, regret seed Term 1 and Term 3)
     A   = softmax_i(s_i + alpha * U_{c(i)})         (averaged over heads)
     z   = concat_h(sum_i A_i W_V v_i) W_O
 
-Decision (the regret seed's proof, step 1): cluster
+Decision (docs/algorithms.md section 4.2): cluster
 ``j* = argmax_j [mean_{i in j} s_i + alpha * U_j]`` (averaged over heads), then the
 candidate of highest attention inside ``j*``. ``Decision.scores`` are the attention
 weights ``A_i`` (so the ranking is by attention), ``Decision.widths`` the cluster
@@ -75,7 +75,7 @@ LEARNED = ("W_Qx", "W_Qu", "b_Q", "W_K")
 
 @dataclass(frozen=True)
 class HAREConfig(PolicyConfig):
-    """HARE hyperparameters (ALGORITHMS.md section 4).
+    """HARE hyperparameters (docs/algorithms.md section 4).
 
     ``context_dim``: leading columns of each row that are the user context ``x``
     (``d_x``; 0 = no context). ``heads``: H. ``key_dim``: d_k. ``value_dim``: d_v per
@@ -437,7 +437,7 @@ class HARE(BasePolicy):
         batch_size: int = 256,
         learning_rate: float | None = None,
     ) -> np.ndarray:
-        """Offline fit of ``W_Qx, W_Qu, b_Q, W_K`` from M logged events (regret seed,
+        """Offline fit of ``W_Qx, W_Qu, b_Q, W_K`` from M logged events (docs/algorithms.md section 4.4,
         Term 1, the ``M >> p`` regime): minibatch gradient descent on the objective of
         :func:`projection_gradients`, starting from the current projections.
 

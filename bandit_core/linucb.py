@@ -1,4 +1,4 @@
-"""Disjoint LinUCB (Li et al. 2010; ALGORITHMS.md section 1).
+"""Disjoint LinUCB (Li et al. 2010; docs/algorithms.md section 1).
 
 Score of arm ``a``: ``x_a^T theta_a + alpha * sqrt(x_a^T A_a^-1 x_a)``; the argmax is
 served, ties broken uniformly at random.

@@ -1,7 +1,7 @@
 """LNUCB-TA: linear + adaptive-k nearest-neighbour UCB with temporal attention.
 
-Khosravi et al., "LNUCB-TA" (``seeds/lnucb-ta-paper.txt``), as recorded in
-ALGORITHMS.md section 2. Score of candidate arm ``a`` with feature vector ``x_a``
+Khosravi et al. 2025, "LNUCB-TA", as recorded in
+docs/algorithms.md section 2. Score of candidate arm ``a`` with feature vector ``x_a``
 (eq. 2 and 9):
 
     ucb_a = x_a^T mu_a + f_a(x_a) + alpha_a * sqrt(x_a^T Sigma_a^-1 x_a)
@@ -18,7 +18,7 @@ ALGORITHMS.md section 2. Score of candidate arm ``a`` with feature vector ``x_a`
   with fewer than 2 rewards, running sums over every reward, not only the window).
   If the memory holds at least ``k_a`` points, ``f_a(x)`` is the mean reward of the
   ``k_a`` stored points nearest to ``x`` (Euclidean), else 0 (Algorithm 2, line 6
-  compares ``len(x_a)`` with ``k``; ALGORITHMS.md reads it as the memory size, the
+  compares ``len(x_a)`` with ``k``; docs/algorithms.md reads it as the memory size, the
   condition eq. 3 needs). Ties at the ``k``-th
   distance go to the most recent points. ``knn_weights="distance"`` weights each
   neighbour by ``1/distance``; if any neighbour is at distance 0, only those count
@@ -87,7 +87,7 @@ from bandit_core.validation import check_bool, check_choice, check_int, check_re
 
 @dataclass(frozen=True)
 class LNUCBTAConfig(LinUCBConfig):
-    """LNUCB-TA hyperparameters (defaults: paper Appendix B; ALGORITHMS.md section 2).
+    """LNUCB-TA hyperparameters (defaults: paper Appendix B; docs/algorithms.md section 2).
 
     ``alpha`` is the paper's ``alpha_0``. ``ridge_lambda``, ``refactor_every``: the
     ridge state, as in LinUCB. ``theta_min``, ``theta_max``: range of the adaptive

@@ -71,7 +71,7 @@ Shared models
 Select, update, select_until
     :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
     ``_score``, breaks ties uniformly (one random key per candidate), applies the
-    guardrail hooks and the epsilon floor and logs the propensities (ALGORITHMS.md
+    guardrail hooks and the epsilon floor and logs the propensities (docs/algorithms.md
     section 5). :meth:`~BasePolicy.update` checks ``x`` and the reward and calls
     ``_update``. :meth:`~BasePolicy.select_until` equals a loop of selections that
     stops at a target arm, state and RNG included; it only batches when ``_BATCHED``,
@@ -146,7 +146,7 @@ class PolicyConfig:
 
     ``d``: length of each candidate's feature vector. ``alpha``: exploration weight of
     the confidence width. ``epsilon``: probability of serving a uniformly random
-    eligible arm (ALGORITHMS.md section 5). ``seed``: seed of the policy's RNG.
+    eligible arm (docs/algorithms.md section 5). ``seed``: seed of the policy's RNG.
     ``reward_range``: ``[low, high]`` every reward must lie in.
     """
 
@@ -176,7 +176,7 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class GuardrailOutcome:
-    """What the guardrails did in one decision (guardrail seed, assumptions 4 and 5).
+    """What the guardrails did in one decision (docs/algorithms.md section 3.2, assumptions 4 and 5).
 
     ``blocked`` maps each blocked candidate to the reasons given by the predicates
     that blocked it; ``unconstrained_arm_id`` is the UCB argmax before filtering and

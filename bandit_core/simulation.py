@@ -1,4 +1,4 @@
-"""Simulated bandit problems with known ground truth (ALGORITHMS.md section 6).
+"""Simulated bandit problems with known ground truth (docs/algorithms.md section 6).
 
 An :class:`Environment` yields, each round, the candidates' feature rows ``X`` (K, d)
 and their expected rewards ``mu`` (K,). :func:`simulate_run` lets a policy choose, draws

@@ -167,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
-    parser.add_argument("--out", default="memory")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/memory.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
@@ -199,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(value, int)
             else f"{key:55s} {value}"
         )
-    path = h.write_json(args.out, {"per_arm": rows, "big_policy": big, "load": h.load()})
+    path = h.write_json(
+        "memory", {"per_arm": rows, "big_policy": big, "load": h.load()}, args.label
+    )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0
 

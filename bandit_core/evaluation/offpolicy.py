@@ -1,5 +1,5 @@
 """IPS, SNIPS and DR estimates of a fixed target policy's value on a log of
-:class:`~bandit_core.datasets.LoggedEvent` objects with propensities (ALGORITHMS.md
+:class:`~bandit_core.datasets.LoggedEvent` objects with propensities (docs/algorithms.md
 section 6), built on the array estimators of :mod:`bandit_core.evaluation.estimators`.
 
 * The target's action distribution (``action_dist``, :func:`target_distribution`) is what

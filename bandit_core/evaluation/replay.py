@@ -1,7 +1,7 @@
 """The replay method of Li et al. (2011) and its rejection-sampling form.
 
 Li, Chu, Langford, Wang, "Unbiased offline evaluation of contextual-bandit-based news
-article recommendation algorithms", WSDM 2011 (ALGORITHMS.md section 6).
+article recommendation algorithms", WSDM 2011 (docs/algorithms.md section 6).
 
 **Strict protocol.** Events are streamed in time order. For each event the evaluated
 policy selects among the logged candidates; if it picks the logged arm the event is

@@ -1,8 +1,6 @@
-"""Shared fixtures of the engine tests: the news data set of ALGORITHMS.md section 6."""
+"""Shared fixtures of the engine tests: the news data set of docs/algorithms.md section 6."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,13 +8,11 @@ import pytest
 from bandit_core.datasets import BanditLog, load_news
 from bandit_core.policy import Policy
 
-NEWS_PATH = Path(__file__).resolve().parents[3] / "shared" / "data" / "news_dataset.txt"
-
 
 @pytest.fixture(scope="session")
 def news() -> BanditLog:
     """The news data set, parsed once per session."""
-    return load_news(NEWS_PATH)
+    return load_news()
 
 
 def takes_batched_path(policy: Policy, arm_ids: list[str], X_batch: np.ndarray) -> bool:

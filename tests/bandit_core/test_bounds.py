@@ -1,4 +1,4 @@
-"""Theorem 1 bound of guardrailed LinUCB (guardrail seed) and a simulation against it."""
+"""Theorem 1 bound of guardrailed LinUCB (docs/algorithms.md section 3.2) and a simulation against it."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ def test_where_the_seed_worked_example_goes_wrong() -> None:
     # ... and its guardrail term drops R_max: delta_G * T * R_max = 10^6, not 10^4.
     b = guardrail_regret_bound(d=128, T=10**6, delta_g=0.01, r_max=100)
     assert b.guardrail_term == 100 * (0.01 * 1e6)
-    # Both readings of the bound are well above the seed's figure, per round 1.10 (the
-    # theorem's explicit expression) or 1.48 (the seed's O-form), not 0.46.
+    # Both readings of the bound are well above the theorem's figure, per round 1.10 (the
+    # theorem's explicit expression) or 1.48 (the theorem's O-form), not 0.46.
     assert b.total / seed_figure > 2.39
     assert (seed_form_first_term + b.guardrail_term) / 1e6 == pytest.approx(1.4758, abs=1e-4)
-    assert b.per_round == pytest.approx(1.0958, abs=1e-4)  # the seed says 0.46
+    assert b.per_round == pytest.approx(1.0958, abs=1e-4)  # the theorem's write-up says 0.46
 
 
 @pytest.mark.parametrize(

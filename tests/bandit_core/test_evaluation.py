@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bandit_core
-from bandit_core.datasets import BanditLog, LoggedEvent, load_news
+from bandit_core.datasets import BanditLog, LoggedEvent
 from bandit_core.errors import InvalidInputError
 from bandit_core.evaluation import dr, estimate, ips, rejection_replay, replay, replay_seeds, snips
-
-NEWS = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "news_dataset.txt"
-
-
-@pytest.fixture(scope="module")
-def news() -> BanditLog:
-    return load_news(NEWS)
 
 
 @pytest.mark.parametrize(("alpha", "expected"), [(0.1, 567), (1.0, 424), (10.0, 98)])

@@ -1,4 +1,4 @@
-"""The JSON featurizer (bandit_core.features; ALGORITHMS.md section 7)."""
+"""The JSON featurizer (bandit_core.features; docs/algorithms.md section 7)."""
 
 from __future__ import annotations
 

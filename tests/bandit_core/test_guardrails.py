@@ -1,4 +1,4 @@
-"""Guardrails and guardrailed LinUCB (ALGORITHMS.md section 3; guardrail seed)."""
+"""Guardrails and guardrailed LinUCB (docs/algorithms.md sections 3.1-3.2)."""
 
 from __future__ import annotations
 

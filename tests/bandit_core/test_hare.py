@@ -1,4 +1,4 @@
-"""HARE (ALGORITHMS.md section 4): closed forms, the two-level rule, state, learning checks."""
+"""HARE (docs/algorithms.md section 4): closed forms, the two-level rule, state, learning checks."""
 
 from __future__ import annotations
 
@@ -302,7 +302,7 @@ SEEDS = (0, 1, 2)
 
 
 def test_divergence_demo_random_vs_learned_projections() -> None:
-    """ALGORITHMS.md section 4 (a): near-uniform attention with random projections, users
+    """docs/algorithms.md section 4 (a): near-uniform attention with random projections, users
     clearly apart after 3000 rounds of learning (mean over three seeded populations;
     per-seed figures in docs/hare.md)."""
     before, after = [], []
@@ -318,7 +318,7 @@ def test_divergence_demo_random_vs_learned_projections() -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
-    """ALGORITHMS.md section 4 (b), short seeded version (the 10^5 run is
+    """docs/algorithms.md section 4 (b), short seeded version (the 10^5 run is
     benchmarks/hare_regret.py): slope of log R on log T over [300, 3000]."""
     env = make_env(seed)
     T, checkpoints = 3000, [300, 1000, 3000]

@@ -1,4 +1,4 @@
-"""The contract every registered policy keeps (ALGORITHMS.md section 5, policy.py).
+"""The contract every registered policy keeps (docs/algorithms.md section 5, policy.py).
 
 The tests are parametrised over ``bandit_core.POLICIES`` at collection time, so a
 policy registered later (guardrailed_linucb, hare, ...) is checked without edits here.

@@ -43,7 +43,7 @@ def test_floor_makes_the_engines_linucb_decisions(K: int, d: int, alpha: float) 
 
 
 def test_per_arm_loop_linucb_reproduces_table_3() -> None:
-    # ALGORITHMS.md section 1: 567 at alpha = 0.1 over 800 matched rounds.
+    # docs/algorithms.md section 1: 567 at alpha = 0.1 over 800 matched rounds.
     arms, rewards, X = load_news(news_path(ROOT))
     result = loop_replay(LoopLinUCB(10, 10, 0.1), arms, rewards, X, 800)
     assert result["matched"] == 800
