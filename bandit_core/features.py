@@ -332,6 +332,12 @@ class SparseRows:
         lo, hi = self.indptr[i], self.indptr[i + 1]
         return self.indices[lo:hi], self.values[lo:hi]
 
+    def one_row(self, i: int) -> SparseRows:
+        """Row ``i`` alone, as a one-row :class:`SparseRows` (the ``x`` a sparse-rows
+        policy's ``update`` takes for the served candidate)."""
+        indices, values = self.row(i)
+        return SparseRows(np.array([0, len(indices)]), indices, values, self.dim)
+
     @classmethod
     def from_dense(cls, X: np.ndarray) -> SparseRows:
         """The nonzero entries of the 2-d float64 array ``X``, row by row, columns

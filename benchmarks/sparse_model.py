@@ -104,7 +104,7 @@ def reward_comparison(steps: int, seeds: int, alpha: float) -> list[dict[str, An
                 X = rows[kind]
                 k = ids.index(policy.select(ids, X).arm_id)
                 click = float(rng.uniform() < mu[k])
-                x = X[k] if kind == "small" else _row(X, k)
+                x = X[k] if kind == "small" else X.one_row(k)
                 policy.update(ids[k], x, click)
                 seconds[name] += time.process_time() - t0
                 got[name].append(float(mu[k]))
@@ -127,13 +127,6 @@ def reward_comparison(steps: int, seeds: int, alpha: float) -> list[dict[str, An
     ]
 
 
-def _row(rows: Any, k: int) -> Any:
-    from bandit_core.features import SparseRows
-
-    idx, val = rows.row(k)
-    return SparseRows(indptr=np.array([0, len(idx)]), indices=idx, values=val, dim=rows.dim)
-
-
 def cost_runner(bits: int):
     """A runner doing ``n`` decisions + updates of diag_linucb at ``bits``, and its policy."""
     import bandit_core
@@ -146,8 +139,8 @@ def cost_runner(bits: int):
     policy = bandit_core.make_policy("diag_linucb", d=featurizer.config.dim, alpha=0.5, seed=0)
     rng = np.random.default_rng(bits)
     for i in range(WARM_UPDATES):  # a state with the touched entries of many rewards
-        policy.update("warm", _row(pool[i % POOL], int(rng.integers(K))), float(rng.uniform() < 0.1))
-    served = [_row(rows, k) for rows in pool for k in range(K)]
+        policy.update("warm", pool[i % POOL].one_row(int(rng.integers(K))), float(rng.uniform() < 0.1))
+    served = [rows.one_row(k) for rows in pool for k in range(K)]
     step = [0]
 
     def run(n: int) -> None:

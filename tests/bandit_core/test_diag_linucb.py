@@ -19,11 +19,6 @@ def _sparse_rows(rng: np.random.Generator, k: int, d: int, nnz: int) -> SparseRo
     return SparseRows(indptr=indptr, indices=indices, values=rng.normal(size=k * nnz), dim=d)
 
 
-def _one_row(rows: SparseRows, i: int) -> SparseRows:
-    idx, val = rows.row(i)
-    return SparseRows(indptr=np.array([0, len(idx)]), indices=idx, values=val, dim=rows.dim)
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_weights_widths_and_scores_are_the_per_feature_ridge_formulas(seed: int) -> None:
     """After any sequence of updates: A_ii = lambda + sum z_i^2, w_i = sum r z_i / A_ii,
@@ -39,7 +34,7 @@ def test_weights_widths_and_scores_are_the_per_feature_ridge_formulas(seed: int)
         assert served == 0
         i = int(rng.integers(6))
         reward = float(rng.uniform())
-        p.update("any", _one_row(rows, i), reward)
+        p.update("any", rows.one_row(i), reward)
         seen.append((rows.to_dense()[i], reward))
     Z = np.array([z for z, _ in seen])
     r = np.array([r for _, r in seen])
@@ -105,7 +100,7 @@ def test_sparse_and_dense_rows_give_bit_identical_decisions() -> None:
         k = ids.index(a.arm_id)
         reward = float(rng.uniform() < 0.5)
         by_dense.update(a.arm_id, X[k], reward)
-        by_sparse.update(b.arm_id, _one_row(rows, k), reward)
+        by_sparse.update(b.arm_id, rows.one_row(k), reward)
     assert by_dense.to_bytes() == by_sparse.to_bytes()
 
 
@@ -115,7 +110,7 @@ def test_state_round_trips_and_holds_only_the_touched_entries() -> None:
     for _ in range(40):
         rows = _sparse_rows(rng, 50, BIG, 20)
         dec = p.select([f"x{k}" for k in range(50)], rows)
-        p.update(dec.arm_id, _one_row(rows, int(rng.integers(50))), 1.0)
+        p.update(dec.arm_id, rows.one_row(int(rng.integers(50))), 1.0)
     shared = p.shared_state
     assert len(shared.index) <= 40 * 20 and (np.diff(shared.index) > 0).all()
     data = p.to_bytes()
@@ -128,8 +123,8 @@ def test_state_round_trips_and_holds_only_the_touched_entries() -> None:
         a, b = p.select(ids, rows), clone.select(ids, rows)
         assert a.arm_id == b.arm_id and a.ranking == b.ranking
         np.testing.assert_array_equal(a.scores, b.scores)
-        p.update(a.arm_id, _one_row(rows, 0), 0.5)
-        clone.update(b.arm_id, _one_row(rows, 0), 0.5)
+        p.update(a.arm_id, rows.one_row(0), 0.5)
+        clone.update(b.arm_id, rows.one_row(0), 0.5)
     assert clone.to_bytes() == p.to_bytes()
 
 
