@@ -15,8 +15,9 @@ with prices and tags, click probabilities by segment x category, segment x tag a
 price; JSON features, every context x action interaction): per round a shopper, 20
 candidates drawn from a catalog of 300 items, the policy picks one, a Bernoulli click
 follows. ``hybrid_linucb`` (the full matrix, ``context_dim`` 0) at ``bits`` 8 (d = 257,
-feasible) against ``diag_linucb`` on the same rows, and at ``bits`` 18; random and the
-best item as bounds. The figure is the mean click probability of the chosen items.
+feasible) against ``diag_linucb`` on the same rows, and at ``bits`` 18 (both fits, UCB
+and epsilon-greedy); random and the best item as bounds. The figure is the mean click
+probability of the chosen items.
 
     python -m benchmarks.sparse_model                       # writes results/sparse_model.json
     python -m benchmarks.sparse_model --rounds 3 --steps 1000 --seeds 1
@@ -77,19 +78,22 @@ def reward_comparison(steps: int, seeds: int, alpha: float) -> list[dict[str, An
 
     small = Featurizer(FeaturizerConfig(bits=8, output="dense"))
     large = Featurizer(FeaturizerConfig(bits=18, output="sparse"))
-    names = ["best item", "hybrid_linucb (full matrix), bits 8", "diag_linucb, bits 8", "diag_linucb, bits 18",
-             "diag_linucb, bits 18, epsilon 0.2 (alpha 0)", "random"]
+    names = ["best item", "hybrid_linucb (full matrix), bits 8", "diag_linucb joint, bits 8",
+             "diag_linucb joint, bits 18", "diag_linucb joint, bits 18, epsilon 0.2 (alpha 0)",
+             "diag_linucb per_feature, bits 18", "random"]
     totals: dict[str, list[float]] = {n: [] for n in names}
     late: dict[str, list[float]] = {n: [] for n in names}
     seconds: dict[str, float] = {n: 0.0 for n in names}
     for seed in range(seeds):
+        diag = {"d": large.config.dim, "seed": seed}
         policies = {
             names[1]: (bandit_core.make_policy("hybrid_linucb", d=small.config.dim, alpha=alpha, seed=seed), "small"),
-            names[2]: (bandit_core.make_policy("diag_linucb", d=small.config.dim, alpha=alpha, seed=seed), "small_sparse"),
-            names[3]: (bandit_core.make_policy("diag_linucb", d=large.config.dim, alpha=alpha, seed=seed), "large"),
-            names[4]: (
-                bandit_core.make_policy("diag_linucb", d=large.config.dim, alpha=0.0, epsilon=0.2, seed=seed), "large"
+            names[2]: (
+                bandit_core.make_policy("diag_linucb", d=small.config.dim, alpha=alpha, seed=seed), "small_sparse"
             ),
+            names[3]: (bandit_core.make_policy("diag_linucb", alpha=alpha, **diag), "large"),
+            names[4]: (bandit_core.make_policy("diag_linucb", alpha=0.0, epsilon=0.2, **diag), "large"),
+            names[5]: (bandit_core.make_policy("diag_linucb", alpha=alpha, fit="per_feature", **diag), "large"),
         }
         got: dict[str, list[float]] = {n: [] for n in names}
         for context, actions, mu, rng in _storefront(seed, steps):
