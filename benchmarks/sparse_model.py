@@ -10,17 +10,17 @@ bits are measured interleaved in one process (:mod:`benchmarks._harness`). After
 runs, the ``shared`` part's size and ``to_bytes`` cost, next to what a dense diagonal
 (two float64 arrays of ``2**bits + 1``) would weigh.
 
-**Reward.** A small seeded storefront (shoppers of 4 segments, items of 5 categories
-with prices and tags, click probabilities by segment x category, segment x tag and
-price; JSON features, every context x action interaction): per round a shopper, 20
-candidates drawn from a catalog of 300 items, the policy picks one, a Bernoulli click
-follows. ``hybrid_linucb`` (the full matrix, ``context_dim`` 0) at ``bits`` 8 (d = 257,
-feasible) against ``diag_linucb`` on the same rows, and at ``bits`` 18 (both fits, UCB
-and epsilon-greedy); random and the best item as bounds. The figure is the mean click
-probability of the chosen items.
+**Reward.** On :class:`bandit_core.storefront.Storefront` (JSON shoppers and items,
+closed-form click rates, every item replaced by a new id at ``--replace-at``), through
+:func:`~bandit_core.storefront.run_storefront` with each action's featurized vector
+(context, item, every context x item interaction): ``hybrid_linucb`` (the full matrix,
+``context_dim`` 0) at ``bits`` 8 (d = 257, feasible) against ``diag_linucb`` on the same
+rows and at ``bits`` 18 (sparse rows; both fits, UCB and epsilon-greedy), and random.
+The figure is the expected click rate of the chosen items, before and after the
+replacement and at the end, and the share of the full matrix's lift over random.
 
     python -m benchmarks.sparse_model                       # writes results/sparse_model.json
-    python -m benchmarks.sparse_model --rounds 3 --steps 1000 --seeds 1
+    python -m benchmarks.sparse_model --rounds 3 --steps 1000 --replace-at 500 --span 200 --seeds 1
 """
 
 from __future__ import annotations
@@ -34,101 +34,56 @@ import numpy as np
 K = 50
 POOL = 16
 WARM_UPDATES = 2000
-SEGMENTS = ("student", "parent", "foodie", "techie")
-CATEGORIES = ("books", "food", "electronics", "toys", "garden")
-TAGS = ("vegan", "new", "sale", "premium", "eco", "kids")
-# affinity[segment][category] and tag_affinity[segment][tag] on the logit scale
-AFFINITY = np.array(
-    [[1.2, 0.3, 0.6, -0.8, -0.6], [0.0, 0.8, -0.6, 1.4, 0.5], [-0.4, 1.6, -0.5, -0.6, 0.4], [0.3, -0.6, 1.6, 0.1, -0.8]]
+CONTENDERS: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
+    # label, algorithm, featurizer bits, params
+    ("hybrid_linucb (full matrix), bits 8", "hybrid_linucb", 8, {"alpha": 0.5}),
+    ("diag_linucb joint, bits 8", "diag_linucb", 8, {"alpha": 0.5}),
+    ("diag_linucb joint, bits 18", "diag_linucb", 18, {"alpha": 0.5}),
+    ("diag_linucb joint, bits 18, epsilon 0.2", "diag_linucb", 18, {"alpha": 0.0, "epsilon": 0.2}),
+    ("diag_linucb per_feature, bits 18", "diag_linucb", 18, {"alpha": 0.5, "fit": "per_feature"}),
+    ("random", "random", 8, {}),
 )
-TAG_AFFINITY = np.array(
-    [[0.2, 0.5, 0.8, -0.6, 0.1, -0.4], [0.0, 0.1, 0.5, 0.2, 0.3, 0.9], [0.9, 0.3, 0.0, 0.6, 0.5, -0.2],
-     [-0.3, 0.9, 0.2, 0.5, -0.2, -0.3]]
-)
-PRICE_SENSITIVITY = np.array([1.5, 1.0, 0.3, 0.5])
-BASE_LOGIT = -2.0
 
 
-def _storefront(seed: int, steps: int, catalog_size: int = 300, offered: int = 20):
-    """Rounds of the seeded storefront: (context JSON, actions JSON, click probabilities)."""
-    rng = np.random.default_rng(seed)
-    cats = rng.integers(len(CATEGORIES), size=catalog_size)
-    prices = np.round(20 * np.exp(rng.normal(0, 0.6, size=catalog_size)), 2)
-    tags = rng.uniform(size=(catalog_size, len(TAGS))) < 0.3
-    items = [
-        {"item": {"category": CATEGORIES[c], "price": float(p), "tags": [TAGS[t] for t in np.flatnonzero(tg)]}}
-        for c, p, tg in zip(cats, prices, tags)
-    ]
-    for _ in range(steps):
-        s = int(rng.integers(len(SEGMENTS)))
-        context = {
-            "user": {"segment": SEGMENTS[s], "tenureYears": int(rng.integers(0, 6))},
-            "device": {"type": str(rng.choice(["mobile", "desktop"]))},
-        }
-        shown = rng.choice(catalog_size, offered, replace=False)
-        logit = BASE_LOGIT + AFFINITY[s, cats[shown]] + tags[shown] @ TAG_AFFINITY[s]
-        logit -= PRICE_SENSITIVITY[s] * prices[shown] / 50
-        yield context, [items[i] for i in shown], 1.0 / (1.0 + np.exp(-logit)), rng
-
-
-def reward_comparison(steps: int, seeds: int, alpha: float) -> list[dict[str, Any]]:
-    """Mean click probability of the chosen items per contender, over ``seeds`` runs."""
+def reward_comparison(rounds: int, replace_at: int, span: int, seeds: int) -> list[dict[str, Any]]:
+    """Expected click rate of the chosen items on the storefront, per contender: the
+    ``span`` rounds before the catalog replacement, the ``span`` after it, the last
+    ``span``; means over ``seeds`` runs (each seed's shoppers and offers are the same for
+    every contender)."""
     import bandit_core
-    from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
+    from bandit_core.features import Featurizer, FeaturizerConfig
+    from bandit_core.storefront import Storefront, run_storefront, shared_rows
 
-    small = Featurizer(FeaturizerConfig(bits=8, output="dense"))
-    large = Featurizer(FeaturizerConfig(bits=18, output="sparse"))
-    names = ["best item", "hybrid_linucb (full matrix), bits 8", "diag_linucb joint, bits 8",
-             "diag_linucb joint, bits 18", "diag_linucb joint, bits 18, epsilon 0.2 (alpha 0)",
-             "diag_linucb per_feature, bits 18", "random"]
-    totals: dict[str, list[float]] = {n: [] for n in names}
-    late: dict[str, list[float]] = {n: [] for n in names}
-    seconds: dict[str, float] = {n: 0.0 for n in names}
-    for seed in range(seeds):
-        diag = {"d": large.config.dim, "seed": seed}
-        policies = {
-            names[1]: (bandit_core.make_policy("hybrid_linucb", d=small.config.dim, alpha=alpha, seed=seed), "small"),
-            names[2]: (
-                bandit_core.make_policy("diag_linucb", d=small.config.dim, alpha=alpha, seed=seed), "small_sparse"
-            ),
-            names[3]: (bandit_core.make_policy("diag_linucb", alpha=alpha, **diag), "large"),
-            names[4]: (bandit_core.make_policy("diag_linucb", alpha=0.0, epsilon=0.2, **diag), "large"),
-            names[5]: (bandit_core.make_policy("diag_linucb", alpha=alpha, fit="per_feature", **diag), "large"),
-        }
-        got: dict[str, list[float]] = {n: [] for n in names}
-        for context, actions, mu, rng in _storefront(seed, steps):
-            ids = [f"i{k}" for k in range(len(actions))]
-            rows: dict[str, Any] = {"small": small.featurize(context, actions).actions}
-            rows["small_sparse"] = SparseRows.from_dense(rows["small"])
-            rows["large"] = large.featurize(context, actions).actions
-            got["best item"].append(float(mu.max()))
-            got["random"].append(float(mu.mean()))
-            for name, (policy, kind) in policies.items():
-                t0 = time.process_time()
-                X = rows[kind]
-                k = ids.index(policy.select(ids, X).arm_id)
-                click = float(rng.uniform() < mu[k])
-                x = X[k] if kind == "small" else X.one_row(k)
-                policy.update(ids[k], x, click)
-                seconds[name] += time.process_time() - t0
-                got[name].append(float(mu[k]))
-        for name in names:
-            totals[name].append(float(np.mean(got[name])))
-            late[name].append(float(np.mean(got[name][-steps // 3 :])))
-    random_mean = float(np.mean(totals["random"]))
-    full = float(np.mean(totals[names[1]]))
-    return [
-        {
-            "contender": name,
-            "mean click prob": float(np.mean(totals[name])),
-            "last third": float(np.mean(late[name])),
-            "lift over random": float(np.mean(totals[name])) - random_mean,
-            "share of full-matrix lift": (float(np.mean(totals[name])) - random_mean) / (full - random_mean),
-            "us/decision+update (cpu)": 1e6 * seconds[name] / (steps * seeds) if seconds[name] else None,
-            "per seed": totals[name],
-        }
-        for name in names
-    ]
+    shop = Storefront()
+    phases = {"before": (replace_at - span, replace_at), "after": (replace_at, replace_at + span),
+              "end": (rounds - span, rounds)}
+    featurizers = {8: Featurizer(FeaturizerConfig(bits=8, output="dense")),
+                   18: Featurizer(FeaturizerConfig(bits=18, output="sparse"))}
+    out: list[dict[str, Any]] = []
+    for label, algorithm, bits, params in CONTENDERS:
+        featurizer = featurizers[bits]
+        per_phase: dict[str, list[float]] = {n: [] for n in phases}
+        best: dict[str, list[float]] = {n: [] for n in phases}
+        t0 = time.process_time()
+        for seed in range(seeds):
+            policy = bandit_core.make_policy(algorithm, d=featurizer.config.dim, seed=seed, **params)
+            run = run_storefront(policy, shared_rows(featurizer), shop, rounds, replace_at, np.random.default_rng(seed))
+            for n, (lo, hi) in phases.items():
+                per_phase[n].append(float(run.chosen_mu[lo:hi].mean()))
+                best[n].append(float(run.best_mu[lo:hi].mean()))
+        out.append({
+            "contender": label,
+            **{n: float(np.mean(v)) for n, v in per_phase.items()},
+            "ms/round with featurizing (cpu)": 1e3 * (time.process_time() - t0) / (rounds * seeds),
+            "per seed": per_phase,
+            "best offered": {n: float(np.mean(v)) for n, v in best.items()},
+        })
+    rand, full = out[-1], out[0]
+    for row in out:
+        for n in phases:
+            lift = full[n] - rand[n]
+            row[f"share of full-matrix lift, {n}"] = (row[n] - rand[n]) / lift if lift > 0 else None
+    return out
 
 
 def cost_runner(bits: int):
@@ -170,9 +125,9 @@ def state_cost(policy: Any, bits: int, repeats: int = 20) -> dict[str, Any]:
 
     shared = policy.shared_state
     data = shared.to_bytes()
-    dense = {"sum_sq": np.zeros((1 << bits) + 1), "b": np.zeros((1 << bits) + 1)}
+    dense = {"sum_sq": np.zeros((1 << bits) + 1), "w": np.zeros((1 << bits) + 1)}
     dense["sum_sq"][shared.index] = shared.sum_sq
-    dense["b"][shared.index] = shared.b
+    dense["w"][shared.index] = shared.w
     dense_data = pack("dense_diag", {"n": shared.n}, dense)
     return {
         "touched entries": len(shared.index),
@@ -190,9 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", default="12,14,16,18,20", help="comma-separated bits (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--slice", type=float, default=0.1, help="seconds per contender per round")
-    parser.add_argument("--steps", type=int, default=3000, help="storefront rounds per seed (default 3000)")
+    parser.add_argument("--steps", type=int, default=4000, help="storefront rounds per seed (default 4000)")
+    parser.add_argument("--replace-at", type=int, default=2000, help="round of the catalog replacement (default 2000)")
+    parser.add_argument("--span", type=int, default=500, help="rounds of each phase of the table (default 500)")
     parser.add_argument("--seeds", type=int, default=3, help="storefront seeds (default 3)")
-    parser.add_argument("--alpha", type=float, default=0.5, help="UCB alpha of the storefront runs (default 0.5)")
     parser.add_argument(
         "--label", default="latest",
         help="label of this run in results/sparse_model.json; a run replaces the one of the same label (default latest)",
@@ -221,15 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     print(h.table(cost_rows, ["bits", "us/decision+update (cpu)", f"x bits {bits_list[0]} time (cpu)",
                               "touched entries", "sparse part bytes", "sparse to_bytes us", "dense part bytes",
                               "dense to_bytes us"]))
-    reward_rows = reward_comparison(args.steps, args.seeds, args.alpha)
-    print(f"\nstorefront, {args.seeds} seeds x {args.steps} rounds, 20 candidates, alpha {args.alpha}")
-    print(h.table(reward_rows, ["contender", "mean click prob", "last third", "share of full-matrix lift",
-                                "us/decision+update (cpu)"]))
+    reward_rows = reward_comparison(args.steps, args.replace_at, args.span, args.seeds)
+    print(f"\nstorefront: {args.seeds} seeds x {args.steps} rounds, catalog replaced at {args.replace_at}; "
+          f"expected click rate of the chosen item over {args.span} rounds")
+    print(h.table(reward_rows, ["contender", "before", "after", "end", "share of full-matrix lift, before",
+                                "share of full-matrix lift, after", "share of full-matrix lift, end",
+                                "ms/round with featurizing (cpu)"]))
     path = h.write_json(
         "sparse_model",
         {"K": K, "rounds": args.rounds, "slice_s": args.slice, "load_before": before, "load_after": after,
-         "cost": cost_rows, "storefront": {"steps": args.steps, "seeds": args.seeds, "alpha": args.alpha,
-                                            "rows": reward_rows}},
+         "cost": cost_rows, "storefront": {"steps": args.steps, "replace_at": args.replace_at, "span": args.span,
+                                            "seeds": args.seeds, "rows": reward_rows}},
         args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
