@@ -8,6 +8,7 @@ import pytest
 from bandit_core import make_policy, policy_from_bytes
 from bandit_core.errors import InvalidInputError, StateFormatError, UnknownArmError
 from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
+from bandit_core.storefront import Storefront, run_storefront, shared_rows
 
 BIG = 2**20 + 1
 
@@ -191,3 +192,23 @@ def test_an_invalid_or_overflowing_update_changes_nothing() -> None:
     with pytest.raises(InvalidInputError, match="overflows the per-feature sums"):
         p.update("a", _rows([0, 2], [2, 3], [1.0, 1e200]), 1.0)
     assert p.to_bytes() == before
+
+
+def test_on_the_storefront_sparse_rows_learn_and_new_items_start_warm() -> None:
+    """diag_linucb over the featurizer's sparse rows at bits 18 through run_storefront:
+    800 rounds on a catalog of 40, then 200 on 40 new ids; expected click rate of the
+    chosen item (mu), 2 seeds. Measured: 0.226 before and 0.261 after the replacement,
+    random 0.092 and 0.100. Asserted with margin: a lift of 0.06 before, 70% of it after."""
+    shop = Storefront(catalog_size=40, offered=8)
+    sparse = Featurizer(FeaturizerConfig(bits=18, output="sparse"))
+    dense = Featurizer(FeaturizerConfig(bits=4, output="dense"))  # random ignores its rows
+
+    def mu(name: str, featurizer: Featurizer, seed: int, **params: float) -> np.ndarray:
+        policy = make_policy(name, d=featurizer.config.dim, seed=seed, **params)
+        run = run_storefront(policy, shared_rows(featurizer), shop, 1000, 800, np.random.default_rng(seed))
+        return np.array([run.chosen_mu[600:800].mean(), run.chosen_mu[800:].mean()])
+
+    diag = np.mean([mu("diag_linucb", sparse, s, alpha=0.5) for s in (0, 1)], axis=0)
+    random = np.mean([mu("random", dense, s) for s in (0, 1)], axis=0)
+    lift = diag - random
+    assert lift[0] > 0.06 and lift[1] > 0.7 * lift[0]
