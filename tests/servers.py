@@ -47,12 +47,13 @@ def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-unty
 
 
 class RedisServer:
-    """A private redis-server on a free port. ``--save ""`` (no RDB snapshots) but an
-    append-only file fsync'ed on every write, so a stop and restart keeps every
-    acknowledged write -- an outage, not a data loss."""
+    """A private redis-server on a free port. ``--save ""`` (no RDB snapshots) but, with
+    ``persist`` (the default), an append-only file fsync'ed on every write, so a stop and
+    restart keeps every acknowledged write -- an outage, not a data loss."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, persist: bool = True) -> None:
         self.dir = directory
+        self.persist = persist
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
@@ -69,7 +70,7 @@ class RedisServer:
                 "--save",
                 "",
                 "--appendonly",
-                "yes",
+                "yes" if self.persist else "no",
                 "--appendfsync",
                 "always",
                 "--dir",
