@@ -879,7 +879,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"Policies: {names}.\n\n"
             "JSON keys: policy, params, environment, cumulative_regret, cumulative_regret_std,\n"
             "cumulative_reward, cumulative_reward_std, seconds, per_seed, regret_curve, reward_curve.\n\n"
-            "example: bandit simulate --csv iris.csv --label-column species --policy linucb --rounds 2000 --seeds 5"
+            "example: bandit simulate --csv examples/flowers.csv --label-column species --policy linucb --rounds 2000 --seeds 5"
         ),
     )
     p.add_argument("--csv", type=Path, metavar="PATH", help="classification CSV with a header row")
