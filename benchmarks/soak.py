@@ -39,7 +39,7 @@ import numpy as np
 
 from tests.databases import postgres_schema
 from tests.reliability.traffic import HEADERS, logged, spec
-from tests.servers import AppProcess, RedisServer, app_env
+from tests.servers import AppProcess, RedisServer, reliability_settings, settings_env
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -200,15 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         redis_server.start()
         try:
             with postgres_schema() as db_url:
-                app = AppProcess(
-                    app_env(
-                        Path(tmp) / "data",
-                        redis_server.url,
-                        db_url,
-                        BANDIT_LOG_FLUSH_SECONDS="0.2",
-                        BANDIT_SWEEPER_INTERVAL_SECONDS="1",
-                    )
+                settings = reliability_settings(
+                    data_dir=Path(tmp) / "data",
+                    redis_url=redis_server.url,
+                    database_url=db_url,
+                    log_flush_seconds=0.2,
+                    sweeper_interval_seconds=1,
                 )
+                app = AppProcess(settings_env(settings))
                 app.start()
                 try:
                     result = asyncio.run(

@@ -17,6 +17,7 @@ servers instead, to save the start-up seconds:
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import uuid
@@ -34,9 +35,11 @@ POSTGRES_OVERRIDE = "BANDIT_TEST_POSTGRES_URL"
 
 
 class OwnedServers:
-    """This process's private servers, started on first use, stopped by ``close``."""
+    """This process's private servers, started on first use, stopped by ``close`` (which
+    also runs at interpreter exit, for scripts such as ``benchmarks/soak.py``)."""
 
     def __init__(self) -> None:
+        atexit.register(self.close)
         self.redis: RedisServer | None = None
         self.postgres: PostgresCluster | None = None
         self._postgres_url: str | None = None
