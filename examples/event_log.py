@@ -74,9 +74,9 @@ async def fill(database_url: str, events: int, seed: int) -> int:
                     mu = 0.5 + 0.3 * float(theta[arm] @ [*context, own[arm]])
                     reward = {"event_id": decision["event_id"], "reward": float(rng.random() < mu)}
                     (await http.post("/reward", json=reward)).raise_for_status()
-            service = app.state.service
-            await asyncio.to_thread(service.sink.flush, 30.0)
-            return service.event_log.count(POLICY)[0]
+            use_cases = app.state.use_cases
+            await asyncio.to_thread(use_cases.sink.flush, 30.0)
+            return use_cases.event_log.count(POLICY)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

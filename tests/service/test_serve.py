@@ -76,3 +76,16 @@ def test_serve_refuses_workers_on_the_embedded_default(tmp_path: Path) -> None:
         cmd, cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 2 and "BANDIT_REDIS_URL" in done.stderr
+
+
+def test_serve_refuses_an_empty_redis_url(tmp_path: Path) -> None:
+    # "" is neither a Redis URL nor unset: each worker would keep its own in-process state.
+    cmd = [sys.executable, "-m", "service.cli", "serve"]
+    env = {**_clean_env(), "BANDIT_REDIS_URL": ""}
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "invalid BANDIT_REDIS_URL" in done.stderr and "set but empty" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "bandit-data").exists()  # refused before anything started
