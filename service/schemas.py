@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
+from bandit_core.registry import POLICIES
+
 # strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 # Features are bounded so that no request can overflow the model: with |x| <= 1e6 the
@@ -29,9 +31,8 @@ def _storable(value: str) -> str:
 Text = Annotated[str, AfterValidator(_storable)]
 ArmId = Annotated[Text, Field(min_length=1, max_length=256)]
 PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
-Algorithm = Literal[
-    "linucb", "hybrid_linucb", "lnucb_ta", "guardrailed_linucb", "hare", "random", "epsilon_greedy"
-]
+# The registered engine policies, in registry order: the OpenAPI enum follows the registry.
+Algorithm = Literal[tuple(POLICIES)]  # type: ignore[valid-type]
 
 
 class _Model(BaseModel):
