@@ -5,7 +5,8 @@ indented, ``console``, ``bash`` or unlabelled fenced blocks that start with a kn
 program, ``$ `` prompts and ``\\`` continuations handled) run in the document's order in
 a fresh directory that mirrors the repository (symlinks to its top-level entries), so
 one command can create what the next one uses and nothing is written into the clone.
-Python blocks share their document's namespace (each runs after the earlier ones).
+Python blocks share their document's namespace (each runs after the earlier ones);
+blocks written as doctests (``>>>``) are run by doctest, so their outputs are checked.
 ``bandit``, ``python`` and ``cp`` commands run and must exit 0; every other command is
 listed in ``EXCLUDED`` with the reason it is not run here. A new document under docs/
 is covered without changing this file.
@@ -13,6 +14,7 @@ is covered without changing this file.
 
 from __future__ import annotations
 
+import doctest
 import os
 import re
 import shlex
@@ -35,6 +37,11 @@ EXCLUDED: list[tuple[str, str]] = [
     (r"pip install|python -m pip install", "installs the package; the test runs the tree it is in"),
     (r"bandit serve", "serves until stopped; tests/service/test_serve.py starts it and probes it"),
     (r"python -m pytest", "runs the test suite this test is part of"),
+    (
+        r"bandit compare --format news",
+        "Table 3's protocol, many policies, seeds and alphas: minutes of CPU (parsed by "
+        + "tests/test_standalone.py; tests/bandit_core check LinUCB's row on the same data)",
+    ),
     (r"curl ", "talks to a running server; tests/service/test_api.py sends the same requests"),
     (r"docker ", "needs a Docker engine; tests/deploy checks the compose file and the image"),
     (r"apt-get ", "installs system packages"),
@@ -44,7 +51,6 @@ EXCLUDED: list[tuple[str, str]] = [
         r"python (-m benchmarks\.|benchmarks/|-m pyinstrument)",
         "a benchmark: minutes of CPU on a quiet machine; results are under benchmarks/results",
     ),
-    (r".*\.\./shared/", "reads ../shared, outside the repository (issue 12 moves the data in)"),
 ]
 
 
@@ -132,7 +138,17 @@ def _mirror(work: Path) -> None:
 
 def _run(step: Step, python_so_far: list[str], work: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    if step.kind == "python":
+    if step.kind == "python" and step.text.lstrip().startswith(">>>"):
+        # a doctest-style block: its printed outputs are checked too
+        script = (
+            "import doctest, sys\n"
+            f"names = {{}}\nexec({chr(10).join(python_so_far)!r}, names)\n"
+            f"test = doctest.DocTestParser().get_doctest({step.text!r}, names, 'doc', None, 0)\n"
+            "runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)\n"
+            "sys.exit(1 if runner.run(test).failed else 0)\n"
+        )
+        argv = [sys.executable, "-c", script]
+    elif step.kind == "python":
         argv = [sys.executable, "-c", "\n\n".join([*python_so_far, step.text])]
     else:
         words = shlex.split(step.text)
@@ -159,7 +175,10 @@ def test_every_command_and_example_of_the_document_runs(document: Path, tmp_path
             f"\n{result.stderr[-3000:]}"
         )
         if step.kind == "python":
-            python_so_far.append(step.text)
+            doctest_block = step.text.lstrip().startswith(">>>")
+            python_so_far.append(
+                doctest.script_from_examples(step.text) if doctest_block else step.text
+            )
 
 
 def test_the_parser_finds_commands_and_examples_and_every_skip_has_a_reason() -> None:
