@@ -16,8 +16,9 @@ without bound, so a stall cannot snowball into an unbounded backlog).
     python benchmarks/soak.py --short           # 20 s, what the test suite runs
     python benchmarks/soak.py --output soak.json
 
-PostgreSQL: ``BANDIT_TEST_POSTGRES_URL`` (default postgresql://postgres@127.0.0.1:5432/test);
-a schema is created for the run and dropped afterwards. redis-server must be on PATH.
+PostgreSQL: a private cluster started for the run (``tests.databases``; or a database
+created and dropped on the server ``BANDIT_TEST_POSTGRES_URL`` names), a schema in it for
+the run. redis-server and the PostgreSQL binaries must be on PATH.
 """
 
 from __future__ import annotations
