@@ -460,6 +460,9 @@ BAD_POLICY = [
         "params",
     ),
     ("guardrails on linucb", {"guardrails": [{"type": "exposure_cap"}]}, "params"),
+    ("d in params", {"params": {"d": 5}}, "params.d"),
+    ("epsilon in two places", {"epsilon": 0.1, "params": {"epsilon": 0.2}}, "params.epsilon"),
+    ("reward range in two places", {"params": {"reward_range": [0, 2]}}, "params.reward_range"),
 ]
 
 
@@ -473,6 +476,45 @@ async def test_bad_policy_is_422_naming_the_field_and_writes_nothing(
         assert named in r.text
         assert (await http.get("/policies")).json() == {"policies": []}
         assert await asyncio.to_thread(app.state.service.event_log.policies) == {}
+
+
+async def test_an_unknown_parameter_is_named_and_only_hyperparameters_are_offered(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (_app, http, _):
+        r = await http.put("/policies/p", json={**POLICY, "params": {"alpah": 1.0}})
+        assert r.status_code == 422
+        (error,) = r.json()["detail"]
+        assert error["loc"] == ["body", "params", "alpah"]
+        offered = error["msg"].split("expected some of ")[1]
+        assert "'alpha'" in offered
+        assert not any(f"'{k}'" in offered for k in ("d", "epsilon", "reward_range"))
+
+
+async def test_a_setting_given_in_params_is_decided_once_and_shown_where_it_applies(
+    make_settings: Any,
+) -> None:
+    guarded = {
+        **POLICY,
+        "algorithm": "guardrailed_linucb",
+        "arms": ["water", "juice"],
+        "feature_names": ["age", "score", "bias"],
+        "params": {"alpha": 0.5, "safe_arm": "water", "epsilon": 0.2},
+        "guardrails": [
+            {"type": "feature_threshold", "feature": "age", "op": "<", "value": 18, "arms": ["juice"]}
+        ],
+    }
+    async with running(make_settings()) as (_app, http, _):
+        r = await http.put("/policies/g", json=guarded)
+        assert r.status_code == 200, r.text
+        shown = (await http.get("/policies/g")).json()
+        assert (shown["safe_arm"], shown["epsilon"], shown["params"]) == ("water", 0.2, {"alpha": 0.5})
+        minor = {"policy": "g", "context": {"age": 16, "score": 1.0, "bias": 1.0}}
+        served = (await http.post("/recommend", json=minor)).json()
+        assert served["guardrail"]["safe_arm_served"] is True  # the shown safe arm is the applied one
+        # the same setting in both places, agreeing, is one setting
+        same = {**POLICY, "epsilon": 0.3, "params": {"alpha": 0.5, "epsilon": 0.3}}
+        assert (await http.put("/policies/p", json=same)).json()["epsilon"] == 0.3
 
 
 async def test_snapshot_import_rejects_garbage(make_settings: Any) -> None:
@@ -491,3 +533,18 @@ async def test_serving_collects_the_young_generation_less_often(make_settings: A
             assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, *before[1:])
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_stored_record_with_a_setting_in_both_places_keeps_what_the_engine_used() -> None:
+    """Configs stored before params was kept free of top-level settings: the top-level
+    value was the one the engine used, so it stays the one setting."""
+    from service.policies import info_from_record, new_info
+    from service.schemas import PolicySpec
+
+    record = new_info("p", PolicySpec(**POLICY), 0.0).model_dump(mode="json")
+    record["epsilon"] = 0.1
+    record["params"] = {**record["params"], "epsilon": 0.3, "reward_range": [0.0, 5.0]}
+    info = info_from_record(record)
+    assert (info.epsilon, info.reward_range, info.params) == (0.1, (0.0, 1.0), POLICY["params"])
+    record["epsilon"] = None  # then params.epsilon was applied
+    assert info_from_record(record).epsilon == 0.3
