@@ -279,7 +279,7 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from service.offline_source import EventLogSource, default_reward
+    from service.offline_source import EventLogSource, check_logged, default_reward
     from service.storage.base import StoreUnavailableError
     from service.storage.sql_log import SqlEventLog
 
@@ -294,11 +294,9 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
     assert spec.log_policy is not None
     event_log = SqlEventLog(spec.data)
     try:
-        fill = default_reward(event_log, spec.log_policy)  # also checks the policy is logged
-        source = EventLogSource(
-            event_log, spec.log_policy, spec.since, spec.until,
-            unrewarded=fill if spec.unrewarded == "default" else None,
-        )
+        check_logged(event_log, spec.log_policy)
+        fill = default_reward(event_log, spec.log_policy) if spec.unrewarded == "default" else None
+        source = EventLogSource(event_log, spec.log_policy, spec.since, spec.until, unrewarded=fill)
         return list(source)
     except StoreUnavailableError as exc:
         message = " ".join(str(exc).split())  # a driver's message may span lines
