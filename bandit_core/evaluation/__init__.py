@@ -11,6 +11,7 @@
 from bandit_core.evaluation.estimators import (
     EstimateResult,
     SupportDiagnostic,
+    UnsupportedLogError,
     dr,
     estimate,
     ips,
@@ -33,6 +34,7 @@ __all__ = [
     "SeedReplays",
     "Spread",
     "SupportDiagnostic",
+    "UnsupportedLogError",
     "dr",
     "estimate",
     "ips",

@@ -170,6 +170,15 @@ class SupportDiagnostic:
         return {**self.__dict__, "supported": self.supported}
 
 
+class UnsupportedLogError(InvalidInputError):
+    """Raised instead of estimates when they are asked only for a log that supports the
+    target; ``support`` says what is missing."""
+
+    def __init__(self, support: SupportDiagnostic) -> None:
+        super().__init__(support.message())
+        self.support = support
+
+
 def support(action: ArrayLike, pscore: ArrayLike, action_dist: ArrayLike) -> SupportDiagnostic:
     """The support of the target ``action_dist`` in a log (:class:`SupportDiagnostic`):
     ``unsupported_mass = (1/n) sum_{i: pscore_i = 1} (1 - action_dist[i, action_i])``.

@@ -41,6 +41,7 @@ from bandit_core.evaluation import (
     ReplayResult,
     SeedReplays,
     Spread,
+    UnsupportedLogError,
     off_policy_estimates,
     rejection_replay,
     replay,
@@ -553,10 +554,18 @@ def _run_estimate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     target = _build_policy(args.policy, d, params, args.seed)
     train_target(target, events[:n_train])
-    results = off_policy_estimates(
-        target, evaluated, rng=np.random.default_rng([args.seed, 3]), n_bootstrap=args.bootstrap,
-        confidence=args.confidence, ridge_lambda=args.ridge_lambda, folds=args.folds,
-    )
+    try:
+        results = off_policy_estimates(
+            target, evaluated, rng=np.random.default_rng([args.seed, 3]), n_bootstrap=args.bootstrap,
+            confidence=args.confidence, ridge_lambda=args.ridge_lambda, folds=args.folds,
+            require_support=not args.force,
+        )
+    except UnsupportedLogError as exc:
+        print(f"bandit estimate: WARNING: {exc} (docs/offline.md, Support)", file=sys.stderr)
+        print("bandit estimate: no estimates printed; --force prints them anyway", file=sys.stderr)
+        _write_json(args.json, {"policy": args.policy, "params": params, **_source_fields(spec),
+                                "support": exc.support.to_dict(), "estimates": None})
+        return EXIT_FAILURE
     logged = float(np.mean([e.reward for e in evaluated]))
     diagnostic = next(iter(results.values())).support
     payload = {
@@ -577,12 +586,8 @@ def _run_estimate(args: argparse.Namespace) -> int:
         "estimates": {name: r.to_dict() for name, r in results.items()},
         "seconds": time.perf_counter() - started,
     }
-    if not diagnostic.supported:
+    if not diagnostic.supported:  # --force
         print(f"bandit estimate: WARNING: {diagnostic.message()} (docs/offline.md, Support)", file=sys.stderr)
-        if not args.force:
-            print("bandit estimate: no estimates printed; --force prints them anyway", file=sys.stderr)
-            _write_json(args.json, payload)
-            return EXIT_FAILURE
     print(
         f"{args.policy} {_format_params(params)} on {len(evaluated)} events (trained on {n_train}); "
         f"logging policy's mean reward {logged:.4f}"

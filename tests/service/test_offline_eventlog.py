@@ -284,6 +284,7 @@ def test_cli_estimate_matches_the_library(
         target, events[n_train:], rng=np.random.default_rng([5, 3]), n_bootstrap=200
     )
     assert result["estimates"] == {k: r.to_dict() for k, r in expected.items()}
+    assert result["support"]["supported"] is True  # epsilon 0.3: every arm had probability > 0
     assert result["logged_mean_reward"] == pytest.approx(
         np.mean([e.reward for e in events[n_train:]])
     )
