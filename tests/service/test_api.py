@@ -548,3 +548,33 @@ def test_a_stored_record_with_a_setting_in_both_places_keeps_what_the_engine_use
     assert (info.epsilon, info.reward_range, info.params) == (0.1, (0.0, 1.0), POLICY["params"])
     record["epsilon"] = None  # then params.epsilon was applied
     assert info_from_record(record).epsilon == 0.3
+
+
+PREFLIGHT = {
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type,authorization",
+}
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_cors_answers_preflights_of_configured_origins_only(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shop = "https://shop.example"
+    monkeypatch.setenv("BANDIT_CORS_ORIGINS", f"{shop}, https://admin.example")
+    from service.settings import Settings
+
+    assert Settings().cors_origins == [shop, "https://admin.example"]
+    monkeypatch.delenv("BANDIT_CORS_ORIGINS")
+    async with running(make_settings(cors_origins=[shop])) as (_app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        r = await http.options("/recommend", headers={"Origin": shop, **PREFLIGHT})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == shop
+        assert "authorization" in r.headers["access-control-allow-headers"].lower()
+        served = await http.post("/recommend", json=_recommend(), headers={"Origin": shop})
+        assert served.status_code == 200 and served.headers["access-control-allow-origin"] == shop
+        other = await http.options("/recommend", headers={"Origin": "https://evil.example", **PREFLIGHT})
+        assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    async with running(make_settings()) as (_app, http, _):  # default: off
+        r = await http.options("/recommend", headers={"Origin": shop, **PREFLIGHT})
+        assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
