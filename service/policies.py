@@ -3,8 +3,9 @@
 A policy's configuration (:class:`~service.schemas.PolicyInfo`, JSON) lives in the
 state-store key ``config`` of its namespace and in the event log's ``policies`` table.
 Its ``revision`` (random, new on every change) tells replicas to rebuild their cached
-engine policy. Changing a field the engine sees (:data:`ENGINE_FIELDS`) resets the
-policy's learned state; changing arms, ``default_reward``, ``reward_wait_seconds``,
+engine policy. Changing a field the engine learns with (:data:`ENGINE_FIELDS`) resets the
+policy's learned state; changing arms, ``epsilon`` (it only decides how often a decision
+explores, never what an update learns), ``default_reward``, ``reward_wait_seconds``,
 ``feature_names`` or ``delta_g_limit`` keeps it.
 """
 
@@ -31,7 +32,6 @@ ENGINE_FIELDS = (
     "dimension",
     "params",
     "reward_range",
-    "epsilon",
     "guardrails",
     "safe_arm",
 )

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import gc
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -295,6 +296,37 @@ async def test_policies_file_is_loaded_at_start(make_settings: Any, tmp_path: An
         assert r.status_code == 200 and r.json()["arm_id"] in {"x", "y"}
     async with running(make_settings(policies_file=path)) as (_app, http, _):  # a restart keeps it
         assert (await http.get("/policies/home")).json()["revision"] == info["revision"]
+
+
+EXAMPLE_POLICIES = Path(__file__).resolve().parents[2] / "deploy" / "policies.example.yaml"
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_the_documented_policies_file_example_serves(make_settings: Any) -> None:
+    operations = (EXAMPLE_POLICIES.parents[1] / "docs" / "operations.md").read_text()
+    assert EXAMPLE_POLICIES.read_text() in operations  # the doc shows the tested file verbatim
+    async with running(make_settings(policies_file=EXAMPLE_POLICIES)) as (_app, http, _):
+        listed = {p["name"]: p for p in (await http.get("/policies")).json()["policies"]}
+        assert sorted(listed) == ["banner", "drinks", "home"]
+        assert (listed["home"]["epsilon"], listed["banner"]["epsilon"]) == (0.05, 0.1)
+        contexts = {"home": [0.1] * 6, "drinks": {"age": 16, "score": 0.3}, "banner": [1.0]}
+        for name, context in contexts.items():
+            r = await http.post("/recommend", json={"policy": name, "context": context})
+            assert r.status_code == 200, r.text
+            assert r.json()["arm_id"] != "beer"  # the guardrail holds for the minor
+
+
+async def test_changing_epsilon_keeps_what_was_learned(make_settings: Any) -> None:
+    async with running(make_settings()) as (_app, http, _):
+        before = (await http.put("/policies/p", json=POLICY)).json()
+        ev = (await http.post("/recommend", json=_recommend())).json()
+        await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
+        after = (await http.put("/policies/p", json={**POLICY, "epsilon": 0.2})).json()
+        assert after["epsilon"] == 0.2 and after["reset_at"] == before["reset_at"]
+        stats = (await http.get("/policies/p/stats")).json()
+        assert stats["arms"][ev["arm_id"]]["rewarded"] == 1
+        reset = (await http.put("/policies/p", json={**POLICY, "params": {"alpha": 0.7}})).json()
+        assert reset["reset_at"] > before["reset_at"]  # a hyperparameter still resets
 
 
 async def test_health_ready_metrics(make_settings: Any) -> None:
