@@ -83,6 +83,12 @@ class LinearArmState(ArrayState):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and target {target} overflow the ridge statistics"
             )
+        self.commit(A, A_inv, b, reward, refactor_every)
+
+    def commit(self, A: np.ndarray, A_inv: np.ndarray, b: np.ndarray, reward: float, refactor_every: int) -> None:
+        """Take the checked ``A``, ``A^-1`` and ``b`` of one more observation: count its
+        reward, re-derive ``A^-1`` when ``refactor_every`` updates have passed, and set
+        ``theta = A^-1 b``."""
         self.A, self.A_inv, self.b = A, A_inv, b
         self.n += 1
         self.reward_sum += reward

@@ -8,12 +8,14 @@ from bandit_core.baselines import EpsilonGreedy, RandomPolicy
 from bandit_core.errors import ConfigError
 from bandit_core.guardrailed_linucb import GuardrailedLinUCB
 from bandit_core.hare import HARE
+from bandit_core.hybrid_linucb import HybridLinUCB
 from bandit_core.linucb import LinUCB
 from bandit_core.lnucb_ta import LNUCBTA
 from bandit_core.policy import BasePolicy
 
 POLICIES: dict[str, type[BasePolicy]] = {
-    cls.NAME: cls for cls in (LinUCB, LNUCBTA, GuardrailedLinUCB, HARE, RandomPolicy, EpsilonGreedy)
+    cls.NAME: cls
+    for cls in (LinUCB, HybridLinUCB, LNUCBTA, GuardrailedLinUCB, HARE, RandomPolicy, EpsilonGreedy)
 }
 
 

@@ -68,7 +68,7 @@ def per_algorithm(d: int) -> list[dict[str, Any]]:
         for label, points in variants:
             if points:
                 fill_memory(policy, "a", d, points, rng)
-            arm = policy.export_parts(["arm:a"])["arm:a"]
+            arm = policy.export_parts(["arm:a"]).get("arm:a", b"")  # none in a shared model
             shared = policy.export_parts(["shared"]).get("shared", b"")
             rows.append(
                 {
@@ -76,7 +76,7 @@ def per_algorithm(d: int) -> list[dict[str, Any]]:
                     "state": label,
                     "d": d,
                     "arm part bytes (serialized)": len(arm),
-                    "arm bytes (in process)": in_process_bytes(policy._arms["a"]),
+                    "arm bytes (in process)": in_process_bytes(policy._arms["a"]) if arm else 0,
                     "shared part bytes": len(shared),
                     "2-arm policy to_bytes": len(policy.to_bytes()),
                 }

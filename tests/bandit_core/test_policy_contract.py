@@ -2,7 +2,10 @@
 
 The tests are parametrised over ``bandit_core.POLICIES`` at collection time, so a
 policy registered later (guardrailed_linucb, hare, ...) is checked without edits here.
-Each policy is built with ``make_policy(name, d=D, ...)`` and its defaults otherwise.
+Each policy is built with ``_make(name, ...)`` and its defaults otherwise,
+plus the configurations in ``VARIANTS`` that change which state parts exist. A policy
+whose update touches no arm part (a shared model such as hybrid_linucb with
+``context_dim = 0``) keeps no per-arm state: any arm id may be served and rewarded.
 """
 
 from __future__ import annotations
@@ -18,7 +21,21 @@ from bandit_core.validation import check_arm_ids
 
 D = 4
 ARMS = ["a", "b", "c", "d", "e"]
-NAMES = sorted(POLICIES)
+# Configurations checked besides each policy's defaults: name -> (algorithm, params).
+VARIANTS: dict[str, tuple[str, dict]] = {name: (name, {}) for name in POLICIES} | {
+    "hybrid_linucb[context_dim=2]": ("hybrid_linucb", {"context_dim": 2}),
+}
+NAMES = sorted(VARIANTS)
+
+
+def _make(name: str, **params):
+    """The policy ``name`` of ``VARIANTS`` for rows of length D unless ``params`` says."""
+    algorithm, fixed = VARIANTS[name]
+    return make_policy(algorithm, **{"d": D, **fixed, **params})
+
+
+def _keeps_arm_parts(policy) -> bool:
+    return any(p.startswith("arm:") for p in policy.parts_for_update("a"))
 
 
 def _X(rng: np.random.Generator, k: int = len(ARMS)) -> np.ndarray:
@@ -62,7 +79,7 @@ def test_the_four_algorithms_and_baselines_are_registered() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_decision_shape_invariants(name: str) -> None:
-    policy = make_policy(name, d=D, seed=0)
+    policy = _make(name, seed=0)
     rng = np.random.default_rng(1)
     for _ in range(20):
         X = _X(rng)
@@ -85,7 +102,7 @@ def test_propensities_follow_the_epsilon_formula(name: str) -> None:
     """(1 - eps) * 1[score = greedy score] / #tied + eps / K_eligible, checked on the
     decisions that served the greedy arm (explored False)."""
     eps = 0.3
-    policy = make_policy(name, d=D, seed=2, epsilon=eps)
+    policy = _make(name, seed=2, epsilon=eps)
     rng = np.random.default_rng(3)
     _train(policy, rng)
     checked = explored = 0
@@ -104,13 +121,13 @@ def test_propensities_follow_the_epsilon_formula(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_same_seed_same_decisions(name: str) -> None:
-    _same(_decisions(make_policy(name, d=D, seed=7, epsilon=0.2), 5),
-          _decisions(make_policy(name, d=D, seed=7, epsilon=0.2), 5))
+    _same(_decisions(_make(name, seed=7, epsilon=0.2), 5),
+          _decisions(_make(name, seed=7, epsilon=0.2), 5))
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_bytes_round_trip_gives_bit_identical_later_decisions(name: str) -> None:
-    policy = make_policy(name, d=D, seed=11, epsilon=0.2)
+    policy = _make(name, seed=11, epsilon=0.2)
     _train(policy, np.random.default_rng(12))
     data = policy.to_bytes()
     clone = type(policy).from_bytes(data)
@@ -125,9 +142,9 @@ def test_bytes_round_trip_gives_bit_identical_later_decisions(name: str) -> None
 def test_exported_parts_reproduce_scores_in_a_fresh_policy(name: str) -> None:
     """Parts carry the model; a fresh policy importing them scores every candidate the
     same (the RNG is not part of the parts, so compare scores per arm, explore off)."""
-    policy = make_policy(name, d=D, seed=21)
+    policy = _make(name, seed=21)
     _train(policy, np.random.default_rng(22))
-    fresh = make_policy(name, d=D, seed=99)
+    fresh = _make(name, seed=99)
     fresh.import_parts(policy.export_parts(policy.part_names()))
     assert sorted(fresh.part_names()) == sorted(policy.part_names())
     rng = np.random.default_rng(23)
@@ -139,9 +156,9 @@ def test_exported_parts_reproduce_scores_in_a_fresh_policy(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_single_arm_part_moves_alone(name: str) -> None:
-    policy = make_policy(name, d=D, seed=31)
+    policy = _make(name, seed=31)
     _train(policy, np.random.default_rng(32))
-    other = make_policy(name, d=D, seed=31)
+    other = _make(name, seed=31)
     other.import_parts(policy.export_parts(policy.parts_for_update("c")))
     assert other.arm_stats("c") == policy.arm_stats("c")
     assert policy.export_parts(["arm:c"]) == other.export_parts(["arm:c"])
@@ -149,12 +166,19 @@ def test_single_arm_part_moves_alone(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_cold_start_of_new_arms(name: str) -> None:
-    policy = make_policy(name, d=D, seed=41)
+    policy = _make(name, seed=41)
     rng = np.random.default_rng(42)
     _train(policy, rng)
     new = ["a", "b", "new-1", "new-2"]
     dec = policy.select(new, _X(rng, 4))
     assert sorted(dec.ranking) == sorted(new)
+    if not _keeps_arm_parts(policy):  # a shared model: new ids are scored and learned from, statelessly
+        assert not any(p.startswith("arm:") for p in (*dec.state_changed, *policy.part_names()))
+        before = policy.export_parts(policy.part_names())
+        policy.update("new-1", _X(rng, 1)[0], 1.0)
+        assert policy.export_parts(policy.part_names()).keys() == before.keys()
+        assert policy.export_parts(policy.part_names()) != before
+        return
     assert {"arm:new-1", "arm:new-2"} <= set(dec.state_changed) and "arm:a" not in dec.state_changed
     assert {"new-1", "new-2"} <= set(policy.arm_ids)
     assert policy.arm_stats("new-1").rewarded == 0 and policy.arm_stats("new-1").reward_sum == 0.0
@@ -164,7 +188,7 @@ def test_cold_start_of_new_arms(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_retire_arm(name: str) -> None:
-    policy = make_policy(name, d=D, seed=51)
+    policy = _make(name, seed=51)
     rng = np.random.default_rng(52)
     _train(policy, rng)
     policy.retire_arm("b")
@@ -183,7 +207,7 @@ def test_retire_arm(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_explore_false_serves_the_greedy_arm(name: str) -> None:
-    policy = make_policy(name, d=D, seed=61, epsilon=1.0)
+    policy = _make(name, seed=61, epsilon=1.0)
     rng = np.random.default_rng(62)
     _train(policy, rng)
     for _ in range(10):
@@ -232,9 +256,13 @@ def _invalid_calls():
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize(("case", "call", "error", "match"), _invalid_calls(), ids=[c[0] for c in _invalid_calls()])
 def test_invalid_input_is_rejected(name: str, case: str, call, error: type, match: str) -> None:
-    policy = make_policy(name, d=D, seed=0)
+    policy = _make(name, seed=0)
     policy.select(["a", "b", "c"], np.random.default_rng(0).normal(size=(3, D)))
     before = policy.to_bytes()
+    if case == "unknown arm in update" and not _keeps_arm_parts(policy):
+        call(policy)  # a shared model learns from any arm id: there is no arm state to look up
+        assert policy.part_names() == ["shared"] and policy.to_bytes() != before
+        return
     with pytest.raises(error, match=match):
         call(policy)
     assert policy.to_bytes() == before  # a rejected call changes no state and draws no random number
@@ -258,7 +286,7 @@ def test_invalid_input_is_rejected(name: str, case: str, call, error: type, matc
 def test_bad_config_is_rejected(name: str, params: dict, match: str) -> None:
     params = {"d": D, **params}
     with pytest.raises(ConfigError, match=match):
-        make_policy(name, **params)
+        _make(name, **params)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -266,7 +294,7 @@ def test_decision_fields_read_later_equal_fields_read_at_once(name: str) -> None
     """A Decision computes ranking, scores, widths and propensities on first read; reading
     them after later selections and updates gives what reading them at once gave."""
     params = {"epsilon": 0.3} if name != "hare" else {}
-    now, late = make_policy(name, d=D, seed=8, **params), make_policy(name, d=D, seed=8, **params)
+    now, late = _make(name, seed=8, **params), _make(name, seed=8, **params)
     rng = np.random.default_rng(8)
     held = []
     for _ in range(25):

@@ -217,8 +217,11 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
             assert dec.algorithm == algorithm
             assert (await client.reward(dec.event_id, float(i % 2))).applied
         stats = await client.stats("p")
-        assert sum(a.rewarded for a in stats.arms.values()) == 20
-        assert sum(a.reward_sum for a in stats.arms.values()) == 10.0
+        if algorithm == "hybrid_linucb":  # a shared model (no per-arm part): policy-wide counters
+            assert stats.policy_stats == {"rewarded": 20.0, "reward_sum": 10.0}
+        else:
+            assert sum(a.rewarded for a in stats.arms.values()) == 20
+            assert sum(a.reward_sum for a in stats.arms.values()) == 10.0
         if algorithm == "lnucb_ta":  # the per-arm exploration weight is reported and exported
             assert all(a.alpha is not None and a.alpha >= 0 for a in stats.arms.values())
             assert 'bandit_lnucb_ta_alpha{arm="a",policy="p"}' in (await http.get("/metrics")).text
@@ -230,6 +233,21 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
         assert {k: v.rewarded for k, v in restored.arms.items()} == {
             k: v.rewarded for k, v in stats.arms.items()
         }
+        assert restored.policy_stats == stats.policy_stats
+
+
+async def test_hybrid_linucb_updates_the_arm_and_the_shared_part_together(make_settings: Any) -> None:
+    """With a per-arm part a reward writes ``arm:<id>`` and ``shared`` in one transaction:
+    the per-arm and the policy-wide counters agree."""
+    spec = {"algorithm": "hybrid_linucb", "dimension": 3, "params": {"context_dim": 1}, "arms": ["a", "b"]}
+    async with running(make_settings()) as (_app, http, client):
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        for i in range(12):
+            dec = await client.recommend("p", [1.0, 0.0, 1.0])
+            assert (await client.reward(dec.event_id, float(i % 3 == 0))).applied
+        stats = await client.stats("p")
+        assert sum(a.rewarded for a in stats.arms.values()) == 12 == stats.policy_stats["rewarded"]
+        assert sum(a.reward_sum for a in stats.arms.values()) == 4.0 == stats.policy_stats["reward_sum"]
 
 
 async def test_guardrailed_policy(make_settings: Any) -> None:

@@ -1,0 +1,277 @@
+"""Hybrid LinUCB: a shared model, so new items get a sensible score (docs/algorithms.md section 8).
+
+Li, Chu, Langford, Schapire 2010, "A contextual-bandit approach to personalized news
+article recommendation", Algorithm 2. Each candidate's row of ``X`` is ``[z_a, x]``:
+``z_a`` (length ``k = shared_dim``) holds the shared features (action features and
+context x action interactions), ``x`` (length ``d = context_dim``) the context, the
+same for every candidate. One shared ridge part over ``z`` (``A_0 = lambda*I + ...``,
+``b_0``, ``beta = A_0^-1 b_0``) and, per arm, ``A_a = lambda*I + sum x x^T``,
+``B_a = sum x z^T``, ``b_a = sum r x`` with ``theta_a = A_a^-1 (b_a - B_a beta)``.
+
+Score: ``z^T beta + x^T theta_a + alpha * sqrt(s)`` with
+
+    s = z'A_0^-1 z - 2 z'A_0^-1 B_a'A_a^-1 x + x'A_a^-1 x + x'A_a^-1 B_a A_0^-1 B_a'A_a^-1 x,
+
+the variance of the joint ridge estimate; the argmax is served (epsilon floor and
+propensities by docs/algorithms.md section 5, in :class:`BasePolicy`).
+
+With ``context_dim = 0`` there is no per-arm part: the policy is LinUCB with one matrix
+over ``z`` (Vowpal Wabbit's ``--cb_explore_adf`` shape). Its arms carry no state at all,
+so any arm id may be served or rewarded without registration (a catalog that changes
+every hour) and the only state part is ``"shared"``.
+
+>>> import numpy as np
+>>> p = HybridLinUCB(HybridLinUCBConfig(d=2, alpha=0.0))  # context_dim 0: z = the whole row
+>>> for _ in range(3):
+...     p.update("seen", np.array([1.0, 0.0]), 1.0)
+>>> p.select(["new-1", "new-2"], np.array([[0.0, 1.0], [1.0, 0.0]])).arm_id  # never seen, scored by z
+'new-2'
+>>> p.part_names()
+['shared']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from bandit_core.errors import ConfigError, InvalidInputError, UnknownArmError
+from bandit_core.linear import LinearArmState, RidgeStack
+from bandit_core.linucb import LinUCBConfig
+from bandit_core.policy import SHARED_PART, ArmStats, BasePolicy, PolicyConfig, SelectContext
+from bandit_core.validation import all_finite, check_arm_ids
+
+
+@dataclass(frozen=True)
+class HybridLinUCBConfig(LinUCBConfig):
+    """Hybrid LinUCB hyperparameters: LinUCB's, plus ``context_dim``, the length ``d`` of
+    the per-arm part at the end of each row; the first ``shared_dim = d - context_dim``
+    entries are the shared features ``z``. ``context_dim = 0`` (the default): no per-arm
+    part. ``ridge_lambda`` is the prior of both parts (the paper's ``A_0 = I_k``,
+    ``A_a = I_d`` at 1)."""
+
+    context_dim: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        c = self.context_dim
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= c < self.d:
+            raise ConfigError(
+                f"context_dim must be an int in [0, d) = [0, {self.d}) (the row is [z, x] with "
+                f"at least one shared feature), but got {c!r}"
+            )
+        object.__setattr__(self, "context_dim", int(c))
+
+    @property
+    def shared_dim(self) -> int:
+        """``k``, the length of the shared features ``z`` at the start of each row."""
+        return self.d - self.context_dim
+
+
+@dataclass
+class HybridSharedState(LinearArmState):
+    """The shared part: ``A`` is the paper's ``A_0`` (k x k), ``A_inv`` its inverse, ``b``
+    is ``b_0`` and ``theta`` is ``beta = A_0^-1 b_0``; ``n`` and ``reward_sum`` count every
+    reward the policy learned from."""
+
+    KIND: ClassVar[str] = "hybrid_shared"
+
+
+@dataclass(kw_only=True)
+class HybridArmState(LinearArmState):
+    """One arm's part: ``A`` (d x d) is ``A_a``, ``b`` is ``b_a``, ``B`` (d x k) is
+    ``B_a = sum x z^T``; ``theta`` holds ``A_a^-1 b_a`` (the paper's ``theta_a`` also
+    needs ``beta``: :meth:`HybridLinUCB.theta`)."""
+
+    KIND: ClassVar[str] = "hybrid_arm"
+    B: np.ndarray
+
+
+class HybridStack(RidgeStack):
+    """:class:`RidgeStack` of hybrid arms: besides ``A_inv`` and ``theta`` (``A_a^-1 b_a``)
+    it keeps ``A_inv_B`` (K, d, k), ``A_a^-1 B_a``, which every score of the arm needs and
+    which changes only when the arm is updated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.A_inv_B = np.zeros((0, 0, 0))
+
+    def _rebuild(self) -> None:
+        super()._rebuild()
+        self.A_inv_B = np.matmul(self.A_inv, np.stack([s.B for s in self._states]))  # type: ignore[attr-defined]
+
+    def _write(self, i: int, state: LinearArmState) -> None:
+        super()._write(i, state)
+        np.matmul(state.A_inv, state.B, out=self.A_inv_B[i])  # type: ignore[attr-defined]
+
+
+class HybridLinUCB(BasePolicy):
+    """Hybrid LinUCB (Li et al. 2010, Algorithm 2); with ``context_dim = 0`` a shared-matrix
+    LinUCB whose arms keep no state. See the module docstring."""
+
+    NAME: ClassVar[str] = "hybrid_linucb"
+    CONFIG: ClassVar[type[PolicyConfig]] = HybridLinUCBConfig
+    ARM_STATE = HybridArmState
+    SHARED_STATE = HybridSharedState
+    config: HybridLinUCBConfig
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config)
+        self._stack = HybridStack()
+        self._arm_free = self.config.context_dim == 0
+
+    # ---- the model ---------------------------------------------------------------------
+    def _new_shared_state(self) -> HybridSharedState:
+        return HybridSharedState(**_prior(self.config.shared_dim, self.config.ridge_lambda))
+
+    def _new_arm_state(self) -> HybridArmState:
+        c = self.config
+        return HybridArmState(**_prior(c.context_dim, c.ridge_lambda), B=np.zeros((c.context_dim, c.shared_dim)))
+
+    @property
+    def beta(self) -> np.ndarray:
+        """The shared coefficients ``beta = A_0^-1 b_0`` (length ``shared_dim``), a copy."""
+        return self._shared.theta.copy()  # type: ignore[union-attr]
+
+    def theta(self, arm_id: str) -> np.ndarray:
+        """The per-arm coefficients ``theta_a = A_a^-1 (b_a - B_a beta)`` of ``arm_id``
+        (length ``context_dim``; empty without a per-arm part)."""
+        state = self._known_arm(arm_id)
+        if state is None:
+            return np.zeros(0)
+        return state.A_inv @ (state.b - state.B @ self._shared.theta)  # type: ignore[union-attr]
+
+    def _score(
+        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        shared = self._shared
+        k = self.config.shared_dim
+        Z = X[:, :k]
+        mean = Z @ shared.theta  # type: ignore[union-attr]
+        if self._arm_free:
+            quad = np.einsum("ij,ij->i", Z @ shared.A_inv, Z)  # type: ignore[union-attr]
+        else:
+            stack = self._stack
+            stack.sync(arm_ids, states, self._take_updated())
+            x = X[:, k:]  # (K, d), d >= 1: no contraction below runs over an empty axis
+            g = np.matmul(x[:, None, :], stack.A_inv_B)[:, 0]  # B_a' A_a^-1 x, (K, k)
+            v = Z - g
+            theta = stack.theta - np.matmul(stack.A_inv_B, shared.theta)  # type: ignore[union-attr]
+            mean += np.einsum("ij,ij->i", x, theta)
+            # s = (z - B'A^-1 x)' A_0^-1 (z - B'A^-1 x) + x'A^-1 x: the paper's four terms,
+            # the first, second and fourth of them gathered in one quadratic form.
+            quad = np.einsum("ij,ij->i", v @ shared.A_inv, v)  # type: ignore[union-attr]
+            quad += np.einsum("ij,ij->i", np.matmul(stack.A_inv, x[:, :, None])[:, :, 0], x)
+        width = np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
+        return mean + self.config.alpha * width, width
+
+    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+        c = self.config
+        shared: HybridSharedState = self._shared  # type: ignore[assignment]
+        if state is None:  # no per-arm part: LinUCB over z (A_0 += z z', b_0 += r z)
+            shared.add(x, reward, reward, c.refactor_every)
+            return
+        _hybrid_update(shared, state, x[: c.shared_dim], x[c.shared_dim :], reward, c.refactor_every)
+
+    # ---- no per-arm part: arms carry no state ---------------------------------------------
+    # With context_dim = 0 an arm id is only a label: selecting or rewarding a new id
+    # creates no part, and retiring one only records it so it is no longer served.
+    def _arm_for_select(self, arm_id: str) -> HybridArmState | None:
+        if not self._arm_free:
+            return super()._arm_for_select(arm_id)  # type: ignore[return-value]
+        return self._known_arm(arm_id)
+
+    def _known_arm(self, arm_id: str) -> HybridArmState | None:
+        if not self._arm_free:
+            return super()._known_arm(arm_id)  # type: ignore[return-value]
+        if arm_id in self._retired:
+            raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
+        return None
+
+    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
+        return () if self._arm_free else super()._parts_changed_by_new_arms(arm_ids)
+
+    def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
+        """Names of the parts a selection reads: the arms' parts and ``"shared"``; only
+        ``"shared"`` without a per-arm part (``context_dim = 0``)."""
+        return [SHARED_PART] if self._arm_free else super().parts_for_select(arm_ids, user_id)
+
+    def add_arm(self, arm_id: str) -> None:
+        """Register ``arm_id`` (see :meth:`BasePolicy.add_arm`); without a per-arm part
+        it only un-retires the id, as every id may be served."""
+        if not self._arm_free:
+            return super().add_arm(arm_id)
+        check_arm_ids([arm_id])
+        self._retired.discard(arm_id)
+        self._arm_table_changed()
+
+    def retire_arm(self, arm_id: str) -> None:
+        """Stop serving ``arm_id`` (see :meth:`BasePolicy.retire_arm`); without a per-arm
+        part there is no state to forget, only the id to refuse."""
+        if not self._arm_free:
+            return super().retire_arm(arm_id)
+        self._known_arm(check_arm_ids([arm_id])[0])
+        self._retired.add(arm_id)
+        self._arm_table_changed()
+
+    def arm_stats(self, arm_id: str) -> ArmStats:
+        """Learning counters of ``arm_id``; without a per-arm part (``context_dim = 0``) no
+        arm keeps counters (they read 0) and :meth:`policy_stats` holds the totals."""
+        if not self._arm_free:
+            return super().arm_stats(arm_id)
+        self._known_arm(arm_id)
+        return ArmStats(rewarded=0, reward_sum=0.0)
+
+    def policy_stats(self) -> dict[str, float]:
+        """``rewarded`` and ``reward_sum``: every reward the shared part learned from."""
+        shared: HybridSharedState = self._shared  # type: ignore[assignment]
+        return {"rewarded": float(shared.n), "reward_sum": float(shared.reward_sum)}
+
+
+def _prior(dim: int, ridge_lambda: float) -> dict[str, np.ndarray]:
+    """Fields of a ridge part before any reward: ``A = lambda*I``, ``b = 0``."""
+    return vars(LinearArmState.prior(dim, ridge_lambda))
+
+
+def _hybrid_update(
+    shared: HybridSharedState, arm: HybridArmState, z: np.ndarray, x: np.ndarray, reward: float, refactor_every: int
+) -> None:
+    """One reward of arm ``a`` with shared features ``z`` and context ``x``: Algorithm 2,
+    lines 17-22, in the paper's order (docs/algorithms.md section 8).
+
+    ``A_a^-1`` follows by Sherman-Morrison. ``A_0`` changes by lines 17 and 22 as a whole
+    by a rank-one matrix: with ``v = z - B_a'A_a^-1 x`` and ``c = 1 + x'A_a^-1 x`` (old
+    ``A_a``, ``B_a``), ``A_0`` grows by ``v v' / c`` (``A_0`` is the Schur complement of
+    the stacked ridge matrix, whose inverse moves by Sherman-Morrison on ``[z, x]``), so
+    ``A_0^-1`` follows by Sherman-Morrison too: O(k^2 + d k) instead of a fresh O(k^3)
+    inverse. Both inverses are re-derived from their matrices every ``refactor_every``
+    updates. Every new array is checked finite before any field changes.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
+        P, B, b = arm.A_inv, arm.B, arm.b
+        P_B = P @ B
+        A0 = shared.A + B.T @ P_B  # A_0 += B_a'A_a^-1 B_a
+        b0 = shared.b + P_B.T @ b  # b_0 += B_a'A_a^-1 b_a
+        Px = P @ x
+        c = 1.0 + x @ Px
+        v = z - P_B.T @ x
+        A = arm.A + np.outer(x, x)  # A_a += x x'
+        P_new = P - np.outer(Px, Px) / c
+        B_new = B + np.outer(x, z)  # B_a += x z'
+        b_new = b + reward * x  # b_a += r x
+        P_B = P_new @ B_new
+        A0 += np.outer(z, z) - B_new.T @ P_B  # A_0 += z z' - B_a'A_a^-1 B_a
+        b0 += reward * z - P_B.T @ b_new  # b_0 += r z - B_a'A_a^-1 b_a
+        A0_inv_v = shared.A_inv @ v
+        A0_inv = shared.A_inv - np.outer(A0_inv_v, A0_inv_v) / (c + v @ A0_inv_v)
+    if not all(all_finite(a) for a in (A0, b0, A, P_new, B_new, b_new, A0_inv)):
+        raise InvalidInputError(
+            f"x with max |x| = {max(np.abs(z).max(), np.abs(x).max())} overflows the ridge statistics"
+        )
+    arm.commit(A, P_new, b_new, reward, refactor_every)
+    arm.B = B_new
+    shared.commit(A0, A0_inv, b0, reward, refactor_every)
+
