@@ -628,3 +628,19 @@ async def test_cors_answers_preflights_of_configured_origins_only(
     async with running(make_settings()) as (_app, http, _):  # default: off
         r = await http.options("/recommend", headers={"Origin": shop, **PREFLIGHT})
         assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
+
+
+async def test_a_policy_that_names_no_epsilon_logs_evaluable_propensities(make_settings: Any) -> None:
+    """Default exploration (epsilon 0.05): no served arm is logged with propensity 1, so
+    the log supports offline evaluation of other policies; the demo policy too."""
+    async with running(make_settings(demo_policy=True)) as (app, http, _):
+        assert (await http.get("/policies/demo")).json()["epsilon"] == 0.05
+        assert (await http.put("/policies/p", json=POLICY)).json()["epsilon"] == 0.05
+        for _ in range(30):
+            ev = (await http.post("/recommend", json=_recommend())).json()
+            await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
+        await asyncio.to_thread(app.state.service.sink.flush, 5.0)
+        logged = list(app.state.service.event_log.iter_events("p"))
+        assert len(logged) == 30
+        # greedy: 0.95 + 0.05/3 (ties split it further); explored: at least 0.05/3
+        assert all(0.05 / 3 - 1e-12 <= e.decision.propensity < 1.0 for e in logged)
