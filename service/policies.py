@@ -117,7 +117,9 @@ def info_from_record(record: dict[str, Any]) -> PolicyInfo:
     engine used then, wins, so the policy keeps computing what it did."""
     params = record.get("params")
     if isinstance(params, dict):
-        kept = {k: v for k, v in params.items() if record.get(k) is None or k not in TOP_LEVEL_SETTINGS}
+        kept = {
+            k: v for k, v in params.items() if record.get(k) is None or k not in TOP_LEVEL_SETTINGS
+        }
         record = {**record, "params": kept}
     return PolicyInfo.model_validate(record)
 
