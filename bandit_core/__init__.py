@@ -9,6 +9,7 @@ that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
 from bandit_core.errors import (
     BanditError,
     ConfigError,
+    InvalidFeatureError,
     InvalidInputError,
     NoEligibleArmError,
     StateFormatError,
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigError",
     "Decision",
     "GuardrailOutcome",
+    "InvalidFeatureError",
     "InvalidInputError",
     "NoEligibleArmError",
     "Policy",

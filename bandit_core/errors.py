@@ -6,6 +6,7 @@ in one place::
 
     BanditError(ValueError)
     ├── InvalidInputError    bad shape, NaN/inf, empty or duplicate candidates, reward out of range
+    │   └── InvalidFeatureError  a JSON feature value the featurizer cannot take (``path`` names it)
     ├── UnknownArmError      an arm id the policy does not know, or one that was retired
     ├── NoEligibleArmError   every candidate blocked by a guardrail and no safe arm to serve
     ├── ConfigError          an invalid policy or guardrail configuration
@@ -40,3 +41,21 @@ class ConfigError(BanditError):
 
 class StateFormatError(BanditError):
     """Serialized bytes are not a state this code can read."""
+
+
+class InvalidFeatureError(InvalidInputError):
+    """A JSON feature value the featurizer cannot take (:mod:`bandit_core.features`).
+
+    ``path`` names it, e.g. ``context[0].user.tags[3]``; ``loc`` is the same path as
+    components, ``("context", 0, "user", "tags", 3)``, for a caller that names its own
+    request fields (a 422's ``loc``); ``expected`` says what was expected and what came.
+    """
+
+    def __init__(self, path: str, expected: str, loc: tuple[str | int, ...] = ()) -> None:
+        super().__init__(f"{path}: expected {expected}")
+        self.path = path
+        self.expected = expected
+        self.loc = loc
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, tuple[str | int, ...]]]:
+        return type(self), (self.path, self.expected, self.loc)

@@ -21,13 +21,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import metrics
 from service.auth import warn_if_open
-from service.decision import DecisionService
 from service.errors import install_handlers
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
 from service.routers import decisions, health, policies
 from service.settings import Settings, get_settings
 from service.storage.base import StateStore, StoreUnavailableError
+from service.usecases import UseCases, build_use_cases
 
 log = logging.getLogger("bandit.service")
 
@@ -72,24 +72,25 @@ def make_writer(settings: Settings, event_log: Any) -> Any:
     )
 
 
-async def load_initial_policies(service: DecisionService, settings: Settings) -> None:
+async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None:
     """Rebuild from the log (embedded default), then apply the policies file, then the
     demo policy if there is still no policy at all."""
-    existing = set(await service.store.list_policies())
+    store, event_log, admin = use_cases.store, use_cases.event_log, use_cases.admin
+    existing = set(await store.list_policies())
     rebuild = settings.embedded if settings.rebuild_on_start is None else settings.rebuild_on_start
     if rebuild:
-        for name in await asyncio.to_thread(lambda: list(service.event_log.policies())):
+        for name in await asyncio.to_thread(lambda: list(event_log.policies())):
             if name not in existing:
-                await rebuild_policy(service.event_log, service.store, name)
+                await rebuild_policy(event_log, store, name)
                 existing.add(name)
     if settings.policies_file is not None:
         for name, spec in load_policies_file(settings.policies_file).items():
-            if name in existing and spec_of(await service.get_policy(name)) == spec:
+            if name in existing and spec_of(await admin.get_policy(name)) == spec:
                 continue
-            await service.put_policy(name, spec)
+            await admin.put_policy(name, spec)
             existing.add(name)
     if not existing and settings.demo_policy:
-        await service.put_policy(DEMO_POLICY, DEMO_SPEC)
+        await admin.put_policy(DEMO_POLICY, DEMO_SPEC)
         log.info("no policy configured: created the demo policy %r", DEMO_POLICY)
 
 
@@ -104,9 +105,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(store.close)
         writer = make_writer(settings, event_log)
         stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
-        service = DecisionService(store, writer, event_log, settings)
-        app.state.service = service
-        await load_initial_policies(service, settings)
+        use_cases = build_use_cases(store, writer, event_log, settings)
+        app.state.use_cases = use_cases
+        await load_initial_policies(use_cases, settings)
         # Everything allocated so far (modules, schemas, engines) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise
         # scan it again every second or so under load (43 ms pauses at K = 50).
@@ -118,9 +119,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
         stop = asyncio.Event()
         tasks = [
-            asyncio.create_task(service.run_sweeper(stop)),
-            asyncio.create_task(service.run_snapshots(stop)),
-            asyncio.create_task(service.run_gauges(stop)),
+            asyncio.create_task(use_cases.sweeper.run(stop)),
+            asyncio.create_task(use_cases.snapshots.run(stop)),
+            asyncio.create_task(use_cases.monitor.run(stop)),
         ]
 
         async def stop_tasks() -> None:

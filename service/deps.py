@@ -1,4 +1,5 @@
-"""``Annotated`` dependencies shared by the routers."""
+"""``Annotated`` dependencies shared by the routers: one per use case, taken from the
+:class:`~service.usecases.UseCases` the app's lifespan built."""
 
 from __future__ import annotations
 
@@ -7,21 +8,35 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.auth import recommend_key, require_key
-from service.decision import DecisionService
-from service.settings import Settings
+from service.usecases import Monitor, PolicyAdmin, Recommender, Rewards, Snapshots
 
 
 # ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in its thread pool,
 # a thread hop per request for an attribute lookup.
-async def get_service(request: Request) -> DecisionService:
-    return request.app.state.service
+async def get_recommender(request: Request) -> Recommender:
+    return request.app.state.use_cases.recommender
 
 
-async def get_app_settings(request: Request) -> Settings:
-    return request.app.state.settings
+async def get_rewards(request: Request) -> Rewards:
+    return request.app.state.use_cases.rewards
 
 
-ServiceDep = Annotated[DecisionService, Depends(get_service)]
-SettingsDep = Annotated[Settings, Depends(get_app_settings)]
+async def get_admin(request: Request) -> PolicyAdmin:
+    return request.app.state.use_cases.admin
+
+
+async def get_snapshots(request: Request) -> Snapshots:
+    return request.app.state.use_cases.snapshots
+
+
+async def get_monitor(request: Request) -> Monitor:
+    return request.app.state.use_cases.monitor
+
+
+RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
+RewardsDep = Annotated[Rewards, Depends(get_rewards)]
+AdminDep = Annotated[PolicyAdmin, Depends(get_admin)]
+SnapshotsDep = Annotated[Snapshots, Depends(get_snapshots)]
+MonitorDep = Annotated[Monitor, Depends(get_monitor)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

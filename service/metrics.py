@@ -29,7 +29,7 @@ bandit_store_errors_total                counter    operation               stat
 =======================================  =========  ======================  ====================================
 
 The gauges are refreshed without any API call: every ``metrics_refresh_seconds`` by the
-lifespan's gauge loop (:meth:`service.decision.DecisionService.refresh_gauges`), and the
+lifespan's gauge loop (:meth:`service.usecases.readiness.Monitor.refresh_gauges`), and the
 event-log backlog also at every scrape of ``/metrics``. ``dependency`` is ``redis`` (the
 state store) or ``database`` (the event log).
 """

@@ -7,8 +7,8 @@ time order, each joined with its reward) and yields one
 
 * ``arm_ids`` -- the candidates in the order the service scored them;
 * ``X`` (K, d) -- the feature rows the policy scored, as logged: the service builds each
-  row ``x_a = concat(context, arm features)`` once, in ``DecisionService._candidates``
-  (named features put in ``feature_names`` order), and ``_log_decision`` writes exactly
+  row ``x_a = concat(context, arm features)`` once, in ``service.usecases.candidates.build_candidates``
+  (named features put in ``feature_names`` order), and the recommender logs exactly
   those rows as the candidates' ``features``. They are read back, never rebuilt, so the
   offline ``X`` is the online ``X`` bit for bit;
 * ``action`` -- the index of the served arm, ``pscore`` -- the logged propensity
@@ -37,7 +37,7 @@ from service.storage import base
 
 
 def to_logged_event(
-    logged: base.LoggedEvent, unrewarded: float | None = None
+    logged: base.LoggedDecision, unrewarded: float | None = None
 ) -> LoggedEvent | None:
     """One logged decision (and its reward) as an offline event; ``None`` when it has no
     reward and ``unrewarded`` is None (module docstring)."""

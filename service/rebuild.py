@@ -20,7 +20,7 @@ import numpy as np
 
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
-from service.storage.base import EventLog, LoggedEvent, StateStore
+from service.storage.base import EventLog, LoggedDecision, StateStore
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ class RebuildReport:
     parts: int
 
 
-def _collect(event_log: EventLog, info: PolicyInfo) -> tuple[list[LoggedEvent], Counter[str]]:
+def _collect(event_log: EventLog, info: PolicyInfo) -> tuple[list[LoggedDecision], Counter[str]]:
     """Rewarded events in reward order, and the decisions served per arm."""
-    rewarded: list[LoggedEvent] = []
+    rewarded: list[LoggedDecision] = []
     pulls: Counter[str] = Counter()
     for event in event_log.iter_events(info.name, since=info.reset_at):
         if event.decision.degraded:

@@ -116,6 +116,18 @@ class Settings(BaseSettings):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_not_empty(cls, value: str | None) -> str | None:
+        # An empty URL would otherwise mean neither Redis nor "embedded": each worker
+        # would keep its own in-process state.
+        if value is not None and not value.strip():
+            raise ValueError(
+                "BANDIT_REDIS_URL is set but empty; give redis://host:port/db, or unset it "
+                "for the embedded in-process state (one worker)"
+            )
+        return value
+
     @property
     def embedded(self) -> bool:
         """True when no Redis is configured (state lives in this process)."""

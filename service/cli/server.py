@@ -9,8 +9,12 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENAPI_PATH = ROOT / "openapi" / "openapi.json"
@@ -77,12 +81,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.set_defaults(run=_export_openapi)
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def _settings() -> Settings | None:
+    """The process's settings, or None after printing which ``BANDIT_*`` variable is
+    invalid and why."""
+    from pydantic import ValidationError
 
     from service.settings import get_settings
 
-    if args.workers > 1 and get_settings().embedded:
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            name = "BANDIT_" + str(error["loc"][0]).upper() if error["loc"] else "settings"
+            print(f"invalid {name}: {error['msg']}", file=sys.stderr)
+        return None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    settings = _settings()
+    if settings is None:
+        return EXIT_USAGE
+    if args.workers > 1 and settings.embedded:
         print(
             "--workers > 1 needs BANDIT_REDIS_URL: on the embedded default each worker would "
             "keep its own in-process state",
@@ -107,10 +128,11 @@ def _serve(args: argparse.Namespace) -> int:
 def _rebuild(args: argparse.Namespace) -> int:
     from service.app import make_event_log, make_store
     from service.rebuild import rebuild_policy
-    from service.settings import get_settings
     from service.storage.base import StoreUnavailableError
 
-    settings = get_settings()
+    settings = _settings()
+    if settings is None:
+        return EXIT_USAGE
     if settings.embedded:
         print(
             "bandit rebuild needs BANDIT_REDIS_URL: the embedded default rebuilds at every start",

@@ -1,1 +1,1 @@
-"""Thin HTTP routers: parse, call the decision service, answer."""
+"""Thin HTTP routers: parse, call one use case (``service.usecases``), answer."""

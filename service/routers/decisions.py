@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Response
 
-from service.deps import ApiKey, RecommendKey, ServiceDep
+from service.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
 from service.schemas import (
     ActivateResponse,
     ErrorDetail,
@@ -36,22 +36,22 @@ _errors = {
     # reads it without declaring the bearer scheme as a dependency, so it is named here
     openapi_extra={"security": [{"HTTPBearer": []}, {}]},
 )
-async def recommend(body: RecommendRequest, service: ServiceDep) -> Response:
+async def recommend(body: RecommendRequest, recommender: RecommenderDep) -> Response:
     """Choose an arm for a context. A repeated client ``event_id`` returns the original
     decision. When the state store is down the decision is served from this process's
     cached model and flagged ``degraded`` (it cannot be rewarded)."""
-    # The service serializes the response itself (``response_model`` documents it): a
+    # The use case serializes the response itself (``response_model`` documents it): a
     # returned model would be dumped, validated and serialized again by FastAPI.
-    return Response(await service.recommend(body), media_type="application/json")
+    return Response(await recommender.recommend(body), media_type="application/json")
 
 
 @router.post("/reward", response_model=RewardResponse, dependencies=[ApiKey], responses=_errors)
-async def reward(body: RewardRequest, service: ServiceDep) -> RewardResponse:
+async def reward(body: RewardRequest, rewards: RewardsDep) -> RewardResponse:
     """Apply a reward to the decision ``event_id`` exactly once. A repeat answers 200
     with ``applied: false, status: "already_rewarded"`` without changing the model;
     an event finalized with the default reward (or expired) is 409; unknown is 404;
     the state store down is 503 with ``Retry-After`` (nothing applied: retry)."""
-    return await service.reward(body)
+    return await rewards.reward(body)
 
 
 @router.post(
@@ -61,8 +61,8 @@ async def reward(body: RewardRequest, service: ServiceDep) -> RewardResponse:
     responses=_errors,
 )
 async def activate(
-    service: ServiceDep, event_id: str = Path(min_length=1, max_length=128)
+    rewards: RewardsDep, event_id: str = Path(min_length=1, max_length=128)
 ) -> ActivateResponse:
     """Activate a decision made with ``defer_activation``: only activated events are
     learned from (a deferred event never activated expires without a default reward)."""
-    return await service.activate(event_id)
+    return await rewards.activate(event_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Response
 
-from service.deps import ApiKey, ServiceDep
+from service.deps import AdminDep, ApiKey, SnapshotsDep
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
@@ -26,57 +26,57 @@ Name = Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
 
 
 @router.get("", response_model=PolicyList, responses=_errors)
-async def list_policies(service: ServiceDep) -> PolicyList:
-    return PolicyList(policies=await service.list_policies())
+async def list_policies(admin: AdminDep) -> PolicyList:
+    return PolicyList(policies=await admin.list_policies())
 
 
 @router.put("/{name}", response_model=PolicyInfo, responses=_errors)
-async def put_policy(body: PolicySpec, service: ServiceDep, name: str = Name) -> PolicyInfo:
+async def put_policy(body: PolicySpec, admin: AdminDep, name: str = Name) -> PolicyInfo:
     """Create or replace a policy. Changing ``algorithm``, ``dimension``, ``params``,
     ``reward_range``, ``epsilon``, ``guardrails`` or ``safe_arm`` resets its learned state."""
-    return await service.put_policy(name, body)
+    return await admin.put_policy(name, body)
 
 
 @router.get("/{name}", response_model=PolicyInfo, responses=_errors)
-async def get_policy(service: ServiceDep, name: str = Name) -> PolicyInfo:
-    return await service.get_policy(name)
+async def get_policy(admin: AdminDep, name: str = Name) -> PolicyInfo:
+    return await admin.get_policy(name)
 
 
 @router.delete("/{name}", status_code=204, responses=_errors)
-async def delete_policy(service: ServiceDep, name: str = Name) -> Response:
-    await service.delete_policy(name)
+async def delete_policy(admin: AdminDep, name: str = Name) -> Response:
+    await admin.delete_policy(name)
     return Response(status_code=204)
 
 
 @router.post("/{name}/arms", response_model=PolicyInfo, responses=_errors)
-async def add_arms(body: ArmsChange, service: ServiceDep, name: str = Name) -> PolicyInfo:
+async def add_arms(body: ArmsChange, admin: AdminDep, name: str = Name) -> PolicyInfo:
     """Register arms (served when a request omits ``arms``)."""
-    return await service.change_arms(name, add=body.arms)
+    return await admin.change_arms(name, add=body.arms)
 
 
 @router.post("/{name}/arms/retire", response_model=PolicyInfo, responses=_errors)
-async def retire_arms(body: ArmsChange, service: ServiceDep, name: str = Name) -> PolicyInfo:
+async def retire_arms(body: ArmsChange, admin: AdminDep, name: str = Name) -> PolicyInfo:
     """Unregister arms and delete what was learned about them."""
-    return await service.change_arms(name, retire=body.arms)
+    return await admin.change_arms(name, retire=body.arms)
 
 
 @router.post("/{name}/reset", response_model=PolicyInfo, responses=_errors)
-async def reset(service: ServiceDep, name: str = Name) -> PolicyInfo:
+async def reset(admin: AdminDep, name: str = Name) -> PolicyInfo:
     """Forget the learned state and the pending events; keep the configuration."""
-    return await service.reset(name)
+    return await admin.reset(name)
 
 
 @router.get("/{name}/stats", response_model=PolicyStats, responses=_errors)
-async def stats(service: ServiceDep, name: str = Name) -> PolicyStats:
-    return await service.stats(name)
+async def stats(admin: AdminDep, name: str = Name) -> PolicyStats:
+    return await admin.stats(name)
 
 
 @router.get("/{name}/snapshot", response_model=Snapshot, responses=_errors)
-async def export_snapshot(service: ServiceDep, name: str = Name) -> Snapshot:
-    return await service.export_snapshot(name)
+async def export_snapshot(snapshots: SnapshotsDep, name: str = Name) -> Snapshot:
+    return await snapshots.export_snapshot(name)
 
 
 @router.put("/{name}/snapshot", response_model=Snapshot, responses=_errors)
-async def import_snapshot(body: SnapshotImport, service: ServiceDep, name: str = Name) -> Snapshot:
+async def import_snapshot(body: SnapshotImport, snapshots: SnapshotsDep, name: str = Name) -> Snapshot:
     """Replace the learned state with an exported snapshot of the same algorithm and dimension."""
-    return await service.import_snapshot(name, body.data)
+    return await snapshots.import_snapshot(name, body.data)

@@ -1,4 +1,4 @@
-"""The two storage interfaces of the service.
+"""The two storage interfaces of the service (and the writer's sink in front of the log).
 
 ``StateStore`` keeps policy state *parts* as opaque bytes (the engine serializes them;
 see ``bandit_core.policy``), pending events, counters and the policy list, namespaced
@@ -6,8 +6,8 @@ per policy (in Redis every key of a policy shares the hash tag ``bandit:{policy}
 ``EventLog`` is the append-only record of decisions and rewards (PostgreSQL, or SQLite
 for the embedded default) and the source of truth that ``bandit rebuild`` replays.
 
-Key names inside a policy's namespace are free-form strings chosen by the decision
-service: ``arm:<id>``, ``shared``, ``user:<id>``, ``event:<id>``, ``config``.
+Key names inside a policy's namespace are free-form strings chosen by the use cases
+(``service.usecases``): ``arm:<id>``, ``shared``, ``user:<id>``, ``event:<id>``, ``config``.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ class RewardRecord:
 
 
 @dataclass(frozen=True)
-class LoggedEvent:
+class LoggedDecision:
     """A decision joined with its reward (``reward`` None if never rewarded)."""
 
     decision: DecisionRecord
@@ -216,6 +216,24 @@ class Snapshot:
     model_version: int
     data: bytes
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+class LogSink(Protocol):
+    """Where the use cases send decisions and rewards on their way to the
+    :class:`EventLog` (the batching writer, ``service.storage.writer``): never blocks."""
+
+    def submit_decision(self, record: DecisionRecord) -> None: ...
+
+    def submit_reward(self, record: RewardRecord) -> None: ...
+
+    @property
+    def spool_depth(self) -> int: ...
+
+    @property
+    def lag_seconds(self) -> float: ...
+
+    @property
+    def dead_letters(self) -> int: ...
 
 
 class EventLog(Protocol):
@@ -244,7 +262,7 @@ class EventLog(Protocol):
 
     def iter_events(
         self, policy: str, since: float | None = None, until: float | None = None, batch_size: int = 1000
-    ) -> Iterator[LoggedEvent]:
+    ) -> Iterator[LoggedDecision]:
         """Decisions of ``policy`` in time order with their rewards, streamed in batches."""
         ...
 

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from service.storage._common import check_ttl, checked_writes
 from service.storage.base import (
     Claim,
     EventIdTakenError,
@@ -31,6 +30,7 @@ from service.storage.base import (
     TransactionFn,
     VersionedValue,
 )
+from service.storage.checks import check_ttl, checked_writes
 
 
 @dataclass

@@ -42,7 +42,6 @@ from redis.connection import HiredisRespSerializer
 from redis.exceptions import NoScriptError, RedisError
 
 from bandit_core.errors import InvalidInputError
-from service.storage._common import check_ttl, checked_writes
 from service.storage.base import (
     Claim,
     EventIdTakenError,
@@ -52,6 +51,7 @@ from service.storage.base import (
     TransactionFn,
     VersionedValue,
 )
+from service.storage.checks import check_ttl, checked_writes
 
 T = TypeVar("T")
 
@@ -186,6 +186,16 @@ class RedisStateStore:
         self._max_attempts = max_attempts
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
+
+    @property
+    def connection_pool(self) -> aioredis.BlockingConnectionPool:
+        """The pool this store's connections come from (built from the URL's options)."""
+        return self._redis.connection_pool
+
+    @property
+    def commit_script_sha(self) -> str:
+        """SHA1 of the compare-and-set script a transaction commits with (``EVALSHA``)."""
+        return self._commit_script.sha
 
     @staticmethod
     def _prefix(policy: str) -> str:

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from service.storage.base import (
     DecisionRecord,
-    LoggedEvent,
+    LoggedDecision,
     RewardRecord,
     Snapshot,
     StoreUnavailableError,
@@ -136,7 +136,7 @@ class SqlEventLog:
         since: float | None = None,
         until: float | None = None,
         batch_size: int = 1000,
-    ) -> Iterator[LoggedEvent]:
+    ) -> Iterator[LoggedDecision]:
         """Decisions of ``policy`` with ``since <= created_at < until`` in (time, event id)
         order, each with its reward, fetched ``batch_size`` rows at a time."""
         reward_cols = [rewards.c[name].label(f"r_{name}") for name in _REWARD_FIELDS]
@@ -184,10 +184,10 @@ def _rows(records: Sequence[Any], fields: list[str]) -> list[dict[str, Any]]:
     return [{name: getattr(record, name) for name in fields} for record in records]
 
 
-def _logged_event(row: Any) -> LoggedEvent:
+def _logged_event(row: Any) -> LoggedDecision:
     decision = DecisionRecord(**{name: row[name] for name in _DECISION_FIELDS})
     if row["r_event_id"] is None:
-        return LoggedEvent(decision)
-    return LoggedEvent(
+        return LoggedDecision(decision)
+    return LoggedDecision(
         decision, RewardRecord(**{name: row[f"r_{name}"] for name in _REWARD_FIELDS})
     )

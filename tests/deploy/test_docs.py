@@ -136,13 +136,13 @@ def test_the_operator_procedures_are_documented(section: str, needles: list[str]
         assert needle in body, f"section {section!r} does not mention {needle!r}"
 
 
-@pytest.mark.parametrize("document", ["README.md", "docs/operations.md"])
+@pytest.mark.parametrize("document", ["README.md", "docs/operations.md", "docs/architecture.md"])
 def test_relative_links_resolve(document: str) -> None:
     path = ROOT / document
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", path.read_text())
     local = [link for link in links if not re.match(r"\w+://", link)]
     if document == "README.md":
-        assert "docs/operations.md" in local
+        assert {"docs/operations.md", "docs/architecture.md"} <= set(local)
     for link in local:
         assert (path.parent / link).exists(), f"{document} links {link}, which does not exist"
 
@@ -157,6 +157,24 @@ def test_every_repository_file_the_guide_names_exists() -> None:
     assert {"Dockerfile", "docker-compose.yml", "deploy/prometheus/alerts.yml"} <= named
     missing = sorted(path for path in named if not (ROOT / path).exists())
     assert not missing, f"docs/operations.md names files that do not exist: {missing}"
+
+
+def test_the_architecture_page_names_existing_files_and_every_use_case_module() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:bandit_core|service|migrations|openapi|tests)/[\w./-]+)`", text))
+    named |= {
+        "service/" + path
+        for path in re.findall(r"`((?:usecases|storage|routers)/[\w./-]+)`", text)
+    }
+    assert "bandit_core/registry.py" in named
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+    modules = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "service" / "usecases").glob("*.py")
+        if path.name != "__init__.py"
+    }
+    assert modules <= named, f"docs/architecture.md omits {sorted(modules - named)}"
 
 
 def test_the_rebuild_command_in_the_docs_parses() -> None:

@@ -129,10 +129,10 @@ async def app_client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, A
 async def _settled(app: Any, db_url: str) -> tuple[int, int]:
     """(decisions, rewards) in the log once everything submitted is written; no record
     may have been set aside as undeliverable."""
-    service = app.state.service
-    await asyncio.to_thread(service.sink.flush, 10.0)
-    assert service.sink.dead_letters == 0
-    return await asyncio.to_thread(service.event_log.count)
+    use_cases = app.state.use_cases
+    await asyncio.to_thread(use_cases.sink.flush, 10.0)
+    assert use_cases.sink.dead_letters == 0
+    return await asyncio.to_thread(use_cases.event_log.count)
 
 
 @pytest.mark.anyio

@@ -147,7 +147,7 @@ async def test_redis_lost_right_after_the_model_update(
                 event = (
                     await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
                 ).json()
-                store = app.state.service.store
+                store = app.state.use_cases.store
                 schedule = store.schedule
 
                 async def outage_then_schedule(*args: object) -> None:
@@ -172,6 +172,6 @@ async def test_redis_lost_right_after_the_model_update(
                 assert again.json()["status"] == "already_rewarded"
                 stats = (await http.get("/policies/p/stats")).json()["arms"][event["arm_id"]]
                 assert (stats["rewarded"], stats["reward_sum"]) == (1, 0.75)
-                await asyncio.to_thread(app.state.service.sink.flush, 10.0)
+                await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
                 _, rewards, counts = logged(db_url, "p")
                 assert rewards == {event["event_id"]: 0.75} and counts == (1, 1)

@@ -22,9 +22,9 @@ pytestmark = pytest.mark.anyio
 
 
 async def _counts(app: Any, policy: str) -> tuple[int, int]:
-    service = app.state.service
-    await asyncio.to_thread(service.sink.flush, 5.0)
-    return await asyncio.to_thread(service.event_log.count, policy)
+    use_cases = app.state.use_cases
+    await asyncio.to_thread(use_cases.sink.flush, 5.0)
+    return await asyncio.to_thread(use_cases.event_log.count, policy)
 
 
 async def _state(http: Any, app: Any, policy: str = "p") -> tuple[Any, tuple[int, int]]:
@@ -121,8 +121,8 @@ async def test_top_k_exclude_named_features_and_arm_features(make_settings: Any)
         assert r.status_code == 200, r.text
         body = r.json()
         assert len(body["ranking"]) == 2 and "x" not in [a["arm_id"] for a in body["ranking"]]
-        await asyncio.to_thread(app.state.service.sink.flush, 5.0)
-        (event,) = list(app.state.service.event_log.iter_events("p"))
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        (event,) = list(app.state.use_cases.event_log.iter_events("p"))
         features = {c["id"]: c["features"] for c in event.decision.candidates}
         assert features["w"] == [
             0.3,
@@ -164,7 +164,7 @@ async def test_default_reward_then_reward_is_409(make_settings: Any) -> None:
         ev = (
             await http.post("/recommend", json={"policy": "p", "context": [1.0, 1.0, 1.0]})
         ).json()
-        await wait_for(lambda: app.state.service.event_log.count("p")[1] == 1)
+        await wait_for(lambda: app.state.use_cases.event_log.count("p")[1] == 1)
         r = await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
         assert r.status_code == 409 and "defaulted" in r.json()["detail"]
         stats = (await http.get("/policies/p/stats")).json()
@@ -525,7 +525,7 @@ async def test_bad_policy_is_422_naming_the_field_and_writes_nothing(
         assert r.status_code == 422, r.text
         assert named in r.text
         assert (await http.get("/policies")).json() == {"policies": []}
-        assert await asyncio.to_thread(app.state.service.event_log.policies) == {}
+        assert await asyncio.to_thread(app.state.use_cases.event_log.policies) == {}
 
 
 async def test_an_unknown_parameter_is_named_and_only_hyperparameters_are_offered(

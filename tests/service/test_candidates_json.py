@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from service.decision import candidates_json
+from service.usecases.candidates import candidates_json
 
 
 def straightforward(ids: list[str], X: np.ndarray) -> bytes:

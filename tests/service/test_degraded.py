@@ -52,10 +52,10 @@ async def test_redis_down(
         assert ready.status_code == 503
         assert ready.json()["state_store"] == "unavailable" and ready.json()["event_log"] == "ok"
 
-        service = app.state.service
-        await asyncio.to_thread(service.sink.flush, 5.0)
-        decisions, rewards = await asyncio.to_thread(service.event_log.count, "p")
+        use_cases = app.state.use_cases
+        await asyncio.to_thread(use_cases.sink.flush, 5.0)
+        decisions, rewards = await asyncio.to_thread(use_cases.event_log.count, "p")
         assert (decisions, rewards) == (2, 0)
-        degraded = [e.decision.degraded for e in service.event_log.iter_events("p")]
+        degraded = [e.decision.degraded for e in use_cases.event_log.iter_events("p")]
         assert degraded == [False, True]
         assert "bandit_degraded_decisions_total" in (await http.get("/metrics")).text

@@ -159,10 +159,10 @@ async def test_dead_lettered_records_are_counted(make_settings: Any) -> None:
     async with running(make_settings(metrics_refresh_seconds=3600)) as (app, http, _):
         before = sample(await scrape(http), "bandit_event_log_dead_letters_total")
         assert before is not None
-        service = app.state.service
+        use_cases = app.state.use_cases
         # PostgreSQL rejects a NUL byte in text for good: not an outage, so no retry
         for i in range(2):
-            service.sink.submit_decision(
+            use_cases.sink.submit_decision(
                 DecisionRecord(
                     event_id=f"nul-{i}-{uuid.uuid4().hex}",
                     policy="bad\x00name",
@@ -175,7 +175,7 @@ async def test_dead_lettered_records_are_counted(make_settings: Any) -> None:
                     model_version=0,
                 )
             )
-        assert await asyncio.to_thread(service.sink.flush, 10.0)
+        assert await asyncio.to_thread(use_cases.sink.flush, 10.0)
         after = sample(await scrape(http), "bandit_event_log_dead_letters_total")
         assert after == before + 2
         assert sample(await scrape(http), "bandit_event_log_dead_letters_total") == after

@@ -70,7 +70,7 @@ async def test_simulated_frontend(make_settings: Any, backend: str) -> None:
         assert rate > UNIFORM_RATE + 0.25, rate
 
         app, http, _ = apps[0]
-        service = app.state.service
+        use_cases = app.state.use_cases
         total = len(explicit) + len(unrewarded)
 
         async def stats() -> dict[str, Any]:
@@ -93,9 +93,9 @@ async def test_simulated_frontend(make_settings: Any, backend: str) -> None:
         )
 
         for a, _, _ in apps:
-            await asyncio.to_thread(a.state.service.sink.flush, 10.0)
-        await wait_for(lambda: service.event_log.count("news") == (N_EVENTS, total))
-        logged = list(service.event_log.iter_events("news"))
+            await asyncio.to_thread(a.state.use_cases.sink.flush, 10.0)
+        await wait_for(lambda: use_cases.event_log.count("news") == (N_EVENTS, total))
+        logged = list(use_cases.event_log.iter_events("news"))
         assert {e.decision.event_id for e in logged} == set(
             responses
         )  # decisions in log == responses
@@ -147,8 +147,8 @@ async def test_default_reward_exactly_once_with_four_sweeping_replicas(make_sett
         assert sum(a["rewarded"] for a in final["arms"].values()) == n
         assert sum(a["reward_sum"] for a in final["arms"].values()) == 0.5 * n
         for a, _, _ in apps:
-            await asyncio.to_thread(a.state.service.sink.flush, 10.0)
-        log = apps[0][0].state.service.event_log
+            await asyncio.to_thread(a.state.use_cases.sink.flush, 10.0)
+        log = apps[0][0].state.use_cases.event_log
         await wait_for(lambda: log.count("p") == (n, n))
 
 

@@ -125,9 +125,9 @@ async def _fill(url: str, data_dir: Path, seeds: tuple[int, ...]) -> list[Log]:
                     Served(ids, X, dec["arm_id"], dec["ranking"][0]["propensity"], reward, user)
                 )
             logs.append(log)
-        sink = app.state.service.sink
+        sink = app.state.use_cases.sink
         await asyncio.to_thread(sink.flush, 10.0)
-        event_log = app.state.service.event_log
+        event_log = app.state.use_cases.event_log
         for log in logs:
             await wait_for(lambda log=log: event_log.count(log.policy)[0] == EVENTS)
     return logs

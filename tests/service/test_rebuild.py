@@ -42,8 +42,8 @@ async def test_rebuild_reconstructs_the_live_state(
             )
         live_stats = (await http.get("/policies/p/stats")).json()
         live = _model((await http.get("/policies/p/snapshot")).json())
-        await asyncio.to_thread(app.state.service.sink.flush, 5.0)
-        log = app.state.service.event_log
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        log = app.state.use_cases.event_log
         await wait_for(lambda: log.latest_snapshot("p") is not None)
 
     redis.Redis.from_url(settings.redis_url).flushdb()

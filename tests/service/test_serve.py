@@ -79,6 +79,18 @@ def test_serve_refuses_workers_on_the_embedded_default(tmp_path: Path) -> None:
     assert done.returncode == 2 and "BANDIT_REDIS_URL" in done.stderr
 
 
+def test_serve_refuses_an_empty_redis_url(tmp_path: Path) -> None:
+    # "" is neither a Redis URL nor unset: each worker would keep its own in-process state.
+    cmd = [sys.executable, "-m", "service.cli", "serve"]
+    env = {**_clean_env(), "BANDIT_REDIS_URL": ""}
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "invalid BANDIT_REDIS_URL" in done.stderr and "set but empty" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "bandit-data").exists()  # refused before anything started
+
 
 def test_rebuild_with_the_state_store_down_fails_with_one_line(tmp_path: Path) -> None:
     """A valid command that cannot reach Redis is a failure (exit 1), not a traceback."""

@@ -51,7 +51,7 @@ def test_refuses_what_redis_py_refuses(bad: object) -> None:
     ],
 )
 def test_store_keeps_the_url_connection_kind_and_options(url: str, kind: type) -> None:
-    pool = RedisStateStore(url, socket_timeout=1.5, max_connections=7)._redis.connection_pool
+    pool = RedisStateStore(url, socket_timeout=1.5, max_connections=7).connection_pool
     assert isinstance(pool, aioredis.BlockingConnectionPool)
     assert pool.connection_class.__mro__[1] is kind
     assert (pool.max_connections, pool.timeout) == (7, 1.5)

@@ -11,10 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from bandit_core.errors import ConfigError
-from service.decision import candidates_json
 from service.storage.base import (
     DecisionRecord,
-    LoggedEvent,
+    LoggedDecision,
     RewardRecord,
     Snapshot,
     StoreUnavailableError,
@@ -22,6 +21,7 @@ from service.storage.base import (
 from service.storage.migrate import upgrade_head
 from service.storage.schema import database_url
 from service.storage.sql_log import SqlEventLog
+from service.usecases.candidates import candidates_json
 from tests.databases import database
 
 
@@ -69,7 +69,7 @@ def test_append_round_trips_records_exactly(log: SqlEventLog) -> None:
     plain = decision(2)
     r = reward(1, value=-0.125, source="default")
     log.append([d, plain], [r])
-    assert list(log.iter_events("p")) == [LoggedEvent(d, r), LoggedEvent(plain, None)]
+    assert list(log.iter_events("p")) == [LoggedDecision(d, r), LoggedDecision(plain, None)]
 
 
 def test_append_takes_candidates_already_encoded(log: SqlEventLog) -> None:

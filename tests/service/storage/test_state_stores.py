@@ -362,7 +362,7 @@ async def test_redis_commit_retries_when_another_writer_interleaves() -> None:
     try:
         await store.transact(policy, ["n", "m"], lambda v: {"n": _pack(10), "m": _pack(0)})
         sync_other = redis.Redis.from_url(REDIS_URL)
-        commit = other._commit_script
+        commit_sha = other.commit_script_sha
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             calls.append(_int(values["n"]))
@@ -370,7 +370,7 @@ async def test_redis_commit_retries_when_another_writer_interleaves() -> None:
                 version = int(sync_other.hget(f"bandit:{{{policy}}}:versions", "n"))
                 prefix = f"bandit:{{{policy}}}:"
                 sync_other.evalsha(
-                    commit.sha,
+                    commit_sha,
                     5,
                     prefix + "versions",
                     prefix + "clock",

@@ -13,11 +13,11 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 
-from service.decision import candidates_json
 from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.sql_log import SqlEventLog
 from service.storage.writer import EventLogWriter
+from service.usecases.candidates import candidates_json
 from tests.databases import database, postgres_schema
 from tests.service.storage.tcp_proxy import TcpProxy
 

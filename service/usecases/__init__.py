@@ -1,0 +1,88 @@
+"""The service's use cases, one module each, over the state store and the event log.
+
+===================  =====================================================================
+module               use case (public surface)
+===================  =====================================================================
+``recommend``        ``Recommender.recommend``: ``POST /recommend``
+``rewards``          ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
+``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
+``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
+``snapshots``        ``Snapshots``: export, import, periodic save to the event log
+``readiness``        ``Monitor``: ``/readyz``, ``/metrics`` backlog, the gauge refresh loop
+``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
+``events``           ``PendingEvent`` and its ``EventState``
+``candidates``       a request's candidate ids and feature rows
+===================  =====================================================================
+
+Routers (``service.routers``) and any other API family call these public methods only;
+:func:`build_use_cases` wires one set per process in the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.settings import Settings
+from service.storage.base import EventLog, LogSink, StateStore
+from service.usecases.admin import PolicyAdmin
+from service.usecases.policy_cache import PolicyCache
+from service.usecases.readiness import Monitor
+from service.usecases.recommend import Recommender
+from service.usecases.rewards import Rewards
+from service.usecases.snapshots import Snapshots
+from service.usecases.sweeper import Sweeper
+
+__all__ = [
+    "Monitor",
+    "PolicyAdmin",
+    "PolicyCache",
+    "Recommender",
+    "Rewards",
+    "Snapshots",
+    "Sweeper",
+    "UseCases",
+    "build_use_cases",
+]
+
+
+@dataclass(frozen=True)
+class UseCases:
+    """One process's use cases and the stores they share."""
+
+    store: StateStore
+    sink: LogSink
+    event_log: EventLog
+    cache: PolicyCache
+    recommender: Recommender
+    rewards: Rewards
+    sweeper: Sweeper
+    admin: PolicyAdmin
+    snapshots: Snapshots
+    monitor: Monitor
+
+
+def build_use_cases(
+    store: StateStore,
+    sink: LogSink,
+    event_log: EventLog,
+    settings: Settings,
+    clock: Callable[[], float] = time.time,
+) -> UseCases:
+    """Every use case over one shared :class:`PolicyCache` of ``store``."""
+    cache = PolicyCache(store)
+    rewards = Rewards(cache, sink, settings, clock)
+    admin = PolicyAdmin(cache, event_log, settings, clock)
+    return UseCases(
+        store=store,
+        sink=sink,
+        event_log=event_log,
+        cache=cache,
+        recommender=Recommender(cache, sink, settings, clock),
+        rewards=rewards,
+        sweeper=Sweeper(cache, rewards, settings, clock),
+        admin=admin,
+        snapshots=Snapshots(cache, event_log, settings, clock),
+        monitor=Monitor(store, sink, event_log, admin, settings),
+    )

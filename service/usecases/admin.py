@@ -1,0 +1,156 @@
+"""Policy administration (``/policies``): create, replace, list, delete, reset, arms
+and statistics. A change the engine sees (``engine_changed``) resets the learned state;
+every config change is recorded in the event log first, so a rebuild replays it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from service import metrics
+from service.errors import InvalidRequest, NotFound
+from service.policies import (
+    CONFIG_KEY,
+    build_policy,
+    encode_info,
+    engine_changed,
+    new_info,
+    spec_of,
+)
+from service.schemas import ArmStatsOut, PolicyInfo, PolicySpec, PolicyStats
+from service.settings import Settings
+from service.storage.base import EventLog
+from service.usecases.policy_cache import PolicyCache
+
+
+@dataclass
+class PolicyAdmin:
+    """The policy administration use cases; one per process."""
+
+    cache: PolicyCache
+    event_log: EventLog
+    settings: Settings
+    clock: Callable[[], float] = time.time
+
+    async def get_policy(self, name: str) -> PolicyInfo:
+        runtime, _, _ = await self.cache.load(name)
+        return runtime.info
+
+    async def list_policies(self) -> list[PolicyInfo]:
+        out = []
+        for name in sorted(await self.cache.store.list_policies()):
+            try:
+                out.append(await self.get_policy(name))
+            except NotFound:
+                continue
+        return out
+
+    async def put_policy(self, name: str, spec: PolicySpec, log_config: bool = True) -> PolicyInfo:
+        """Create or replace a policy; a change the engine sees resets its state."""
+        if not self.settings.allow_import_guardrails and any(
+            g.get("type") == "import" for g in spec.guardrails or ()
+        ):
+            raise InvalidRequest(
+                "guardrails of type 'import' load server-side code; the server must set "
+                "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them",
+                ["body", "guardrails"],
+            )
+        build_policy(spec)
+        now = self.clock()
+        try:
+            old = await self.get_policy(name)
+        except NotFound:
+            old = None
+        reset = old is None or engine_changed(spec_of(old), spec)
+        info = new_info(name, spec, now, old, reset=reset)
+        if log_config:
+            await asyncio.to_thread(
+                self.event_log.upsert_policy, name, info.model_dump(mode="json")
+            )
+        if old is not None and reset:
+            await self.cache.store.delete_policy(name)
+        await self._write_config(name, info)
+        return info
+
+    async def delete_policy(self, name: str) -> None:
+        await self.get_policy(name)
+        await asyncio.to_thread(self.event_log.delete_policy, name)
+        await self.cache.store.delete_policy(name)
+        self.cache.forget(name)
+
+    async def reset(self, name: str) -> PolicyInfo:
+        """Forget everything learned (and the pending events); keeps the config."""
+        old = await self.get_policy(name)
+        info = new_info(name, spec_of(old), self.clock(), old, reset=True)
+        await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
+        await self.cache.store.delete_policy(name)
+        await self._write_config(name, info)
+        return info
+
+    async def change_arms(
+        self, name: str, add: Sequence[str] = (), retire: Sequence[str] = ()
+    ) -> PolicyInfo:
+        """Register arms, or retire them (their learned state is deleted)."""
+        old = await self.get_policy(name)
+        arms = [a for a in (old.arms or []) if a not in retire] + [
+            a for a in dict.fromkeys(add) if a not in (old.arms or [])
+        ]
+        unknown = [a for a in retire if a not in (old.arms or [])]
+        if unknown:
+            raise NotFound(f"arms {unknown} are not registered arms of policy {name!r}")
+        spec = spec_of(old).model_copy(update={"arms": arms})
+        info = new_info(name, spec, self.clock(), old, reset=False)
+        await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
+        await self._write_config(name, info, {f"arm:{a}": None for a in retire})
+        return info
+
+    async def stats(self, name: str) -> PolicyStats:
+        """Counts and per-arm statistics of ``name``; also publishes its gauges (alpha
+        per arm, delta_G and its limit, pending events)."""
+        runtime, arms, counters = await self.cache.load_all(name)
+        policy = runtime.policy
+        out: dict[str, ArmStatsOut] = {}
+        for arm in arms:
+            if arm in policy.arm_ids:
+                s = policy.arm_stats(arm)
+                rewarded, total, extras = s.rewarded, s.reward_sum, dict(s.extras)
+            else:
+                rewarded, total, extras = 0, 0.0, {}
+            alpha = extras.get("alpha")
+            if alpha is not None:
+                metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
+            out[arm] = ArmStatsOut(
+                pulls=int(counters.get(f"pulls:{arm}", 0)),
+                rewarded=rewarded,
+                reward_sum=total,
+                mean_reward=total / rewarded if rewarded else 0.0,
+                alpha=alpha,
+                extras=extras,
+            )
+        pstats = {k: float(v) for k, v in policy.policy_stats().items()}
+        delta_g = pstats.get("delta_g")
+        if delta_g is not None:
+            metrics.DELTA_G.labels(name).set(delta_g)
+            limit = runtime.info.delta_g_limit
+            metrics.DELTA_G_LIMIT.labels(name).set(
+                self.settings.default_delta_g_limit if limit is None else limit
+            )
+        metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
+        return PolicyStats(
+            policy=name,
+            algorithm=runtime.info.algorithm,
+            decisions=int(counters.get("decisions", 0)),
+            rewards=int(counters.get("rewards", 0)),
+            default_rewards=int(counters.get("default_rewards", 0)),
+            arms=out,
+            delta_G=delta_g,
+            policy_stats=pstats,
+        )
+
+    async def _write_config(
+        self, name: str, info: PolicyInfo, extra: Mapping[str, bytes | None] | None = None
+    ) -> None:
+        await self.cache.store.add_policy(name)
+        await self.cache.replace(name, {CONFIG_KEY: encode_info(info), **(extra or {})})

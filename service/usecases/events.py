@@ -1,0 +1,106 @@
+"""Pending events: what ``POST /recommend`` stores for a decision until its reward.
+
+An event (state key ``event:<id>``, JSON) moves through the states of
+:class:`EventState`::
+
+    pending --POST /reward-------------> rewarded   (model updated once)
+    pending --sweeper, activated-------> defaulted  (default_reward applied once)
+    pending --sweeper, not activated---> expired    (never learned from)
+
+Every transition is one store transaction over the event key and the parts the update
+touches (:mod:`service.usecases.rewards`), so a reward and the sweepers of several
+replicas race safely: exactly one transition happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import orjson
+
+EVENT_PREFIX = "event:"
+
+
+class EventState(str, Enum):
+    """Where a pending event is in its life (stored as the value string)."""
+
+    PENDING = "pending"
+    REWARDED = "rewarded"
+    DEFAULTED = "defaulted"
+    EXPIRED = "expired"
+
+
+def event_key(event_id: str) -> str:
+    """The state-store key of the event ``event_id`` in its policy's namespace."""
+    return EVENT_PREFIX + event_id
+
+
+def dumps(obj: Any) -> bytes:
+    """JSON bytes of ``obj``; numpy scalars an engine may hand back are written as the
+    numbers they are."""
+    # orjson: a K = 50 pending event (with its response) in 43 us against 117 us by json
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+@dataclass(slots=True)
+class PendingEvent:
+    """One served decision waiting for (or finalized with) its reward.
+
+    ``x`` is the feature row of the served arm (length ``dimension``); ``reset_at`` the
+    policy's reset time when it was served (a reward after a reset is refused);
+    ``response`` the ``RecommendResponse`` JSON object, answered again to a repeated
+    client event id. ``reward`` and ``finalized_at`` are set by the transition out of
+    ``pending`` (``reward`` stays None for an expired event).
+    """
+
+    state: EventState
+    arm_id: str
+    x: list[float]
+    user_id: str | None
+    activated: bool
+    created_at: float
+    reset_at: float | None
+    response: dict[str, Any]
+    reward: float | None = None
+    finalized_at: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.state is EventState.PENDING
+
+    def to_json(self) -> bytes:
+        """The stored JSON (field order as written since the first version; the two
+        finalization fields only once finalized)."""
+        out: dict[str, Any] = {
+            "state": self.state.value,
+            "arm_id": self.arm_id,
+            "x": self.x,
+            "user_id": self.user_id,
+            "activated": self.activated,
+            "created_at": self.created_at,
+            "reset_at": self.reset_at,
+            "response": self.response,
+        }
+        if self.finalized_at is not None:
+            out["reward"] = self.reward
+            out["finalized_at"] = self.finalized_at
+        return dumps(out)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PendingEvent:
+        """The event stored as ``data`` by :meth:`to_json`."""
+        ev = orjson.loads(data)
+        return cls(
+            state=EventState(ev["state"]),
+            arm_id=ev["arm_id"],
+            x=ev["x"],
+            user_id=ev.get("user_id"),
+            activated=ev["activated"],
+            created_at=ev["created_at"],
+            reset_at=ev.get("reset_at"),
+            response=ev["response"],
+            reward=ev.get("reward"),
+            finalized_at=ev.get("finalized_at"),
+        )

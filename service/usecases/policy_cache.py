@@ -1,0 +1,156 @@
+"""The process's cached engine policies and the store transactions that keep them honest.
+
+State parts live in the store under the engine's part names (``arm:<id>``, ``shared``,
+``user:<id>``) beside the policy's ``config``; every process keeps one
+:class:`~service.policies.Runtime` per policy name and loads only the parts whose store
+version changed (one round trip per decision). Every use case reads and writes policy
+state through one :class:`PolicyCache`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from bandit_core import BasePolicy
+from service import metrics
+from service.errors import NotFound
+from service.policies import CONFIG_KEY, Runtime, build_policy, decode_info, spec_of
+from service.storage.base import (
+    Claim,
+    Schedule,
+    StateStore,
+    StoreUnavailableError,
+    TransactionFn,
+    VersionedValue,
+)
+from service.usecases.events import EVENT_PREFIX
+
+
+class PolicyCache:
+    """Engine policies of this process by name, brought up to date from ``store``."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self._runtimes: dict[str, Runtime] = {}
+
+    def cached(self, name: str) -> Runtime | None:
+        """The cached policy ``name`` as last loaded (no store call), or None."""
+        return self._runtimes.get(name)
+
+    def forget(self, name: str) -> None:
+        """Drop the cached policy ``name``: the next load rebuilds it from the store."""
+        self._runtimes.pop(name, None)
+
+    async def read(
+        self, name: str, keys: Sequence[str], known: Mapping[str, int]
+    ) -> dict[str, Any]:
+        """``store.read`` counting an unreachable store in ``bandit_store_errors_total``."""
+        try:
+            return await self.store.read(name, list(keys), known)
+        except StoreUnavailableError:
+            metrics.STORE_ERRORS.labels("read").inc()
+            raise
+
+    async def load(
+        self,
+        name: str,
+        parts_of: Callable[[BasePolicy], list[str]] = lambda p: [],
+        extra: Sequence[str] = (),
+    ) -> tuple[Runtime, list[str], dict[str, bytes | None]]:
+        """Bring the cached policy ``name`` up to date for the parts ``parts_of(policy)``
+        in one round trip (two when its config changed); return it, those parts and the
+        raw values of the ``extra`` keys. 404 if the policy does not exist."""
+        runtime = self._runtimes.get(name)
+        parts = parts_of(runtime.policy) if runtime else []
+        known = {p: runtime.versions[p] for p in parts if runtime and p in runtime.versions}
+        if runtime is not None and runtime.config_version:
+            known[CONFIG_KEY] = runtime.config_version  # the config comes back only if changed
+        values = await self.read(name, [CONFIG_KEY, *extra, *parts], known)
+        config = values.get(CONFIG_KEY)
+        if config is None and runtime is not None and CONFIG_KEY in known:
+            info = runtime.info
+        elif config is None or config.data is None:
+            self._runtimes.pop(name, None)
+            raise NotFound(f"policy {name!r} does not exist")
+        else:
+            info = decode_info(config.data)
+        if runtime is None or runtime.info.revision != info.revision:
+            runtime = Runtime(info=info, policy=build_policy(spec_of(info)))
+            self._runtimes[name] = runtime
+            parts = parts_of(runtime.policy)
+            values.update(await self.read(name, parts, {}))
+        runtime.info = info
+        if config is not None:
+            runtime.config_version = config.version
+        _absorb(runtime, {p: values[p] for p in parts if p in values})
+        return runtime, parts, {k: values[k].data if k in values else None for k in extra}
+
+    async def known_arms(self, name: str, runtime: Runtime) -> list[str]:
+        """The registered arms of ``name``, then every other arm ever served (by its
+        ``pulls:<arm>`` counter), sorted."""
+        counters = await self.store.counters(name)
+        arms = list(runtime.info.arms or [])
+        arms += sorted(
+            k[len("pulls:") :] for k in counters if k.startswith("pulls:") and k[6:] not in arms
+        )
+        return arms
+
+    async def load_all(self, name: str) -> tuple[Runtime, list[str], dict[str, float]]:
+        """The policy ``name`` with the parts of every known arm loaded, those arms and
+        the policy's counters."""
+        runtime, _, _ = await self.load(name)
+        arms = await self.known_arms(name, runtime)
+        runtime, _, _ = await self.load(name, lambda p: p.parts_for_select(arms) if arms else [])
+        return runtime, arms, await self.store.counters(name)
+
+    async def transact(
+        self,
+        runtime: Runtime,
+        name: str,
+        keys: list[str],
+        fn: TransactionFn,
+        assumed: Mapping[str, VersionedValue] | None = None,
+        schedule: Callable[[], Schedule] | None = None,
+        claim: Claim | None = None,
+    ) -> dict[str, int]:
+        """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
+        values in the cached policy; their versions are recorded only if no concurrent
+        load replaced cached parts meanwhile, and on failure the touched parts are
+        reloaded next time."""
+        mark = -1
+
+        def tracked(values: dict[str, bytes | None]) -> Mapping[str, bytes | None]:
+            nonlocal mark
+            out = fn(values)
+            mark = runtime.absorbed
+            return out
+
+        parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
+        try:
+            versions = await self.store.transact(name, keys, tracked, assumed, schedule, claim)
+        except BaseException as exc:
+            if isinstance(exc, StoreUnavailableError):
+                metrics.STORE_ERRORS.labels("transact").inc()
+            for k in parts:
+                runtime.versions.pop(k, None)
+            raise
+        for k in parts:
+            if k in versions and mark == runtime.absorbed:
+                runtime.versions[k] = versions[k]
+            else:
+                runtime.versions.pop(k, None)
+        return versions
+
+    async def replace(self, name: str, values: Mapping[str, bytes | None]) -> None:
+        """Write ``values`` (None deletes) in one transaction regardless of what was
+        stored, and drop the cached policy."""
+        await self.store.transact(name, list(values), lambda _values: values)
+        self._runtimes.pop(name, None)
+
+
+def _absorb(runtime: Runtime, values: Mapping[str, VersionedValue]) -> None:
+    if values:
+        runtime.policy.import_parts({k: v.data for k, v in values.items()})
+        runtime.versions.update({k: v.version for k, v in values.items()})
+        runtime.absorbed += 1

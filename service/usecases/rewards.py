@@ -1,0 +1,209 @@
+"""``POST /reward`` and ``POST /events/{id}/activate``, and the one transition every
+finalization goes through (:meth:`Rewards.finalize`, used by the sweeper too).
+
+Repeated reward: ``200`` with ``applied: false`` and ``status: "already_rewarded"``
+and the originally applied value; the model is not changed again. A reward for an
+event finalized by the sweeper (default reward or expiry) is ``409``. A finished event
+stays ``done_event_retention_seconds`` so repeats are answered, then the sweeper
+deletes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from service import metrics
+from service.errors import Conflict, InvalidRequest, NotFound
+from service.policies import Runtime
+from service.schemas import ActivateResponse, RewardRequest, RewardResponse
+from service.settings import Settings
+from service.storage.base import LogSink, RewardRecord
+from service.usecases.events import EventState, PendingEvent, event_key
+from service.usecases.policy_cache import PolicyCache
+
+
+class EventAlreadyFinalError(Exception):
+    """The event left ``pending`` before this transition (it happened elsewhere)."""
+
+    def __init__(self, event: PendingEvent) -> None:
+        super().__init__(event.state.value)
+        self.event = event
+
+
+def stored_event(event_id: str, data: bytes | None) -> PendingEvent:
+    """The event stored as ``data``; 404 when it is gone (unknown or expired)."""
+    if data is None:
+        raise NotFound(f"event_id {event_id!r} is unknown or expired")
+    return PendingEvent.from_json(data)
+
+
+@dataclass
+class Rewards:
+    """The reward and activation use cases; one per process."""
+
+    cache: PolicyCache
+    sink: LogSink
+    settings: Settings
+    clock: Callable[[], float] = time.time
+
+    async def reward(self, req: RewardRequest) -> RewardResponse:
+        """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""
+        name = await self.cache.store.event_policy(req.event_id)
+        if name is None:
+            raise NotFound(f"event_id {req.event_id!r} is unknown or expired")
+        runtime, _, raw = await self.cache.load(name, extra=[event_key(req.event_id)])
+        event = stored_event(req.event_id, raw[event_key(req.event_id)])
+        if req.arm_id is not None and req.arm_id != event.arm_id:
+            raise InvalidRequest(
+                f"arm_id must be the served arm {event.arm_id!r} of this event, but got {req.arm_id!r}",
+                ["body", "arm_id"],
+            )
+        low, high = runtime.info.reward_range
+        if not low <= req.reward <= high:
+            raise InvalidRequest(
+                f"reward must lie in the policy's reward_range [{low}, {high}], but got {req.reward}",
+                ["body", "reward"],
+            )
+        if event.pending and not event.activated:
+            raise Conflict(
+                f"event {req.event_id!r} was deferred and is not activated; activate it first"
+            )
+        try:
+            applied = await self.finalize(
+                name, runtime, req.event_id, event, req.reward, EventState.REWARDED
+            )
+        except EventAlreadyFinalError as final:
+            event = final.event
+            if event.state is EventState.REWARDED:
+                self.log_reward(name, req.event_id, event)
+                return RewardResponse(
+                    event_id=req.event_id,
+                    arm_id=event.arm_id,
+                    reward=event.reward,
+                    applied=False,
+                    status="already_rewarded",
+                )
+            raise Conflict(
+                f"event {req.event_id!r} is already finalized ({event.state.value})"
+            ) from None
+        await self.record_final(name, req.event_id, applied, "explicit")
+        return RewardResponse(
+            event_id=req.event_id,
+            arm_id=event.arm_id,
+            reward=req.reward,
+            applied=True,
+            status="applied",
+        )
+
+    async def activate(self, event_id: str) -> ActivateResponse:
+        """Activate a deferred event: from now on it is learned from (and its default
+        reward is due ``reward_wait_seconds`` from now)."""
+        name = await self.cache.store.event_policy(event_id)
+        if name is None:
+            raise NotFound(f"event_id {event_id!r} is unknown or expired")
+        runtime, _, raw = await self.cache.load(name, extra=[event_key(event_id)])
+        key = event_key(event_id)
+        stored_event(event_id, raw[key])
+
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            ev = stored_event(event_id, values[key])
+            if ev.state is EventState.REWARDED or (ev.pending and ev.activated):
+                return {}
+            if not ev.pending:
+                raise Conflict(f"event {event_id!r} is already finalized ({ev.state.value})")
+            ev.activated = True
+            return {key: ev.to_json()}
+
+        written = await self.cache.transact(runtime, name, [key], fn)
+        if written:
+            await self.cache.store.schedule(
+                name, event_id, self.clock() + runtime.info.reward_wait_seconds
+            )
+        return ActivateResponse(event_id=event_id, activated=True)
+
+    async def finalize(
+        self,
+        name: str,
+        runtime: Runtime,
+        event_id: str,
+        event: PendingEvent,
+        value: float | None,
+        state: EventState,
+    ) -> PendingEvent:
+        """One transaction: move a pending event to ``state`` and, when ``value`` is not
+        None, update the served arm's parts with it; returns the finalized event. Raises
+        :class:`EventAlreadyFinalError` if the event is no longer pending."""
+        key = event_key(event_id)
+        arm, user = event.arm_id, event.user_id
+        parts = runtime.policy.parts_for_update(arm, user) if value is not None else []
+        result: list[PendingEvent] = []
+
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            ev = stored_event(event_id, values[key])
+            if not ev.pending:
+                raise EventAlreadyFinalError(ev)
+            if ev.reset_at != runtime.info.reset_at and value is not None:
+                raise Conflict(
+                    f"policy {name!r} was reset or reconfigured after event {event_id!r}"
+                )
+            out: dict[str, bytes | None] = {}
+            if value is not None:
+                runtime.policy.import_parts({p: values[p] for p in parts})
+                runtime.policy.add_arm(arm)
+                runtime.policy.update(arm, np.asarray(ev.x), value, user_id=user)
+                out.update(runtime.policy.export_parts(parts))
+            ev.state, ev.reward, ev.finalized_at = state, value, self.clock()
+            out[key] = ev.to_json()
+            result[:] = [ev]
+            return out
+
+        await self.cache.transact(runtime, name, [key, *parts], fn)
+        if value is not None:
+            alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
+            if alpha is not None:
+                metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
+        return result[0]
+
+    async def record_final(
+        self, name: str, event_id: str, event: PendingEvent, source: str | None
+    ) -> None:
+        """Once an event left ``pending``: log the applied reward first (the model already
+        holds it; ``source`` ``"explicit"`` or ``"default"``, None for an expiry), then the
+        retention schedule and the counters."""
+        now = self.clock()
+        counters = {"pending": -1.0}
+        if source is None:
+            metrics.EXPIRED_EVENTS.labels(name).inc()
+        else:
+            arm, value = self.log_reward(name, event_id, event)
+            metrics.REWARDS.labels(name, arm, source).inc()
+            metrics.REWARD_SUM.labels(name, arm, source).inc(value)
+            counters["rewards"] = 1.0
+            if source == "default":
+                metrics.DEFAULT_REWARDS.labels(name).inc()
+                counters["default_rewards"] = 1.0
+        retention = now + self.settings.done_event_retention_seconds
+        await self.cache.store.schedule(name, event_id, retention, counters)
+
+    def log_reward(self, name: str, event_id: str, event: PendingEvent) -> tuple[str, float]:
+        """Submit the reward of a finalized event to the log; safe to repeat (the log is
+        idempotent on event id), which is how a reward applied by a process that died
+        before logging it still reaches the log: on the client's repeat, or at the
+        latest when the sweeper deletes the finished event."""
+        arm, value = event.arm_id, float(event.reward)
+        source = "explicit" if event.state is EventState.REWARDED else "default"
+        self.sink.submit_reward(
+            RewardRecord(
+                event_id=event_id,
+                policy=name,
+                arm_id=arm,
+                value=value,
+                source=source,
+                created_at=float(event.finalized_at),
+            )
+        )
+        return arm, value

@@ -1,0 +1,93 @@
+"""Whole-policy snapshots: export and import over the API (``/policies/{name}/snapshot``)
+and the periodic save of every policy into the event log."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import bandit_core
+from bandit_core import BanditError
+from service.errors import InvalidRequest, NotFound
+from service.policies import build_policy
+from service.schemas import Snapshot
+from service.settings import Settings
+from service.storage.base import EventLog
+from service.storage.base import Snapshot as LogSnapshot
+from service.usecases.periodic import every
+from service.usecases.policy_cache import PolicyCache
+
+
+@dataclass
+class Snapshots:
+    """The snapshot use cases; one per process."""
+
+    cache: PolicyCache
+    event_log: EventLog
+    settings: Settings
+    clock: Callable[[], float] = time.time
+
+    async def export_snapshot(self, name: str) -> Snapshot:
+        """The whole model of ``name`` (state of every known arm and the shared part;
+        per-user parts are not enumerable from the store and are left out)."""
+        runtime, arms, _ = await self.cache.load_all(name)
+        parts = runtime.policy.parts_for_select(arms) if arms else []
+        # A fresh policy holding exactly the loaded parts (the cache may hold user parts).
+        model = build_policy(runtime.spec)
+        model.import_parts(runtime.policy.export_parts(parts))
+        return Snapshot(
+            policy=name,
+            algorithm=runtime.info.algorithm,
+            created_at=self.clock(),
+            model_version=runtime.model_version(parts),
+            data=base64.b64encode(model.to_bytes()).decode(),
+        )
+
+    async def import_snapshot(self, name: str, data: str) -> Snapshot:
+        """Replace the learned state of ``name`` with an exported snapshot (base64 of
+        ``BasePolicy.to_bytes``) of the same algorithm and dimension."""
+        runtime, _, _ = await self.cache.load(name)
+        try:
+            blob = base64.b64decode(data, validate=True)
+            policy = bandit_core.policy_from_bytes(blob)
+        except (ValueError, BanditError) as exc:
+            raise InvalidRequest(
+                f"data is not an exported snapshot: {exc}", ["body", "data"]
+            ) from exc
+        if policy.name != runtime.info.algorithm or policy.config.d != runtime.info.dimension:
+            raise InvalidRequest(
+                f"snapshot is {policy.name} with dimension {policy.config.d}, but policy {name!r} is "
+                f"{runtime.info.algorithm} with dimension {runtime.info.dimension}",
+                ["body", "data"],
+            )
+        await self.cache.replace(name, policy.export_parts(policy.part_names()))
+        return await self.export_snapshot(name)
+
+    async def snapshot_all(self) -> int:
+        """Save a snapshot of every policy into the event log; returns how many."""
+        saved = 0
+        for name in await self.cache.store.list_policies():
+            try:
+                snap = await self.export_snapshot(name)
+            except NotFound:
+                continue
+            record = LogSnapshot(
+                policy=name,
+                created_at=snap.created_at,
+                model_version=snap.model_version,
+                data=base64.b64decode(snap.data),
+                meta={"algorithm": snap.algorithm},
+            )
+            await asyncio.to_thread(self.event_log.save_snapshot, record)
+            saved += 1
+        return saved
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Save snapshots every ``snapshot_interval_seconds`` (0: never) until ``stop``."""
+        if self.settings.snapshot_interval_seconds > 0:
+            await every(
+                self.settings.snapshot_interval_seconds, stop, self.snapshot_all, "snapshots"
+            )

@@ -1,0 +1,117 @@
+"""The default-reward sweeper: finalizes the events whose deadline passed.
+
+A pending event past ``reward_wait_seconds`` gets the policy's ``default_reward`` when
+it was activated (and the policy was not reset since), else it expires unlearned; a
+finished event past ``done_event_retention_seconds`` is deleted (its reward logged once
+more, in case the process that applied it died before logging). Safe to run in every
+replica at once: each transition is one transaction (:meth:`Rewards.finalize`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service import metrics
+from service.errors import Conflict, NotFound
+from service.policies import Runtime
+from service.settings import Settings
+from service.usecases.events import EventState, PendingEvent, event_key
+from service.usecases.periodic import every
+from service.usecases.policy_cache import PolicyCache
+from service.usecases.rewards import EventAlreadyFinalError, Rewards
+
+
+@dataclass
+class Sweeper:
+    """The sweeper use case; one per process."""
+
+    cache: PolicyCache
+    rewards: Rewards
+    settings: Settings
+    clock: Callable[[], float] = time.time
+
+    async def sweep_once(self) -> int:
+        """Finalize the due events of every policy; returns how many this call finalized."""
+        done = 0
+        for name in await self.cache.store.list_policies():
+            try:
+                done += await self._sweep_policy(name)
+            except NotFound:
+                continue
+        return done
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sweep every ``sweeper_interval_seconds`` until ``stop`` is set."""
+        await every(self.settings.sweeper_interval_seconds, stop, self.sweep_once, "sweeper")
+
+    async def _sweep_policy(self, name: str) -> int:
+        store = self.cache.store
+        due, counters = await asyncio.gather(
+            store.due_events(name, self.clock(), self.settings.sweeper_batch),
+            store.counters(name),
+        )
+        metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
+        if not due:
+            return 0
+        keys = [event_key(e) for e in due]
+        runtime, _, raw = await self.cache.load(name, extra=keys)
+        finalized = 0
+        for event_id in due:
+            data = raw[event_key(event_id)]
+            if data is None:
+                await store.unschedule(name, event_id)
+                continue
+            event = PendingEvent.from_json(data)
+            if not event.pending:
+                await self._delete_done(runtime, name, event_id)
+                continue
+            default = runtime.info.default_reward
+            learn = (
+                event.activated and default is not None and event.reset_at == runtime.info.reset_at
+            )
+            try:
+                applied = await self.rewards.finalize(
+                    name,
+                    runtime,
+                    event_id,
+                    event,
+                    default if learn else None,
+                    EventState.DEFAULTED if learn else EventState.EXPIRED,
+                )
+            except (EventAlreadyFinalError, NotFound, Conflict):
+                continue
+            await self.rewards.record_final(name, event_id, applied, "default" if learn else None)
+            finalized += 1
+        return finalized
+
+    async def _delete_done(self, runtime: Runtime, name: str, event_id: str) -> None:
+        key = event_key(event_id)
+        deleted: list[PendingEvent] = []
+        retained: list[bool] = []
+        now = self.clock()
+
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            retained.clear()
+            data = values[key]
+            if data is None:
+                return {}
+            event = PendingEvent.from_json(data)
+            # a sweeper that listed the event while it was pending must not delete it
+            # once another process finalized it: it is kept for its retention period
+            if event.pending or (
+                event.finalized_at + self.settings.done_event_retention_seconds > now
+            ):
+                retained.append(True)
+                return {}
+            deleted[:] = [event]
+            return {key: None}
+
+        await self.cache.transact(runtime, name, [key], fn)
+        if retained:
+            return
+        if deleted and deleted[0].state in (EventState.REWARDED, EventState.DEFAULTED):
+            self.rewards.log_reward(name, event_id, deleted[0])
+        await self.cache.store.unschedule(name, event_id)
