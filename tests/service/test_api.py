@@ -639,8 +639,8 @@ async def test_a_policy_that_names_no_epsilon_logs_evaluable_propensities(make_s
         for _ in range(30):
             ev = (await http.post("/recommend", json=_recommend())).json()
             await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
-        await asyncio.to_thread(app.state.service.sink.flush, 5.0)
-        logged = list(app.state.service.event_log.iter_events("p"))
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        logged = list(app.state.use_cases.event_log.iter_events("p"))
         assert len(logged) == 30
         # greedy: 0.95 + 0.05/3 (ties split it further); explored: at least 0.05/3
         assert all(0.05 / 3 - 1e-12 <= e.decision.propensity < 1.0 for e in logged)

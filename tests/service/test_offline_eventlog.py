@@ -347,8 +347,8 @@ async def test_a_deleted_policys_logged_decisions_replay(
             dec = (await http.post("/recommend", json=body)).json()
             await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1.0})
         assert (await http.delete("/policies/gone")).status_code == 204
-        await asyncio.to_thread(app.state.service.sink.flush, 10.0)
-        log = app.state.service.event_log
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
+        log = app.state.use_cases.event_log
         assert "gone" not in log.policies() and log.count("gone") == (20, 20)
     base = ["replay", "--format", "eventlog", "--data", url, "--log-policy", "gone"]
     base += ["--policy", "linucb", "--no-progress"]
