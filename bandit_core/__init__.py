@@ -22,9 +22,8 @@ from bandit_core.policy import (
     GuardrailOutcome,
     Policy,
     PolicyConfig,
-    policy_from_bytes,
 )
-from bandit_core.registry import POLICIES, make_policy, policy_class
+from bandit_core.registry import POLICIES, make_policy, policy_class, policy_from_bytes
 
 __all__ = [
     "POLICIES",

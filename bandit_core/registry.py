@@ -12,6 +12,7 @@ from bandit_core.hybrid_linucb import HybridLinUCB
 from bandit_core.linucb import LinUCB
 from bandit_core.lnucb_ta import LNUCBTA
 from bandit_core.policy import BasePolicy
+from bandit_core.state import unpack
 
 POLICIES: dict[str, type[BasePolicy]] = {
     cls.NAME: cls
@@ -50,3 +51,9 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
     except TypeError as exc:
         raise ConfigError(f"invalid parameters for {name}: {exc}") from exc
     return cls(config)
+
+
+def policy_from_bytes(data: bytes) -> BasePolicy:
+    """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
+    _, meta, _ = unpack(data, "policy")
+    return policy_class(meta.get("algorithm", "")).from_bytes(data)

@@ -37,9 +37,11 @@ from service.storage.base import StoreUnavailableError, TransactionConflictError
 
 
 class ApiError(Exception):
-    """An error answered with ``status``; ``loc`` names the offending field for 422s."""
+    """An error answered with ``status``; ``loc`` names the offending field for 422s and
+    ``kind`` is their ``type``."""
 
     status: int = 400
+    kind: str = "invalid_input"
 
     def __init__(self, message: str, loc: Sequence[str | int] | None = None) -> None:
         super().__init__(message)
@@ -49,6 +51,16 @@ class ApiError(Exception):
 
 class InvalidRequest(ApiError):
     status = 422
+
+
+class EngineInputError(InvalidRequest):
+    """An engine error (``error``) about one request field (``loc``): answered 422 with
+    the engine error's message and its class name as ``type``."""
+
+    def __init__(self, error: BanditError, loc: Sequence[str | int]) -> None:
+        super().__init__(str(error), loc)
+        self.error = error
+        self.kind = type(error).__name__
 
 
 class NotFound(ApiError):
@@ -95,7 +107,7 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         if exc.status == 422:
-            return _validation(exc.message, exc.loc, "invalid_input")
+            return _validation(exc.message, exc.loc, exc.kind)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return JSONResponse(
             status_code=exc.status, content={"detail": exc.message}, headers=headers
@@ -103,8 +115,7 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
 
     @app.exception_handler(BanditError)
     async def _bandit_error(request: Request, exc: BanditError) -> JSONResponse:
-        loc = getattr(exc, "service_loc", None)
-        return _validation(str(exc), loc, type(exc).__name__)
+        return _validation(str(exc), None, type(exc).__name__)
 
     @app.exception_handler(StoreUnavailableError)
     async def _store_down(request: Request, exc: StoreUnavailableError) -> JSONResponse:
@@ -122,8 +133,3 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
             headers={"Retry-After": "1"},
         )
 
-
-def with_loc(exc: BanditError, loc: Sequence[str | int]) -> BanditError:
-    """Attach the request field an engine error is about (read by the handler)."""
-    exc.service_loc = list(loc)  # type: ignore[attr-defined]
-    return exc

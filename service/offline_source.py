@@ -1,4 +1,4 @@
-"""The service's own event log as a :class:`bandit_core.datasets.LogSource` (ALGORITHMS.md
+"""The service's own event log as a :class:`bandit_core.datasets.LogSource` (docs/algorithms.md
 section 6: offline evaluation "with logged propensities (the service's own logs)").
 
 :class:`EventLogSource` streams ``EventLog.iter_events(policy, since, until)`` (decisions in

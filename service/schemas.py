@@ -40,9 +40,8 @@ def _storable(value: str) -> str:
 Text = Annotated[str, AfterValidator(_storable)]
 ArmId = Annotated[Text, Field(min_length=1, max_length=256)]
 PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
-Algorithm = Literal[
-    "linucb", "hybrid_linucb", "lnucb_ta", "guardrailed_linucb", "hare", "random", "epsilon_greedy"
-]
+# The registered engine policies, in registry order: the OpenAPI enum follows the registry.
+Algorithm = Literal[tuple(POLICIES)]  # type: ignore[valid-type]
 
 
 class _Model(BaseModel):

@@ -1,4 +1,4 @@
-"""Offline evaluation: the replay method and off-policy estimators (ALGORITHMS.md section 6).
+"""Offline evaluation: the replay method and off-policy estimators (docs/algorithms.md section 6).
 
 * :func:`replay`, :func:`rejection_replay`, :func:`replay_seeds` -- learn-as-you-go
   evaluation of a policy on a log (Li et al. 2011);

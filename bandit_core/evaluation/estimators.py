@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bandit_core.errors import InvalidInputError
+from bandit_core.validation import check_choice, check_int, check_real
 
 Terms = tuple[np.ndarray, np.ndarray]
 
@@ -245,12 +246,11 @@ def estimate(
     >>> res.ci_low <= res.value <= res.ci_high
     True
     """
-    if estimator not in _TERMS:
-        raise InvalidInputError(f"estimator must be one of {sorted(_TERMS)}, but got {estimator!r}")
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 1:
-        raise InvalidInputError(f"n_bootstrap must be a positive int, but got {n_bootstrap!r}")
-    if not 0.0 < confidence < 1.0:
-        raise InvalidInputError(f"confidence must be in (0, 1), but got {confidence!r}")
+    check_choice(estimator, "estimator", sorted(_TERMS), error=InvalidInputError)
+    n_bootstrap = check_int(n_bootstrap, "n_bootstrap", low=1, error=InvalidInputError)
+    confidence = check_real(
+        confidence, "confidence", low=0.0, high=1.0, low_open=True, high_open=True, error=InvalidInputError
+    )
     checked = _check(reward, action, pscore, action_dist, q_hat)
     num, den = _TERMS[estimator](*checked)
     n = num.size

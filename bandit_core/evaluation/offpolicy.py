@@ -1,5 +1,5 @@
 """IPS, SNIPS and DR estimates of a fixed target policy's value on a log of
-:class:`~bandit_core.datasets.LoggedEvent` objects with propensities (ALGORITHMS.md
+:class:`~bandit_core.datasets.LoggedEvent` objects with propensities (docs/algorithms.md
 section 6), built on the array estimators of :mod:`bandit_core.evaluation.estimators`.
 
 * The target's action distribution (``action_dist``, :func:`target_distribution`) is what
@@ -32,6 +32,7 @@ from bandit_core.evaluation.estimators import (
 )
 from bandit_core.linear import LinearArmState
 from bandit_core.policy import Policy
+from bandit_core.validation import check_int, check_real
 
 ESTIMATORS = ("ips", "snips", "dr")
 
@@ -59,10 +60,8 @@ def ridge_q_hat(
     """``q_hat`` (n, K_max): cross-fitted per-arm ridge predictions ``x^T theta_a`` of every
     candidate's reward (module docstring; ``A = lambda I + sum x x^T``, ``theta = A^-1 b``)."""
     n, k = len(events), _k_max(events)
-    if isinstance(folds, bool) or not isinstance(folds, int) or not 2 <= folds <= n:
-        raise InvalidInputError(f"folds must be an int in [2, n={n}], but got {folds!r}")
-    if not (np.isfinite(ridge_lambda) and ridge_lambda > 0):
-        raise InvalidInputError(f"ridge_lambda must be finite and > 0, but got {ridge_lambda!r}")
+    folds = check_int(folds, "folds", low=2, high=n, error=InvalidInputError)
+    ridge_lambda = check_real(ridge_lambda, "ridge_lambda", low=0.0, low_open=True, error=InvalidInputError)
     fold = np.arange(n) * folds // n
     q = np.zeros((n, k))
     for f in range(folds):

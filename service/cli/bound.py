@@ -52,13 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Theorem 1 bound of guardrailed LinUCB",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Theorem 1 of the guardrailed-LinUCB seed: expected regret over T rounds\n"
+            "Theorem 1 (docs/algorithms.md section 3.2): expected regret over T rounds\n"
             "  R(T) <= 2*alpha*sqrt(2*T*d*log(1 + T*L^2/d))   (LinUCB term)\n"
             "        + delta_G*T*R_max                        (guardrail term)\n"
             "Prints both terms, the bound and the bound per round."
         ),
         epilog=(
-            "example (the seed's worked example, computed correctly):\n"
+            "example (the theorem's worked example, computed correctly):\n"
             "  bandit bound guardrail --d 128 --T 1e6 --delta-g 0.01 --r-max 100"
         ),
     )

@@ -1,5 +1,5 @@
 """Offline evaluation from the command line: ``bandit replay``, ``bandit estimate``,
-``bandit simulate`` and ``bandit compare`` (ALGORITHMS.md section 6; the engine side is
+``bandit simulate`` and ``bandit compare`` (docs/algorithms.md section 6; the engine side is
 :mod:`bandit_core.evaluation` and :mod:`bandit_core.simulation`). Logs come from a news
 or JSON Lines file or from the service's own event log (``--format eventlog``, read
 through :class:`service.offline_source.EventLogSource`).
@@ -35,6 +35,7 @@ from bandit_core.datasets import (
     LogSource,
     load_classification_csv,
     load_news,
+    news_dataset_path,
 )
 from bandit_core.errors import BanditError, ConfigError
 from bandit_core.evaluation import (
@@ -55,6 +56,7 @@ from bandit_core.simulation import (
     SyntheticEnvironment,
     simulate_run,
 )
+from bandit_core.validation import check_int, check_real
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 FORMATS = ("news", "jsonl", "eventlog")
@@ -101,38 +103,29 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return params
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, but got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, but got {value}")
-    return value
+def _number_argument(kind: type[int | float], **bounds: Any) -> Callable[[str], Any]:
+    """An argparse ``type``: the text parsed as ``kind``, then checked with the engine's
+    validators (:func:`bandit_core.validation.check_int` / ``check_real``) and ``bounds``."""
+    check = check_int if kind is int else check_real
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            expected = "an int" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"the value must be {expected}, but got {text!r}") from None
+        try:
+            return check(value, "the value", **bounds)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, but got {text!r}") from None
-    if not np.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, but got {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a finite number > 0, but got 0")
-    return value
-
-
-def _at_least_two(text: str) -> int:
-    value = _positive_int(text)
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 2, but got {value}")
-    return value
+_positive_int = _number_argument(int, low=1)
+_at_least_two = _number_argument(int, low=2)
+_non_negative_float = _number_argument(float, low=0.0)
+_positive_float = _number_argument(float, low=0.0, low_open=True)
 
 
 def _seeds(args: argparse.Namespace) -> list[int]:
@@ -193,9 +186,10 @@ def _timestamp(text: str) -> float:
 
 def _add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
     p.add_argument(
-        "--data", required=True, metavar="PATH|URL",
-        help="the log: a file for --format news/jsonl, a database URL (postgresql://user@host/db or "
-        "sqlite:///path) for --format eventlog",
+        "--data", metavar="PATH|URL",
+        help="the log: a file for --format news/jsonl (a .gz file is decompressed), a database URL "
+        "(postgresql://user@host/db or sqlite:///path) for --format eventlog; with --format news it "
+        "defaults to the news data set shipped with bandit_core (the LNUCB-TA paper's Table 3)",
     )
     p.add_argument(
         "--format", choices=FORMATS, default="news",
@@ -242,7 +236,12 @@ class LogSpec:
 
 
 def _log_spec(args: argparse.Namespace) -> LogSpec:
-    spec = LogSpec(args.data, args.format, args.log_policy, args.since, args.until, args.unrewarded)
+    data = args.data
+    if data is None:
+        if args.format != "news":
+            raise CliError(f"--format {args.format} needs --data")
+        data = str(news_dataset_path())
+    spec = LogSpec(data, args.format, args.log_policy, args.since, args.until, args.unrewarded)
     if spec.fmt == "eventlog":
         if spec.log_policy is None:
             raise CliError("--format eventlog needs --log-policy NAME")
@@ -826,11 +825,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "logged arm the reward counts and the policy learns from it, otherwise the event is skipped.\n"
             "Stops after --rounds matched events or at the end of the log. Valid for uniformly random logs;\n"
             "use --rejection for logs with known non-uniform propensities, such as the service's own event\n"
-            "log (--format eventlog --data URL --log-policy NAME).\n\n"
+            "log (--format eventlog --data URL --log-policy NAME). With no --data, --format news replays\n"
+            "the news data set shipped with bandit_core (the LNUCB-TA paper's Table 3).\n\n"
             f"Policies: {names}.\n\n"
             "JSON keys: policy, params, protocol, cumulative_reward (mean over seeds), cumulative_reward_std,\n"
             "mean_reward, matched, events_seen, seconds and cpu_seconds (mean wall and CPU time per run),\nspread, per_seed, curve.\n\n"
-            "example: bandit replay --data news_dataset.txt --format news --policy linucb --alpha 0.1 \\\n"
+            "example: bandit replay --format news --policy linucb --alpha 0.1 \\\n"
             "             --rounds 800 --seeds 1 --json r.json --plot r.png\n"
             "         bandit replay --format eventlog --data sqlite:///data/events.sqlite3 --log-policy home \\\n"
             "             --rejection --policy linucb --alpha 0.5 --json r.json"
@@ -937,7 +937,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "JSON keys: data, format, protocol, rounds, seeds, jobs, wall_seconds, results (one per row:\n"
             "label, policy, params, cumulative_reward, cumulative_reward_std, mean_reward, matched,\n"
             "events_seen, seconds, cpu_seconds, spread, per_seed, curve).\n\n"
-            "example: bandit compare --data news_dataset.txt --policy linucb --policy lnucb_ta \\\n"
+            "example: bandit compare --policy linucb --policy lnucb_ta \\\n"
             "             --alpha 0.1 1 10 --rounds 800 --seeds 20 --json table3.json --plot table3.png"
         ),
     )

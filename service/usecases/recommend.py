@@ -22,7 +22,7 @@ import numpy as np
 
 from bandit_core import BanditError, BasePolicy, Decision
 from service import metrics
-from service.errors import Conflict, with_loc
+from service.errors import Conflict, EngineInputError
 from service.policies import Runtime
 from service.schemas import RecommendRequest
 from service.settings import Settings
@@ -127,7 +127,7 @@ class Recommender:
                 ids, X, user_id=req.user_id, features=features, explore=req.explore
             )
         except BanditError as exc:
-            raise with_loc(exc, ["body", "arms"]) from exc
+            raise EngineInputError(exc, ["body", "arms"]) from exc
 
     @staticmethod
     def _response(

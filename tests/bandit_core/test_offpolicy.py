@@ -100,8 +100,8 @@ def test_estimates_equal_the_array_estimators_and_dr_is_exact_without_noise() ->
         ({"folds": 1}, "folds must be an int in"),
         ({"folds": 10_000}, "folds must be an int in"),
         ({"folds": True}, "folds must be an int in"),
-        ({"ridge_lambda": 0.0}, "ridge_lambda must be finite and > 0"),
-        ({"ridge_lambda": float("nan")}, "ridge_lambda must be finite and > 0"),
+        ({"ridge_lambda": 0.0}, "ridge_lambda must be a finite number > 0, but got 0.0"),
+        ({"ridge_lambda": float("nan")}, "ridge_lambda must be a finite number > 0, but got nan"),
     ],
 )
 def test_ridge_q_hat_rejects_bad_arguments(kwargs: dict[str, object], message: str) -> None:

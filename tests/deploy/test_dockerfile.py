@@ -54,6 +54,8 @@ def test_a_build_stage_and_a_slim_runtime_stage() -> None:
     assert all(s.base == "${PYTHON_IMAGE}" for s in stages)
     # dependencies are installed in the build stage only; the runtime copies the venv
     assert any("pip install" in i.args for i in stages[0].all("RUN"))
+    # the service's dependencies are the server extra (bandit_core alone needs numpy only)
+    assert any('--editable ".[server]"' in i.args for i in stages[0].all("RUN"))
     assert not any("pip install" in i.args for i in FINAL.all("RUN"))
     assert ("build", ["/opt/venv"], "/opt/venv") in [
         dockerfile.copy_parts(i) for i in FINAL.all("COPY")

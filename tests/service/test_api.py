@@ -291,6 +291,15 @@ async def test_guardrailed_policy(make_settings: Any) -> None:
         assert (
             await http.post("/reward", json={"event_id": minor["event_id"], "reward": 1})
         ).status_code == 200
+        # Every candidate blocked and the safe arm not among them: the engine's error,
+        # answered 422 naming the candidates field and the engine error's class.
+        r = await http.post(
+            "/recommend",
+            json={"policy": "g", "context": {"age": 16, "score": 1.0}, "arms": [{"id": "beer"}, {"id": "juice"}]},
+        )
+        assert r.status_code == 422
+        (detail,) = r.json()["detail"]
+        assert detail["loc"] == ["body", "arms"] and detail["type"] == "NoEligibleArmError", detail
 
 
 async def test_policies_file_is_loaded_at_start(make_settings: Any, tmp_path: Any) -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bandit_core.datasets import news_dataset_path
 from service.cli import build_parser, main
 
-NEWS = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "news_dataset.txt"
+NEWS = news_dataset_path()
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -27,7 +28,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 def test_replay_reports_567_for_linucb_at_alpha_0_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     js, png = tmp_path / "r.json", tmp_path / "r.png"
     code, out, _ = _run(
-        ["replay", "--data", str(NEWS), "--format", "news", "--policy", "linucb", "--alpha", "0.1",
+        ["replay", "--format", "news", "--policy", "linucb", "--alpha", "0.1",  # no --data: the packaged set
          "--rounds", "800", "--seeds", "1", "--json", str(js), "--plot", str(png)],
         capsys,
     )
@@ -189,9 +190,10 @@ D = str(NEWS)
         (["replay", "--data", D, "--policy", "linucb", "--param", "alpha"], "--param takes KEY=VALUE"),
         (["replay", "--data", D, "--policy", "linucb", "--param", "seed=3"], "seed=... is not allowed"),
         (["replay", "--data", D, "--policy", "linucb", "--param", "ridge_lambda=-1"], "ridge_lambda must be"),
-        (["replay", "--data", D, "--policy", "linucb", "--alpha", "-1"], "expected a finite number >= 0"),
-        (["replay", "--data", D, "--policy", "linucb", "--rounds", "0"], "expected a positive integer"),
-        (["replay", "--data", D, "--format", "jsonl", "--policy", "linucb"], "news_dataset.txt:1:"),
+        (["replay", "--data", D, "--policy", "linucb", "--alpha", "-1"], "argument --alpha: the value must be a finite number >= 0, but got -1.0"),
+        (["replay", "--data", D, "--policy", "linucb", "--rounds", "0"], "argument --rounds: the value must be a positive int, but got 0"),
+        (["replay", "--data", D, "--format", "jsonl", "--policy", "linucb"], "news_dataset.txt.gz:1: Extra data"),
+        (["replay", "--format", "jsonl", "--policy", "linucb"], "--format jsonl needs --data"),
         (["replay", "--data", D, "--policy", "linucb", "--rejection", "--rounds", "5", "--json", "/nonexistent/r.json"],
          "--json /nonexistent/r.json"),
         (["simulate", "--policy", "linucb", "--label-column", "y"], "--label-column needs --csv"),
