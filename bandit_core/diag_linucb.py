@@ -15,7 +15,7 @@ row ``z`` (action features, context x action interactions, bias: the featurizer'
 
 and the weights ``w`` by ``fit``:
 
-* ``"joint"`` (default): the ridge update ``w += A^-1 z (r - z^T w) / (1 + z^T A^-1 z)``
+* ``"joint"`` (default; docs/algorithms.md equation 8.3): the ridge update ``w += A^-1 z (r - z^T w) / (1 + z^T A^-1 z)``
   (recursive least squares by Sherman-Morrison) with ``A^-1`` replaced by the diagonal
   ``D^-1`` before the update: ``w_i += z_i (r - z^T w) / (D_ii (1 + sum_j z_j^2 /
   D_jj))``. The weights share the residual, as a joint fit's do; the denominator keeps
