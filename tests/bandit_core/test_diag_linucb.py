@@ -212,3 +212,11 @@ def test_on_the_storefront_sparse_rows_learn_and_new_items_start_warm() -> None:
     random = np.mean([mu("random", dense, s) for s in (0, 1)], axis=0)
     lift = diag - random
     assert lift[0] > 0.06 and lift[1] > 0.7 * lift[0]
+
+
+def test_a_sparse_row_whose_values_overflow_is_blamed_on_the_input() -> None:
+    p = make_policy("diag_linucb", d=10, seed=0)
+    before = p.to_bytes()
+    with pytest.raises(InvalidInputError, match=r"X\[1\] gives the non-finite score inf .* overflow float64"):
+        p.select(["a", "b"], _rows([0, 1, 2], [3, 4], [1.0, 1e200]))
+    assert p.to_bytes() == before
