@@ -26,6 +26,7 @@ ARMS = ["a", "b", "c", "d", "e"]
 # Configurations checked besides each policy's defaults: name -> (algorithm, params).
 VARIANTS: dict[str, tuple[str, dict]] = {name: (name, {}) for name in POLICIES} | {
     "hybrid_linucb[context_dim=2]": ("hybrid_linucb", {"context_dim": 2}),
+    "diag_linucb[fit=per_feature]": ("diag_linucb", {"fit": "per_feature"}),
 }
 NAMES = sorted(VARIANTS)
 
