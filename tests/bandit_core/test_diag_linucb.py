@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bandit_core import make_policy, policy_from_bytes
+from bandit_core.diag_linucb import DiagSharedState
 from bandit_core.errors import InvalidInputError, StateFormatError, UnknownArmError
 from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
 from bandit_core.storefront import Storefront, run_storefront, shared_rows
@@ -220,3 +221,14 @@ def test_a_sparse_row_whose_values_overflow_is_blamed_on_the_input() -> None:
     with pytest.raises(InvalidInputError, match=r"X\[1\] gives the non-finite score inf .* overflow float64"):
         p.select(["a", "b"], _rows([0, 1, 2], [3, 4], [1.0, 1e200]))
     assert p.to_bytes() == before
+
+
+def test_a_shared_part_with_a_bad_index_is_refused() -> None:
+    p = make_policy("diag_linucb", d=10, seed=0)
+    bad = DiagSharedState(index=np.array([1, 5]), sum_sq=np.ones(2), w=np.zeros(2))
+    bad.index = np.array([5, 1])  # as a corrupt or hand-made blob would hold it
+    with pytest.raises(StateFormatError, match="index must be strictly increasing"):
+        p.import_parts({"shared": bad.to_bytes()})
+    bad.index = np.array([1])
+    with pytest.raises(StateFormatError, match="index, sum_sq and w of one length"):
+        p.import_parts({"shared": bad.to_bytes()})
