@@ -47,6 +47,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks._harness import add_label_argument
+
 RECOMMEND_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -370,10 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pg-db", default="bench_service", help="scratch database (dropped, re-created)"
     )
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/service_load.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "service_load")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
