@@ -105,12 +105,21 @@ class RewardRequest(_Model):
 class RewardResponse(BaseModel):
     event_id: str
     arm_id: str
-    reward: float
+    reward: float = Field(description="the reward the model learned for this event")
     applied: bool = Field(
         description="true when this call updated the model; false for a repeat of an "
         "already applied reward (the model is not changed again)"
     )
-    status: Literal["applied", "already_rewarded"]
+    status: Literal["applied", "already_rewarded", "conflicting_reward"] = Field(
+        description="applied: this call updated the model; already_rewarded: a repeat of "
+        "the applied reward (same value); conflicting_reward: the event was rewarded "
+        "before with another value, this call's value was ignored (see ignored_reward)"
+    )
+    ignored_reward: float | None = Field(
+        None,
+        description="with status conflicting_reward: the value this call sent, not applied "
+        "(reward holds the value the model learned); null otherwise",
+    )
 
 
 class ActivateResponse(BaseModel):

@@ -2,7 +2,10 @@
 finalization goes through (:meth:`Rewards.finalize`, used by the sweeper too).
 
 Repeated reward: ``200`` with ``applied: false`` and ``status: "already_rewarded"``
-and the originally applied value; the model is not changed again. A reward for an
+and the originally applied value; the model is not changed again. A second reward with
+another value than the applied one is not applied either: ``status:
+"conflicting_reward"``, the applied value in ``reward`` and the one ignored in
+``ignored_reward``. A reward for an
 event finalized by the sweeper (default reward or expiry) is ``409``. A finished event
 stays ``done_event_retention_seconds`` so repeats are answered, then the sweeper
 deletes it.
@@ -80,12 +83,14 @@ class Rewards:
             event = final.event
             if event.state is EventState.REWARDED:
                 self.log_reward(name, req.event_id, event)
+                same = event.reward == req.reward
                 return RewardResponse(
                     event_id=req.event_id,
                     arm_id=event.arm_id,
                     reward=event.reward,
                     applied=False,
-                    status="already_rewarded",
+                    status="already_rewarded" if same else "conflicting_reward",
+                    ignored_reward=None if same else req.reward,
                 )
             raise Conflict(
                 f"event {req.event_id!r} is already finalized ({event.state.value})"
