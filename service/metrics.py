@@ -21,6 +21,7 @@ bandit_lnucb_ta_alpha                    gauge      policy, arm             LNUC
 bandit_pending_events                    gauge      policy                  events scheduled, waiting for a reward
 bandit_default_rewards_total             counter    policy                  default rewards applied by the sweeper
 bandit_expired_events_total              counter    policy                  deferred events never activated
+bandit_arms_forgotten_total              counter    policy                  arm states forgotten after arm_idle_seconds
 bandit_event_log_lag_seconds             gauge      (none)                  age of the oldest unflushed record (max)
 bandit_event_log_spool_depth             gauge      (none)                  records spooled on disk (livesum)
 bandit_event_log_dead_letters_total      counter    (none)                  records the event log rejected for good
@@ -98,6 +99,11 @@ DEFAULT_REWARDS = Counter(
     "bandit_default_rewards", "Default rewards applied by the sweeper", ["policy"]
 )
 EXPIRED_EVENTS = Counter("bandit_expired_events", "Deferred events never activated", ["policy"])
+ARMS_FORGOTTEN = Counter(
+    "bandit_arms_forgotten",
+    "Arm states forgotten by the sweeper after the policy's arm_idle_seconds",
+    ["policy"],
+)
 LOG_LAG = Gauge(
     "bandit_event_log_lag_seconds",
     "Age of the oldest unflushed event-log record",

@@ -150,6 +150,14 @@ class PolicySpec(_Model):
     guardrails: list[dict[str, Any]] | None = None
     safe_arm: ArmId | None = None
     feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
+    arm_idle_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description=(
+            "forget the learned state (and pull count) of an arm that is not registered "
+            "in arms and was neither served nor rewarded for this long; it starts again "
+            "from the prior when it comes back. null: keep every arm's state until retired"
+        ),
+    )
     delta_g_limit: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
         None,
         description=(

@@ -37,7 +37,7 @@ from service.storage.base import (
 )
 from service.usecases.candidates import build_candidates, candidates_json
 from service.usecases.events import EventState, PendingEvent, dumps, event_key, request_digest
-from service.usecases.policy_cache import PolicyCache
+from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of
 
 
 @dataclass
@@ -227,8 +227,10 @@ class Recommender:
 
         def schedule() -> Schedule:
             arm = result["decision"].arm_id
-            counters = {"decisions": 1.0, "pending": 1.0, f"pulls:{arm}": 1.0}
-            return Schedule(event_id, now + runtime.info.reward_wait_seconds, counters)
+            counters = {"decisions": 1.0, "pending": 1.0, f"{PULLS_PREFIX}{arm}": 1.0}
+            # the served arm and every arm this selection gave stored state were seen now
+            seen = dict.fromkeys([arm, *arms_of(changed)], now)
+            return Schedule(event_id, now + runtime.info.reward_wait_seconds, counters, seen)
 
         # A new event id has no value yet: assuming so saves the store a read.
         await self.cache.transact(

@@ -178,7 +178,7 @@ class Rewards:
     ) -> None:
         """Once an event left ``pending``: log the applied reward first (the model already
         holds it; ``source`` ``"explicit"`` or ``"default"``, None for an expiry), then the
-        retention schedule and the counters."""
+        retention schedule, the counters and (for an applied reward) the arm as seen."""
         now = self.clock()
         counters = {"pending": -1.0}
         if source is None:
@@ -192,7 +192,8 @@ class Rewards:
                 metrics.DEFAULT_REWARDS.labels(name).inc()
                 counters["default_rewards"] = 1.0
         retention = now + self.settings.done_event_retention_seconds
-        await self.cache.store.schedule(name, event_id, retention, counters)
+        seen = None if source is None else {event.arm_id: now}  # the update saw the arm
+        await self.cache.store.schedule(name, event_id, retention, counters, seen)
 
     def log_reward(self, name: str, event_id: str, event: PendingEvent) -> tuple[str, float]:
         """Submit the reward of a finalized event to the log; safe to repeat (the log is
