@@ -141,7 +141,7 @@ class PolicyAdmin:
             else:
                 rewarded, total, extras = 0, 0.0, {}
             alpha = extras.get("alpha")
-            if alpha is not None:
+            if alpha is not None and arm in runtime.labelled_arms:
                 metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
             out[arm] = ArmStatsOut(
                 pulls=int(counters.get(PULLS_PREFIX + arm, 0)),

@@ -38,9 +38,18 @@ def arms_of(parts: Sequence[str]) -> list[str]:
 class PolicyCache:
     """Engine policies of this process by name, brought up to date from ``store``."""
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, metric_arms: int = 0) -> None:
+        """``metric_arms``: how many registered arms of a policy get their own metric
+        series (``Runtime.labelled_arms``; ``Settings.metrics_arm_series``)."""
         self.store = store
+        self.metric_arms = metric_arms
         self._runtimes: dict[str, Runtime] = {}
+
+    def labelled_arms(self, name: str) -> frozenset[str]:
+        """The arms of the cached policy ``name`` with their own metric series (none
+        when it is not cached)."""
+        runtime = self._runtimes.get(name)
+        return frozenset() if runtime is None else runtime.labelled_arms
 
     def cached(self, name: str) -> Runtime | None:
         """The cached policy ``name`` as last loaded (no store call), or None."""
@@ -84,7 +93,11 @@ class PolicyCache:
         else:
             info = decode_info(config.data)
         if runtime is None or runtime.info.revision != info.revision:
-            runtime = Runtime(info=info, policy=build_policy(spec_of(info)))
+            runtime = Runtime(
+                info=info,
+                policy=build_policy(spec_of(info)),
+                labelled_arms=frozenset((info.arms or [])[: self.metric_arms]),
+            )
             self._runtimes[name] = runtime
             parts = parts_of(runtime.policy)
             values.update(await self.read(name, parts, {}))

@@ -301,12 +301,15 @@ class Recommender:
                 degraded=response["degraded"],
             )
         )
-        metrics.DECISIONS.labels(req.policy, response["arm_id"]).inc()
+        labelled = runtime.labelled_arms
+        served = metrics.arm_label(response["arm_id"], labelled)
+        metrics.DECISIONS.labels(req.policy, served).inc()
         if decision.guardrail is not None:
             delta_g = runtime.policy.policy_stats().get("delta_g")
             if delta_g is not None:
                 metrics.DELTA_G.labels(req.policy).set(delta_g)
             for arm in decision.guardrail.blocked:
-                metrics.GUARDRAIL_BLOCKS.labels(req.policy, arm).inc()
+                blocked = metrics.arm_label(arm, labelled)
+                metrics.GUARDRAIL_BLOCKS.labels(req.policy, blocked).inc()
             if decision.guardrail.argmax_blocked:
                 metrics.GUARDRAIL_ARGMAX_BLOCKED.labels(req.policy).inc()

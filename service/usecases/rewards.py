@@ -167,7 +167,7 @@ class Rewards:
             return out
 
         await self.cache.transact(runtime, name, [key, *parts], fn)
-        if value is not None:
+        if value is not None and arm in runtime.labelled_arms:
             alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
             if alpha is not None:
                 metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
@@ -185,8 +185,9 @@ class Rewards:
             metrics.EXPIRED_EVENTS.labels(name).inc()
         else:
             arm, value = self.log_reward(name, event_id, event)
-            metrics.REWARDS.labels(name, arm, source).inc()
-            metrics.REWARD_SUM.labels(name, arm, source).inc(value)
+            label = metrics.arm_label(arm, self.cache.labelled_arms(name))
+            metrics.REWARDS.labels(name, label, source).inc()
+            metrics.REWARD_SUM.labels(name, label, source).inc(value)
             counters["rewards"] = 1.0
             if source == "default":
                 metrics.DEFAULT_REWARDS.labels(name).inc()
