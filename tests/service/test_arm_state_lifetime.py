@@ -4,12 +4,15 @@ any arm with state (issue 16 item 7). Every test runs on both backends."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
 import redis
 
+from service.rebuild import rebuild_policy
+from service.storage.memory_store import InProcessStateStore
 from tests.service.conftest import POLICY, running
 
 pytestmark = pytest.mark.anyio
@@ -65,7 +68,7 @@ async def test_scored_candidates_leave_no_state(make_settings: Any) -> None:
 def _clock(app: Any, at: list[float]) -> None:
     """Every use case of ``app`` reads the time from ``at[0]``."""
     use_cases = app.state.use_cases
-    for case in (use_cases.recommender, use_cases.rewards, use_cases.sweeper):
+    for case in (use_cases.recommender, use_cases.rewards, use_cases.sweeper, use_cases.admin):
         case.clock = lambda: at[0]
 
 
@@ -148,3 +151,24 @@ async def test_retire_takes_any_arm_with_state(make_settings: Any) -> None:
         assert r.status_code == 200 and r.json()["arms"] == ["b", "c"]
         assert await _stored_arms(app, "p", [arm, "a"]) == []
         assert set((await http.get("/policies/p/stats")).json()["arms"]) == {"b", "c"}
+
+
+async def test_rebuild_restores_last_seen_and_forgets_idle_arms(make_settings: Any) -> None:
+    async with running(make_settings(sweeper_interval_seconds=3600.0)) as (app, http, _):
+        t0 = time.time()
+        now = [t0 - 3 * IDLE]
+        _clock(app, now)
+        assert (await http.put("/policies/p", json=OPEN)).status_code == 200
+        for arm, when in (("x", t0 - 2 * IDLE), ("y", t0 - 10)):
+            now[0] = when
+            event = (await _serve(http, [arm]))["event_id"]
+            r = await http.post("/reward", json={"event_id": event, "reward": 1.0})
+            assert r.json()["applied"]
+        use_cases = app.state.use_cases
+        await asyncio.to_thread(use_cases.sink.flush, 5.0)
+        store = InProcessStateStore()
+        await rebuild_policy(use_cases.event_log, store, "p")
+    values = await store.read("p", ["arm:x", "arm:y"], {})
+    assert values["arm:x"].data is None and values["arm:y"].data is not None
+    assert "pulls:x" not in await store.counters("p")
+    assert await store.take_idle("p", t0, 10) == ["y"]
