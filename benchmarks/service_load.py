@@ -370,7 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pg-db", default="bench_service", help="scratch database (dropped, re-created)"
     )
-    parser.add_argument("--out", default="service_load")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/service_load.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
@@ -408,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     path = h.write_json(
-        args.out, {**result, "duration_s": args.duration, "connections": args.connections}
+        "service_load",
+        {**result, "duration_s": args.duration, "connections": args.connections},
+        args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0

@@ -1,8 +1,9 @@
 """``POST /recommend``: choose an arm for a context, store the pending event, log it.
 
 The path of one request (:meth:`Recommender.recommend`): a repeated client event id
-answers the stored response (409 when the body differs from the original's); otherwise the cached policy is brought up to date for the
-candidates' parts (:meth:`PolicyCache.load`, one store round trip), the engine selects,
+answers the stored response (409 when the body differs from the original's); otherwise
+the cached policy is brought up to date for the candidates' parts
+(:meth:`PolicyCache.load`, one store round trip), the engine selects,
 and one transaction writes the pending event, schedules its default-reward deadline and
 counts the decision. When the store is down the decision comes from the cached policy,
 flagged ``degraded`` (nothing stored: it cannot be rewarded). Every decision goes to the
@@ -20,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from bandit_core import BanditError, BasePolicy, Decision
+from bandit_core import BanditError, BasePolicy, Decision, ModelError
 from service import metrics
-from service.errors import Conflict, with_loc
+from service.errors import Conflict, EngineInputError, with_policy
 from service.policies import Runtime
 from service.schemas import RecommendRequest
 from service.settings import Settings
@@ -37,7 +38,7 @@ from service.storage.base import (
 )
 from service.usecases.candidates import build_candidates, candidates_json
 from service.usecases.events import EventState, PendingEvent, dumps, event_key, request_digest
-from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of
+from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, import_stored
 
 
 @dataclass
@@ -127,8 +128,10 @@ class Recommender:
             return runtime.policy.select(
                 ids, X, user_id=req.user_id, features=features, explore=req.explore
             )
+        except ModelError as exc:
+            raise with_policy(exc, runtime.info.name)  # the model's fault: a 500, not a 422
         except BanditError as exc:
-            raise with_loc(exc, ["body", "arms"]) from exc
+            raise EngineInputError(exc, ["body", "arms"]) from exc
 
     @staticmethod
     def _response(
@@ -206,7 +209,7 @@ class Recommender:
                 raise Conflict(f"event_id {event_id!r} is already in use")
             out: dict[str, bytes | None] = {}
             if changed:
-                runtime.policy.import_parts({p: values[p] for p in changed})
+                import_stored(runtime, {p: values[p] for p in changed})
                 again = self._select(runtime, ids, X, req, features)
                 result["decision"] = again
                 result["response"] = self._response(req, runtime, again, event_id, parts, False)
