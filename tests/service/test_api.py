@@ -649,6 +649,7 @@ async def test_a_corrupted_stored_part_is_a_500_naming_the_policy(make_settings:
     async with running(make_settings()) as (app, http, client):
         await http.put("/policies/p", json=POLICY)
         dec = await client.recommend("p", [1.0, 0.0, 0.5])
+        await client.reward(dec.event_id, 1.0)  # the served arm's part is stored from now on
         part = f"arm:{dec.arm_id}"
         stored = app.state.use_cases.store
         blob = (await stored.read("p", [part], {}))[part].data
