@@ -957,9 +957,6 @@ class SharedModelPolicy(BasePolicy):
             raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
         return None  # type: ignore[return-value]  # no arm state: the hooks get None
 
-    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
-        return () if self._arm_free else super()._parts_changed_by_new_arms(arm_ids)
-
     def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
         """Names of the parts a selection reads: the arms' parts and ``"shared"``; only
         ``"shared"`` without per-arm parts."""
