@@ -71,7 +71,7 @@ def build_use_cases(
     clock: Callable[[], float] = time.time,
 ) -> UseCases:
     """Every use case over one shared :class:`PolicyCache` of ``store``."""
-    cache = PolicyCache(store)
+    cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock)
     admin = PolicyAdmin(cache, event_log, settings, clock)
     return UseCases(
