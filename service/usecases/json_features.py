@@ -12,6 +12,7 @@ and the items this process has not seen. An error of the featurizer is a 422 who
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -49,22 +50,25 @@ class CachedFeaturizer:
     def __len__(self) -> int:
         return len(self._actions)
 
-    def hashed_action(self, features: Any, index: int) -> HashedFeatures:
-        """The hashed form of one candidate's features (error paths ``actions[index]...``)."""
+    def hashed_action(self, features: Any, index: int, loc: list[str | int]) -> HashedFeatures:
+        """The hashed form of one candidate's features (error paths ``actions[index]...``);
+        what was not seen before is also checked storable (:func:`check_loggable`, at
+        the request's ``loc``)."""
         try:
             key = orjson.dumps(features, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, deep nesting
             key = None
-        if key is None or b"null" in key:
-            return self.featurizer.hash_features(features, ("actions", index))
-        hashed = self._actions.get(key)
-        if hashed is None:
-            hashed = self.featurizer.hash_features(features, ("actions", index))
+        if key is not None and b"null" not in key:
+            hashed = self._actions.get(key)
+            if hashed is not None:
+                self._actions.move_to_end(key)
+                return hashed
+        hashed = self.featurizer.hash_features(features, ("actions", index))
+        check_loggable(features, loc, self.featurizer.config.limits.max_depth)
+        if key is not None and b"null" not in key:
             self._actions[key] = hashed
             if len(self._actions) > self.max_size:
                 self._actions.popitem(last=False)
-        else:
-            self._actions.move_to_end(key)
         return hashed
 
 
@@ -113,14 +117,45 @@ class JsonCandidates:
             raw.append({} if own is None else own)
         cached = self.featurizer(info)
         try:
-            hashed = [cached.hashed_action(features, k) for k, features in enumerate(raw)]
-            X = featurized_rows(cached.featurizer, policy, context, hashed)
+            index = [i for _, _, i in arms]
+            hashed = [
+                cached.hashed_action(features, k, request_loc(("actions", k), index))
+                for k, features in enumerate(raw)
+            ]
+            ctx = cached.featurizer.hash_features(context, ("context",))
+            check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
+            X = featurized_rows(cached.featurizer, policy, ctx, hashed)
             named = context_feature_values(cached.featurizer, context) if info.guardrails else None
         except InvalidFeatureError as exc:
-            raise InvalidRequest(str(exc), request_loc(exc.loc, [i for _, _, i in arms])) from exc
+            raise InvalidRequest(str(exc), request_loc(exc.loc, index)) from exc
         except ConfigError as exc:  # a stored config the engine no longer accepts
             raise InvalidRequest(str(exc), ["body", "policy"]) from exc
         return [a[0] for a in arms], X, named, raw
+
+
+def check_loggable(value: Any, loc: list[str | int], max_depth: int) -> None:
+    """Refuse what the featurizer may skip (keys starting with ``_`` hold anything) but
+    the event log cannot store: nesting deeper than ``max_depth``, NaN and infinities,
+    integers beyond 64 bits, the NUL character (PostgreSQL text). ``loc`` is the
+    request's path of ``value``; iterative, so no depth can overflow the stack."""
+    stack: list[tuple[Any, list[str | int], int]] = [(value, loc, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                raise InvalidRequest(f"JSON features nest at most {max_depth} levels deep", path)
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str) and "\x00" in key:
+                    raise InvalidRequest("keys must not contain the NUL character (\\u0000)", path)
+                stack.append((child, [*path, key], depth + 1))
+        elif isinstance(item, str):
+            if "\x00" in item:
+                raise InvalidRequest("strings must not contain the NUL character (\\u0000)", path)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidRequest(f"numbers must be finite, but got {item}", path)
+        elif isinstance(item, int) and not -(1 << 63) <= item < 1 << 63:
+            raise InvalidRequest("integers must fit in 64 bits", path)
 
 
 def request_loc(loc: Sequence[str | int], arm_index: Sequence[int | None]) -> list[str | int]:
