@@ -12,9 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+import bandit_core
 from bandit_core import policy_from_bytes
+from bandit_core.errors import InvalidInputError
 from bandit_core.featurized import featurized_rows
 from bandit_core.features import Featurizer, FeaturizerConfig
+from service.offline_source import EventLogSource
 from service.policies import build_policy
 from service.rebuild import rebuild_policy
 from service.storage.memory_store import InProcessStateStore
@@ -142,3 +145,22 @@ def test_cached_actions_give_the_rows_of_uncached_ones_bit_for_bit() -> None:
             featurized_rows(plain, policy, CONTEXT, actions),
         )
     assert len(cached) == 2  # bounded; the object with a null was not cached
+
+
+async def test_a_logged_json_stream_replays_under_another_featurizer(make_settings: Any) -> None:
+    """The log keeps the JSON as sent: the offline source featurizes it under any
+    config (here more bits and no interactions, for a per-arm model)."""
+    async with running(make_settings()) as (app, http, _typed):
+        assert (await http.put("/policies/s", json=SHARED)).status_code == 200
+        for round_ in range(3):
+            dec = (await http.post("/recommend", json={"policy": "s", "context": CONTEXT, "arms": items(f"r{round_}")})).json()
+            await http.post("/reward", json={"event_id": dec["event_id"], "reward": 0.5})
+        await _counts(app, "s")
+        log = app.state.use_cases.event_log
+        with pytest.raises(InvalidInputError, match="logged JSON features"):
+            list(EventLogSource(log, "s"))
+        other = Featurizer(FeaturizerConfig(bits=7, interactions=[]))
+        target = bandit_core.make_policy("linucb", d=other.config.dim)
+        events = list(EventLogSource(log, "s", featurize=lambda c, a: featurized_rows(other, target, c, a)))
+        assert len(events) == 3 and all(e.X.shape == (3, other.config.dim) for e in events)
+        np.testing.assert_array_equal(events[0].X[0], other.featurize_context(CONTEXT))
