@@ -50,10 +50,12 @@ class CachedFeaturizer:
     def __len__(self) -> int:
         return len(self._actions)
 
-    def hashed_action(self, features: Any, index: int, loc: list[str | int]) -> HashedFeatures:
-        """The hashed form of one candidate's features (error paths ``actions[index]...``);
-        what was not seen before is also checked storable (:func:`check_loggable`, at
-        the request's ``loc``)."""
+    def hashed_action(
+        self, features: Any, index: int, arm_index: Sequence[int | None]
+    ) -> HashedFeatures:
+        """The hashed form of candidate ``index``'s features (error paths
+        ``actions[index]...``); what was not seen before is also checked storable
+        (:func:`check_loggable`, at the request's path by :func:`request_loc`)."""
         try:
             key = orjson.dumps(features, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, deep nesting
@@ -64,6 +66,7 @@ class CachedFeaturizer:
                 self._actions.move_to_end(key)
                 return hashed
         hashed = self.featurizer.hash_features(features, ("actions", index))
+        loc = request_loc(("actions", index), arm_index)
         check_loggable(features, loc, self.featurizer.config.limits.max_depth)
         if key is not None and b"null" not in key:
             self._actions[key] = hashed
@@ -108,7 +111,8 @@ class JsonCandidates:
         arms = candidate_arms(req, info, max_candidates)
         raw: list[Any] = []
         for _, own, i in arms:
-            if own is not None and not is_json_features(own) and own != []:
+            # validated as floats or JSON features: a non-empty list of non-objects is floats
+            if type(own) is list and own and type(own[0]) is not dict:
                 raise InvalidRequest(
                     f"policy {info.name!r} declares features: send arm features as a JSON "
                     "feature object or a list of them",
@@ -118,10 +122,7 @@ class JsonCandidates:
         cached = self.featurizer(info)
         try:
             index = [i for _, _, i in arms]
-            hashed = [
-                cached.hashed_action(features, k, request_loc(("actions", k), index))
-                for k, features in enumerate(raw)
-            ]
+            hashed = [cached.hashed_action(features, k, index) for k, features in enumerate(raw)]
             ctx = cached.featurizer.hash_features(context, ("context",))
             check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
             X = featurized_rows(cached.featurizer, policy, ctx, hashed)
