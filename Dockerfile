@@ -8,9 +8,10 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # ---- build: a virtual environment with the dependencies ------------------------------
-# The package is installed in editable mode from /app: service/storage/migrate.py finds
-# alembic.ini and migrations/ next to the source tree, so the source stays in /app (the
-# runtime stage copies /app and /opt/venv to the same paths).
+# The package is installed in editable mode from /app with the server extra (the service's
+# dependencies; pyproject.toml): service/storage/migrate.py finds alembic.ini and
+# migrations/ next to the source tree, so the source stays in /app (the runtime stage
+# copies /app and /opt/venv to the same paths).
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -21,7 +22,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY bandit_core/ bandit_core/
 COPY service/ service/
-RUN pip install --no-cache-dir --editable .
+RUN pip install --no-cache-dir --editable ".[server]"
 
 # ---- runtime: the venv, the source, the migrations and an unprivileged user -----------
 FROM ${PYTHON_IMAGE} AS runtime

@@ -11,6 +11,7 @@ from bandit_core.errors import (
     ConfigError,
     InvalidFeatureError,
     InvalidInputError,
+    ModelError,
     NoEligibleArmError,
     StateFormatError,
     UnknownArmError,
@@ -22,9 +23,8 @@ from bandit_core.policy import (
     GuardrailOutcome,
     Policy,
     PolicyConfig,
-    policy_from_bytes,
 )
-from bandit_core.registry import POLICIES, make_policy, policy_class
+from bandit_core.registry import POLICIES, make_policy, policy_class, policy_from_bytes
 
 __all__ = [
     "POLICIES",
@@ -36,6 +36,7 @@ __all__ = [
     "GuardrailOutcome",
     "InvalidFeatureError",
     "InvalidInputError",
+    "ModelError",
     "NoEligibleArmError",
     "Policy",
     "PolicyConfig",

@@ -1,6 +1,6 @@
 """Regret-bound calculators.
 
-Theorem 1 of the guardrail seed (``seeds/guardrailed-linucb-theorem.md``; ALGORITHMS.md
+Theorem 1, the guardrail theorem (docs/algorithms.md
 section 3): guardrailed LinUCB over ``T`` rounds with ``d``-dimensional contexts,
 ``||x_t|| <= L``, rewards in ``[0, R_max]`` and a guardrail that blocks the optimal arm
 with probability at most ``delta_G`` has expected regret
@@ -8,11 +8,11 @@ with probability at most ``delta_G`` has expected regret
     R(T) <= 2 * alpha * sqrt(2 * T * d * log(1 + T * L^2 / d))    (Step 5, LinUCB term)
           + delta_G * T * R_max                                   (Step 2, guardrail term)
 
-The LinUCB term holds with the confidence width ``alpha`` of the seed's Lemma 3.1; a
+The LinUCB term holds with the confidence width ``alpha`` of the theorem's Lemma 3.1; a
 disjoint (per-arm) LinUCB over ``K`` arms is one linear model on block-encoded
 features, so its ``d`` is ``K`` times the per-arm dimension.
 
-The seed's worked example (``d = 128``, ``T = 10^6``, ``delta_G = 0.01``,
+The theorem's worked example (``d = 128``, ``T = 10^6``, ``delta_G = 0.01``,
 ``R_max = 100``) reports 458,000: it drops ``R_max`` from the guardrail term (10,000
 instead of 1,000,000) and takes ``sqrt(log 10^6)`` as 3.5 instead of 3.717. Computed
 from the theorem's own expression:
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bandit_core.errors import InvalidInputError
+from bandit_core.validation import check_int, check_real
 
 
 @dataclass(frozen=True)
@@ -56,27 +57,6 @@ class GuardrailBound:
         return dataclasses.asdict(self)
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive int, but got {value!r}")
-    return value
-
-
-def _finite(
-    value: Any, name: str, low: float, high: float = math.inf, low_open: bool = False
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInputError(f"{name} must be a number, but got {type(value).__name__}")
-    v = float(value)
-    ok = math.isfinite(v) and (v > low if low_open else v >= low) and v <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise InvalidInputError(
-            f"{name} must be finite and in {bracket}{low:g}, {high:g}], but got {value!r}"
-        )
-    return v
-
-
 def guardrail_regret_bound(
     d: int, T: int, delta_g: float, r_max: float, alpha: float = 1.0, L: float = 1.0
 ) -> GuardrailBound:
@@ -90,12 +70,12 @@ def guardrail_regret_bound(
     >>> guardrail_regret_bound(d=1, T=1, delta_g=0.0, r_max=1.0).linucb_term == 2 * math.sqrt(2 * math.log(2))
     True
     """
-    d = _positive_int(d, "d")
-    T = _positive_int(T, "T")
-    delta_g = _finite(delta_g, "delta_g", 0.0, 1.0)
-    r_max = _finite(r_max, "r_max", 0.0, low_open=True)
-    alpha = _finite(alpha, "alpha", 0.0)
-    L = _finite(L, "L", 0.0, low_open=True)
+    d = check_int(d, "d", low=1, error=InvalidInputError)
+    T = check_int(T, "T", low=1, error=InvalidInputError)
+    delta_g = check_real(delta_g, "delta_g", low=0.0, high=1.0, error=InvalidInputError)
+    r_max = check_real(r_max, "r_max", low=0.0, low_open=True, error=InvalidInputError)
+    alpha = check_real(alpha, "alpha", low=0.0, error=InvalidInputError)
+    L = check_real(L, "L", low=0.0, low_open=True, error=InvalidInputError)
     linucb = 2.0 * alpha * math.sqrt(2.0 * T * d * math.log1p(T * L * L / d))
     guardrail = delta_g * T * r_max
     total = linucb + guardrail
@@ -114,12 +94,12 @@ def guardrail_regret_bound(
 
 
 def verify_regret_bound(measured_regret: float, bound: GuardrailBound, slack: float = 1.1) -> bool:
-    """Whether ``measured_regret <= slack * bound.total`` (the seed's
+    """Whether ``measured_regret <= slack * bound.total`` (the theorem's
     ``verify_regret_bound`` check, with its 1.1 slack by default).
 
     >>> verify_regret_bound(100.0, guardrail_regret_bound(d=2, T=100, delta_g=0.0, r_max=1.0))
     False
     """
-    measured = _finite(measured_regret, "measured_regret", 0.0)
-    slack = _finite(slack, "slack", 1.0)
+    measured = check_real(measured_regret, "measured_regret", low=0.0, error=InvalidInputError)
+    slack = check_real(slack, "slack", low=1.0, error=InvalidInputError)
     return measured <= slack * bound.total

@@ -1,10 +1,12 @@
 """Logged bandit data and classification data sets, as plain numpy arrays.
 
-Three sources (ALGORITHMS.md section 6):
+Three sources (docs/algorithms.md section 6):
 
-* the **news format** of ``shared/data/news_dataset.txt`` (:func:`load_news`): 102
-  integers a line, the logged arm (0-based), the click (0/1), then 10 features for each
-  of the 10 arms in arm order (arm ``a``'s features are columns ``2+10a .. 11+10a``);
+* the **news format** (:func:`load_news`): 102 integers a line, the logged arm
+  (0-based), the click (0/1), then 10 features for each of the 10 arms in arm order
+  (arm ``a``'s features are columns ``2+10a .. 11+10a``). The news data set of the
+  LNUCB-TA paper's Table 3 ships with the package, gzip-compressed
+  (:func:`news_dataset_path`); ``load_news()`` with no path reads it;
 * **JSON Lines** logs (:class:`JsonlLog`, :func:`load_jsonl`), one event a line::
 
       {"candidates": [{"id": "a", "features": [0.1, 0.2]}, {"id": "b", "features": [0.0, 1.0]}],
@@ -32,17 +34,21 @@ decision ``d`` and its reward ``r``::
                       arm_features=[c["features"] for c in d.candidates],
                       pscore=d.propensity, user_id=d.user_id)
 
-The only I/O in :mod:`bandit_core` is here: loaders read the path they are given.
+The only I/O in :mod:`bandit_core` is here: loaders read the path they are given (or,
+for :func:`load_news`, the packaged data set). A path ending in ``.gz`` is read
+through gzip.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TextIO, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -201,15 +207,29 @@ class BanditLog:
         )
 
 
-def load_news(path: str | Path) -> BanditLog:
-    """Read the news data set format (see the module docstring) into a :class:`BanditLog`.
+def news_dataset_path() -> Path:
+    """Path of the news data set shipped with the package (``bandit_core/data/news_dataset.txt.gz``).
 
-    Arms are named ``"0"`` .. ``"9"``; the log is uniformly random, so ``pscore`` is
-    ``1/10`` for every event. Returns features of shape (n, 10, 10).
+    10,000 events logged by a uniformly random policy over 10 news articles, in the news
+    format of the module docstring: the data set of the LNUCB-TA paper's Table 3
+    (docs/algorithms.md section 6).
     """
+    return Path(str(resources.files("bandit_core") / "data" / "news_dataset.txt.gz"))
+
+
+def load_news(path: str | Path | None = None) -> BanditLog:
+    """Read a file in the news format (see the module docstring) into a :class:`BanditLog`.
+
+    ``path`` defaults to the packaged news data set (:func:`news_dataset_path`); a path
+    ending in ``.gz`` is decompressed. Arms are named ``"0"`` .. ``"9"``; the log is
+    uniformly random, so ``pscore`` is ``1/10`` for every event. Returns features of
+    shape (n, 10, 10).
+    """
+    if path is None:
+        path = news_dataset_path()
     try:
         raw = np.loadtxt(path, dtype=np.int64, ndmin=2)
-    except ValueError as exc:
+    except (ValueError, EOFError, gzip.BadGzipFile) as exc:
         raise InvalidInputError(f"{path}: not the news format (102 integers a line): {exc}") from exc
     width = 2 + NEWS_ARMS * NEWS_FEATURES
     if raw.shape[1] != width:
@@ -253,6 +273,13 @@ def parse_event(obj: Mapping[str, Any]) -> LoggedEvent:
     )
 
 
+def open_text(path: str | Path) -> TextIO:
+    """``path`` opened for reading as UTF-8 text, through gzip when it ends in ``.gz``."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
 @dataclass(frozen=True)
 class JsonlLog:
     """A JSON Lines log streamed from ``path`` one event at a time (a :class:`LogSource`)."""
@@ -260,7 +287,7 @@ class JsonlLog:
     path: Path
 
     def __iter__(self) -> Iterator[LoggedEvent]:
-        with open(self.path, encoding="utf-8") as fh:
+        with open_text(self.path) as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue

@@ -1,4 +1,4 @@
-"""JSON feature objects -> hashed feature vectors (ALGORITHMS.md section 7).
+"""JSON feature objects -> hashed feature vectors (docs/algorithms.md section 7).
 
 A product frontend sends facts, not vectors: a context such as
 ``{"user": {"interest": "tech", "tenureYears": 2}, "device": {"type": "mobile"}}`` and,
@@ -67,6 +67,7 @@ import mmh3
 import numpy as np
 
 from bandit_core.errors import ConfigError, InvalidFeatureError
+from bandit_core.validation import check_bool, check_choice, check_int, check_real
 
 __all__ = [
     "BIAS_NAME",
@@ -164,14 +165,6 @@ def _interaction_hash_scalar(context_hash: int, action_hash: int) -> int:
     return h ^ (h >> 16)
 
 
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
-    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
-    if not ok or value < low or (high is not None and value > high):
-        bound = f"an int >= {low}" if high is None else f"an int in [{low}, {high}]"
-        raise ConfigError(f"{name} must be {bound}, but got {value!r}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class FeatureLimits:
     """What one request may hold (each breach is an :class:`InvalidFeatureError`).
@@ -195,23 +188,17 @@ class FeatureLimits:
     def __post_init__(self) -> None:
         for f in fields(self):
             if f.name == "max_abs_value":
-                v = self.max_abs_value
-                if isinstance(v, (bool, np.bool_)) or not isinstance(
-                    v, (int, float, np.integer, np.floating)
-                ):
-                    raise ConfigError(f"limits.max_abs_value must be a number, but got {v!r}")
-                if not (0 < v <= 1e100):
-                    raise ConfigError(f"limits.max_abs_value must be in (0, 1e100], but got {v!r}")
-                object.__setattr__(self, "max_abs_value", float(v))
+                v = check_real(self.max_abs_value, "limits.max_abs_value", low=0.0, high=1e100, low_open=True)
+                object.__setattr__(self, "max_abs_value", v)
             else:
                 object.__setattr__(
-                    self, f.name, _check_int(f"limits.{f.name}", getattr(self, f.name), 1)
+                    self, f.name, check_int(getattr(self, f.name), f"limits.{f.name}", low=1)
                 )
 
 
 @dataclass(frozen=True)
 class FeaturizerConfig:
-    """How a policy's JSON features become vectors (ALGORITHMS.md section 7).
+    """How a policy's JSON features become vectors (docs/algorithms.md section 7).
 
     ``bits``: features hash into ``2**bits`` buckets (1 to 30); vectors have
     ``dim = 2**bits + 1`` entries, the last the bias. ``interactions``: pairs
@@ -238,7 +225,7 @@ class FeaturizerConfig:
     limits: FeatureLimits = field(default_factory=FeatureLimits)
 
     def __post_init__(self) -> None:
-        bits = _check_int("bits", self.bits, 1, MAX_BITS)
+        bits = check_int(self.bits, "bits", low=1, high=MAX_BITS)
         object.__setattr__(self, "bits", bits)
         pairs = self.interactions
         if isinstance(pairs, (str, bytes)) or not isinstance(pairs, (list, tuple)):
@@ -257,13 +244,8 @@ class FeaturizerConfig:
                 )
             checked.append((pair[0], pair[1]))
         object.__setattr__(self, "interactions", tuple(dict.fromkeys(checked)))
-        if not isinstance(self.context_in_actions, bool):
-            raise ConfigError(
-                f"context_in_actions must be a bool, but got {self.context_in_actions!r}"
-            )
-        output = self.output
-        if output not in ("auto", "dense", "sparse"):
-            raise ConfigError(f"output must be 'auto', 'dense' or 'sparse', but got {output!r}")
+        object.__setattr__(self, "context_in_actions", check_bool(self.context_in_actions, "context_in_actions"))
+        output = check_choice(self.output, "output", ("auto", "dense", "sparse"))
         if output == "auto":
             output = "dense" if bits <= AUTO_DENSE_MAX_BITS else "sparse"
         if output == "dense" and bits > MAX_DENSE_BITS:
@@ -835,7 +817,7 @@ def _kind(value: Any) -> str:
 @dataclass
 class BucketNames:
     """Bounded map from bucket to the names of the features seen in it (state the
-    caller owns; ALGORITHMS.md section 7: explain a model's weights by name).
+    caller owns; docs/algorithms.md section 7: explain a model's weights by name).
 
     At most ``max_names_per_bucket`` names per bucket (colliding features beyond it are
     not kept) and ``max_names`` in all; the first names seen are the ones kept, and
@@ -854,9 +836,9 @@ class BucketNames:
     dropped: int = 0
 
     def __post_init__(self) -> None:
-        self.max_names = _check_int("max_names", self.max_names, 1)
-        self.max_names_per_bucket = _check_int("max_names_per_bucket", self.max_names_per_bucket, 1)
-        self.dropped = _check_int("dropped", self.dropped, 0)
+        self.max_names = check_int(self.max_names, "max_names", low=1)
+        self.max_names_per_bucket = check_int(self.max_names_per_bucket, "max_names_per_bucket", low=1)
+        self.dropped = check_int(self.dropped, "dropped", low=0)
         if not isinstance(self.buckets, dict):
             raise ConfigError(
                 f"buckets must be a dict of bucket -> names, but got {type(self.buckets).__name__}"
@@ -864,7 +846,7 @@ class BucketNames:
         buckets: dict[int, list[str]] = {}
         for bucket, names in self.buckets.items():
             b = int(bucket) if isinstance(bucket, str) and bucket.isdigit() else bucket
-            b = _check_int("bucket", b, 0)
+            b = check_int(b, "bucket", low=0)
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise ConfigError(f"bucket {b} must map to a list of names, but got {names!r}")
             if len(names) > self.max_names_per_bucket:

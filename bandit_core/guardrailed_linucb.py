@@ -1,4 +1,4 @@
-"""Guardrailed LinUCB (ALGORITHMS.md section 3; guardrail seed, Theorem 1).
+"""Guardrailed LinUCB (docs/algorithms.md section 3; Theorem 1 in section 3.2).
 
 LinUCB whose argmax runs only over the candidates that pass every guardrail predicate
 (:mod:`bandit_core.guardrails`). When every candidate but the safe arm is blocked the

@@ -1,7 +1,7 @@
-"""Guardrails: predicates that block arms before the UCB argmax (ALGORITHMS.md section 3;
-guardrail seed, Theorem 1, assumptions 4 and 5).
+"""Guardrails: predicates that block arms before the UCB argmax (docs/algorithms.md section 3;
+Theorem 1 in section 3.2, assumptions 4 and 5).
 
-A guardrail is the seed's ``G(arm, x, ctx) -> Verdict(allowed, reason)``. Two forms are
+A guardrail is the theorem's ``G(arm, x, ctx) -> Verdict(allowed, reason)``. Two forms are
 accepted:
 
 * a :class:`Predicate`, a plain callable judging one arm at a time, and
@@ -71,13 +71,14 @@ import numpy as np
 from bandit_core.errors import ConfigError, InvalidInputError, NoEligibleArmError
 from bandit_core.policy import GuardrailOutcome
 from bandit_core.state import ArrayState
+from bandit_core.validation import check_choice, check_int, check_real
 
 ENTRY_POINT_GROUP = "bandit_core.guardrails"
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The seed's ``G(arm, x, ctx)`` for one arm: ``allowed`` and, when blocked, why."""
+    """The theorem's ``G(arm, x, ctx)`` for one arm: ``allowed`` and, when blocked, why."""
 
     allowed: bool
     reason: str = ""
@@ -160,7 +161,7 @@ class Guardrail(Protocol):
 
 
 class Predicate(Protocol):
-    """The seed's ``G(arm, x, ctx) -> Verdict``: judges one arm (``x`` of shape ``(d,)``)."""
+    """The theorem's ``G(arm, x, ctx) -> Verdict``: judges one arm (``x`` of shape ``(d,)``)."""
 
     def __call__(self, arm_id: str, x: np.ndarray, ctx: GuardrailContext, /) -> Verdict | bool: ...
 
@@ -175,18 +176,6 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{what} must be a finite number, but got {value!r}")
-    return float(value)
-
-
-def _count(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{what} must be an int >= {minimum}, but got {value!r}")
-    return value
 
 
 def _blocked(allowed: np.ndarray, reason: Callable[[int], str]) -> Verdicts:
@@ -211,15 +200,9 @@ class FeatureThreshold:
             raise ConfigError(
                 f"feature_threshold 'feature' must be a non-empty str, but got {self.feature!r}"
             )
-        if self.op not in _OPS:
-            raise ConfigError(
-                f"feature_threshold 'op' must be one of {sorted(_OPS)}, but got {self.op!r}"
-            )
-        object.__setattr__(self, "value", _number(self.value, "feature_threshold 'value'"))
-        if self.on_missing not in ("block", "allow"):
-            raise ConfigError(
-                f"feature_threshold 'on_missing' must be 'block' or 'allow', but got {self.on_missing!r}"
-            )
+        check_choice(self.op, "feature_threshold 'op'", sorted(_OPS))
+        object.__setattr__(self, "value", check_real(self.value, "feature_threshold 'value'"))
+        check_choice(self.on_missing, "feature_threshold 'on_missing'", ("block", "allow"))
 
     def evaluate(self, ctx: GuardrailContext) -> Verdicts:
         k = len(ctx.arm_ids)
@@ -227,15 +210,7 @@ class FeatureThreshold:
         if raw is None:
             allowed = np.full(k, self.on_missing == "allow")
             return _blocked(allowed, lambda i: f"feature {self.feature} missing from the request")
-        if (
-            isinstance(raw, bool)
-            or not isinstance(raw, (int, float, np.integer, np.floating))
-            or not math.isfinite(raw)
-        ):
-            raise InvalidInputError(
-                f"features[{self.feature!r}] must be a finite number, but got {raw!r}"
-            )
-        hit = _OPS[self.op](float(raw), self.value)
+        hit = _OPS[self.op](check_real(raw, f"features[{self.feature!r}]", error=InvalidInputError), self.value)
         shown = f"{raw:g}" if isinstance(raw, float) else str(raw)
         return _blocked(
             np.full(k, not hit),
@@ -254,8 +229,8 @@ class ExposureCap:
     window: int
 
     def __post_init__(self) -> None:
-        share = _number(self.max_share, "exposure_cap 'max_share'")
-        _count(self.window, "exposure_cap 'window'", 1)
+        share = check_real(self.max_share, "exposure_cap 'max_share'")
+        object.__setattr__(self, "window", check_int(self.window, "exposure_cap 'window'", low=1))
         if not 0.0 < share <= 1.0 or share * self.window < 1.0:
             raise ConfigError(
                 f"exposure_cap needs 0 < max_share <= 1 and max_share * window >= 1, "
@@ -306,16 +281,16 @@ class Budget:
             raise ConfigError(
                 f"budget 'budgets' must be a non-empty {{arm: total}} mapping, but got {self.budgets!r}"
             )
-        budgets = {str(a): _number(v, f"budget 'budgets'[{a!r}]") for a, v in self.budgets.items()}
+        budgets = {str(a): check_real(v, f"budget 'budgets'[{a!r}]") for a, v in self.budgets.items()}
         if isinstance(self.cost, Mapping):
             missing = sorted(set(budgets) - set(self.cost))
             if missing:
                 raise ConfigError(
                     f"budget 'cost' must give a cost for every budgeted arm, but misses {missing}"
                 )
-            cost = {a: _number(self.cost[a], f"budget 'cost'[{a!r}]") for a in budgets}
+            cost = {a: check_real(self.cost[a], f"budget 'cost'[{a!r}]") for a in budgets}
         else:
-            c = _number(self.cost, "budget 'cost'")
+            c = check_real(self.cost, "budget 'cost'")
             cost = {a: c for a in budgets}
         if any(v < 0 for v in budgets.values()) or any(v <= 0 for v in cost.values()):
             raise ConfigError(
@@ -366,11 +341,8 @@ class Conservative:
             raise ConfigError(
                 f"conservative 'baseline' must be an arm id, but got {self.baseline!r}"
             )
-        margin = _number(self.margin, "conservative 'margin'")
-        if margin < 0:
-            raise ConfigError(f"conservative 'margin' must be >= 0, but got {self.margin!r}")
-        object.__setattr__(self, "margin", margin)
-        _count(self.min_pulls, "conservative 'min_pulls'", 0)
+        object.__setattr__(self, "margin", check_real(self.margin, "conservative 'margin'", low=0.0))
+        object.__setattr__(self, "min_pulls", check_int(self.min_pulls, "conservative 'min_pulls'", low=0))
 
     @property
     def exempt(self) -> frozenset[str]:
@@ -400,12 +372,9 @@ class MinEstimate:
     estimate: str = "mean_reward"
 
     def __post_init__(self) -> None:
-        _count(self.min_pulls, "min_estimate 'min_pulls'", 1)
-        object.__setattr__(self, "min_value", _number(self.min_value, "min_estimate 'min_value'"))
-        if self.estimate not in ("mean_reward", "predicted"):
-            raise ConfigError(
-                f"min_estimate 'estimate' must be 'mean_reward' or 'predicted', but got {self.estimate!r}"
-            )
+        object.__setattr__(self, "min_pulls", check_int(self.min_pulls, "min_estimate 'min_pulls'", low=1))
+        object.__setattr__(self, "min_value", check_real(self.min_value, "min_estimate 'min_value'"))
+        check_choice(self.estimate, "min_estimate 'estimate'", ("mean_reward", "predicted"))
 
     def evaluate(self, ctx: GuardrailContext) -> Verdicts:
         est = ctx.mean_rewards if self.estimate == "mean_reward" else ctx.means

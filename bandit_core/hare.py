@@ -1,9 +1,9 @@
-"""HARE: uncertainty-augmented attention over item clusters (ALGORITHMS.md section 4).
+"""HARE: uncertainty-augmented attention over item clusters (docs/algorithms.md section 4).
 
 Inputs through the common API: each row of ``X`` (shape ``(K, d)``) is
 ``concat(x, v_i)``, the user context ``x`` (the first ``context_dim`` columns, the same in
 every row) followed by item ``i``'s embedding ``v_i`` (``d_item = d - context_dim``).
-Per head ``h`` (HARE derivations section 2.1-2.2, regret seed Term 1 and Term 3)::
+Per head ``h`` (docs/algorithms.md sections 4.1, 4.3 and 4.4)::
 
     q   = W_Qx x + W_Qu u_hat + b_Q                (d_k)
     k_i = W_K v_i,  s_i = q . k_i / sqrt(d_k)
@@ -11,7 +11,7 @@ Per head ``h`` (HARE derivations section 2.1-2.2, regret seed Term 1 and Term 3)
     A   = softmax_i(s_i + alpha * U_{c(i)})         (averaged over heads)
     z   = concat_h(sum_i A_i W_V v_i) W_O
 
-Decision (the regret seed's proof, step 1): cluster
+Decision (docs/algorithms.md section 4.2): cluster
 ``j* = argmax_j [mean_{i in j} s_i + alpha * U_j]`` (averaged over heads), then the
 candidate of highest attention inside ``j*``. ``Decision.scores`` are the attention
 weights ``A_i`` (so the ranking is by attention), ``Decision.widths`` the cluster
@@ -59,29 +59,23 @@ from bandit_core.policy import (
     SelectContext,
 )
 from bandit_core.state import ArrayState
-from bandit_core.validation import check_matrix, check_reward
+from bandit_core.validation import (
+    check_choice,
+    check_int,
+    check_matrix,
+    check_real,
+    check_reward,
+    check_true,
+)
 
 LOSSES = ("squared", "logistic")
 #: The projections the SGD step and :meth:`HARE.fit_projections` learn.
 LEARNED = ("W_Qx", "W_Qu", "b_Q", "W_K")
 
 
-def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, but got {value!r}")
-    return int(value)
-
-
-def _positive_float(name: str, value: Any, allow_zero: bool = False) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or math.isnan(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ConfigError(f"{name} must be a number {'>=' if allow_zero else '>'} 0, but got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class HAREConfig(PolicyConfig):
-    """HARE hyperparameters (ALGORITHMS.md section 4).
+    """HARE hyperparameters (docs/algorithms.md section 4).
 
     ``context_dim``: leading columns of each row that are the user context ``x``
     (``d_x``; 0 = no context). ``heads``: H. ``key_dim``: d_k. ``value_dim``: d_v per
@@ -114,22 +108,21 @@ class HAREConfig(PolicyConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("heads", "key_dim", "value_dim", "n_clusters", "refactor_every"):
-            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
-        object.__setattr__(self, "context_dim", _positive_int("context_dim", self.context_dim, 0))
-        if self.context_dim >= self.d:
-            raise ConfigError(
-                f"context_dim must be < d = {self.d} (the item embedding needs a column), "
-                f"but got {self.context_dim}"
-            )
-        if self.out_dim is not None:
-            object.__setattr__(self, "out_dim", _positive_int("out_dim", self.out_dim))
-        for name in ("ridge_lambda", "sigma", "learning_rate", "grad_clip"):
-            object.__setattr__(self, name, _positive_float(name, getattr(self, name)))
-        object.__setattr__(self, "l2", _positive_float("l2", self.l2, allow_zero=True))
-        if self.loss not in LOSSES:
-            raise ConfigError(f"loss must be one of {LOSSES}, but got {self.loss!r}")
-        if self.loss == "logistic" and not (0.0 <= self.reward_range[0] and self.reward_range[1] <= 1.0):
-            raise ConfigError(f"loss 'logistic' needs reward_range inside [0, 1], but got {self.reward_range}")
+            object.__setattr__(self, name, check_int(getattr(self, name), name, low=1))
+        # the item embedding needs a column: context_dim < d
+        object.__setattr__(self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1))
+        object.__setattr__(self, "out_dim", check_int(self.out_dim, "out_dim", low=1, allow_none=True))
+        for name in ("ridge_lambda", "sigma", "learning_rate"):
+            object.__setattr__(self, name, check_real(getattr(self, name), name, low=0.0, low_open=True))
+        object.__setattr__(
+            self, "grad_clip", check_real(self.grad_clip, "grad_clip", low=0.0, low_open=True, allow_inf=True)
+        )
+        object.__setattr__(self, "l2", check_real(self.l2, "l2", low=0.0))
+        check_choice(self.loss, "loss", LOSSES)
+        check_true(
+            self.loss != "logistic" or (0.0 <= self.reward_range[0] and self.reward_range[1] <= 1.0),
+            f"loss 'logistic' needs reward_range inside [0, 1], but got {self.reward_range}",
+        )
         if self.clusters is not None:
             object.__setattr__(self, "clusters", self._check_clusters(self.clusters))
 
@@ -139,12 +132,9 @@ class HAREConfig(PolicyConfig):
             out = tuple(sorted((str(a), c) for a, c in pairs))
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"clusters must map arm id -> cluster index, but got {clusters!r}") from exc
-        for arm_id, c in out:
-            if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= c < self.n_clusters:
-                raise ConfigError(
-                    f"clusters[{arm_id!r}] must be an int in [0, n_clusters = {self.n_clusters}), but got {c!r}"
-                )
-        return tuple((a, int(c)) for a, c in out)
+        return tuple(
+            (a, check_int(c, f"clusters[{a!r}]", low=0, high=self.n_clusters - 1)) for a, c in out
+        )
 
     @property
     def d_item(self) -> int:
@@ -195,8 +185,16 @@ class HARESharedState(ArrayState):
 
 def queries(sh: HARESharedState, Xc: np.ndarray, U: np.ndarray) -> np.ndarray:
     """``q = W_Qx x + W_Qu u_hat + b_Q`` per head for B rows: ``Xc (B, d_x)``,
-    ``U (B, d_item)`` -> ``(B, H, d_k)``."""
-    return np.einsum("hkd,bd->bhk", sh.W_Qx, Xc) + np.einsum("hkd,bd->bhk", sh.W_Qu, U) + sh.b_Q
+    ``U (B, d_item)`` -> ``(B, H, d_k)``.
+
+    Without a context (``d_x = 0``) the ``W_Qx x`` term is left out rather than
+    contracted over the empty axis (numpy 2.4 returned non-finite garbage for that
+    contraction about once in five service runs); ``0 + y`` is ``y``, so the result is the same.
+    """
+    q = np.einsum("hkd,bd->bhk", sh.W_Qu, U)
+    if Xc.shape[1]:
+        q = np.einsum("hkd,bd->bhk", sh.W_Qx, Xc) + q
+    return q + sh.b_Q
 
 
 def projection_gradients(
@@ -448,7 +446,7 @@ class HARE(BasePolicy):
         batch_size: int = 256,
         learning_rate: float | None = None,
     ) -> np.ndarray:
-        """Offline fit of ``W_Qx, W_Qu, b_Q, W_K`` from M logged events (regret seed,
+        """Offline fit of ``W_Qx, W_Qu, b_Q, W_K`` from M logged events (docs/algorithms.md section 4.4,
         Term 1, the ``M >> p`` regime): minibatch gradient descent on the objective of
         :func:`projection_gradients`, starting from the current projections.
 
@@ -466,9 +464,12 @@ class HARE(BasePolicy):
         r = check_matrix(np.asarray(rewards, dtype=np.float64)[:, None], len(user_ids), 1, "rewards")[:, 0]
         for value in r:
             check_reward(float(value), c.reward_range)
-        epochs = _positive_int("epochs", epochs)
-        batch_size = _positive_int("batch_size", batch_size)
-        lr = c.learning_rate if learning_rate is None else _positive_float("learning_rate", learning_rate)
+        epochs = check_int(epochs, "epochs", low=1, error=InvalidInputError)
+        batch_size = check_int(batch_size, "batch_size", low=1, error=InvalidInputError)
+        if learning_rate is None:
+            lr = c.learning_rate
+        else:
+            lr = check_real(learning_rate, "learning_rate", low=0.0, low_open=True, error=InvalidInputError)
         U = np.zeros_like(V)
         posteriors: dict[str, LinearArmState] = {}
         for t, uid in enumerate(user_ids):

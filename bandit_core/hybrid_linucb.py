@@ -38,11 +38,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from bandit_core.errors import ConfigError, InvalidInputError, UnknownArmError
+from bandit_core.errors import InvalidInputError, UnknownArmError
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
 from bandit_core.policy import SHARED_PART, ArmStats, BasePolicy, PolicyConfig, SelectContext
-from bandit_core.validation import all_finite, check_arm_ids
+from bandit_core.validation import all_finite, check_arm_ids, check_int
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,8 @@ class HybridLinUCBConfig(LinUCBConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        c = self.context_dim
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= c < self.d:
-            raise ConfigError(
-                f"context_dim must be an int in [0, d) = [0, {self.d}) (the row is [z, x] with "
-                f"at least one shared feature), but got {c!r}"
-            )
-        object.__setattr__(self, "context_dim", int(c))
+        # the row is [z, x] with at least one shared feature: context_dim < d
+        object.__setattr__(self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1))
 
     @property
     def shared_dim(self) -> int:

@@ -1,6 +1,6 @@
 """Seeded k-means (k-means++ seeding, then Lloyd iterations) for HARE's item clusters.
 
-HARE (ALGORITHMS.md section 4) assigns each item to one of ``C`` clusters when the
+HARE (docs/algorithms.md section 4) assigns each item to one of ``C`` clusters when the
 clusters are not given; this is the small, deterministic-given-the-RNG k-means it uses.
 
 >>> import numpy as np

@@ -1,7 +1,7 @@
 """Per-arm ridge regression shared by LinUCB, LNUCB-TA and guardrailed LinUCB.
 
 One arm keeps ``A = lambda*I + sum x x^T``, its inverse, ``b = sum target * x`` and
-``theta = A^-1 b`` (ALGORITHMS.md section 1; HARE derivations section 1). The inverse
+``theta = A^-1 b`` (docs/algorithms.md section 1). The inverse
 is updated by Sherman-Morrison in O(d^2),
 
     A^-1 <- A^-1 - (A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x),

@@ -1,4 +1,4 @@
-"""Disjoint LinUCB (Li et al. 2010; ALGORITHMS.md section 1).
+"""Disjoint LinUCB (Li et al. 2010; docs/algorithms.md section 1).
 
 Score of arm ``a``: ``x_a^T theta_a + alpha * sqrt(x_a^T A_a^-1 x_a)``; the argmax is
 served, ties broken uniformly at random.
@@ -20,9 +20,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from bandit_core.errors import ConfigError
 from bandit_core.linear import LinearArmState, RidgeStack
-from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext, _is_real
+from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext
+from bandit_core.validation import check_int, check_real
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,8 @@ class LinUCBConfig(PolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (_is_real(self.ridge_lambda) and np.isfinite(self.ridge_lambda) and self.ridge_lambda > 0):
-            raise ConfigError(f"ridge_lambda must be finite and > 0, but got {self.ridge_lambda!r}")
-        if isinstance(self.refactor_every, bool) or not isinstance(self.refactor_every, int) or self.refactor_every < 1:
-            raise ConfigError(f"refactor_every must be a positive int, but got {self.refactor_every!r}")
+        object.__setattr__(self, "ridge_lambda", check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True))
+        object.__setattr__(self, "refactor_every", check_int(self.refactor_every, "refactor_every", low=1))
 
 
 class LinUCB(BasePolicy):
@@ -52,6 +50,12 @@ class LinUCB(BasePolicy):
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
         self._stack = RidgeStack()
+
+    @property
+    def score_cache(self) -> RidgeStack:
+        """The stacked arrays of the last candidate list scored, to read (the cache
+        rules are in :mod:`bandit_core.policy`)."""
+        return self._stack
 
     def _new_arm_state(self) -> LinearArmState:
         return LinearArmState.prior(self.config.d, self.config.ridge_lambda)

@@ -1,7 +1,7 @@
 """LNUCB-TA: linear + adaptive-k nearest-neighbour UCB with temporal attention.
 
-Khosravi et al., "LNUCB-TA" (``seeds/lnucb-ta-paper.txt``), as recorded in
-ALGORITHMS.md section 2. Score of candidate arm ``a`` with feature vector ``x_a``
+Khosravi et al. 2025, "LNUCB-TA", as recorded in
+docs/algorithms.md section 2. Score of candidate arm ``a`` with feature vector ``x_a``
 (eq. 2 and 9):
 
     ucb_a = x_a^T mu_a + f_a(x_a) + alpha_a * sqrt(x_a^T Sigma_a^-1 x_a)
@@ -18,7 +18,7 @@ ALGORITHMS.md section 2. Score of candidate arm ``a`` with feature vector ``x_a`
   with fewer than 2 rewards, running sums over every reward, not only the window).
   If the memory holds at least ``k_a`` points, ``f_a(x)`` is the mean reward of the
   ``k_a`` stored points nearest to ``x`` (Euclidean), else 0 (Algorithm 2, line 6
-  compares ``len(x_a)`` with ``k``; ALGORITHMS.md reads it as the memory size, the
+  compares ``len(x_a)`` with ``k``; docs/algorithms.md reads it as the memory size, the
   condition eq. 3 needs). Ties at the ``k``-th
   distance go to the most recent points. ``knn_weights="distance"`` weights each
   neighbour by ``1/distance``; if any neighbour is at distance 0, only those count
@@ -78,16 +78,16 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from bandit_core.errors import ConfigError
 from bandit_core.linear import LinearArmState, RidgeStack, stacked_ucb_terms
 from bandit_core.linucb import LinUCBConfig
 from bandit_core.policy import SHARED_PART, BasePolicy, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
+from bandit_core.validation import check_bool, check_choice, check_int, check_real, check_true
 
 
 @dataclass(frozen=True)
 class LNUCBTAConfig(LinUCBConfig):
-    """LNUCB-TA hyperparameters (defaults: paper Appendix B; ALGORITHMS.md section 2).
+    """LNUCB-TA hyperparameters (defaults: paper Appendix B; docs/algorithms.md section 2).
 
     ``alpha`` is the paper's ``alpha_0``. ``ridge_lambda``, ``refactor_every``: the
     ridge state, as in LinUCB. ``theta_min``, ``theta_max``: range of the adaptive
@@ -111,22 +111,16 @@ class LNUCBTAConfig(LinUCBConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("theta_min", "theta_max", "knn_window"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive int, but got {value!r}")
-        if self.theta_max < self.theta_min:
-            raise ConfigError(
-                f"theta_max must be >= theta_min = {self.theta_min}, but got {self.theta_max!r}"
-            )
-        if isinstance(self.kappa, bool) or not isinstance(self.kappa, (int, float)) or not 0.0 <= self.kappa <= 1.0:
-            raise ConfigError(f"kappa must be a number in [0, 1], but got {self.kappa!r}")
-        if self.linear_target not in ("reward", "residual"):
-            raise ConfigError(f"linear_target must be 'reward' or 'residual', but got {self.linear_target!r}")
-        if self.knn_weights not in ("uniform", "distance"):
-            raise ConfigError(f"knn_weights must be 'uniform' or 'distance', but got {self.knn_weights!r}")
+            object.__setattr__(self, name, check_int(getattr(self, name), name, low=1))
+        check_true(
+            self.theta_max >= self.theta_min,
+            f"theta_max must be >= theta_min = {self.theta_min}, but got {self.theta_max!r}",
+        )
+        object.__setattr__(self, "kappa", check_real(self.kappa, "kappa", low=0.0, high=1.0))
+        check_choice(self.linear_target, "linear_target", ("reward", "residual"))
+        check_choice(self.knn_weights, "knn_weights", ("uniform", "distance"))
         for name in ("use_linear", "use_knn", "temporal_attention"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be a bool, but got {getattr(self, name)!r}")
+            object.__setattr__(self, name, check_bool(getattr(self, name), name))
 
 
 @dataclass(kw_only=True)
@@ -665,6 +659,12 @@ class LNUCBTA(BasePolicy):
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
         self._stack = LNUCBTAStack(self.config)
+
+    @property
+    def score_cache(self) -> LNUCBTAStack:
+        """The stacked arrays of the last candidate list scored, to read (the cache
+        rules are in :mod:`bandit_core.policy`)."""
+        return self._stack
 
     def exploration_weights(self, states: list[LNUCBTAArmState]) -> np.ndarray:
         """``alpha_a`` of eq. 4/17 for each state, shape ``(K,)``, clamped at 0; the

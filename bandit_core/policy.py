@@ -12,26 +12,81 @@ A policy chooses one arm among ``K`` candidates whose feature vectors are the ro
 >>> type(p).from_bytes(p.to_bytes()).to_bytes() == p.to_bytes()
 True
 
-State is explicit and split into *parts* so a store can load, update and save one arm
-without touching the others: ``"arm:<id>"`` (one arm's model), ``"shared"`` (state
-common to all arms, e.g. HARE's projections or guardrail counters) and
-``"user:<id>"`` (per-user state, HARE). :meth:`BasePolicy.export_parts` and
-:meth:`BasePolicy.import_parts` move parts in and out as bytes;
-:meth:`BasePolicy.parts_for_update` names the parts one update reads and writes.
+The extension contract
+======================
 
-Implementors subclass :class:`BasePolicy` and fill in ``_new_arm_state``, ``_score``
-and ``_update`` (and optionally ``_filter`` for guardrails, ``_new_shared_state`` and
-``_new_user_state``). The shared steps live here once: validation, cold start of
-unseen arms, guardrail filtering, uniform tie-breaking (one random key per candidate),
-the epsilon exploration floor and the logged propensities (ALGORITHMS.md section 5).
+An algorithm is a subclass of :class:`BasePolicy` registered in
+:mod:`bandit_core.registry` (``docs/adding_an_algorithm.md`` is the checklist).
 
-:meth:`BasePolicy.select_until` runs selections over a batch of requests until one
-serves a given arm, the inner loop of an offline replay; policies whose scoring
-changes no state may implement ``_score_batch`` so it scores the batch in one call.
+Class attributes
+    ``NAME`` (the registry name, stored in every serialized policy), ``CONFIG`` (a
+    frozen :class:`PolicyConfig` subclass whose ``__post_init__`` checks each new field
+    with :mod:`bandit_core.validation` and stores it as a Python value), ``ARM_STATE``
+    (the :class:`~bandit_core.state.ArrayState` of one arm) and, when the algorithm has
+    them, ``SHARED_STATE`` and ``USER_STATE``.
+
+Abstract hooks (the class cannot be instantiated without them)
+    ``_new_arm_state()``: an arm's prior, the cold start. ``_score(arm_ids, states, X,
+    ctx)``: ``(scores, widths)`` of shape ``(K,)`` (widths may be ``None``).
+    ``_update(arm_id, state, x, reward, ctx)``: apply one checked reward in place.
+
+Optional hooks
+    ``_new_shared_state``, ``_new_user_state``; ``_filter`` (guardrails: the eligible
+    mask), ``_choose`` (the greedy index), ``_finish_select`` (record what serving
+    changes), ``_decision_extras``, ``_arm_stats_extras``, ``_parts_changed_by_new_arms``;
+    ``_score_batch`` (scores of B selections at once, bit-identical to ``_score`` row by
+    row, for :meth:`BasePolicy.select_until`).
+
+Class flags (set by ``__init_subclass__`` from the hooks a class overrides; never set
+by hand)
+    ``_PLAIN_CHOICE``: neither ``_filter`` nor ``_choose`` is overridden, so
+    :meth:`~BasePolicy.select` takes the argmax without building the full order.
+    ``_NO_EXTRAS``: ``_decision_extras`` is not overridden. ``_BATCHED``: a plain
+    choice, the default ``_finish_select`` and a ``_score_batch``; only then does
+    ``select_until`` score rows in batches. ``_SELECT_ROWS`` (set by hand): rows per
+    ``_score_batch`` call, ``None`` for all at once.
+
+Select, update, select_until
+    :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
+    ``_score``, breaks ties uniformly (one random key per candidate), applies the
+    guardrail hooks and the epsilon floor and logs the propensities (docs/algorithms.md
+    section 5). :meth:`~BasePolicy.update` checks ``x`` and the reward and calls
+    ``_update``. :meth:`~BasePolicy.select_until` equals a loop of selections that
+    stops at a target arm, state and RNG included; it only batches when ``_BATCHED``,
+    ``epsilon = 0`` and ``select`` would accept every row, else it loops.
+
+Cache rules
+    Policies over ridge states (LinUCB, hybrid LinUCB, LNUCB-TA) score from stacked copies of the
+    candidates' arrays (:class:`bandit_core.linear.RidgeStack`) kept between calls.
+    Only the hooks of the owning policy write an arm's arrays, through
+    :meth:`LinearArmState.add <bandit_core.linear.LinearArmState.add>`, which bumps the
+    update count ``n`` the stack compares; nothing else writes them in place
+    (:meth:`~BasePolicy.arm_state` and the other accessors are to read). A stack row
+    is rewritten when its arm's state *object* is replaced or its ``n`` moved; the
+    whole stack is rebuilt when the candidate list differs. :meth:`~BasePolicy.update`
+    records the arm it changed; any change to the arm *table* (cold start,
+    :meth:`~BasePolicy.add_arm`, :meth:`~BasePolicy.retire_arm`,
+    :meth:`~BasePolicy.import_parts`) calls ``_arm_table_changed``, after which every
+    arm counts as changed and the candidate-state lookup is redone. A hook that replaces
+    a state object outside these paths must call ``_arm_table_changed`` itself.
+    :class:`SelectContext` is frozen: calls without a user or features share one.
+
+State parts
+    State is explicit and split into *parts* so a store can load, update and save one
+    arm without touching the others: ``"arm:<id>"`` (one arm's model), ``"shared"``
+    (state common to all arms, e.g. HARE's projections or guardrail counters) and
+    ``"user:<id>"`` (per-user state, HARE). :meth:`BasePolicy.export_parts` and
+    :meth:`BasePolicy.import_parts` move parts in and out as bytes;
+    :meth:`BasePolicy.parts_for_select` and :meth:`BasePolicy.parts_for_update` name
+    the parts a call reads and writes, and ``Decision.state_changed`` the parts a
+    selection itself changed. :meth:`BasePolicy.to_bytes` holds the config, the RNG
+    state, the retired arms and every part; :func:`bandit_core.registry.policy_from_bytes`
+    rebuilds any registered policy from it.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import math
@@ -42,14 +97,25 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bandit_core.errors import ConfigError, InvalidInputError, StateFormatError, UnknownArmError
+from bandit_core.errors import (
+    BanditError,
+    ConfigError,
+    InvalidInputError,
+    ModelError,
+    StateFormatError,
+    UnknownArmError,
+)
 from bandit_core.state import ArrayState, pack, unpack
 from bandit_core.validation import (
     all_finite,
     check_arm_ids,
+    check_int,
     check_matrix,
+    check_real,
     check_reward,
+    check_true,
     check_vector,
+    is_real,
 )
 
 SHARED_PART = "shared"
@@ -63,7 +129,7 @@ class PolicyConfig:
 
     ``d``: length of each candidate's feature vector. ``alpha``: exploration weight of
     the confidence width. ``epsilon``: probability of serving a uniformly random
-    eligible arm (ALGORITHMS.md section 5). ``seed``: seed of the policy's RNG.
+    eligible arm (docs/algorithms.md section 5). ``seed``: seed of the policy's RNG.
     ``reward_range``: ``[low, high]`` every reward must lie in.
     """
 
@@ -74,50 +140,26 @@ class PolicyConfig:
     reward_range: tuple[float, float] = (0.0, 1.0)
 
     def __post_init__(self) -> None:
-        if isinstance(self.d, bool) or not isinstance(self.d, (int, np.integer)) or self.d < 1:
-            raise ConfigError(f"d must be a positive int, but got {self.d!r}")
-        _require(
-            _is_real(self.alpha) and np.isfinite(self.alpha) and self.alpha >= 0,
-            f"alpha must be finite and >= 0, but got {self.alpha!r}",
-        )
-        _require(
-            _is_real(self.epsilon) and 0.0 <= self.epsilon <= 1.0,
-            f"epsilon must be in [0, 1], but got {self.epsilon!r}",
-        )
-        _require(
-            self.seed is None
-            or (not isinstance(self.seed, bool) and isinstance(self.seed, (int, np.integer)) and self.seed >= 0),
-            f"seed must be None or an int >= 0, but got {self.seed!r}",
-        )
+        object.__setattr__(self, "d", check_int(self.d, "d", low=1))
+        object.__setattr__(self, "alpha", check_real(self.alpha, "alpha", low=0.0))
+        object.__setattr__(self, "epsilon", check_real(self.epsilon, "epsilon", low=0.0, high=1.0))
+        object.__setattr__(self, "seed", check_int(self.seed, "seed", low=0, allow_none=True))
         rr = self.reward_range
-        _require(
-            isinstance(rr, (tuple, list))
-            and len(rr) == 2
-            and all(_is_real(v) and np.isfinite(v) for v in rr)
+        check_true(
+            isinstance(rr, (tuple, list)) and len(rr) == 2 and all(is_real(v) and math.isfinite(v) for v in rr)
             and rr[0] < rr[1],
             f"reward_range must be [low, high] with finite low < high, but got {self.reward_range!r}",
         )
         object.__setattr__(self, "reward_range", (float(rr[0]), float(rr[1])))
-        object.__setattr__(self, "d", int(self.d))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the configuration (inverse of ``type(config)(**dict)``)."""
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
-def _require(condition: Any, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-def _is_real(value: Any) -> bool:
-    """True for a real number (int or float, numpy scalars included), not a bool."""
-    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
-
-
 @dataclass(frozen=True)
 class GuardrailOutcome:
-    """What the guardrails did in one decision (guardrail seed, assumptions 4 and 5).
+    """What the guardrails did in one decision (docs/algorithms.md section 3.2, assumptions 4 and 5).
 
     ``blocked`` maps each blocked candidate to the reasons given by the predicates
     that blocked it; ``unconstrained_arm_id`` is the UCB argmax before filtering and
@@ -289,8 +331,33 @@ class Policy(Protocol):
     def from_bytes(cls, data: bytes) -> Self: ...
 
 
-class BasePolicy:
-    """Shared steps of every policy; subclasses implement the algorithm hooks.
+def non_finite_score_error(algorithm: str, ids: Sequence[str], X: np.ndarray, scores: np.ndarray) -> BanditError:
+    """The error for the first non-finite entry of ``scores``, blaming whoever caused it.
+
+    The input, :class:`InvalidInputError`, when that candidate's row ``x`` has a squared
+    norm ``x . x`` that overflows float64 (an entry above about 1.3e154): every score
+    multiplies feature pairs (LinUCB's ``x^T A^-1 x``, HARE's ``q . k``), so such a row
+    overflows whatever the state. Otherwise the model, :class:`ModelError`: finite,
+    representable features gave a non-finite score, so its state or arithmetic is at fault.
+    """
+    bad = int(np.argmin(np.isfinite(scores)))
+    row = X[bad]
+    with np.errstate(over="ignore"):
+        norm_sq = float(row.dot(row))
+    if not math.isfinite(norm_sq):
+        return InvalidInputError(
+            f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
+            "feature values this large overflow float64"
+        )
+    return ModelError(
+        f"{algorithm} produced the non-finite score {scores[bad]} for arm {ids[bad]!r} from the "
+        f"finite features X[{bad}]; the model's state or arithmetic is at fault, not the input"
+    )
+
+
+class BasePolicy(abc.ABC):
+    """Shared steps of every policy; subclasses implement the algorithm hooks (the
+    extension contract is the module docstring).
 
     Subclasses set ``NAME`` (the registry name), ``CONFIG`` (their config class) and
     ``ARM_STATE`` (their per-arm :class:`ArrayState` class), and optionally
@@ -349,8 +416,9 @@ class BasePolicy:
         self._no_context = SelectContext()  # the context of calls without user or features
 
     # ---- algorithm hooks -------------------------------------------------------------
+    @abc.abstractmethod
     def _new_arm_state(self) -> ArrayState:
-        raise NotImplementedError
+        """The prior state of an arm never rewarded (the cold start)."""
 
     def _new_shared_state(self) -> ArrayState | None:
         return None
@@ -358,11 +426,11 @@ class BasePolicy:
     def _new_user_state(self) -> ArrayState | None:
         return None
 
+    @abc.abstractmethod
     def _score(
         self, arm_ids: list[str], states: list[ArrayState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Return ``(scores, widths)``, each of shape ``(K,)`` (widths may be None)."""
-        raise NotImplementedError
 
     def _score_batch(
         self, arm_ids: list[str], states: list[ArrayState], X_batch: np.ndarray, ctx: SelectContext
@@ -378,9 +446,9 @@ class BasePolicy:
         """
         return None
 
+    @abc.abstractmethod
     def _update(self, arm_id: str, state: ArrayState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         """Apply one reward to ``state`` (and shared/user state) in place."""
-        raise NotImplementedError
 
     def _filter(
         self,
@@ -456,11 +524,7 @@ class BasePolicy:
         scores, widths = self._score(ids, states, X, ctx)
         listed = scores.tolist()
         if not math.isfinite(sum(listed)) and not np.isfinite(scores).all():
-            bad = int(np.argmin(np.isfinite(scores)))
-            raise InvalidInputError(
-                f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
-                "feature values this large overflow float64"
-            )
+            raise non_finite_score_error(self.NAME, ids, X, scores)
         # Ties are broken uniformly at random: each candidate draws a random key and,
         # among equal scores, the larger key ranks first.
         keys = self._rng.random(K)
@@ -642,6 +706,40 @@ class BasePolicy:
         """Policy-level statistics (e.g. delta_G for guardrailed policies)."""
         return {}
 
+    def arm_state(self, arm_id: str) -> ArrayState:
+        """The state of a known arm, to read: writing it bypasses the score caches (see
+        the module docstring); change state through :meth:`update` or :meth:`import_parts`."""
+        return self._known_arm(arm_id)
+
+    @property
+    def shared_state(self) -> ArrayState | None:
+        """The ``shared`` state part (``None`` for policies without one), to read."""
+        return self._shared
+
+    def user_state(self, user_id: str) -> ArrayState | None:
+        """The state part of ``user_id`` (``None`` if the policy holds none), to read."""
+        return self._users.get(user_id)
+
+    @property
+    def rng_state(self) -> dict[str, Any]:
+        """The RNG's bit-generator state, as :meth:`to_bytes` stores it; assigning one
+        makes later draws those of the policy it came from."""
+        return self._rng.bit_generator.state
+
+    @rng_state.setter
+    def rng_state(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state
+
+    def batch_scores(self, arm_ids: Sequence[str], X_batch: ArrayLike, *, user_id: str | None = None) -> np.ndarray | None:
+        """The scores :meth:`select_until` computes at once for the rows of ``X_batch``,
+        shape ``(B, K)``, each row bit-identical to the scores :meth:`select` gives for
+        that row; ``None`` when select_until would loop over :meth:`select` instead (no
+        batched scoring, exploration, guardrails, input select rejects, non-finite
+        scores). Unseen arms are cold-started, as the first selection would."""
+        ids = check_arm_ids(arm_ids)
+        X = self._batch_input(ids, X_batch)
+        return None if X is None else self._checked_batch_scores(ids, X, user_id)
+
     # ---- state parts ---------------------------------------------------------------------
     def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
         """Names of the state parts a selection over ``arm_ids`` reads."""
@@ -732,10 +830,25 @@ class BasePolicy:
         _, meta, arrays = unpack(data, "policy")
         if meta.get("algorithm") != cls.NAME:
             raise StateFormatError(f"expected a {cls.NAME!r} policy, but got {meta.get('algorithm')!r}")
-        policy = cls(cls.CONFIG(**meta["config"]))
-        policy._rng.bit_generator.state = meta["rng"]
-        policy.import_parts({name: arrays[f"p{i}"].tobytes() for i, name in enumerate(meta["parts"])})
-        policy._retired = set(meta["retired"])
+        config, rng, retired, parts = (meta.get(k) for k in ("config", "rng", "retired", "parts"))
+        if not (isinstance(config, dict) and isinstance(rng, dict)):
+            raise StateFormatError("a policy state needs a dict 'config' and a dict 'rng'")
+        for key, names in (("retired", retired), ("parts", parts)):
+            if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+                raise StateFormatError(f"a policy state's {key!r} must be a list of strs, but got {names!r}")
+        expected = {f"p{i}" for i in range(len(parts))}
+        if set(arrays) != expected or any(a.dtype != np.uint8 or a.ndim != 1 for a in arrays.values()):
+            raise StateFormatError(f"a policy state needs the uint8 arrays {sorted(expected)}, but got {sorted(arrays)}")
+        try:
+            policy = cls(cls.CONFIG(**config))
+        except (TypeError, ConfigError) as exc:  # an unknown or missing field, or a bad value
+            raise StateFormatError(f"the policy state's config does not fit {cls.NAME}: {exc}") from None
+        try:
+            policy._rng.bit_generator.state = rng
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise StateFormatError(f"the policy state's rng is not a {type(policy._rng.bit_generator).__name__} state: {exc!r}") from None
+        policy.import_parts({name: arrays[f"p{i}"].tobytes() for i, name in enumerate(parts)})
+        policy._retired = set(retired)
         return policy
 
     # ---- helpers -------------------------------------------------------------------------
@@ -788,11 +901,3 @@ def _check_targets(X_batch: ArrayLike, targets: ArrayLike, k: int) -> tuple[int,
     if n_events and not ((t >= 0).all() and (t < k).all()):
         raise InvalidInputError(f"targets must lie in [0, {k}), but got {t[(t < 0) | (t >= k)][0]}")
     return n_events, t.astype(np.intp, copy=False)
-
-
-def policy_from_bytes(data: bytes) -> BasePolicy:
-    """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
-    from bandit_core.registry import policy_class
-
-    _, meta, _ = unpack(data, "policy")
-    return policy_class(meta.get("algorithm", "")).from_bytes(data)

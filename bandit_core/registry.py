@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from bandit_core.baselines import EpsilonGreedy, RandomPolicy
-from bandit_core.errors import ConfigError
+from bandit_core.errors import ConfigError, StateFormatError
 from bandit_core.guardrailed_linucb import GuardrailedLinUCB
 from bandit_core.hare import HARE
 from bandit_core.hybrid_linucb import HybridLinUCB
 from bandit_core.linucb import LinUCB
 from bandit_core.lnucb_ta import LNUCBTA
 from bandit_core.policy import BasePolicy
+from bandit_core.state import unpack
 
 POLICIES: dict[str, type[BasePolicy]] = {
     cls.NAME: cls
@@ -50,3 +51,12 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
     except TypeError as exc:
         raise ConfigError(f"invalid parameters for {name}: {exc}") from exc
     return cls(config)
+
+
+def policy_from_bytes(data: bytes) -> BasePolicy:
+    """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
+    _, meta, _ = unpack(data, "policy")
+    algorithm = meta.get("algorithm")
+    if not isinstance(algorithm, str) or algorithm not in POLICIES:
+        raise StateFormatError(f"the policy state names the unknown algorithm {algorithm!r}")
+    return POLICIES[algorithm].from_bytes(data)

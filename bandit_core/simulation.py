@@ -1,4 +1,4 @@
-"""Simulated bandit problems with known ground truth (ALGORITHMS.md section 6).
+"""Simulated bandit problems with known ground truth (docs/algorithms.md section 6).
 
 An :class:`Environment` yields, each round, the candidates' feature rows ``X`` (K, d)
 and their expected rewards ``mu`` (K,). :func:`simulate_run` lets a policy choose, draws
@@ -37,6 +37,7 @@ from bandit_core.datasets import ClassificationData
 from bandit_core.errors import InvalidInputError
 from bandit_core.evaluation.summary import Spread
 from bandit_core.policy import Policy
+from bandit_core.validation import check_int
 
 
 class Environment(Protocol):
@@ -156,8 +157,7 @@ def simulate_run(
     progress: Callable[[int], None] | None = None,
 ) -> SimulationRun:
     """Run ``policy`` for ``rounds`` rounds of ``env``; ``rng`` draws contexts and rewards."""
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise InvalidInputError(f"rounds must be a positive int, but got {rounds!r}")
+    rounds = check_int(rounds, "rounds", low=1, error=InvalidInputError)
     start = time.perf_counter()
     ids = env.arm_ids
     index = {a: i for i, a in enumerate(ids)}

@@ -1,15 +1,163 @@
-"""Input checks shared by every policy; each error names the argument, the
-expectation and what came (see :mod:`bandit_core.errors`)."""
+"""Input checks shared by the engine; each error names the argument, the expectation
+and what came (see :mod:`bandit_core.errors`).
+
+Scalar checks (``check_int``, ``check_real``, ``check_bool``, ``check_choice``,
+``check_true``), in the spirit of Open Bandit Pipeline's ``check_scalar`` and
+MABWiser's ``check_true``, are the one rule every policy config, guardrail, estimator,
+replay and the offline CLI apply:
+
+- a number is a Python or numpy int/float scalar and is returned as a Python ``int`` /
+  ``float`` (so a config holding it serializes as JSON); ``True``/``False`` (Python or
+  numpy) are not numbers;
+- an int parameter takes no float, not even ``3.0``; a real parameter takes ints;
+- a real parameter must be finite unless its bound says otherwise (``high=math.inf``
+  with ``allow_inf=True``);
+- the exception class is the caller's: :class:`ConfigError` (the default) for
+  configurations, :class:`InvalidInputError` for call arguments.
+
+>>> check_int(np.int64(3), "seed", low=0), check_real(1, "alpha", low=0.0)
+(3, 1.0)
+>>> check_int(True, "d", low=1)
+Traceback (most recent call last):
+...
+bandit_core.errors.ConfigError: d must be a positive int, but got True
+>>> check_real(1.5, "epsilon", low=0.0, high=1.0)
+Traceback (most recent call last):
+...
+bandit_core.errors.ConfigError: epsilon must be a finite number in [0, 1], but got 1.5
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bandit_core.errors import InvalidInputError
+from bandit_core.errors import BanditError, ConfigError, InvalidInputError
+
+T = TypeVar("T")
+
+_INTS = (int, np.integer)
+_REALS = (int, float, np.integer, np.floating)
+_BOOLS = (bool, np.bool_)
+
+
+def is_int(value: Any) -> bool:
+    """True for a Python or numpy integer scalar that is not a bool."""
+    return isinstance(value, _INTS) and not isinstance(value, _BOOLS)
+
+
+def is_real(value: Any) -> bool:
+    """True for a Python or numpy int or float scalar that is not a bool."""
+    return isinstance(value, _REALS) and not isinstance(value, _BOOLS)
+
+
+def _range_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """`` in [low, high)``, `` > low``, `` <= high`` ... as the bounds say."""
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f" {'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f" {'<' if high_open else '<='} {high:g}"
+    return ""
+
+
+def _in_range(v: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:
+    if low is not None and not (v > low if low_open else v >= low):
+        return False
+    return high is None or (v < high if high_open else v <= high)
+
+
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    allow_none: bool = False,
+    error: type[BanditError] = ConfigError,
+) -> Any:
+    """``value`` as a Python int after checking it is an int (numpy ints included, bools
+    and floats not) in ``[low, high]``; ``None`` passes through when ``allow_none``.
+
+    >>> check_int(None, "seed", low=0, allow_none=True) is None
+    True
+    >>> check_int(2.0, "heads", low=1)
+    Traceback (most recent call last):
+    ...
+    bandit_core.errors.ConfigError: heads must be a positive int, but got 2.0
+    """
+    if value is None and allow_none:
+        return None
+    if not is_int(value) or not _in_range(value, low, high, False, False):
+        kind = "a positive int" if (low, high) == (1, None) else "an int" + _range_text(low, high, False, False)
+        raise error(f"{name} must be {kind}{' or None' if allow_none else ''}, but got {value!r}")
+    return int(value)
+
+
+def check_real(
+    value: Any,
+    name: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+    error: type[BanditError] = ConfigError,
+) -> float:
+    """``value`` as a Python float after checking it is a real number (numpy scalars
+    included, bools not), finite (unless ``allow_inf``) and inside the bounds
+    (``low_open``/``high_open`` exclude the bound itself)."""
+    if not is_real(value) or not _in_range(value, low, high, low_open, high_open) or math.isnan(value) or (
+        not allow_inf and not math.isfinite(value)
+    ):
+        kind = "a number" if allow_inf else "a finite number"
+        raise error(f"{name} must be {kind}{_range_text(low, high, low_open, high_open)}, but got {value!r}")
+    return float(value)
+
+
+def check_bool(value: Any, name: str, *, error: type[BanditError] = ConfigError) -> bool:
+    """``value`` as a Python bool after checking it is one (numpy bools included; 0 and 1
+    are not bools).
+
+    >>> check_bool(1, "use_knn")
+    Traceback (most recent call last):
+    ...
+    bandit_core.errors.ConfigError: use_knn must be a bool, but got 1
+    """
+    if not isinstance(value, _BOOLS):
+        raise error(f"{name} must be a bool, but got {value!r}")
+    return bool(value)
+
+
+def check_choice(value: T, name: str, choices: Collection[T], *, error: type[BanditError] = ConfigError) -> T:
+    """``value`` after checking it is one of ``choices``.
+
+    >>> check_choice("cosine", "knn_weights", ("uniform", "distance"))
+    Traceback (most recent call last):
+    ...
+    bandit_core.errors.ConfigError: knn_weights must be one of ['uniform', 'distance'], but got 'cosine'
+    """
+    try:
+        known = value in choices
+    except TypeError:  # an unhashable value asked of a set
+        known = False
+    if not known:
+        raise error(f"{name} must be one of {list(choices)}, but got {value!r}")
+    return value
+
+
+def check_true(condition: Any, message: str, *, error: type[BanditError] = ConfigError) -> None:
+    """Raise ``error(message)`` unless ``condition`` holds: the check of a relation
+    between parameters (``theta_max >= theta_min``); the message follows the module's
+    form, naming the argument, the expectation and what came."""
+    if not condition:
+        raise error(message)
 
 
 def check_arm_ids(arm_ids: Sequence[str], known: list[str] | None = None) -> list[str]:
@@ -75,9 +223,10 @@ def all_finite(arr: np.ndarray) -> bool:
     One pass proves it: the sum of squares ``x . x`` (arrays of up to ``_DOT_MAX``
     entries) or the sum (larger ones) is NaN or infinite when any entry is. Only when
     that total is not finite (a non-finite entry, or finite entries whose squares or
-    sum overflow) is each entry tested.
+    sum overflow) is each entry tested. An empty array takes the sum (0.0), never a dot
+    product over an empty axis.
     """
-    if arr.size <= _DOT_MAX:
+    if 0 < arr.size <= _DOT_MAX:
         flat = arr.reshape(-1)
         total = flat.dot(flat)
     else:
@@ -117,7 +266,7 @@ def check_vector(x: ArrayLike, d: int, name: str = "x") -> np.ndarray:
 
 def check_reward(reward: float, reward_range: tuple[float, float]) -> float:
     """Return ``reward`` as a float after checking it is finite and inside ``reward_range``."""
-    if isinstance(reward, bool) or not isinstance(reward, (int, float, np.integer, np.floating)):
+    if isinstance(reward, _BOOLS) or not isinstance(reward, _REALS):  # is_real, inline: every update
         raise InvalidInputError(f"reward must be a number, but got {type(reward).__name__}")
     value = float(reward)
     low, high = reward_range

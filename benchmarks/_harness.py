@@ -140,17 +140,30 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_json(name: str, payload: Mapping[str, Any]) -> Path:
-    """Write ``payload`` plus machine facts to ``benchmarks/results/<name>.json``."""
+LATEST = "latest"
+
+
+def read_run(benchmark: str, label: str = LATEST) -> dict[str, Any]:
+    """Run ``label`` of ``benchmarks/results/<benchmark>.json``."""
+    return json.loads((RESULTS / f"{benchmark}.json").read_text())["runs"][label]
+
+
+def write_json(benchmark: str, payload: Mapping[str, Any], label: str = LATEST) -> Path:
+    """Record ``payload`` plus machine facts as run ``label`` of
+    ``benchmarks/results/<benchmark>.json``.
+
+    One file per benchmark: ``{"benchmark": name, "runs": {label: run, ...}}``. A run
+    replaces the earlier run of the same label and keeps the others, so the before and
+    after of a change sit side by side under their labels (``--label before``)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    body = {
-        "benchmark": name,
+    path = RESULTS / f"{benchmark}.json"
+    runs = json.loads(path.read_text())["runs"] if path.exists() else {}
+    runs[label] = {
         "command": " ".join([Path(sys.executable).name, *sys.orig_argv[1:]]),
         "machine": machine(),
         **payload,
     }
-    path.write_text(json.dumps(body, indent=2, sort_keys=False) + "\n")
+    path.write_text(json.dumps({"benchmark": benchmark, "runs": runs}, indent=2) + "\n")
     return path
 
 

@@ -218,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="import bandit_core from this checkout instead (before/after comparisons)",
     )
-    parser.add_argument("--out", default="engine", help="results/<out>.json (default: engine)")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/engine.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
@@ -281,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
     path = h.write_json(
-        args.out, {"rounds": args.rounds, "slice_s": args.slice, "configs": results}
+        "engine", {"rounds": args.rounds, "slice_s": args.slice, "configs": results}, args.label
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0

@@ -1,6 +1,6 @@
 """Before/after CPU figures of the engine's hot paths (select + update), issue 4 and 7.
 
-* the strict 800-matched-round news replay (``tests.bandit_core.conftest.strict_replay``,
+* the strict 800-matched-round news replay (``bandit_core.evaluation.replay``,
   alpha 1.0, seed 0) of LNUCB-TA and LinUCB: CPU seconds, median of ``--repeats``;
 * decisions/s (CPU) at (K, d) = (50, 32) of the engine's LinUCB and LNUCB-TA (default
   5000-point kNN window) against :class:`benchmarks.reference.NumpyLinUCBFloor`,
@@ -36,14 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
     import bandit_core
-    from benchmarks.reference import NumpyLinUCBFloor, Workload
-    from tests.bandit_core.conftest import load_news, strict_replay
+    from bandit_core.datasets import load_news
+    from bandit_core.evaluation import replay
+    from benchmarks import _harness as h
+    from benchmarks.reference import NumpyLinUCBFloor, Workload, news_path
 
     print(f"bandit_core from {Path(bandit_core.__file__).parent}")
-    news = load_news()
+    news = load_news(news_path(h.ROOT))  # this checkout's data set, whichever engine runs
     for name in ("lnucb_ta", "linucb"):
         cpu = [
-            _cpu(strict_replay, bandit_core.make_policy(name, d=10, alpha=1.0, seed=0), news)
+            _cpu(replay, bandit_core.make_policy(name, d=10, alpha=1.0, seed=0), news, 800)
             for _ in range(args.repeats)
         ]
         print(f"news replay, 800 matched rounds, {name}: CPU median {np.median(cpu):.3f} s ({args.repeats} runs)")

@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=9, help="interleaved timing rounds (default 9)"
     )
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/featurizer.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
 
     import bandit_core
@@ -199,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             "vocabulary_collisions_expected": expected,
             "cost_per_request": timing,
         },
+        args.label,
     )
     print(f"\nwrote {path}")
     return 0

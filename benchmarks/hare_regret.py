@@ -1,4 +1,4 @@
-"""HARE on a synthetic clustered population (ALGORITHMS.md section 4, checks a and b).
+"""HARE on a synthetic clustered population (docs/algorithms.md section 4, checks a and b).
 
 Environment: ``n_users`` users, each with a fixed unit context ``x_u`` (length d_x) and
 an id; ``C`` clusters of items whose embeddings are a unit cluster centre plus small
@@ -6,7 +6,7 @@ noise (``spread``), renormalised. Mean reward ``mu(u, i) = (x_u^T M + m0^T) v_i`
 ``M`` of rank ``rank`` (realisable by HARE's ``q . k`` when ``d_k > rank``), observed
 with Gaussian noise (``noise``). Every round a uniformly random user arrives and all
 items are candidates. The generator rejects draws where, for some user, the item of
-highest ``mu`` is not inside the cluster of highest mean ``mu`` (the regret seed's
+highest ``mu`` is not inside the cluster of highest mean ``mu`` (docs/algorithms.md section 4.5,
 assumption 4, cluster regularity: otherwise the two-level rule has a structural gap and
 regret is linear whatever is learned) or where some cluster is nobody's favourite (the
 population must have distinct preferences); ``continuous=True`` instead draws a fresh random

@@ -24,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-dim", type=int, default=8, help="per-arm part's d (default 8)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per k (default 7)")
     parser.add_argument("--slice", type=float, default=0.1, help="seconds per contender per round")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/hybrid_linucb.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
 
     from benchmarks import _harness as h
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nK = {K}, k = {k}   load before {before['loadavg']} after {after['loadavg']}")
         print(h.table(rows, ["contender", "us/decision+update (cpu)", "decisions/s (cpu)", "x linucb time (cpu)"]))
         results.append({"K": K, "k": k, "context_dim": c, "load_before": before, "load_after": after, "rows": rows})
-    path = h.write_json("hybrid_linucb", {"rounds": args.rounds, "slice_s": args.slice, "configs": results})
+    path = h.write_json("hybrid_linucb", {"rounds": args.rounds, "slice_s": args.slice, "configs": results}, args.label)
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0
 

@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--slice", type=float, default=0.1)
     parser.add_argument("--engine-path", default="", help="import bandit_core from this checkout")
-    parser.add_argument("--out", default="knn_window")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/knn_window.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "lnucb_ta time / linucb (cpu)",
     ]
     print(h.table([{**r, "load": r["load_before"]["loadavg"][0]} for r in rows], [*cols, "load"]))
-    path = h.write_json(args.out, {"rows": rows})
+    path = h.write_json("knn_window", {"rows": rows}, args.label)
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0
 

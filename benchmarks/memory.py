@@ -76,7 +76,7 @@ def per_algorithm(d: int) -> list[dict[str, Any]]:
                     "state": label,
                     "d": d,
                     "arm part bytes (serialized)": len(arm),
-                    "arm bytes (in process)": in_process_bytes(policy._arms["a"]) if arm else 0,
+                    "arm bytes (in process)": in_process_bytes(policy.arm_state("a")) if arm else 0,
                     "shared part bytes": len(shared),
                     "2-arm policy to_bytes": len(policy.to_bytes()),
                 }
@@ -167,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
-    parser.add_argument("--out", default="memory")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/memory.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
@@ -199,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(value, int)
             else f"{key:55s} {value}"
         )
-    path = h.write_json(args.out, {"per_arm": rows, "big_policy": big, "load": h.load()})
+    path = h.write_json(
+        "memory", {"per_arm": rows, "big_policy": big, "load": h.load()}, args.label
+    )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0
 

@@ -105,7 +105,7 @@ class LoopLinUCB:
 
 
 class LoopLNUCBTA(LoopLinUCB):
-    """Straightforward LNUCB-TA (ALGORITHMS.md section 2; paper Algorithms 1-3).
+    """Straightforward LNUCB-TA (docs/algorithms.md section 2; paper Algorithms 1-3).
 
     ``ucb_a = x^T mu_a + f_a(x) + alpha_a sqrt(x^T A_a^-1 x)`` with the linear part of
     :class:`LoopLinUCB` (raw-reward target), ``f_a`` the mean reward of the ``k_a``
@@ -158,12 +158,13 @@ class LoopLNUCBTA(LoopLinUCB):
 
 
 def news_path(repo: Path) -> Path:
-    """``<repo>/../shared/data/news_dataset.txt``, where the project keeps the data set."""
-    return repo.resolve().parent / "shared" / "data" / "news_dataset.txt"
+    """``<repo>/bandit_core/data/news_dataset.txt.gz``, the news data set the package ships
+    (found from the checkout, so an ``--engine-path`` engine replays the same file)."""
+    return repo.resolve() / "bandit_core" / "data" / "news_dataset.txt.gz"
 
 
 def load_news(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The news data set as ``(arms (n,), rewards (n,), X (n, 10, 10))`` (ALGORITHMS.md 6)."""
+    """The news data set as ``(arms (n,), rewards (n,), X (n, 10, 10))`` (docs/algorithms.md section 6)."""
     raw = np.loadtxt(path, dtype=np.float64)
     return raw[:, 0].astype(np.intp), raw[:, 1], raw[:, 2:].reshape(-1, NEWS_ARMS, NEWS_DIM)
 

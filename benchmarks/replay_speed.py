@@ -63,8 +63,8 @@ def _time(name: str, alpha: float, log: BanditLog, rounds: int | None, repeats: 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=ROOT / ".." / "shared" / "data" / "news_dataset.txt",
-                        help="news data set (default: ../shared/data/news_dataset.txt beside the repo)")
+    parser.add_argument("--data", type=Path, default=ROOT / "bandit_core" / "data" / "news_dataset.txt.gz",
+                        help="news data set (default: bandit_core/data/news_dataset.txt.gz, shipped with the package)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per row; the median is reported (default 5)")
     parser.add_argument("--alpha", type=float, nargs="+", default=[0.1, 1.0, 10.0], help="alphas (default 0.1 1 10)")
     parser.add_argument("--json", type=Path, help="write the rows as JSON to this path")

@@ -8,7 +8,7 @@ protocol by :func:`loop_replay` below. Both sides run interleaved, repeat by rep
 
 Workloads:
 
-* ``news``: the news data set (``<repo>/../shared/data/news_dataset.txt``) until 800
+* ``news``: the news data set (``<repo>/bandit_core/data/news_dataset.txt.gz``) until 800
   matched events (the paper's Table 3 protocol), alpha = 0.1.
 * ``synthetic``: a generated uniformly-random log of 10^6 events (K = d = 10), the engine
   over all of it; the per-arm-loop baseline, whose cost per event is ~100x higher, over
@@ -273,12 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument(
-        "--data", type=Path, default=None, help="news data set (default <repo>/../shared/data/...)"
+        "--data", type=Path, default=None,
+        help="news data set (default <repo>/bandit_core/data/news_dataset.txt.gz)",
     )
     parser.add_argument(
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
-    parser.add_argument("--out", default="replay_throughput")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/replay_throughput.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
@@ -300,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"not registered, skipped: {', '.join(missing)}")
     path = h.write_json(
-        args.out,
+        "replay_throughput",
         {
             "alpha": args.alpha,
             "rounds": args.rounds,
@@ -309,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": rows,
             "skipped": missing,
         },
+        args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0

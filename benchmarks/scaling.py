@@ -115,24 +115,23 @@ def main(argv: list[str] | None = None) -> int:
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
     parser.add_argument(
-        "--out", default="scaling", help="results/<out>.json and docs/img/<out>.png"
+        "--label", default="latest",
+        help="label of this run in results/scaling.json; the plot is docs/img/scaling.png for "
+        "'latest', docs/img/scaling_<label>.png otherwise (default latest)",
     )
-    parser.add_argument("--overlay", default="", help="results JSON of another run to draw beside")
+    parser.add_argument("--overlay", default="", help="label of another run in results/scaling.json to draw beside")
     parser.add_argument("--overlay-label", default="engine, other run")
-    parser.add_argument("--replot", action="store_true", help="only redraw from results/<out>.json")
+    parser.add_argument("--replot", action="store_true", help="only redraw run --label from results/scaling.json")
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))
-    import json
 
     from benchmarks import _harness as h
 
-    png = h.ROOT / "docs" / "img" / f"{args.out}.png"
-    overlay = (
-        (args.overlay_label, json.loads(Path(args.overlay).read_text())) if args.overlay else None
-    )
+    png = h.ROOT / "docs" / "img" / ("scaling.png" if args.label == h.LATEST else f"scaling_{args.label}.png")
+    overlay = (args.overlay_label, h.read_run("scaling", args.overlay)) if args.overlay else None
     if args.replot:
-        done = json.loads((h.RESULTS / f"{args.out}.json").read_text())
+        done = h.read_run("scaling", args.label)
         plot(done["k_sweep"], done["d_sweep"], png, overlay)
         print(f"wrote {png.relative_to(h.ROOT)}")
         return 0
@@ -154,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     plot(k_rows, d_rows, png, overlay)
     path = h.write_json(
-        args.out,
+        "scaling",
         {
             "rounds": args.rounds,
             "slice_s": args.slice,
@@ -162,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             "d_sweep": d_rows,
             "plot": str(png.relative_to(h.ROOT)),
         },
+        args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)} and {png.relative_to(h.ROOT)}")
     return 0

@@ -374,7 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also drive a hybrid_linucb policy over JSON features hashed into 2**BITS "
         "buckets with the issue's request (15 context features, 50 candidates x 6)",
     )
-    parser.add_argument("--out", default="service_load")
+    parser.add_argument(
+        "--label", default="latest",
+        help="label of this run in results/service_load.json; a run replaces the one of the same label (default latest)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
@@ -413,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     path = h.write_json(
-        args.out, {**result, "duration_s": args.duration, "connections": args.connections}
+        "service_load",
+        {**result, "duration_s": args.duration, "connections": args.connections},
+        args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0

@@ -1,5 +1,5 @@
 """IPS, SNIPS and DR estimates of a fixed target policy's value on a log of
-:class:`~bandit_core.datasets.LoggedEvent` objects with propensities (ALGORITHMS.md
+:class:`~bandit_core.datasets.LoggedEvent` objects with propensities (docs/algorithms.md
 section 6), built on the array estimators of :mod:`bandit_core.evaluation.estimators`.
 
 * The target's action distribution (``action_dist``, :func:`target_distribution`) is what
@@ -24,9 +24,15 @@ import numpy as np
 
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
-from bandit_core.evaluation.estimators import EstimateResult, estimate
+from bandit_core.evaluation.estimators import (
+    EstimateResult,
+    UnsupportedLogError,
+    estimate,
+    support,
+)
 from bandit_core.linear import LinearArmState
 from bandit_core.policy import Policy
+from bandit_core.validation import check_int, check_real
 
 ESTIMATORS = ("ips", "snips", "dr")
 
@@ -54,10 +60,8 @@ def ridge_q_hat(
     """``q_hat`` (n, K_max): cross-fitted per-arm ridge predictions ``x^T theta_a`` of every
     candidate's reward (module docstring; ``A = lambda I + sum x x^T``, ``theta = A^-1 b``)."""
     n, k = len(events), _k_max(events)
-    if isinstance(folds, bool) or not isinstance(folds, int) or not 2 <= folds <= n:
-        raise InvalidInputError(f"folds must be an int in [2, n={n}], but got {folds!r}")
-    if not (np.isfinite(ridge_lambda) and ridge_lambda > 0):
-        raise InvalidInputError(f"ridge_lambda must be finite and > 0, but got {ridge_lambda!r}")
+    folds = check_int(folds, "folds", low=2, high=n, error=InvalidInputError)
+    ridge_lambda = check_real(ridge_lambda, "ridge_lambda", low=0.0, low_open=True, error=InvalidInputError)
     fold = np.arange(n) * folds // n
     q = np.zeros((n, k))
     for f in range(folds):
@@ -85,9 +89,12 @@ def off_policy_estimates(
     confidence: float = 0.95,
     ridge_lambda: float = 1.0,
     folds: int = 2,
+    require_support: bool = False,
 ) -> dict[str, EstimateResult]:
     """IPS, SNIPS and DR estimates (with percentile bootstrap intervals drawn from ``rng``)
     of the value of the fixed greedy ``policy`` on ``events``, which all need ``pscore``.
+    Each result carries the log's support of the target; with ``require_support`` a log
+    that does not support it raises :class:`UnsupportedLogError` instead.
 
     >>> import bandit_core
     >>> ev = [LoggedEvent.build(["a", "b"], "ab"[i % 2], float(i % 2), context=[1.0], pscore=0.5)
@@ -104,6 +111,10 @@ def off_policy_estimates(
     action = np.array([e.action for e in events], dtype=np.intp)
     pscore = np.array([e.pscore for e in events], dtype=np.float64)
     action_dist = target_distribution(policy, events)
+    if require_support:
+        diagnostic = support(action, pscore, action_dist)
+        if not diagnostic.supported:
+            raise UnsupportedLogError(diagnostic)
     q_hat = ridge_q_hat(events, ridge_lambda=ridge_lambda, folds=folds)
     return {
         name: estimate(

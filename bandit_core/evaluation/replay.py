@@ -1,7 +1,7 @@
 """The replay method of Li et al. (2011) and its rejection-sampling form.
 
 Li, Chu, Langford, Wang, "Unbiased offline evaluation of contextual-bandit-based news
-article recommendation algorithms", WSDM 2011 (ALGORITHMS.md section 6).
+article recommendation algorithms", WSDM 2011 (docs/algorithms.md section 6).
 
 **Strict protocol.** Events are streamed in time order. For each event the evaluated
 policy selects among the logged candidates; if it picks the logged arm the event is
@@ -31,6 +31,7 @@ from bandit_core.datasets import LoggedEvent, LogSource
 from bandit_core.errors import InvalidInputError
 from bandit_core.evaluation.summary import Spread
 from bandit_core.policy import Policy
+from bandit_core.validation import check_int, check_real
 
 Progress = Callable[[int], None]
 
@@ -68,8 +69,7 @@ class ReplayResult:
 
 
 def _check_rounds(n_rounds: int | None) -> None:
-    if n_rounds is not None and (isinstance(n_rounds, bool) or not isinstance(n_rounds, int) or n_rounds < 1):
-        raise InvalidInputError(f"n_rounds must be a positive int or None, but got {n_rounds!r}")
+    check_int(n_rounds, "n_rounds", low=1, allow_none=True, error=InvalidInputError)
 
 
 _READ_AHEAD = 64  # events buffered from the source and stacked for select_until
@@ -224,9 +224,7 @@ def rejection_replay(
         if not scores:
             raise InvalidInputError("source must hold at least one event, but got none")
         min_pscore = min(scores)  # type: ignore[type-var]
-    if not 0.0 < min_pscore <= 1.0:
-        raise InvalidInputError(f"min_pscore must be in (0, 1], but got {min_pscore!r}")
-    p_min = float(min_pscore)
+    p_min = check_real(min_pscore, "min_pscore", low=0.0, high=1.0, low_open=True, error=InvalidInputError)
 
     def accept(event: LoggedEvent) -> bool:
         if event.pscore is None:

@@ -1,12 +1,15 @@
-"""The ``bandit`` command line: ``serve`` and ``rebuild`` (service), ``replay``,
-``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound`` (regret bounds)."""
+"""The ``bandit`` command line: ``serve``, ``rebuild`` and ``openapi`` (service),
+``replay``, ``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound``
+(regret bounds). Exit statuses: :mod:`service.cli.exit_codes`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from service.cli import bound, offline, server
+from service.cli.exit_codes import EPILOG
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bandit",
         description="Self-hosted contextual-bandit recommendation service and offline evaluation.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server.register(sub)
@@ -22,7 +27,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Top-level modules of the optional dependencies -> the extra of pyproject.toml that
+# installs them (bandit_core itself needs numpy only).
+EXTRA_OF_MODULE = {
+    **dict.fromkeys(
+        ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_settings", "redis", "hiredis",
+         "sqlalchemy", "alembic", "psycopg", "prometheus_client", "yaml", "orjson"),
+        "server",
+    ),
+    **dict.fromkeys(("tqdm", "matplotlib"), "offline"),
+    "httpx": "client",
+}
+
+
+def missing_extra_message(command: str, exc: ModuleNotFoundError) -> str | None:
+    """The one-line hint for a subcommand that needs an extra which is not installed, or
+    ``None`` when the missing module is not an optional dependency (a real bug)."""
+    top = (exc.name or "").split(".")[0]
+    extra = EXTRA_OF_MODULE.get(top)
+    if extra is None:
+        return None
+    return (
+        f"bandit {command}: needs the '{extra}' extra (module {top!r} is not installed); "
+        f"install it with: pip install 'bandit-service[{extra}]'"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bandit`` console script."""
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except ModuleNotFoundError as exc:
+        message = missing_extra_message(args.command, exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2

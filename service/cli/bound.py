@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bandit_core.bounds import GuardrailBound, guardrail_regret_bound
 from bandit_core.errors import BanditError
+from service.cli.exit_codes import EXIT_OK
 
 
 def _count(text: str) -> int:
@@ -51,13 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Theorem 1 bound of guardrailed LinUCB",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Theorem 1 of the guardrailed-LinUCB seed: expected regret over T rounds\n"
+            "Theorem 1 (docs/algorithms.md section 3.2): expected regret over T rounds\n"
             "  R(T) <= 2*alpha*sqrt(2*T*d*log(1 + T*L^2/d))   (LinUCB term)\n"
             "        + delta_G*T*R_max                        (guardrail term)\n"
             "Prints both terms, the bound and the bound per round."
         ),
         epilog=(
-            "example (the seed's worked example, computed correctly):\n"
+            "example (the theorem's worked example, computed correctly):\n"
             "  bandit bound guardrail --d 128 --T 1e6 --delta-g 0.01 --r-max 100"
         ),
     )
@@ -138,4 +139,4 @@ def _run_guardrail(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(b.to_dict(), indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return EXIT_OK

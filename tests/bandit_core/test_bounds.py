@@ -1,4 +1,4 @@
-"""Theorem 1 bound of guardrailed LinUCB (guardrail seed) and a simulation against it."""
+"""Theorem 1 bound of guardrailed LinUCB (docs/algorithms.md section 3.2) and a simulation against it."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ def test_where_the_seed_worked_example_goes_wrong() -> None:
     # ... and its guardrail term drops R_max: delta_G * T * R_max = 10^6, not 10^4.
     b = guardrail_regret_bound(d=128, T=10**6, delta_g=0.01, r_max=100)
     assert b.guardrail_term == 100 * (0.01 * 1e6)
-    # Both readings of the bound are well above the seed's figure, per round 1.10 (the
-    # theorem's explicit expression) or 1.48 (the seed's O-form), not 0.46.
+    # Both readings of the bound are well above the theorem's figure, per round 1.10 (the
+    # theorem's explicit expression) or 1.48 (the theorem's O-form), not 0.46.
     assert b.total / seed_figure > 2.39
     assert (seed_form_first_term + b.guardrail_term) / 1e6 == pytest.approx(1.4758, abs=1e-4)
-    assert b.per_round == pytest.approx(1.0958, abs=1e-4)  # the seed says 0.46
+    assert b.per_round == pytest.approx(1.0958, abs=1e-4)  # the theorem's write-up says 0.46
 
 
 @pytest.mark.parametrize(
@@ -75,12 +75,12 @@ def test_bound_grows_sublinearly_without_guardrail_blocking() -> None:
         ({"d": 2.0}, r"d must be a positive int, but got 2.0"),
         ({"T": -5}, r"T must be a positive int, but got -5"),
         ({"T": True}, r"T must be a positive int, but got True"),
-        ({"delta_g": 1.5}, r"delta_g must be finite and in \[0, 1\], but got 1.5"),
-        ({"delta_g": float("nan")}, r"delta_g must be finite"),
-        ({"r_max": 0.0}, r"r_max must be finite and in \(0, inf\], but got 0.0"),
-        ({"alpha": -1.0}, r"alpha must be finite and in \[0, inf\]"),
-        ({"L": float("inf")}, r"L must be finite"),
-        ({"L": "1"}, r"L must be a number, but got str"),
+        ({"delta_g": 1.5}, r"delta_g must be a finite number in \[0, 1\], but got 1.5"),
+        ({"delta_g": float("nan")}, r"delta_g must be a finite number in \[0, 1\], but got nan"),
+        ({"r_max": 0.0}, r"r_max must be a finite number > 0, but got 0.0"),
+        ({"alpha": -1.0}, r"alpha must be a finite number >= 0, but got -1.0"),
+        ({"L": float("inf")}, r"L must be a finite number > 0, but got inf"),
+        ({"L": "1"}, r"L must be a finite number > 0, but got '1'"),
     ],
 )
 def test_bound_rejects_invalid_inputs(kwargs: dict[str, Any], match: str) -> None:
@@ -95,9 +95,9 @@ def test_verify_regret_bound_applies_the_slack() -> None:
     assert verify_regret_bound(1.1 * b.total, b)
     assert not verify_regret_bound(1.1 * b.total * (1 + 1e-9), b)
     assert not verify_regret_bound(b.total * 1.05, b, slack=1.0)
-    with pytest.raises(InvalidInputError, match=r"slack must be finite and in \[1, inf\]"):
+    with pytest.raises(InvalidInputError, match=r"slack must be a finite number >= 1, but got 0.5"):
         verify_regret_bound(1.0, b, slack=0.5)
-    with pytest.raises(InvalidInputError, match=r"measured_regret must be finite"):
+    with pytest.raises(InvalidInputError, match=r"measured_regret must be a finite number >= 0"):
         verify_regret_bound(float("nan"), b)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -16,10 +17,11 @@ from bandit_core.datasets import (
     load_classification_csv,
     load_jsonl,
     load_news,
+    news_dataset_path,
 )
 from bandit_core.errors import InvalidInputError
 
-NEWS = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "news_dataset.txt"
+NEWS = news_dataset_path()
 
 
 def test_news_columns_map_to_arm_features() -> None:
@@ -34,6 +36,34 @@ def test_news_columns_map_to_arm_features() -> None:
     np.testing.assert_allclose(log.pscore, 0.1)
     first = next(iter(log))
     assert first.chosen == str(raw[0, 0]) and first.reward == raw[0, 1]
+
+
+def test_the_packaged_news_data_set_is_the_default_and_reads_like_its_plain_text(tmp_path: Path) -> None:
+    assert NEWS.name == "news_dataset.txt.gz" and NEWS.is_file()
+    plain = tmp_path / "news_dataset.txt"
+    with gzip.open(NEWS, "rb") as fh:
+        plain.write_bytes(fh.read())
+    default, from_text = load_news(), load_news(plain)
+    np.testing.assert_array_equal(default.features, from_text.features)
+    np.testing.assert_array_equal(default.action, from_text.action)
+    np.testing.assert_array_equal(default.reward, from_text.reward)
+    assert int(default.reward.sum()) == 1039  # the clicks of the 10,000 events, as shipped
+
+
+def test_jsonl_log_reads_gzip(tmp_path: Path) -> None:
+    line = {"candidates": [{"id": "a", "features": [1.0]}, {"id": "b", "features": [2.0]}], "arm_id": "b", "reward": 1}
+    path = tmp_path / "log.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
+    (event,) = JsonlLog(path)
+    assert event.chosen == "b" and event.reward == 1.0 and event.X.tolist() == [[1.0], [2.0]]
+
+
+def test_a_gz_file_that_is_not_gzip_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "news.txt.gz"
+    path.write_text("0 1 2\n")
+    with pytest.raises(InvalidInputError, match="not the news format"):
+        load_news(path)
 
 
 @pytest.mark.parametrize(

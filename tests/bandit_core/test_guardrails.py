@@ -1,4 +1,4 @@
-"""Guardrails and guardrailed LinUCB (ALGORITHMS.md section 3; guardrail seed)."""
+"""Guardrails and guardrailed LinUCB (docs/algorithms.md sections 3.1-3.2)."""
 
 from __future__ import annotations
 
@@ -529,7 +529,7 @@ CONFIG_ERRORS = [
     ([{**FT, "value": "18"}], None, r"'value' must be a finite number, but got '18'"),
     ([{**FT, "treshold": 1}], None, r"unknown keys \['treshold'\]; expected some of"),
     ([{"type": "feature_threshold", "feature": "age", "op": "<"}], None, r"needs keys \['value'\]"),
-    ([{**FT, "on_missing": "maybe"}], None, r"'on_missing' must be 'block' or 'allow'"),
+    ([{**FT, "on_missing": "maybe"}], None, r"'on_missing' must be one of \['block', 'allow'\], but got 'maybe'"),
     ([{**FT, "arms": "beer"}], None, r"'arms' must be a list of arm ids or null, but got 'beer'"),
     (
         [{**FT, "arms": ["safe", "beer"]}],
@@ -547,7 +547,7 @@ CONFIG_ERRORS = [
     (
         [{"type": "exposure_cap", "max_share": 0.5, "window": 0}],
         None,
-        r"'window' must be an int >= 1, but got 0",
+        r"'window' must be a positive int, but got 0",
     ),
     ([{"type": "budget", "budgets": {}}], None, r"'budgets' must be a non-empty"),
     ([{"type": "budget", "budgets": {"a": -1.0}}], None, r"budgets >= 0 and costs > 0"),
@@ -567,7 +567,7 @@ CONFIG_ERRORS = [
         "safe",
         r"safe_arm 'safe' is judged by guardrail 'budget'",
     ),
-    ([{"type": "conservative", "baseline": "b", "margin": -0.1}], None, r"'margin' must be >= 0"),
+    ([{"type": "conservative", "baseline": "b", "margin": -0.1}], None, r"'margin' must be a finite number >= 0, but got -0.1"),
     (
         [{"type": "conservative", "baseline": "b", "arms": ["safe"]}],
         "safe",
@@ -576,7 +576,7 @@ CONFIG_ERRORS = [
     (
         [{"type": "min_estimate", "min_pulls": 0, "min_value": 0.1}],
         None,
-        r"'min_pulls' must be an int >= 1",
+        r"'min_pulls' must be a positive int",
     ),
     (
         [{"type": "min_estimate", "min_pulls": 5, "min_value": 0.1, "estimate": "ucb"}],
@@ -666,7 +666,7 @@ def test_guardrail_state_survives_to_bytes_from_bytes() -> None:
     p = _policy(STATEFUL, safe_arm="s", epsilon=0.1, seed=11)
     _drive(p, np.random.default_rng(1), 15)
     q = GuardrailedLinUCB.from_bytes(p.to_bytes())
-    assert q._shared == p._shared and q._shared.guards["budget"]["spent"]
+    assert q.shared_state == p.shared_state and q.shared_state.guards["budget"]["spent"]
     assert q.policy_stats() == p.policy_stats()
     assert _drive(q, np.random.default_rng(2), 30) == _drive(p, np.random.default_rng(2), 30)
     assert q.to_bytes() == p.to_bytes()
@@ -675,21 +675,21 @@ def test_guardrail_state_survives_to_bytes_from_bytes() -> None:
 def test_guardrail_state_travels_in_the_shared_part() -> None:
     p = _policy(STATEFUL, safe_arm="s", seed=4)
     _drive(p, np.random.default_rng(3), 20)
-    spent = dict(p._shared.guards["budget"]["spent"])
+    spent = dict(p.shared_state.guards["budget"]["spent"])
     assert spent  # the budget was used
     fresh = _policy(STATEFUL, safe_arm="s", seed=4)
     fresh.import_parts(p.export_parts(["shared"]))
-    assert fresh._shared == p._shared
+    assert fresh.shared_state == p.shared_state
     assert fresh.policy_stats() == p.policy_stats()
     # The whole state split into parts and reassembled decides identically.
     twin = _policy(STATEFUL, safe_arm="s", seed=4)
     twin.import_parts(p.export_parts(p.part_names()))
-    twin._rng.bit_generator.state = p._rng.bit_generator.state
+    twin.rng_state = p.rng_state
     assert _drive(twin, np.random.default_rng(5), 40) == _drive(p, np.random.default_rng(5), 40)
     # Dropping the shared part resets counters and guardrail state.
     fresh.import_parts({"shared": None})
     assert (
-        fresh.policy_stats()["decisions"] == 0.0 and fresh._shared.guards["budget"]["spent"] == {}
+        fresh.policy_stats()["decisions"] == 0.0 and fresh.shared_state.guards["budget"]["spent"] == {}
     )
 
 

@@ -1,4 +1,4 @@
-"""HARE (ALGORITHMS.md section 4): closed forms, the two-level rule, state, learning checks."""
+"""HARE (docs/algorithms.md section 4): closed forms, the two-level rule, state, learning checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bandit_core import ConfigError, InvalidInputError, make_policy
 from bandit_core.hare import HARE, HAREConfig, projection_gradients, queries
-from bandit_core.policy import policy_from_bytes
+from bandit_core.registry import policy_from_bytes
 from benchmarks.hare_regret import (
     attention_similarity,
     hare_policy,
@@ -49,15 +49,15 @@ def test_scores_attention_and_z_match_the_closed_form() -> None:
     rng = np.random.default_rng(0)
     p = _policy()
     _train(p, rng, 40)
-    sh, c = p._shared, p.config
+    sh, c = p.shared_state, p.config
     ids = [f"a{i}" for i in range(6)]
     x = rng.standard_normal(2)
     X = _rows(rng, 6, x)
     V = X[:, 2:]
     dec = p.select(ids, X, user_id="u1")
     order = [ids.index(a) for a in dec.ranking]
-    u = np.linalg.solve(p._users["u1"].A, p._users["u1"].b)
-    clusters = np.array([p._arms[a].cluster for a in ids])
+    u = np.linalg.solve(p.user_state("u1").A, p.user_state("u1").b)
+    clusters = np.array([p.arm_state(a).cluster for a in ids])
     s = np.empty((2, 6))
     U = np.empty((2, 2))
     for h in range(2):
@@ -92,20 +92,20 @@ def test_cluster_covariance_and_user_posterior_match_direct_computation() -> Non
         user = "u" if t % 2 else None
         dec = p.select(ids, X, user_id=user)
         i = ids.index(dec.arm_id)
-        u = p._users["u"].theta if user and "u" in p._users else np.zeros(3)
-        q = queries(p._shared, X[i, :2][None], u[None])[0]
-        Sigma[:, p._arms[dec.arm_id].cluster] += q[:, :, None] * q[:, None, :]
+        u = p.user_state("u").theta if user and p.user_state("u") is not None else np.zeros(3)
+        q = queries(p.shared_state, X[i, :2][None], u[None])[0]
+        Sigma[:, p.arm_state(dec.arm_id).cluster] += q[:, :, None] * q[:, None, :]
         r = float(rng.uniform(-2, 2))
         if user:
             V_u.append(X[i, 2:])
             r_u.append(r)
         p.update(dec.arm_id, X[i], r, user_id=user)
-    sh = p._shared
+    sh = p.shared_state
     np.testing.assert_allclose(sh.Sigma, Sigma, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(sh.Sigma_inv, np.linalg.inv(Sigma), rtol=1e-9, atol=1e-12)
     V, r = np.array(V_u), np.array(r_u)
     P = np.eye(3) + V.T @ V / 0.25
-    np.testing.assert_allclose(p._users["u"].theta, np.linalg.solve(P, V.T @ r / 0.25), rtol=1e-9)
+    np.testing.assert_allclose(p.user_state("u").theta, np.linalg.solve(P, V.T @ r / 0.25), rtol=1e-9)
     assert sh.cluster_n.sum() == 230
 
 
@@ -113,7 +113,7 @@ def test_cluster_covariance_and_user_posterior_match_direct_computation() -> Non
 def test_gradient_matches_finite_differences(loss: str) -> None:
     rng = np.random.default_rng(2)
     p = _policy(loss=loss, l2=0.03)
-    sh = p._shared
+    sh = p.shared_state
     B = 4
     Xc, U, V = rng.standard_normal((B, 2)), rng.standard_normal((B, 3)), rng.standard_normal((B, 3))
     r = rng.random(B)
@@ -138,27 +138,27 @@ def test_update_takes_one_clipped_sgd_step() -> None:
     ids = ["a", "b", "c"]
     X = _rows(rng, 3, rng.standard_normal(2))
     p.select(ids, X)
-    before = {n: getattr(p._shared, n).copy() for n in ("W_Qx", "W_Qu", "b_Q", "W_K", "W_V", "W_O")}
-    grads, _, _ = projection_gradients(p._shared, X[:1, :2], np.zeros((1, 3)), X[:1, 2:], np.array([4.0]), "squared", p.config.l2)
+    before = {n: getattr(p.shared_state, n).copy() for n in ("W_Qx", "W_Qu", "b_Q", "W_K", "W_V", "W_O")}
+    grads, _, _ = projection_gradients(p.shared_state, X[:1, :2], np.zeros((1, 3)), X[:1, 2:], np.array([4.0]), "squared", p.config.l2)
     norm = math.sqrt(sum(float((g**2).sum()) for g in grads.values()))
     assert norm > 1e-3
     p.update("a", X[0], 4.0)
     step = 0.0
     for name, g in grads.items():
-        delta = getattr(p._shared, name) - before[name]
+        delta = getattr(p.shared_state, name) - before[name]
         np.testing.assert_allclose(delta, -0.1 * 1e-3 / norm * g, rtol=1e-9, atol=1e-15)
         step += float((delta**2).sum())
     assert math.sqrt(step) == pytest.approx(0.1 * 1e-3, rel=1e-9)
     for name in ("W_V", "W_O"):
-        assert np.array_equal(getattr(p._shared, name), before[name])
+        assert np.array_equal(getattr(p.shared_state, name), before[name])
 
 
 def _one_hot_policy(alpha: float, epsilon: float = 0.0) -> HARE:
     """Items are one-hot embeddings and W_K = I, so ``s_i = b_Q[i] / sqrt(4)``."""
     p = make_policy("hare", d=4, key_dim=4, n_clusters=2, alpha=alpha, epsilon=epsilon,
                     clusters={"a": 0, "b": 0, "c": 1, "d": 1}, seed=0)
-    p._shared.W_K[0] = np.eye(4)
-    p._shared.b_Q[0] = 2.0 * np.array([3.0, -3.0, 1.0, 0.9])
+    p.shared_state.W_K[0] = np.eye(4)
+    p.shared_state.b_Q[0] = 2.0 * np.array([3.0, -3.0, 1.0, 0.9])
     return p  # type: ignore[return-value]
 
 
@@ -172,7 +172,7 @@ def test_two_level_rule_picks_the_cluster_before_the_item() -> None:
     assert dec.propensity == 1.0
     # A large bonus on cluster 0 (cluster 1 well explored) flips the cluster choice.
     p = _one_hot_policy(alpha=5.0)
-    p._shared.Sigma_inv[0, 1] = np.eye(4) / 1e4
+    p.shared_state.Sigma_inv[0, 1] = np.eye(4) / 1e4
     dec = p.select(["a", "b", "c", "d"], np.eye(4))
     assert (dec.arm_id, dec.extras["cluster"]) == ("a", 0)
     # With only cluster 0 eligible among the candidates, its best item is served.
@@ -262,7 +262,7 @@ def test_kmeans_clusters_and_nearest_centroid_for_new_arms() -> None:
     # Fewer distinct arms than clusters at the first selection: only those centroids are set.
     few = make_policy("hare", d=3, n_clusters=3, seed=0)
     few.select(["x", "y"], centres[:2])
-    assert few._shared.n_centroids == 2
+    assert few.shared_state.n_centroids == 2
 
 
 def test_learns_without_context_or_user() -> None:
@@ -302,7 +302,7 @@ SEEDS = (0, 1, 2)
 
 
 def test_divergence_demo_random_vs_learned_projections() -> None:
-    """ALGORITHMS.md section 4 (a): near-uniform attention with random projections, users
+    """docs/algorithms.md section 4 (a): near-uniform attention with random projections, users
     clearly apart after 3000 rounds of learning (mean over three seeded populations;
     per-seed figures in docs/hare.md)."""
     before, after = [], []
@@ -318,7 +318,7 @@ def test_divergence_demo_random_vs_learned_projections() -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
-    """ALGORITHMS.md section 4 (b), short seeded version (the 10^5 run is
+    """docs/algorithms.md section 4 (b), short seeded version (the 10^5 run is
     benchmarks/hare_regret.py): slope of log R on log T over [300, 3000]."""
     env = make_env(seed)
     T, checkpoints = 3000, [300, 1000, 3000]
@@ -332,16 +332,16 @@ def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
 @pytest.mark.parametrize(
     ("params", "match"),
     [
-        ({"context_dim": 5}, "context_dim must be < d = 5"),
-        ({"context_dim": -1}, "context_dim must be an int >= 0"),
-        ({"heads": 0}, "heads must be an int >= 1"),
-        ({"key_dim": 2.5}, "key_dim must be an int >= 1"),
+        ({"context_dim": 5}, r"context_dim must be an int in \[0, 4\], but got 5"),
+        ({"context_dim": -1}, r"context_dim must be an int in \[0, 4\], but got -1"),
+        ({"heads": 0}, "heads must be a positive int"),
+        ({"key_dim": 2.5}, "key_dim must be a positive int"),
         ({"loss": "hinge"}, "loss must be one of"),
         ({"loss": "logistic", "reward_range": (-1.0, 1.0)}, "loss 'logistic' needs reward_range inside"),
-        ({"clusters": {"a": 4}, "n_clusters": 4}, r"clusters\['a'\] must be an int in \[0, n_clusters = 4\)"),
-        ({"learning_rate": 0.0}, "learning_rate must be a number > 0"),
-        ({"l2": -1.0}, "l2 must be a number >= 0"),
-        ({"sigma": float("nan")}, "sigma must be a number > 0"),
+        ({"clusters": {"a": 4}, "n_clusters": 4}, r"clusters\['a'\] must be an int in \[0, 3\]"),
+        ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
+        ({"l2": -1.0}, "l2 must be a finite number >= 0"),
+        ({"sigma": float("nan")}, "sigma must be a finite number > 0"),
     ],
 )
 def test_invalid_config(params: dict, match: str) -> None:

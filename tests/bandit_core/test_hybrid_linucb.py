@@ -183,7 +183,7 @@ def test_an_overflowing_update_changes_nothing() -> None:
 
 @pytest.mark.parametrize("context_dim", [-1, 4, 5, 1.5, True])
 def test_context_dim_must_leave_a_shared_feature(context_dim) -> None:
-    with pytest.raises(ConfigError, match=r"context_dim must be an int in \[0, d\) = \[0, 4\)"):
+    with pytest.raises(ConfigError, match=r"context_dim must be an int in \[0, 3\], but got"):
         make_policy("hybrid_linucb", d=4, context_dim=context_dim)
     assert make_policy("hybrid_linucb", d=4, context_dim=3).config.shared_dim == 1
 

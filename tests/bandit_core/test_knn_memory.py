@@ -30,7 +30,7 @@ def _features(rng: np.random.Generator, integer: bool, shape: tuple[int, ...]) -
 
 def _from_scratch(policy: lnucb_ta.LNUCBTA, ids: list[str], X: np.ndarray) -> np.ndarray:
     cfg = policy.config
-    states = [policy._arms[a] for a in ids]
+    states = [policy.arm_state(a) for a in ids]
     ks = adaptive_k(states, cfg.theta_min, cfg.theta_max, cfg.reward_range)
     return knn_estimates(states, X, ks, cfg.knn_weights)
 
@@ -45,7 +45,7 @@ def test_kept_layout_equals_a_layout_from_scratch(params: dict, integer: bool) -
         ids = pool[:5] if t % 50 < 45 else list(rng.choice(pool, size=int(rng.integers(1, 8)), replace=False))
         X = _features(rng, integer, (len(ids), d))
         dec = policy.select(ids, X)
-        kept = policy._stack.knn.estimates(X[None], policy.config.knn_weights)[0]
+        kept = policy.score_cache.knn.estimates(X[None], policy.config.knn_weights)[0]
         np.testing.assert_array_equal(kept, _from_scratch(policy, ids, X))
         j = ids.index(dec.arm_id)
         policy.update(dec.arm_id, X[j], float(rng.random() < 0.4))
@@ -61,7 +61,7 @@ def test_kept_layout_equals_a_layout_from_scratch(params: dict, integer: bool) -
             for x in _features(rng, integer, (9, d)):
                 other.update(pool[2], x, 1.0)
             policy.import_parts(other.export_parts([f"arm:{pool[2]}"]))
-    assert max(len(s.r_mem) for s in policy._arms.values()) == min(params["knn_window"], 60)
+    assert max(len(s.r_mem) for s in map(policy.arm_state, policy.arm_ids)) == min(params["knn_window"], 60)
 
 
 def test_batch_rows_are_bit_identical_to_single_rows(monkeypatch: pytest.MonkeyPatch) -> None:

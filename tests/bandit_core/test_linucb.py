@@ -21,7 +21,7 @@ def test_linucb_equals_closed_form_ridge_solution() -> None:
         policy.update("a", x, r)
     A = lam * np.eye(d) + Xs.T @ Xs
     theta = np.linalg.solve(A, Xs.T @ rs)
-    state = policy._arms["a"]
+    state = policy.arm_state("a")
     np.testing.assert_allclose(state.theta, theta, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(state.A, A, rtol=1e-12)
 
@@ -45,7 +45,7 @@ def test_batched_scores_equal_per_arm_formula() -> None:
     X = rng.normal(size=(3, d))
     dec = policy.select(ids, X)
     for arm, score in zip(dec.ranking, dec.scores):
-        s, x = policy._arms[arm], X[ids.index(arm)]
+        s, x = policy.arm_state(arm), X[ids.index(arm)]
         assert score == pytest.approx(x @ s.theta + 1.3 * np.sqrt(x @ np.linalg.inv(s.A) @ x), rel=1e-9)
 
 
@@ -172,9 +172,9 @@ def test_stack_rows_follow_every_kind_of_change() -> None:
             for arm in rng.choice(known, size=rng.integers(0, 3)) if known else []:
                 policy.update(str(arm), rng.normal(size=d), float(rng.random()))
         policy.select(ids, rng.normal(size=(len(ids), d)))
-        states = [policy._arms[a] for a in ids]
-        assert np.array_equal(policy._stack.A_inv, np.stack([s.A_inv for s in states])), step
-        assert np.array_equal(policy._stack.theta, np.stack([s.theta for s in states])), step
+        states = [policy.arm_state(a) for a in ids]
+        assert np.array_equal(policy.score_cache.A_inv, np.stack([s.A_inv for s in states])), step
+        assert np.array_equal(policy.score_cache.theta, np.stack([s.theta for s in states])), step
 
 
 @pytest.mark.parametrize("size", [7, 8192, 8193, 20_000])

@@ -8,7 +8,7 @@ import pytest
 import bandit_core
 from bandit_core.errors import ConfigError
 from bandit_core.lnucb_ta import LNUCBTA, LNUCBTAArmState, LNUCBTAConfig, knn_estimates
-from tests.bandit_core.conftest import takes_batched_path
+from tests.bandit_core.conftest import select_scores, takes_batched_path
 
 
 def _policy(**kw) -> LNUCBTA:
@@ -103,7 +103,7 @@ def test_memory_window_keeps_the_most_recent_points() -> None:
     p = _policy(knn_window=4)
     xs = np.arange(30, dtype=float)[:, None] * np.ones((1, 3))
     _feed(p, "a", xs, np.arange(30) % 2)
-    state = p._arms["a"]
+    state = p.arm_state("a")
     assert state.X_mem.shape == (4, 3) and state.r_mem.shape == (4,)
     assert sorted(state.X_mem[:, 0].tolist()) == [26.0, 27.0, 28.0, 29.0]
     # variance and counts still cover every reward, not only the window
@@ -134,7 +134,7 @@ def test_alpha_follows_eq_4_with_running_global_average() -> None:
     # the score uses that alpha: ucb = x.mu + f + alpha_a * width
     X = np.array([[1.0, 0.5, 0.0]])
     dec = p.select(["a"], X)
-    s = p._arms["a"]
+    s = p.arm_state("a")
     f = knn_estimates([s], X, np.array([p.arm_stats("a").extras["k"]]))[0]
     width = np.sqrt(X[0] @ np.linalg.inv(s.A) @ X[0])
     assert dec.scores[0] == pytest.approx(X[0] @ s.theta + f + p.arm_stats("a").extras["alpha"] * width, rel=1e-10)
@@ -177,14 +177,14 @@ def test_residual_target_fits_reward_minus_knn_estimate() -> None:
     p.add_arm("a")
     targets = []
     for x, r in zip(xs, rs):
-        s = p._arms["a"]
+        s = p.arm_state("a")
         k = int(p.arm_stats("a").extras["k"])
         f = _brute_knn(s.X_mem, s.r_mem, x, k) if len(s.r_mem) >= k else 0.0
         targets.append(r - f)
         p.update("a", x, float(r))
     A = np.eye(3) + xs.T @ xs
-    np.testing.assert_allclose(p._arms["a"].theta, np.linalg.solve(A, xs.T @ np.array(targets)), rtol=1e-9)
-    assert p._arms["a"].reward_sum == pytest.approx(rs.sum())
+    np.testing.assert_allclose(p.arm_state("a").theta, np.linalg.solve(A, xs.T @ np.array(targets)), rtol=1e-9)
+    assert p.arm_state("a").reward_sum == pytest.approx(rs.sum())
 
 
 def test_ablation_without_linear_part_drops_the_ridge_mean() -> None:
@@ -193,7 +193,7 @@ def test_ablation_without_linear_part_drops_the_ridge_mean() -> None:
     assert p.select(["a"], np.ones((1, 3))).scores[0] == 1.0  # f only: kNN mean of 1s
     q = _policy(use_knn=False, temporal_attention=False, alpha=0.0)
     _feed(q, "a", np.ones((3, 3)), np.array([1.0, 1.0, 1.0]))
-    assert q._arms["a"].r_mem.shape == (0,)
+    assert q.arm_state("a").r_mem.shape == (0,)
     assert q.select(["a"], np.ones((1, 3))).scores[0] == pytest.approx(9.0 / 10.0)  # 1^T (I + 3 11^T)^-1 3*1
 
 
@@ -202,12 +202,12 @@ def test_ablation_without_linear_part_drops_the_ridge_mean() -> None:
     [
         ({"theta_min": 0}, "theta_min must be a positive int"),
         ({"theta_min": 4, "theta_max": 2}, "theta_max must be >= theta_min"),
-        ({"kappa": 1.5}, r"kappa must be a number in \[0, 1\]"),
+        ({"kappa": 1.5}, r"kappa must be a finite number in \[0, 1\], but got 1.5"),
         ({"knn_window": 0}, "knn_window must be a positive int"),
-        ({"linear_target": "rewards"}, "linear_target must be 'reward' or 'residual'"),
-        ({"knn_weights": "cosine"}, "knn_weights must be 'uniform' or 'distance'"),
+        ({"linear_target": "rewards"}, r"linear_target must be one of \['reward', 'residual'\], but got 'rewards'"),
+        ({"knn_weights": "cosine"}, r"knn_weights must be one of \['uniform', 'distance'\], but got 'cosine'"),
         ({"use_knn": "yes"}, "use_knn must be a bool"),
-        ({"ridge_lambda": 0.0}, "ridge_lambda must be finite and > 0"),
+        ({"ridge_lambda": 0.0}, "ridge_lambda must be a finite number > 0, but got 0.0"),
     ],
 )
 def test_invalid_config(params: dict, match: str) -> None:
@@ -274,9 +274,8 @@ def test_batched_scores_are_bit_identical_to_single_scores(params: dict, integer
     X_batch = features(50, len(ids), 3)
     X_batch[:, -1] = X_batch[:, 3]
     assert takes_batched_path(p, ids, X_batch)
-    states = [p._arms[a] for a in ids]
-    batch = p._score_batch(ids, states, X_batch, None)
-    single = np.stack([p._score(ids, states, X, None)[0] for X in X_batch])
+    batch = p.batch_scores(ids, X_batch)
+    single = np.stack([select_scores(p, ids, X) for X in X_batch])
     assert batch.shape == (50, len(ids))
     np.testing.assert_array_equal(batch, single)
     np.testing.assert_array_equal(batch[:, -1], batch[:, 3])  # equal states and rows: tied scores

@@ -14,7 +14,7 @@ from bandit_core.datasets import BanditLog, LoggedEvent
 from bandit_core.errors import InvalidInputError, UnknownArmError
 from bandit_core.evaluation import rejection_replay, replay
 from bandit_core.evaluation.replay import ReplayResult
-from tests.bandit_core.conftest import takes_batched_path
+from tests.bandit_core.conftest import select_scores, takes_batched_path
 
 D = 4
 ARMS = ["a", "b", "c", "d", "e"]
@@ -86,12 +86,11 @@ def test_linucb_without_exploration_takes_the_batched_path() -> None:
 def test_linucb_batched_scores_are_bit_identical_to_single_scores(integer: bool) -> None:
     p = _trained("linucb", integer, alpha=0.7)
     ids = [*ARMS, "new1", "new2"]  # two arms in the prior state: ties on equal rows
-    states = [p._arms.get(a) or p._new_arm_state() for a in ids]
     rng = np.random.default_rng(2)
     big = _X(rng, (40, len(ids), 2 * D), integer)
     for X_batch in (big[:, :, :D], np.ascontiguousarray(big[:, :, :D])):  # strided and contiguous
-        batch = p._score_batch(ids, states, X_batch, None)
-        single = np.stack([p._score(ids, states, X, None)[0] for X in X_batch])
+        batch = p.batch_scores(ids, X_batch)
+        single = np.stack([select_scores(p, ids, X) for X in X_batch])
         assert batch.shape == (40, len(ids)) and np.array_equal(batch, single)
     if integer:
         assert (batch == batch.max(axis=1, keepdims=True)).sum(

@@ -39,11 +39,11 @@ def test_floor_makes_the_engines_linucb_decisions(K: int, d: int, alpha: float) 
     state = policy.export_parts([f"arm:{ids[a]}"])
     restored = type(policy).from_bytes(policy.to_bytes())
     assert restored.export_parts(list(state)) == state
-    assert np.allclose(floor.A_inv[a], policy._arms[ids[a]].A_inv, rtol=1e-9, atol=1e-12)
+    assert np.allclose(floor.A_inv[a], policy.arm_state(ids[a]).A_inv, rtol=1e-9, atol=1e-12)
 
 
 def test_per_arm_loop_linucb_reproduces_table_3() -> None:
-    # ALGORITHMS.md section 1: 567 at alpha = 0.1 over 800 matched rounds.
+    # docs/algorithms.md section 1: 567 at alpha = 0.1 over 800 matched rounds.
     arms, rewards, X = load_news(news_path(ROOT))
     result = loop_replay(LoopLinUCB(10, 10, 0.1), arms, rewards, X, 800)
     assert result["matched"] == 800

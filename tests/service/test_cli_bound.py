@@ -96,8 +96,8 @@ def test_help_explains_each_option() -> None:
     [
         (["--d", "0"], "argument --d: expected a positive integer, got '0'"),
         (["--T", "1.5"], "argument --T: expected a positive integer, got '1.5'"),
-        (["--delta-g", "2"], r"delta_g must be finite and in [0, 1], but got 2.0"),
-        (["--r-max", "-1"], r"r_max must be finite and in (0, inf], but got -1.0"),
+        (["--delta-g", "2"], "delta_g must be a finite number in [0, 1], but got 2.0"),
+        (["--r-max", "-1"], "r_max must be a finite number > 0, but got -1.0"),
         (["--alpha", "nan"], "argument --alpha: expected a finite number, got 'nan'"),
         (["--L", "x"], "argument --L: expected a number, got 'x'"),
     ],

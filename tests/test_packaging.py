@@ -1,0 +1,82 @@
+"""Packaging: bandit_core needs numpy and mmh3 only, the service's dependencies are extras, and a
+``bandit`` subcommand whose extra is missing says which one to install."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from service.cli import EXTRA_OF_MODULE, main, missing_extra_message
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_the_base_install_is_numpy_and_mmh3_and_every_optional_module_has_its_extra() -> None:
+    assert PROJECT["dependencies"] == ["numpy>=1.26", "mmh3>=4.0"]
+    extras = PROJECT["optional-dependencies"]
+    assert {"server", "offline", "client", "dev"} <= set(extras)
+    assert extras["dev"][0] == "bandit-service[server,offline,client]"
+    assert {"tqdm>=4.66", "matplotlib>=3.8"} == set(extras["offline"])
+    assert any(req.startswith("httpx") for req in extras["client"])
+    assert not any(req.startswith(("fastapi", "redis", "sqlalchemy")) for req in extras["client"])
+
+
+def test_redis_is_bounded_below_its_next_major() -> None:
+    import redis
+
+    (req,) = [r for r in PROJECT["optional-dependencies"]["server"] if r.startswith("redis")]
+    upper = int(req.split("<", 1)[1])
+    assert upper == int(redis.__version__.split(".")[0]) + 1, (req, redis.__version__)
+
+
+def test_importing_all_of_bandit_core_loads_no_optional_dependency() -> None:
+    probe = (
+        "import pkgutil, sys, importlib, bandit_core\n"
+        "for m in pkgutil.walk_packages(bandit_core.__path__, 'bandit_core.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(' '.join(sorted({n.split('.')[0] for n in sys.modules})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+    )
+    loaded = set(out.stdout.split())
+    assert {"bandit_core", "numpy", "mmh3"} <= loaded
+    assert not loaded & (set(EXTRA_OF_MODULE) | {"service"})
+
+
+@pytest.mark.parametrize(
+    ("argv", "blocked", "extra"),
+    [
+        (["serve"], "uvicorn", "server"),
+        (["replay", "--format", "eventlog", "--data", "sqlite:///unused.sqlite3", "--log-policy", "p",
+          "--policy", "linucb"], "sqlalchemy", "server"),
+        (["replay", "--policy", "linucb", "--rounds", "5"], "tqdm", "offline"),
+    ],
+)
+def test_a_missing_extra_is_named_in_one_line_with_status_2(
+    argv: list[str], blocked: str, extra: str,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n in sys.modules if n == blocked or n.startswith(blocked + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, blocked, None)  # import blocked: ModuleNotFoundError
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"bandit {argv[0]}: needs the '{extra}' extra (module '{blocked}' is not installed); "
+        f"install it with: pip install 'bandit-service[{extra}]'\n"
+    )
+
+
+def test_a_missing_module_that_no_extra_provides_gets_no_hint() -> None:
+    """main() re-raises it: a missing module outside the extras is a bug, not a set-up step."""
+    assert missing_extra_message("serve", ModuleNotFoundError(name="not_a_dependency")) is None
+    assert missing_extra_message("serve", ModuleNotFoundError(name="redis.asyncio")) == (
+        "bandit serve: needs the 'server' extra (module 'redis' is not installed); "
+        "install it with: pip install 'bandit-service[server]'"
+    )
