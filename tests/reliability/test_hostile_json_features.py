@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -17,12 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.app import create_app
 from service.settings import Settings
-from tests.databases import postgres_schema
-from tests.reliability.test_hostile_input import json_values
-from tests.reliability.traffic import HEADERS
-from tests.servers import API_KEY, RedisServer
+from tests.reliability.test_hostile_input import json_values, serving
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.anyio]
 LIMIT = 2_000_000
@@ -34,35 +29,12 @@ ITEM = {"item": {"category": "food", "price": 25, "tags": ["vegan"]}}
 
 
 @pytest.fixture
-async def app_client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
-        with postgres_schema() as db_url:
-            settings = Settings(
-                redis_url=server.url,
-                database_url=db_url,
-                api_keys=[API_KEY],
-                data_dir=tmp_path / "data",
-                demo_policy=False,
-                snapshot_interval_seconds=0,
-                log_flush_seconds=0.02,
-                max_body_bytes=LIMIT,
-            )
-            app = create_app(settings)
-            async with app.router.lifespan_context(app):
-                transport = httpx.ASGITransport(
-                    app=app, client=("127.0.0.1", 50000), raise_app_exceptions=False
-                )
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://app", headers=HEADERS
-                ) as client:
-                    for name, spec in SPECS.items():
-                        r = await client.put(f"/policies/{name}", json=spec)
-                        assert r.status_code == 200, r.text
-                    yield client, app
-    finally:
-        server.stop()
+async def app_client(
+    make_settings: Callable[..., Settings],
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    settings = make_settings(log_flush_seconds=0.02, max_body_bytes=LIMIT)
+    async with serving(settings, SPECS) as client_and_app:
+        yield client_and_app
 
 
 async def _settled(app: Any) -> tuple[int, int]:
