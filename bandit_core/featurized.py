@@ -121,7 +121,9 @@ def featurized_rows(
         Z = _dense(batch.actions)
         if not context_dim:
             return Z
-        return np.hstack([Z, np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim))])
+        return np.hstack(
+            [Z, np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim))]
+        )
     own = Featurizer(
         dataclasses.replace(featurizer.config, interactions=(), context_in_actions=False)
     )
@@ -129,7 +131,9 @@ def featurized_rows(
     V = _dense(batch.actions)
     if not context_dim:
         return V
-    return np.hstack([np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim)), V])
+    return np.hstack(
+        [np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim)), V]
+    )
 
 
 def _dense(vectors: np.ndarray | SparseRows) -> np.ndarray:

@@ -39,7 +39,6 @@ from bandit_core.errors import InvalidInputError
 from service.schemas import is_json_features
 from service.storage import base
 
-
 Featurize = Callable[[Any, list[Any]], np.ndarray]
 """``(logged context, logged candidate features) -> X``: re-featurizes a decision logged
 with JSON features, e.g. ``lambda c, a: featurized_rows(featurizer, policy, c, a)``

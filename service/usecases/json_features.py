@@ -22,8 +22,8 @@ import orjson
 
 from bandit_core import BasePolicy
 from bandit_core.errors import ConfigError, InvalidFeatureError
-from bandit_core.featurized import context_feature_values, featurized_rows
 from bandit_core.features import Featurizer, FeaturizerConfig, HashedFeatures
+from bandit_core.featurized import context_feature_values, featurized_rows
 from service.errors import InvalidRequest
 from service.schemas import PolicyInfo, RecommendRequest, is_json_features
 from service.usecases.candidates import candidate_arms
@@ -180,7 +180,10 @@ def logged_candidates(ids: Sequence[str], raw: Sequence[Any]) -> orjson.Fragment
 
 
 def logged_rows(
-    featurizer: Featurizer, policy: BasePolicy, context: Any, candidates: Sequence[Mapping[str, Any]]
+    featurizer: Featurizer,
+    policy: BasePolicy,
+    context: Any,
+    candidates: Sequence[Mapping[str, Any]],
 ) -> np.ndarray:
     """The rows of a logged JSON decision, featurized again (replay, rebuild)."""
     return featurized_rows(featurizer, policy, context, [c["features"] for c in candidates])

@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from bandit_core import policy_from_bytes
-from bandit_core.featurized import featurized_rows
 from bandit_core.features import Featurizer, FeaturizerConfig
+from bandit_core.featurized import featurized_rows
 from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
 from tests.servers import AppProcess
