@@ -22,7 +22,7 @@ import orjson
 
 from bandit_core import BasePolicy
 from bandit_core.errors import ConfigError, InvalidFeatureError
-from bandit_core.features import Featurizer, FeaturizerConfig, HashedFeatures
+from bandit_core.features import Featurizer, FeaturizerConfig, HashedFeatures, SparseRows
 from bandit_core.featurized import context_feature_values, featurized_rows
 from service.errors import InvalidRequest
 from service.schemas import PolicyInfo, RecommendRequest, is_json_features
@@ -125,7 +125,9 @@ class JsonCandidates:
             hashed = [cached.hashed_action(features, k, index) for k, features in enumerate(raw)]
             ctx = cached.featurizer.hash_features(context, ("context",))
             check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
-            X = featurized_rows(cached.featurizer, policy, ctx, hashed)
+            rows = featurized_rows(cached.featurizer, policy, ctx, hashed)
+            # the service keeps rows dense (the pending event's x): dimension <= 4096
+            X = rows.to_dense() if isinstance(rows, SparseRows) else rows
             named = context_feature_values(cached.featurizer, context) if info.guardrails else None
         except InvalidFeatureError as exc:
             raise InvalidRequest(str(exc), request_loc(exc.loc, index)) from exc

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import bandit_core
 from bandit_core.errors import ConfigError, InvalidFeatureError
-from bandit_core.features import Featurizer, FeaturizerConfig
+from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
 from bandit_core.featurized import context_feature_values, featurized_dimension, featurized_rows
 from tests.bandit_core.test_features import ACTIONS, CONTEXT, SETTINGS, _feature_input
 
@@ -163,3 +163,17 @@ def test_guardrails_name_json_features_through_the_featurizer() -> None:
     assert set(blocked({"user": {"age": 30}, "device": {"type": "mobile"}})) == {"desktop-app"}
     # no age at all: the guardrail's on_missing (block) decides
     assert "beer" in blocked({"device": {"type": "desktop"}})
+
+
+def test_a_sparse_rows_policy_gets_the_featurizers_sparse_form() -> None:
+    featurizer = Featurizer(FeaturizerConfig(bits=14))
+    policy = bandit_core.make_policy("diag_linucb", d=featurizer.config.dim)
+    X = featurized_rows(featurizer, policy, CONTEXT, ACTIONS)
+    assert isinstance(X, SparseRows)
+    expected = featurizer.featurize(CONTEXT, ACTIONS).actions
+    np.testing.assert_array_equal(X.indices, expected.indices)
+    np.testing.assert_array_equal(X.values, expected.values)
+    ids = [f"n{k}" for k in range(len(ACTIONS))]
+    decision = policy.select(ids, X)
+    policy.update(decision.arm_id, X.one_row(ids.index(decision.arm_id)), 1.0)
+    assert policy.policy_stats()["rewarded"] == 1.0

@@ -16,6 +16,7 @@ import pytest
 
 import bandit_core
 from bandit_core.linear import LinearArmState
+from bandit_core.policy import SharedModelPolicy
 from service.app import YOUNG_GC_THRESHOLD
 from service.schemas import RankedArm, RecommendResponse
 from tests.service.conftest import POLICY, running, wait_for
@@ -233,7 +234,7 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
             assert dec.algorithm == algorithm
             assert (await client.reward(dec.event_id, float(i % 2))).applied
         stats = await client.stats("p")
-        if algorithm == "hybrid_linucb":  # a shared model (no per-arm part): policy-wide counters
+        if issubclass(bandit_core.POLICIES[algorithm], SharedModelPolicy):  # no per-arm part: policy-wide counters
             assert stats.policy_stats == {"rewarded": 20.0, "reward_sum": 10.0}
         else:
             assert sum(a.rewarded for a in stats.arms.values()) == 20
