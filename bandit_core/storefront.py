@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from bandit_core.errors import InvalidInputError
-from bandit_core.features import Featurizer
+from bandit_core.features import Featurizer, SparseRows
 from bandit_core.policy import Policy
 
 SEGMENTS = ("student", "parent", "foodie", "techie")
@@ -207,13 +207,15 @@ class Storefront:
             yield StorefrontRound(shopper, items, np.array([self.click_probability(shopper, i) for i in items]))
 
 
-Encoder = Callable[[dict[str, Any], Sequence[dict[str, Any]]], np.ndarray]
-"""JSON context and K JSON actions -> the (K, d) rows a policy scores."""
+Encoder = Callable[[dict[str, Any], Sequence[dict[str, Any]]], np.ndarray | SparseRows]
+"""JSON context and K JSON actions -> the (K, d) rows a policy scores (dense, or sparse
+for a policy that takes sparse rows)."""
 
 
 def shared_rows(featurizer: Featurizer) -> Encoder:
     """Rows of a shared model: each action's vector (context, action, interactions, bias;
-    docs/algorithms.md section 7). The featurizer's output must be dense."""
+    docs/algorithms.md section 7), in the featurizer's output form (sparse rows for a
+    model of large hashed spaces, ``diag_linucb``)."""
     return lambda context, actions: featurizer.featurize(context, actions).actions  # type: ignore[return-value]
 
 
@@ -268,7 +270,7 @@ def run_storefront(
         X = encode(r.context, r.actions)
         k = ids.index(policy.select(ids, X).arm_id)
         clicks[t] = float(clicks_rng.random() < r.mu[k])
-        policy.update(ids[k], X[k], clicks[t])
+        policy.update(ids[k], X.one_row(k) if isinstance(X, SparseRows) else X[k], clicks[t])
         chosen[t], best[t] = r.mu[k], r.mu.max()
         if progress is not None:
             progress(1)

@@ -12,24 +12,25 @@ seeds:
 * ``random``.
 
 Each seed's storefront draws (catalogs, shoppers, offers) are the same for every policy.
-Writes ``benchmarks/results/<out>.json`` (per seed, per window: click rate and expected
+Writes run ``--label`` of ``benchmarks/results/storefront.json`` (per seed, per window: click rate and expected
 click rate of the chosen item and of the best offered one) and the figure
-``docs/img/<out>.png``, and prints the table of docs/features.md ("Simulated storefront").
+``docs/img/storefront.png`` (``storefront_<label>.png`` for a label other than ``latest``), and prints the table of docs/features.md ("Simulated storefront").
 
     python -m benchmarks.storefront                     # the numbers of docs/features.md
-    python -m benchmarks.storefront --seeds 2 --rounds 2000 --replace-at 1000 --out storefront_quick
+    python -m benchmarks.storefront --seeds 2 --rounds 2000 --replace-at 1000 --label quick
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks._harness import add_label_argument, figure_path, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-bits", type=int, default=6,
                         help="hash bits of the per-arm models' context featurizer (default %(default)s)")
     parser.add_argument("--alpha", type=float, default=0.5, help="UCB width of the UCB contenders (default %(default)s)")
-    parser.add_argument("--out", default="storefront", help="results/<out>.json and docs/img/<out>.png")
+    add_label_argument(parser, "storefront", figure=True)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     if not 0 < args.span <= min(args.replace_at, args.rounds - args.replace_at):
@@ -196,7 +197,6 @@ def main(argv: list[str] | None = None) -> int:
             s["lift_kept"] = lift_after / lift_before if lift_before > 0 else None
     first = runs["random"]
     result = {
-        "command": "python -m benchmarks.storefront " + " ".join(sys.argv[1:] if argv is None else argv),
         "storefront": {"catalog_size": shop.catalog_size, "offered": shop.offered, "quality_sd": shop.quality_sd},
         "shared_featurizer": shared.config.to_dict(),
         "per_arm_featurizer": per_arm.config.to_dict(),
@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "contenders": runs,
     }
-    (ROOT / "benchmarks" / "results" / f"{args.out}.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot(result, ROOT / "docs" / "img" / f"{args.out}.png")
+    write_json("storefront", result, args.label)
+    plot(result, figure_path("storefront", args.label))
     print(table(result))
     return 0
 

@@ -28,28 +28,47 @@ reward arrives does not depend on the served arm.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
+from service.schemas import is_json_features
 from service.storage import base
+
+Featurize = Callable[[Any, list[Any]], np.ndarray]
+"""``(logged context, logged candidate features) -> X``: re-featurizes a decision logged
+with JSON features, e.g. ``lambda c, a: featurized_rows(featurizer, policy, c, a)``
+(``bandit_core.featurized``) under any featurizer config and policy layout."""
 
 
 def to_logged_event(
-    logged: base.LoggedDecision, unrewarded: float | None = None
+    logged: base.LoggedDecision, unrewarded: float | None = None, featurize: Featurize | None = None
 ) -> LoggedEvent | None:
     """One logged decision (and its reward) as an offline event; ``None`` when it has no
-    reward and ``unrewarded`` is None (module docstring)."""
+    reward and ``unrewarded`` is None (module docstring). A decision of a policy with
+    ``features`` logged its JSON as sent: ``featurize`` turns it into rows (without it
+    such a decision is an :class:`InvalidInputError`)."""
     d = logged.decision
     reward = unrewarded if logged.reward is None else logged.reward.value
     if reward is None:
         return None
+    features = [c["features"] for c in d.candidates]
+    if featurize is not None:
+        features = list(featurize(d.context, features))
+    elif any(is_json_features(f) for f in features) or is_json_features(d.context):
+        raise InvalidInputError(
+            f"decision {d.event_id!r} logged JSON features; replay it with a featurizer "
+            "(EventLogSource(featurize=...))"
+        )
     return LoggedEvent.build(
         [c["id"] for c in d.candidates],
         d.arm_id,
         reward,
-        arm_features=[c["features"] for c in d.candidates],
+        arm_features=features,
         pscore=d.propensity,
         user_id=d.user_id,
     )
@@ -67,20 +86,39 @@ class EventLogSource:
     since: float | None = None
     until: float | None = None
     unrewarded: float | None = None
+    featurize: Featurize | None = None
 
     def __iter__(self) -> Iterator[LoggedEvent]:
         for logged in self.event_log.iter_events(self.policy, self.since, self.until):
-            event = to_logged_event(logged, self.unrewarded)
+            event = to_logged_event(logged, self.unrewarded, self.featurize)
             if event is not None:
                 yield event
 
 
+def check_logged(event_log: base.EventLog, policy: str) -> None:
+    """Raise :class:`InvalidInputError` naming the known policies when the log holds no
+    decision of ``policy``. A policy deleted while some of its decisions were still on their
+    way to the log has decisions but no config there: those are replayed like any other."""
+    if event_log.count(policy)[0] == 0:
+        configs = event_log.policies()
+        raise InvalidInputError(
+            f"log policy {policy!r} has no decisions in the event log; policies with a "
+            f"config there: {sorted(configs)}"
+        )
+
+
 def default_reward(event_log: base.EventLog, policy: str) -> float:
     """The ``default_reward`` of ``policy``'s config as recorded in the log; raises
-    :class:`InvalidInputError` naming the known policies when it is not there."""
+    :class:`InvalidInputError` when the config is not there (a deleted policy)."""
     configs = event_log.policies()
     if policy not in configs:
         raise InvalidInputError(
-            f"log policy {policy!r} is not in the event log; known: {sorted(configs)}"
+            f"log policy {policy!r} has no config in the event log (it was deleted), so its "
+            "default_reward is unknown; replay its rewarded decisions with --unrewarded skip"
         )
-    return float(configs[policy]["default_reward"])
+    value = configs[policy]["default_reward"]
+    if value is None:
+        raise InvalidInputError(
+            f"log policy {policy!r} has no default_reward; use --unrewarded skip"
+        )
+    return float(value)

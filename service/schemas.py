@@ -6,11 +6,26 @@ These models are the wire format only; the event-log tables live in the storage 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
-from bandit_core.registry import POLICIES
+from bandit_core import ConfigError
+from bandit_core.features import FeaturizerConfig
+from bandit_core.featurized import featurized_dimension
+from bandit_core.registry import POLICIES, policy_class
 
 # strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
@@ -35,6 +50,42 @@ PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za
 Algorithm = Literal[tuple(POLICIES)]  # type: ignore[valid-type]
 
 
+JsonFeatures = dict[str, Any] | list[dict[str, Any]]
+"""JSON feature objects (one object or a list of them, as Personalizer sends), for a policy
+with ``features``; checked by its featurizer (bandit_core.features), not here."""
+_JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
+_JSON_FEATURES_SCHEMA: list[dict[str, Any]] = [
+    _JSON_OBJECT_SCHEMA,
+    {"type": "array", "items": _JSON_OBJECT_SCHEMA},
+]
+
+
+def is_json_features(value: Any) -> bool:
+    """A JSON feature object (one holding something else than numbers: a flat object of
+    numbers stays named features) or a non-empty list of objects."""
+    if type(value) is dict:
+        for v in value.values():  # a plain loop: called per candidate on the request path
+            kind = type(v)
+            if kind is not float and kind is not int:
+                return True
+        return False
+    return type(value) is list and bool(value) and all(type(v) is dict for v in value)
+
+
+def _vector_or_json(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Floats are validated as before; JSON feature objects (:data:`JsonFeatures`) pass
+    as they came, so a field typed for floats may hold them."""
+    return value if is_json_features(value) else handler(value)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+VectorOrJson = WrapValidator(_vector_or_json)
+AsSent = PlainSerializer(_as_is, return_type=Any)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -45,14 +96,37 @@ class ArmCandidate(_Model):
     ``features`` (both optional, together ``dimension`` long)."""
 
     id: ArmId
-    features: list[Feature] | None = None
+    # the wrapped type is what floats are checked against; JSON feature objects bypass it
+    features: Annotated[
+        list[Feature] | None,
+        VectorOrJson,
+        AsSent,
+        WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "number"}}, *_JSON_FEATURES_SCHEMA, {"type": "null"}]}),
+    ] = Field(
+        None,
+        description="the arm's own features: floats, or JSON feature objects for a policy with features",
+    )
 
 
 class RecommendRequest(_Model):
     policy: PolicyName
-    context: list[Feature] | dict[str, Feature] = Field(
+    context: Annotated[
+        list[Feature] | dict[str, Feature],
+        VectorOrJson,
+        AsSent,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "array", "items": {"type": "number"}},
+                    {"type": "object", "additionalProperties": {"type": "number"}},
+                    *_JSON_FEATURES_SCHEMA,
+                ]
+            }
+        ),
+    ] = Field(
         default_factory=list,
-        description="the context vector, or named features for a policy with feature_names",
+        description="the context vector, named features for a policy with feature_names, "
+        "or JSON feature objects for a policy with features",
     )
     arms: list[ArmCandidate] | None = Field(
         None, description="candidates; omitted: the policy's registered arms"
@@ -106,12 +180,21 @@ class RewardRequest(_Model):
 class RewardResponse(BaseModel):
     event_id: str
     arm_id: str
-    reward: float
+    reward: float = Field(description="the reward the model learned for this event")
     applied: bool = Field(
         description="true when this call updated the model; false for a repeat of an "
         "already applied reward (the model is not changed again)"
     )
-    status: Literal["applied", "already_rewarded"]
+    status: Literal["applied", "already_rewarded", "conflicting_reward"] = Field(
+        description="applied: this call updated the model; already_rewarded: a repeat of "
+        "the applied reward (same value); conflicting_reward: the event was rewarded "
+        "before with another value, this call's value was ignored (see ignored_reward)"
+    )
+    ignored_reward: float | None = Field(
+        None,
+        description="with status conflicting_reward: the value this call sent, not applied "
+        "(reward holds the value the model learned); null otherwise",
+    )
 
 
 class ActivateResponse(BaseModel):
@@ -120,12 +203,45 @@ class ActivateResponse(BaseModel):
 
 
 # ---- policies ------------------------------------------------------------------------------
+# Settings a spec holds as top-level fields: ``params`` holds only the algorithm's own
+# hyperparameters, so each setting is decided in one place (a top-level one given in
+# ``params`` moves to its field; the two disagreeing is a 422 on ``params``).
+TOP_LEVEL_SETTINGS = ("epsilon", "reward_range", "guardrails", "safe_arm")
+# The service explores by default so that its logs support offline evaluation: every
+# candidate keeps a logged propensity >= epsilon / K (docs/offline.md, "Support").
+DEFAULT_EPSILON = 0.05
+
+
+def default_epsilon(algorithm: str) -> float:
+    """Epsilon of a policy that names none: :data:`DEFAULT_EPSILON`, or the algorithm's own
+    default when larger (epsilon_greedy: 0.1)."""
+    fields = {f.name: f for f in dataclasses.fields(policy_class(algorithm).CONFIG)}
+    return max(DEFAULT_EPSILON, float(fields["epsilon"].default))
+
+
+def _same_setting(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return bool(a == b)
+
+
 class PolicySpec(_Model):
     """Body of ``PUT /policies/{name}``."""
 
     algorithm: Algorithm
-    dimension: Annotated[int, Field(ge=1, le=4096)]
-    params: dict[str, Any] = Field(default_factory=dict, description="algorithm hyperparameters")
+    dimension: Annotated[int, Field(ge=1, le=4096)] | None = Field(
+        None,
+        description="length of each candidate's feature vector; with features it follows "
+        "from them (and, when given, must equal that)",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "the algorithm's own hyperparameters (alpha, ridge_lambda, seed, ...); not d "
+            "(that is dimension) nor a top-level field (epsilon, reward_range, guardrails, "
+            "safe_arm): one given here moves to its field, and disagreeing with it is a 422"
+        ),
+    )
     arms: list[ArmId] | None = None
     # documented as items + min/maxItems: the prefixItems pydantic writes for a tuple trip
     # OpenAPI tools that rewrite 3.1 schemas to older drafts (schemathesis among them)
@@ -138,10 +254,33 @@ class PolicySpec(_Model):
         description="reward given to events not rewarded within reward_wait_seconds; null: none",
     )
     reward_wait_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 600.0
-    epsilon: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    epsilon: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = Field(
+        None,
+        description=(
+            "probability of serving a uniformly random candidate (logged propensities stay "
+            f">= epsilon/K, so the log supports offline evaluation); omitted: {DEFAULT_EPSILON} "
+            "(epsilon_greedy: its default 0.1); null: the algorithm's own default (0 for the "
+            "UCB algorithms: deterministic, a log no estimator can evaluate)"
+        ),
+    )
     guardrails: list[dict[str, Any]] | None = None
     safe_arm: ArmId | None = None
     feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
+    arm_idle_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description=(
+            "forget the learned state (and pull count) of an arm that is not registered "
+            "in arms and was neither served nor rewarded for this long; it starts again "
+            "from the prior when it comes back. null: keep every arm's state until retired"
+        ),
+    )
+    features: dict[str, Any] | None = Field(
+        None,
+        description="the featurizer of JSON features (bandit_core FeaturizerConfig: bits, "
+        "interactions, context_in_actions, output, limits); /recommend then takes context "
+        "and arm features as JSON feature objects",
+        examples=[{"bits": 8, "interactions": [["*", "*"]]}],
+    )
     delta_g_limit: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
         None,
         description=(
@@ -151,8 +290,66 @@ class PolicySpec(_Model):
         ),
     )
 
+    @field_validator("features")
+    @classmethod
+    def _check_features(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        try:
+            return FeaturizerConfig.from_dict(value).to_dict()
+        except (ConfigError, TypeError) as exc:
+            raise ValueError(str(exc)) from exc
+
+    @property
+    def featurizer_config(self) -> FeaturizerConfig | None:
+        """The featurizer ``features`` declares (None: float vectors)."""
+        return None if self.features is None else FeaturizerConfig.from_dict(self.features)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_in_one_place(cls, data: Any) -> Any:
+        """Move top-level settings given in ``params`` to their fields (a conflict stays in
+        ``params`` for :meth:`_only_hyperparameters` to refuse) and fill in the default
+        epsilon of a spec that names none."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        params = data.get("params")
+        if isinstance(params, dict):
+            params = dict(params)
+            for key in TOP_LEVEL_SETTINGS:
+                if key not in params:
+                    continue
+                if data.get(key) is None:
+                    data[key] = params.pop(key)
+                elif _same_setting(data[key], params[key]):
+                    del params[key]
+            data["params"] = params
+        if "epsilon" not in data and data.get("algorithm") in POLICIES:
+            data["epsilon"] = default_epsilon(data["algorithm"])
+        return data
+
+    @field_validator("params")
+    @classmethod
+    def _only_hyperparameters(cls, params: dict[str, Any]) -> dict[str, Any]:
+        if "d" in params:
+            raise ValueError(
+                "params.d is not allowed: the feature length is the top-level field dimension"
+            )
+        for key in TOP_LEVEL_SETTINGS:
+            if key in params:
+                raise ValueError(
+                    f"params.{key} = {params[key]!r} conflicts with the top-level field {key}: "
+                    f"set {key} once, as the top-level field"
+                )
+        return params
+
     @model_validator(mode="after")
     def _check(self) -> PolicySpec:
+        if self.features is not None:
+            self._derive_dimension()
+        elif self.dimension is None:
+            raise ValueError("dimension is required for a policy without features")
         low, high = self.reward_range
         if not low < high:
             raise ValueError(
@@ -169,6 +366,25 @@ class PolicySpec(_Model):
         ):
             raise ValueError("feature_names must be unique")
         return self
+
+    def _derive_dimension(self) -> None:
+        config = self.featurizer_config
+        assert config is not None
+        if self.feature_names is not None:
+            raise ValueError("features and feature_names exclude each other")
+        context_dim = self.params.get("context_dim", 0)
+        try:
+            layout = policy_class(self.algorithm).FEATURE_LAYOUT
+            d = featurized_dimension(layout, config, context_dim)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        if d > 4096:
+            raise ValueError(f"features make vectors of {d} entries; at most 4096 (lower bits)")
+        if self.dimension is not None and self.dimension != d:
+            raise ValueError(
+                f"dimension must be {d} for {self.algorithm} with these features, but got {self.dimension}"
+            )
+        self.dimension = d
 
 
 class PolicyInfo(PolicySpec):

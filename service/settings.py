@@ -44,6 +44,13 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated API keys; empty: loopback-only admin"
     )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "comma-separated origins (https://shop.example) whose browser pages may call the "
+            "API (CORS; '*': any origin); empty: no CORS headers, browsers refuse cross-origin calls"
+        ),
+    )
     recommend_requires_key: bool = Field(
         False, description="require an API key on POST /recommend too"
     )
@@ -103,6 +110,15 @@ class Settings(BaseSettings):
             "are refreshed and the stores probed, without any API call"
         ),
     )
+    metrics_arm_series: int = Field(
+        100,
+        ge=0,
+        description=(
+            "per policy, the most registered arms (in registration order) with their own "
+            "arm label on the per-arm metrics; every other arm is counted under "
+            "arm=\"__other__\", so the series count stays bounded whatever ids requests send"
+        ),
+    )
     default_delta_g_limit: float = Field(
         0.05,
         gt=0,
@@ -110,9 +126,9 @@ class Settings(BaseSettings):
         description="delta_G limit exported for guardrailed policies that set no delta_g_limit",
     )
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "cors_origins", mode="before")
     @classmethod
-    def _split_keys(cls, value: object) -> object:
+    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value

@@ -1,5 +1,5 @@
-"""Storage tests run against the real Redis and PostgreSQL of the machine, and against the
-Redis Cluster and the Sentinel group of tests/service/conftest.py."""
+"""Storage tests run against the session's own Redis and PostgreSQL (tests/conftest.py),
+and against the Redis Cluster and the Sentinel group of tests/service/conftest.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 import pytest
 import redis
-
-from tests.databases import REDIS_URL
 
 # The Redis deployments every Redis test runs against; starting a cluster or a
 # Sentinel group takes seconds, so those are ``slow``.
@@ -38,7 +36,8 @@ def anyio_backend() -> str:
 def deployment(request: pytest.FixtureRequest, kind: str) -> RedisDeployment:
     """The deployment ``kind`` (one of :data:`DEPLOYMENTS`), started on first use."""
     if kind == "redis":
-        return RedisDeployment(kind, REDIS_URL, lambda: redis.Redis.from_url(REDIS_URL))
+        url = request.getfixturevalue("redis_url")
+        return RedisDeployment(kind, url, lambda: redis.Redis.from_url(url))
     servers = request.getfixturevalue(f"redis_{kind}")
     return RedisDeployment(kind, servers.url, servers.client)
 
