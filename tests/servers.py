@@ -318,7 +318,7 @@ def _redis_server(port: int, directory: Path, *options: str) -> subprocess.Popen
     directory.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-        + ["--dir", str(directory), *options],
+        + ["--dir", str(directory), "--logfile", "redis.log", *options],
         stdout=subprocess.DEVNULL,
     )
 

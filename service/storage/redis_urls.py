@@ -28,11 +28,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import AbstractConnection, SSLConnection, parse_url
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import (
     Sentinel,
     SentinelManagedConnection,
     SentinelManagedSSLConnection,
 )
+from redis.backoff import NoBackoff
 from redis.connection import HiredisRespSerializer
 
 from bandit_core.errors import InvalidInputError
@@ -163,7 +165,15 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
     ``max_connections`` bounds the connections to each server; a call finding none free
     waits up to ``socket_timeout`` (single server) rather than failing, which the soak
     showed as 503s under load. The cluster and Sentinel pools of redis-py do not block;
-    their bound is per node (cluster) or unbounded (Sentinel)."""
+    their bound is per node (cluster) or unbounded (Sentinel).
+
+    The cluster and Sentinel clients never send a command again by themselves after a
+    timeout or a broken connection (redis-py's default retries 3 times): the command
+    may have run, and a commit script run twice finds its own write, reports a
+    conflict and applies the update again (seen in the contract suite on a loaded
+    machine). The call fails with the store unavailable instead, and the next call
+    reconnects (to the refreshed slot map, or to the master the sentinels name now).
+    MOVED and ASK redirects are followed as before."""
     target = parse_redis_url(url)
     timeouts: dict[str, Any] = {
         "socket_timeout": socket_timeout,
@@ -191,7 +201,11 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
             startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
             max_connections=max_connections,
             ssl=ssl,
-            **{**timeouts, **options},
+            retry=Retry(NoBackoff(), 0),
+            # redis-py 8.1's cluster connections with a health check break under
+            # concurrent calls ("Connection closed by server" with the server fine;
+            # 8 tasks x 25 transactions on one key fail every time): no health check.
+            **{**timeouts, "health_check_interval": 0, **options},
         )
         return RedisClient(_packed_cluster(cluster), cluster.aclose)
     sentinel = Sentinel(
@@ -203,6 +217,7 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
         connection_class=packed_by_hiredis(
             SentinelManagedSSLConnection if ssl else SentinelManagedConnection
         ),
+        retry=Retry(NoBackoff(), 0),
         **{**timeouts, **options},
     )
 
