@@ -1,5 +1,5 @@
-"""``BANDIT_REDIS_URL`` beyond one server: the URL forms, hiredis packing on every
-cluster and Sentinel connection, and policies spread over the shards of a real cluster
+"""``BANDIT_REDIS_URL`` beyond one server: the URL forms, hiredis packing on the
+Sentinel master's connections, and policies spread over the shards of a real cluster
 (the cluster answers CROSSSLOT to any command spanning slots, so these would fail)."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import time
 import uuid
 
 import pytest
-from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection, SSLConnection
+from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import SentinelManagedConnection
 
 from bandit_core.errors import InvalidInputError
@@ -76,22 +75,6 @@ def test_sentinel_auth_is_separate() -> None:
 def test_bad_urls_name_the_problem(url: str, match: str) -> None:
     with pytest.raises(InvalidInputError, match=match):
         parse_redis_url(url)
-
-
-@pytest.mark.slow
-async def test_cluster_connections_pack_with_hiredis(redis_cluster: RedisClusterServers) -> None:
-    store = RedisStateStore(redis_cluster.url)
-    try:
-        await store.ping()
-        client = store.client
-        assert isinstance(client, RedisCluster)
-        nodes = client.get_nodes()
-        assert len(nodes) == 6
-        for node in nodes:
-            assert node.connection_class.__mro__[1] is Connection
-            assert node.connection_class.__name__ == "HiredisPackedConnection"
-    finally:
-        await store.close()
 
 
 @pytest.mark.slow
