@@ -20,7 +20,7 @@ import pytest
 
 from tests.databases import postgres_schema
 from tests.reliability.traffic import HEADERS, Ledger, drive, model_totals, retry_rewards, spec
-from tests.servers import AppProcess, SentinelGroup, app_env
+from tests.servers import AppProcess, SentinelGroup, reliability_settings, settings_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -30,13 +30,14 @@ async def test_sentinel_master_killed_under_traffic(tmp_path: Path) -> None:
     group.start()
     try:
         with postgres_schema() as db_url:
-            env = app_env(
-                tmp_path / "data",
-                group.url,
-                db_url,
-                BANDIT_REDIS_RETRY_AFTER_SECONDS="1",
-                BANDIT_REDIS_TIMEOUT_SECONDS="1",
+            settings = reliability_settings(
+                data_dir=tmp_path / "data",
+                redis_url=group.url,
+                database_url=db_url,
+                redis_retry_after_seconds=1,
+                redis_timeout_seconds=1.0,
             )
+            env = settings_env(settings)
             app = AppProcess(env).start()
             ledger = Ledger(events_may_be_lost=True)
             seen: dict[str, float] = {}
