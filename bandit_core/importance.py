@@ -107,11 +107,18 @@ class ColumnImportance:
     def top(self, n: int) -> ColumnImportance:
         """The first ``n`` columns."""
         return ColumnImportance(
-            self.columns[:n], self.weight[:n], self.importance[:n], self.mean[:n], self.deviation[:n], self.n_rows
+            self.columns[:n],
+            self.weight[:n],
+            self.importance[:n],
+            self.mean[:n],
+            self.deviation[:n],
+            self.n_rows,
         )
 
 
-def column_statistics(columns: np.ndarray, rows: np.ndarray | SparseRows) -> tuple[np.ndarray, np.ndarray]:
+def column_statistics(
+    columns: np.ndarray, rows: np.ndarray | SparseRows
+) -> tuple[np.ndarray, np.ndarray]:
     """``(mean_i, E|x_i - mean_i|)`` at ``columns`` over ``rows`` (dense ``(n, d)`` or
     :class:`SparseRows`; the same numbers either way). A sparse column holds 0 in the
     rows where it has no entry, which contribute ``|mean_i|`` each to the deviation."""
@@ -151,7 +158,9 @@ def feature_importance(
     else:
         d = rows.dim if isinstance(rows, SparseRows) else np.shape(rows)[-1]
         if len(columns) and columns[-1] >= d:
-            raise InvalidInputError(f"rows have {d} columns, but the weights reach column {columns[-1]}")
+            raise InvalidInputError(
+                f"rows have {d} columns, but the weights reach column {columns[-1]}"
+            )
         mean, deviation = column_statistics(columns, rows)
         n_rows = rows.n_rows if isinstance(rows, SparseRows) else len(rows)
     importance = weights.mean_abs() * deviation

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     max_candidates: int = Field(
         1000, gt=0, description="most candidate arms one POST /recommend may send"
     )
+    feature_importance_decisions: int = Field(
+        1000,
+        gt=0,
+        le=100_000,
+        description="latest logged decisions GET /policies/{name}/features reads (traffic statistics and feature names)",
+    )
     sweeper_interval_seconds: float = Field(
         1.0, gt=0, description="how often the sweeper gives due events their default reward"
     )

@@ -8,6 +8,7 @@ module               use case (public surface)
 ``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
 ``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
 ``snapshots``        ``Snapshots``: export, import, periodic save to the event log
+``importance``       ``FeatureRanking.features``: ``GET /policies/{name}/features``
 ``readiness``        ``Monitor``: ``/readyz``, ``/metrics`` backlog, the gauge refresh loop
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
+from service.usecases.importance import FeatureRanking
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
@@ -35,6 +37,7 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "FeatureRanking",
     "Monitor",
     "PolicyAdmin",
     "PolicyCache",
@@ -61,6 +64,7 @@ class UseCases:
     admin: PolicyAdmin
     snapshots: Snapshots
     monitor: Monitor
+    features: FeatureRanking
 
 
 def build_use_cases(
@@ -85,4 +89,5 @@ def build_use_cases(
         admin=admin,
         snapshots=Snapshots(cache, event_log, settings, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
+        features=FeatureRanking(cache, event_log, settings),
     )

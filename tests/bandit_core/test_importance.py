@@ -25,7 +25,9 @@ def test_importance_is_mean_abs_weight_times_mean_abs_deviation() -> None:
     expected = mean_abs * mad
     np.testing.assert_allclose(ranked.importance, np.sort(expected)[::-1], rtol=1e-12)
     np.testing.assert_array_equal(ranked.columns, np.argsort(-expected, kind="stable"))
-    np.testing.assert_allclose(ranked.weight, (0.75 * W[0] + 0.25 * W[1])[ranked.columns], rtol=1e-12)
+    np.testing.assert_allclose(
+        ranked.weight, (0.75 * W[0] + 0.25 * W[1])[ranked.columns], rtol=1e-12
+    )
     assert ranked.columns[-1] == 3 and ranked.importance[-1] == 0.0  # a constant moves no score
     assert ranked.n_rows == 50 and ranked.top(2).columns.tolist() == ranked.columns[:2].tolist()
 
@@ -35,7 +37,9 @@ def test_a_one_hot_feature_present_in_a_share_p_deviates_by_2p_1_minus_p() -> No
     X[:3, 0] = 1.0  # p = 0.3
     X[:, 1] = 1.0
     mean, deviation = column_statistics(np.array([0, 1]), X)
-    assert mean.tolist() == pytest.approx([0.3, 1.0]) and deviation.tolist() == pytest.approx([0.42, 0.0])
+    assert mean.tolist() == pytest.approx([0.3, 1.0]) and deviation.tolist() == pytest.approx(
+        [0.42, 0.0]
+    )
 
 
 def test_sparse_and_dense_rows_give_the_same_statistics() -> None:
@@ -61,7 +65,9 @@ def test_bad_weights_and_rows_are_refused() -> None:
     with pytest.raises(InvalidInputError, match="weights"):
         FeatureWeights(np.arange(2), np.zeros((2, 3)), np.zeros(2))
     with pytest.raises(InvalidInputError, match="reach column 4"):
-        feature_importance(FeatureWeights(np.arange(5), np.ones((1, 5)), np.ones(1)), np.ones((3, 4)))
+        feature_importance(
+            FeatureWeights(np.arange(5), np.ones((1, 5)), np.ones(1)), np.ones((3, 4))
+        )
 
 
 def _ridge(rows: list[np.ndarray], rewards: list[float], d: int) -> np.ndarray:
@@ -111,7 +117,9 @@ def test_hybrid_rows_are_beta_then_each_arms_theta() -> None:
         np.testing.assert_array_equal(row, np.concatenate([p.beta, p.theta(arm)]))
 
 
-def _trained_on_favourites(policy_name: str, featurizer: Featurizer, rounds: int, seed: int, **params):
+def _trained_on_favourites(
+    policy_name: str, featurizer: Featurizer, rounds: int, seed: int, **params
+):
     """A shop where a shopper clicks (Bernoulli 0.7) only items of the segment's favourite
     category (0.1 otherwise), and a session flag, sent with half the requests, changes
     nothing. Returns the policy, the rows of the last 200 rounds and their names."""
@@ -126,7 +134,11 @@ def _trained_on_favourites(policy_name: str, featurizer: Featurizer, rounds: int
         actions = [{"item": {"category": c}} for c in categories]
         X = featurizer.featurize(context, actions).actions
         k = categories.index(policy.select(categories, X).arm_id)
-        policy.update(categories[k], X[k], float(rng.random() < (0.7 if categories[k] == favourite[segment] else 0.1)))
+        policy.update(
+            categories[k],
+            X[k],
+            float(rng.random() < (0.7 if categories[k] == favourite[segment] else 0.1)),
+        )
         if t >= rounds - 200:
             rows.append(X)
             for action in actions:
@@ -135,13 +147,20 @@ def _trained_on_favourites(policy_name: str, featurizer: Featurizer, rounds: int
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_a_trained_shared_model_ranks_the_feature_that_matters_above_the_ignored_one(seed: int) -> None:
+def test_a_trained_shared_model_ranks_the_feature_that_matters_above_the_ignored_one(
+    seed: int,
+) -> None:
     featurizer = Featurizer(FeaturizerConfig(bits=8))
-    policy, rows, names = _trained_on_favourites("hybrid_linucb", featurizer, 1500, seed, alpha=0.0, epsilon=0.2)
+    policy, rows, names = _trained_on_favourites(
+        "hybrid_linucb", featurizer, 1500, seed, alpha=0.0, epsilon=0.2
+    )
     ranked = feature_importance(policy.feature_weights(), rows)
     by_name = {names.names(int(c)): i for i, c in enumerate(ranked.columns)}
     rank = {n[0]: i for n, i in by_name.items() if len(n) == 1}  # buckets without a collision
-    matters = [f"user|segment={s} ^ item|category={c}" for s, c in (("student", "books"), ("parent", "toys"), ("foodie", "food"))]
+    matters = [
+        f"user|segment={s} ^ item|category={c}"
+        for s, c in (("student", "books"), ("parent", "toys"), ("foodie", "food"))
+    ]
     ignored = [n for n in rank if n.startswith("session|")]
     assert all(m in rank for m in matters) and len(ignored) >= 3  # collision-free at bits 8
     assert max(rank[m] for m in matters) < min(rank[n] for n in ignored)
