@@ -34,6 +34,7 @@ ENGINE_FIELDS = (
     "reward_range",
     "guardrails",
     "safe_arm",
+    "features",
 )
 
 DEMO_POLICY = "demo"

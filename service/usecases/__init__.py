@@ -13,6 +13,7 @@ module               use case (public surface)
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
 ``candidates``       a request's candidate ids and feature rows
+``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
