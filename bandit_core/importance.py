@@ -38,6 +38,7 @@ linear in their input); :func:`feature_importance` ranks the columns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,13 @@ import numpy as np
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
 
-__all__ = ["ColumnImportance", "FeatureWeights", "feature_importance"]
+__all__ = [
+    "ColumnImportance",
+    "FeatureWeights",
+    "column_statistics",
+    "feature_importance",
+    "stack_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,35 @@ class ColumnImportance:
             self.deviation[:n],
             self.n_rows,
         )
+
+
+def stack_rows(blocks: Sequence[np.ndarray | SparseRows], dim: int) -> SparseRows:
+    """The rows of ``blocks`` (dense ``(n_i, dim)`` arrays or :class:`SparseRows` of
+    ``dim`` columns), one after the other, as one :class:`SparseRows`: the traffic of
+    many requests in the memory of its nonzeros.
+
+    >>> stack_rows([np.array([[0.0, 2.0]]), SparseRows.from_dense(np.array([[3.0, 0.0]]))], 2).to_dense()
+    array([[0., 2.],
+           [3., 0.]])
+    """
+    sparse = [
+        b if isinstance(b, SparseRows) else SparseRows.from_dense(np.asarray(b, dtype=np.float64))
+        for b in blocks
+    ]
+    if any(b.dim != dim for b in sparse):
+        raise InvalidInputError(f"every block of rows must have {dim} columns")
+    counts = [np.diff(b.indptr) for b in sparse]
+    indptr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
+    if counts:
+        np.cumsum(np.concatenate(counts), out=indptr[1:])
+    return SparseRows(
+        indptr=indptr,
+        indices=np.concatenate([b.indices for b in sparse])
+        if sparse
+        else np.zeros(0, dtype=np.int64),
+        values=np.concatenate([b.values for b in sparse]) if sparse else np.zeros(0),
+        dim=dim,
+    )
 
 
 def column_statistics(

@@ -128,3 +128,52 @@ def test_the_cli_prints_the_ranking_of_a_running_server(
         app.stop()
     assert main(["features", "--policy", "p", "--url", app.url]) == 1  # nothing listens now
     assert "cannot reach" in capsys.readouterr().err
+
+
+FAVOURITE = {"student": "books", "parent": "toys", "foodie": "food"}
+
+
+async def test_json_features_are_ranked_by_name_the_interaction_that_pays_above_the_noise(
+    make_settings: Any,
+) -> None:
+    # A shopper clicks (Bernoulli 0.7) only items of the segment's favourite category
+    # (0.1 otherwise); a session flag sent with half the requests changes nothing. Items
+    # get new ids on every request: the shared model learns segment x category.
+    spec = {
+        "algorithm": "hybrid_linucb",
+        "features": {"bits": 8},
+        "params": {"alpha": 0.0, "epsilon": 0.2},
+        "reward_wait_seconds": 600,
+    }
+    rng = np.random.default_rng(0)
+    async with running(make_settings()) as (app, http, typed):
+        assert (await http.put("/policies/shop", json=spec)).status_code == 200
+        rounds = 600
+        for t in range(rounds):
+            segment = list(FAVOURITE)[rng.integers(3)]
+            context = {"user": {"segment": segment}, "session": {"flag": bool(rng.integers(2))}}
+            arms = [
+                {"id": f"{c}-{t}", "features": {"item": {"category": c}}}
+                for c in ("books", "toys", "food")
+            ]
+            dec = (
+                await http.post(
+                    "/recommend", json={"policy": "shop", "context": context, "arms": arms}
+                )
+            ).json()
+            pays = dec["arm_id"].startswith(FAVOURITE[segment])
+            reward = float(rng.random() < (0.7 if pays else 0.1))
+            assert (
+                await http.post("/reward", json={"event_id": dec["event_id"], "reward": reward})
+            ).status_code == 200
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: log.count("shop")[0] == rounds)
+        report = await typed.features("shop", top=1000)
+    assert report.decisions == rounds and report.rows == 3 * rounds
+    rank = {tuple(f.names): i for i, f in enumerate(report.features)}
+    matters = [(f"user|segment={s} ^ item|category={c}",) for s, c in FAVOURITE.items()]
+    ignored = [n for n in rank if all(name.startswith("session|") for name in n)]
+    assert all(m in rank for m in matters) and len(ignored) >= 3  # no collision at bits 8
+    assert max(rank[m] for m in matters) < min(rank[n] for n in ignored)
+    assert report.features[rank[matters[0]]].weight > 0  # a click-raising feature
+    assert all(f.names for f in report.features if f.importance > 0)  # every mover named
