@@ -43,6 +43,10 @@ EXCLUDED: list[tuple[str, str]] = [
         + "tests/test_standalone.py; tests/bandit_core check LinUCB's row on the same data)",
     ),
     (r"curl ", "talks to a running server; tests/service/test_api.py sends the same requests"),
+    (
+        r"bandit features",
+        "asks a running server; tests/service/test_feature_importance.py runs it against one",
+    ),
     (r"docker ", "needs a Docker engine; tests/deploy checks the compose file and the image"),
     (r"apt-get ", "installs system packages"),
     (r"py-spy ", "attaches to a running server process"),

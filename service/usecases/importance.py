@@ -47,8 +47,9 @@ NO_TRAFFIC_METHOD = (
     "importance = |w_i|: no logged decision carries the columns yet, so every feature is "
     "taken to vary by 1; docs/features.md, Feature importance"
 )
-MAX_SAMPLE_ENTRIES = 10_000_000
-"""Most ``rows x d`` the sample may span (80 MB dense); older decisions beyond it are left out."""
+MAX_SAMPLE_ENTRIES = 4_000_000
+"""Most nonzero entries the sampled rows may hold (64 MB as sparse rows); older decisions
+beyond them are left out."""
 
 
 @dataclass
@@ -86,12 +87,11 @@ def _report(
 ) -> FeatureImportanceReport:
     """The report over ``logged`` (newest first); CPU work, run off the event loop."""
     d = policy.config.d
-    budget = max(1, MAX_SAMPLE_ENTRIES // d)
     if info.features is None:
-        blocks, names = _float_rows(logged, d, budget), None
+        blocks, names = _float_rows(logged, d), None
     else:
-        blocks, names = _json_rows(info, policy, logged, budget)
-    n_rows = sum(b.shape[0] for b in blocks)
+        blocks, names = _json_rows(info, policy, logged)
+    n_rows = sum(b.n_rows for b in blocks)
     ranked = feature_importance(weights, stack_rows(blocks, d) if n_rows else None).top(top)
     return FeatureImportanceReport(
         policy=info.name,
@@ -103,49 +103,51 @@ def _report(
     )
 
 
-def _float_rows(logged: Sequence[DecisionRecord], d: int, budget: int) -> list[np.ndarray]:
-    """Each logged float-vector decision's candidate rows, ``(K, d)``, newest first, within
-    ``budget`` rows; decisions whose rows have another length (logged before the
-    policy's dimension changed) are left out."""
-    blocks: list[np.ndarray] = []
+def _float_rows(logged: Sequence[DecisionRecord], d: int) -> list[SparseRows]:
+    """Each logged float-vector decision's candidate rows, newest first, within
+    :data:`MAX_SAMPLE_ENTRIES`; decisions whose rows have another length (logged before
+    the policy's dimension changed) are left out."""
+    blocks: list[SparseRows] = []
     total = 0
     for decision in logged:
         rows = [c.get("features") for c in decision.candidates]  # type: ignore[union-attr]  # read back: a list
         if not rows or not all(isinstance(r, list) and len(r) == d for r in rows):
             continue
-        if total + len(rows) > budget:
+        block = SparseRows.from_dense(np.array(rows, dtype=np.float64))
+        total += len(block.values)
+        if total > MAX_SAMPLE_ENTRIES:
             break
-        blocks.append(np.array(rows, dtype=np.float64))
-        total += len(rows)
+        blocks.append(block)
     return blocks
 
 
 def _json_rows(
-    info: PolicyInfo, policy: BasePolicy, logged: Sequence[DecisionRecord], budget: int
-) -> tuple[list[np.ndarray | SparseRows], BucketNames]:
+    info: PolicyInfo, policy: BasePolicy, logged: Sequence[DecisionRecord]
+) -> tuple[list[SparseRows], BucketNames]:
     """Each logged JSON decision featurized again (its candidates' rows, newest first,
-    within ``budget`` rows) and the names of the served
+    within :data:`MAX_SAMPLE_ENTRIES`) and the names of the served
     candidates' columns. A decision the featurizer refuses now (logged under other
     limits) is left out."""
     config = info.featurizer_config
     assert config is not None
     featurizer = Featurizer(config)
     names = BucketNames()
-    blocks: list[np.ndarray | SparseRows] = []
+    blocks: list[SparseRows] = []
     total = 0
     for decision in logged:
         candidates: list[dict[str, Any]] = decision.candidates  # type: ignore[assignment]  # read back: a list
-        if total + len(candidates) > budget:
-            break
         served = next((c["features"] for c in candidates if c.get("id") == decision.arm_id), None)
         try:
             rows = logged_rows(featurizer, policy, decision.context, candidates)
             named = named_columns(featurizer, policy, decision.context, served)
         except (BanditError, KeyError, TypeError):
             continue
-        blocks.append(rows)
+        block = rows if isinstance(rows, SparseRows) else SparseRows.from_dense(rows)
+        total += len(block.values)
+        if total > MAX_SAMPLE_ENTRIES:
+            break
+        blocks.append(block)
         names.observe(named)
-        total += len(candidates)
     return blocks, names
 
 
