@@ -61,7 +61,7 @@ class LinUCB(BasePolicy):
     def feature_weights(self) -> FeatureWeights:
         """Every known arm's ``theta_a = A_a^-1 b_a`` over all ``d`` columns, one row per
         arm, counted by the arm's rewards."""
-        states = [self._arms[a] for a in self._arms]
+        states = list(self._arms.values())
         return FeatureWeights(
             columns=np.arange(self.config.d),
             weights=np.array([s.theta for s in states]).reshape(len(states), self.config.d),  # type: ignore[attr-defined]
