@@ -77,6 +77,7 @@ __all__ = [
     "FeatureLimits",
     "Featurizer",
     "FeaturizerConfig",
+    "HashedFeatures",
     "NamedFeature",
     "SparseRows",
     "feature_hash",
@@ -353,6 +354,17 @@ class FeatureBatch:
     actions: np.ndarray | SparseRows
 
 
+@dataclass(frozen=True)
+class HashedFeatures:
+    """One feature object's features, parsed and hashed (:meth:`Featurizer.hash_features`):
+    the 32-bit hashes (uint32) and values (float64) in walk order, and each feature's
+    namespace. Independent of ``bits`` and of the interactions."""
+
+    hashes: np.ndarray
+    values: np.ndarray
+    namespaces: tuple[str, ...]
+
+
 class NamedFeature(NamedTuple):
     """One feature of a vector by name (:meth:`Featurizer.describe`)."""
 
@@ -401,6 +413,11 @@ def _exact_json(value: Any, path: tuple[str | int, ...]) -> Any:
         path,
         f"a JSON value (object, array, string, number, boolean or null), but got {_kind(value)}",
     )
+
+
+def _check_actions(actions: Any) -> None:
+    if isinstance(actions, (str, bytes, dict)) or not isinstance(actions, Sequence) or not actions:
+        raise _fail(("actions",), f"a non-empty list of feature objects, but got {_kind(actions)}")
 
 
 def _fail(path: tuple[str | int, ...], expected: str) -> InvalidFeatureError:
@@ -583,11 +600,11 @@ class Featurizer:
 
     def featurize_context(self, context: Any) -> np.ndarray | SparseRows:
         """The context's vector alone (per-arm models): shape (dim,) or a one-row
-        :class:`SparseRows`, by the config's output."""
-        parsed = self._parse(context, ("context",))
-        return self._context_vector(
-            self._hashes(parsed), np.asarray(parsed.values, dtype=np.float64)
-        )
+        :class:`SparseRows`, by the config's output. ``context`` may also be the
+        :class:`HashedFeatures` :meth:`hash_features` made of it."""
+        if not isinstance(context, HashedFeatures):
+            context = self.hash_features(context, ("context",))
+        return self._context_vector(context.hashes, context.values)
 
     def _context_vector(self, hashes: np.ndarray, values: np.ndarray) -> np.ndarray | SparseRows:
         idx = np.append((hashes & self._mask).astype(np.int64), self.config.bias_index)
@@ -602,29 +619,52 @@ class Featurizer:
         from the two sets of 32-bit hashes at once (see the module docstring for the
         rules; :meth:`describe` computes the same vector feature by feature).
         """
-        if (
-            isinstance(actions, (str, bytes, dict))
-            or not isinstance(actions, Sequence)
-            or not actions
-        ):
-            raise _fail(
-                ("actions",), f"a non-empty list of feature objects, but got {_kind(actions)}"
-            )
-        config = self.config
+        _check_actions(actions)
         ctx = self._parse(context, ("context",))
-        K = len(actions)
         act = _Parsed()  # the K actions' features one after the other
         ends = [0]
         for k, action in enumerate(actions):
             ends.append(len(self._parse(action, ("actions", k), act).names))
-        counts = np.diff(ends)
-        h_ctx = self._hashes(ctx)
-        v_ctx = np.asarray(ctx.values, dtype=np.float64)
-        h_act = self._hashes(act)
-        v_act = np.asarray(act.values, dtype=np.float64)
+        return self._batch(
+            HashedFeatures(self._hashes(ctx), np.asarray(ctx.values, dtype=np.float64), tuple(ctx.namespaces)),
+            HashedFeatures(self._hashes(act), np.asarray(act.values, dtype=np.float64), tuple(act.namespaces)),
+            np.diff(ends),
+        )
+
+    def hash_features(self, obj: Any, path: tuple[str | int, ...] = ("actions", 0)) -> HashedFeatures:
+        """One feature object (or list of them) parsed and hashed, for
+        :meth:`featurize_hashed`: a caller may keep the result of an object that recurs
+        (a catalog item) and skip walking it again. ``path`` prefixes the error paths.
+        Raises :class:`InvalidFeatureError` as :meth:`featurize` does."""
+        parsed = self._parse(obj, path)
+        return HashedFeatures(
+            self._hashes(parsed), np.asarray(parsed.values, dtype=np.float64), tuple(parsed.namespaces)
+        )
+
+    def featurize_hashed(self, context: HashedFeatures, actions: Sequence[HashedFeatures]) -> FeatureBatch:
+        """:meth:`featurize` over objects already passed through :meth:`hash_features`
+        (by this featurizer or one with the same ``limits``): the same vectors, bit for bit."""
+        _check_actions(actions)
+        counts = np.fromiter((len(a.hashes) for a in actions), dtype=np.int64, count=len(actions))
+        return self._batch(
+            context,
+            HashedFeatures(
+                np.concatenate([a.hashes for a in actions]),
+                np.concatenate([a.values for a in actions]),
+                tuple(ns for a in actions for ns in a.namespaces),
+            ),
+            counts,
+        )
+
+    def _batch(self, ctx: HashedFeatures, act: HashedFeatures, counts: np.ndarray) -> FeatureBatch:
+        """The vectors of a request from its context's features and the K actions'
+        features one after the other (``counts[k]`` of them for action ``k``)."""
+        config = self.config
+        K = len(counts)
+        h_ctx, v_ctx, h_act, v_act = ctx.hashes, ctx.values, act.hashes, act.values
         row_act = np.repeat(np.arange(K), counts)
 
-        pair_mask = self._pair_mask(ctx, act)
+        pair_mask = self._pair_mask(ctx.namespaces, act.namespaces)
         h_int = interaction_hash(h_ctx[:, None], h_act[None, :])
         v_int = v_ctx[:, None] * v_act[None, :]
         row_int = np.broadcast_to(row_act, h_int.shape)
@@ -647,22 +687,24 @@ class Featurizer:
             actions=self._assemble(rows, idx, vals, K, single=False),
         )
 
-    def _pair_mask(self, ctx: _Parsed, act: _Parsed) -> np.ndarray | None:
+    def _pair_mask(
+        self, ctx_namespaces: Sequence[str], act_namespaces: Sequence[str]
+    ) -> np.ndarray | None:
         """(n_context, n_action_total) bool mask of the interacting pairs, None when all
         pairs interact; raises when the request exceeds ``max_interactions``."""
         if self._every_pair:  # ("*", "*"): no namespace to look at
-            allowed, total = None, len(ctx.names) * len(act.names)
+            allowed, total = None, len(ctx_namespaces) * len(act_namespaces)
         else:
-            ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx.namespaces))}
-            act_ns = {ns: i for i, ns in enumerate(dict.fromkeys(act.namespaces))}
+            ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx_namespaces))}
+            act_ns = {ns: i for i, ns in enumerate(dict.fromkeys(act_namespaces))}
             allowed = np.array(
                 [[self.interacts(c, a) for a in act_ns] for c in ctx_ns], dtype=bool
             ).reshape(len(ctx_ns), len(act_ns))
             c_ids = np.fromiter(
-                (ctx_ns[ns] for ns in ctx.namespaces), dtype=np.int64, count=len(ctx.namespaces)
+                (ctx_ns[ns] for ns in ctx_namespaces), dtype=np.int64, count=len(ctx_namespaces)
             )
             a_ids = np.fromiter(
-                (act_ns[ns] for ns in act.namespaces), dtype=np.int64, count=len(act.namespaces)
+                (act_ns[ns] for ns in act_namespaces), dtype=np.int64, count=len(act_namespaces)
             )
             total = (
                 np.bincount(c_ids, minlength=len(ctx_ns))

@@ -262,6 +262,7 @@ class HARE(BasePolicy):
     ARM_STATE = HAREArmState
     SHARED_STATE = HARESharedState
     USER_STATE = LinearArmState
+    FEATURE_LAYOUT = "context_item"
     config: HAREConfig
     _shared: HARESharedState
 

@@ -330,7 +330,10 @@ class BasePolicy(abc.ABC):
 
     Subclasses set ``NAME`` (the registry name), ``CONFIG`` (their config class) and
     ``ARM_STATE`` (their per-arm :class:`ArrayState` class), and optionally
-    ``SHARED_STATE`` and ``USER_STATE``.
+    ``SHARED_STATE`` and ``USER_STATE``. ``FEATURE_LAYOUT`` says how the policy reads
+    featurized JSON (:mod:`bandit_core.featurized`): ``"context"`` (default, every row
+    the hashed context), ``"actions_context"`` (``[z_a, x]``, shared models) or
+    ``"context_item"`` (``[x, v_a]``, HARE).
     """
 
     NAME: ClassVar[str] = ""
@@ -338,6 +341,7 @@ class BasePolicy(abc.ABC):
     ARM_STATE: ClassVar[type[ArrayState]]
     SHARED_STATE: ClassVar[type[ArrayState] | None] = None
     USER_STATE: ClassVar[type[ArrayState] | None] = None
+    FEATURE_LAYOUT: ClassVar[str] = "context"
 
     # Set per class from which selection hooks it overrides (__init_subclass__):
     # _PLAIN_CHOICE, no guardrail filter and the default greedy choice; _NO_EXTRAS, no

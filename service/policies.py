@@ -32,6 +32,7 @@ ENGINE_FIELDS = (
     "epsilon",
     "guardrails",
     "safe_arm",
+    "features",
 )
 
 DEMO_POLICY = "demo"

@@ -8,8 +8,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
+from bandit_core import ConfigError, policy_class
+from bandit_core.featurized import featurized_dimension
+from bandit_core.features import FeaturizerConfig
 from bandit_core.registry import POLICIES
 
 # strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)
@@ -35,6 +49,38 @@ PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za
 Algorithm = Literal[tuple(POLICIES)]  # type: ignore[valid-type]
 
 
+JsonFeatures = dict[str, Any] | list[dict[str, Any]]
+"""JSON feature objects (one object or a list of them, as Personalizer sends), for a policy
+with ``features``; checked by its featurizer (bandit_core.features), not here."""
+_JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
+_JSON_FEATURES_SCHEMA: list[dict[str, Any]] = [
+    _JSON_OBJECT_SCHEMA,
+    {"type": "array", "items": _JSON_OBJECT_SCHEMA},
+]
+
+
+def is_json_features(value: Any) -> bool:
+    """A JSON feature object (one holding something else than numbers: a flat object of
+    numbers stays named features) or a non-empty list of objects."""
+    if isinstance(value, dict):
+        return any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value.values())
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _vector_or_json(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Floats are validated as before; JSON feature objects (:data:`JsonFeatures`) pass
+    as they came, so a field typed for floats may hold them."""
+    return value if is_json_features(value) else handler(value)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+VectorOrJson = WrapValidator(_vector_or_json)
+AsSent = PlainSerializer(_as_is, return_type=Any)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -45,14 +91,37 @@ class ArmCandidate(_Model):
     ``features`` (both optional, together ``dimension`` long)."""
 
     id: ArmId
-    features: list[Feature] | None = None
+    # the wrapped type is what floats are checked against; JSON feature objects bypass it
+    features: Annotated[
+        list[Feature] | None,
+        VectorOrJson,
+        AsSent,
+        WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "number"}}, *_JSON_FEATURES_SCHEMA, {"type": "null"}]}),
+    ] = Field(
+        None,
+        description="the arm's own features: floats, or JSON feature objects for a policy with features",
+    )
 
 
 class RecommendRequest(_Model):
     policy: PolicyName
-    context: list[Feature] | dict[str, Feature] = Field(
+    context: Annotated[
+        list[Feature] | dict[str, Feature],
+        VectorOrJson,
+        AsSent,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "array", "items": {"type": "number"}},
+                    {"type": "object", "additionalProperties": {"type": "number"}},
+                    *_JSON_FEATURES_SCHEMA,
+                ]
+            }
+        ),
+    ] = Field(
         default_factory=list,
-        description="the context vector, or named features for a policy with feature_names",
+        description="the context vector, named features for a policy with feature_names, "
+        "or JSON feature objects for a policy with features",
     )
     arms: list[ArmCandidate] | None = Field(
         None, description="candidates; omitted: the policy's registered arms"
@@ -124,7 +193,11 @@ class PolicySpec(_Model):
     """Body of ``PUT /policies/{name}``."""
 
     algorithm: Algorithm
-    dimension: Annotated[int, Field(ge=1, le=4096)]
+    dimension: Annotated[int, Field(ge=1, le=4096)] | None = Field(
+        None,
+        description="length of each candidate's feature vector; with features it follows "
+        "from them (and, when given, must equal that)",
+    )
     params: dict[str, Any] = Field(default_factory=dict, description="algorithm hyperparameters")
     arms: list[ArmId] | None = None
     # documented as items + min/maxItems: the prefixItems pydantic writes for a tuple trip
@@ -148,6 +221,13 @@ class PolicySpec(_Model):
         "change nothing here (modelExportFrequency, logRetentionDays, the learning "
         "policy's name, ...), kept so that reading the configuration returns them",
     )
+    features: dict[str, Any] | None = Field(
+        None,
+        description="the featurizer of JSON features (bandit_core FeaturizerConfig: bits, "
+        "interactions, context_in_actions, output, limits); /recommend then takes context "
+        "and arm features as JSON feature objects",
+        examples=[{"bits": 8, "interactions": [["*", "*"]]}],
+    )
     delta_g_limit: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = Field(
         None,
         description=(
@@ -157,8 +237,27 @@ class PolicySpec(_Model):
         ),
     )
 
+    @field_validator("features")
+    @classmethod
+    def _check_features(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        try:
+            return FeaturizerConfig.from_dict(value).to_dict()
+        except (ConfigError, TypeError) as exc:
+            raise ValueError(str(exc)) from exc
+
+    @property
+    def featurizer_config(self) -> FeaturizerConfig | None:
+        """The featurizer ``features`` declares (None: float vectors)."""
+        return None if self.features is None else FeaturizerConfig.from_dict(self.features)
+
     @model_validator(mode="after")
     def _check(self) -> PolicySpec:
+        if self.features is not None:
+            self._derive_dimension()
+        elif self.dimension is None:
+            raise ValueError("dimension is required for a policy without features")
         low, high = self.reward_range
         if not low < high:
             raise ValueError(
@@ -175,6 +274,25 @@ class PolicySpec(_Model):
         ):
             raise ValueError("feature_names must be unique")
         return self
+
+    def _derive_dimension(self) -> None:
+        config = self.featurizer_config
+        assert config is not None
+        if self.feature_names is not None:
+            raise ValueError("features and feature_names exclude each other")
+        context_dim = self.params.get("context_dim", 0)
+        try:
+            layout = policy_class(self.algorithm).FEATURE_LAYOUT
+            d = featurized_dimension(layout, config, context_dim)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        if d > 4096:
+            raise ValueError(f"features make vectors of {d} entries; at most 4096 (lower bits)")
+        if self.dimension is not None and self.dimension != d:
+            raise ValueError(
+                f"dimension must be {d} for {self.algorithm} with these features, but got {self.dimension}"
+            )
+        self.dimension = d
 
 
 class PolicyInfo(PolicySpec):

@@ -4,44 +4,28 @@ against the policy's configuration, and the log's JSON of them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import orjson
 
 from service.errors import InvalidRequest
-from service.schemas import PolicyInfo, RecommendRequest
+from service.schemas import PolicyInfo, RecommendRequest, is_json_features
 
 
-def build_candidates(
+def candidate_arms(
     req: RecommendRequest, info: PolicyInfo, max_candidates: int
-) -> tuple[list[str], np.ndarray, dict[str, float] | None]:
-    """Candidate ids, their feature rows ``X`` (shape ``(K, dimension)``: each row is the
-    context followed by the arm's own features) and the named context (None for a list
-    context). A bad request is :class:`InvalidRequest` naming the field."""
-    features: dict[str, float] | None = None
-    if isinstance(req.context, dict):
-        if not info.feature_names:
-            raise InvalidRequest(
-                f"policy {info.name!r} declares no feature_names; send context as a list of floats",
-                ["body", "context"],
-            )
-        missing = [f for f in info.feature_names if f not in req.context]
-        unknown = sorted(set(req.context) - set(info.feature_names))
-        if missing or unknown:
-            raise InvalidRequest(
-                f"context must hold exactly the features {info.feature_names}; missing {missing}, unknown {unknown}",
-                ["body", "context"],
-            )
-        features = dict(req.context)
-        context = [req.context[f] for f in info.feature_names]
-    else:
-        context = list(req.context)
+) -> list[tuple[str, Any, int | None]]:
+    """The candidates left after ``exclude``: ``(arm id, its features as sent or None,
+    its index in the request's ``arms`` or None for a registered arm)``. Ids must be
+    unique and, when the policy registers arms, registered; a bad request is
+    :class:`InvalidRequest` naming the field."""
     if req.arms is None:
         if not info.arms:
             raise InvalidRequest(
                 f"policy {info.name!r} has no registered arms; send arms", ["body", "arms"]
             )
-        arms = [(a, None, None) for a in info.arms]
+        arms: list[tuple[str, Any, int | None]] = [(a, None, None) for a in info.arms]
     else:
         if len(req.arms) > max_candidates:
             raise InvalidRequest(
@@ -68,6 +52,45 @@ def build_candidates(
         raise InvalidRequest(
             "no candidate arms left (empty arms, or all excluded)", ["body", "arms"]
         )
+    return arms
+
+
+def build_candidates(
+    req: RecommendRequest, info: PolicyInfo, max_candidates: int
+) -> tuple[list[str], np.ndarray, dict[str, float] | None]:
+    """Candidate ids, their feature rows ``X`` (shape ``(K, dimension)``: each row is the
+    context followed by the arm's own features) and the named context (None for a list
+    context), for a policy of float vectors (one with ``features`` goes through
+    ``usecases/json_features.py``). A bad request is :class:`InvalidRequest` naming the field."""
+    features: dict[str, float] | None = None
+    if is_json_features(req.context):
+        raise InvalidRequest(
+            f"policy {info.name!r} declares no features; send context as floats", ["body", "context"]
+        )
+    if isinstance(req.context, dict):
+        if not info.feature_names:
+            raise InvalidRequest(
+                f"policy {info.name!r} declares no feature_names; send context as a list of floats",
+                ["body", "context"],
+            )
+        missing = [f for f in info.feature_names if f not in req.context]
+        unknown = sorted(set(req.context) - set(info.feature_names))
+        if missing or unknown:
+            raise InvalidRequest(
+                f"context must hold exactly the features {info.feature_names}; missing {missing}, unknown {unknown}",
+                ["body", "context"],
+            )
+        features = dict(req.context)
+        context = [req.context[f] for f in info.feature_names]
+    else:
+        context = list(req.context)
+    arms = candidate_arms(req, info, max_candidates)
+    for _, own, i in arms:
+        if own is not None and is_json_features(own):
+            raise InvalidRequest(
+                f"policy {info.name!r} declares no features; send arm features as floats",
+                ["body", "arms", i, "features"],
+            )
     d = info.dimension
     n_ctx = len(context)
     for arm_id, own, i in arms:

@@ -15,7 +15,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,14 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.usecases.candidates import build_candidates, candidates_json
+from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.events import EventState, PendingEvent, dumps, event_key
 from service.usecases.policy_cache import PolicyCache
+
+
+Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
+"""Candidate ids, their rows ``X``, the named context (guardrails) and, for a policy with
+``features``, each candidate's features as sent (logged raw; None for float vectors)."""
 
 
 @dataclass
@@ -48,6 +54,7 @@ class Recommender:
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
+    json_candidates: JsonCandidates = field(default_factory=JsonCandidates)
 
     async def recommend(self, req: RecommendRequest) -> bytes:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized
@@ -57,7 +64,7 @@ class Recommender:
             original = await self._original_decision(req.policy, req.event_id)
             if original is not None:
                 return original
-        runtime, ids, X, features, parts, degraded = await self._load_for_select(req)
+        runtime, (ids, X, features, raw), parts, degraded = await self._load_for_select(req)
         decision = self._select(runtime, ids, X, req, features)
         now = self.clock()
         event_id = req.event_id or secrets.token_hex(16)
@@ -80,19 +87,28 @@ class Recommender:
                 response["degraded"] = True
         if degraded:
             metrics.DEGRADED_DECISIONS.labels(req.policy).inc()
-        self._log_decision(req, runtime, ids, X, decision, response, now)
+        self._log_decision(req, runtime, ids, X, raw, decision, response, now)
         return dumps(response)
+
+    def _candidates(self, req: RecommendRequest, runtime: Runtime) -> Candidates:
+        """Ids, rows, named context and (JSON features only) the features as sent."""
+        if runtime.info.features is not None:
+            return self.json_candidates.build(
+                req, runtime.info, runtime.policy, self.settings.max_candidates
+            )
+        return (*build_candidates(req, runtime.info, self.settings.max_candidates), None)
 
     async def _load_for_select(
         self, req: RecommendRequest
-    ) -> tuple[Runtime, list[str], np.ndarray, dict[str, float] | None, list[str], bool]:
+    ) -> tuple[Runtime, Candidates, list[str], bool]:
         """The up-to-date policy and the candidates: one store round trip when the
         policy is cached and unchanged; from the cache, flagged degraded, when the store
         is down."""
         cached = self.cache.cached(req.policy)
         runtime = cached or (await self.cache.load(req.policy))[0]
         while True:
-            ids, X, features = build_candidates(req, runtime.info, self.settings.max_candidates)
+            candidates = self._candidates(req, runtime)
+            ids = candidates[0]
 
             def parts_of(policy: BasePolicy, ids: list[str] = ids) -> list[str]:
                 return policy.parts_for_select(ids, req.user_id)
@@ -102,16 +118,9 @@ class Recommender:
             except StoreUnavailableError:
                 if cached is None:
                     raise
-                return (
-                    cached,
-                    ids,
-                    X,
-                    features,
-                    cached.policy.parts_for_select(ids, req.user_id),
-                    True,
-                )
+                return cached, candidates, cached.policy.parts_for_select(ids, req.user_id), True
             if fresh.info.revision == runtime.info.revision:
-                return fresh, ids, X, features, parts, False
+                return fresh, candidates, parts, False
             runtime = fresh
 
     @staticmethod
@@ -265,6 +274,7 @@ class Recommender:
         runtime: Runtime,
         ids: list[str],
         X: np.ndarray,
+        raw: list[Any] | None,
         decision: Decision,
         response: dict[str, Any],
         now: float,
@@ -275,7 +285,7 @@ class Recommender:
                 policy=req.policy,
                 created_at=now,
                 context=req.context,
-                candidates=candidates_json(ids, X),
+                candidates=candidates_json(ids, X) if raw is None else logged_candidates(ids, raw),
                 arm_id=response["arm_id"],
                 propensity=float(decision.propensity),
                 scores=np.asarray(decision.scores, dtype=np.float64).tolist(),

@@ -17,6 +17,8 @@ import pytest
 import redis
 
 from bandit_core import policy_from_bytes
+from bandit_core.featurized import featurized_rows
+from bandit_core.features import Featurizer, FeaturizerConfig
 from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
 from tests.servers import AppProcess
@@ -113,6 +115,67 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
         policy = policy_from_bytes(base64.b64decode(snap["data"]))
         score = policy.select(["hot"], np.ones((1, 1)), explore=False).scores[0]
         assert score == pytest.approx(expected_sum / (1 + CLIENTS * PER_CLIENT), rel=1e-9)
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+async def test_concurrent_rewards_to_a_shared_model_across_two_processes(
+    two_processes: list[str],
+) -> None:
+    """hybrid_linucb over JSON features, candidates with new ids on every request: the
+    shared part takes every reward exactly once (count, sum and A_0, b_0 exact)."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=30.0) for u in two_processes]
+    n_clients, per_client = 4, 100
+    try:
+        spec = {
+            "algorithm": "hybrid_linucb",
+            "features": {"bits": 4},
+            "params": {"alpha": 0.0},
+            "reward_wait_seconds": 3600,
+        }
+        assert (await clients[0].put("/policies/s", json=spec)).status_code == 200
+        rewards = np.random.default_rng(11).integers(0, 5, size=(n_clients, per_client)) / 4.0
+        context = {"user": {"segment": "a"}}
+        item = {"item": {"category": "food"}}  # every candidate has the same row z
+
+        async def decide(k: int) -> list[str]:
+            ids = []
+            for j in range(per_client):
+                arms = [{"id": f"c{k}-{j}-{m}", "features": item} for m in range(3)]
+                r = await clients[(k + j) % 2].post(
+                    "/recommend", json={"policy": "s", "context": context, "arms": arms}
+                )
+                assert r.status_code == 200, r.text
+                ids.append(r.json()["event_id"])
+            return ids
+
+        events = await asyncio.gather(*(decide(k) for k in range(n_clients)))
+
+        async def reward(k: int) -> None:
+            for j, event_id in enumerate(events[k]):
+                r = await clients[(k + j + 1) % 2].post(
+                    "/reward", json={"event_id": event_id, "reward": float(rewards[k, j])}
+                )
+                assert r.status_code == 200 and r.json()["applied"], r.text
+
+        await asyncio.gather(*(reward(k) for k in range(n_clients)))
+
+        n, total = n_clients * per_client, float(rewards.sum())
+        for url in two_processes:
+            with BanditClient(url, api_key=API_KEY) as admin:
+                stats = admin.stats("s")
+            assert stats.policy_stats["rewarded"] == n
+            assert stats.policy_stats["reward_sum"] == total
+        snap = (await clients[1].get("/policies/s/snapshot")).json()
+        policy = policy_from_bytes(base64.b64decode(snap["data"]))
+        assert policy.part_names() == ["shared"]  # no state for the 1,200 candidate ids
+        z = featurized_rows(Featurizer(FeaturizerConfig(bits=4)), policy, context, [item])[0]
+        # A_0 = I + n z z', b_0 = total z: z'beta = total |z|^2 / (1 + n |z|^2)
+        score = policy.select(["any"], z[None, :], explore=False).scores[0]
+        zz = float(z @ z)
+        assert score == pytest.approx(total * zz / (1 + n * zz), rel=1e-9)
     finally:
         for client in clients:
             await client.aclose()

@@ -1,0 +1,185 @@
+"""The candidates of a ``POST /recommend`` for a policy with ``features`` (JSON feature
+objects, docs/features.md "Serving JSON features").
+
+The policy's featurizer (``bandit_core.features``) turns the request's ``context`` and each
+candidate's ``features`` into the rows its engine policy reads
+(``bandit_core.featurized.featurized_rows``, by the policy's declared layout). Catalog
+items recur across requests, so the parsed and hashed form of each candidate's features
+is kept in a bounded LRU keyed by their canonical JSON: a request walks only its context
+and the items this process has not seen. An error of the featurizer is a 422 whose
+``loc`` names the request's field (``["body", "arms", 3, "features", "item", "tags", 2]``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+
+from bandit_core import BasePolicy
+from bandit_core.errors import ConfigError, InvalidFeatureError
+from bandit_core.featurized import context_feature_values, featurized_rows
+from bandit_core.features import Featurizer, FeaturizerConfig, HashedFeatures
+from service.errors import InvalidRequest
+from service.schemas import PolicyInfo, RecommendRequest, is_json_features
+from service.usecases.candidates import candidate_arms
+
+ACTION_CACHE_SIZE = 65_536
+"""Hashed candidate feature objects kept per featurizer (a few KB each at most)."""
+FEATURIZERS_KEPT = 16
+"""Featurizers (one per distinct ``features`` config) a process keeps with their caches."""
+
+
+class CachedFeaturizer:
+    """A :class:`Featurizer` with a bounded LRU of hashed action features.
+
+    The key is the canonical JSON of the features (orjson, sorted keys). JSON with a
+    ``null`` is never cached: orjson writes NaN and infinities as ``null`` too, so such a
+    key could stand for a value the featurizer must refuse. Thread-compatible: one per
+    event loop (the recommender's)."""
+
+    def __init__(self, config: FeaturizerConfig, max_size: int = ACTION_CACHE_SIZE) -> None:
+        self.featurizer = Featurizer(config)
+        self.max_size = max_size
+        self._actions: OrderedDict[bytes, HashedFeatures] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._actions)
+
+    def hashed_action(self, features: Any, index: int, loc: list[str | int]) -> HashedFeatures:
+        """The hashed form of one candidate's features (error paths ``actions[index]...``);
+        what was not seen before is also checked storable (:func:`check_loggable`, at
+        the request's ``loc``)."""
+        try:
+            key = orjson.dumps(features, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, deep nesting
+            key = None
+        if key is not None and b"null" not in key:
+            hashed = self._actions.get(key)
+            if hashed is not None:
+                self._actions.move_to_end(key)
+                return hashed
+        hashed = self.featurizer.hash_features(features, ("actions", index))
+        check_loggable(features, loc, self.featurizer.config.limits.max_depth)
+        if key is not None and b"null" not in key:
+            self._actions[key] = hashed
+            if len(self._actions) > self.max_size:
+                self._actions.popitem(last=False)
+        return hashed
+
+
+class JsonCandidates:
+    """Builds the candidates of requests for policies with ``features``; one per process,
+    keeping a :class:`CachedFeaturizer` per distinct featurizer config."""
+
+    def __init__(self, cache_size: int = ACTION_CACHE_SIZE) -> None:
+        self.cache_size = cache_size
+        self._featurizers: OrderedDict[str, CachedFeaturizer] = OrderedDict()
+
+    def featurizer(self, info: PolicyInfo) -> CachedFeaturizer:
+        """The cached featurizer of ``info.features``."""
+        key = orjson.dumps(info.features, option=orjson.OPT_SORT_KEYS).decode()
+        cached = self._featurizers.get(key)
+        if cached is None:
+            config = info.featurizer_config
+            assert config is not None
+            cached = self._featurizers[key] = CachedFeaturizer(config, self.cache_size)
+            if len(self._featurizers) > FEATURIZERS_KEPT:
+                self._featurizers.popitem(last=False)
+        return cached
+
+    def build(
+        self, req: RecommendRequest, info: PolicyInfo, policy: BasePolicy, max_candidates: int
+    ) -> tuple[list[str], np.ndarray, dict[str, float] | None, list[Any]]:
+        """Candidate ids, their rows ``X`` for ``policy``, the context's features by name
+        when the policy has guardrails (else None), and each candidate's features as
+        sent (``{}`` when none: the log keeps them raw). 422s name the request's fields."""
+        context: Any = req.context
+        if isinstance(context, list) and context and not is_json_features(context):
+            raise InvalidRequest(
+                f"policy {info.name!r} declares features: send context as a JSON feature "
+                "object or a list of them",
+                ["body", "context"],
+            )
+        arms = candidate_arms(req, info, max_candidates)
+        raw: list[Any] = []
+        for _, own, i in arms:
+            if own is not None and not is_json_features(own) and own != []:
+                raise InvalidRequest(
+                    f"policy {info.name!r} declares features: send arm features as a JSON "
+                    "feature object or a list of them",
+                    ["body", "arms", i, "features"],
+                )
+            raw.append({} if own is None else own)
+        cached = self.featurizer(info)
+        try:
+            index = [i for _, _, i in arms]
+            hashed = [
+                cached.hashed_action(features, k, request_loc(("actions", k), index))
+                for k, features in enumerate(raw)
+            ]
+            ctx = cached.featurizer.hash_features(context, ("context",))
+            check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
+            X = featurized_rows(cached.featurizer, policy, ctx, hashed)
+            named = context_feature_values(cached.featurizer, context) if info.guardrails else None
+        except InvalidFeatureError as exc:
+            raise InvalidRequest(str(exc), request_loc(exc.loc, index)) from exc
+        except ConfigError as exc:  # a stored config the engine no longer accepts
+            raise InvalidRequest(str(exc), ["body", "policy"]) from exc
+        return [a[0] for a in arms], X, named, raw
+
+
+def check_loggable(value: Any, loc: list[str | int], max_depth: int) -> None:
+    """Refuse what the featurizer may skip (keys starting with ``_`` hold anything) but
+    the event log cannot store: nesting deeper than ``max_depth``, NaN and infinities,
+    integers beyond 64 bits, the NUL character (PostgreSQL text). ``loc`` is the
+    request's path of ``value``; iterative, so no depth can overflow the stack."""
+    stack: list[tuple[Any, list[str | int], int]] = [(value, loc, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                raise InvalidRequest(f"JSON features nest at most {max_depth} levels deep", path)
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(key, str) and "\x00" in key:
+                    raise InvalidRequest("keys must not contain the NUL character (\\u0000)", path)
+                stack.append((child, [*path, key], depth + 1))
+        elif isinstance(item, str):
+            if "\x00" in item:
+                raise InvalidRequest("strings must not contain the NUL character (\\u0000)", path)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidRequest(f"numbers must be finite, but got {item}", path)
+        elif isinstance(item, int) and not -(1 << 63) <= item < 1 << 63:
+            raise InvalidRequest("integers must fit in 64 bits", path)
+
+
+def request_loc(loc: Sequence[str | int], arm_index: Sequence[int | None]) -> list[str | int]:
+    """A featurizer path (``("actions", k, ...)``, ``("context", ...)``) as the request's
+    ``loc``: candidate ``k`` is ``arms[arm_index[k]].features`` (a registered arm, index
+    None, has no features to name: its ``id`` list is ``arms``)."""
+    if not loc:
+        return ["body"]
+    if loc[0] == "context":
+        return ["body", "context", *loc[1:]]
+    if len(loc) >= 2 and isinstance(loc[1], int):
+        i = arm_index[loc[1]]
+        return ["body", "arms"] if i is None else ["body", "arms", i, "features", *loc[2:]]
+    return ["body", "arms"]
+
+
+def logged_candidates(ids: Sequence[str], raw: Sequence[Any]) -> orjson.Fragment:
+    """The log's ``candidates`` column for JSON features: ``[{"id", "features": <JSON as
+    sent>}]``, so a replay can featurize them again under another configuration."""
+    return orjson.Fragment(orjson.dumps([{"id": a, "features": f} for a, f in zip(ids, raw)]))
+
+
+def logged_rows(
+    featurizer: Featurizer, policy: BasePolicy, context: Any, candidates: Sequence[Mapping[str, Any]]
+) -> np.ndarray:
+    """The rows of a logged JSON decision, featurized again (replay, rebuild)."""
+    return featurized_rows(featurizer, policy, context, [c["features"] for c in candidates])

@@ -1,0 +1,129 @@
+"""JSON features through the real app (docs/features.md "Serving JSON features"): a
+policy declaring a featurizer, /recommend with JSON context and candidates new on every
+request, rewards on the shared model, the raw JSON in the event log, 422s naming the
+request's fields with nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bandit_core.featurized import featurized_rows
+from bandit_core.features import Featurizer, FeaturizerConfig
+from service.policies import build_policy
+from service.schemas import PolicySpec
+from service.usecases.json_features import CachedFeaturizer, request_loc
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.anyio
+
+FEATURES = {"bits": 6, "interactions": [["*", "*"]]}
+SHARED = {"algorithm": "hybrid_linucb", "features": FEATURES, "params": {"alpha": 0.0}}
+CONTEXT = {"user": {"segment": "a", "tenureYears": 2}, "device": {"type": "mobile"}}
+
+
+def items(tag: str, n: int = 3) -> list[dict[str, Any]]:
+    return [
+        {"id": f"{tag}-{k}", "features": [{"item": {"category": ("food", "books", "toys")[k % 3], "price": 5 + k}}]}
+        for k in range(n)
+    ]
+
+
+async def _counts(app: Any, policy: str) -> tuple[int, int]:
+    use_cases = app.state.use_cases
+    await asyncio.to_thread(use_cases.sink.flush, 5.0)
+    return await asyncio.to_thread(use_cases.event_log.count, policy)
+
+
+async def test_a_policy_with_features_derives_its_dimension_and_validates_them(make_settings: Any) -> None:
+    async with running(make_settings()) as (_, http, _typed):
+        r = await http.put("/policies/s", json=SHARED)
+        assert r.status_code == 200, r.text
+        assert r.json()["dimension"] == 65 and r.json()["features"]["output"] == "dense"
+        hybrid = {**SHARED, "params": {"context_dim": 65}}
+        assert (await http.put("/policies/h", json=hybrid)).json()["dimension"] == 130
+        bad = [
+            ({**SHARED, "features": {"bits": 40}}, ["body", "features"], "bits"),
+            ({**SHARED, "features": {"bitz": 4}}, ["body", "features"], "bitz"),
+            ({**SHARED, "features": {"interactions": "user"}}, ["body", "features"], "interactions"),
+            ({**SHARED, "dimension": 9}, ["body"], "dimension must be 65"),
+            ({**SHARED, "params": {"context_dim": 3}}, ["body"], "context_dim must be 0 or"),
+            ({**SHARED, "features": {"bits": 12}}, ["body"], "at most 4096"),
+            ({"algorithm": "linucb"}, ["body"], "dimension is required"),
+        ]
+        for spec, loc, words in bad:
+            r = await http.put("/policies/bad", json=spec)
+            assert r.status_code == 422, (spec, r.text)
+            detail = r.json()["detail"][0]
+            assert detail["loc"] == loc and words in detail["msg"], (spec, detail)
+        assert (await http.get("/policies/bad")).status_code == 404
+
+
+async def test_new_candidates_every_request_learn_one_shared_model(make_settings: Any) -> None:
+    async with running(make_settings()) as (app, http, typed):
+        assert (await http.put("/policies/s", json=SHARED)).status_code == 200
+        for round_ in range(4):
+            arms = items(f"r{round_}")
+            r = await http.post("/recommend", json={"policy": "s", "context": CONTEXT, "arms": arms})
+            assert r.status_code == 200, r.text
+            dec = r.json()
+            assert {a["arm_id"] for a in dec["ranking"]} == {a["id"] for a in arms}
+            rr = await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1.0})
+            assert rr.status_code == 200 and rr.json()["applied"], rr.text
+        stats = (await http.get("/policies/s/stats")).json()
+        assert stats["policy_stats"]["rewarded"] == 4.0 and stats["policy_stats"]["reward_sum"] == 4.0
+        assert stats["arms"] == {} or all(a["rewarded"] == 0 for a in stats["arms"].values())
+        # the typed client sends the same shapes
+        typed_dec = await typed.recommend("s", CONTEXT, items("typed"))
+        assert typed_dec.arm_id.startswith("typed-")
+        # the log holds the JSON as sent, context and every candidate's features
+        await _counts(app, "s")
+        logged = list(app.state.use_cases.event_log.iter_events("s"))
+        assert logged[0].decision.context == CONTEXT
+        assert [c["features"] for c in logged[0].decision.candidates] == [a["features"] for a in items("r0")]
+
+
+async def test_float_vectors_and_json_do_not_mix(make_settings: Any) -> None:
+    async with running(make_settings()) as (app, http, _typed):
+        assert (await http.put("/policies/s", json=SHARED)).status_code == 200
+        vec = {"algorithm": "linucb", "dimension": 2, "arms": ["a", "b"]}
+        assert (await http.put("/policies/v", json=vec)).status_code == 200
+        before = await _counts(app, "s"), await _counts(app, "v")
+        cases = [
+            ({"policy": "s", "context": [1.0, 2.0], "arms": items("x")}, ["body", "context"]),
+            ({"policy": "s", "context": CONTEXT, "arms": [{"id": "a", "features": [1.0]}]}, ["body", "arms", 0, "features"]),
+            ({"policy": "v", "context": CONTEXT}, ["body", "context"]),
+            ({"policy": "v", "context": [1.0], "arms": [{"id": "a", "features": {"item": {"c": "x"}}}]}, ["body", "arms", 0, "features"]),
+        ]
+        for body, loc in cases:
+            r = await http.post("/recommend", json=body)
+            assert r.status_code == 422, r.text
+            assert r.json()["detail"][0]["loc"] == loc, r.text
+        assert (await _counts(app, "s"), await _counts(app, "v")) == before
+
+
+def test_featurizer_errors_name_the_request_fields() -> None:
+    arm_index = [0, 2, 5, None]  # arms 1, 3, 4 excluded; the last candidate is registered
+    assert request_loc(("actions", 2, "item", "tags", 2), arm_index) == ["body", "arms", 5, "features", "item", "tags", 2]
+    assert request_loc(("context", 0, "user", "age"), arm_index) == ["body", "context", 0, "user", "age"]
+    assert request_loc(("actions", 3, "item"), arm_index) == ["body", "arms"]
+    assert request_loc(("actions",), arm_index) == ["body", "arms"]
+
+
+def test_cached_actions_give_the_rows_of_uncached_ones_bit_for_bit() -> None:
+    spec = PolicySpec(**SHARED)
+    policy = build_policy(spec)
+    cached = CachedFeaturizer(FeaturizerConfig.from_dict(spec.features), max_size=2)
+    plain = Featurizer(FeaturizerConfig.from_dict(spec.features))
+    catalogs = [[a["features"] for a in items(t, 4)] for t in ("a", "b", "a", "a")]
+    catalogs.append([{"item": {"category": "food", "note": None}}, {"item": {"price": 1}}])
+    for actions in catalogs:
+        hashed = [cached.hashed_action(a, k, ["body", "arms", k, "features"]) for k, a in enumerate(actions)]
+        np.testing.assert_array_equal(
+            featurized_rows(cached.featurizer, policy, CONTEXT, hashed),
+            featurized_rows(plain, policy, CONTEXT, actions),
+        )
+    assert len(cached) == 2  # bounded; the object with a null was not cached
