@@ -163,20 +163,20 @@ def vw_arguments(info: PolicyInfo) -> str:
     """The VW argument string of a loop with the default engine, or the JSON policy
     spec of any other policy (interactions VW's ``-q`` cannot write included)."""
     spec = spec_of(info)
-    features = spec.features or {}
-    engine = {f: getattr(spec, f) for f in ENGINE_OF_VW if f != "dimension"}
-    default = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in ENGINE_OF_VW if f != "dimension"}
-    pairs = features.get("interactions", [])
+    features = dict(spec.features or {})
+    pairs = features.pop("interactions", [])
+    default = DEFAULT_LOOP_SPEC
+    default_features = {k: v for k, v in (default.features or {}).items() if k != "interactions"}
     letters = [
         "".join(":" if p == "*" else p[0] for p in pair)
         for pair in pairs
         if all(p == "*" or (len(p) == 2 and p.endswith("*")) for p in pair)
     ]
-    same_engine = {**engine, "features": {**features, "interactions": []}} == {
-        **default,
-        "features": {**DEFAULT_FEATURES, "interactions": []},
-    }
-    if not same_engine or len(letters) != len(pairs):
+    if (spec.algorithm, spec.params, features) != (
+        default.algorithm,
+        default.params,
+        default_features,
+    ) or len(letters) != len(pairs):
         return spec.model_dump_json(exclude={"personalizer"})
     words = ["--cb_explore_adf", "--epsilon", f"{spec.epsilon or 0.0:g}"]
     for pair in letters:
