@@ -10,7 +10,12 @@ in one place::
     ├── UnknownArmError      an arm id the policy does not know, or one that was retired
     ├── NoEligibleArmError   every candidate blocked by a guardrail and no safe arm to serve
     ├── ConfigError          an invalid policy or guardrail configuration
-    └── StateFormatError     bytes that are not a serialized state of the expected kind
+    ├── StateFormatError     bytes that are not a serialized state of the expected kind
+    └── ModelError           the model, not the input, is at fault (a non-finite score)
+
+Every class but :class:`ModelError` blames the caller's input (the service answers
+422); a :class:`ModelError` is the policy's own fault (its state or arithmetic), so the
+service answers 500 and logs it with the policy's name.
 
 Messages name the argument, what was expected and what came, e.g.
 ``"X must have shape (K, 10) = (3, 10), but got (3, 9)"``.
@@ -59,3 +64,9 @@ class InvalidFeatureError(InvalidInputError):
 
     def __reduce__(self) -> tuple[type, tuple[str, str, tuple[str | int, ...]]]:
         return type(self), (self.path, self.expected, self.loc)
+
+
+class ModelError(BanditError):
+    """The model is at fault, not the input (which :class:`InvalidInputError` blames): it
+    produced a non-finite score for finite, representable features (raised by ``select``),
+    or, raised by a caller such as the service, its stored state does not read back."""

@@ -185,8 +185,16 @@ class HARESharedState(ArrayState):
 
 def queries(sh: HARESharedState, Xc: np.ndarray, U: np.ndarray) -> np.ndarray:
     """``q = W_Qx x + W_Qu u_hat + b_Q`` per head for B rows: ``Xc (B, d_x)``,
-    ``U (B, d_item)`` -> ``(B, H, d_k)``."""
-    return np.einsum("hkd,bd->bhk", sh.W_Qx, Xc) + np.einsum("hkd,bd->bhk", sh.W_Qu, U) + sh.b_Q
+    ``U (B, d_item)`` -> ``(B, H, d_k)``.
+
+    Without a context (``d_x = 0``) the ``W_Qx x`` term is left out rather than
+    contracted over the empty axis (numpy 2.4 returned non-finite garbage for that
+    contraction about once in five service runs); ``0 + y`` is ``y``, so the result is the same.
+    """
+    q = np.einsum("hkd,bd->bhk", sh.W_Qu, U)
+    if Xc.shape[1]:
+        q = np.einsum("hkd,bd->bhk", sh.W_Qx, Xc) + q
+    return q + sh.b_Q
 
 
 def projection_gradients(

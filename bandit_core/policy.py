@@ -97,7 +97,14 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bandit_core.errors import ConfigError, InvalidInputError, StateFormatError, UnknownArmError
+from bandit_core.errors import (
+    BanditError,
+    ConfigError,
+    InvalidInputError,
+    ModelError,
+    StateFormatError,
+    UnknownArmError,
+)
 from bandit_core.state import ArrayState, pack, unpack
 from bandit_core.validation import (
     all_finite,
@@ -324,6 +331,30 @@ class Policy(Protocol):
     def from_bytes(cls, data: bytes) -> Self: ...
 
 
+def non_finite_score_error(algorithm: str, ids: Sequence[str], X: np.ndarray, scores: np.ndarray) -> BanditError:
+    """The error for the first non-finite entry of ``scores``, blaming whoever caused it.
+
+    The input, :class:`InvalidInputError`, when that candidate's row ``x`` has a squared
+    norm ``x . x`` that overflows float64 (an entry above about 1.3e154): every score
+    multiplies feature pairs (LinUCB's ``x^T A^-1 x``, HARE's ``q . k``), so such a row
+    overflows whatever the state. Otherwise the model, :class:`ModelError`: finite,
+    representable features gave a non-finite score, so its state or arithmetic is at fault.
+    """
+    bad = int(np.argmin(np.isfinite(scores)))
+    row = X[bad]
+    with np.errstate(over="ignore"):
+        norm_sq = float(row.dot(row))
+    if not math.isfinite(norm_sq):
+        return InvalidInputError(
+            f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
+            "feature values this large overflow float64"
+        )
+    return ModelError(
+        f"{algorithm} produced the non-finite score {scores[bad]} for arm {ids[bad]!r} from the "
+        f"finite features X[{bad}]; the model's state or arithmetic is at fault, not the input"
+    )
+
+
 class BasePolicy(abc.ABC):
     """Shared steps of every policy; subclasses implement the algorithm hooks (the
     extension contract is the module docstring).
@@ -493,11 +524,7 @@ class BasePolicy(abc.ABC):
         scores, widths = self._score(ids, states, X, ctx)
         listed = scores.tolist()
         if not math.isfinite(sum(listed)) and not np.isfinite(scores).all():
-            bad = int(np.argmin(np.isfinite(scores)))
-            raise InvalidInputError(
-                f"X[{bad}] gives the non-finite score {scores[bad]} for arm {ids[bad]!r}; "
-                "feature values this large overflow float64"
-            )
+            raise non_finite_score_error(self.NAME, ids, X, scores)
         # Ties are broken uniformly at random: each candidate draws a random key and,
         # among equal scores, the larger key ranks first.
         keys = self._rng.random(K)
@@ -803,10 +830,25 @@ class BasePolicy(abc.ABC):
         _, meta, arrays = unpack(data, "policy")
         if meta.get("algorithm") != cls.NAME:
             raise StateFormatError(f"expected a {cls.NAME!r} policy, but got {meta.get('algorithm')!r}")
-        policy = cls(cls.CONFIG(**meta["config"]))
-        policy._rng.bit_generator.state = meta["rng"]
-        policy.import_parts({name: arrays[f"p{i}"].tobytes() for i, name in enumerate(meta["parts"])})
-        policy._retired = set(meta["retired"])
+        config, rng, retired, parts = (meta.get(k) for k in ("config", "rng", "retired", "parts"))
+        if not (isinstance(config, dict) and isinstance(rng, dict)):
+            raise StateFormatError("a policy state needs a dict 'config' and a dict 'rng'")
+        for key, names in (("retired", retired), ("parts", parts)):
+            if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+                raise StateFormatError(f"a policy state's {key!r} must be a list of strs, but got {names!r}")
+        expected = {f"p{i}" for i in range(len(parts))}
+        if set(arrays) != expected or any(a.dtype != np.uint8 or a.ndim != 1 for a in arrays.values()):
+            raise StateFormatError(f"a policy state needs the uint8 arrays {sorted(expected)}, but got {sorted(arrays)}")
+        try:
+            policy = cls(cls.CONFIG(**config))
+        except (TypeError, ConfigError) as exc:  # an unknown or missing field, or a bad value
+            raise StateFormatError(f"the policy state's config does not fit {cls.NAME}: {exc}") from None
+        try:
+            policy._rng.bit_generator.state = rng
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise StateFormatError(f"the policy state's rng is not a {type(policy._rng.bit_generator).__name__} state: {exc!r}") from None
+        policy.import_parts({name: arrays[f"p{i}"].tobytes() for i, name in enumerate(parts)})
+        policy._retired = set(retired)
         return policy
 
     # ---- helpers -------------------------------------------------------------------------
@@ -859,4 +901,3 @@ def _check_targets(X_batch: ArrayLike, targets: ArrayLike, k: int) -> tuple[int,
     if n_events and not ((t >= 0).all() and (t < k).all()):
         raise InvalidInputError(f"targets must lie in [0, {k}), but got {t[(t < 0) | (t >= k)][0]}")
     return n_events, t.astype(np.intp, copy=False)
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bandit_core.baselines import EpsilonGreedy, RandomPolicy
-from bandit_core.errors import ConfigError
+from bandit_core.errors import ConfigError, StateFormatError
 from bandit_core.guardrailed_linucb import GuardrailedLinUCB
 from bandit_core.hare import HARE
 from bandit_core.hybrid_linucb import HybridLinUCB
@@ -56,4 +56,7 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
 def policy_from_bytes(data: bytes) -> BasePolicy:
     """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
     _, meta, _ = unpack(data, "policy")
-    return policy_class(meta.get("algorithm", "")).from_bytes(data)
+    algorithm = meta.get("algorithm")
+    if not isinstance(algorithm, str) or algorithm not in POLICIES:
+        raise StateFormatError(f"the policy state names the unknown algorithm {algorithm!r}")
+    return POLICIES[algorithm].from_bytes(data)

@@ -223,9 +223,10 @@ def all_finite(arr: np.ndarray) -> bool:
     One pass proves it: the sum of squares ``x . x`` (arrays of up to ``_DOT_MAX``
     entries) or the sum (larger ones) is NaN or infinite when any entry is. Only when
     that total is not finite (a non-finite entry, or finite entries whose squares or
-    sum overflow) is each entry tested.
+    sum overflow) is each entry tested. An empty array takes the sum (0.0), never a dot
+    product over an empty axis.
     """
-    if arr.size <= _DOT_MAX:
+    if 0 < arr.size <= _DOT_MAX:
         flat = arr.reshape(-1)
         total = flat.dot(flat)
     else:

@@ -8,6 +8,7 @@ request validation (pydantic)      422     FastAPI's ``detail`` list, ``loc`` na
 ``ConfigError`` / ``StateFormat``  422     idem
 ``UnknownArmError``                422     idem (``loc`` names the arm field)
 ``NoEligibleArmError``             422     idem
+``ModelError``                     500     ``{"detail": message}`` naming the policy; logged
 :class:`NotFound`                  404     ``{"detail": message}``
 :class:`Conflict`                  409     ``{"detail": message}``
 :class:`Unauthorized`              401     ``{"detail": message}`` + ``WWW-Authenticate``
@@ -19,10 +20,14 @@ method not allowed                 405     ``{"detail": message}`` + ``Allow`` (
 =================================  ======  ==========================================
 
 Nothing is written when an error is answered: every check runs before the first write.
+A ``ModelError`` (the policy produced a non-finite score from valid features, or a
+stored state part fails its format checks) is the service's fault, not the request's: it is logged at ERROR level on ``bandit.service``
+with the policy's name, attached by :func:`with_policy` where the engine is called.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from fastapi import FastAPI, Request
@@ -32,8 +37,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from bandit_core.errors import BanditError
+from bandit_core.errors import BanditError, ModelError
 from service.storage.base import StoreUnavailableError, TransactionConflictError
+
+log = logging.getLogger("bandit.service")
 
 
 class ApiError(Exception):
@@ -117,6 +124,14 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     async def _bandit_error(request: Request, exc: BanditError) -> JSONResponse:
         return _validation(str(exc), None, type(exc).__name__)
 
+    @app.exception_handler(ModelError)
+    async def _model_error(request: Request, exc: ModelError) -> JSONResponse:
+        policy = getattr(exc, "service_policy", None)
+        log.error("policy %r: model error on %s %s: %s", policy, request.method, request.url.path, exc)
+        return JSONResponse(
+            status_code=500, content={"detail": f"policy {policy!r} failed (a model error, not the request's): {exc}"}
+        )
+
     @app.exception_handler(StoreUnavailableError)
     async def _store_down(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         return JSONResponse(
@@ -133,3 +148,8 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
             headers={"Retry-After": "1"},
         )
 
+
+def with_policy(exc: BanditError, name: str) -> BanditError:
+    """Attach the policy an engine error happened in (read by the ModelError handler)."""
+    exc.service_policy = name  # type: ignore[attr-defined]
+    return exc

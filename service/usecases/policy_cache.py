@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from bandit_core import BasePolicy
+from bandit_core import BasePolicy, ModelError, StateFormatError
 from service import metrics
-from service.errors import NotFound
+from service.errors import NotFound, with_policy
 from service.policies import CONFIG_KEY, Runtime, build_policy, decode_info, spec_of
 from service.storage.base import (
     Claim,
@@ -149,8 +149,19 @@ class PolicyCache:
         self._runtimes.pop(name, None)
 
 
+def import_stored(runtime: Runtime, parts: Mapping[str, bytes | None]) -> None:
+    """Load state parts read from the store into ``runtime``'s policy. A part that fails
+    its format checks (``StateFormatError``: corrupted in the store) is the service's
+    fault, not the request's: it becomes a ``ModelError`` naming the policy (a 500)."""
+    try:
+        runtime.policy.import_parts(parts)
+    except StateFormatError as exc:
+        error = ModelError(f"a stored state part is corrupt: {exc}")
+        raise with_policy(error, runtime.info.name) from exc
+
+
 def _absorb(runtime: Runtime, values: Mapping[str, VersionedValue]) -> None:
     if values:
-        runtime.policy.import_parts({k: v.data for k, v in values.items()})
+        import_stored(runtime, {k: v.data for k, v in values.items()})
         runtime.versions.update({k: v.version for k, v in values.items()})
         runtime.absorbed += 1

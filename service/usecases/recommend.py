@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from bandit_core import BanditError, BasePolicy, Decision
+from bandit_core import BanditError, BasePolicy, Decision, ModelError
 from service import metrics
-from service.errors import Conflict, EngineInputError
+from service.errors import Conflict, EngineInputError, with_policy
 from service.policies import Runtime
 from service.schemas import RecommendRequest
 from service.settings import Settings
@@ -38,7 +38,7 @@ from service.storage.base import (
 from service.usecases.candidates import build_candidates, candidates_json
 from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.events import EventState, PendingEvent, dumps, event_key
-from service.usecases.policy_cache import PolicyCache
+from service.usecases.policy_cache import PolicyCache, import_stored
 
 
 Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
@@ -135,6 +135,8 @@ class Recommender:
             return runtime.policy.select(
                 ids, X, user_id=req.user_id, features=features, explore=req.explore
             )
+        except ModelError as exc:
+            raise with_policy(exc, runtime.info.name)  # the model's fault: a 500, not a 422
         except BanditError as exc:
             raise EngineInputError(exc, ["body", "arms"]) from exc
 
@@ -213,7 +215,7 @@ class Recommender:
                 raise Conflict(f"event_id {event_id!r} is already in use")
             out: dict[str, bytes | None] = {}
             if changed:
-                runtime.policy.import_parts({p: values[p] for p in changed})
+                import_stored(runtime, {p: values[p] for p in changed})
                 again = self._select(runtime, ids, X, req, features)
                 result["decision"] = again
                 result["response"] = self._response(req, runtime, again, event_id, parts, False)

@@ -23,7 +23,7 @@ from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
-from service.usecases.policy_cache import PolicyCache
+from service.usecases.policy_cache import PolicyCache, import_stored
 
 
 class EventAlreadyFinalError(Exception):
@@ -156,7 +156,7 @@ class Rewards:
                 )
             out: dict[str, bytes | None] = {}
             if value is not None:
-                runtime.policy.import_parts({p: values[p] for p in parts})
+                import_stored(runtime, {p: values[p] for p in parts})
                 runtime.policy.add_arm(arm)
                 runtime.policy.update(arm, np.asarray(ev.x), value, user_id=user)
                 out.update(runtime.policy.export_parts(parts))
