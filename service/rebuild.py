@@ -3,7 +3,8 @@
 The log is the source of truth: the policy's config comes from the ``policies``
 table, and every reward logged for a decision made since the policy's last reset
 (``reset_at``) is applied in the order the rewards were applied live (their
-``created_at``), each to the served arm's logged feature vector. For the linear
+``created_at``), each to the served arm's logged feature vector (for a policy with
+``features``, its logged JSON featurized again by the policy's featurizer). For the linear
 policies the result equals the live state up to floating-point summation order.
 State that selections change (guardrail counters) is not replayed. The replay starts
 from the beginning, not from the latest snapshot: a snapshot cannot say which logged
@@ -18,9 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bandit_core.features import Featurizer
 from service.policies import CONFIG_KEY, build_policy, encode_info, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
+from service.usecases.json_features import logged_rows
 
 
 @dataclass(frozen=True)
@@ -55,13 +58,17 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
     policy = build_policy(spec_of(info))
     rewarded, pulls = await asyncio.to_thread(_collect, event_log, info)
     n_decisions = sum(pulls.values())
+    config = info.featurizer_config
+    featurizer = None if config is None else Featurizer(config)
     for event in rewarded:
         d = event.decision
-        x = next(c["features"] for c in d.candidates if c["id"] == d.arm_id)
+        served = next(c for c in d.candidates if c["id"] == d.arm_id)
+        if featurizer is None:
+            x = np.asarray(served["features"], dtype=np.float64)
+        else:  # the log keeps JSON features as sent: featurize the served row again
+            x = logged_rows(featurizer, policy, d.context, [served])[0]
         policy.add_arm(d.arm_id)
-        policy.update(
-            d.arm_id, np.asarray(x, dtype=np.float64), event.reward.value, user_id=d.user_id
-        )  # type: ignore[union-attr]
+        policy.update(d.arm_id, x, event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
     if info.arms:
         for arm in [a for a in policy.arm_ids if a not in info.arms]:
             policy.retire_arm(arm)

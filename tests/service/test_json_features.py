@@ -6,14 +6,18 @@ request's fields with nothing written."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from typing import Any
 
 import numpy as np
 import pytest
 
+from bandit_core import policy_from_bytes
 from bandit_core.featurized import featurized_rows
 from bandit_core.features import Featurizer, FeaturizerConfig
 from service.policies import build_policy
+from service.rebuild import rebuild_policy
+from service.storage.memory_store import InProcessStateStore
 from service.schemas import PolicySpec
 from service.usecases.json_features import CachedFeaturizer, request_loc
 from tests.service.conftest import running
@@ -81,9 +85,20 @@ async def test_new_candidates_every_request_learn_one_shared_model(make_settings
         assert typed_dec.arm_id.startswith("typed-")
         # the log holds the JSON as sent, context and every candidate's features
         await _counts(app, "s")
-        logged = list(app.state.use_cases.event_log.iter_events("s"))
+        log = app.state.use_cases.event_log
+        logged = list(log.iter_events("s"))
         assert logged[0].decision.context == CONTEXT
         assert [c["features"] for c in logged[0].decision.candidates] == [a["features"] for a in items("r0")]
+        # and a rebuild featurizes it again into the live model
+        live = (await http.get("/policies/s/snapshot")).json()["data"]
+        store = InProcessStateStore()
+        await rebuild_policy(log, store, "s")
+        rebuilt = (await store.read("s", ["shared"], {}))["shared"].data
+        live_model = policy_from_bytes(base64.b64decode(live))
+        model = policy_from_bytes(base64.b64decode(live))
+        model.import_parts({"shared": rebuilt})
+        np.testing.assert_allclose(model.beta, live_model.beta, rtol=1e-12, atol=1e-15)
+        assert model.policy_stats()["rewarded"] == 4.0  # the typed client's decision was not rewarded
 
 
 async def test_float_vectors_and_json_do_not_mix(make_settings: Any) -> None:
