@@ -267,6 +267,7 @@ def app_env(data_dir: Path, redis_url: str, database_url: str, **extra: str) -> 
         "BANDIT_API_KEYS": API_KEY,
         "BANDIT_DATA_DIR": str(data_dir),
         "BANDIT_DEMO_POLICY": "false",
+        "BANDIT_PERSONALIZER_LOOP": "false",
         "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
         "BANDIT_LOG_FLUSH_SECONDS": "0.05",
         "BANDIT_SWEEPER_INTERVAL_SECONDS": "0.2",

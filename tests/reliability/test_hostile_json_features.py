@@ -45,6 +45,7 @@ async def app_client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, A
                 api_keys=[API_KEY],
                 data_dir=tmp_path / "data",
                 demo_policy=False,
+                personalizer_loop=False,
                 snapshot_interval_seconds=0,
                 log_flush_seconds=0.02,
                 max_body_bytes=LIMIT,

@@ -133,6 +133,7 @@ async def test_redis_lost_right_after_the_model_update(
             api_keys=[API_KEY],
             data_dir=tmp_path / "data",
             demo_policy=False,
+            personalizer_loop=False,
             snapshot_interval_seconds=0,
             log_flush_seconds=0.02,
             sweeper_interval_seconds=0.05,
