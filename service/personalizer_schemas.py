@@ -20,7 +20,7 @@ class _Camel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
-class ServiceConfiguration(_Camel):
+class PersonalizerServiceConfiguration(_Camel):
     """A loop's service configuration (``configurations/service``); durations are ISO
     8601 (``PT10M``)."""
 
@@ -45,7 +45,7 @@ class ServiceConfiguration(_Camel):
     last_configuration_edit_date: datetime | None = None
 
 
-class PolicyContract(_Camel):
+class PersonalizerPolicy(_Camel):
     """The learning policy (``configurations/policy``): a name and Vowpal Wabbit
     arguments, or this service's JSON policy spec as the arguments."""
 
@@ -53,38 +53,38 @@ class PolicyContract(_Camel):
     arguments: Annotated[str, Field(min_length=1, max_length=65536)]
 
 
-class RankableAction(_Camel):
+class PersonalizerAction(_Camel):
     id: ArmId
     features: JsonFeatureList = Field(description="the action's JSON feature objects")
 
 
-class RankRequest(_Camel):
+class PersonalizerRankRequest(_Camel):
     context_features: JsonFeatureList | None = None
-    actions: Annotated[list[RankableAction], Field(min_length=1)]
+    actions: Annotated[list[PersonalizerAction], Field(min_length=1)]
     excluded_actions: list[ArmId] | None = None
     event_id: EventId | None = None
     defer_activation: bool = False
 
 
-class RankedAction(_Camel):
+class PersonalizerRankedAction(_Camel):
     id: str
     probability: float
 
 
-class RankResponse(_Camel):
-    ranking: list[RankedAction]
+class PersonalizerRankResponse(_Camel):
+    ranking: list[PersonalizerRankedAction]
     event_id: str
     reward_action_id: str
 
 
-class RewardRequest(_Camel):
+class PersonalizerReward(_Camel):
     value: Annotated[FiniteFloat, Field(ge=-1, le=1)]
 
 
-class PersonalizerError(_Camel):
+class PersonalizerErrorDetail(_Camel):
     code: str
     message: str
 
 
-class ErrorResponse(_Camel):
-    error: PersonalizerError
+class PersonalizerErrorResponse(_Camel):
+    error: PersonalizerErrorDetail

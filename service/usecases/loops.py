@@ -30,11 +30,11 @@ from pydantic import ValidationError
 
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.personalizer_schemas import (
-    PolicyContract,
-    RankedAction,
-    RankRequest,
-    RankResponse,
-    ServiceConfiguration,
+    PersonalizerPolicy,
+    PersonalizerRankedAction,
+    PersonalizerRankRequest,
+    PersonalizerRankResponse,
+    PersonalizerServiceConfiguration,
 )
 from service.policies import spec_of
 from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest, RewardRequest
@@ -202,10 +202,10 @@ class Loops:
         return await self.admin.ensure_policy(DEFAULT_LOOP, DEFAULT_LOOP_SPEC)
 
     # ---- configuration ---------------------------------------------------------------
-    async def service_configuration(self, loop: str) -> ServiceConfiguration:
+    async def service_configuration(self, loop: str) -> PersonalizerServiceConfiguration:
         """The loop's settings as Personalizer's service configuration."""
         info = await self.admin.get_policy(loop)
-        return ServiceConfiguration.model_validate(
+        return PersonalizerServiceConfiguration.model_validate(
             {
                 "modelExportFrequency": "PT1M",
                 "logRetentionDays": -1,
@@ -220,8 +220,8 @@ class Loops:
         )
 
     async def update_service_configuration(
-        self, loop: str, config: ServiceConfiguration
-    ) -> ServiceConfiguration:
+        self, loop: str, config: PersonalizerServiceConfiguration
+    ) -> PersonalizerServiceConfiguration:
         """Apply a service configuration: the reward wait, default reward and exploration
         become the policy's (a new exploration resets what was learned, as every engine
         change does); the settings with no effect here are kept. ``sum`` aggregation and
@@ -263,14 +263,14 @@ class Loops:
         )
         return await self.service_configuration(loop)
 
-    async def policy_configuration(self, loop: str) -> PolicyContract:
+    async def policy_configuration(self, loop: str) -> PersonalizerPolicy:
         info = await self.admin.get_policy(loop)
         name = (info.personalizer or {}).get(POLICY_NAME_KEY, DEFAULT_POLICY_NAME)
-        return PolicyContract(name=name, arguments=vw_arguments(info))
+        return PersonalizerPolicy(name=name, arguments=vw_arguments(info))
 
     async def update_policy_configuration(
-        self, loop: str, contract: PolicyContract
-    ) -> tuple[PolicyContract, list[str]]:
+        self, loop: str, contract: PersonalizerPolicy
+    ) -> tuple[PersonalizerPolicy, list[str]]:
         """Replace the learning policy: a JSON policy spec (``arguments`` starting with
         ``{``) replaces the whole policy but the loop's kept settings; VW arguments set
         the default shared model with their epsilon and interactions. What was learned is
@@ -291,7 +291,7 @@ class Loops:
         await self.admin.update_policy(loop, {**engine, **changes, "personalizer": kept})
         return await self.policy_configuration(loop), ignored
 
-    async def reset_policy_configuration(self, loop: str) -> PolicyContract:
+    async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)
         kept = {k: v for k, v in (info.personalizer or {}).items() if k != POLICY_NAME_KEY}
@@ -300,7 +300,7 @@ class Loops:
         return await self.policy_configuration(loop)
 
     # ---- runtime ---------------------------------------------------------------------
-    async def rank(self, loop: str, body: RankRequest) -> RankResponse:
+    async def rank(self, loop: str, body: PersonalizerRankRequest) -> PersonalizerRankResponse:
         """Rank the actions: the served one is ``rewardActionId`` (not necessarily the
         first of ``ranking`` when exploring), excluded actions are never served and
         listed with probability 0; a repeated ``eventId`` answers the first decision."""
@@ -327,10 +327,10 @@ class Loops:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
         decision = json.loads(await self.recommender.recommend(request))
         ranking = [
-            RankedAction(id=r["arm_id"], probability=r["propensity"]) for r in decision["ranking"]
+            PersonalizerRankedAction(id=r["arm_id"], probability=r["propensity"]) for r in decision["ranking"]
         ]
-        ranking += [RankedAction(id=a, probability=0.0) for a in excluded]
-        return RankResponse(
+        ranking += [PersonalizerRankedAction(id=a, probability=0.0) for a in excluded]
+        return PersonalizerRankResponse(
             ranking=ranking, event_id=decision["event_id"], reward_action_id=decision["arm_id"]
         )
 

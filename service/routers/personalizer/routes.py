@@ -9,20 +9,20 @@ from fastapi import APIRouter, Depends, Path, Response
 
 from service.deps import LoopsDep
 from service.personalizer_schemas import (
-    ErrorResponse,
-    PolicyContract,
-    RankRequest,
-    RankResponse,
-    RewardRequest,
-    ServiceConfiguration,
+    PersonalizerErrorResponse,
+    PersonalizerPolicy,
+    PersonalizerRankRequest,
+    PersonalizerRankResponse,
+    PersonalizerReward,
+    PersonalizerServiceConfiguration,
 )
 from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
 
 _errors: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorResponse, "description": "invalid input; the message names the field"},
-    401: {"model": ErrorResponse, "description": "missing or invalid key"},
-    404: {"model": ErrorResponse, "description": "unknown loop"},
-    503: {"model": ErrorResponse, "description": "state store unavailable; retry after Retry-After"},
+    400: {"model": PersonalizerErrorResponse, "description": "invalid input; the message names the field"},
+    401: {"model": PersonalizerErrorResponse, "description": "missing or invalid key"},
+    404: {"model": PersonalizerErrorResponse, "description": "unknown loop"},
+    503: {"model": PersonalizerErrorResponse, "description": "state store unavailable; retry after Retry-After"},
 }
 EventId = Path(alias="eventId", min_length=1, max_length=128)
 
@@ -41,14 +41,14 @@ def make_router(
     )
     Loop = Depends(loop_of)  # noqa: N806 (reads as a type in the signatures)
 
-    @router.post("/rank", status_code=201, response_model=RankResponse)
-    async def rank(body: RankRequest, loops: LoopsDep, loop: str = Loop) -> RankResponse:
+    @router.post("/rank", status_code=201, response_model=PersonalizerRankResponse)
+    async def rank(body: PersonalizerRankRequest, loops: LoopsDep, loop: str = Loop) -> PersonalizerRankResponse:
         """Rank the actions for the context (Personalizer ``Rank``)."""
         return await loops.rank(loop, body)
 
     @router.post("/events/{eventId}/reward", status_code=204)
     async def reward(
-        body: RewardRequest, loops: LoopsDep, loop: str = Loop, event_id: str = EventId
+        body: PersonalizerReward, loops: LoopsDep, loop: str = Loop, event_id: str = EventId
     ) -> Response:
         """Reward an event (value in [-1, 1]; the earliest reward counts)."""
         await loops.reward(loop, event_id, body.value)
@@ -60,25 +60,25 @@ def make_router(
         await loops.activate(loop, event_id)
         return Response(status_code=204)
 
-    @router.get("/configurations/service", response_model=ServiceConfiguration, response_model_exclude_none=True)
-    async def get_service_configuration(loops: LoopsDep, loop: str = Loop) -> ServiceConfiguration:
+    @router.get("/configurations/service", response_model=PersonalizerServiceConfiguration, response_model_exclude_none=True)
+    async def get_service_configuration(loops: LoopsDep, loop: str = Loop) -> PersonalizerServiceConfiguration:
         return await loops.service_configuration(loop)
 
-    @router.put("/configurations/service", response_model=ServiceConfiguration, response_model_exclude_none=True)
+    @router.put("/configurations/service", response_model=PersonalizerServiceConfiguration, response_model_exclude_none=True)
     async def update_service_configuration(
-        body: ServiceConfiguration, loops: LoopsDep, loop: str = Loop
-    ) -> ServiceConfiguration:
+        body: PersonalizerServiceConfiguration, loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerServiceConfiguration:
         """Change the reward wait, default reward and exploration (docs/personalizer.md)."""
         return await loops.update_service_configuration(loop, body)
 
-    @router.get("/configurations/policy", response_model=PolicyContract)
-    async def get_policy(loops: LoopsDep, loop: str = Loop) -> PolicyContract:
+    @router.get("/configurations/policy", response_model=PersonalizerPolicy)
+    async def get_policy(loops: LoopsDep, loop: str = Loop) -> PersonalizerPolicy:
         return await loops.policy_configuration(loop)
 
-    @router.put("/configurations/policy", response_model=PolicyContract)
+    @router.put("/configurations/policy", response_model=PersonalizerPolicy)
     async def update_policy(
-        body: PolicyContract, response: Response, loops: LoopsDep, loop: str = Loop
-    ) -> PolicyContract:
+        body: PersonalizerPolicy, response: Response, loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerPolicy:
         """Replace the learning policy: VW arguments or this service's JSON policy spec.
         VW arguments with no counterpart here are listed in a ``Warning`` header."""
         contract, ignored = await loops.update_policy_configuration(loop, body)
@@ -86,8 +86,8 @@ def make_router(
             response.headers["Warning"] = f'299 - "ignored VW arguments: {" ".join(ignored)}"'
         return contract
 
-    @router.delete("/configurations/policy", response_model=PolicyContract)
-    async def reset_policy(loops: LoopsDep, loop: str = Loop) -> PolicyContract:
+    @router.delete("/configurations/policy", response_model=PersonalizerPolicy)
+    async def reset_policy(loops: LoopsDep, loop: str = Loop) -> PersonalizerPolicy:
         """Back to the default learning policy."""
         return await loops.reset_policy_configuration(loop)
 

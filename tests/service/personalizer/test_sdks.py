@@ -5,6 +5,7 @@ PostgreSQL; the endpoint and the key are their only settings."""
 
 from __future__ import annotations
 
+import json
 import math
 import uuid
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 from msrest.authentication import CognitiveServicesCredentials
 
 from tests.databases import postgres_schema
-from tests.servers import API_KEY, AppProcess
+from tests.servers import API_KEY, ROOT, AppProcess
 from tests.service.conftest import start_redis
 
 ACTIONS = [
@@ -186,3 +187,20 @@ def test_preview_paths_and_named_loops_over_httpx(endpoint: str, version: str) -
         assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "401"
         bearer = httpx.get(f"{endpoint}/personalizer/{version}/configurations/policy", headers={"Authorization": f"Bearer {API_KEY}"})
         assert bearer.status_code == 200
+
+
+def test_openapi_documents_every_family_tagged_personalizer() -> None:
+    doc = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+    prefixes = ("/personalizer", "/loops/{policy}/personalizer", "/personalizer/{version}", "/loops/{policy}/personalizer/{version}")
+    for prefix in prefixes:
+        for path, methods in (
+            ("/rank", {"post"}),
+            ("/events/{eventId}/reward", {"post"}),
+            ("/events/{eventId}/activate", {"post"}),
+            ("/configurations/service", {"get", "put"}),
+            ("/configurations/policy", {"get", "put", "delete"}),
+        ):
+            operations = doc["paths"][prefix + path]
+            assert set(operations) == methods
+            assert all(op["tags"] == ["personalizer"] for op in operations.values())
+    assert "201" in doc["paths"]["/personalizer/rank"]["post"]["responses"]
