@@ -3,7 +3,7 @@
 :class:`PersonalizerRoute` answers every error of a Personalizer route as
 ``{"error": {"code": ..., "message": ...}}``: bad input 400 (the message names the
 field; the code is the route's, e.g. ``InvalidRankRequest``), a missing or wrong key 401,
-an unknown loop 404 ``ResourceNotFound``, the state store down 503 with ``Retry-After``.
+an unknown loop or API version 404 ``ResourceNotFound``, the state store down 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ class PersonalizerRoute(APIRoute):
                 return await handler(request)
             except RequestValidationError as exc:
                 error = exc.errors()[0]
+                if tuple(error["loc"]) == ("path", "version"):  # not a Personalizer path
+                    return error_response(404, "ResourceNotFound", f"no route {request.url.path}")
                 return error_response(400, invalid, f"{_field(error['loc'])}: {error['msg']}")
             except StarletteHTTPException as exc:  # a body that is not UTF-8
                 return error_response(exc.status_code, invalid if exc.status_code == 400 else "BadRequest", str(exc.detail))
