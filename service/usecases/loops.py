@@ -19,6 +19,7 @@ policy is a Vowpal Wabbit argument string (what maps: ``--cb_explore_adf``,
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -184,6 +185,16 @@ def vw_arguments(info: PolicyInfo) -> str:
     return " ".join(words)
 
 
+NATIVE_TO_PERSONALIZER = {"context": "contextFeatures", "arms": "actions", "exclude": "excludedActions"}
+_NATIVE_FIELD = re.compile(r"\b(context|arms|exclude)\b(?=[\[.:\s])")
+
+
+def _renamed(message: str) -> str:
+    """``message`` of a native 422 with its request paths in Personalizer's names
+    (``context[0].user`` -> ``contextFeatures[0].user``)."""
+    return _NATIVE_FIELD.sub(lambda m: NATIVE_TO_PERSONALIZER[m.group(1)], message)
+
+
 def _loc_message(error: Mapping[str, Any], prefix: str) -> str:
     path = ".".join(str(p) for p in error["loc"])
     return f"{prefix}{'.' + path if path else ''}: {error['msg']}"
@@ -325,7 +336,11 @@ class Loops:
             )
         except ValidationError as exc:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
-        decision = json.loads(await self.recommender.recommend(request))
+        try:
+            decision = json.loads(await self.recommender.recommend(request))
+        except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
+            loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
+            raise InvalidRequest(_renamed(exc.message), loc) from exc
         ranking = [
             PersonalizerRankedAction(id=r["arm_id"], probability=r["propensity"]) for r in decision["ranking"]
         ]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse
 
+from service.routers.personalizer.errors import error_response
 from service.routers.personalizer.routes import make_router
 from service.schemas import PolicyName
 from service.usecases.loops import DEFAULT_LOOP
@@ -38,12 +40,28 @@ async def path_version(version: Version = Path()) -> None:
     """The version segment of the ``v1.0`` / ``v1.1-preview.N`` paths."""
 
 
+def not_found_router() -> APIRouter:
+    """Any other path under ``/personalizer`` (multi-slot, evaluations, logs, model, a
+    wrong method): 404 ``ResourceNotFound`` in Personalizer's shape."""
+    router = APIRouter(include_in_schema=False)
+    methods = ["GET", "POST", "PUT", "DELETE", "PATCH"]
+
+    @router.api_route("/personalizer/{rest:path}", methods=methods)
+    @router.api_route("/loops/{policy}/personalizer/{rest:path}", methods=methods)
+    async def unknown_route(request: Request) -> JSONResponse:
+        return error_response(404, "ResourceNotFound", f"no route {request.method} {request.url.path}")
+
+    return router
+
+
 def routers() -> list[APIRouter]:
     """The Personalizer routers, in the order to include them (the ``api-version``
-    family first, so that ``/personalizer/configurations/...`` never reads as a version)."""
+    family first, so that ``/personalizer/configurations/...`` never reads as a version;
+    the catch-all last)."""
     return [
         make_router("/personalizer", default_loop, api_version),
         make_router("/loops/{policy}/personalizer", named_loop, api_version),
         make_router("/personalizer/{version}", default_loop, path_version),
         make_router("/loops/{policy}/personalizer/{version}", named_loop, path_version),
+        not_found_router(),
     ]

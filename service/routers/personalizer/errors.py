@@ -81,13 +81,16 @@ class PersonalizerRoute(APIRoute):
                 error = exc.errors()[0]
                 if tuple(error["loc"]) == ("path", "version"):  # not a Personalizer path
                     return error_response(404, "ResourceNotFound", f"no route {request.url.path}")
+                if error["type"] == "json_invalid":
+                    return error_response(400, invalid, f"the body is not valid JSON: {error['msg']}")
                 return error_response(400, invalid, f"{_field(error['loc'])}: {error['msg']}")
             except StarletteHTTPException as exc:  # a body that is not UTF-8
                 return error_response(exc.status_code, invalid if exc.status_code == 400 else "BadRequest", str(exc.detail))
             except ApiError as exc:
                 if exc.status in (400, 422):
                     field = _field(exc.loc) if exc.loc else None
-                    message = exc.message if field is None or exc.message.startswith(field) else f"{field}: {exc.message}"
+                    named = field is None or exc.message.startswith(field.split(".")[0])
+                    message = exc.message if named else f"{field}: {exc.message}"
                     return error_response(400, invalid, message)
                 headers = {"WWW-Authenticate": SUBSCRIPTION_KEY} if exc.status == 401 else None
                 return error_response(exc.status, CODE_OF_STATUS.get(exc.status, "BadRequest"), exc.message, headers)

@@ -204,3 +204,20 @@ def test_openapi_documents_every_family_tagged_personalizer() -> None:
             assert set(operations) == methods
             assert all(op["tags"] == ["personalizer"] for op in operations.values())
     assert "201" in doc["paths"]["/personalizer/rank"]["post"]["responses"]
+
+
+def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint: str) -> None:
+    with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
+        nested = http.post("/personalizer/v1.0/rank", json={"contextFeatures": [{"u": [[1]]}], "actions": ACTIONS})
+        assert nested.status_code == 400
+        assert nested.json()["error"]["message"].startswith("contextFeatures[0].u[0]")
+        not_json = http.post("/personalizer/v1.0/rank", content=b"{", headers={"content-type": "application/json"})
+        assert (not_json.status_code, not_json.json()["error"]["code"]) == (400, "InvalidRankRequest")
+        for path in ("/personalizer/v1.1-preview.3/multislot/rank", "/personalizer/v2.0/rank", "/loops/personalizer/personalizer/evaluations"):
+            missing = http.post(path, json={})
+            assert (missing.status_code, missing.json()["error"]["code"]) == (404, "ResourceNotFound")
+        # nothing was served for the refused requests
+        stats = http.get("/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}).json()
+        before = stats["decisions"]
+        http.post("/personalizer/v1.0/rank", json={"actions": ACTIONS, "excludedActions": [a["id"] for a in ACTIONS]})
+        assert http.get("/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}).json()["decisions"] == before
