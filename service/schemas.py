@@ -22,8 +22,8 @@ from pydantic import (
 )
 
 from bandit_core import ConfigError, policy_class
-from bandit_core.featurized import featurized_dimension
 from bandit_core.features import FeaturizerConfig
+from bandit_core.featurized import featurized_dimension
 from bandit_core.registry import POLICIES
 
 # strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)

@@ -85,7 +85,8 @@ def parse_duration(value: str, field: str) -> float:
         duration = isodate.parse_duration(value)
     except (isodate.ISO8601Error, ValueError):
         raise InvalidRequest(
-            f"{field} must be an ISO 8601 duration such as PT10M, but got {value!r}", ["body", field]
+            f"{field} must be an ISO 8601 duration such as PT10M, but got {value!r}",
+            ["body", field],
         ) from None
     if not isinstance(duration, timedelta):
         raise InvalidRequest(
@@ -142,11 +143,13 @@ def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
                 changes["epsilon"] = float(value)
             except ValueError:
                 raise InvalidRequest(
-                    f"arguments: --epsilon must be a number, but got {value!r}", ["body", "arguments"]
+                    f"arguments: --epsilon must be a number, but got {value!r}",
+                    ["body", "arguments"],
                 ) from None
             if not 0.0 <= changes["epsilon"] <= 1.0:
                 raise InvalidRequest(
-                    f"arguments: --epsilon must lie in [0, 1], but got {value}", ["body", "arguments"]
+                    f"arguments: --epsilon must lie in [0, 1], but got {value}",
+                    ["body", "arguments"],
                 )
         else:
             if len(value) != 2:
@@ -185,7 +188,11 @@ def vw_arguments(info: PolicyInfo) -> str:
     return " ".join(words)
 
 
-NATIVE_TO_PERSONALIZER = {"context": "contextFeatures", "arms": "actions", "exclude": "excludedActions"}
+NATIVE_TO_PERSONALIZER = {
+    "context": "contextFeatures",
+    "arms": "actions",
+    "exclude": "excludedActions",
+}
 _NATIVE_FIELD = re.compile(r"\b(context|arms|exclude)\b(?=[\[.:\s])")
 
 
@@ -262,7 +269,9 @@ class Loops:
                 f"but got {config.default_reward}",
                 ["body", "defaultReward"],
             )
-        kept = config.model_dump(mode="json", by_alias=True, include=set(KEPT_SETTINGS), exclude_none=True)
+        kept = config.model_dump(
+            mode="json", by_alias=True, include=set(KEPT_SETTINGS), exclude_none=True
+        )
         await self.admin.update_policy(
             loop,
             {
@@ -342,7 +351,8 @@ class Loops:
             loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
             raise InvalidRequest(_renamed(exc.message), loc) from exc
         ranking = [
-            PersonalizerRankedAction(id=r["arm_id"], probability=r["propensity"]) for r in decision["ranking"]
+            PersonalizerRankedAction(id=r["arm_id"], probability=r["propensity"])
+            for r in decision["ranking"]
         ]
         ranking += [PersonalizerRankedAction(id=a, probability=0.0) for a in excluded]
         return PersonalizerRankResponse(
@@ -370,4 +380,3 @@ class Loops:
             await self.rewards.activate(event_id)
         except (NotFound, Conflict):
             return
-

@@ -26,7 +26,11 @@ async def default_loop() -> str:
     return DEFAULT_LOOP
 
 
-async def named_loop(policy: PolicyName = Path()) -> str:
+LoopName = Path(description="the policy serving as the loop")
+VersionSegment = Path(description="the API version of the path")
+
+
+async def named_loop(policy: PolicyName = LoopName) -> str:
     return policy
 
 
@@ -36,7 +40,7 @@ async def api_version(
     """The ``api-version`` query parameter the 2022 SDK sends (any value)."""
 
 
-async def path_version(version: Version = Path()) -> None:
+async def path_version(version: Version = VersionSegment) -> None:
     """The version segment of the ``v1.0`` / ``v1.1-preview.N`` paths."""
 
 
@@ -49,7 +53,9 @@ def not_found_router() -> APIRouter:
     @router.api_route("/personalizer/{rest:path}", methods=methods)
     @router.api_route("/loops/{policy}/personalizer/{rest:path}", methods=methods)
     async def unknown_route(request: Request) -> JSONResponse:
-        return error_response(404, "ResourceNotFound", f"no route {request.method} {request.url.path}")
+        return error_response(
+            404, "ResourceNotFound", f"no route {request.method} {request.url.path}"
+        )
 
     return router
 

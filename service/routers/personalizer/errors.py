@@ -47,7 +47,11 @@ async def personalizer_key(
 ) -> None:
     """Dependency of every Personalizer route: ``Ocp-Apim-Subscription-Key`` (or
     ``Authorization: Bearer``) against the service's API keys (service/auth.py)."""
-    presented = subscription_key if subscription_key is not None else (bearer.credentials if bearer else None)
+    presented = (
+        subscription_key
+        if subscription_key is not None
+        else (bearer.credentials if bearer else None)
+    )
     check_key(request, presented, f"{SUBSCRIPTION_KEY} (or Authorization: Bearer <api key>)")
 
 
@@ -82,10 +86,16 @@ class PersonalizerRoute(APIRoute):
                 if tuple(error["loc"]) == ("path", "version"):  # not a Personalizer path
                     return error_response(404, "ResourceNotFound", f"no route {request.url.path}")
                 if error["type"] == "json_invalid":
-                    return error_response(400, invalid, f"the body is not valid JSON: {error['msg']}")
+                    return error_response(
+                        400, invalid, f"the body is not valid JSON: {error['msg']}"
+                    )
                 return error_response(400, invalid, f"{_field(error['loc'])}: {error['msg']}")
             except StarletteHTTPException as exc:  # a body that is not UTF-8
-                return error_response(exc.status_code, invalid if exc.status_code == 400 else "BadRequest", str(exc.detail))
+                return error_response(
+                    exc.status_code,
+                    invalid if exc.status_code == 400 else "BadRequest",
+                    str(exc.detail),
+                )
             except ApiError as exc:
                 if exc.status in (400, 422):
                     field = _field(exc.loc) if exc.loc else None
@@ -93,7 +103,9 @@ class PersonalizerRoute(APIRoute):
                     message = exc.message if named else f"{field}: {exc.message}"
                     return error_response(400, invalid, message)
                 headers = {"WWW-Authenticate": SUBSCRIPTION_KEY} if exc.status == 401 else None
-                return error_response(exc.status, CODE_OF_STATUS.get(exc.status, "BadRequest"), exc.message, headers)
+                return error_response(
+                    exc.status, CODE_OF_STATUS.get(exc.status, "BadRequest"), exc.message, headers
+                )
             except BanditError as exc:
                 return error_response(400, invalid, str(exc))
             except (StoreUnavailableError, TransactionConflictError) as exc:

@@ -19,10 +19,16 @@ from service.personalizer_schemas import (
 from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
 
 _errors: dict[int | str, dict[str, Any]] = {
-    400: {"model": PersonalizerErrorResponse, "description": "invalid input; the message names the field"},
+    400: {
+        "model": PersonalizerErrorResponse,
+        "description": "invalid input; the message names the field",
+    },
     401: {"model": PersonalizerErrorResponse, "description": "missing or invalid key"},
     404: {"model": PersonalizerErrorResponse, "description": "unknown loop"},
-    503: {"model": PersonalizerErrorResponse, "description": "state store unavailable; retry after Retry-After"},
+    503: {
+        "model": PersonalizerErrorResponse,
+        "description": "state store unavailable; retry after Retry-After",
+    },
 }
 EventId = Path(alias="eventId", min_length=1, max_length=128)
 
@@ -39,10 +45,12 @@ def make_router(
         dependencies=[Depends(personalizer_key), Depends(path_params)],
         responses=_errors,
     )
-    Loop = Depends(loop_of)  # noqa: N806 (reads as a type in the signatures)
+    Loop = Depends(loop_of)
 
     @router.post("/rank", status_code=201, response_model=PersonalizerRankResponse)
-    async def rank(body: PersonalizerRankRequest, loops: LoopsDep, loop: str = Loop) -> PersonalizerRankResponse:
+    async def rank(
+        body: PersonalizerRankRequest, loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerRankResponse:
         """Rank the actions for the context (Personalizer ``Rank``)."""
         return await loops.rank(loop, body)
 
@@ -60,11 +68,21 @@ def make_router(
         await loops.activate(loop, event_id)
         return Response(status_code=204)
 
-    @router.get("/configurations/service", response_model=PersonalizerServiceConfiguration, response_model_exclude_none=True)
-    async def get_service_configuration(loops: LoopsDep, loop: str = Loop) -> PersonalizerServiceConfiguration:
+    @router.get(
+        "/configurations/service",
+        response_model=PersonalizerServiceConfiguration,
+        response_model_exclude_none=True,
+    )
+    async def get_service_configuration(
+        loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerServiceConfiguration:
         return await loops.service_configuration(loop)
 
-    @router.put("/configurations/service", response_model=PersonalizerServiceConfiguration, response_model_exclude_none=True)
+    @router.put(
+        "/configurations/service",
+        response_model=PersonalizerServiceConfiguration,
+        response_model_exclude_none=True,
+    )
     async def update_service_configuration(
         body: PersonalizerServiceConfiguration, loops: LoopsDep, loop: str = Loop
     ) -> PersonalizerServiceConfiguration:

@@ -46,8 +46,12 @@ async def personalizer_run(http: Any, traffic: list[tuple[int, float]]) -> tuple
         )
         assert r.status_code == 201, r.text
         chosen = r.json()["rewardActionId"]
-        click = float(draw < click_probability(segment, CATEGORIES.index(chosen.removeprefix("item-"))))
-        reward = await http.post(f"/personalizer/v1.0/events/{r.json()['eventId']}/reward", json={"value": click})
+        click = float(
+            draw < click_probability(segment, CATEGORIES.index(chosen.removeprefix("item-")))
+        )
+        reward = await http.post(
+            f"/personalizer/v1.0/events/{r.json()['eventId']}/reward", json={"value": click}
+        )
         assert reward.status_code == 204
         served.append(chosen)
         clicks += click
@@ -64,7 +68,9 @@ async def native_run(http: Any, traffic: list[tuple[int, float]]) -> list[str]:
         )
         assert r.status_code == 200, r.text
         chosen = r.json()["arm_id"]
-        click = float(draw < click_probability(segment, CATEGORIES.index(chosen.removeprefix("item-"))))
+        click = float(
+            draw < click_probability(segment, CATEGORIES.index(chosen.removeprefix("item-")))
+        )
         await http.post("/reward", json={"event_id": r.json()["event_id"], "reward": click})
         served.append(chosen)
     return served

@@ -43,7 +43,13 @@ def test_vw_arguments_map_epsilon_and_interactions_and_ignore_learning_rates() -
 
 @pytest.mark.parametrize(
     ("arguments", "named"),
-    [("--bag 5", "--bag"), ("--epsilon", "--epsilon"), ("--epsilon 2", "--epsilon"), ("-q abc", "-q"), ("'", "parse")],
+    [
+        ("--bag 5", "--bag"),
+        ("--epsilon", "--epsilon"),
+        ("--epsilon 2", "--epsilon"),
+        ("-q abc", "-q"),
+        ("'", "parse"),
+    ],
 )
 def test_unsupported_vw_arguments_are_refused_by_name(arguments: str, named: str) -> None:
     with pytest.raises(InvalidRequest) as caught:

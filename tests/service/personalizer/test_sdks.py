@@ -38,7 +38,9 @@ HEADERS = {"Ocp-Apim-Subscription-Key": API_KEY}
 
 
 @pytest.fixture(scope="module", params=["embedded", "redis_postgres"])
-def endpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def endpoint(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """Base URL of a fresh service (the default loop exists, nothing else)."""
     data = tmp_path_factory.mktemp("data")
     env = {
@@ -89,14 +91,21 @@ def check_ranking(response: dict, excluded: set[str]) -> None:
 def test_rank_reward_activate_with_the_2022_sdk(endpoint: str) -> None:
     sdk = client(endpoint)
     event_id = uuid.uuid4().hex
-    body = {"contextFeatures": CONTEXT, "actions": ACTIONS, "excludedActions": ["sports"], "eventId": event_id}
+    body = {
+        "contextFeatures": CONTEXT,
+        "actions": ACTIONS,
+        "excludedActions": ["sports"],
+        "eventId": event_id,
+    }
     first = sdk.rank(body)
     assert first["eventId"] == event_id
     check_ranking(first, {"sports"})
     assert sdk.rank(body) == first  # eventId is idempotent
     sdk.reward(event_id, {"value": 1.0})
     sdk.reward(event_id, {"value": -1.0})  # earliest kept; accepted
-    stats = httpx.get(f"{endpoint}/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}).json()
+    stats = httpx.get(
+        f"{endpoint}/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}
+    ).json()
     assert stats["rewards"] >= 1
     deferred = sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS, "deferActivation": True})
     sdk.activate(deferred["eventId"])
@@ -114,8 +123,10 @@ def test_legacy_v1_sdk(endpoint: str) -> None:
     )
     response = sdk.rank(request)
     check_ranking(
-        {"ranking": [{"id": r.id, "probability": r.probability} for r in response.ranking],
-         "rewardActionId": response.reward_action_id},
+        {
+            "ranking": [{"id": r.id, "probability": r.probability} for r in response.ranking],
+            "rewardActionId": response.reward_action_id,
+        },
         {"news"},
     )
     sdk.events.activate(response.event_id)
@@ -134,17 +145,38 @@ def test_configuration_round_trips_and_maps_onto_the_policy(endpoint: str) -> No
     assert config["explorationPercentage"] == 0.2
     assert config["defaultReward"] == 0.0
     assert config["rewardAggregation"] == "earliest"
-    changed = {**config, "rewardWaitTime": "PT5M", "explorationPercentage": 0.3, "logRetentionDays": 30, "modelExportFrequency": "PT1H"}
+    changed = {
+        **config,
+        "rewardWaitTime": "PT5M",
+        "explorationPercentage": 0.3,
+        "logRetentionDays": 30,
+        "modelExportFrequency": "PT1H",
+    }
     answer = sdk.update_service_configuration(changed)
-    assert (answer["rewardWaitTime"], answer["explorationPercentage"], answer["logRetentionDays"], answer["modelExportFrequency"]) == ("PT5M", 0.3, 30, "PT1H")
-    policy = httpx.get(f"{endpoint}/policies/personalizer", headers={"Authorization": f"Bearer {API_KEY}"}).json()
+    assert (
+        answer["rewardWaitTime"],
+        answer["explorationPercentage"],
+        answer["logRetentionDays"],
+        answer["modelExportFrequency"],
+    ) == ("PT5M", 0.3, 30, "PT1H")
+    policy = httpx.get(
+        f"{endpoint}/policies/personalizer", headers={"Authorization": f"Bearer {API_KEY}"}
+    ).json()
     assert (policy["reward_wait_seconds"], policy["epsilon"]) == (300.0, 0.3)
     sdk.update_service_configuration(config)
-    assert sdk.get_policy() == {"name": "default", "arguments": "--cb_explore_adf --epsilon 0.2 -q ::"}
-    updated = sdk.update_policy({"name": "mine", "arguments": "--cb_explore_adf --epsilon 0.1 -q ui --power_t 0.5 -l 0.5"})
+    assert sdk.get_policy() == {
+        "name": "default",
+        "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
+    }
+    updated = sdk.update_policy(
+        {"name": "mine", "arguments": "--cb_explore_adf --epsilon 0.1 -q ui --power_t 0.5 -l 0.5"}
+    )
     assert updated == {"name": "mine", "arguments": "--cb_explore_adf --epsilon 0.1 -q ui"}
     assert sdk.get_service_configuration()["explorationPercentage"] == 0.1
-    assert sdk.reset_policy() == {"name": "default", "arguments": "--cb_explore_adf --epsilon 0.2 -q ::"}
+    assert sdk.reset_policy() == {
+        "name": "default",
+        "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
+    }
 
 
 def test_errors_in_personalizer_shape(endpoint: str) -> None:
@@ -154,10 +186,24 @@ def test_errors_in_personalizer_shape(endpoint: str) -> None:
     assert auth.value.status_code == 401
     cases = [
         (lambda: sdk.rank({"actions": []}), "InvalidRankRequest", "actions"),
-        (lambda: sdk.rank({"actions": ACTIONS, "excludedActions": [a["id"] for a in ACTIONS]}), "InvalidRankRequest", "excludedActions"),
+        (
+            lambda: sdk.rank({"actions": ACTIONS, "excludedActions": [a["id"] for a in ACTIONS]}),
+            "InvalidRankRequest",
+            "excludedActions",
+        ),
         (lambda: sdk.reward("e", {"value": 2}), "InvalidRewardRequest", "value"),
-        (lambda: settings.update_service_configuration({**settings.get_service_configuration(), "rewardWaitTime": "ten minutes"}), "InvalidServiceConfiguration", "rewardWaitTime"),
-        (lambda: settings.update_policy({"name": "x", "arguments": "--cb_explore_adf --bag 5"}), "InvalidPolicyConfiguration", "--bag"),
+        (
+            lambda: settings.update_service_configuration(
+                {**settings.get_service_configuration(), "rewardWaitTime": "ten minutes"}
+            ),
+            "InvalidServiceConfiguration",
+            "rewardWaitTime",
+        ),
+        (
+            lambda: settings.update_policy({"name": "x", "arguments": "--cb_explore_adf --bag 5"}),
+            "InvalidPolicyConfiguration",
+            "--bag",
+        ),
     ]
     for call, code, field in cases:
         with pytest.raises(HttpResponseError) as caught:
@@ -173,25 +219,40 @@ def test_errors_in_personalizer_shape(endpoint: str) -> None:
 @pytest.mark.parametrize("version", ["v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3"])
 def test_preview_paths_and_named_loops_over_httpx(endpoint: str, version: str) -> None:
     with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
-        ranked = http.post(f"/personalizer/{version}/rank", json={"contextFeatures": CONTEXT, "actions": ACTIONS})
+        ranked = http.post(
+            f"/personalizer/{version}/rank", json={"contextFeatures": CONTEXT, "actions": ACTIONS}
+        )
         assert ranked.status_code == 201
         check_ranking(ranked.json(), set())
-        reward = http.post(f"/personalizer/{version}/events/{ranked.json()['eventId']}/reward", json={"value": 1})
+        reward = http.post(
+            f"/personalizer/{version}/events/{ranked.json()['eventId']}/reward", json={"value": 1}
+        )
         assert (reward.status_code, reward.content) == (204, b"")
         loop = http.get(f"/loops/personalizer/personalizer/{version}/configurations/service")
         assert loop.status_code == 200 and loop.json()["rewardWaitTime"] == "PT10M"
         missing = http.get(f"/loops/nope/personalizer/{version}/configurations/policy")
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "ResourceNotFound"
-        wrong = http.get(f"/personalizer/{version}/configurations/policy", headers={"Ocp-Apim-Subscription-Key": "wrong"})
+        wrong = http.get(
+            f"/personalizer/{version}/configurations/policy",
+            headers={"Ocp-Apim-Subscription-Key": "wrong"},
+        )
         assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "401"
-        bearer = httpx.get(f"{endpoint}/personalizer/{version}/configurations/policy", headers={"Authorization": f"Bearer {API_KEY}"})
+        bearer = httpx.get(
+            f"{endpoint}/personalizer/{version}/configurations/policy",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        )
         assert bearer.status_code == 200
 
 
 def test_openapi_documents_every_family_tagged_personalizer() -> None:
     doc = json.loads((ROOT / "openapi" / "openapi.json").read_text())
-    prefixes = ("/personalizer", "/loops/{policy}/personalizer", "/personalizer/{version}", "/loops/{policy}/personalizer/{version}")
+    prefixes = (
+        "/personalizer",
+        "/loops/{policy}/personalizer",
+        "/personalizer/{version}",
+        "/loops/{policy}/personalizer/{version}",
+    )
     for prefix in prefixes:
         for path, methods in (
             ("/rank", {"post"}),
@@ -208,16 +269,40 @@ def test_openapi_documents_every_family_tagged_personalizer() -> None:
 
 def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint: str) -> None:
     with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
-        nested = http.post("/personalizer/v1.0/rank", json={"contextFeatures": [{"u": [[1]]}], "actions": ACTIONS})
+        nested = http.post(
+            "/personalizer/v1.0/rank", json={"contextFeatures": [{"u": [[1]]}], "actions": ACTIONS}
+        )
         assert nested.status_code == 400
         assert nested.json()["error"]["message"].startswith("contextFeatures[0].u[0]")
-        not_json = http.post("/personalizer/v1.0/rank", content=b"{", headers={"content-type": "application/json"})
-        assert (not_json.status_code, not_json.json()["error"]["code"]) == (400, "InvalidRankRequest")
-        for path in ("/personalizer/v1.1-preview.3/multislot/rank", "/personalizer/v2.0/rank", "/loops/personalizer/personalizer/evaluations"):
+        not_json = http.post(
+            "/personalizer/v1.0/rank", content=b"{", headers={"content-type": "application/json"}
+        )
+        assert (not_json.status_code, not_json.json()["error"]["code"]) == (
+            400,
+            "InvalidRankRequest",
+        )
+        for path in (
+            "/personalizer/v1.1-preview.3/multislot/rank",
+            "/personalizer/v2.0/rank",
+            "/loops/personalizer/personalizer/evaluations",
+        ):
             missing = http.post(path, json={})
-            assert (missing.status_code, missing.json()["error"]["code"]) == (404, "ResourceNotFound")
+            assert (missing.status_code, missing.json()["error"]["code"]) == (
+                404,
+                "ResourceNotFound",
+            )
         # nothing was served for the refused requests
-        stats = http.get("/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}).json()
+        stats = http.get(
+            "/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}
+        ).json()
         before = stats["decisions"]
-        http.post("/personalizer/v1.0/rank", json={"actions": ACTIONS, "excludedActions": [a["id"] for a in ACTIONS]})
-        assert http.get("/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}).json()["decisions"] == before
+        http.post(
+            "/personalizer/v1.0/rank",
+            json={"actions": ACTIONS, "excludedActions": [a["id"] for a in ACTIONS]},
+        )
+        assert (
+            http.get(
+                "/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}
+            ).json()["decisions"]
+            == before
+        )
