@@ -94,3 +94,33 @@ async def test_default_loop_learns_and_matches_the_native_api(make_settings: Any
     )
     # greedy best: 0.8; with 20% exploration about 0.8 * 0.85 + 0.1 * 0.15 = 0.695
     assert late_clicks / len(late) > random_rate + 0.25, (late_clicks / len(late), clicks / ROUNDS)
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_default_loop_is_created_once_and_kept_across_restarts(make_settings: Any) -> None:
+    settings = make_settings(personalizer_loop=True)
+    headers = {"Ocp-Apim-Subscription-Key": settings.api_keys[0]}
+    async with running(settings) as (_, http, _):
+        config = (await http.get("/personalizer/configurations/service", headers=headers)).json()
+        changed = {**config, "rewardWaitTime": "PT1H", "logRetentionDays": 3}
+        put = await http.put("/personalizer/configurations/service", json=changed, headers=headers)
+        assert put.status_code == 200, put.text
+        ranked = await http.post(
+            "/personalizer/rank", json={"actions": ACTIONS[:2]}, headers=headers
+        )
+        assert ranked.status_code == 201
+        await http.post(
+            f"/personalizer/events/{ranked.json()['eventId']}/reward",
+            json={"value": 1},
+            headers=headers,
+        )
+        before = (await http.get(f"/policies/{DEFAULT_LOOP}/snapshot")).json()["data"]
+    async with running(settings) as (_, http, _):  # rebuilt from the log, not recreated
+        again = (await http.get("/personalizer/configurations/service", headers=headers)).json()
+        assert (again["rewardWaitTime"], again["logRetentionDays"]) == ("PT1H", 3)
+        assert (await http.get(f"/policies/{DEFAULT_LOOP}/snapshot")).json()["data"] == before
+    async with running(
+        make_settings(personalizer_loop=False, data_dir=settings.data_dir / "other")
+    ) as (_, http, _):
+        missing = await http.get("/personalizer/configurations/service", headers=headers)
+        assert missing.status_code == 404
