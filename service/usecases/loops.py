@@ -370,6 +370,10 @@ class Loops:
             await self.rewards.reward(RewardRequest(event_id=event_id, reward=value))
         except (NotFound, Conflict):  # expired, finalized or not activated meanwhile
             return
+        except InvalidRequest as exc:  # outside the loop's reward range
+            raise InvalidRequest(
+                exc.message.replace("reward must", "value must", 1), ["body", "value"]
+            ) from exc
 
     async def activate(self, loop: str, event_id: str) -> None:
         """Activate a deferred event (accepted and ignored when unknown or finalized)."""

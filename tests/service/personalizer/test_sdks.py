@@ -230,6 +230,21 @@ def test_preview_paths_and_named_loops_over_httpx(endpoint: str, version: str) -
         assert (reward.status_code, reward.content) == (204, b"")
         loop = http.get(f"/loops/personalizer/personalizer/{version}/configurations/service")
         assert loop.status_code == 200 and loop.json()["rewardWaitTime"] == "PT10M"
+        native = {"algorithm": "linucb", "dimension": 2, "arms": ["a", "b"]}  # rewards in [0, 1]
+        assert (
+            http.put(
+                "/policies/native", json=native, headers={"Authorization": f"Bearer {API_KEY}"}
+            ).status_code
+            == 200
+        )
+        event = http.post("/recommend", json={"policy": "native", "context": [1.0, 0.0]}).json()[
+            "event_id"
+        ]
+        below = http.post(
+            f"/loops/native/personalizer/{version}/events/{event}/reward", json={"value": -0.5}
+        )
+        assert below.status_code == 400
+        assert below.json()["error"]["message"].startswith("value must lie in")
         missing = http.get(f"/loops/nope/personalizer/{version}/configurations/policy")
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "ResourceNotFound"
