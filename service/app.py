@@ -236,5 +236,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     for router in personalizer.routers():
         app.include_router(router)
+    personalizer.install_handlers(app)
     app.add_middleware(BodyLimitAndTiming, max_body_bytes=settings.max_body_bytes)
     return app

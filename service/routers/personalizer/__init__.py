@@ -9,16 +9,18 @@ under ``/loops/{policy}``, each as ``/personalizer/...?api-version=...`` (the
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.routers.personalizer.errors import error_response
 from service.routers.personalizer.routes import make_router
 from service.schemas import PolicyName
 from service.usecases.loops import DEFAULT_LOOP
 
+PERSONALIZER_PATH = re.compile(r"^(/loops/[^/]+)?/personalizer(/|$)")
 Version = Literal["v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3"]
 
 
@@ -44,30 +46,34 @@ async def path_version(version: Version = VersionSegment) -> None:
     """The version segment of the ``v1.0`` / ``v1.1-preview.N`` paths."""
 
 
-def not_found_router() -> APIRouter:
-    """Any other path under ``/personalizer`` (multi-slot, evaluations, logs, model, a
-    wrong method): 404 ``ResourceNotFound`` in Personalizer's shape."""
-    router = APIRouter(include_in_schema=False)
-    methods = ["GET", "POST", "PUT", "DELETE", "PATCH"]
+def install_handlers(app: FastAPI) -> None:
+    """Answer an unknown path (404) or method (405) under ``/personalizer`` or
+    ``/loops/{policy}/personalizer`` in Personalizer's shape; wraps the native handler
+    (service/errors.py), which keeps answering every other path."""
+    native = app.exception_handlers[StarletteHTTPException]
 
-    @router.api_route("/personalizer/{rest:path}", methods=methods)
-    @router.api_route("/loops/{policy}/personalizer/{rest:path}", methods=methods)
-    async def unknown_route(request: Request) -> JSONResponse:
+    async def handler(request: Request, exc: Exception) -> Response:
+        response = await native(request, exc)
+        if not PERSONALIZER_PATH.match(request.url.path) or response.status_code not in (404, 405):
+            return response
+        if response.status_code == 404:
+            return error_response(404, "ResourceNotFound", f"no route {request.url.path}")
         return error_response(
-            404, "ResourceNotFound", f"no route {request.method} {request.url.path}"
+            405,
+            "MethodNotAllowed",
+            f"{request.method} is not allowed on {request.url.path}",
+            {"Allow": response.headers["Allow"]},
         )
 
-    return router
+    app.add_exception_handler(StarletteHTTPException, handler)
 
 
 def routers() -> list[APIRouter]:
     """The Personalizer routers, in the order to include them (the ``api-version``
-    family first, so that ``/personalizer/configurations/...`` never reads as a version;
-    the catch-all last)."""
+    family first, so that ``/personalizer/configurations/...`` never reads as a version)."""
     return [
         make_router("/personalizer", default_loop, api_version),
         make_router("/loops/{policy}/personalizer", named_loop, api_version),
         make_router("/personalizer/{version}", default_loop, path_version),
         make_router("/loops/{policy}/personalizer/{version}", named_loop, path_version),
-        not_found_router(),
     ]

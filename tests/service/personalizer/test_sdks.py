@@ -306,6 +306,11 @@ def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint
                 404,
                 "ResourceNotFound",
             )
+        wrong_method = http.get("/personalizer/v1.0/rank")
+        assert (wrong_method.status_code, wrong_method.json()["error"]["code"]) == (
+            405,
+            "MethodNotAllowed",
+        )
         # nothing was served for the refused requests
         stats = http.get(
             "/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}
