@@ -1,7 +1,8 @@
 """bandit_core: the pure numpy contextual-bandit engine.
 
 Policies (``make_policy(name, d, **params)``): ``linucb``, ``hybrid_linucb``,
-``lnucb_ta``, ``guardrailed_linucb``, ``hare``, ``random``, ``epsilon_greedy``. Every policy offers
+``diag_linucb``, ``lnucb_ta``, ``guardrailed_linucb``, ``hare``, ``random``,
+``epsilon_greedy``. Every policy offers
 ``select(arm_ids, X) -> Decision`` and ``update(arm_id, x, reward)`` over explicit state
 that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
 """

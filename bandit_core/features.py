@@ -333,6 +333,25 @@ class SparseRows:
         lo, hi = self.indptr[i], self.indptr[i + 1]
         return self.indices[lo:hi], self.values[lo:hi]
 
+    def one_row(self, i: int) -> SparseRows:
+        """Row ``i`` alone, as a one-row :class:`SparseRows` (the ``x`` a sparse-rows
+        policy's ``update`` takes for the served candidate)."""
+        indices, values = self.row(i)
+        return SparseRows(np.array([0, len(indices)]), indices, values, self.dim)
+
+    @classmethod
+    def from_dense(cls, X: np.ndarray) -> SparseRows:
+        """The nonzero entries of the 2-d float64 array ``X``, row by row, columns
+        increasing (the inverse of :meth:`to_dense`).
+
+        >>> SparseRows.from_dense(np.array([[0.0, 2.0], [0.0, 0.0]])).indptr.tolist()
+        [0, 1, 1]
+        """
+        rows, columns = np.nonzero(X)
+        indptr = np.zeros(X.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=X.shape[0]), out=indptr[1:])
+        return cls(indptr=indptr, indices=columns.astype(np.int64), values=X[rows, columns], dim=X.shape[1])
+
     def to_dense(self) -> np.ndarray:
         """The rows as a dense float64 array of shape (n_rows, dim)."""
         out = np.zeros((self.n_rows, self.dim))

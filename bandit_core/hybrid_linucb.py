@@ -32,17 +32,16 @@ every hour) and the only state part is ``"shared"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from bandit_core.errors import InvalidInputError, UnknownArmError
+from bandit_core.errors import InvalidInputError
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
-from bandit_core.policy import SHARED_PART, ArmStats, BasePolicy, PolicyConfig, SelectContext
-from bandit_core.validation import all_finite, check_arm_ids, check_int
+from bandit_core.policy import PolicyConfig, SelectContext, SharedModelPolicy
+from bandit_core.validation import all_finite, check_int
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ class HybridStack(RidgeStack):
         np.matmul(state.A_inv, state.B, out=self.A_inv_B[i])  # type: ignore[attr-defined]
 
 
-class HybridLinUCB(BasePolicy):
+class HybridLinUCB(SharedModelPolicy):
     """Hybrid LinUCB (Li et al. 2010, Algorithm 2); with ``context_dim = 0`` a shared-matrix
     LinUCB whose arms keep no state. See the module docstring."""
 
@@ -117,7 +116,9 @@ class HybridLinUCB(BasePolicy):
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
         self._stack = HybridStack()
-        self._arm_free = self.config.context_dim == 0
+
+    def _keeps_arm_parts(self) -> bool:
+        return self.config.context_dim > 0
 
     # ---- the model ---------------------------------------------------------------------
     def _new_shared_state(self) -> HybridSharedState:
@@ -171,60 +172,6 @@ class HybridLinUCB(BasePolicy):
             shared.add(x, reward, reward, c.refactor_every)
             return
         _hybrid_update(shared, state, x[: c.shared_dim], x[c.shared_dim :], reward, c.refactor_every)
-
-    # ---- no per-arm part: arms carry no state ---------------------------------------------
-    # With context_dim = 0 an arm id is only a label: selecting or rewarding a new id
-    # creates no part, and retiring one only records it so it is no longer served.
-    def _arm_for_select(self, arm_id: str) -> HybridArmState | None:
-        if not self._arm_free:
-            return super()._arm_for_select(arm_id)  # type: ignore[return-value]
-        return self._known_arm(arm_id)
-
-    def _known_arm(self, arm_id: str) -> HybridArmState | None:
-        if not self._arm_free:
-            return super()._known_arm(arm_id)  # type: ignore[return-value]
-        if arm_id in self._retired:
-            raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
-        return None
-
-    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
-        return () if self._arm_free else super()._parts_changed_by_new_arms(arm_ids)
-
-    def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
-        """Names of the parts a selection reads: the arms' parts and ``"shared"``; only
-        ``"shared"`` without a per-arm part (``context_dim = 0``)."""
-        return [SHARED_PART] if self._arm_free else super().parts_for_select(arm_ids, user_id)
-
-    def add_arm(self, arm_id: str) -> None:
-        """Register ``arm_id`` (see :meth:`BasePolicy.add_arm`); without a per-arm part
-        it only un-retires the id, as every id may be served."""
-        if not self._arm_free:
-            return super().add_arm(arm_id)
-        check_arm_ids([arm_id])
-        self._retired.discard(arm_id)
-        self._arm_table_changed()
-
-    def retire_arm(self, arm_id: str) -> None:
-        """Stop serving ``arm_id`` (see :meth:`BasePolicy.retire_arm`); without a per-arm
-        part there is no state to forget, only the id to refuse."""
-        if not self._arm_free:
-            return super().retire_arm(arm_id)
-        self._known_arm(check_arm_ids([arm_id])[0])
-        self._retired.add(arm_id)
-        self._arm_table_changed()
-
-    def arm_stats(self, arm_id: str) -> ArmStats:
-        """Learning counters of ``arm_id``; without a per-arm part (``context_dim = 0``) no
-        arm keeps counters (they read 0) and :meth:`policy_stats` holds the totals."""
-        if not self._arm_free:
-            return super().arm_stats(arm_id)
-        self._known_arm(arm_id)
-        return ArmStats(rewarded=0, reward_sum=0.0)
-
-    def policy_stats(self) -> dict[str, float]:
-        """``rewarded`` and ``reward_sum``: every reward the shared part learned from."""
-        shared: HybridSharedState = self._shared  # type: ignore[assignment]
-        return {"rewarded": float(shared.n), "reward_sum": float(shared.reward_sum)}
 
 
 def _prior(dim: int, ridge_lambda: float) -> dict[str, np.ndarray]:

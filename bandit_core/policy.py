@@ -46,6 +46,28 @@ by hand)
     ``select_until`` score rows in batches. ``_SELECT_ROWS`` (set by hand): rows per
     ``_score_batch`` call, ``None`` for all at once.
 
+Sparse rows
+    ``SPARSE_ROWS`` (set by hand, default False) says the policy takes sparse rows, for
+    feature spaces where a dense ``X`` cannot exist (``d = 2**20 + 1`` hashed buckets:
+    :mod:`bandit_core.diag_linucb`). :meth:`~BasePolicy.select` then takes ``X`` as a
+    :class:`~bandit_core.features.SparseRows` of ``K`` rows of length ``d`` (what the
+    featurizer makes) and :meth:`~BasePolicy.update` ``x`` as a one-row ``SparseRows``;
+    a dense ``X`` or ``x`` is still accepted, checked as before and turned into sparse
+    rows (:meth:`SparseRows.from_dense <bandit_core.features.SparseRows.from_dense>`), so
+    both forms of the same rows give the same decisions. Sparse input is checked in the
+    shared step (:func:`~bandit_core.validation.check_sparse_rows`: ``dim == d``, ``K``
+    rows, columns in ``[0, d)`` strictly increasing within a row, finite values) and
+    ``_score`` and ``_update`` always receive ``SparseRows``. Such a policy has no
+    ``_score_batch``: ``select_until`` loops over ``select``.
+
+Shared models
+    :class:`SharedModelPolicy` holds the steps of a policy whose ``"shared"`` part scores
+    any candidate from its features (hybrid LinUCB, diagonal LinUCB). When its
+    ``_keeps_arm_parts()`` is False (the default) arms carry no state: any arm id may be
+    served or rewarded without registration, the hooks get ``None`` as an arm's state,
+    the only state part is ``"shared"`` and :meth:`~BasePolicy.policy_stats` holds the
+    counts.
+
 Select, update, select_until
     :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
     ``_score``, breaks ties uniformly (one random key per candidate), applies the
@@ -105,6 +127,7 @@ from bandit_core.errors import (
     StateFormatError,
     UnknownArmError,
 )
+from bandit_core.features import SparseRows
 from bandit_core.state import ArrayState, pack, unpack
 from bandit_core.validation import (
     all_finite,
@@ -113,6 +136,7 @@ from bandit_core.validation import (
     check_matrix,
     check_real,
     check_reward,
+    check_sparse_rows,
     check_true,
     check_vector,
     is_real,
@@ -312,7 +336,7 @@ class Policy(Protocol):
     def select(
         self,
         arm_ids: Sequence[str],
-        X: ArrayLike,
+        X: ArrayLike | SparseRows,
         *,
         user_id: str | None = None,
         features: Mapping[str, float] | None = None,
@@ -323,7 +347,7 @@ class Policy(Protocol):
         self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
     ) -> int: ...
 
-    def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None: ...
+    def update(self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None) -> None: ...
 
     def to_bytes(self) -> bytes: ...
 
@@ -331,7 +355,9 @@ class Policy(Protocol):
     def from_bytes(cls, data: bytes) -> Self: ...
 
 
-def non_finite_score_error(algorithm: str, ids: Sequence[str], X: np.ndarray, scores: np.ndarray) -> BanditError:
+def non_finite_score_error(
+    algorithm: str, ids: Sequence[str], X: np.ndarray | SparseRows, scores: np.ndarray
+) -> BanditError:
     """The error for the first non-finite entry of ``scores``, blaming whoever caused it.
 
     The input, :class:`InvalidInputError`, when that candidate's row ``x`` has a squared
@@ -341,7 +367,7 @@ def non_finite_score_error(algorithm: str, ids: Sequence[str], X: np.ndarray, sc
     representable features gave a non-finite score, so its state or arithmetic is at fault.
     """
     bad = int(np.argmin(np.isfinite(scores)))
-    row = X[bad]
+    row = X.row(bad)[1] if isinstance(X, SparseRows) else X[bad]
     with np.errstate(over="ignore"):
         norm_sq = float(row.dot(row))
     if not math.isfinite(norm_sq):
@@ -369,7 +395,7 @@ class BasePolicy(abc.ABC):
 
     NAME: ClassVar[str] = ""
     CONFIG: ClassVar[type[PolicyConfig]] = PolicyConfig
-    ARM_STATE: ClassVar[type[ArrayState]]
+    ARM_STATE: ClassVar[type[ArrayState] | None]
     SHARED_STATE: ClassVar[type[ArrayState] | None] = None
     USER_STATE: ClassVar[type[ArrayState] | None] = None
     FEATURE_LAYOUT: ClassVar[str] = "context"
@@ -384,6 +410,8 @@ class BasePolicy(abc.ABC):
     # of ~10 arms, so few rows past the match are scored in vain. None: all at once, for
     # a policy whose _score_batch keeps the terms of rows it scores again (LNUCB-TA).
     _SELECT_ROWS: ClassVar[int | None] = 16
+    # Set by hand: the policy takes sparse rows (see the module docstring).
+    SPARSE_ROWS: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -491,13 +519,14 @@ class BasePolicy(abc.ABC):
     def select(
         self,
         arm_ids: Sequence[str],
-        X: ArrayLike,
+        X: ArrayLike | SparseRows,
         *,
         user_id: str | None = None,
         features: Mapping[str, float] | None = None,
         explore: bool = True,
     ) -> Decision:
-        """Choose one of ``arm_ids`` given their feature rows ``X`` (shape ``(K, d)``).
+        """Choose one of ``arm_ids`` given their feature rows ``X`` (shape ``(K, d)``; a
+        :class:`~bandit_core.features.SparseRows` for a policy with ``SPARSE_ROWS``).
 
         Unseen arms start from the algorithm's prior (cold start); retired arms raise
         :class:`UnknownArmError`. With ``explore=False`` the epsilon floor is off for
@@ -505,7 +534,7 @@ class BasePolicy(abc.ABC):
         """
         ids = self._checked_ids = check_arm_ids(arm_ids, self._checked_ids)
         K = len(ids)
-        X = check_matrix(X, K, self.config.d)
+        X = _sparse_matrix(X, K, self.config.d) if self.SPARSE_ROWS else check_matrix(X, K, self.config.d)
         if user_id is None and features is None:
             ctx = self._no_context
         else:
@@ -659,13 +688,14 @@ class BasePolicy(abc.ABC):
     def _decision_extras(self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext) -> Mapping[str, Any]:
         return {}
 
-    def update(self, arm_id: str, x: ArrayLike, reward: float, *, user_id: str | None = None) -> None:
-        """Learn from ``reward`` observed after serving ``arm_id`` with feature vector ``x``.
+    def update(self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None) -> None:
+        """Learn from ``reward`` observed after serving ``arm_id`` with feature vector ``x``
+        (a one-row :class:`~bandit_core.features.SparseRows` for a policy with ``SPARSE_ROWS``).
 
         ``arm_id`` must be known (seen by :meth:`select` or added with :meth:`add_arm`).
         """
         state = self._known_arm(arm_id)
-        x = check_vector(x, self.config.d)
+        x = _sparse_vector(x, self.config.d) if self.SPARSE_ROWS else check_vector(x, self.config.d)
         reward = check_reward(reward, self.config.reward_range)
         updated = self._updated_arms
         if updated is not None:
@@ -886,6 +916,92 @@ class BasePolicy(abc.ABC):
         if state is None and create:
             state = self._users[user_id] = self._new_user_state()  # type: ignore[assignment]
         return state
+
+
+class SharedModelPolicy(BasePolicy):
+    """Shared steps of a shared model (docs/algorithms.md section 8): a ``"shared"``
+    part scores any candidate from its features, so an item never seen gets the score
+    its features earned on other items.
+
+    Without per-arm parts (:meth:`_keeps_arm_parts` False, the default) an arm id is
+    only a label: selecting or rewarding a new id creates no part, retiring one only
+    records it so it is no longer served, the only state part is ``"shared"`` and its
+    ``n`` and ``reward_sum`` are the counts of :meth:`policy_stats`.
+    """
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config)
+        self._arm_free = not self._keeps_arm_parts()
+
+    def _keeps_arm_parts(self) -> bool:
+        """Whether arms carry a state part of their own (by default they do not)."""
+        return False
+
+    def _arm_for_select(self, arm_id: str) -> ArrayState:
+        if not self._arm_free:
+            return super()._arm_for_select(arm_id)
+        return self._known_arm(arm_id)
+
+    def _known_arm(self, arm_id: str) -> ArrayState:
+        if not self._arm_free:
+            return super()._known_arm(arm_id)
+        if arm_id in self._retired:
+            raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
+        return None  # type: ignore[return-value]  # no arm state: the hooks get None
+
+    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
+        return () if self._arm_free else super()._parts_changed_by_new_arms(arm_ids)
+
+    def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
+        """Names of the parts a selection reads: the arms' parts and ``"shared"``; only
+        ``"shared"`` without per-arm parts."""
+        return [SHARED_PART] if self._arm_free else super().parts_for_select(arm_ids, user_id)
+
+    def add_arm(self, arm_id: str) -> None:
+        """Register ``arm_id`` (see :meth:`BasePolicy.add_arm`); without per-arm parts it
+        only un-retires the id, as every id may be served."""
+        if not self._arm_free:
+            return super().add_arm(arm_id)
+        check_arm_ids([arm_id])
+        self._retired.discard(arm_id)
+        self._arm_table_changed()
+
+    def retire_arm(self, arm_id: str) -> None:
+        """Stop serving ``arm_id`` (see :meth:`BasePolicy.retire_arm`); without per-arm
+        parts there is no state to forget, only the id to refuse."""
+        if not self._arm_free:
+            return super().retire_arm(arm_id)
+        self._known_arm(check_arm_ids([arm_id])[0])
+        self._retired.add(arm_id)
+        self._arm_table_changed()
+
+    def arm_stats(self, arm_id: str) -> ArmStats:
+        """Learning counters of ``arm_id``; without per-arm parts no arm keeps counters
+        (they read 0) and :meth:`policy_stats` holds the totals."""
+        if not self._arm_free:
+            return super().arm_stats(arm_id)
+        self._known_arm(arm_id)
+        return ArmStats(rewarded=0, reward_sum=0.0)
+
+    def policy_stats(self) -> dict[str, float]:
+        """``rewarded`` and ``reward_sum``: every reward the shared part learned from."""
+        shared = self._shared
+        return {"rewarded": float(shared.n), "reward_sum": float(shared.reward_sum)}  # type: ignore[union-attr]
+
+
+def _sparse_matrix(X: ArrayLike | SparseRows, rows: int, d: int) -> SparseRows:
+    """``X`` (a :class:`SparseRows` or a dense ``(rows, d)`` array) as checked sparse rows."""
+    if isinstance(X, SparseRows):
+        return SparseRows(*check_sparse_rows(X.indptr, X.indices, X.values, X.dim, rows, d, "X"), dim=d)
+    return SparseRows.from_dense(check_matrix(X, rows, d))
+
+
+def _sparse_vector(x: ArrayLike | SparseRows, d: int) -> SparseRows:
+    """``x`` (a one-row :class:`SparseRows` or a dense vector of length ``d``) as one
+    checked sparse row."""
+    if isinstance(x, SparseRows):
+        return SparseRows(*check_sparse_rows(x.indptr, x.indices, x.values, x.dim, 1, d, "x"), dim=d)
+    return SparseRows.from_dense(check_vector(x, d)[None, :])
 
 
 def _check_targets(X_batch: ArrayLike, targets: ArrayLike, k: int) -> tuple[int, np.ndarray]:

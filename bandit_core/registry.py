@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bandit_core.baselines import EpsilonGreedy, RandomPolicy
+from bandit_core.diag_linucb import DiagLinUCB
 from bandit_core.errors import ConfigError, StateFormatError
 from bandit_core.guardrailed_linucb import GuardrailedLinUCB
 from bandit_core.hare import HARE
@@ -16,7 +17,7 @@ from bandit_core.state import unpack
 
 POLICIES: dict[str, type[BasePolicy]] = {
     cls.NAME: cls
-    for cls in (LinUCB, HybridLinUCB, LNUCBTA, GuardrailedLinUCB, HARE, RandomPolicy, EpsilonGreedy)
+    for cls in (LinUCB, HybridLinUCB, DiagLinUCB, LNUCBTA, GuardrailedLinUCB, HARE, RandomPolicy, EpsilonGreedy)
 }
 
 

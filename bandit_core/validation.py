@@ -273,3 +273,59 @@ def check_reward(reward: float, reward_range: tuple[float, float]) -> float:
     if not math.isfinite(value) or not low <= value <= high:
         raise InvalidInputError(f"reward must be a finite number in [{low}, {high}], but got {value}")
     return value
+
+
+def check_sparse_rows(
+    indptr: ArrayLike, indices: ArrayLike, values: ArrayLike, dim: Any, rows: int, d: int, name: str = "X"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return the arrays of ``rows`` sparse rows of length ``d`` in compressed sparse row
+    form (:class:`bandit_core.features.SparseRows`) as ``(indptr, indices, values)``,
+    int64, int64 and float64, after checking them: ``dim == d``; ``indptr`` of length
+    ``rows + 1``, from 0, non-decreasing, ending at the number of stored entries;
+    ``indices`` in ``[0, d)`` and strictly increasing within each row; ``values`` finite
+    and as many as ``indices``. Each error names ``name`` and the offending row.
+
+    >>> check_sparse_rows([0, 1, 1], [3], [2.0], 4, 2, 4)[1:]
+    (array([3]), array([2.]))
+    >>> check_sparse_rows([0, 2], [1, 1], [1.0, 1.0], 4, 1, 4)
+    Traceback (most recent call last):
+    ...
+    bandit_core.errors.InvalidInputError: X row 0 must have strictly increasing column indices, but column 1 repeats or goes back
+    """
+    if not is_int(dim) or dim != d:
+        raise InvalidInputError(f"{name} must have shape (K, d) = ({rows}, {d}), but got dim {dim!r}")
+    ptr = np.asarray(indptr)
+    if ptr.dtype.kind not in "iu" or ptr.shape != (rows + 1,):
+        raise InvalidInputError(
+            f"{name} must have shape (K, d) = ({rows}, {d}): indptr must be {rows + 1} ints, "
+            f"but got shape {ptr.shape} and dtype {ptr.dtype}"
+        )
+    cols = np.asarray(indices)
+    if cols.dtype.kind not in "iu" or cols.ndim != 1:
+        raise InvalidInputError(f"{name}.indices must be a 1-d int array, but got shape {cols.shape} and dtype {cols.dtype}")
+    vals = _as_real_array(values, f"{name}.values", "a 1-d array")
+    if vals.shape != cols.shape:
+        raise InvalidInputError(f"{name}.values must match {name}.indices' shape {cols.shape}, but got {vals.shape}")
+    ptr, cols = ptr.astype(np.int64, copy=False), cols.astype(np.int64, copy=False)
+    counts = np.diff(ptr)
+    if ptr[0] != 0 or ptr[-1] != len(cols) or (counts < 0).any():
+        shown = ptr.tolist() if len(ptr) <= 8 else f"{ptr[:8].tolist()[:-1]}..."
+        raise InvalidInputError(f"{name}.indptr must rise from 0 to the {len(cols)} stored entries, but got {shown}")
+    if len(cols):
+        row_of = np.repeat(np.arange(rows), counts)
+        outside = (cols < 0) | (cols >= d)
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise InvalidInputError(f"{name} row {row_of[i]} has column {cols[i]}, outside [0, {d})")
+        back = np.diff(cols) <= 0
+        back &= row_of[1:] == row_of[:-1]  # only within a row
+        if back.any():
+            i = int(np.argmax(back)) + 1
+            raise InvalidInputError(
+                f"{name} row {row_of[i]} must have strictly increasing column indices, "
+                f"but column {cols[i]} repeats or goes back"
+            )
+        if not all_finite(vals):
+            i = int(np.argmin(np.isfinite(vals)))
+            raise InvalidInputError(f"{name} must be finite, but {name}[{row_of[i]}, {cols[i]}] is {vals[i]}")
+    return ptr, cols, vals

@@ -16,8 +16,9 @@ without bound, so a stall cannot snowball into an unbounded backlog).
     python benchmarks/soak.py --short           # 20 s, what the test suite runs
     python benchmarks/soak.py --output soak.json
 
-PostgreSQL: ``BANDIT_TEST_POSTGRES_URL`` (default postgresql://postgres@127.0.0.1:5432/test);
-a schema is created for the run and dropped afterwards. redis-server must be on PATH.
+PostgreSQL: a private cluster started for the run (``tests.databases``; or a database
+created and dropped on the server ``BANDIT_TEST_POSTGRES_URL`` names), a schema in it for
+the run. redis-server and the PostgreSQL binaries must be on PATH.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import numpy as np
 
 from tests.databases import postgres_schema
 from tests.reliability.traffic import HEADERS, logged, spec
-from tests.servers import AppProcess, RedisServer, app_env
+from tests.servers import AppProcess, RedisServer, reliability_settings, settings_env
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -200,15 +201,14 @@ def main(argv: list[str] | None = None) -> int:
         redis_server.start()
         try:
             with postgres_schema() as db_url:
-                app = AppProcess(
-                    app_env(
-                        Path(tmp) / "data",
-                        redis_server.url,
-                        db_url,
-                        BANDIT_LOG_FLUSH_SECONDS="0.2",
-                        BANDIT_SWEEPER_INTERVAL_SECONDS="1",
-                    )
+                settings = reliability_settings(
+                    data_dir=Path(tmp) / "data",
+                    redis_url=redis_server.url,
+                    database_url=db_url,
+                    log_flush_seconds=0.2,
+                    sweeper_interval_seconds=1,
                 )
+                app = AppProcess(settings_env(settings))
                 app.start()
                 try:
                     result = asyncio.run(

@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import metrics
@@ -238,4 +239,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     personalizer.install_handlers(app)
     app.add_middleware(BodyLimitAndTiming, max_body_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        # outermost, so a preflight is answered before any other layer sees it
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
     return app

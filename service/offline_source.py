@@ -75,12 +75,30 @@ class EventLogSource:
                 yield event
 
 
+def check_logged(event_log: base.EventLog, policy: str) -> None:
+    """Raise :class:`InvalidInputError` naming the known policies when the log holds no
+    decision of ``policy``. A policy deleted while some of its decisions were still on their
+    way to the log has decisions but no config there: those are replayed like any other."""
+    if event_log.count(policy)[0] == 0:
+        configs = event_log.policies()
+        raise InvalidInputError(
+            f"log policy {policy!r} has no decisions in the event log; policies with a "
+            f"config there: {sorted(configs)}"
+        )
+
+
 def default_reward(event_log: base.EventLog, policy: str) -> float:
     """The ``default_reward`` of ``policy``'s config as recorded in the log; raises
-    :class:`InvalidInputError` naming the known policies when it is not there."""
+    :class:`InvalidInputError` when the config is not there (a deleted policy)."""
     configs = event_log.policies()
     if policy not in configs:
         raise InvalidInputError(
-            f"log policy {policy!r} is not in the event log; known: {sorted(configs)}"
+            f"log policy {policy!r} has no config in the event log (it was deleted), so its "
+            "default_reward is unknown; replay its rewarded decisions with --unrewarded skip"
         )
-    return float(configs[policy]["default_reward"])
+    value = configs[policy]["default_reward"]
+    if value is None:
+        raise InvalidInputError(
+            f"log policy {policy!r} has no default_reward; use --unrewarded skip"
+        )
+    return float(value)

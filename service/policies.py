@@ -3,13 +3,15 @@
 A policy's configuration (:class:`~service.schemas.PolicyInfo`, JSON) lives in the
 state-store key ``config`` of its namespace and in the event log's ``policies`` table.
 Its ``revision`` (random, new on every change) tells replicas to rebuild their cached
-engine policy. Changing a field the engine sees (:data:`ENGINE_FIELDS`) resets the
-policy's learned state; changing arms, ``default_reward``, ``reward_wait_seconds``,
+engine policy. Changing a field the engine learns with (:data:`ENGINE_FIELDS`) resets the
+policy's learned state; changing arms, ``epsilon`` (it only decides how often a decision
+explores, never what an update learns), ``default_reward``, ``reward_wait_seconds``,
 ``feature_names`` or ``delta_g_limit`` keeps it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from collections.abc import Mapping
@@ -20,8 +22,9 @@ from typing import Any
 import yaml
 
 from bandit_core import BasePolicy, ConfigError, make_policy
+from bandit_core.registry import policy_class
 from service.errors import InvalidRequest
-from service.schemas import PolicyInfo, PolicySpec
+from service.schemas import TOP_LEVEL_SETTINGS, PolicyInfo, PolicySpec
 
 CONFIG_KEY = "config"
 ENGINE_FIELDS = (
@@ -29,7 +32,6 @@ ENGINE_FIELDS = (
     "dimension",
     "params",
     "reward_range",
-    "epsilon",
     "guardrails",
     "safe_arm",
     "features",
@@ -47,8 +49,25 @@ DEMO_SPEC = PolicySpec(
 )
 
 
+def hyperparameters(algorithm: str) -> list[str]:
+    """The names ``params`` may hold for ``algorithm``: its config's fields except ``d``
+    (the spec's ``dimension``) and the spec's top-level settings."""
+    reserved = {"d", *TOP_LEVEL_SETTINGS}
+    return sorted(
+        f.name for f in dataclasses.fields(policy_class(algorithm).CONFIG) if f.name not in reserved
+    )
+
+
 def build_policy(spec: PolicySpec) -> BasePolicy:
-    """The engine policy a spec describes; an invalid combination is a 422 on ``params``."""
+    """The engine policy a spec describes; an invalid combination is a 422 on ``params``
+    (an unknown parameter on ``params.<name>``)."""
+    allowed = hyperparameters(spec.algorithm)
+    for key in spec.params:
+        if key not in allowed:
+            raise InvalidRequest(
+                f"unknown parameter {key!r} for {spec.algorithm}; expected some of {allowed}",
+                ["body", "params", key],
+            )
     params: dict[str, Any] = dict(spec.params)
     params["reward_range"] = tuple(spec.reward_range)
     for name in ("epsilon", "guardrails", "safe_arm"):
@@ -90,7 +109,20 @@ def encode_info(info: PolicyInfo) -> bytes:
 
 
 def decode_info(data: bytes) -> PolicyInfo:
-    return PolicyInfo.model_validate_json(data)
+    return info_from_record(json.loads(data))
+
+
+def info_from_record(record: dict[str, Any]) -> PolicyInfo:
+    """A stored config record as a :class:`PolicyInfo`. Records written before ``params``
+    was kept free of top-level settings may hold both; the top-level value, which the
+    engine used then, wins, so the policy keeps computing what it did."""
+    params = record.get("params")
+    if isinstance(params, dict):
+        kept = {
+            k: v for k, v in params.items() if record.get(k) is None or k not in TOP_LEVEL_SETTINGS
+        }
+        record = {**record, "params": kept}
+    return PolicyInfo.model_validate(record)
 
 
 def load_policies_file(path: Path) -> dict[str, PolicySpec]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandit_core.features import Featurizer
-from service.policies import CONFIG_KEY, build_policy, encode_info, spec_of
+from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
 from service.usecases.json_features import logged_rows
@@ -54,7 +54,7 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
     configs = await asyncio.to_thread(event_log.policies)
     if name not in configs:
         raise KeyError(f"policy {name!r} is not in the event log; known: {sorted(configs)}")
-    info = PolicyInfo.model_validate(configs[name])
+    info = info_from_record(configs[name])
     policy = build_policy(spec_of(info))
     rewarded, pulls = await asyncio.to_thread(_collect, event_log, info)
     n_decisions = sum(pulls.values())

@@ -6,6 +6,7 @@ These models are the wire format only; the event-log tables live in the storage 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,10 +22,10 @@ from pydantic import (
     model_validator,
 )
 
-from bandit_core import ConfigError, policy_class
+from bandit_core import ConfigError
 from bandit_core.features import FeaturizerConfig
 from bandit_core.featurized import featurized_dimension
-from bandit_core.registry import POLICIES
+from bandit_core.registry import POLICIES, policy_class
 
 # strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
@@ -189,6 +190,28 @@ class ActivateResponse(BaseModel):
 
 
 # ---- policies ------------------------------------------------------------------------------
+# Settings a spec holds as top-level fields: ``params`` holds only the algorithm's own
+# hyperparameters, so each setting is decided in one place (a top-level one given in
+# ``params`` moves to its field; the two disagreeing is a 422 on ``params``).
+TOP_LEVEL_SETTINGS = ("epsilon", "reward_range", "guardrails", "safe_arm")
+# The service explores by default so that its logs support offline evaluation: every
+# candidate keeps a logged propensity >= epsilon / K (docs/offline.md, "Support").
+DEFAULT_EPSILON = 0.05
+
+
+def default_epsilon(algorithm: str) -> float:
+    """Epsilon of a policy that names none: :data:`DEFAULT_EPSILON`, or the algorithm's own
+    default when larger (epsilon_greedy: 0.1)."""
+    fields = {f.name: f for f in dataclasses.fields(policy_class(algorithm).CONFIG)}
+    return max(DEFAULT_EPSILON, float(fields["epsilon"].default))
+
+
+def _same_setting(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return bool(a == b)
+
+
 class PolicySpec(_Model):
     """Body of ``PUT /policies/{name}``."""
 
@@ -198,7 +221,14 @@ class PolicySpec(_Model):
         description="length of each candidate's feature vector; with features it follows "
         "from them (and, when given, must equal that)",
     )
-    params: dict[str, Any] = Field(default_factory=dict, description="algorithm hyperparameters")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "the algorithm's own hyperparameters (alpha, ridge_lambda, seed, ...); not d "
+            "(that is dimension) nor a top-level field (epsilon, reward_range, guardrails, "
+            "safe_arm): one given here moves to its field, and disagreeing with it is a 422"
+        ),
+    )
     arms: list[ArmId] | None = None
     # documented as items + min/maxItems: the prefixItems pydantic writes for a tuple trip
     # OpenAPI tools that rewrite 3.1 schemas to older drafts (schemathesis among them)
@@ -211,7 +241,15 @@ class PolicySpec(_Model):
         description="reward given to events not rewarded within reward_wait_seconds; null: none",
     )
     reward_wait_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 600.0
-    epsilon: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    epsilon: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = Field(
+        None,
+        description=(
+            "probability of serving a uniformly random candidate (logged propensities stay "
+            f">= epsilon/K, so the log supports offline evaluation); omitted: {DEFAULT_EPSILON} "
+            "(epsilon_greedy: its default 0.1); null: the algorithm's own default (0 for the "
+            "UCB algorithms: deterministic, a log no estimator can evaluate)"
+        ),
+    )
     guardrails: list[dict[str, Any]] | None = None
     safe_arm: ArmId | None = None
     feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
@@ -251,6 +289,45 @@ class PolicySpec(_Model):
     def featurizer_config(self) -> FeaturizerConfig | None:
         """The featurizer ``features`` declares (None: float vectors)."""
         return None if self.features is None else FeaturizerConfig.from_dict(self.features)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_in_one_place(cls, data: Any) -> Any:
+        """Move top-level settings given in ``params`` to their fields (a conflict stays in
+        ``params`` for :meth:`_only_hyperparameters` to refuse) and fill in the default
+        epsilon of a spec that names none."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        params = data.get("params")
+        if isinstance(params, dict):
+            params = dict(params)
+            for key in TOP_LEVEL_SETTINGS:
+                if key not in params:
+                    continue
+                if data.get(key) is None:
+                    data[key] = params.pop(key)
+                elif _same_setting(data[key], params[key]):
+                    del params[key]
+            data["params"] = params
+        if "epsilon" not in data and data.get("algorithm") in POLICIES:
+            data["epsilon"] = default_epsilon(data["algorithm"])
+        return data
+
+    @field_validator("params")
+    @classmethod
+    def _only_hyperparameters(cls, params: dict[str, Any]) -> dict[str, Any]:
+        if "d" in params:
+            raise ValueError(
+                "params.d is not allowed: the feature length is the top-level field dimension"
+            )
+        for key in TOP_LEVEL_SETTINGS:
+            if key in params:
+                raise ValueError(
+                    f"params.{key} = {params[key]!r} conflicts with the top-level field {key}: "
+                    f"set {key} once, as the top-level field"
+                )
+        return params
 
     @model_validator(mode="after")
     def _check(self) -> PolicySpec:

@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated API keys; empty: loopback-only admin"
     )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "comma-separated origins (https://shop.example) whose browser pages may call the "
+            "API (CORS; '*': any origin); empty: no CORS headers, browsers refuse cross-origin calls"
+        ),
+    )
     recommend_requires_key: bool = Field(
         False, description="require an API key on POST /recommend too"
     )
@@ -107,9 +114,9 @@ class Settings(BaseSettings):
         description="delta_G limit exported for guardrailed policies that set no delta_g_limit",
     )
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "cors_origins", mode="before")
     @classmethod
-    def _split_keys(cls, value: object) -> object:
+    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value

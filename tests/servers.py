@@ -19,10 +19,13 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 import redis
+
+from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "reliability-key-0123456789abcdef"
@@ -47,12 +50,13 @@ def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-unty
 
 
 class RedisServer:
-    """A private redis-server on a free port. ``--save ""`` (no RDB snapshots) but an
-    append-only file fsync'ed on every write, so a stop and restart keeps every
-    acknowledged write -- an outage, not a data loss."""
+    """A private redis-server on a free port. ``--save ""`` (no RDB snapshots) but, with
+    ``persist`` (the default), an append-only file fsync'ed on every write, so a stop and
+    restart keeps every acknowledged write -- an outage, not a data loss."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, persist: bool = True) -> None:
         self.dir = directory
+        self.persist = persist
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
@@ -69,7 +73,7 @@ class RedisServer:
                 "--save",
                 "",
                 "--appendonly",
-                "yes",
+                "yes" if self.persist else "no",
                 "--appendfsync",
                 "always",
                 "--dir",
@@ -259,20 +263,43 @@ class AppProcess:
         raise AssertionError("no VmRSS")
 
 
-def app_env(data_dir: Path, redis_url: str, database_url: str, **extra: str) -> dict[str, str]:
-    """Environment of an app process over Redis and PostgreSQL with the test API key."""
-    return {
-        "BANDIT_REDIS_URL": redis_url,
-        "BANDIT_DATABASE_URL": database_url,
-        "BANDIT_API_KEYS": API_KEY,
-        "BANDIT_DATA_DIR": str(data_dir),
-        "BANDIT_DEMO_POLICY": "false",
-        "BANDIT_PERSONALIZER_LOOP": "false",
-        "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
-        "BANDIT_LOG_FLUSH_SECONDS": "0.05",
-        "BANDIT_SWEEPER_INTERVAL_SECONDS": "0.2",
-        **extra,
+def reliability_settings(
+    *, data_dir: Path, redis_url: str, database_url: str | None, **overrides: Any
+) -> Settings:
+    """The reliability tests' one set of settings: Redis and PostgreSQL, the test API
+    key, no demo policy, no snapshots, a quick log flush and sweeper; ``overrides``
+    replace fields."""
+    fields: dict[str, Any] = {
+        "redis_url": redis_url,
+        "database_url": database_url,
+        "api_keys": [API_KEY],
+        "data_dir": data_dir,
+        "demo_policy": False,
+        "personalizer_loop": False,
+        "snapshot_interval_seconds": 0,
+        "log_flush_seconds": 0.05,
+        "sweeper_interval_seconds": 0.2,
+        **overrides,
     }
+    return Settings(**fields)
+
+
+def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The ``BANDIT_*`` environment that makes an app process read ``settings`` (the
+    fields set explicitly), plus ``extra`` variables."""
+    env = {}
+    for name in settings.model_fields_set:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, list):
+            text = ",".join(value)
+        else:
+            text = str(value)
+        env[f"BANDIT_{name.upper()}"] = text
+    return {**env, **extra}
 
 
 @contextlib.contextmanager

@@ -3,11 +3,21 @@
 * :func:`replay`, :func:`rejection_replay`, :func:`replay_seeds` -- learn-as-you-go
   evaluation of a policy on a log (Li et al. 2011);
 * :func:`ips`, :func:`snips`, :func:`dr` -- value of a fixed target policy from logged
-  propensities, each returning a float; :func:`estimate` adds a bootstrap interval;
+  propensities, each returning a float; :func:`estimate` adds a bootstrap interval and
+  :func:`support`'s diagnostic (a deterministic log cannot evaluate another policy);
 * :func:`off_policy_estimates` -- all three for a fixed greedy policy on logged events.
 """
 
-from bandit_core.evaluation.estimators import EstimateResult, dr, estimate, ips, snips
+from bandit_core.evaluation.estimators import (
+    EstimateResult,
+    SupportDiagnostic,
+    UnsupportedLogError,
+    dr,
+    estimate,
+    ips,
+    snips,
+    support,
+)
 from bandit_core.evaluation.offpolicy import off_policy_estimates, ridge_q_hat, target_distribution
 from bandit_core.evaluation.replay import (
     ReplayResult,
@@ -23,6 +33,8 @@ __all__ = [
     "ReplayResult",
     "SeedReplays",
     "Spread",
+    "SupportDiagnostic",
+    "UnsupportedLogError",
     "dr",
     "estimate",
     "ips",
@@ -32,5 +44,6 @@ __all__ = [
     "replay_seeds",
     "ridge_q_hat",
     "snips",
+    "support",
     "target_distribution",
 ]

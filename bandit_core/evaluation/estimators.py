@@ -17,6 +17,14 @@ pscore_i``:
 Each estimator is a ratio ``sum(num) / sum(den)`` of per-event terms, which
 :func:`estimate` resamples for percentile bootstrap confidence intervals.
 
+All three need *support*: every action the target may take must have had a logging
+probability > 0. A log only shows the probability of the logged action, but an event with
+``pscore = 1`` was logged deterministically, so the target's probability on every other
+action of that event has no support: IPS counts it as reward 0, SNIPS drops it and DR
+falls back on ``q_hat`` alone, so the three disagree however many events there are (and
+their bootstrap intervals stay tight). :func:`support` measures that share and
+:func:`estimate` reports it on every result (:class:`SupportDiagnostic`).
+
 >>> import numpy as np
 >>> r, a, p = np.array([1.0, 0.0]), np.array([0, 1]), np.array([0.5, 0.5])
 >>> pi = np.array([[1.0, 0.0], [1.0, 0.0]])
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -126,11 +135,76 @@ def dr(reward: ArrayLike, action: ArrayLike, pscore: ArrayLike, action_dist: Arr
 
 
 @dataclass(frozen=True)
+class SupportDiagnostic:
+    """How much of the target policy the log cannot see (module docstring, "support").
+
+    ``deterministic_events``: events logged with ``pscore = 1`` (every other candidate had
+    logging probability 0); ``unsupported_mass``: the target's probability on actions the
+    logging policy could not take, averaged over the ``n`` events (a lower bound: at an
+    event with ``pscore < 1`` the log does not say which other actions had probability 0).
+    The estimates are biased unless it is 0 (:attr:`supported`).
+    """
+
+    n: int
+    deterministic_events: int
+    unsupported_mass: float
+
+    @property
+    def supported(self) -> bool:
+        """True when no target probability is known to lack support."""
+        return self.unsupported_mass == 0.0
+
+    def message(self) -> str:
+        """One sentence saying what is missing and how to log with support."""
+        if self.supported:
+            return f"the log supports the target on all {self.n} events"
+        return (
+            f"the log does not support the target policy: {self.deterministic_events} of {self.n} "
+            f"events were logged deterministically (propensity 1), and {self.unsupported_mass:.1%} "
+            "of the target's choices are arms the logging policy served with probability 0 there; "
+            "IPS, SNIPS and DR are biased in different directions and their intervals do not "
+            "cover the true value. Log with exploration (epsilon > 0) to evaluate other policies"
+        )
+
+    def to_dict(self) -> dict[str, float | int | bool]:
+        """JSON-able dict of the fields and :attr:`supported`."""
+        return {**self.__dict__, "supported": self.supported}
+
+
+class UnsupportedLogError(InvalidInputError):
+    """Raised instead of estimates when they are asked only for a log that supports the
+    target; ``support`` says what is missing."""
+
+    def __init__(self, support: SupportDiagnostic) -> None:
+        super().__init__(support.message())
+        self.support = support
+
+
+def support(action: ArrayLike, pscore: ArrayLike, action_dist: ArrayLike) -> SupportDiagnostic:
+    """The support of the target ``action_dist`` in a log (:class:`SupportDiagnostic`):
+    ``unsupported_mass = (1/n) sum_{i: pscore_i = 1} (1 - action_dist[i, action_i])``.
+
+    >>> support([0, 1], [1.0, 0.5], [[0.5, 0.5], [1.0, 0.0]]).unsupported_mass
+    0.25
+    """
+    ones = np.zeros(np.shape(pscore))
+    _, a, p, pi, _ = _check(ones, action, pscore, action_dist, None)
+    deterministic = np.isclose(p, 1.0, rtol=0.0, atol=1e-12)
+    unsupported = np.where(deterministic, 1.0 - pi[np.arange(a.size), a], 0.0)
+    return SupportDiagnostic(
+        n=int(a.size),
+        deterministic_events=int(deterministic.sum()),
+        unsupported_mass=float(np.clip(unsupported, 0.0, 1.0).mean()),
+    )
+
+
+@dataclass(frozen=True)
 class EstimateResult:
-    """An estimate with its percentile bootstrap interval.
+    """An estimate with its percentile bootstrap interval and the log's support.
 
     ``value`` is the estimate on the full sample; ``ci_low``/``ci_high`` bound the
-    central ``confidence`` share of ``n_bootstrap`` resampled estimates; ``n`` events.
+    central ``confidence`` share of ``n_bootstrap`` resampled estimates; ``n`` events;
+    ``support``: whether the log supports the target (the estimate is meaningless if not).
     """
 
     estimator: str
@@ -140,10 +214,11 @@ class EstimateResult:
     confidence: float
     n_bootstrap: int
     n: int
+    support: SupportDiagnostic
 
-    def to_dict(self) -> dict[str, float | int | str]:
-        """JSON-able dict of the fields."""
-        return dict(self.__dict__)
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict of the fields (``support`` as a nested dict)."""
+        return {**self.__dict__, "support": self.support.to_dict()}
 
 
 def estimate(
@@ -176,7 +251,8 @@ def estimate(
     confidence = check_real(
         confidence, "confidence", low=0.0, high=1.0, low_open=True, high_open=True, error=InvalidInputError
     )
-    num, den = _TERMS[estimator](*_check(reward, action, pscore, action_dist, q_hat))
+    checked = _check(reward, action, pscore, action_dist, q_hat)
+    num, den = _TERMS[estimator](*checked)
     n = num.size
     boot = np.empty(n_bootstrap)
     # Resample counts in chunks so memory stays about 8e6 floats whatever n is.
@@ -195,4 +271,5 @@ def estimate(
         confidence=float(confidence),
         n_bootstrap=n_bootstrap,
         n=n,
+        support=support(checked[1], checked[2], checked[3]),
     )

@@ -24,7 +24,12 @@ import numpy as np
 
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
-from bandit_core.evaluation.estimators import EstimateResult, estimate
+from bandit_core.evaluation.estimators import (
+    EstimateResult,
+    UnsupportedLogError,
+    estimate,
+    support,
+)
 from bandit_core.linear import LinearArmState
 from bandit_core.policy import Policy
 from bandit_core.validation import check_int, check_real
@@ -84,9 +89,12 @@ def off_policy_estimates(
     confidence: float = 0.95,
     ridge_lambda: float = 1.0,
     folds: int = 2,
+    require_support: bool = False,
 ) -> dict[str, EstimateResult]:
     """IPS, SNIPS and DR estimates (with percentile bootstrap intervals drawn from ``rng``)
     of the value of the fixed greedy ``policy`` on ``events``, which all need ``pscore``.
+    Each result carries the log's support of the target; with ``require_support`` a log
+    that does not support it raises :class:`UnsupportedLogError` instead.
 
     >>> import bandit_core
     >>> ev = [LoggedEvent.build(["a", "b"], "ab"[i % 2], float(i % 2), context=[1.0], pscore=0.5)
@@ -103,6 +111,10 @@ def off_policy_estimates(
     action = np.array([e.action for e in events], dtype=np.intp)
     pscore = np.array([e.pscore for e in events], dtype=np.float64)
     action_dist = target_distribution(policy, events)
+    if require_support:
+        diagnostic = support(action, pscore, action_dist)
+        if not diagnostic.supported:
+            raise UnsupportedLogError(diagnostic)
     q_hat = ridge_q_hat(events, ridge_lambda=ridge_lambda, folds=folds)
     return {
         name: estimate(

@@ -1,5 +1,6 @@
-"""The ``bandit`` command line: ``serve`` and ``rebuild`` (service), ``replay``,
-``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound`` (regret bounds)."""
+"""The ``bandit`` command line: ``serve``, ``rebuild`` and ``openapi`` (service),
+``replay``, ``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound``
+(regret bounds). Exit statuses: :mod:`service.cli.exit_codes`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from service.cli import bound, offline, server
+from service.cli.exit_codes import EPILOG
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bandit",
         description="Self-hosted contextual-bandit recommendation service and offline evaluation.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server.register(sub)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bandit_core.bounds import GuardrailBound, guardrail_regret_bound
 from bandit_core.errors import BanditError
+from service.cli.exit_codes import EXIT_OK
 
 
 def _count(text: str) -> int:
@@ -138,4 +139,4 @@ def _run_guardrail(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(b.to_dict(), indent=2) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
-    return 0
+    return EXIT_OK

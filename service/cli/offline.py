@@ -6,7 +6,8 @@ through :class:`service.offline_source.EventLogSource`).
 
 Every command prints a short summary, writes the full result as JSON with
 ``--json PATH`` and a PNG of the cumulative curves with ``--plot PATH``. Invalid
-input ends with a one-line message on stderr and exit status 2, never a traceback.
+input ends with a one-line message on stderr and exit status 2, an unreachable event log
+with status 1, never a traceback (:mod:`service.cli.exit_codes`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from bandit_core.evaluation import (
     ReplayResult,
     SeedReplays,
     Spread,
+    UnsupportedLogError,
     off_policy_estimates,
     rejection_replay,
     replay,
@@ -55,12 +57,17 @@ from bandit_core.simulation import (
     simulate_run,
 )
 from bandit_core.validation import check_int, check_real
+from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 FORMATS = ("news", "jsonl", "eventlog")
 
 
 class CliError(Exception):
-    """A user error reported as one line with exit status 2."""
+    """A user error reported as one line with exit status 2 (usage)."""
+
+
+class CommandFailed(Exception):
+    """A valid command that could not finish, reported as one line with exit status 1."""
 
 
 # ---- argument helpers ---------------------------------------------------------------------
@@ -272,7 +279,7 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from service.offline_source import EventLogSource, default_reward
+    from service.offline_source import EventLogSource, check_logged, default_reward
     from service.storage.base import StoreUnavailableError
     from service.storage.sql_log import SqlEventLog
 
@@ -287,15 +294,13 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
     assert spec.log_policy is not None
     event_log = SqlEventLog(spec.data)
     try:
-        fill = default_reward(event_log, spec.log_policy)  # also checks the policy is logged
-        source = EventLogSource(
-            event_log, spec.log_policy, spec.since, spec.until,
-            unrewarded=fill if spec.unrewarded == "default" else None,
-        )
+        check_logged(event_log, spec.log_policy)
+        fill = default_reward(event_log, spec.log_policy) if spec.unrewarded == "default" else None
+        source = EventLogSource(event_log, spec.log_policy, spec.since, spec.until, unrewarded=fill)
         return list(source)
     except StoreUnavailableError as exc:
         message = " ".join(str(exc).split())  # a driver's message may span lines
-        raise CliError(f"--data {url.render_as_string(hide_password=True)}: {message}") from None
+        raise CommandFailed(f"--data {url.render_as_string(hide_password=True)}: {message}") from None
     finally:
         event_log.close()
 
@@ -431,20 +436,24 @@ def _write_json(path: Path | None, payload: dict[str, Any]) -> None:
 
 
 def _clean_exit(command: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
-    """Turn user errors into one line on stderr and exit status 2."""
+    """Turn user errors into one line on stderr and exit status 2, failures into one line
+    and status 1."""
 
     def wrap(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
         @functools.wraps(fn)
         def run(args: argparse.Namespace) -> int:
             try:
                 return fn(args)
+            except CommandFailed as exc:
+                print(f"bandit {command}: error: {exc}", file=sys.stderr)
+                return EXIT_FAILURE
             except (CliError, BanditError) as exc:
                 print(f"bandit {command}: error: {exc}", file=sys.stderr)
-                return 2
+                return EXIT_USAGE
             except OSError as exc:
                 where = f"{exc.filename}: " if exc.filename else ""
                 print(f"bandit {command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
-                return 2
+                return EXIT_USAGE
 
         return run
 
@@ -494,7 +503,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, [("matched round", "cumulative reward", [(args.policy, runs.curves(), {})])],
               f"Replay of {_source_title(spec)}")
-    return 0
+    return EXIT_OK
 
 
 def _format_params(params: dict[str, Any]) -> str:
@@ -544,11 +553,20 @@ def _run_estimate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     target = _build_policy(args.policy, d, params, args.seed)
     train_target(target, events[:n_train])
-    results = off_policy_estimates(
-        target, evaluated, rng=np.random.default_rng([args.seed, 3]), n_bootstrap=args.bootstrap,
-        confidence=args.confidence, ridge_lambda=args.ridge_lambda, folds=args.folds,
-    )
+    try:
+        results = off_policy_estimates(
+            target, evaluated, rng=np.random.default_rng([args.seed, 3]), n_bootstrap=args.bootstrap,
+            confidence=args.confidence, ridge_lambda=args.ridge_lambda, folds=args.folds,
+            require_support=not args.force,
+        )
+    except UnsupportedLogError as exc:
+        print(f"bandit estimate: WARNING: {exc} (docs/offline.md, Support)", file=sys.stderr)
+        print("bandit estimate: no estimates printed; --force prints them anyway", file=sys.stderr)
+        _write_json(args.json, {"policy": args.policy, "params": params, **_source_fields(spec),
+                                "support": exc.support.to_dict(), "estimates": None})
+        return EXIT_FAILURE
     logged = float(np.mean([e.reward for e in evaluated]))
+    diagnostic = next(iter(results.values())).support
     payload = {
         "policy": args.policy,
         "params": params,
@@ -563,9 +581,12 @@ def _run_estimate(args: argparse.Namespace) -> int:
         "evaluated_events": len(evaluated),
         "logged_mean_reward": logged,
         "confidence": args.confidence,
+        "support": diagnostic.to_dict(),
         "estimates": {name: r.to_dict() for name, r in results.items()},
         "seconds": time.perf_counter() - started,
     }
+    if not diagnostic.supported:  # --force
+        print(f"bandit estimate: WARNING: {diagnostic.message()} (docs/offline.md, Support)", file=sys.stderr)
     print(
         f"{args.policy} {_format_params(params)} on {len(evaluated)} events (trained on {n_train}); "
         f"logging policy's mean reward {logged:.4f}"
@@ -573,7 +594,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
     for name, r in results.items():
         print(f"  {name:<5} {r.value:.4f}  [{r.ci_low:.4f}, {r.ci_high:.4f}] ({r.confidence:.0%} bootstrap)")
     _write_json(args.json, payload)
-    return 0
+    return EXIT_OK
 
 
 # ---- bandit simulate ---------------------------------------------------------------------------------
@@ -639,7 +660,7 @@ def _run_simulate(args: argparse.Namespace) -> int:
              ("round", "cumulative reward", [(args.policy, result.reward_curves, {})])],
             f"Simulation: {args.csv.name if args.csv else args.env + ' environment'}",
         )
-    return 0
+    return EXIT_OK
 
 
 # ---- bandit compare ------------------------------------------------------------------------------------
@@ -760,7 +781,7 @@ def _run_compare(args: argparse.Namespace) -> int:
         lines = [(row.label, runs.curves(), style) for row, runs, style in zip(rows, per_row, styles, strict=True)]
         title = f"Replay of {_source_title(spec)}: mean over {len(seeds)} seed(s), band +-1 sd"
         _plot(args.plot, [("matched round", "cumulative reward", lines)], title)
-    return 0
+    return EXIT_OK
 
 
 def _table(summaries: Sequence[dict[str, Any]]) -> str:
@@ -839,10 +860,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "served arm's feature row (lambda --ridge-lambda), cross-fitted over --folds time-ordered\n"
             "blocks of the evaluated events (each block predicted by the fit on the others).\n"
             "logged_mean_reward is the logging policy's own mean reward on the evaluated events.\n\n"
+            "Support: the estimators need every action the target takes to have had a logging\n"
+            "probability > 0. When events were logged with propensity 1 (a policy with epsilon 0) and\n"
+            "the target chooses other arms there, the estimates are biased and disagree: the command\n"
+            "then prints a warning, no estimates, and exits with status 1 (--force prints them anyway).\n\n"
             f"Policies: {names}.\n\n"
             "JSON keys: policy, params, data, format (and log_policy, since, until, unrewarded for an event\n"
             "log), protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
-            "estimates (ips, snips, dr: estimator, value, ci_low, ci_high, confidence, n_bootstrap, n), seconds.\n\n"
+            "support (n, deterministic_events, unsupported_mass, supported), estimates (ips, snips, dr:\n"
+            "estimator, value, ci_low, ci_high, confidence, n_bootstrap, n, support), seconds.\n\n"
             "example: bandit estimate --format eventlog --data postgresql://postgres@127.0.0.1/bandit \\\n"
             "             --log-policy home --policy linucb --alpha 0 --train-fraction 0.5 --json e.json"
         ),
@@ -862,6 +888,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="cross-fitting blocks of DR's reward model (default 2)")
     p.add_argument("--seed", type=int, default=0, metavar="SEED",
                    help="seed of the target policy's RNG and of the bootstrap (default 0)")
+    p.add_argument("--force", action="store_true",
+                   help="print the estimates even when the log does not support the target "
+                   "(they are then biased; the warning still goes to stderr)")
     p.add_argument("--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH")
     p.set_defaults(run=_run_estimate)
 
@@ -879,7 +908,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             f"Policies: {names}.\n\n"
             "JSON keys: policy, params, environment, cumulative_regret, cumulative_regret_std,\n"
             "cumulative_reward, cumulative_reward_std, seconds, per_seed, regret_curve, reward_curve.\n\n"
-            "example: bandit simulate --csv iris.csv --label-column species --policy linucb --rounds 2000 --seeds 5"
+            "example: bandit simulate --csv examples/flowers.csv --label-column species --policy linucb --rounds 2000 --seeds 5"
         ),
     )
     p.add_argument("--csv", type=Path, metavar="PATH", help="classification CSV with a header row")

@@ -1,4 +1,4 @@
-"""``bandit serve``, ``bandit rebuild`` and ``bandit export-openapi`` (alias ``openapi``)."""
+"""``bandit serve``, ``bandit rebuild`` and ``bandit openapi``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
 if TYPE_CHECKING:
     from service.settings import Settings
 
@@ -20,11 +22,28 @@ OPENAPI_PATH = ROOT / "openapi" / "openapi.json"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add this module's subcommands to ``subparsers``."""
-    serve = subparsers.add_parser("serve", help="run the HTTP service (uvicorn)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=1)
-    serve.add_argument("--log-level", default="info")
+    serve = subparsers.add_parser(
+        "serve",
+        help="run the HTTP service (uvicorn)",
+        description="Run the HTTP service. Configuration comes from BANDIT_* environment "
+        "variables (docs/operations.md); with none set it runs on the embedded default.",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
+    serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on (default 8000)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes (default 1); more than 1 needs BANDIT_REDIS_URL",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=("critical", "error", "warning", "info", "debug", "trace"),
+        help="uvicorn's log level (default info)",
+    )
     # One log line per request costs about 3% of a /recommend's CPU (py-spy, K = 50):
     # off unless asked for; errors and start-up messages still log at --log-level.
     serve.add_argument(
@@ -36,15 +55,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.set_defaults(run=_serve)
 
     rebuild = subparsers.add_parser(
-        "rebuild", help="reconstruct a policy's state from the event log"
+        "rebuild",
+        help="reconstruct a policy's state from the event log",
+        description="Replay a policy's logged decisions and rewards into the state store "
+        "(BANDIT_REDIS_URL and BANDIT_DATABASE_URL; the embedded default rebuilds at every start).",
     )
-    rebuild.add_argument("--policy", required=True)
+    rebuild.add_argument(
+        "--policy", required=True, metavar="NAME", help="the policy whose state to rebuild"
+    )
     rebuild.set_defaults(run=_rebuild)
 
-    for name in ("export-openapi", "openapi"):
-        export = subparsers.add_parser(name, help="write the OpenAPI document of the service")
-        export.add_argument("--output", type=Path, default=OPENAPI_PATH)
-        export.set_defaults(run=_export_openapi)
+    export = subparsers.add_parser(
+        "openapi",
+        help="print the OpenAPI document of the service",
+        description="Print the OpenAPI document the service serves at /openapi.json (no "
+        "connection is opened). The repository's copy is refreshed with "
+        "`bandit openapi --output openapi/openapi.json` from the repository root.",
+    )
+    export.add_argument(
+        "--output",
+        type=Path,
+        metavar="PATH",
+        help="write the document to PATH instead of standard output",
+    )
+    export.set_defaults(run=_export_openapi)
 
 
 def _settings() -> Settings | None:
@@ -68,14 +102,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings()
     if settings is None:
-        return 2
+        return EXIT_USAGE
     if args.workers > 1 and settings.embedded:
         print(
             "--workers > 1 needs BANDIT_REDIS_URL: on the embedded default each worker would "
             "keep its own in-process state",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Metrics of every worker land in one directory that /metrics aggregates.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bandit-metrics-")
@@ -88,22 +122,23 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         access_log=args.access_log,
     )
-    return 0
+    return EXIT_OK
 
 
 def _rebuild(args: argparse.Namespace) -> int:
     from service.app import make_event_log, make_store
     from service.rebuild import rebuild_policy
+    from service.storage.base import StoreUnavailableError
 
     settings = _settings()
     if settings is None:
-        return 2
+        return EXIT_USAGE
     if settings.embedded:
         print(
             "bandit rebuild needs BANDIT_REDIS_URL: the embedded default rebuilds at every start",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
 
     async def run() -> int:
         event_log = make_event_log(settings)
@@ -111,8 +146,11 @@ def _rebuild(args: argparse.Namespace) -> int:
         try:
             report = await rebuild_policy(event_log, store, args.policy)
         except KeyError as exc:
-            print(exc.args[0], file=sys.stderr)
-            return 1
+            print(f"bandit rebuild: error: {exc.args[0]}", file=sys.stderr)
+            return EXIT_USAGE
+        except StoreUnavailableError as exc:
+            print(f"bandit rebuild: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return EXIT_FAILURE
         finally:
             await store.close()
             event_log.close()
@@ -120,7 +158,7 @@ def _rebuild(args: argparse.Namespace) -> int:
             f"rebuilt {report.policy}: {report.rewards} rewards of {report.decisions} decisions "
             f"replayed into {report.parts} state parts"
         )
-        return 0
+        return EXIT_OK
 
     return asyncio.run(run())
 
@@ -134,11 +172,18 @@ def openapi_document() -> dict:
 
 
 def render_openapi() -> str:
+    """The document as the repository stores it (sorted keys, two-space indent)."""
     return json.dumps(openapi_document(), indent=2, sort_keys=True) + "\n"
 
 
 def _export_openapi(args: argparse.Namespace) -> int:
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(render_openapi())
-    print(f"wrote {args.output}")
-    return 0
+    if args.output is None:
+        sys.stdout.write(render_openapi())
+        return EXIT_OK
+    try:
+        args.output.write_text(render_openapi())
+    except OSError as exc:
+        print(f"bandit openapi: error: --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {args.output}", file=sys.stderr)
+    return EXIT_OK

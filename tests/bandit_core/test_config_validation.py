@@ -64,6 +64,7 @@ FIELDS: dict[str, tuple[tuple[Any, Any] | None, list[tuple[Any, str]]]] = {
     "l2": ((np.float64(0.0), 0.0), [(-1.0, "l2 must be a finite number >= 0, but got -1.0")]),
     "grad_clip": ((np.float64(np.inf), float("inf")), [(0.0, "grad_clip must be a number > 0, but got 0.0"),
                                                         (float("nan"), "grad_clip must be a number > 0, but got nan")]),
+    "fit": (None, [("ridge", r"fit must be one of \['joint', 'per_feature'\], but got 'ridge'")]),
     "loss": (None, [("hinge", r"loss must be one of \('squared', 'logistic'\)|loss must be one of \['squared', 'logistic'\]")]),
 }
 

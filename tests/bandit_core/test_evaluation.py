@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 import bandit_core
 from bandit_core.datasets import BanditLog, LoggedEvent
 from bandit_core.errors import InvalidInputError
-from bandit_core.evaluation import dr, estimate, ips, rejection_replay, replay, replay_seeds, snips
+from bandit_core.evaluation import (
+    dr,
+    estimate,
+    ips,
+    rejection_replay,
+    replay,
+    replay_seeds,
+    snips,
+    support,
+)
 
 
 @pytest.mark.parametrize(("alpha", "expected"), [(0.1, 567), (1.0, 424), (10.0, 98)])
@@ -260,3 +269,46 @@ def test_estimate_rejects_bad_options() -> None:
         estimate("ips", **GOOD, rng=rng, confidence=1.0)
     with pytest.raises(InvalidInputError, match="snips is undefined"):
         snips(np.ones(2), np.array([0, 0]), np.full(2, 0.5), np.array([[0.0, 1.0], [0.0, 1.0]]))
+
+
+def _deterministic_log(problem: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The argmax of the logging policy, served with propensity 1 (as LinUCB logs with
+    epsilon 0), Bernoulli rewards with the true means."""
+    action = problem["logging"].argmax(axis=1)
+    r = (np.random.default_rng(3).random(N) < problem["q"][np.arange(N), action]).astype(float)
+    return r, action, np.ones(N)
+
+
+def test_a_deterministic_log_is_reported_as_not_supporting_the_target(problem: dict[str, np.ndarray]) -> None:
+    r, a, p = _deterministic_log(problem)
+    target = problem["target"]
+    results = {
+        name: estimate(name, r, a, p, target, problem["q"] if name == "dr" else None,
+                       rng=np.random.default_rng(0), n_bootstrap=200)
+        for name in ("ips", "snips", "dr")
+    }
+    expected_mass = float(np.mean(1.0 - target[np.arange(N), a]))
+    for res in results.values():
+        assert res.support.deterministic_events == N and not res.support.supported
+        assert res.support.unsupported_mass == pytest.approx(expected_mass)
+        assert "does not support" in res.support.message()
+        assert res.to_dict()["support"]["supported"] is False
+    # what the diagnostic guards against: tight intervals that exclude the truth and each other
+    assert not results["ips"].ci_low <= problem["value"] <= results["ips"].ci_high
+    assert results["ips"].ci_high < results["snips"].ci_low
+
+
+def test_an_exploring_log_supports_every_target(problem: dict[str, np.ndarray]) -> None:
+    r, a, p = _draw_log(problem, 0)
+    res = estimate("ips", r, a, p, problem["target"], rng=np.random.default_rng(0), n_bootstrap=50)
+    assert res.support.supported and res.support.deterministic_events == 0
+    assert res.support.unsupported_mass == 0.0
+
+
+def test_support_counts_only_target_mass_away_from_a_deterministic_action() -> None:
+    # event 0: deterministic, target agrees; event 1: deterministic, target half elsewhere;
+    # event 2: logged with 0.5, whatever the target does is not known to lack support
+    diag = support([0, 1, 0], [1.0, 1.0, 0.5], [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]])
+    assert (diag.n, diag.deterministic_events, diag.unsupported_mass) == (3, 2, pytest.approx(0.5 / 3))
+    # a single candidate served with certainty is fully supported
+    assert support([0], [1.0], [[1.0]]).supported

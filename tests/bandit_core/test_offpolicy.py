@@ -10,6 +10,7 @@ import bandit_core
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
 from bandit_core.evaluation import (
+    UnsupportedLogError,
     dr,
     ips,
     off_policy_estimates,
@@ -117,3 +118,34 @@ def test_off_policy_estimates_need_events_with_pscores() -> None:
     no_pscore = [LoggedEvent.build(["a", "b"], "a", 1.0, context=[1.0])] * 3
     with pytest.raises(InvalidInputError, match="event 0 has none"):
         off_policy_estimates(policy, no_pscore, rng=rng)
+
+
+def _logged_by(epsilon: float, n: int = 300) -> list[LoggedEvent]:
+    """Events served by LinUCB (alpha 1) with ``epsilon``, with its logged propensities."""
+    rng = np.random.default_rng(11)
+    logger = bandit_core.make_policy("linucb", d=2, epsilon=epsilon, seed=3)
+    theta = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5]])
+    out = []
+    for _ in range(n):
+        X = rng.normal(size=(3, 2))
+        dec = logger.select(["a", "b", "c"], X)
+        j = "abc".index(dec.arm_id)
+        r = float(rng.random() < 1 / (1 + np.exp(-X[j] @ theta[j])))
+        logger.update(dec.arm_id, X[j], r)
+        out.append(LoggedEvent.build(["a", "b", "c"], dec.arm_id, r, arm_features=X, pscore=dec.propensity))
+    return out
+
+
+def test_a_deterministic_logger_cannot_evaluate_another_policy_and_epsilon_fixes_it() -> None:
+    target = bandit_core.make_policy("linucb", d=2, alpha=5.0, seed=0)  # explores what the logger did not
+    deterministic = _logged_by(0.0)
+    assert sum(e.pscore == 1.0 for e in deterministic) > 0.9 * len(deterministic)
+    with pytest.raises(UnsupportedLogError, match="does not support the target policy") as exc:
+        off_policy_estimates(target, deterministic, rng=np.random.default_rng(0), n_bootstrap=20,
+                             require_support=True)
+    assert exc.value.support.unsupported_mass > 0
+    loose = off_policy_estimates(target, deterministic, rng=np.random.default_rng(0), n_bootstrap=20)
+    assert not loose["ips"].support.supported  # without require_support: reported, not raised
+    exploring = off_policy_estimates(target, _logged_by(0.05), rng=np.random.default_rng(0), n_bootstrap=20,
+                                     require_support=True)
+    assert all(r.support.supported for r in exploring.values())

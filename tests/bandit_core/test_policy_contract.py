@@ -26,6 +26,7 @@ ARMS = ["a", "b", "c", "d", "e"]
 # Configurations checked besides each policy's defaults: name -> (algorithm, params).
 VARIANTS: dict[str, tuple[str, dict]] = {name: (name, {}) for name in POLICIES} | {
     "hybrid_linucb[context_dim=2]": ("hybrid_linucb", {"context_dim": 2}),
+    "diag_linucb[fit=per_feature]": ("diag_linucb", {"fit": "per_feature"}),
 }
 NAMES = sorted(VARIANTS)
 
@@ -85,7 +86,7 @@ def _concrete_subclasses(cls: type) -> set[type]:
 
 
 def test_the_algorithms_and_baselines_are_registered() -> None:
-    algorithms = {"linucb", "hybrid_linucb", "lnucb_ta", "guardrailed_linucb", "hare"}
+    algorithms = {"linucb", "hybrid_linucb", "diag_linucb", "lnucb_ta", "guardrailed_linucb", "hare"}
     baselines = {"random", "epsilon_greedy"}
     assert set(POLICIES) == algorithms | baselines
     assert all(cls.NAME == name for name, cls in POLICIES.items())

@@ -288,25 +288,13 @@ def test_the_entrypoint_needs_a_command(app_dir: Path, tmp_path: Path) -> None:
     assert result.returncode == 2 and "usage" in result.stderr
 
 
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    """A Redis database of this test's own, flushed before and after."""
-    url = "redis://127.0.0.1:6379/13"
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    try:
-        yield url
-    finally:
-        client.flushdb()
-        client.close()
-
-
 def test_the_cmd_serves_health_and_metrics_of_all_workers(
     app_dir: Path, tmp_path: Path, redis_url: str
 ) -> None:
     """ENTRYPOINT + CMD as the compose file runs them (Redis and PostgreSQL, 2 workers):
     the HEALTHCHECK passes, and /metrics sums the requests the workers served."""
     port = _free_port()
+    redis.Redis.from_url(redis_url).flushdb()  # the session's own Redis
     with postgres_schema() as database_url:
         env = _image_env(
             app_dir,

@@ -13,21 +13,21 @@ import pytest
 import yaml
 
 from tests.deploy import promql
+from tests.tools import system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 _DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 
 
-def _promtool() -> str:
-    path = shutil.which("promtool")
-    assert path, "promtool is missing: apt-get install prometheus (.ci/run installs it)"
-    return path
-
-
 def promtool(*args: str, cwd: Path = PROMETHEUS) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [_promtool(), *args], check=False, capture_output=True, text=True, cwd=cwd, timeout=120
+        [system_tool("promtool"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
     )
 
 

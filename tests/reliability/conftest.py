@@ -1,14 +1,19 @@
-"""Fixtures of the reliability tests: private Redis and PostgreSQL servers."""
+"""Fixtures of the reliability tests: private Redis and PostgreSQL servers, and the one
+settings factory every test builds its app from."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
-from tests.servers import PostgresCluster, RedisServer
+from service.settings import Settings
+from tests.databases import postgres_schema
+from tests.servers import PostgresCluster, RedisServer, reliability_settings
 
 
 @pytest.fixture
@@ -24,6 +29,28 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, private_redis: RedisServer) -> Iterator[Callable[..., Settings]]:
+    """``make_settings(**overrides)``: ``tests.servers.reliability_settings`` over this
+    test's private Redis, ``tmp_path / "data"`` and, unless ``database_url`` is given, a
+    fresh PostgreSQL schema (one per test, dropped afterwards)."""
+    with ExitStack() as stack:
+        schema: list[str] = []
+
+        def make(**overrides: Any) -> Settings:
+            if "database_url" not in overrides and not schema:
+                schema.append(stack.enter_context(postgres_schema()))
+            fields: dict[str, Any] = {
+                "data_dir": tmp_path / "data",
+                "redis_url": private_redis.url,
+                "database_url": schema[0] if schema else None,
+                **overrides,
+            }
+            return reliability_settings(**fields)
+
+        yield make
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import ast
 import inspect
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,9 +19,9 @@ import pytest
 
 import service.auth
 from service.auth import key_matches
-from tests.databases import postgres_schema
+from service.settings import Settings
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
-from tests.servers import API_KEY, ROOT, AppProcess, RedisServer, app_env
+from tests.servers import API_KEY, ROOT, AppProcess, RedisServer, settings_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 WRONG = "wrong-key-that-must-not-be-logged-5f1c"
@@ -75,57 +76,56 @@ def test_keys_are_compared_in_constant_time() -> None:
 
 
 async def test_protected_routes_refuse_and_change_nothing(
-    tmp_path: Path, private_redis: RedisServer
+    tmp_path: Path, private_redis: RedisServer, make_settings: Callable[..., Settings]
 ) -> None:
     output = tmp_path / "app.log"
-    with postgres_schema() as db_url:
-        env = app_env(tmp_path / "data", private_redis.url, db_url)
-        app = AppProcess(env, log_level="debug", output=output).start()
-        try:
-            async with httpx.AsyncClient(base_url=app.url, timeout=10.0) as client:
-                assert (
-                    await client.put("/policies/p", json=spec(), headers=HEADERS)
-                ).status_code == 200
-                dec = (
-                    await client.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
-                ).json()
-                r = await client.post(
-                    "/reward", json={"event_id": dec["event_id"], "reward": 1}, headers=HEADERS
+    settings = make_settings()
+    db_url = settings.database_url
+    env = settings_env(settings)
+    app = AppProcess(env, log_level="debug", output=output).start()
+    try:
+        async with httpx.AsyncClient(base_url=app.url, timeout=10.0) as client:
+            assert (
+                await client.put("/policies/p", json=spec(), headers=HEADERS)
+            ).status_code == 200
+            dec = (
+                await client.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+            ).json()
+            r = await client.post(
+                "/reward", json={"event_id": dec["event_id"], "reward": 1}, headers=HEADERS
+            )
+            assert r.status_code == 200
+            dec = (
+                await client.post(
+                    "/recommend",
+                    json={"policy": "p", "context": [0, 1, 0], "defer_activation": True},
                 )
-                assert r.status_code == 200
-                dec = (
-                    await client.post(
-                        "/recommend",
-                        json={"policy": "p", "context": [0, 1, 0], "defer_activation": True},
-                    )
-                ).json()
-                snapshot = (await client.get("/policies/p/snapshot", headers=HEADERS)).json()
-                bodies = {
-                    "/reward": {"event_id": dec["event_id"], "reward": 1.0},
-                    "/policies/{name}": spec(dimension=4),
-                    "/policies/{name}/arms": {"arms": ["z"]},
-                    "/policies/{name}/arms/retire": {"arms": ["a"]},
-                    "/policies/{name}/snapshot": {"data": snapshot["data"]},
-                }
-                await wait_until(lambda: logged(db_url, "p")[2] == (2, 1), 10, "log caught up")
-                before = _fingerprint(private_redis, db_url)
-                refused = 0
-                for method, path in _protected_routes():
-                    url = path.replace("{name}", "p").replace("{event_id}", dec["event_id"])
-                    for headers in BAD_HEADERS:
-                        r = await client.request(
-                            method, url, json=bodies.get(path), headers=headers
-                        )
-                        assert r.status_code == 401, (method, path, headers, r.status_code, r.text)
-                        assert r.headers.get("www-authenticate") == "Bearer"
-                        refused += 1
-                assert refused == len(_protected_routes()) * len(BAD_HEADERS)
-                assert _fingerprint(private_redis, db_url) == before
-                # the right key still works afterwards (the refusals did not lock anything)
-                r = await client.post(f"/events/{dec['event_id']}/activate", headers=HEADERS)
-                assert r.status_code == 200, r.text
-        finally:
-            app.stop()
+            ).json()
+            snapshot = (await client.get("/policies/p/snapshot", headers=HEADERS)).json()
+            bodies = {
+                "/reward": {"event_id": dec["event_id"], "reward": 1.0},
+                "/policies/{name}": spec(dimension=4),
+                "/policies/{name}/arms": {"arms": ["z"]},
+                "/policies/{name}/arms/retire": {"arms": ["a"]},
+                "/policies/{name}/snapshot": {"data": snapshot["data"]},
+            }
+            await wait_until(lambda: logged(db_url, "p")[2] == (2, 1), 10, "log caught up")
+            before = _fingerprint(private_redis, db_url)
+            refused = 0
+            for method, path in _protected_routes():
+                url = path.replace("{name}", "p").replace("{event_id}", dec["event_id"])
+                for headers in BAD_HEADERS:
+                    r = await client.request(method, url, json=bodies.get(path), headers=headers)
+                    assert r.status_code == 401, (method, path, headers, r.status_code, r.text)
+                    assert r.headers.get("www-authenticate") == "Bearer"
+                    refused += 1
+            assert refused == len(_protected_routes()) * len(BAD_HEADERS)
+            assert _fingerprint(private_redis, db_url) == before
+            # the right key still works afterwards (the refusals did not lock anything)
+            r = await client.post(f"/events/{dec['event_id']}/activate", headers=HEADERS)
+            assert r.status_code == 200, r.text
+    finally:
+        app.stop()
     text = output.read_text(errors="replace")
     assert "GET /policies" in text or "POST /reward" in text, "access log expected at debug level"
     assert API_KEY not in text and WRONG not in text

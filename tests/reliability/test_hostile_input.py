@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -22,9 +21,7 @@ from pydantic import ValidationError
 from service.app import create_app
 from service.schemas import MAX_ABS_FEATURE, RecommendRequest, RewardRequest
 from service.settings import Settings
-from tests.databases import postgres_schema
 from tests.reliability.traffic import HEADERS, spec
-from tests.servers import API_KEY, RedisServer
 
 pytestmark = pytest.mark.timeout(120)
 LIMIT = 8192
@@ -93,38 +90,25 @@ def _floats(obj: Any) -> list[float]:
 
 
 @pytest.fixture
-async def app_client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
-        with postgres_schema() as db_url:
-            settings = Settings(
-                redis_url=server.url,
-                database_url=db_url,
-                api_keys=[API_KEY],
-                data_dir=tmp_path / "data",
-                demo_policy=False,
-                personalizer_loop=False,
-                snapshot_interval_seconds=0,
-                log_flush_seconds=0.02,
-                max_body_bytes=LIMIT,
-            )
-            app = create_app(settings)
-            async with app.router.lifespan_context(app):
-                # raise_app_exceptions=False: an unhandled error must show up as the 500 a client sees
-                transport = httpx.ASGITransport(
-                    app=app, client=("127.0.0.1", 50000), raise_app_exceptions=False
-                )
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://app", headers=HEADERS
-                ) as client:
-                    assert (
-                        await client.put("/policies/p", json=spec(dimension=2, arms=None))
-                    ).status_code == 200
-                    assert (await client.put("/policies/q", json=spec())).status_code == 200
-                    yield client, app, db_url
-    finally:
-        server.stop()
+async def app_client(
+    make_settings: Callable[..., Settings],
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
+    settings = make_settings(log_flush_seconds=0.02, max_body_bytes=LIMIT)
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        # raise_app_exceptions=False: an unhandled error must show up as the 500 a client sees
+        transport = httpx.ASGITransport(
+            app=app, client=("127.0.0.1", 50000), raise_app_exceptions=False
+        )
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://app", headers=HEADERS
+        ) as client:
+            assert (
+                await client.put("/policies/p", json=spec(dimension=2, arms=None))
+            ).status_code == 200
+            assert (await client.put("/policies/q", json=spec())).status_code == 200
+            assert settings.database_url is not None
+            yield client, app, settings.database_url
 
 
 async def _settled(app: Any, db_url: str) -> tuple[int, int]:

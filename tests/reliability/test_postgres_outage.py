@@ -7,11 +7,13 @@ rewards accepted, each once."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
+from service.settings import Settings
 from tests.reliability.traffic import (
     HEADERS,
     Ledger,
@@ -22,7 +24,7 @@ from tests.reliability.traffic import (
     spec,
     wait_until,
 )
-from tests.servers import AppProcess, PostgresCluster, RedisServer, app_env
+from tests.servers import AppProcess, PostgresCluster, RedisServer, settings_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -33,9 +35,13 @@ async def _ready(url: str) -> dict:
 
 
 async def test_postgres_outage_with_restart(
-    tmp_path: Path, private_redis: RedisServer, pg_cluster: PostgresCluster, pg_database: str
+    tmp_path: Path,
+    private_redis: RedisServer,
+    pg_cluster: PostgresCluster,
+    pg_database: str,
+    make_settings: Callable[..., Settings],
 ) -> None:
-    env = app_env(tmp_path / "data", private_redis.url, pg_database)
+    env = settings_env(make_settings(database_url=pg_database))
     app = AppProcess(env).start()
     ledger = Ledger()
     spooled: list[int] = []

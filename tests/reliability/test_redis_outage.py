@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import pytest
 
-from tests.databases import postgres_schema
+from service.settings import Settings
 from tests.reliability.traffic import (
     HEADERS,
     Ledger,
@@ -27,152 +27,141 @@ from tests.reliability.traffic import (
     spec,
     wait_until,
 )
-from tests.servers import AppProcess, RedisServer, app_env
+from tests.servers import AppProcess, RedisServer, settings_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 
-async def test_redis_outage_mid_traffic(tmp_path: Path, private_redis: RedisServer) -> None:
-    with postgres_schema() as db_url:
-        env = app_env(
-            tmp_path / "data", private_redis.url, db_url, BANDIT_REDIS_RETRY_AFTER_SECONDS="1"
-        )
-        app = AppProcess(env).start()
-        ledger = Ledger()
-        during: dict[str, int] = {}
-        try:
-            async with httpx.AsyncClient(base_url=app.url, headers=HEADERS) as client:
-                assert (await client.put("/policies/p", json=spec())).status_code == 200
+async def test_redis_outage_mid_traffic(
+    private_redis: RedisServer, make_settings: Callable[..., Settings]
+) -> None:
+    settings = make_settings(redis_retry_after_seconds=1)
+    db_url = settings.database_url
+    env = settings_env(settings)
+    app = AppProcess(env).start()
+    ledger = Ledger()
+    during: dict[str, int] = {}
+    try:
+        async with httpx.AsyncClient(base_url=app.url, headers=HEADERS) as client:
+            assert (await client.put("/policies/p", json=spec())).status_code == 200
 
-                async def script() -> None:
-                    await asyncio.sleep(1.5)
-                    before = dict(ledger.reward_status)
-                    private_redis.stop()
-                    await asyncio.sleep(0.3)
-                    ready = await client.get("/readyz")
-                    assert ready.status_code == 503 and ready.json()["state_store"] == "unavailable"
-                    n0 = len(ledger.degraded)
-                    await asyncio.sleep(2.0)
-                    during["degraded"] = len(ledger.degraded) - n0
-                    during["503"] = ledger.reward_status[503] - before.get(503, 0)
-                    # a reward sent now is refused with Retry-After and changes nothing
-                    some = next(e for e in ledger.decisions if e not in ledger.degraded)
-                    r = await client.post("/reward", json={"event_id": some, "reward": 1.0})
-                    assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
-                    private_redis.start()
-                    await asyncio.sleep(1.5)
+            async def script() -> None:
+                await asyncio.sleep(1.5)
+                before = dict(ledger.reward_status)
+                private_redis.stop()
+                await asyncio.sleep(0.3)
+                ready = await client.get("/readyz")
+                assert ready.status_code == 503 and ready.json()["state_store"] == "unavailable"
+                n0 = len(ledger.degraded)
+                await asyncio.sleep(2.0)
+                during["degraded"] = len(ledger.degraded) - n0
+                during["503"] = ledger.reward_status[503] - before.get(503, 0)
+                # a reward sent now is refused with Retry-After and changes nothing
+                some = next(e for e in ledger.decisions if e not in ledger.degraded)
+                r = await client.post("/reward", json={"event_id": some, "reward": 1.0})
+                assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+                private_redis.start()
+                await asyncio.sleep(1.5)
 
-                await drive(
-                    [app.url], ledger, "p", 3, workers=3, script=script, pause=0.01, reward_lag=15
-                )
-                await retry_rewards(app.url, ledger)
-
-                assert set(ledger.recommend_status) == {200}, ledger.recommend_status
-                assert ledger.reward_status.keys() <= {200, 503}, ledger.reward_status
-                assert ledger.reward_503_without_retry_after == 0
-                assert during["degraded"] > 10, during
-                # exactly once in the model: counts and exact (quarter) sums per arm
-                assert await model_totals(app.url, "p") == ledger.arm_totals()
-                # a repeat after recovery is answered without a second update
-                some = next(iter(ledger.accepted))
-                r = await client.post(
-                    "/reward", json={"event_id": some, "reward": ledger.accepted[some]}
-                )
-                assert r.json()["status"] == "already_rewarded" and r.json()["applied"] is False
-                assert await model_totals(app.url, "p") == ledger.arm_totals()
-                # degraded decisions are counted in the metrics exactly
-                text = (await client.get("/metrics")).text
-                m = re.search(r'bandit_degraded_decisions_total\{policy="p"\} (\S+)', text)
-                assert m and float(m.group(1)) == len(ledger.degraded), (m, len(ledger.degraded))
-                assert (await client.get("/readyz")).status_code == 200
-
-            async def caught_up() -> bool:
-                decisions, rewards, _ = logged(db_url, "p")
-                return decisions == set(ledger.decisions) and rewards == ledger.accepted
-
-            try:
-                await wait_until(caught_up, 20, "event log equal to the answers")
-            finally:
-                decisions, rewards, (n_decisions, n_rewards) = logged(db_url, "p")
-                print(
-                    "decisions answered, not logged:",
-                    len(set(ledger.decisions) - decisions),
-                    "logged, not answered:",
-                    len(decisions - set(ledger.decisions)),
-                )
-                print(
-                    "rewards accepted, not logged:",
-                    {e: v for e, v in ledger.accepted.items() if e not in rewards},
-                    "logged, not accepted:",
-                    {e: v for e, v in rewards.items() if e not in ledger.accepted},
-                )
-            assert (n_decisions, n_rewards) == (len(ledger.decisions), len(ledger.accepted))
-            print(
-                f"redis outage: {len(ledger.decisions)} decisions ({len(ledger.degraded)} degraded, "
-                f"{during['degraded']} during the outage), {len(ledger.accepted)} rewards, "
-                f"{ledger.reward_status[503]} answered 503 then retried"
+            await drive(
+                [app.url], ledger, "p", 3, workers=3, script=script, pause=0.01, reward_lag=15
             )
+            await retry_rewards(app.url, ledger)
+
+            assert set(ledger.recommend_status) == {200}, ledger.recommend_status
+            assert ledger.reward_status.keys() <= {200, 503}, ledger.reward_status
+            assert ledger.reward_503_without_retry_after == 0
+            assert during["degraded"] > 10, during
+            # exactly once in the model: counts and exact (quarter) sums per arm
+            assert await model_totals(app.url, "p") == ledger.arm_totals()
+            # a repeat after recovery is answered without a second update
+            some = next(iter(ledger.accepted))
+            r = await client.post(
+                "/reward", json={"event_id": some, "reward": ledger.accepted[some]}
+            )
+            assert r.json()["status"] == "already_rewarded" and r.json()["applied"] is False
+            assert await model_totals(app.url, "p") == ledger.arm_totals()
+            # degraded decisions are counted in the metrics exactly
+            text = (await client.get("/metrics")).text
+            m = re.search(r'bandit_degraded_decisions_total\{policy="p"\} (\S+)', text)
+            assert m and float(m.group(1)) == len(ledger.degraded), (m, len(ledger.degraded))
+            assert (await client.get("/readyz")).status_code == 200
+
+        async def caught_up() -> bool:
+            decisions, rewards, _ = logged(db_url, "p")
+            return decisions == set(ledger.decisions) and rewards == ledger.accepted
+
+        try:
+            await wait_until(caught_up, 20, "event log equal to the answers")
         finally:
-            app.stop()
+            decisions, rewards, (n_decisions, n_rewards) = logged(db_url, "p")
+            print(
+                "decisions answered, not logged:",
+                len(set(ledger.decisions) - decisions),
+                "logged, not answered:",
+                len(decisions - set(ledger.decisions)),
+            )
+            print(
+                "rewards accepted, not logged:",
+                {e: v for e, v in ledger.accepted.items() if e not in rewards},
+                "logged, not accepted:",
+                {e: v for e, v in rewards.items() if e not in ledger.accepted},
+            )
+        assert (n_decisions, n_rewards) == (len(ledger.decisions), len(ledger.accepted))
+        print(
+            f"redis outage: {len(ledger.decisions)} decisions ({len(ledger.degraded)} degraded, "
+            f"{during['degraded']} during the outage), {len(ledger.accepted)} rewards, "
+            f"{ledger.reward_status[503]} answered 503 then retried"
+        )
+    finally:
+        app.stop()
 
 
 async def test_redis_lost_right_after_the_model_update(
-    tmp_path: Path, private_redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+    private_redis: RedisServer,
+    make_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The worst moment: Redis goes away after the reward's model transaction committed
     and before the event's bookkeeping. The reward is in the model, so it must reach the
     event log too, and the client's retry after recovery must not apply it again."""
     from service.app import create_app
-    from service.settings import Settings
-    from tests.servers import API_KEY
 
-    with postgres_schema() as db_url:
-        settings = Settings(
-            redis_url=private_redis.url,
-            database_url=db_url,
-            api_keys=[API_KEY],
-            data_dir=tmp_path / "data",
-            demo_policy=False,
-            personalizer_loop=False,
-            snapshot_interval_seconds=0,
-            log_flush_seconds=0.02,
-            sweeper_interval_seconds=0.05,
-        )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://app", headers=HEADERS
-            ) as http:
-                assert (await http.put("/policies/p", json=spec())).status_code == 200
-                event = (
-                    await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
-                ).json()
-                store = app.state.use_cases.store
-                schedule = store.schedule
+    settings = make_settings(log_flush_seconds=0.02, sweeper_interval_seconds=0.05)
+    db_url = settings.database_url
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://app", headers=HEADERS
+        ) as http:
+            assert (await http.put("/policies/p", json=spec())).status_code == 200
+            event = (
+                await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+            ).json()
+            store = app.state.use_cases.store
+            schedule = store.schedule
 
-                async def outage_then_schedule(*args: object) -> None:
-                    monkeypatch.setattr(store, "schedule", schedule)
-                    private_redis.stop()
-                    await schedule(*args)
+            async def outage_then_schedule(*args: object) -> None:
+                monkeypatch.setattr(store, "schedule", schedule)
+                private_redis.stop()
+                await schedule(*args)
 
-                monkeypatch.setattr(store, "schedule", outage_then_schedule)
-                first = await http.post(
+            monkeypatch.setattr(store, "schedule", outage_then_schedule)
+            first = await http.post("/reward", json={"event_id": event["event_id"], "reward": 0.75})
+            assert first.status_code in (200, 503), first.text
+            private_redis.start()
+            for _ in range(50):  # the client's retries (Retry-After) until Redis answers
+                again = await http.post(
                     "/reward", json={"event_id": event["event_id"], "reward": 0.75}
                 )
-                assert first.status_code in (200, 503), first.text
-                private_redis.start()
-                for _ in range(50):  # the client's retries (Retry-After) until Redis answers
-                    again = await http.post(
-                        "/reward", json={"event_id": event["event_id"], "reward": 0.75}
-                    )
-                    if again.status_code != 503:
-                        break
-                    await asyncio.sleep(0.1)
-                assert again.status_code == 200, again.text
-                assert again.json()["status"] == "already_rewarded"
-                stats = (await http.get("/policies/p/stats")).json()["arms"][event["arm_id"]]
-                assert (stats["rewarded"], stats["reward_sum"]) == (1, 0.75)
-                await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
-                _, rewards, counts = logged(db_url, "p")
-                assert rewards == {event["event_id"]: 0.75} and counts == (1, 1)
+                if again.status_code != 503:
+                    break
+                await asyncio.sleep(0.1)
+            assert again.status_code == 200, again.text
+            assert again.json()["status"] == "already_rewarded"
+            stats = (await http.get("/policies/p/stats")).json()["arms"][event["arm_id"]]
+            assert (stats["rewarded"], stats["reward_sum"]) == (1, 0.75)
+            await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
+            _, rewards, counts = logged(db_url, "p")
+            assert rewards == {event["event_id"]: 0.75} and counts == (1, 1)

@@ -20,7 +20,14 @@ from hypothesis import HealthCheck, settings
 
 from tests.databases import postgres_schema
 from tests.reliability.traffic import HEADERS, spec
-from tests.servers import API_KEY, ROOT, AppProcess, RedisServer, app_env
+from tests.servers import (
+    API_KEY,
+    ROOT,
+    AppProcess,
+    RedisServer,
+    reliability_settings,
+    settings_env,
+)
 
 schema = schemathesis.openapi.from_path(ROOT / "openapi" / "openapi.json")
 EXAMPLES = 25
@@ -33,7 +40,10 @@ def app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     redis_server.start()
     try:
         with postgres_schema() as db_url:
-            app = AppProcess(app_env(tmp / "data", redis_server.url, db_url)).start()
+            settings = reliability_settings(
+                data_dir=tmp / "data", redis_url=redis_server.url, database_url=db_url
+            )
+            app = AppProcess(settings_env(settings)).start()
             try:
                 with httpx.Client(base_url=app.url, headers=HEADERS) as client:
                     for name in ("p", "demo"):

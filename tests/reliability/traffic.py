@@ -182,11 +182,14 @@ async def wait_until(predicate: Callable[[], object], timeout: float, what: str)
 
 
 def spec(dimension: int = 3, **overrides: object) -> dict:
-    """A LinUCB policy over arms a, b, c with no default reward during the test."""
+    """A LinUCB policy over arms a, b, c with no default reward during the test, and no
+    exploration (epsilon 0): the tests compare decisions across processes, and the
+    exploration draws come from each process's own RNG."""
     return {
         "algorithm": "linucb",
         "dimension": dimension,
         "params": {"alpha": 0.3},
+        "epsilon": 0.0,
         "arms": ["a", "b", "c"],
         "reward_range": [0.0, 1.0],
         "default_reward": None,

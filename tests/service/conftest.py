@@ -4,8 +4,6 @@ and PostgreSQL, driven in process through ``httpx.ASGITransport``."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -23,50 +21,6 @@ from tests.databases import postgres_schema
 
 API_KEY = "test-key-0123456789"
 BACKENDS = ["embedded", "redis_postgres"]
-
-
-def start_redis(directory: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    """A private, real redis-server on a free loopback port (so concurrent test runs
-    sharing the machine's Redis cannot flush each other's state)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            redis.Redis.from_url(url).ping()
-            return url, proc
-        except redis.ConnectionError:
-            assert proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-
-
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """URL of this test session's own redis-server, flushed by the fixtures using it."""
-    url, proc = start_redis(tmp_path_factory.mktemp("redis"))
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import base64
 import gc
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 import bandit_core
 from bandit_core.linear import LinearArmState
+from bandit_core.policy import SharedModelPolicy
 from service.app import YOUNG_GC_THRESHOLD
 from service.schemas import RankedArm, RecommendResponse
 from tests.service.conftest import POLICY, running, wait_for
@@ -232,7 +234,7 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
             assert dec.algorithm == algorithm
             assert (await client.reward(dec.event_id, float(i % 2))).applied
         stats = await client.stats("p")
-        if algorithm == "hybrid_linucb":  # a shared model (no per-arm part): policy-wide counters
+        if issubclass(bandit_core.POLICIES[algorithm], SharedModelPolicy):  # no per-arm part: policy-wide counters
             assert stats.policy_stats == {"rewarded": 20.0, "reward_sum": 10.0}
         else:
             assert sum(a.rewarded for a in stats.arms.values()) == 20
@@ -338,6 +340,37 @@ async def test_policies_file_is_loaded_at_start(make_settings: Any, tmp_path: An
         assert r.status_code == 200 and r.json()["arm_id"] in {"x", "y"}
     async with running(make_settings(policies_file=path)) as (_app, http, _):  # a restart keeps it
         assert (await http.get("/policies/home")).json()["revision"] == info["revision"]
+
+
+EXAMPLE_POLICIES = Path(__file__).resolve().parents[2] / "deploy" / "policies.example.yaml"
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_the_documented_policies_file_example_serves(make_settings: Any) -> None:
+    operations = (EXAMPLE_POLICIES.parents[1] / "docs" / "operations.md").read_text()
+    assert EXAMPLE_POLICIES.read_text() in operations  # the doc shows the tested file verbatim
+    async with running(make_settings(policies_file=EXAMPLE_POLICIES)) as (_app, http, _):
+        listed = {p["name"]: p for p in (await http.get("/policies")).json()["policies"]}
+        assert sorted(listed) == ["banner", "drinks", "home"]
+        assert (listed["home"]["epsilon"], listed["banner"]["epsilon"]) == (0.05, 0.1)
+        contexts = {"home": [0.1] * 6, "drinks": {"age": 16, "score": 0.3}, "banner": [1.0]}
+        for name, context in contexts.items():
+            r = await http.post("/recommend", json={"policy": name, "context": context})
+            assert r.status_code == 200, r.text
+            assert r.json()["arm_id"] != "beer"  # the guardrail holds for the minor
+
+
+async def test_changing_epsilon_keeps_what_was_learned(make_settings: Any) -> None:
+    async with running(make_settings()) as (_app, http, _):
+        before = (await http.put("/policies/p", json=POLICY)).json()
+        ev = (await http.post("/recommend", json=_recommend())).json()
+        await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
+        after = (await http.put("/policies/p", json={**POLICY, "epsilon": 0.2})).json()
+        assert after["epsilon"] == 0.2 and after["reset_at"] == before["reset_at"]
+        stats = (await http.get("/policies/p/stats")).json()
+        assert stats["arms"][ev["arm_id"]]["rewarded"] == 1
+        reset = (await http.put("/policies/p", json={**POLICY, "params": {"alpha": 0.7}})).json()
+        assert reset["reset_at"] > before["reset_at"]  # a hyperparameter still resets
 
 
 async def test_health_ready_metrics(make_settings: Any) -> None:
@@ -503,6 +536,9 @@ BAD_POLICY = [
         "params",
     ),
     ("guardrails on linucb", {"guardrails": [{"type": "exposure_cap"}]}, "params"),
+    ("d in params", {"params": {"d": 5}}, "params.d"),
+    ("epsilon in two places", {"epsilon": 0.1, "params": {"epsilon": 0.2}}, "params.epsilon"),
+    ("reward range in two places", {"params": {"reward_range": [0, 2]}}, "params.reward_range"),
 ]
 
 
@@ -516,6 +552,45 @@ async def test_bad_policy_is_422_naming_the_field_and_writes_nothing(
         assert named in r.text
         assert (await http.get("/policies")).json() == {"policies": []}
         assert await asyncio.to_thread(app.state.use_cases.event_log.policies) == {}
+
+
+async def test_an_unknown_parameter_is_named_and_only_hyperparameters_are_offered(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (_app, http, _):
+        r = await http.put("/policies/p", json={**POLICY, "params": {"alpah": 1.0}})
+        assert r.status_code == 422
+        (error,) = r.json()["detail"]
+        assert error["loc"] == ["body", "params", "alpah"]
+        offered = error["msg"].split("expected some of ")[1]
+        assert "'alpha'" in offered
+        assert not any(f"'{k}'" in offered for k in ("d", "epsilon", "reward_range"))
+
+
+async def test_a_setting_given_in_params_is_decided_once_and_shown_where_it_applies(
+    make_settings: Any,
+) -> None:
+    guarded = {
+        **POLICY,
+        "algorithm": "guardrailed_linucb",
+        "arms": ["water", "juice"],
+        "feature_names": ["age", "score", "bias"],
+        "params": {"alpha": 0.5, "safe_arm": "water", "epsilon": 0.2},
+        "guardrails": [
+            {"type": "feature_threshold", "feature": "age", "op": "<", "value": 18, "arms": ["juice"]}
+        ],
+    }
+    async with running(make_settings()) as (_app, http, _):
+        r = await http.put("/policies/g", json=guarded)
+        assert r.status_code == 200, r.text
+        shown = (await http.get("/policies/g")).json()
+        assert (shown["safe_arm"], shown["epsilon"], shown["params"]) == ("water", 0.2, {"alpha": 0.5})
+        minor = {"policy": "g", "context": {"age": 16, "score": 1.0, "bias": 1.0}}
+        served = (await http.post("/recommend", json=minor)).json()
+        assert served["guardrail"]["safe_arm_served"] is True  # the shown safe arm is the applied one
+        # the same setting in both places, agreeing, is one setting
+        same = {**POLICY, "epsilon": 0.3, "params": {"alpha": 0.5, "epsilon": 0.3}}
+        assert (await http.put("/policies/p", json=same)).json()["epsilon"] == 0.3
 
 
 async def test_a_model_error_is_a_500_naming_the_policy_and_logged(
@@ -567,3 +642,64 @@ async def test_serving_collects_the_young_generation_less_often(make_settings: A
             assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, *before[1:])
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_stored_record_with_a_setting_in_both_places_keeps_what_the_engine_used() -> None:
+    """Configs stored before params was kept free of top-level settings: the top-level
+    value was the one the engine used, so it stays the one setting."""
+    from service.policies import info_from_record, new_info
+    from service.schemas import PolicySpec
+
+    record = new_info("p", PolicySpec(**POLICY), 0.0).model_dump(mode="json")
+    record["epsilon"] = 0.1
+    record["params"] = {**record["params"], "epsilon": 0.3, "reward_range": [0.0, 5.0]}
+    info = info_from_record(record)
+    assert (info.epsilon, info.reward_range, info.params) == (0.1, (0.0, 1.0), POLICY["params"])
+    record["epsilon"] = None  # then params.epsilon was applied
+    assert info_from_record(record).epsilon == 0.3
+
+
+PREFLIGHT = {
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type,authorization",
+}
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_cors_answers_preflights_of_configured_origins_only(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shop = "https://shop.example"
+    monkeypatch.setenv("BANDIT_CORS_ORIGINS", f"{shop}, https://admin.example")
+    from service.settings import Settings
+
+    assert Settings().cors_origins == [shop, "https://admin.example"]
+    monkeypatch.delenv("BANDIT_CORS_ORIGINS")
+    async with running(make_settings(cors_origins=[shop])) as (_app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        r = await http.options("/recommend", headers={"Origin": shop, **PREFLIGHT})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == shop
+        assert "authorization" in r.headers["access-control-allow-headers"].lower()
+        served = await http.post("/recommend", json=_recommend(), headers={"Origin": shop})
+        assert served.status_code == 200 and served.headers["access-control-allow-origin"] == shop
+        other = await http.options("/recommend", headers={"Origin": "https://evil.example", **PREFLIGHT})
+        assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    async with running(make_settings()) as (_app, http, _):  # default: off
+        r = await http.options("/recommend", headers={"Origin": shop, **PREFLIGHT})
+        assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
+
+
+async def test_a_policy_that_names_no_epsilon_logs_evaluable_propensities(make_settings: Any) -> None:
+    """Default exploration (epsilon 0.05): no served arm is logged with propensity 1, so
+    the log supports offline evaluation of other policies; the demo policy too."""
+    async with running(make_settings(demo_policy=True)) as (app, http, _):
+        assert (await http.get("/policies/demo")).json()["epsilon"] == 0.05
+        assert (await http.put("/policies/p", json=POLICY)).json()["epsilon"] == 0.05
+        for _ in range(30):
+            ev = (await http.post("/recommend", json=_recommend())).json()
+            await http.post("/reward", json={"event_id": ev["event_id"], "reward": 1.0})
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        logged = list(app.state.use_cases.event_log.iter_events("p"))
+        assert len(logged) == 30
+        # greedy: 0.95 + 0.05/3 (ties split it further); explored: at least 0.05/3
+        assert all(0.05 / 3 - 1e-12 <= e.decision.propensity < 1.0 for e in logged)

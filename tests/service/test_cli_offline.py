@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bandit_core.datasets import news_dataset_path
@@ -121,6 +122,46 @@ def test_compare_runs_a_grid_in_parallel_processes(tmp_path: Path, capsys: pytes
     for label in rows:
         assert label in out  # the table
     assert png.read_bytes().startswith(PNG)
+
+
+def test_estimate_refuses_a_log_that_does_not_support_the_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A logger that always served arm a (propensity 1, as LinUCB logs with epsilon 0): the
+    target prefers the arms it never saw, which the log cannot evaluate."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "deterministic.jsonl"
+    with path.open("w") as fh:
+        for _ in range(400):
+            cands = [{"id": a, "features": rng.normal(size=2).tolist()} for a in "abc"]
+            fh.write(json.dumps({"candidates": cands, "arm_id": "a", "reward": float(rng.random() < 0.2),
+                                 "propensity": 1.0}) + "\n")
+    js = tmp_path / "e.json"
+    argv = ["estimate", "--data", str(path), "--format", "jsonl", "--policy", "linucb", "--alpha", "0",
+            "--bootstrap", "50",
+            "--json", str(js)]
+    code, out, err = _run(argv, capsys)
+    assert code == 1 and "ips" not in out
+    assert "does not support the target policy" in err and "--force" in err
+    support = json.loads(js.read_text())["support"]
+    assert support["supported"] is False and support["deterministic_events"] == 200
+    assert 0 < support["unsupported_mass"] < 1  # the target agrees with the logger sometimes
+    code, out, err = _run([*argv, "--force"], capsys)
+    assert code == 0 and "ips" in out and "does not support" in err
+    assert json.loads(js.read_text())["estimates"]["dr"]["support"] == support
+
+
+def test_bandit_help_lists_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["--help"], capsys)
+    assert code == 0
+    for status in ("0  success", "1  failure", "2  usage"):
+        assert status in out
+
+
+@pytest.mark.parametrize("name", ["serve", "rebuild", "openapi", "estimate"])
+def test_service_commands_explain_every_option(name: str) -> None:
+    for action in _subparser(name)._actions:
+        assert action.help and len(action.help) > 10, action.option_strings
 
 
 def _subparser(name: str) -> argparse.ArgumentParser:

@@ -5,38 +5,38 @@ changes nothing, /readyz reports the store. A private redis-server is stopped fo
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.service.conftest import POLICY, running, start_redis
+from tests.servers import RedisServer
+from tests.service.conftest import POLICY, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["embedded"])]
 
 
 @pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    url, proc = start_redis(tmp_path)
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis", persist=False)
+    server.start()
     try:
-        yield url, proc
+        yield server
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        server.stop()
 
 
-async def test_redis_down(
-    make_settings: Any, private_redis: tuple[str, subprocess.Popen[bytes]]
-) -> None:
-    url, proc = private_redis
-    async with running(make_settings(redis_url=url, redis_retry_after_seconds=7)) as (app, http, _):
+async def test_redis_down(make_settings: Any, private_redis: RedisServer) -> None:
+    async with running(make_settings(redis_url=private_redis.url, redis_retry_after_seconds=7)) as (
+        app,
+        http,
+        _,
+    ):
         await http.put("/policies/p", json=POLICY)
         warm = (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})).json()
         assert warm["degraded"] is False
-        proc.terminate()
-        proc.wait(timeout=10)
+        private_redis.stop()
 
         r = await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
         assert r.status_code == 200 and r.json()["degraded"] is True

@@ -20,8 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service import metrics
 from service.storage.base import DecisionRecord
-from tests.databases import POSTGRES_URL
-from tests.service.conftest import running, start_redis
+from tests.databases import OWNED
+from tests.servers import RedisServer
+from tests.service.conftest import running
 
 pytestmark = pytest.mark.anyio
 
@@ -186,14 +187,15 @@ def postgres_role_schema() -> Iterator[tuple[str, str]]:
     """``(url, role)``: a fresh schema owned by a fresh login role, so the test can lock
     that role out of the real PostgreSQL (an outage for this app only)."""
     role = f"r_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+    server = OWNED.postgres_url()
+    with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'CREATE ROLE "{role}" LOGIN')
         conn.execute(f'CREATE SCHEMA "{role}" AUTHORIZATION "{role}"')
-    base = POSTGRES_URL.replace("postgres@", f"{role}@", 1)
+    base = server.replace("postgres@", f"{role}@", 1)
     try:
         yield f"{base}?options=-csearch_path%3D{role}", role
     finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        with psycopg.connect(server, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{role}" CASCADE')
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
@@ -203,7 +205,7 @@ def postgres_role_schema() -> Iterator[tuple[str, str]]:
 
 
 def set_login(role: str, allowed: bool) -> None:
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+    with psycopg.connect(OWNED.postgres_url(), autocommit=True) as conn:
         conn.execute(f'ALTER ROLE "{role}" {"LOGIN" if allowed else "NOLOGIN"}')
         if not allowed:
             conn.execute(
@@ -221,11 +223,12 @@ def up(samples: dict[Any, float], dependency: str) -> float | None:
 async def test_the_probe_reports_each_dependency_without_traffic(
     make_settings: Any, tmp_path: Path
 ) -> None:
-    redis_url, proc = start_redis(tmp_path)
+    redis_server = RedisServer(tmp_path / "redis", persist=False)
+    redis_server.start()
     try:
         with postgres_role_schema() as (database_url, role):
             settings = make_settings(
-                redis_url=redis_url,
+                redis_url=redis_server.url,
                 database_url=database_url,
                 metrics_refresh_seconds=0.05,
                 redis_timeout_seconds=1.0,
@@ -238,10 +241,7 @@ async def test_the_probe_reports_each_dependency_without_traffic(
                 set_login(role, True)
                 await until(http, lambda s: up(s, "database") == 1)
 
-                proc.terminate()
-                proc.wait(timeout=10)
+                redis_server.stop()
                 await until(http, lambda s: up(s, "redis") == 0 and up(s, "database") == 1)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=10)
+        redis_server.stop()

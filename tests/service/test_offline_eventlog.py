@@ -285,6 +285,7 @@ def test_cli_estimate_matches_the_library(
         target, events[n_train:], rng=np.random.default_rng([5, 3]), n_bootstrap=200
     )
     assert result["estimates"] == {k: r.to_dict() for k, r in expected.items()}
+    assert result["support"]["supported"] is True  # epsilon 0.3: every arm had probability > 0
     assert result["logged_mean_reward"] == pytest.approx(
         np.mean([e.reward for e in events[n_train:]])
     )
@@ -295,7 +296,7 @@ def test_cli_estimate_matches_the_library(
     ("extra", "message"),
     [
         (["--format", "eventlog"], "needs --log-policy"),
-        (["--format", "eventlog", "--log-policy", "nope"], "'nope' is not in the event log"),
+        (["--format", "eventlog", "--log-policy", "nope"], "'nope' has no decisions in the event log"),
         (["--format", "news", "--log-policy", "x"], "apply to --format eventlog only"),
         (
             ["--format", "eventlog", "--log-policy", "x", "--data", "sqlite:///no/such.db"],
@@ -323,4 +324,38 @@ def test_cli_rejects_bad_event_log_options(
 ) -> None:
     argv = ["estimate", "--data", logs[0].url, "--policy", "linucb", *extra]
     code, _, err = _cli(argv, capsys)
-    assert code == 2 and message in err and err.count("\n") == 1, err
+    # an unreachable database is a failure (1), every other case a usage error (2)
+    assert code == (1 if message == "Connection refused" else 2)
+    assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.anyio
+async def test_a_deleted_policys_logged_decisions_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Decisions still on their way to the log when the policy is deleted land there after
+    its config is gone; replay reads them (and says why --unrewarded default cannot)."""
+    url = f"sqlite:///{tmp_path / 'events.sqlite3'}"
+    settings = Settings(
+        data_dir=tmp_path / "data", api_keys=[API_KEY], demo_policy=False, database_url=url,
+        log_flush_seconds=60.0, snapshot_interval_seconds=0,
+    )
+    async with running(settings) as (app, http, _):
+        assert (await http.put("/policies/gone", json=_spec())).status_code == 200
+        for t in range(20):
+            body = {"policy": "gone", "context": [1.0, float(t % 2)],
+                    "arms": [{"id": a, "features": [0.5]} for a in ARMS]}
+            dec = (await http.post("/recommend", json=body)).json()
+            await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1.0})
+        assert (await http.delete("/policies/gone")).status_code == 204
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
+        log = app.state.use_cases.event_log
+        assert "gone" not in log.policies() and log.count("gone") == (20, 20)
+    base = ["replay", "--format", "eventlog", "--data", url, "--log-policy", "gone"]
+    base += ["--policy", "linucb", "--no-progress"]
+    js = tmp_path / "r.json"
+    code, _, err = _cli([*base, "--rejection", "--json", str(js)], capsys)
+    assert code == 0, err
+    assert json.loads(js.read_text())["events_seen"] == 20
+    code, _, err = _cli([*base, "--unrewarded", "default"], capsys)
+    assert code == 2 and "has no config in the event log" in err

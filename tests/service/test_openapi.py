@@ -16,7 +16,7 @@ pytestmark = pytest.mark.anyio
 
 def test_committed_document_equals_the_export() -> None:
     assert OPENAPI_PATH.read_text() == render_openapi(), (
-        "run `bandit export-openapi` and commit the result"
+        "run `bandit openapi --output openapi/openapi.json` and commit the result"
     )
 
 
@@ -70,7 +70,18 @@ def test_document_carries_the_contract_field_names() -> None:
         assert path in doc["paths"]
 
 
-def test_export_command_writes_the_document(tmp_path: Any) -> None:
-    out = tmp_path / "openapi.json"
-    assert main(["export-openapi", "--output", str(out)]) == 0
+def test_openapi_writes_only_where_it_is_told(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    committed = OPENAPI_PATH.stat().st_mtime_ns
+    monkeypatch.chdir(tmp_path)
+    assert main(["openapi"]) == 0
+    assert capsys.readouterr().out == render_openapi()  # stdout, no file anywhere
+    assert list(tmp_path.iterdir()) == [] and OPENAPI_PATH.stat().st_mtime_ns == committed
+    out = tmp_path / "doc.json"
+    assert main(["openapi", "--output", str(out)]) == 0
     assert out.read_text() == render_openapi()
+    assert main(["openapi", "--output", str(tmp_path / "missing" / "doc.json")]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["export-openapi"])  # one command, not two
+    assert exc.value.code == 2

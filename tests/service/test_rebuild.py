@@ -56,7 +56,8 @@ async def test_rebuild_reconstructs_the_live_state(
     get_settings.cache_clear()
     try:
         assert await asyncio.to_thread(main, ["rebuild", "--policy", "p"]) == 0
-        assert await asyncio.to_thread(main, ["rebuild", "--policy", "missing"]) == 1
+        # a policy the log does not hold is a usage error, like every command's (exit 2)
+        assert await asyncio.to_thread(main, ["rebuild", "--policy", "missing"]) == 2
     finally:
         get_settings.cache_clear()
 

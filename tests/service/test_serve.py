@@ -1,5 +1,6 @@
 """``bandit serve`` with no configuration at all: the embedded default in a fresh
-directory (in-process state, SQLite log under ./bandit-data, the demo policy)."""
+directory (in-process state, SQLite log under ./bandit-data, the demo policy); the exit
+statuses of ``serve`` and ``rebuild`` when what they need is missing or down."""
 
 from __future__ import annotations
 
@@ -89,3 +90,23 @@ def test_serve_refuses_an_empty_redis_url(tmp_path: Path) -> None:
     assert "invalid BANDIT_REDIS_URL" in done.stderr and "set but empty" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "bandit-data").exists()  # refused before anything started
+
+
+def test_rebuild_with_the_state_store_down_fails_with_one_line(tmp_path: Path) -> None:
+    """A valid command that cannot reach Redis is a failure (exit 1), not a traceback."""
+    from service.app import make_event_log
+    from service.policies import new_info
+    from service.schemas import PolicySpec
+    from service.settings import Settings
+    from tests.service.conftest import POLICY
+
+    url = f"sqlite:///{tmp_path / 'events.sqlite3'}"
+    event_log = make_event_log(Settings(data_dir=tmp_path, database_url=url))
+    event_log.upsert_policy("p", new_info("p", PolicySpec(**POLICY), 0.0).model_dump(mode="json"))
+    event_log.close()
+    env = {**_clean_env(), "BANDIT_REDIS_URL": "redis://127.0.0.1:1/0", "BANDIT_DATABASE_URL": url,
+           "BANDIT_DATA_DIR": str(tmp_path), "BANDIT_REDIS_TIMEOUT_SECONDS": "1"}
+    cmd = [sys.executable, "-m", "service.cli", "rebuild", "--policy", "p"]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("bandit rebuild: error:") and done.stderr.count("\n") == 1

@@ -26,7 +26,6 @@ from service.storage.base import (
 )
 from service.storage.memory_store import InProcessStateStore
 from service.storage.redis_store import RedisStateStore
-from tests.databases import REDIS_URL
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +45,9 @@ def _increment(key: str):
 @pytest.fixture(params=["memory", "redis"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
     s: StateStore = (
-        InProcessStateStore() if request.param == "memory" else RedisStateStore(REDIS_URL)
+        InProcessStateStore()
+        if request.param == "memory"
+        else RedisStateStore(request.getfixturevalue("redis_url"))
     )
     yield s
     await s.close()
@@ -59,8 +60,8 @@ async def policy(store: StateStore) -> AsyncIterator[str]:
     await store.delete_policy(name)
 
 
-def _redis_keys(policy: str) -> list[bytes]:
-    return list(redis.Redis.from_url(REDIS_URL).scan_iter(match=f"bandit:{{{policy}}}:*"))
+def _redis_keys(redis_url: str, policy: str) -> list[bytes]:
+    return list(redis.Redis.from_url(redis_url).scan_iter(match=f"bandit:{{{policy}}}:*"))
 
 
 async def test_read_returns_only_changed_keys(store: StateStore, policy: str) -> None:
@@ -109,9 +110,7 @@ async def test_transaction_sees_values_and_writes_only_returned_keys(
     assert {k: v.data for k, v in got.items()} == {"x": b"1", "y": b"12", "z": None}
 
 
-async def test_wrong_assumption_is_redone_with_fresh_values(
-    store: StateStore, policy: str
-) -> None:
+async def test_wrong_assumption_is_redone_with_fresh_values(store: StateStore, policy: str) -> None:
     # Right: the key is absent as assumed, the first attempt commits.
     seen: list[dict[str, bytes | None]] = []
 
@@ -178,7 +177,9 @@ async def test_counters(store: StateStore, policy: str) -> None:
     assert await store.counters(policy) == {"pulls:a": 11.0, "pulls:b": 20.0, "reward_sum:a": 0.25}
 
 
-async def test_event_registry_is_first_come_and_expires(store: StateStore, policy: str) -> None:
+async def test_event_registry_is_first_come_and_expires(
+    store: StateStore, policy: str, request: pytest.FixtureRequest
+) -> None:
     event = uuid.uuid4().hex
     assert await store.event_policy(event) is None
     assert await store.register_event(event, policy, ttl_seconds=0.3) is True
@@ -189,7 +190,8 @@ async def test_event_registry_is_first_come_and_expires(store: StateStore, polic
     assert await store.register_event(event, "someone-else", ttl_seconds=10) is True
     assert await store.event_policy(event) == "someone-else"
     if isinstance(store, RedisStateStore):
-        redis.Redis.from_url(REDIS_URL).delete(f"bandit:event:{event}")
+        redis_url = request.getfixturevalue("redis_url")
+        redis.Redis.from_url(redis_url).delete(f"bandit:event:{event}")
 
 
 @pytest.mark.parametrize("ttl", [0, -1.0, float("inf"), float("nan")])
@@ -266,7 +268,10 @@ async def test_transaction_claims_its_event_id(store: StateStore, policy: str) -
     assert await store.event_policy(eid) == policy  # still the first owner's
 
 
-async def test_policies_and_delete_policy(store: StateStore, policy: str) -> None:
+async def test_policies_and_delete_policy(
+    store: StateStore, policy: str, request: pytest.FixtureRequest
+) -> None:
+    redis_url = request.getfixturevalue("redis_url") if isinstance(store, RedisStateStore) else ""
     await store.add_policy(policy)
     await store.add_policy(policy)
     assert (await store.list_policies()).count(policy) == 1
@@ -274,14 +279,15 @@ async def test_policies_and_delete_policy(store: StateStore, policy: str) -> Non
     await store.add_counters(policy, {"pulls:1": 1})
     await store.schedule(policy, "e", 1.0)
     if isinstance(store, RedisStateStore):
-        assert len(_redis_keys(policy)) == 6  # 2 values, versions, clock, counters, deadlines
+        # 2 values, versions, clock, counters, deadlines
+        assert len(_redis_keys(redis_url, policy)) == 6
     await store.delete_policy(policy)
     assert policy not in await store.list_policies()
     assert await store.read(policy, ["arm:1", "shared"], {"arm:1": 0, "shared": 0}) == {}
     assert await store.counters(policy) == {}
     assert await store.due_events(policy, 2.0, 10) == []
     if isinstance(store, RedisStateStore):
-        assert _redis_keys(policy) == []
+        assert _redis_keys(redis_url, policy) == []
 
 
 async def test_ping(store: StateStore) -> None:
@@ -301,7 +307,7 @@ ops = st.lists(
 
 @settings(max_examples=25, deadline=None)
 @given(ops)
-def test_both_stores_agree_on_any_sequence_of_writes(sequence: list[tuple]) -> None:
+def test_both_stores_agree_on_any_sequence_of_writes(redis_url: str, sequence: list[tuple]) -> None:
     """Same data after every step; version 0 exactly for missing keys; a written key's
     version only grows; an unchanged key keeps its version."""
 
@@ -332,36 +338,36 @@ def test_both_stores_agree_on_any_sequence_of_writes(sequence: list[tuple]) -> N
 
     name = f"test-{uuid.uuid4().hex}"
     memory = asyncio.run(run(InProcessStateStore(), name))
-    assert asyncio.run(run(RedisStateStore(REDIS_URL), name)) == memory
+    assert asyncio.run(run(RedisStateStore(redis_url), name)) == memory
 
 
 # --- Redis only -----------------------------------------------------------------------
 
 
-async def test_redis_keys_share_the_policy_hash_tag() -> None:
-    store = RedisStateStore(REDIS_URL)
+async def test_redis_keys_share_the_policy_hash_tag(redis_url: str) -> None:
+    store = RedisStateStore(redis_url)
     policy = f"test-{uuid.uuid4().hex}"
     try:
         await store.transact(policy, ["arm:7"], lambda v: {"arm:7": b"x"})
         await store.add_counters(policy, {"pulls:7": 1})
-        keys = sorted(k.decode() for k in _redis_keys(policy))
+        keys = sorted(k.decode() for k in _redis_keys(redis_url, policy))
         prefix = f"bandit:{{{policy}}}:"
         assert keys == [prefix + s for s in ("clock", "counters", "k:arm:7", "versions")]
-        client = redis.Redis.from_url(REDIS_URL)
+        client = redis.Redis.from_url(redis_url)
         assert client.hgetall(prefix + "versions").keys() == {b"arm:7"}
     finally:
         await store.delete_policy(policy)
         await store.close()
 
 
-async def test_redis_commit_retries_when_another_writer_interleaves() -> None:
-    store = RedisStateStore(REDIS_URL)
-    other = RedisStateStore(REDIS_URL)
+async def test_redis_commit_retries_when_another_writer_interleaves(redis_url: str) -> None:
+    store = RedisStateStore(redis_url)
+    other = RedisStateStore(redis_url)
     policy = f"test-{uuid.uuid4().hex}"
     calls: list[int] = []
     try:
         await store.transact(policy, ["n", "m"], lambda v: {"n": _pack(10), "m": _pack(0)})
-        sync_other = redis.Redis.from_url(REDIS_URL)
+        sync_other = redis.Redis.from_url(redis_url)
         commit_sha = other.commit_script_sha
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
@@ -398,10 +404,10 @@ async def test_redis_commit_retries_when_another_writer_interleaves() -> None:
         await other.close()
 
 
-async def test_redis_gives_up_after_bounded_retries() -> None:
-    store = RedisStateStore(REDIS_URL, max_attempts=3)
+async def test_redis_gives_up_after_bounded_retries(redis_url: str) -> None:
+    store = RedisStateStore(redis_url, max_attempts=3)
     policy = f"test-{uuid.uuid4().hex}"
-    sync = redis.Redis.from_url(REDIS_URL)
+    sync = redis.Redis.from_url(redis_url)
     calls = 0
     try:
 
@@ -437,16 +443,16 @@ async def test_unreachable_redis_raises_store_unavailable() -> None:
 
 
 @pytest.mark.parametrize("bad", ["", "a{b", "x}"])
-async def test_redis_rejects_policy_names_that_break_the_hash_tag(bad: str) -> None:
-    store = RedisStateStore(REDIS_URL)
+async def test_redis_rejects_policy_names_that_break_the_hash_tag(redis_url: str, bad: str) -> None:
+    store = RedisStateStore(redis_url)
     with pytest.raises(InvalidInputError, match="policy must be a non-empty name without braces"):
         await store.read(bad, ["a"], {})
     await store.close()
 
 
-def _hammer(policy: str, tasks: int, increments: int) -> None:
+def _hammer(redis_url: str, policy: str, tasks: int, increments: int) -> None:
     async def main() -> None:
-        store = RedisStateStore(REDIS_URL)
+        store = RedisStateStore(redis_url)
 
         async def worker() -> None:
             for _ in range(increments):
@@ -458,27 +464,27 @@ def _hammer(policy: str, tasks: int, increments: int) -> None:
     asyncio.run(main())
 
 
-def test_two_processes_lose_no_update_on_one_key() -> None:
+def test_two_processes_lose_no_update_on_one_key(redis_url: str) -> None:
     """2 processes x 4 tasks x 250 increments of one key through transact end at 2000."""
     policy = f"test-{uuid.uuid4().hex}"
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_hammer, args=(policy, 4, 250)) for _ in range(2)]
+    procs = [ctx.Process(target=_hammer, args=(redis_url, policy, 4, 250)) for _ in range(2)]
     try:
         for p in procs:
             p.start()
         for p in procs:
             p.join(timeout=50)
         assert [p.exitcode for p in procs] == [0, 0]
-        value = redis.Redis.from_url(REDIS_URL).get(f"bandit:{{{policy}}}:k:arm:hot")
+        value = redis.Redis.from_url(redis_url).get(f"bandit:{{{policy}}}:k:arm:hot")
         assert _int(value) == 2000
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
-        asyncio.run(_delete(policy))
+        asyncio.run(_delete(redis_url, policy))
 
 
-async def _delete(policy: str) -> None:
-    store = RedisStateStore(REDIS_URL)
+async def _delete(redis_url: str, policy: str) -> None:
+    store = RedisStateStore(redis_url)
     await store.delete_policy(policy)
     await store.close()
