@@ -646,7 +646,9 @@ class Featurizer:
             ends.append(len(self._parse(action, ("actions", k), act).names))
         return self._batch(
             HashedFeatures(self._hashes(ctx), np.asarray(ctx.values, dtype=np.float64), tuple(ctx.namespaces)),
-            HashedFeatures(self._hashes(act), np.asarray(act.values, dtype=np.float64), tuple(act.namespaces)),
+            self._hashes(act),
+            np.asarray(act.values, dtype=np.float64),
+            act.namespaces,
             np.diff(ends),
         )
 
@@ -664,26 +666,35 @@ class Featurizer:
         """:meth:`featurize` over objects already passed through :meth:`hash_features`
         (by this featurizer or one with the same ``limits``): the same vectors, bit for bit."""
         _check_actions(actions)
-        counts = np.fromiter((len(a.hashes) for a in actions), dtype=np.int64, count=len(actions))
+        counts = np.array([len(a.values) for a in actions], dtype=np.int64)
+        namespaces = (
+            None if self._every_pair else tuple(ns for a in actions for ns in a.namespaces)
+        )
         return self._batch(
             context,
-            HashedFeatures(
-                np.concatenate([a.hashes for a in actions]),
-                np.concatenate([a.values for a in actions]),
-                tuple(ns for a in actions for ns in a.namespaces),
-            ),
+            np.concatenate([a.hashes for a in actions]),
+            np.concatenate([a.values for a in actions]),
+            namespaces,
             counts,
         )
 
-    def _batch(self, ctx: HashedFeatures, act: HashedFeatures, counts: np.ndarray) -> FeatureBatch:
+    def _batch(
+        self,
+        ctx: HashedFeatures,
+        h_act: np.ndarray,
+        v_act: np.ndarray,
+        act_namespaces: Sequence[str] | None,
+        counts: np.ndarray,
+    ) -> FeatureBatch:
         """The vectors of a request from its context's features and the K actions'
-        features one after the other (``counts[k]`` of them for action ``k``)."""
+        features one after the other (``counts[k]`` of them for action ``k``; their
+        namespaces may be None when every pair of namespaces interacts)."""
         config = self.config
         K = len(counts)
-        h_ctx, v_ctx, h_act, v_act = ctx.hashes, ctx.values, act.hashes, act.values
+        h_ctx, v_ctx = ctx.hashes, ctx.values
         row_act = np.repeat(np.arange(K), counts)
 
-        pair_mask = self._pair_mask(ctx.namespaces, act.namespaces)
+        pair_mask = self._pair_mask(ctx.namespaces, act_namespaces, len(h_act))
         h_int = interaction_hash(h_ctx[:, None], h_act[None, :])
         v_int = v_ctx[:, None] * v_act[None, :]
         row_int = np.broadcast_to(row_act, h_int.shape)
@@ -707,12 +718,13 @@ class Featurizer:
         )
 
     def _pair_mask(
-        self, ctx_namespaces: Sequence[str], act_namespaces: Sequence[str]
+        self, ctx_namespaces: Sequence[str], act_namespaces: Sequence[str] | None, n_act: int
     ) -> np.ndarray | None:
         """(n_context, n_action_total) bool mask of the interacting pairs, None when all
-        pairs interact; raises when the request exceeds ``max_interactions``."""
-        if self._every_pair:  # ("*", "*"): no namespace to look at
-            allowed, total = None, len(ctx_namespaces) * len(act_namespaces)
+        pairs interact; raises when the request exceeds ``max_interactions``.
+        ``act_namespaces`` may be None only when every pair interacts."""
+        if act_namespaces is None or self._every_pair:  # ("*", "*"): no namespace to look at
+            allowed, total = None, len(ctx_namespaces) * n_act
         else:
             ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx_namespaces))}
             act_ns = {ns: i for i, ns in enumerate(dict.fromkeys(act_namespaces))}

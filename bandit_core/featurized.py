@@ -8,7 +8,7 @@ a caller holding a :class:`~bandit_core.features.Featurizer` gets the rows with
 ``"context"`` (per-arm models: LinUCB, LNUCB-TA, guardrailed LinUCB, the baselines)
     every candidate's row is the hashed context ``x`` (``featurize_context``), length
     ``dim = 2**bits + 1``; each arm learns its own weights over it.
-``"actions_context"`` (shared models: Hybrid LinUCB, section 8)
+``"actions_context"`` (shared models, ``SharedModelPolicy``: Hybrid LinUCB, diag LinUCB, section 8)
     row ``a`` is ``[z_a, x]``: the action's vector of :meth:`Featurizer.featurize`
     (context, action features, context x action interactions, bias), then, when the
     policy has a per-arm part (``context_dim = dim``), the hashed context.
@@ -17,8 +17,9 @@ a caller holding a :class:`~bandit_core.features.Featurizer` gets the rows with
     when 0), then the item embedding ``v_a``, the action's own features hashed (no
     context, no interactions) with the bias.
 
-The output is dense (a full-matrix model's few hundred columns); the sparse form for
-large hashed spaces is :class:`~bandit_core.features.SparseRows` from the featurizer.
+The output is dense (a full-matrix model's few hundred columns), except for a policy
+that takes sparse rows (``SPARSE_ROWS``, the model for large hashed spaces), which gets
+:class:`~bandit_core.features.SparseRows` when the featurizer's output is sparse.
 
 >>> import bandit_core
 >>> from bandit_core.features import Featurizer, FeaturizerConfig
@@ -90,9 +91,11 @@ def featurized_rows(
     policy: BasePolicy,
     context: Any,
     actions: Sequence[Any],
-) -> np.ndarray:
-    """The rows ``X`` (shape ``(K, policy.config.d)``, dense) that ``policy`` takes for
-    one request of JSON features, by its ``FEATURE_LAYOUT`` (module docstring).
+) -> np.ndarray | SparseRows:
+    """The rows ``X`` (shape ``(K, policy.config.d)``) that ``policy`` takes for one
+    request of JSON features, by its ``FEATURE_LAYOUT`` (module docstring): dense, except
+    for a policy with ``SPARSE_ROWS`` (``diag_linucb``), which gets the featurizer's
+    output form (:class:`SparseRows` above ``bits`` 10).
 
     ``context`` and each action are a JSON feature object, a list of them, or the
     :class:`HashedFeatures` ``featurizer.hash_features`` made of one (so a caller may
@@ -118,10 +121,14 @@ def featurized_rows(
         return np.broadcast_to(x.reshape(1, d), (len(acts), d)).copy()
     if layout == "actions_context":
         batch = featurizer.featurize_hashed(ctx, acts)
+        if not context_dim and policy.SPARSE_ROWS:
+            return batch.actions  # the config's output form: SparseRows above bits 10
         Z = _dense(batch.actions)
         if not context_dim:
             return Z
-        return np.hstack([Z, np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim))])
+        return np.hstack(
+            [Z, np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim))]
+        )
     own = Featurizer(
         dataclasses.replace(featurizer.config, interactions=(), context_in_actions=False)
     )
@@ -129,7 +136,9 @@ def featurized_rows(
     V = _dense(batch.actions)
     if not context_dim:
         return V
-    return np.hstack([np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim)), V])
+    return np.hstack(
+        [np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim)), V]
+    )
 
 
 def _dense(vectors: np.ndarray | SparseRows) -> np.ndarray:

@@ -110,7 +110,6 @@ class HybridLinUCB(SharedModelPolicy):
     CONFIG: ClassVar[type[PolicyConfig]] = HybridLinUCBConfig
     ARM_STATE = HybridArmState
     SHARED_STATE = HybridSharedState
-    FEATURE_LAYOUT: ClassVar[str] = "actions_context"
     config: HybridLinUCBConfig
 
     def __init__(self, config: PolicyConfig) -> None:

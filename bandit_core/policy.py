@@ -929,6 +929,8 @@ class SharedModelPolicy(BasePolicy):
     ``n`` and ``reward_sum`` are the counts of :meth:`policy_stats`.
     """
 
+    FEATURE_LAYOUT: ClassVar[str] = "actions_context"
+
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
         self._arm_free = not self._keeps_arm_parts()

@@ -29,6 +29,10 @@ and re-created).
 
     python -m benchmarks.service_load
     python -m benchmarks.service_load --duration 5 --ks 50 --workers 1
+    python -m benchmarks.service_load --ks 50 --workers 1 --backends redis+postgres --json-bits 7
+
+``--json-bits`` adds, in the same run, a ``hybrid_linucb`` policy over JSON features
+(``payload`` "json bits N", :func:`_json_load`) beside the dense K = 50, d = 32 rows.
 """
 
 from __future__ import annotations
@@ -200,6 +204,43 @@ def _scripts(tmp: Path, body: str, pause_ms: int) -> tuple[Path, Path]:
     return rec, mixed
 
 
+def _json_load(policy: str, bits: int) -> tuple[dict[str, Any], str]:
+    """A hybrid_linucb policy over JSON features of ``bits`` and the request of the
+    issue's goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
+    50 candidates of 6 features, every context x action interaction). The same body on
+    every request: the catalog repeats, so the server's cache of hashed candidates hits."""
+    from benchmarks.featurizer import request
+
+    context, actions = request(0)
+    spec = {"algorithm": "hybrid_linucb", "features": {"bits": bits}}
+    arms = [{"id": a["item"]["id"], "features": a} for a in actions]
+    return spec, json.dumps({"policy": policy, "context": context, "arms": arms}, separators=(",", ":"))
+
+
+def _drive(
+    server: Server, tmp: Path, body: str, label: dict[str, Any], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """The three loads (max, about half the max rate, recommend+reward) on one body."""
+    from benchmarks import _harness as h
+
+    rec, mixed = _scripts(tmp, body, 0)
+    url = server.base + "/recommend"
+    wrk(url, rec, 2, args.connections)
+    top = wrk(url, rec, args.duration, args.connections, server=server)
+    rows = [{**label, "load": "recommend max", **top, "loadavg": h.load()["loadavg"]}]
+    # About half the maximum rate: each connection pauses between requests.
+    pause = max(
+        0,
+        round(1000 * args.connections / max(top["requests_per_s"] / 2, 1) - (top["p50_ms"] or 0)),
+    )
+    half, _ = _scripts(tmp, body, pause)
+    r = wrk(url, half, args.duration, args.connections, server=server)
+    rows.append({**label, "load": f"recommend ~half rate (pause {pause} ms)", **r, "loadavg": h.load()["loadavg"]})
+    r = wrk(url, mixed, args.duration, args.connections, server=server)
+    rows.append({**label, "load": "recommend+reward", **r, "loadavg": h.load()["loadavg"]})
+    return rows
+
+
 def _reset_backends(redis_url: str, pg_admin: str, pg_db: str) -> None:
     import redis
 
@@ -289,63 +330,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "/readyz",
                 )
                 try:
-                    for K in args.ks:
-                        policy = f"bench_k{K}"
-                        _request(
-                            "PUT",
-                            f"{server.base}/policies/{policy}",
-                            {
-                                "algorithm": "linucb",
-                                "dimension": d,
-                                "arms": [f"arm{i}" for i in range(K)],
-                            },
+                    loads = [(K, "dense", f"bench_k{K}") for K in args.ks]
+                    if args.json_bits is not None:
+                        loads.append((50, f"json bits {args.json_bits}", "bench_json"))
+                    for K, payload, policy in loads:
+                        spec, body = (
+                            _json_load(policy, args.json_bits)
+                            if policy == "bench_json"
+                            else ({"algorithm": "linucb", "dimension": d, "arms": [f"arm{i}" for i in range(K)]}, _body(policy, d))
                         )
-                        body = _body(policy, d)
-                        rec, mixed = _scripts(tmp, body, 0)
-                        url = server.base + "/recommend"
-                        wrk(url, rec, 2, args.connections)
-                        top = wrk(url, rec, args.duration, args.connections, server=server)
-                        rows.append(
-                            {
-                                "backend": backend,
-                                "workers": workers,
-                                "K": K,
-                                "load": "recommend max",
-                                **top,
-                                "loadavg": h.load()["loadavg"],
-                            }
-                        )
-                        # About half the maximum rate: each connection pauses between requests.
-                        pause = max(
-                            0,
-                            round(
-                                1000 * args.connections / max(top["requests_per_s"] / 2, 1)
-                                - (top["p50_ms"] or 0)
-                            ),
-                        )
-                        half, _ = _scripts(tmp, body, pause)
-                        r = wrk(url, half, args.duration, args.connections, server=server)
-                        rows.append(
-                            {
-                                "backend": backend,
-                                "workers": workers,
-                                "K": K,
-                                "load": f"recommend ~half rate (pause {pause} ms)",
-                                **r,
-                                "loadavg": h.load()["loadavg"],
-                            }
-                        )
-                        r = wrk(url, mixed, args.duration, args.connections, server=server)
-                        rows.append(
-                            {
-                                "backend": backend,
-                                "workers": workers,
-                                "K": K,
-                                "load": "recommend+reward",
-                                **r,
-                                "loadavg": h.load()["loadavg"],
-                            }
-                        )
+                        _request("PUT", f"{server.base}/policies/{policy}", spec)
+                        label = {"backend": backend, "workers": workers, "K": K, "payload": payload}
+                        rows.extend(_drive(server, tmp, body, label, args))
                 finally:
                     server.stop()
     finally:
@@ -369,6 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-admin", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument(
         "--pg-db", default="bench_service", help="scratch database (dropped, re-created)"
+    )
+    parser.add_argument(
+        "--json-bits",
+        type=int,
+        default=None,
+        metavar="BITS",
+        help="also drive a hybrid_linucb policy over JSON features hashed into 2**BITS "
+        "buckets with the issue's request (15 context features, 50 candidates x 6)",
     )
     parser.add_argument(
         "--label", default="latest",
@@ -397,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                 "backend",
                 "workers",
                 "K",
+                "payload",
                 "load",
                 "requests_per_s",
                 "p50_ms",

@@ -44,9 +44,13 @@ class BanditAPIError(Exception):
         self.detail = detail
 
 
+Context = Sequence[float] | Mapping[str, Any] | Sequence[Mapping[str, Any]]
+"""A float vector, named float features, or JSON feature objects (a policy with ``features``)."""
+
+
 def _recommend_body(
     policy: str,
-    context: Sequence[float] | Mapping[str, float],
+    context: Context,
     arms: Sequence[ArmCandidate | Mapping[str, Any] | str] | None,
     **options: Any,
 ) -> dict[str, Any]:
@@ -154,12 +158,15 @@ class BanditClient:
     def recommend(
         self,
         policy: str,
-        context: Sequence[float] | Mapping[str, float] = (),
+        context: Context = (),
         arms: Sequence[ArmCandidate | Mapping[str, Any] | str] | None = None,
         **options: Any,
     ) -> RecommendResponse:
         """``POST /recommend``; ``options``: exclude, user_id, event_id, top_k, explore,
-        defer_activation."""
+        defer_activation. For a policy with ``features``, ``context`` and each arm's
+        ``features`` are JSON feature objects (or lists of them):
+        ``recommend("shop", {"user": {"tier": "gold"}}, [{"id": "sku-1", "features":
+        {"item": {"category": "food"}}}])``."""
         return self._call(_Requests.recommend(policy, context, arms, options))
 
     def reward(self, event_id: str, reward: float, arm_id: str | None = None) -> RewardResponse:
@@ -230,7 +237,7 @@ class AsyncBanditClient:
     async def recommend(
         self,
         policy: str,
-        context: Sequence[float] | Mapping[str, float] = (),
+        context: Context = (),
         arms: Sequence[ArmCandidate | Mapping[str, Any] | str] | None = None,
         **options: Any,
     ) -> RecommendResponse:

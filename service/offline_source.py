@@ -28,28 +28,47 @@ reward arrives does not depend on the served arm.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
+from service.schemas import is_json_features
 from service.storage import base
+
+Featurize = Callable[[Any, list[Any]], np.ndarray]
+"""``(logged context, logged candidate features) -> X``: re-featurizes a decision logged
+with JSON features, e.g. ``lambda c, a: featurized_rows(featurizer, policy, c, a)``
+(``bandit_core.featurized``) under any featurizer config and policy layout."""
 
 
 def to_logged_event(
-    logged: base.LoggedDecision, unrewarded: float | None = None
+    logged: base.LoggedDecision, unrewarded: float | None = None, featurize: Featurize | None = None
 ) -> LoggedEvent | None:
     """One logged decision (and its reward) as an offline event; ``None`` when it has no
-    reward and ``unrewarded`` is None (module docstring)."""
+    reward and ``unrewarded`` is None (module docstring). A decision of a policy with
+    ``features`` logged its JSON as sent: ``featurize`` turns it into rows (without it
+    such a decision is an :class:`InvalidInputError`)."""
     d = logged.decision
     reward = unrewarded if logged.reward is None else logged.reward.value
     if reward is None:
         return None
+    features = [c["features"] for c in d.candidates]
+    if featurize is not None:
+        features = list(featurize(d.context, features))
+    elif any(is_json_features(f) for f in features) or is_json_features(d.context):
+        raise InvalidInputError(
+            f"decision {d.event_id!r} logged JSON features; replay it with a featurizer "
+            "(EventLogSource(featurize=...))"
+        )
     return LoggedEvent.build(
         [c["id"] for c in d.candidates],
         d.arm_id,
         reward,
-        arm_features=[c["features"] for c in d.candidates],
+        arm_features=features,
         pscore=d.propensity,
         user_id=d.user_id,
     )
@@ -67,10 +86,11 @@ class EventLogSource:
     since: float | None = None
     until: float | None = None
     unrewarded: float | None = None
+    featurize: Featurize | None = None
 
     def __iter__(self) -> Iterator[LoggedEvent]:
         for logged in self.event_log.iter_events(self.policy, self.since, self.until):
-            event = to_logged_event(logged, self.unrewarded)
+            event = to_logged_event(logged, self.unrewarded, self.featurize)
             if event is not None:
                 yield event
 

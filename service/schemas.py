@@ -63,9 +63,13 @@ _JSON_FEATURES_SCHEMA: list[dict[str, Any]] = [
 def is_json_features(value: Any) -> bool:
     """A JSON feature object (one holding something else than numbers: a flat object of
     numbers stays named features) or a non-empty list of objects."""
-    if isinstance(value, dict):
-        return any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value.values())
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    if type(value) is dict:
+        for v in value.values():  # a plain loop: called per candidate on the request path
+            kind = type(v)
+            if kind is not float and kind is not int:
+                return True
+        return False
+    return type(value) is list and bool(value) and all(type(v) is dict for v in value)
 
 
 def _vector_or_json(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:

@@ -22,8 +22,8 @@ import orjson
 
 from bandit_core import BasePolicy
 from bandit_core.errors import ConfigError, InvalidFeatureError
+from bandit_core.features import Featurizer, FeaturizerConfig, HashedFeatures, SparseRows
 from bandit_core.featurized import context_feature_values, featurized_rows
-from bandit_core.features import Featurizer, FeaturizerConfig, HashedFeatures
 from service.errors import InvalidRequest
 from service.schemas import PolicyInfo, RecommendRequest, is_json_features
 from service.usecases.candidates import candidate_arms
@@ -50,10 +50,12 @@ class CachedFeaturizer:
     def __len__(self) -> int:
         return len(self._actions)
 
-    def hashed_action(self, features: Any, index: int, loc: list[str | int]) -> HashedFeatures:
-        """The hashed form of one candidate's features (error paths ``actions[index]...``);
-        what was not seen before is also checked storable (:func:`check_loggable`, at
-        the request's ``loc``)."""
+    def hashed_action(
+        self, features: Any, index: int, arm_index: Sequence[int | None]
+    ) -> HashedFeatures:
+        """The hashed form of candidate ``index``'s features (error paths
+        ``actions[index]...``); what was not seen before is also checked storable
+        (:func:`check_loggable`, at the request's path by :func:`request_loc`)."""
         try:
             key = orjson.dumps(features, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, deep nesting
@@ -64,6 +66,7 @@ class CachedFeaturizer:
                 self._actions.move_to_end(key)
                 return hashed
         hashed = self.featurizer.hash_features(features, ("actions", index))
+        loc = request_loc(("actions", index), arm_index)
         check_loggable(features, loc, self.featurizer.config.limits.max_depth)
         if key is not None and b"null" not in key:
             self._actions[key] = hashed
@@ -108,7 +111,8 @@ class JsonCandidates:
         arms = candidate_arms(req, info, max_candidates)
         raw: list[Any] = []
         for _, own, i in arms:
-            if own is not None and not is_json_features(own) and own != []:
+            # validated as floats or JSON features: a non-empty list of non-objects is floats
+            if type(own) is list and own and type(own[0]) is not dict:
                 raise InvalidRequest(
                     f"policy {info.name!r} declares features: send arm features as a JSON "
                     "feature object or a list of them",
@@ -118,13 +122,12 @@ class JsonCandidates:
         cached = self.featurizer(info)
         try:
             index = [i for _, _, i in arms]
-            hashed = [
-                cached.hashed_action(features, k, request_loc(("actions", k), index))
-                for k, features in enumerate(raw)
-            ]
+            hashed = [cached.hashed_action(features, k, index) for k, features in enumerate(raw)]
             ctx = cached.featurizer.hash_features(context, ("context",))
             check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
-            X = featurized_rows(cached.featurizer, policy, ctx, hashed)
+            rows = featurized_rows(cached.featurizer, policy, ctx, hashed)
+            # the service keeps rows dense (the pending event's x): dimension <= 4096
+            X = rows.to_dense() if isinstance(rows, SparseRows) else rows
             named = context_feature_values(cached.featurizer, context) if info.guardrails else None
         except InvalidFeatureError as exc:
             raise InvalidRequest(str(exc), request_loc(exc.loc, index)) from exc
@@ -179,7 +182,10 @@ def logged_candidates(ids: Sequence[str], raw: Sequence[Any]) -> orjson.Fragment
 
 
 def logged_rows(
-    featurizer: Featurizer, policy: BasePolicy, context: Any, candidates: Sequence[Mapping[str, Any]]
+    featurizer: Featurizer,
+    policy: BasePolicy,
+    context: Any,
+    candidates: Sequence[Mapping[str, Any]],
 ) -> np.ndarray:
     """The rows of a logged JSON decision, featurized again (replay, rebuild)."""
     return featurized_rows(featurizer, policy, context, [c["features"] for c in candidates])

@@ -36,10 +36,9 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.usecases.candidates import build_candidates, candidates_json
-from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.events import EventState, PendingEvent, dumps, event_key
+from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.policy_cache import PolicyCache, import_stored
-
 
 Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
 """Candidate ids, their rows ``X``, the named context (guardrails) and, for a policy with

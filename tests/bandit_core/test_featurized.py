@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import bandit_core
 from bandit_core.errors import ConfigError, InvalidFeatureError
+from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
 from bandit_core.featurized import context_feature_values, featurized_dimension, featurized_rows
-from bandit_core.features import Featurizer, FeaturizerConfig
 from tests.bandit_core.test_features import ACTIONS, CONTEXT, SETTINGS, _feature_input
 
 FEATURIZER = Featurizer(FeaturizerConfig(bits=5))
@@ -51,12 +51,16 @@ def test_layouts_place_the_featurizer_vectors() -> None:
     shared = featurized_rows(FEATURIZER, make("hybrid_linucb"), CONTEXT, ACTIONS)
     np.testing.assert_array_equal(shared, batch.actions)
     hybrid = featurized_rows(FEATURIZER, make("hybrid_linucb", DIM), CONTEXT, ACTIONS)
-    np.testing.assert_array_equal(hybrid, np.hstack([batch.actions, np.tile(batch.context, (K, 1))]))
+    np.testing.assert_array_equal(
+        hybrid, np.hstack([batch.actions, np.tile(batch.context, (K, 1))])
+    )
     own = Featurizer(FeaturizerConfig(bits=5, interactions=[], context_in_actions=False))
     items = own.featurize(CONTEXT, ACTIONS).actions
     hare = featurized_rows(FEATURIZER, make("hare", DIM), CONTEXT, ACTIONS)
     np.testing.assert_array_equal(hare, np.hstack([np.tile(batch.context, (K, 1)), items]))
-    np.testing.assert_array_equal(featurized_rows(FEATURIZER, make("hare"), CONTEXT, ACTIONS), items)
+    np.testing.assert_array_equal(
+        featurized_rows(FEATURIZER, make("hare"), CONTEXT, ACTIONS), items
+    )
 
 
 def test_a_shared_model_from_json_scores_items_it_never_saw() -> None:
@@ -66,14 +70,21 @@ def test_a_shared_model_from_json_scores_items_it_never_saw() -> None:
         for category in ("food", "books"):
             x = featurized_rows(FEATURIZER, policy, context, [{"item": {"category": category}}])[0]
             policy.update(f"old-{category}", x, float(category == liked))
-    new = [{"item": {"category": "books", "sku": "n1"}}, {"item": {"category": "food", "sku": "n2"}}]
+    new = [
+        {"item": {"category": "books", "sku": "n1"}},
+        {"item": {"category": "food", "sku": "n2"}},
+    ]
     for segment, expected in (("a", "new-food"), ("b", "new-books")):
         X = featurized_rows(FEATURIZER, policy, {"user": {"segment": segment}}, new)
         assert policy.select(["new-books", "new-food"], X).arm_id == expected
 
 
 @SETTINGS
-@given(context=_feature_input, actions=st.lists(_feature_input, min_size=1, max_size=4), bits=st.integers(1, 12))
+@given(
+    context=_feature_input,
+    actions=st.lists(_feature_input, min_size=1, max_size=4),
+    bits=st.integers(1, 12),
+)
 def test_hashed_forms_give_the_vectors_of_json_bit_for_bit(context, actions, bits) -> None:
     for output in ("dense", "sparse"):
         f = Featurizer(FeaturizerConfig(bits=bits, output=output))
@@ -102,7 +113,9 @@ def test_rows_from_hashed_and_json_inputs_are_equal() -> None:
 
 def test_errors_name_the_json_path_and_a_wrong_dimension_is_a_config_error() -> None:
     with pytest.raises(InvalidFeatureError) as info:
-        featurized_rows(FEATURIZER, make("linucb"), CONTEXT, [{"item": {}}, {"item": {"tags": [["x"]]}}])
+        featurized_rows(
+            FEATURIZER, make("linucb"), CONTEXT, [{"item": {}}, {"item": {"tags": [["x"]]}}]
+        )
     assert info.value.loc == ("actions", 1, "item", "tags", 0)
     with pytest.raises(InvalidFeatureError) as info:
         featurized_rows(FEATURIZER, make("linucb"), {"user": {"age": float("nan")}}, ACTIONS)
@@ -115,9 +128,23 @@ def test_errors_name_the_json_path_and_a_wrong_dimension_is_a_config_error() -> 
 
 def test_guardrails_name_json_features_through_the_featurizer() -> None:
     guardrails = (
-        {"type": "feature_threshold", "name": "minors", "feature": "user.age", "op": "<", "value": 18, "arms": ["beer"]},
-        {"type": "feature_threshold", "name": "mobile", "feature": "device.type=mobile", "op": "==", "value": 1,
-         "arms": ["desktop-app"], "on_missing": "allow"},
+        {
+            "type": "feature_threshold",
+            "name": "minors",
+            "feature": "user.age",
+            "op": "<",
+            "value": 18,
+            "arms": ["beer"],
+        },
+        {
+            "type": "feature_threshold",
+            "name": "mobile",
+            "feature": "device.type=mobile",
+            "op": "==",
+            "value": 1,
+            "arms": ["desktop-app"],
+            "on_missing": "allow",
+        },
     )
     policy = make("guardrailed_linucb", guardrails=guardrails, safe_arm="water")
     ids = ["beer", "desktop-app", "water"]
@@ -128,8 +155,25 @@ def test_guardrails_name_json_features_through_the_featurizer() -> None:
         named = context_feature_values(FEATURIZER, context)
         return dict(policy.select(ids, X, features=named).guardrail.blocked)
 
-    assert set(blocked({"user": {"age": 16}, "device": {"type": "mobile"}})) == {"beer", "desktop-app"}
+    assert set(blocked({"user": {"age": 16}, "device": {"type": "mobile"}})) == {
+        "beer",
+        "desktop-app",
+    }
     assert set(blocked({"user": {"age": 30}, "device": {"type": "desktop"}})) == set()
     assert set(blocked({"user": {"age": 30}, "device": {"type": "mobile"}})) == {"desktop-app"}
     # no age at all: the guardrail's on_missing (block) decides
     assert "beer" in blocked({"device": {"type": "desktop"}})
+
+
+def test_a_sparse_rows_policy_gets_the_featurizers_sparse_form() -> None:
+    featurizer = Featurizer(FeaturizerConfig(bits=14))
+    policy = bandit_core.make_policy("diag_linucb", d=featurizer.config.dim)
+    X = featurized_rows(featurizer, policy, CONTEXT, ACTIONS)
+    assert isinstance(X, SparseRows)
+    expected = featurizer.featurize(CONTEXT, ACTIONS).actions
+    np.testing.assert_array_equal(X.indices, expected.indices)
+    np.testing.assert_array_equal(X.values, expected.values)
+    ids = [f"n{k}" for k in range(len(ACTIONS))]
+    decision = policy.select(ids, X)
+    policy.update(decision.arm_id, X.one_row(ids.index(decision.arm_id)), 1.0)
+    assert policy.policy_stats()["rewarded"] == 1.0

@@ -10,6 +10,7 @@ import asyncio
 import json
 import math
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -89,26 +90,35 @@ def _floats(obj: Any) -> list[float]:
     return []
 
 
-@pytest.fixture
-async def app_client(
-    make_settings: Callable[..., Settings],
-) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
-    settings = make_settings(log_flush_seconds=0.02, max_body_bytes=LIMIT)
+@asynccontextmanager
+async def serving(
+    settings: Settings, policies: dict[str, dict]
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    """The app with its lifespan running and ``policies`` (name -> spec) created; yields
+    ``(client, app)``. Unhandled errors reach the client as the 500 it would see."""
     app = create_app(settings)
     async with app.router.lifespan_context(app):
-        # raise_app_exceptions=False: an unhandled error must show up as the 500 a client sees
         transport = httpx.ASGITransport(
             app=app, client=("127.0.0.1", 50000), raise_app_exceptions=False
         )
         async with httpx.AsyncClient(
             transport=transport, base_url="http://app", headers=HEADERS
         ) as client:
-            assert (
-                await client.put("/policies/p", json=spec(dimension=2, arms=None))
-            ).status_code == 200
-            assert (await client.put("/policies/q", json=spec())).status_code == 200
-            assert settings.database_url is not None
-            yield client, app, settings.database_url
+            for name, body in policies.items():
+                r = await client.put(f"/policies/{name}", json=body)
+                assert r.status_code == 200, r.text
+            yield client, app
+
+
+@pytest.fixture
+async def app_client(
+    make_settings: Callable[..., Settings],
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
+    settings = make_settings(log_flush_seconds=0.02, max_body_bytes=LIMIT)
+    policies = {"p": spec(dimension=2, arms=None), "q": spec()}
+    async with serving(settings, policies) as (client, app):
+        assert settings.database_url is not None
+        yield client, app, settings.database_url
 
 
 async def _settled(app: Any, db_url: str) -> tuple[int, int]:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -17,12 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.app import create_app
 from service.settings import Settings
-from tests.databases import postgres_schema
-from tests.reliability.test_hostile_input import json_values
-from tests.reliability.traffic import HEADERS
-from tests.servers import API_KEY, RedisServer
+from tests.reliability.test_hostile_input import json_values, serving
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.anyio]
 LIMIT = 2_000_000
@@ -34,36 +29,12 @@ ITEM = {"item": {"category": "food", "price": 25, "tags": ["vegan"]}}
 
 
 @pytest.fixture
-async def app_client(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
-    server = RedisServer(tmp_path / "redis")
-    server.start()
-    try:
-        with postgres_schema() as db_url:
-            settings = Settings(
-                redis_url=server.url,
-                database_url=db_url,
-                api_keys=[API_KEY],
-                data_dir=tmp_path / "data",
-                demo_policy=False,
-                personalizer_loop=False,
-                snapshot_interval_seconds=0,
-                log_flush_seconds=0.02,
-                max_body_bytes=LIMIT,
-            )
-            app = create_app(settings)
-            async with app.router.lifespan_context(app):
-                transport = httpx.ASGITransport(
-                    app=app, client=("127.0.0.1", 50000), raise_app_exceptions=False
-                )
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://app", headers=HEADERS
-                ) as client:
-                    for name, spec in SPECS.items():
-                        r = await client.put(f"/policies/{name}", json=spec)
-                        assert r.status_code == 200, r.text
-                    yield client, app
-    finally:
-        server.stop()
+async def app_client(
+    make_settings: Callable[..., Settings],
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    settings = make_settings(log_flush_seconds=0.02, max_body_bytes=LIMIT)
+    async with serving(settings, SPECS) as client_and_app:
+        yield client_and_app
 
 
 async def _settled(app: Any) -> tuple[int, int]:
@@ -86,33 +57,83 @@ def _arms(*features: Any) -> list[dict[str, Any]]:
 
 # (request fields as raw JSON text, expected loc prefix, words of the message)
 HOSTILE = [
-    ('"context": ' + json.dumps(_nested(50)), ["body", "context", "a", "a", "a", "a", "a", "a", "a"], "nesting"),
+    (
+        '"context": ' + json.dumps(_nested(50)),
+        ["body", "context", "a", "a", "a", "a", "a", "a", "a"],
+        "nesting",
+    ),
     ('"context": ' + json.dumps(_nested(900)), ["body", "context", "a", "a"], "nesting"),
-    ('"context": {"user": {"tags": ' + json.dumps(["t"] * 5000) + "}}", ["body", "context", "user", "tags"], "at most 1024 elements"),
-    ('"context": {"user": {"name": "' + "x" * 100_000 + '"}}', ["body", "context", "user", "name"], "at most 1024 characters"),
+    (
+        '"context": {"user": {"tags": ' + json.dumps(["t"] * 5000) + "}}",
+        ["body", "context", "user", "tags"],
+        "at most 1024 elements",
+    ),
+    (
+        '"context": {"user": {"name": "' + "x" * 100_000 + '"}}',
+        ["body", "context", "user", "name"],
+        "at most 1024 characters",
+    ),
     ('"context": {"user": {"age": NaN}}', ["body", "context", "user", "age"], "nan"),
-    ('"context": [{"user": {"age": 1}}, {"user": {"score": -Infinity}}]', ["body", "context", 1, "user", "score"], "-inf"),
+    (
+        '"context": [{"user": {"age": 1}}, {"user": {"score": -Infinity}}]',
+        ["body", "context", 1, "user", "score"],
+        "-inf",
+    ),
     ('"context": {"user": {"big": ' + "9" * 400 + "}}", ["body", "context", "user", "big"], "bits"),
     ('"context": {"user": {"m": [[1, 2]]}}', ["body", "context", "user", "m", 0], "array"),
-    ('"context": {"u": {"a": 1}}, "arms": ' + json.dumps(_arms(ITEM, ITEM, {"item": {"tags": ["a", "b", ["c"]]}})), ["body", "arms", 2, "features", "item", "tags", 2], "array"),
-    ('"context": {"u": {"a": 1}}, "arms": [{"id": "x0", "features": {"item": {"p": 1}}}, {"id": "x1", "features": [{"item": {"p": Infinity}}]}]', ["body", "arms", 1, "features", 0, "item", "p"], "inf"),
-    ('"context": {"u": {"a": 1}}, "exclude": ["x0"], "arms": [{"id": "x0", "features": {"item": {"p": NaN}}}, {"id": "x1", "features": {"item": {"p": NaN}}}]', ["body", "arms", 1, "features", "item", "p"], "nan"),
-    ('"context": {"u": {"f": [' + ", ".join(f'"{i}"' for i in range(1000)) + ']}}, "arms": ' + json.dumps(_arms(*[{"item": {f"k{j}": j + 1 for j in range(30)}}] * 10)), ["body", "arms"], "interactions"),
+    (
+        '"context": {"u": {"a": 1}}, "arms": '
+        + json.dumps(_arms(ITEM, ITEM, {"item": {"tags": ["a", "b", ["c"]]}})),
+        ["body", "arms", 2, "features", "item", "tags", 2],
+        "array",
+    ),
+    (
+        '"context": {"u": {"a": 1}}, "arms": [{"id": "x0", "features": {"item": {"p": 1}}}, {"id": "x1", "features": [{"item": {"p": Infinity}}]}]',
+        ["body", "arms", 1, "features", 0, "item", "p"],
+        "inf",
+    ),
+    (
+        '"context": {"u": {"a": 1}}, "exclude": ["x0"], "arms": [{"id": "x0", "features": {"item": {"p": NaN}}}, {"id": "x1", "features": {"item": {"p": NaN}}}]',
+        ["body", "arms", 1, "features", "item", "p"],
+        "nan",
+    ),
+    (
+        '"context": {"u": {"f": ['
+        + ", ".join(f'"{i}"' for i in range(1000))
+        + ']}}, "arms": '
+        + json.dumps(_arms(*[{"item": {f"k{j}": j + 1 for j in range(30)}}] * 10)),
+        ["body", "arms"],
+        "interactions",
+    ),
     ('"context": {"u": {"' + "k" * 5000 + '": 1}}', ["body", "context", "u"], "keys of at most"),
     # under keys the featurizer ignores ("_..."), still nothing the log cannot store
     ('"context": {"u": {"_raw": {"k\\u0000": 1}}}', ["body", "context", "u", "_raw"], "NUL"),
-    ('"context": {"u": {"a": 1}}, "arms": [{"id": "x0", "features": {"_n": [1, NaN]}}]', ["body", "arms", 0, "features", "_n", 1], "finite"),
-    ('"context": {"_deep": ' + json.dumps(_nested(300)) + "}", ["body", "context", "_deep"], "nest at most"),
+    (
+        '"context": {"u": {"a": 1}}, "arms": [{"id": "x0", "features": {"_n": [1, NaN]}}]',
+        ["body", "arms", 0, "features", "_n", 1],
+        "finite",
+    ),
+    (
+        '"context": {"_deep": ' + json.dumps(_nested(300)) + "}",
+        ["body", "context", "_deep"],
+        "nest at most",
+    ),
     ('"context": {"u": {"_big": ' + "9" * 30 + "}}", ["body", "context", "u", "_big"], "64 bits"),
 ]
 
 
 # interactions exist only in a shared model's rows (a per-arm model takes the context alone)
-CASES = [(p, *case) for case in HOSTILE for p in SPECS if p == "shared" or case[2] != "interactions"]
+CASES = [
+    (p, *case) for case in HOSTILE for p in SPECS if p == "shared" or case[2] != "interactions"
+]
 
 
-@pytest.mark.parametrize(("policy", "fields", "loc", "words"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
-async def test_hostile_json_features_are_422s_naming_the_path(app_client: Any, policy: str, fields: str, loc: list, words: str) -> None:
+@pytest.mark.parametrize(
+    ("policy", "fields", "loc", "words"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
+async def test_hostile_json_features_are_422s_naming_the_path(
+    app_client: Any, policy: str, fields: str, loc: list, words: str
+) -> None:
     client, app = app_client
     if '"arms"' not in fields:
         fields += ', "arms": [{"id": "a"}, {"id": "b", "features": {"item": {"c": "x"}}}]'
@@ -126,12 +147,18 @@ async def test_hostile_json_features_are_422s_naming_the_path(app_client: Any, p
     assert await _settled(app) == before
 
 
-async def test_generated_json_anywhere_never_5xx_and_refusals_write_nothing(app_client: Any) -> None:
+async def test_generated_json_anywhere_never_5xx_and_refusals_write_nothing(
+    app_client: Any,
+) -> None:
     client, app = app_client
     seen: dict[int, int] = {}
     feature_json = json_values | st.dictionaries(st.text(max_size=6), json_values, max_size=4)
 
-    @given(context=feature_json, features=st.lists(feature_json, min_size=1, max_size=3), policy=st.sampled_from(sorted(SPECS)))
+    @given(
+        context=feature_json,
+        features=st.lists(feature_json, min_size=1, max_size=3),
+        policy=st.sampled_from(sorted(SPECS)),
+    )
     @settings(
         max_examples=80,
         deadline=None,
@@ -141,18 +168,28 @@ async def test_generated_json_anywhere_never_5xx_and_refusals_write_nothing(app_
     def run(context: Any, features: list[Any], policy: str) -> None:
         async def one() -> None:
             ids = ["n1", "n2", "n3"]
-            body = {"policy": policy, "context": context, "arms": [{"id": i, "features": f} for i, f in zip(ids, features)]}
+            body = {
+                "policy": policy,
+                "context": context,
+                "arms": [{"id": i, "features": f} for i, f in zip(ids, features)],
+            }
             before = await _settled(app)
             text = json.dumps(body, allow_nan=True).encode()
-            r = await client.post("/recommend", content=text, headers={"content-type": "application/json"})
+            r = await client.post(
+                "/recommend", content=text, headers={"content-type": "application/json"}
+            )
             seen[r.status_code] = seen.get(r.status_code, 0) + 1
             assert r.status_code in (200, 422), (body, r.status_code, r.text[:300])
             after = await _settled(app)
             if r.status_code == 422:
-                assert after == before and r.json()["detail"][0]["loc"][:1] == ["body"], r.text[:300]
+                assert after == before and r.json()["detail"][0]["loc"][:1] == ["body"], r.text[
+                    :300
+                ]
             else:
                 assert after[0] == before[0] + 1
-                rr = await client.post("/reward", json={"event_id": r.json()["event_id"], "reward": 1.0})
+                rr = await client.post(
+                    "/reward", json={"event_id": r.json()["event_id"], "reward": 1.0}
+                )
                 assert rr.status_code == 200, rr.text
 
         asyncio.run_coroutine_threadsafe(one(), loop).result(timeout=60)

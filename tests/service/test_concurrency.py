@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from bandit_core import policy_from_bytes
-from bandit_core.featurized import featurized_rows
 from bandit_core.features import Featurizer, FeaturizerConfig
+from bandit_core.featurized import featurized_rows
 from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
 from tests.servers import AppProcess
@@ -59,6 +59,33 @@ def two_processes(tmp_path: Path, redis_url: str) -> Iterator[list[str]]:
                 app.stop()
 
 
+async def decide_and_reward(
+    clients: list[httpx.AsyncClient], rewards: np.ndarray, body: Callable[[int, int], dict]
+) -> None:
+    """``rewards.shape[0]`` concurrent clients each send ``rewards.shape[1]`` decisions
+    (``body(k, j)``) alternating between the processes, then reward each one through the
+    other process; every call must succeed and every reward apply."""
+
+    async def decide(k: int) -> list[str]:
+        ids = []
+        for j in range(rewards.shape[1]):
+            r = await clients[(k + j) % 2].post("/recommend", json=body(k, j))
+            assert r.status_code == 200, r.text
+            ids.append(r.json()["event_id"])
+        return ids
+
+    events = await asyncio.gather(*(decide(k) for k in range(rewards.shape[0])))
+
+    async def reward(k: int) -> None:
+        for j, event_id in enumerate(events[k]):
+            r = await clients[(k + j + 1) % 2].post(
+                "/reward", json={"event_id": event_id, "reward": float(rewards[k, j])}
+            )
+            assert r.status_code == 200 and r.json()["applied"], r.text
+
+    await asyncio.gather(*(reward(k) for k in range(rewards.shape[0])))
+
+
 async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes: list[str]) -> None:
     headers = {"Authorization": f"Bearer {API_KEY}"}
     clients = [httpx.AsyncClient(base_url=u, headers=headers, timeout=30.0) for u in two_processes]
@@ -76,27 +103,7 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
                 admin.get_policy("missing")
             assert missing.value.status == 404
         rewards = np.random.default_rng(7).integers(0, 5, size=(CLIENTS, PER_CLIENT)) / 4.0
-
-        async def decide(k: int) -> list[str]:
-            ids = []
-            for j in range(PER_CLIENT):
-                r = await clients[(k + j) % 2].post(
-                    "/recommend", json={"policy": "p", "context": [1.0]}
-                )
-                assert r.status_code == 200, r.text
-                ids.append(r.json()["event_id"])
-            return ids
-
-        events = await asyncio.gather(*(decide(k) for k in range(CLIENTS)))
-
-        async def reward(k: int) -> None:
-            for j, event_id in enumerate(events[k]):
-                r = await clients[(k + j + 1) % 2].post(
-                    "/reward", json={"event_id": event_id, "reward": float(rewards[k, j])}
-                )
-                assert r.status_code == 200 and r.json()["applied"], r.text
-
-        await asyncio.gather(*(reward(k) for k in range(CLIENTS)))
+        await decide_and_reward(clients, rewards, lambda k, j: {"policy": "p", "context": [1.0]})
 
         expected_sum = float(rewards.sum())
         for url in two_processes:  # both processes see the same, exact state
@@ -141,27 +148,11 @@ async def test_concurrent_rewards_to_a_shared_model_across_two_processes(
         context = {"user": {"segment": "a"}}
         item = {"item": {"category": "food"}}  # every candidate has the same row z
 
-        async def decide(k: int) -> list[str]:
-            ids = []
-            for j in range(per_client):
-                arms = [{"id": f"c{k}-{j}-{m}", "features": item} for m in range(3)]
-                r = await clients[(k + j) % 2].post(
-                    "/recommend", json={"policy": "s", "context": context, "arms": arms}
-                )
-                assert r.status_code == 200, r.text
-                ids.append(r.json()["event_id"])
-            return ids
+        def body(k: int, j: int) -> dict:
+            arms = [{"id": f"c{k}-{j}-{m}", "features": item} for m in range(3)]
+            return {"policy": "s", "context": context, "arms": arms}
 
-        events = await asyncio.gather(*(decide(k) for k in range(n_clients)))
-
-        async def reward(k: int) -> None:
-            for j, event_id in enumerate(events[k]):
-                r = await clients[(k + j + 1) % 2].post(
-                    "/reward", json={"event_id": event_id, "reward": float(rewards[k, j])}
-                )
-                assert r.status_code == 200 and r.json()["applied"], r.text
-
-        await asyncio.gather(*(reward(k) for k in range(n_clients)))
+        await decide_and_reward(clients, rewards, body)
 
         n, total = n_clients * per_client, float(rewards.sum())
         for url in two_processes:

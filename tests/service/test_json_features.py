@@ -12,13 +12,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+import bandit_core
 from bandit_core import policy_from_bytes
-from bandit_core.featurized import featurized_rows
+from bandit_core.errors import InvalidInputError
 from bandit_core.features import Featurizer, FeaturizerConfig
+from bandit_core.featurized import featurized_rows
+from service.offline_source import EventLogSource
 from service.policies import build_policy
 from service.rebuild import rebuild_policy
-from service.storage.memory_store import InProcessStateStore
 from service.schemas import PolicySpec
+from service.storage.memory_store import InProcessStateStore
 from service.usecases.json_features import CachedFeaturizer, request_loc
 from tests.service.conftest import running
 
@@ -31,7 +34,10 @@ CONTEXT = {"user": {"segment": "a", "tenureYears": 2}, "device": {"type": "mobil
 
 def items(tag: str, n: int = 3) -> list[dict[str, Any]]:
     return [
-        {"id": f"{tag}-{k}", "features": [{"item": {"category": ("food", "books", "toys")[k % 3], "price": 5 + k}}]}
+        {
+            "id": f"{tag}-{k}",
+            "features": [{"item": {"category": ("food", "books", "toys")[k % 3], "price": 5 + k}}],
+        }
         for k in range(n)
     ]
 
@@ -42,7 +48,9 @@ async def _counts(app: Any, policy: str) -> tuple[int, int]:
     return await asyncio.to_thread(use_cases.event_log.count, policy)
 
 
-async def test_a_policy_with_features_derives_its_dimension_and_validates_them(make_settings: Any) -> None:
+async def test_a_policy_with_features_derives_its_dimension_and_validates_them(
+    make_settings: Any,
+) -> None:
     async with running(make_settings()) as (_, http, _typed):
         r = await http.put("/policies/s", json=SHARED)
         assert r.status_code == 200, r.text
@@ -52,7 +60,11 @@ async def test_a_policy_with_features_derives_its_dimension_and_validates_them(m
         bad = [
             ({**SHARED, "features": {"bits": 40}}, ["body", "features"], "bits"),
             ({**SHARED, "features": {"bitz": 4}}, ["body", "features"], "bitz"),
-            ({**SHARED, "features": {"interactions": "user"}}, ["body", "features"], "interactions"),
+            (
+                {**SHARED, "features": {"interactions": "user"}},
+                ["body", "features"],
+                "interactions",
+            ),
             ({**SHARED, "dimension": 9}, ["body"], "dimension must be 65"),
             ({**SHARED, "params": {"context_dim": 3}}, ["body"], "context_dim must be 0 or"),
             ({**SHARED, "features": {"bits": 12}}, ["body"], "at most 4096"),
@@ -71,14 +83,18 @@ async def test_new_candidates_every_request_learn_one_shared_model(make_settings
         assert (await http.put("/policies/s", json=SHARED)).status_code == 200
         for round_ in range(4):
             arms = items(f"r{round_}")
-            r = await http.post("/recommend", json={"policy": "s", "context": CONTEXT, "arms": arms})
+            r = await http.post(
+                "/recommend", json={"policy": "s", "context": CONTEXT, "arms": arms}
+            )
             assert r.status_code == 200, r.text
             dec = r.json()
             assert {a["arm_id"] for a in dec["ranking"]} == {a["id"] for a in arms}
             rr = await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1.0})
             assert rr.status_code == 200 and rr.json()["applied"], rr.text
         stats = (await http.get("/policies/s/stats")).json()
-        assert stats["policy_stats"]["rewarded"] == 4.0 and stats["policy_stats"]["reward_sum"] == 4.0
+        assert (
+            stats["policy_stats"]["rewarded"] == 4.0 and stats["policy_stats"]["reward_sum"] == 4.0
+        )
         assert stats["arms"] == {} or all(a["rewarded"] == 0 for a in stats["arms"].values())
         # the typed client sends the same shapes
         typed_dec = await typed.recommend("s", CONTEXT, items("typed"))
@@ -88,7 +104,9 @@ async def test_new_candidates_every_request_learn_one_shared_model(make_settings
         log = app.state.use_cases.event_log
         logged = list(log.iter_events("s"))
         assert logged[0].decision.context == CONTEXT
-        assert [c["features"] for c in logged[0].decision.candidates] == [a["features"] for a in items("r0")]
+        assert [c["features"] for c in logged[0].decision.candidates] == [
+            a["features"] for a in items("r0")
+        ]
         # and a rebuild featurizes it again into the live model
         live = (await http.get("/policies/s/snapshot")).json()["data"]
         store = InProcessStateStore()
@@ -98,7 +116,9 @@ async def test_new_candidates_every_request_learn_one_shared_model(make_settings
         model = policy_from_bytes(base64.b64decode(live))
         model.import_parts({"shared": rebuilt})
         np.testing.assert_allclose(model.beta, live_model.beta, rtol=1e-12, atol=1e-15)
-        assert model.policy_stats()["rewarded"] == 4.0  # the typed client's decision was not rewarded
+        assert (
+            model.policy_stats()["rewarded"] == 4.0
+        )  # the typed client's decision was not rewarded
 
 
 async def test_float_vectors_and_json_do_not_mix(make_settings: Any) -> None:
@@ -109,9 +129,19 @@ async def test_float_vectors_and_json_do_not_mix(make_settings: Any) -> None:
         before = await _counts(app, "s"), await _counts(app, "v")
         cases = [
             ({"policy": "s", "context": [1.0, 2.0], "arms": items("x")}, ["body", "context"]),
-            ({"policy": "s", "context": CONTEXT, "arms": [{"id": "a", "features": [1.0]}]}, ["body", "arms", 0, "features"]),
+            (
+                {"policy": "s", "context": CONTEXT, "arms": [{"id": "a", "features": [1.0]}]},
+                ["body", "arms", 0, "features"],
+            ),
             ({"policy": "v", "context": CONTEXT}, ["body", "context"]),
-            ({"policy": "v", "context": [1.0], "arms": [{"id": "a", "features": {"item": {"c": "x"}}}]}, ["body", "arms", 0, "features"]),
+            (
+                {
+                    "policy": "v",
+                    "context": [1.0],
+                    "arms": [{"id": "a", "features": {"item": {"c": "x"}}}],
+                },
+                ["body", "arms", 0, "features"],
+            ),
         ]
         for body, loc in cases:
             r = await http.post("/recommend", json=body)
@@ -122,8 +152,22 @@ async def test_float_vectors_and_json_do_not_mix(make_settings: Any) -> None:
 
 def test_featurizer_errors_name_the_request_fields() -> None:
     arm_index = [0, 2, 5, None]  # arms 1, 3, 4 excluded; the last candidate is registered
-    assert request_loc(("actions", 2, "item", "tags", 2), arm_index) == ["body", "arms", 5, "features", "item", "tags", 2]
-    assert request_loc(("context", 0, "user", "age"), arm_index) == ["body", "context", 0, "user", "age"]
+    assert request_loc(("actions", 2, "item", "tags", 2), arm_index) == [
+        "body",
+        "arms",
+        5,
+        "features",
+        "item",
+        "tags",
+        2,
+    ]
+    assert request_loc(("context", 0, "user", "age"), arm_index) == [
+        "body",
+        "context",
+        0,
+        "user",
+        "age",
+    ]
     assert request_loc(("actions", 3, "item"), arm_index) == ["body", "arms"]
     assert request_loc(("actions",), arm_index) == ["body", "arms"]
 
@@ -136,9 +180,37 @@ def test_cached_actions_give_the_rows_of_uncached_ones_bit_for_bit() -> None:
     catalogs = [[a["features"] for a in items(t, 4)] for t in ("a", "b", "a", "a")]
     catalogs.append([{"item": {"category": "food", "note": None}}, {"item": {"price": 1}}])
     for actions in catalogs:
-        hashed = [cached.hashed_action(a, k, ["body", "arms", k, "features"]) for k, a in enumerate(actions)]
+        hashed = [
+            cached.hashed_action(a, k, list(range(len(actions)))) for k, a in enumerate(actions)
+        ]
         np.testing.assert_array_equal(
             featurized_rows(cached.featurizer, policy, CONTEXT, hashed),
             featurized_rows(plain, policy, CONTEXT, actions),
         )
     assert len(cached) == 2  # bounded; the object with a null was not cached
+
+
+async def test_a_logged_json_stream_replays_under_another_featurizer(make_settings: Any) -> None:
+    """The log keeps the JSON as sent: the offline source featurizes it under any
+    config (here more bits and no interactions, for a per-arm model)."""
+    async with running(make_settings()) as (app, http, _typed):
+        assert (await http.put("/policies/s", json=SHARED)).status_code == 200
+        for round_ in range(3):
+            dec = (
+                await http.post(
+                    "/recommend",
+                    json={"policy": "s", "context": CONTEXT, "arms": items(f"r{round_}")},
+                )
+            ).json()
+            await http.post("/reward", json={"event_id": dec["event_id"], "reward": 0.5})
+        await _counts(app, "s")
+        log = app.state.use_cases.event_log
+        with pytest.raises(InvalidInputError, match="logged JSON features"):
+            list(EventLogSource(log, "s"))
+        other = Featurizer(FeaturizerConfig(bits=7, interactions=[]))
+        target = bandit_core.make_policy("linucb", d=other.config.dim)
+        events = list(
+            EventLogSource(log, "s", featurize=lambda c, a: featurized_rows(other, target, c, a))
+        )
+        assert len(events) == 3 and all(e.X.shape == (3, other.config.dim) for e in events)
+        np.testing.assert_array_equal(events[0].X[0], other.featurize_context(CONTEXT))
