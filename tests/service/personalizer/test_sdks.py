@@ -9,7 +9,6 @@ import json
 import math
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,8 +24,7 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 from msrest.authentication import CognitiveServicesCredentials
 
 from tests.databases import postgres_schema
-from tests.servers import API_KEY, ROOT, AppProcess
-from tests.service.conftest import start_redis
+from tests.servers import API_KEY, ROOT, AppProcess, RedisServer
 
 ACTIONS = [
     {"id": "news", "features": [{"item": {"topic": "news", "length": 3}}]},
@@ -56,19 +54,19 @@ def endpoint(
         finally:
             app.stop()
         return
-    redis_url, redis_proc = start_redis(Path(tmp_path_factory.mktemp("redis")))
+    redis_server = RedisServer(tmp_path_factory.mktemp("redis"), persist=False)
+    redis_server.start()
     try:
         with postgres_schema() as database_url:
             app = AppProcess(
-                {**env, "BANDIT_REDIS_URL": redis_url, "BANDIT_DATABASE_URL": database_url}
+                {**env, "BANDIT_REDIS_URL": redis_server.url, "BANDIT_DATABASE_URL": database_url}
             ).start()
             try:
                 yield app.url
             finally:
                 app.stop()
     finally:
-        redis_proc.terminate()
-        redis_proc.wait(timeout=10)
+        redis_server.stop()
 
 
 def client(endpoint: str, key: str = API_KEY) -> PersonalizerClient:
