@@ -80,7 +80,7 @@ import numpy as np
 
 from bandit_core.linear import LinearArmState, RidgeStack, stacked_ucb_terms
 from bandit_core.linucb import LinUCBConfig
-from bandit_core.policy import SHARED_PART, BasePolicy, PolicyConfig, SelectContext
+from bandit_core.policy import ARM_PREFIX, SHARED_PART, BasePolicy, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import check_bool, check_choice, check_int, check_real, check_true
 
@@ -642,7 +642,9 @@ class LNUCBTA(BasePolicy):
         return LNUCBTAArmState.prior(self.config.d, self.config.ridge_lambda)
 
     def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
-        return super()._parts_changed_by_new_arms(arm_ids) + (SHARED_PART,)
+        # the arm count behind g includes them: their parts are saved with it, so that
+        # another process loads them instead of counting them a second time
+        return tuple(ARM_PREFIX + a for a in arm_ids) + (SHARED_PART,)
 
     def retire_arm(self, arm_id: str) -> None:
         """Forget ``arm_id`` and take it out of the totals behind ``g``."""

@@ -206,8 +206,10 @@ class Decision:
     width, ``None`` for algorithms without one) and ``propensities`` are arrays of
     shape ``(K,)`` aligned with ``ranking``: ``propensities[i]`` is the probability
     that ``ranking[i]`` is served, ``(1 - eps) * 1[argmax] / #tied + eps / K_eligible``.
-    ``state_changed`` names the state parts the selection itself changed (cold-started
-    arms, guardrail counters, LNUCB-TA's arm count) and a store must save;
+    ``state_changed`` names the state parts the selection itself changed and a store
+    must save (guardrail counters, LNUCB-TA's arm count and its cold-started arms, HARE's
+    cluster assignments; not the prior of a cold-started arm, which any process
+    recreates identically);
     ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
 
     A decision returned by :meth:`BasePolicy.select` computes ``ranking``, ``scores``,
@@ -495,9 +497,12 @@ class BasePolicy(abc.ABC):
         return {}
 
     def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
-        """Parts a selection changed by cold-starting ``arm_ids``: their prior arm parts
-        (and, for policies whose shared state counts arms, ``"shared"``)."""
-        return tuple(ARM_PREFIX + a for a in arm_ids)
+        """Parts a selection changed by cold-starting ``arm_ids`` that a store must save:
+        none by default, as a cold-started arm's prior is a function of the config alone
+        (every process, and every later selection, starts it the same way, so the
+        decisions are those of a saved prior). A policy whose cold start changes other
+        state (LNUCB-TA counts its arms in ``"shared"``) lists the arm parts and that."""
+        return ()
 
     def _choose(
         self,
@@ -717,6 +722,13 @@ class BasePolicy(abc.ABC):
         del self._arms[arm_id]
         self._retired.add(arm_id)
         self._arm_table_changed()
+
+    def forget_arm(self, arm_id: str) -> None:
+        """Drop ``arm_id``'s learned state as :meth:`retire_arm` does (shared totals
+        that count it included) without retiring it: a later selection including it
+        cold-starts it from the prior, as an arm never seen."""
+        self.retire_arm(arm_id)
+        self._retired.discard(arm_id)
 
     @property
     def arm_ids(self) -> tuple[str, ...]:
@@ -950,9 +962,6 @@ class SharedModelPolicy(BasePolicy):
         if arm_id in self._retired:
             raise UnknownArmError(f"arm {arm_id!r} was retired; add it again before serving it")
         return None  # type: ignore[return-value]  # no arm state: the hooks get None
-
-    def _parts_changed_by_new_arms(self, arm_ids: tuple[str, ...]) -> tuple[str, ...]:
-        return () if self._arm_free else super()._parts_changed_by_new_arms(arm_ids)
 
     def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
         """Names of the parts a selection reads: the arms' parts and ``"shared"``; only

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._harness import add_label_argument
+
 CONFIGS = ((10, 10), (50, 32), (50, 128), (1000, 32))
 
 # Parameters an algorithm needs beyond d to run on the synthetic workload. The
@@ -218,10 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="import bandit_core from this checkout instead (before/after comparisons)",
     )
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/engine.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "engine")
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))

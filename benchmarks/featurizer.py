@@ -28,7 +28,7 @@ import argparse
 
 import numpy as np
 
-from benchmarks._harness import interleave, load, table, write_json
+from benchmarks._harness import add_label_argument, interleave, load, table, write_json
 
 BITS = (8, 10, 12, 14, 16, 18, 20, 22, 24)
 VOCABULARIES = (1_000, 10_000, 100_000, 1_000_000)
@@ -115,10 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=9, help="interleaved timing rounds (default 9)"
     )
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/featurizer.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "featurizer")
     args = parser.parse_args(argv)
 
     import bandit_core

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from benchmarks._harness import add_label_argument
+
 K = 50
 
 
@@ -24,10 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-dim", type=int, default=8, help="per-arm part's d (default 8)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per k (default 7)")
     parser.add_argument("--slice", type=float, default=0.1, help="seconds per contender per round")
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/hybrid_linucb.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "hybrid_linucb")
     args = parser.parse_args(argv)
 
     from benchmarks import _harness as h

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._harness import add_label_argument
+
 
 def filled_policy(K: int, d: int, m: int, seed: int = 0) -> Any:
     """An LNUCB-TA policy over arms ``arm0..arm{K-1}``, each holding ``m`` memory points."""
@@ -78,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--slice", type=float, default=0.1)
     parser.add_argument("--engine-path", default="", help="import bandit_core from this checkout")
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/knn_window.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "knn_window")
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))

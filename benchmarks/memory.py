@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._harness import add_label_argument
+
 
 def in_process_bytes(state: Any) -> int:
     """ndarray buffers plus the dataclass object, its ``__dict__`` and array headers."""
@@ -167,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/memory.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "memory")
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._harness import add_label_argument
+
 # Seconds reported by the LNUCB-TA paper at alpha = 0.1: Table 3 (800 matched rounds,
 # news data set) and Table 7 (7500 steps, "article matching" data set).
 PAPER = {
@@ -279,10 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/replay_throughput.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "replay_throughput")
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks._harness import add_label_argument, figure_path
+
 K_SWEEP = (10, 30, 100, 300, 1000, 3000, 10000)
 D_SWEEP = (8, 16, 32, 64, 128, 256)
 K_FIXED, D_FIXED = 50, 32
@@ -114,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/scaling.json; the plot is docs/img/scaling.png for "
-        "'latest', docs/img/scaling_<label>.png otherwise (default latest)",
-    )
+    add_label_argument(parser, "scaling", figure=True)
     parser.add_argument("--overlay", default="", help="label of another run in results/scaling.json to draw beside")
     parser.add_argument("--overlay-label", default="engine, other run")
     parser.add_argument("--replot", action="store_true", help="only redraw run --label from results/scaling.json")
@@ -128,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks import _harness as h
 
-    png = h.ROOT / "docs" / "img" / ("scaling.png" if args.label == h.LATEST else f"scaling_{args.label}.png")
+    png = figure_path("scaling", args.label)
     overlay = (args.overlay_label, h.read_run("scaling", args.overlay)) if args.overlay else None
     if args.replot:
         done = h.read_run("scaling", args.label)

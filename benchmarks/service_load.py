@@ -51,6 +51,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks._harness import add_label_argument
+
 RECOMMEND_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -374,10 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also drive a hybrid_linucb policy over JSON features hashed into 2**BITS "
         "buckets with the issue's request (15 context features, 50 candidates x 6)",
     )
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/service_load.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "service_load")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._harness import add_label_argument
+
 K = 50
 POOL = 16
 WARM_UPDATES = 2000
@@ -149,10 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace-at", type=int, default=2000, help="round of the catalog replacement (default 2000)")
     parser.add_argument("--span", type=int, default=500, help="rounds of each phase of the table (default 500)")
     parser.add_argument("--seeds", type=int, default=3, help="storefront seeds (default 3)")
-    parser.add_argument(
-        "--label", default="latest",
-        help="label of this run in results/sparse_model.json; a run replaces the one of the same label (default latest)",
-    )
+    add_label_argument(parser, "sparse_model")
     args = parser.parse_args(argv)
 
     from benchmarks import _harness as h

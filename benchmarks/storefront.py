@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._harness import LATEST, write_json
+from benchmarks._harness import add_label_argument, figure_path, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context-bits", type=int, default=6,
                         help="hash bits of the per-arm models' context featurizer (default %(default)s)")
     parser.add_argument("--alpha", type=float, default=0.5, help="UCB width of the UCB contenders (default %(default)s)")
-    parser.add_argument("--label", default=LATEST,
-                        help="label of this run in results/storefront.json; the figure is docs/img/storefront.png "
-                             "for latest, storefront_<label>.png otherwise (default %(default)s)")
+    add_label_argument(parser, "storefront", figure=True)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
     if not 0 < args.span <= min(args.replace_at, args.rounds - args.replace_at):
@@ -212,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "contenders": runs,
     }
     write_json("storefront", result, args.label)
-    figure = "storefront.png" if args.label == LATEST else f"storefront_{args.label}.png"
-    plot(result, ROOT / "docs" / "img" / figure)
+    plot(result, figure_path("storefront", args.label))
     print(table(result))
     return 0
 

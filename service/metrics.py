@@ -9,24 +9,33 @@ how workers combine.
 name                                     type       labels                  meaning
 =======================================  =========  ======================  ====================================
 bandit_http_request_duration_seconds     histogram  route, method, status   request latency per route
-bandit_decisions_total                   counter    policy, arm             decisions served, by served arm
+bandit_decisions_total                   counter    policy, arm             decisions served, by served arm (*)
 bandit_degraded_decisions_total          counter    policy                  decisions served from cache (store down)
-bandit_rewards_total                     counter    policy, arm, source     rewards applied (source explicit/default)
-bandit_reward_sum_total                  counter    policy, arm, source     sum of applied reward values
-bandit_guardrail_blocks_total            counter    policy, arm             candidates blocked by a guardrail
+bandit_rewards_total                     counter    policy, arm, source     rewards applied (source explicit/default) (*)
+bandit_reward_sum_total                  counter    policy, arm, source     sum of applied reward values (*)
+bandit_guardrail_blocks_total            counter    policy, arm             candidates blocked by a guardrail (*)
 bandit_guardrail_argmax_blocked_total    counter    policy                  decisions whose UCB argmax was blocked
 bandit_guardrail_delta_g                 gauge      policy                  delta_G reported by the policy (max)
 bandit_guardrail_delta_g_limit           gauge      policy                  delta_G limit of the policy (latest)
-bandit_lnucb_ta_alpha                    gauge      policy, arm             LNUCB-TA exploration weight alpha_a (max)
+bandit_lnucb_ta_alpha                    gauge      policy, arm             LNUCB-TA exploration weight alpha_a (max) (**)
 bandit_pending_events                    gauge      policy                  events scheduled, waiting for a reward
 bandit_default_rewards_total             counter    policy                  default rewards applied by the sweeper
 bandit_expired_events_total              counter    policy                  deferred events never activated
+bandit_arms_forgotten_total              counter    policy                  arm states forgotten after arm_idle_seconds
 bandit_event_log_lag_seconds             gauge      (none)                  age of the oldest unflushed record (max)
 bandit_event_log_spool_depth             gauge      (none)                  records spooled on disk (livesum)
 bandit_event_log_dead_letters_total      counter    (none)                  records the event log rejected for good
 bandit_dependency_up                     gauge      dependency              1 if the last probe reached it (min)
 bandit_store_errors_total                counter    operation               state-store calls that failed
 =======================================  =========  ======================  ====================================
+
+(*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
+first ``BANDIT_METRICS_ARM_SERIES`` registered arms of its policy (:func:`arm_label`);
+every other arm, such as the ids of a catalog sent as candidates, is counted under
+``arm="__other__"``. Per policy a metric has at most ``BANDIT_METRICS_ARM_SERIES + 1``
+arm values (times the ``source`` values), so new ids every hour add no series; a policy
+total is the sum over ``arm``. The per-arm numbers of every arm are in ``GET
+/policies/{name}/stats``. (**) Only labelled arms report their alpha.
 
 The gauges are refreshed without any API call: every ``metrics_refresh_seconds`` by the
 lifespan's gauge loop (:meth:`service.usecases.readiness.Monitor.refresh_gauges`), and the
@@ -37,6 +46,7 @@ state store) or ``database`` (the event log).
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -98,6 +108,11 @@ DEFAULT_REWARDS = Counter(
     "bandit_default_rewards", "Default rewards applied by the sweeper", ["policy"]
 )
 EXPIRED_EVENTS = Counter("bandit_expired_events", "Deferred events never activated", ["policy"])
+ARMS_FORGOTTEN = Counter(
+    "bandit_arms_forgotten",
+    "Arm states forgotten by the sweeper after the policy's arm_idle_seconds",
+    ["policy"],
+)
 LOG_LAG = Gauge(
     "bandit_event_log_lag_seconds",
     "Age of the oldest unflushed event-log record",
@@ -117,6 +132,15 @@ DEPENDENCY_UP = Gauge(
     multiprocess_mode="livemin",
 )
 STORE_ERRORS = Counter("bandit_store_errors", "State-store calls that failed", ["operation"])
+
+
+OTHER_ARMS = "__other__"  # the arm label of every arm without its own series
+
+
+def arm_label(arm: str, labelled: Container[str]) -> str:
+    """The ``arm`` label value of ``arm``: itself when it is among the policy's
+    ``labelled`` arms, else :data:`OTHER_ARMS` (see the module docstring)."""
+    return arm if arm in labelled else OTHER_ARMS
 
 
 def render() -> tuple[bytes, str]:

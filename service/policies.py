@@ -149,6 +149,7 @@ class Runtime:
     versions: dict[str, int] = field(default_factory=dict)
     config_version: int = 0  # store version of ``info`` (0: not known)
     absorbed: int = 0  # loads applied so far; a transaction checks no load interleaved
+    labelled_arms: frozenset[str] = frozenset()  # arms with their own metric series
 
     @property
     def spec(self) -> PolicySpec:

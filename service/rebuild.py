@@ -6,7 +6,9 @@ table, and every reward logged for a decision made since the policy's last reset
 ``created_at``), each to the served arm's logged feature vector (for a policy with
 ``features``, its logged JSON featurized again by the policy's featurizer). For the linear
 policies the result equals the live state up to floating-point summation order.
-State that selections change (guardrail counters) is not replayed. The replay starts
+State that selections change (guardrail counters) is not replayed. Each arm goes on the
+last-seen index at its last logged decision or reward; with ``arm_idle_seconds`` the
+arms idle longer than that are forgotten, as the sweeper would have. The replay starts
 from the beginning, not from the latest snapshot: a snapshot cannot say which logged
 rewards it already holds (``RewardRecord`` carries no state version to compare).
 """
@@ -14,6 +16,7 @@ rewards it already holds (``RewardRecord`` carries no state version to compare).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -34,18 +37,25 @@ class RebuildReport:
     parts: int
 
 
-def _collect(event_log: EventLog, info: PolicyInfo) -> tuple[list[LoggedDecision], Counter[str]]:
-    """Rewarded events in reward order, and the decisions served per arm."""
+def _collect(
+    event_log: EventLog, info: PolicyInfo
+) -> tuple[list[LoggedDecision], Counter[str], dict[str, float]]:
+    """Rewarded events in reward order, the decisions served per arm and when each arm
+    was last served or rewarded."""
     rewarded: list[LoggedDecision] = []
     pulls: Counter[str] = Counter()
+    seen: dict[str, float] = {}
     for event in event_log.iter_events(info.name, since=info.reset_at):
-        if event.decision.degraded:
+        d = event.decision
+        if d.degraded:
             continue
-        pulls[event.decision.arm_id] += 1
+        pulls[d.arm_id] += 1
+        last = d.created_at if event.reward is None else max(d.created_at, event.reward.created_at)
+        seen[d.arm_id] = max(seen.get(d.arm_id, last), last)
         if event.reward is not None:
             rewarded.append(event)
     rewarded.sort(key=lambda e: e.reward.created_at)  # type: ignore[union-attr]
-    return rewarded, pulls
+    return rewarded, pulls, seen
 
 
 async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> RebuildReport:
@@ -56,7 +66,7 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
         raise KeyError(f"policy {name!r} is not in the event log; known: {sorted(configs)}")
     info = info_from_record(configs[name])
     policy = build_policy(spec_of(info))
-    rewarded, pulls = await asyncio.to_thread(_collect, event_log, info)
+    rewarded, pulls, seen = await asyncio.to_thread(_collect, event_log, info)
     n_decisions = sum(pulls.values())
     config = info.featurizer_config
     featurizer = None if config is None else Featurizer(config)
@@ -72,10 +82,17 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
     if info.arms:
         for arm in [a for a in policy.arm_ids if a not in info.arms]:
             policy.retire_arm(arm)
+    if info.arm_idle_seconds is not None:  # what the sweeper would have forgotten by now
+        cutoff = time.time() - info.arm_idle_seconds
+        for arm in [a for a, t in seen.items() if t <= cutoff and a not in (info.arms or ())]:
+            if arm in policy.arm_ids:
+                policy.forget_arm(arm)
+            del seen[arm], pulls[arm]
     parts = policy.export_parts(policy.part_names())
     payload = {CONFIG_KEY: encode_info(info), **parts}
     await store.add_policy(name)
     await store.transact(name, list(payload), lambda _values: payload)
+    await store.mark_seen(name, seen)
     if not await store.counters(name):
         counters = {f"pulls:{arm}": float(n) for arm, n in pulls.items()}
         counters.update(

@@ -180,12 +180,21 @@ class RewardRequest(_Model):
 class RewardResponse(BaseModel):
     event_id: str
     arm_id: str
-    reward: float
+    reward: float = Field(description="the reward the model learned for this event")
     applied: bool = Field(
         description="true when this call updated the model; false for a repeat of an "
         "already applied reward (the model is not changed again)"
     )
-    status: Literal["applied", "already_rewarded"]
+    status: Literal["applied", "already_rewarded", "conflicting_reward"] = Field(
+        description="applied: this call updated the model; already_rewarded: a repeat of "
+        "the applied reward (same value); conflicting_reward: the event was rewarded "
+        "before with another value, this call's value was ignored (see ignored_reward)"
+    )
+    ignored_reward: float | None = Field(
+        None,
+        description="with status conflicting_reward: the value this call sent, not applied "
+        "(reward holds the value the model learned); null otherwise",
+    )
 
 
 class ActivateResponse(BaseModel):
@@ -262,6 +271,14 @@ class PolicySpec(_Model):
         description="settings of the Personalizer-compatible configuration routes that "
         "change nothing here (modelExportFrequency, logRetentionDays, the learning "
         "policy's name, ...), kept so that reading the configuration returns them",
+    )
+    arm_idle_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description=(
+            "forget the learned state (and pull count) of an arm that is not registered "
+            "in arms and was neither served nor rewarded for this long; it starts again "
+            "from the prior when it comes back. null: keep every arm's state until retired"
+        ),
     )
     features: dict[str, Any] | None = Field(
         None,

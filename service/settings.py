@@ -107,6 +107,15 @@ class Settings(BaseSettings):
             "are refreshed and the stores probed, without any API call"
         ),
     )
+    metrics_arm_series: int = Field(
+        100,
+        ge=0,
+        description=(
+            "per policy, the most registered arms (in registration order) with their own "
+            "arm label on the per-arm metrics; every other arm is counted under "
+            "arm=\"__other__\", so the series count stays bounded whatever ids requests send"
+        ),
+    )
     default_delta_g_limit: float = Field(
         0.05,
         gt=0,

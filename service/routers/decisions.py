@@ -18,7 +18,10 @@ router = APIRouter(tags=["decisions"])
 _errors = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or event"},
-    409: {"model": ErrorDetail, "description": "event already finalized"},
+    409: {
+        "model": ErrorDetail,
+        "description": "event already finalized, or a client event_id reused with another body",
+    },
     413: {"model": ErrorDetail, "description": "body too large"},
     503: {
         "model": ErrorDetail,
@@ -37,8 +40,8 @@ _errors = {
     openapi_extra={"security": [{"HTTPBearer": []}, {}]},
 )
 async def recommend(body: RecommendRequest, recommender: RecommenderDep) -> Response:
-    """Choose an arm for a context. A repeated client ``event_id`` returns the original
-    decision. When the state store is down the decision is served from this process's
+    """Choose an arm for a context. A repeated client ``event_id`` with the same body
+    returns the original decision; with another body it is 409. When the state store is down the decision is served from this process's
     cached model and flagged ``degraded`` (it cannot be rewarded)."""
     # The use case serializes the response itself (``response_model`` documents it): a
     # returned model would be dumped, validated and serialized again by FastAPI.
@@ -48,8 +51,9 @@ async def recommend(body: RecommendRequest, recommender: RecommenderDep) -> Resp
 @router.post("/reward", response_model=RewardResponse, dependencies=[ApiKey], responses=_errors)
 async def reward(body: RewardRequest, rewards: RewardsDep) -> RewardResponse:
     """Apply a reward to the decision ``event_id`` exactly once. A repeat answers 200
-    with ``applied: false, status: "already_rewarded"`` without changing the model;
-    an event finalized with the default reward (or expired) is 409; unknown is 404;
+    with ``applied: false, status: "already_rewarded"`` without changing the model (a
+    repeat with another value: ``status: "conflicting_reward"``, the ignored value in
+    ``ignored_reward``); an event finalized with the default reward (or expired) is 409; unknown is 404;
     the state store down is 503 with ``Retry-After`` (nothing applied: retry)."""
     return await rewards.reward(body)
 

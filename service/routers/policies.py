@@ -56,7 +56,9 @@ async def add_arms(body: ArmsChange, admin: AdminDep, name: str = Name) -> Polic
 
 @router.post("/{name}/arms/retire", response_model=PolicyInfo, responses=_errors)
 async def retire_arms(body: ArmsChange, admin: AdminDep, name: str = Name) -> PolicyInfo:
-    """Unregister arms and delete what was learned about them."""
+    """Delete what was learned about arms (state and pull count) and unregister them:
+    registered arms and any arm with state, such as ids a request sent as candidates;
+    404 for the arms that are neither. An arm sent again later starts from the prior."""
     return await admin.change_arms(name, retire=body.arms)
 
 

@@ -8,6 +8,9 @@ for the embedded default) and the source of truth that ``bandit rebuild`` replay
 
 Key names inside a policy's namespace are free-form strings chosen by the use cases
 (``service.usecases``): ``arm:<id>``, ``shared``, ``user:<id>``, ``event:<id>``, ``config``.
+Beside the keys, each policy has a *last-seen index* (name -> unix time; the service
+puts an arm there when it is served, updated or given state) from which
+:meth:`StateStore.take_idle` takes the names not seen since a time.
 """
 
 from __future__ import annotations
@@ -43,12 +46,13 @@ class VersionedValue:
 @dataclass(frozen=True)
 class Schedule:
     """A :meth:`StateStore.schedule` that a transaction's commit performs atomically
-    with its writes: ``event_id`` on the deadline index at ``deadline`` (unix seconds)
-    and ``counters`` added."""
+    with its writes: ``event_id`` on the deadline index at ``deadline`` (unix seconds),
+    ``counters`` added and the ``seen`` names put on the last-seen index."""
 
     event_id: str
     deadline: float
     counters: Mapping[str, float] = field(default_factory=dict)
+    seen: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -132,9 +136,29 @@ class StateStore(Protocol):
         event_id: str,
         deadline: float,
         counters: Mapping[str, float] | None = None,
+        seen: Mapping[str, float] | None = None,
     ) -> None:
-        """Put ``event_id`` on the policy's deadline index (unix seconds) and add
-        ``counters`` as :meth:`add_counters` does, in one round trip."""
+        """Put ``event_id`` on the policy's deadline index (unix seconds), add
+        ``counters`` as :meth:`add_counters` does and ``seen`` as :meth:`mark_seen`
+        does, in one round trip."""
+        ...
+
+    async def mark_seen(self, policy: str, seen: Mapping[str, float]) -> None:
+        """Put each name of ``seen`` on the policy's last-seen index at its time (unix
+        seconds), replacing an earlier time (the service names arms by id)."""
+        ...
+
+    async def take_idle(self, policy: str, before: float, limit: int) -> list[str]:
+        """Atomically take up to ``limit`` names last seen at or before ``before`` off
+        the last-seen index, least recently seen first, and return them (two sweepers
+        never take the same name)."""
+        ...
+
+    async def forget(
+        self, policy: str, seen: Sequence[str] = (), counters: Sequence[str] = ()
+    ) -> None:
+        """Take the ``seen`` names off the last-seen index and delete the named
+        ``counters``, in one round trip (absent ones are skipped)."""
         ...
 
     async def unschedule(self, policy: str, event_id: str) -> None:

@@ -2,8 +2,8 @@
 
 Same semantics as :class:`~service.storage.redis_store.RedisStateStore` for one process:
 versioned values, all-or-nothing transactions, float counters, an event registry whose
-entries expire, and a per-policy deadline index ordered like a Redis sorted set (by
-deadline, then event id). Every operation runs under one lock and never awaits inside
+entries expire, and per-policy deadline and last-seen indexes ordered like Redis sorted
+sets (by time, then name). Every operation runs under one lock and never awaits inside
 it, so it is safe for concurrent asyncio tasks and for threads; a transaction function
 runs exactly once (there is never a conflict to retry).
 
@@ -38,6 +38,7 @@ class _Namespace:
     values: dict[str, VersionedValue] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
     deadlines: dict[str, float] = field(default_factory=dict)
+    seen: dict[str, float] = field(default_factory=dict)
 
 
 _MISSING = VersionedValue(0, None)
@@ -107,6 +108,7 @@ class InProcessStateStore:
                 due = schedule()
                 space.deadlines[due.event_id] = float(due.deadline)
                 self._add(space, due.counters)
+                self._see(space, due.seen)
             versions = {key: version for key in writes}
         # Once per write, give the event loop its turn, as a networked store's await
         # would: a /recommend served wholly from memory otherwise never yields, and its
@@ -163,13 +165,51 @@ class InProcessStateStore:
         event_id: str,
         deadline: float,
         counters: Mapping[str, float] | None = None,
+        seen: Mapping[str, float] | None = None,
     ) -> None:
-        """Put ``event_id`` on the deadline index (replacing an earlier deadline) and add
-        ``counters``."""
+        """Put ``event_id`` on the deadline index (replacing an earlier deadline), add
+        ``counters`` and mark ``seen``."""
         with self._lock:
-            self._space(policy).deadlines[event_id] = float(deadline)
-        if counters:
-            await self.add_counters(policy, counters)
+            space = self._space(policy)
+            space.deadlines[event_id] = float(deadline)
+            self._add(space, counters or {})
+            self._see(space, seen or {})
+
+    async def mark_seen(self, policy: str, seen: Mapping[str, float]) -> None:
+        """Put each name of ``seen`` on the last-seen index at its time."""
+        with self._lock:
+            self._see(self._space(policy), seen)
+
+    @staticmethod
+    def _see(space: _Namespace, seen: Mapping[str, float]) -> None:
+        for name, when in seen.items():
+            space.seen[name] = float(when)
+
+    async def take_idle(self, policy: str, before: float, limit: int) -> list[str]:
+        """Take up to ``limit`` names seen at or before ``before`` off the index,
+        oldest first (ties by name, like a Redis sorted set)."""
+        with self._lock:
+            space = self._spaces.get(policy)
+            if space is None or limit <= 0:
+                return []
+            idle = [(t, name) for name, t in space.seen.items() if t <= before]
+            taken = [name for _, name in heapq.nsmallest(limit, idle)]
+            for name in taken:
+                del space.seen[name]
+            return taken
+
+    async def forget(
+        self, policy: str, seen: Sequence[str] = (), counters: Sequence[str] = ()
+    ) -> None:
+        """Take ``seen`` off the last-seen index and delete ``counters``."""
+        with self._lock:
+            space = self._spaces.get(policy)
+            if space is None:
+                return
+            for name in seen:
+                space.seen.pop(name, None)
+            for name in counters:
+                space.counters.pop(name, None)
 
     async def unschedule(self, policy: str, event_id: str) -> None:
         """Take ``event_id`` off the deadline index."""

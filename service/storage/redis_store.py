@@ -8,6 +8,7 @@ in one Redis Cluster slot and its Lua scripts touch a single slot)::
     bandit:{p}:clock       counter the versions are drawn from
     bandit:{p}:counters    hash <name> -> float (HINCRBYFLOAT)
     bandit:{p}:deadlines   sorted set event id -> deadline (unix seconds)
+    bandit:{p}:seen        sorted set name (arm id) -> last seen (unix seconds)
     bandit:policies        set of policy names                 (global)
     bandit:event:<id>      owning policy of an event, SET NX EX (global)
 
@@ -76,15 +77,17 @@ end
 return out
 """
 
-# KEYS: versions hash, clock, deadlines, counters, value keys...; ARGV: clock seed,
-# the event id to schedule ('' none), its deadline, the number c of counters, c pairs
-# (name, increment), then per key its field, the version the transaction read, and an
-# op ('' keep, 's' set, 'd' delete), then the data of each 's' in key order. Returns
-# the new version, or -1 (nothing written) when a version moved.
+# KEYS: versions hash, clock, deadlines, counters, seen, value keys...; ARGV: clock
+# seed, the event id to schedule ('' none), its deadline, the number c of counters, c
+# pairs (name, increment), the number s of seen names, s pairs (name, time), then per
+# key its field, the version the transaction read, and an op ('' keep, 's' set, 'd'
+# delete), then the data of each 's' in key order. Returns the new version, or -1
+# (nothing written) when a version moved.
 _COMMIT = """
-local n = #KEYS - 4
+local n = #KEYS - 5
 local c = tonumber(ARGV[4])
-local b = 4 + 2 * c
+local s = tonumber(ARGV[5 + 2 * c])
+local b = 5 + 2 * c + 2 * s
 for i = 1, n do
   local v = tonumber(redis.call('HGET', KEYS[1], ARGV[b + 3 * i - 2]) or '0')
   if v ~= tonumber(ARGV[b + 3 * i - 1]) then return -1 end
@@ -95,26 +98,35 @@ local d = b + 3 * n + 1
 for i = 1, n do
   local op = ARGV[b + 3 * i]
   if op == 's' then
-    redis.call('SET', KEYS[i + 4], ARGV[d])
+    redis.call('SET', KEYS[i + 5], ARGV[d])
     redis.call('HSET', KEYS[1], ARGV[b + 3 * i - 2], version)
     d = d + 1
   elseif op == 'd' then
-    redis.call('DEL', KEYS[i + 4])
+    redis.call('DEL', KEYS[i + 5])
     redis.call('HDEL', KEYS[1], ARGV[b + 3 * i - 2])
   end
 end
 if ARGV[2] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
   for j = 1, c do redis.call('HINCRBYFLOAT', KEYS[4], ARGV[3 + 2 * j], ARGV[4 + 2 * j]) end
+  for j = 1, s do redis.call('ZADD', KEYS[5], ARGV[5 + 2 * c + 2 * j], ARGV[4 + 2 * c + 2 * j]) end
 end
 return version
 """
 
-# KEYS: versions, clock, counters, deadlines; ARGV: the value-key prefix.
+# KEYS: versions, clock, counters, deadlines, seen; ARGV: the value-key prefix.
 _DELETE = """
 local fields = redis.call('HKEYS', KEYS[1])
 for _, f in ipairs(fields) do redis.call('DEL', ARGV[1] .. f) end
-return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+"""
+
+# KEYS: the last-seen index; ARGV: time, limit. Takes the names seen at or before the
+# time off the index, oldest first, and returns them.
+_TAKE_IDLE = """
+local names = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+for _, name in ipairs(names) do redis.call('ZREM', KEYS[1], name) end
+return names
 """
 
 
@@ -183,6 +195,7 @@ class RedisStateStore:
         self._read_script = self._redis.register_script(_READ)
         self._commit_script = self._redis.register_script(_COMMIT)
         self._delete_script = self._redis.register_script(_DELETE)
+        self._take_idle_script = self._redis.register_script(_TAKE_IDLE)
         self._max_attempts = max_attempts
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
@@ -260,6 +273,7 @@ class RedisStateStore:
             prefix + "clock",
             prefix + "deadlines",
             prefix + "counters",
+            prefix + "seen",
             *(prefix + "k:" + k for k in keys),
         ]
         assume = {k: v for k, v in (assumed or {}).items() if k in keys}
@@ -270,12 +284,15 @@ class RedisStateStore:
             writes = checked_writes(keys, fn({k: current[k].data for k in keys}))
             if not writes:
                 return {}
-            args: list[Any] = [time.time_ns() // 1000, "", 0, 0]
+            args: list[Any] = [time.time_ns() // 1000, "", 0, 0, 0]
             if schedule is not None:
                 due = schedule()
                 args[1:] = [due.event_id, due.deadline, len(due.counters)]
                 for name, delta in due.counters.items():
                     args += [name, float(delta)]
+                args.append(len(due.seen))
+                for name, when in due.seen.items():
+                    args += [name, float(when)]
             data: list[bytes] = []
             for key in keys:
                 op = "" if key not in writes else ("d" if writes[key] is None else "s")
@@ -364,17 +381,49 @@ class RedisStateStore:
         event_id: str,
         deadline: float,
         counters: Mapping[str, float] | None = None,
+        seen: Mapping[str, float] | None = None,
     ) -> None:
-        """ZADD to the policy's deadline index, and HINCRBYFLOAT each counter, in one
-        MULTI/EXEC."""
+        """ZADD to the policy's deadline index, HINCRBYFLOAT each counter and ZADD the
+        ``seen`` names to the last-seen index, in one MULTI/EXEC."""
         prefix = self._prefix(policy)
-        if not counters:
+        if not counters and not seen:
             await self._call(self._redis.zadd(prefix + "deadlines", {event_id: deadline}))
             return
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.zadd(prefix + "deadlines", {event_id: deadline})
-            for name, delta in counters.items():
+            for name, delta in (counters or {}).items():
                 pipe.hincrbyfloat(prefix + "counters", name, float(delta))
+            if seen:
+                pipe.zadd(prefix + "seen", {name: float(t) for name, t in seen.items()})
+            await self._call(pipe.execute())
+
+    async def mark_seen(self, policy: str, seen: Mapping[str, float]) -> None:
+        """ZADD the names to the policy's last-seen index."""
+        if seen:
+            mapping = {name: float(t) for name, t in seen.items()}
+            await self._call(self._redis.zadd(self._prefix(policy) + "seen", mapping))
+
+    async def take_idle(self, policy: str, before: float, limit: int) -> list[str]:
+        """ZRANGEBYSCORE -inf..before and ZREM of those names, in one script."""
+        if limit <= 0:
+            return []
+        raw = await self._call(
+            self._take_idle_script(keys=[self._prefix(policy) + "seen"], args=[before, limit])
+        )
+        return [name.decode() for name in raw]
+
+    async def forget(
+        self, policy: str, seen: Sequence[str] = (), counters: Sequence[str] = ()
+    ) -> None:
+        """ZREM the ``seen`` names and HDEL the ``counters`` in one MULTI/EXEC."""
+        prefix = self._prefix(policy)
+        if not seen and not counters:
+            return
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if seen:
+                pipe.zrem(prefix + "seen", *seen)
+            if counters:
+                pipe.hdel(prefix + "counters", *counters)
             await self._call(pipe.execute())
 
     async def unschedule(self, policy: str, event_id: str) -> None:
@@ -408,7 +457,7 @@ class RedisStateStore:
         await self._call(self._redis.srem(self.POLICIES_KEY, policy))
         await self._call(
             self._delete_script(
-                keys=[prefix + s for s in ("versions", "clock", "counters", "deadlines")],
+                keys=[prefix + s for s in ("versions", "clock", "counters", "deadlines", "seen")],
                 args=[prefix + "k:"],
             )
         )

@@ -12,6 +12,7 @@ module               use case (public surface)
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
 ``candidates``       a request's candidate ids and feature rows
+``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
 ===================  =====================================================================
 
@@ -75,7 +76,7 @@ def build_use_cases(
     clock: Callable[[], float] = time.time,
 ) -> UseCases:
     """Every use case over one shared :class:`PolicyCache` of ``store``."""
-    cache = PolicyCache(store)
+    cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock)
     admin = PolicyAdmin(cache, event_log, settings, clock)
     recommender = Recommender(cache, sink, settings, clock)

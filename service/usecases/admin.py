@@ -25,7 +25,7 @@ from service.policies import (
 from service.schemas import ArmStatsOut, PolicyInfo, PolicySpec, PolicyStats
 from service.settings import Settings
 from service.storage.base import EventLog
-from service.usecases.policy_cache import PolicyCache
+from service.usecases.policy_cache import ARM_PREFIX, PULLS_PREFIX, PolicyCache
 
 
 @dataclass
@@ -117,19 +117,41 @@ class PolicyAdmin:
     async def change_arms(
         self, name: str, add: Sequence[str] = (), retire: Sequence[str] = ()
     ) -> PolicyInfo:
-        """Register arms, or retire them (their learned state is deleted)."""
+        """Register arms, or retire them: registered arms and any arm with state (stored
+        parts or a pull count); their learned state and pull count are deleted and
+        registered ones unregistered. 404 names the arms that are neither."""
         old = await self.get_policy(name)
-        arms = [a for a in (old.arms or []) if a not in retire] + [
-            a for a in dict.fromkeys(add) if a not in (old.arms or [])
+        registered = old.arms or []
+        retire = list(dict.fromkeys(retire))
+        unregistered = [a for a in retire if a not in registered]
+        if unregistered:
+            await self._check_have_state(name, unregistered)
+        if retire:
+            await self.cache.forget_arms(name, retire)
+            if not set(retire) & set(registered):
+                return old
+        arms = [a for a in registered if a not in retire] + [
+            a for a in dict.fromkeys(add) if a not in registered
         ]
-        unknown = [a for a in retire if a not in (old.arms or [])]
-        if unknown:
-            raise NotFound(f"arms {unknown} are not registered arms of policy {name!r}")
         spec = spec_of(old).model_copy(update={"arms": arms})
         info = new_info(name, spec, self.clock(), old, reset=False)
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
-        await self._write_config(name, info, {f"arm:{a}": None for a in retire})
+        await self._write_config(name, info)
         return info
+
+    async def _check_have_state(self, name: str, arms: Sequence[str]) -> None:
+        """404 naming the ``arms`` with neither a stored part nor a pull count."""
+        parts = await self.cache.read(name, [ARM_PREFIX + a for a in arms], {})
+        counters = await self.cache.store.counters(name)
+        unknown = [
+            a
+            for a in arms
+            if parts[ARM_PREFIX + a].data is None and PULLS_PREFIX + a not in counters
+        ]
+        if unknown:
+            raise NotFound(
+                f"arms {unknown} are neither registered arms of policy {name!r} nor have state"
+            )
 
     async def stats(self, name: str) -> PolicyStats:
         """Counts and per-arm statistics of ``name``; also publishes its gauges (alpha
@@ -144,10 +166,10 @@ class PolicyAdmin:
             else:
                 rewarded, total, extras = 0, 0.0, {}
             alpha = extras.get("alpha")
-            if alpha is not None:
+            if alpha is not None and arm in runtime.labelled_arms:
                 metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
             out[arm] = ArmStatsOut(
-                pulls=int(counters.get(f"pulls:{arm}", 0)),
+                pulls=int(counters.get(PULLS_PREFIX + arm, 0)),
                 rewarded=rewarded,
                 reward_sum=total,
                 mean_reward=total / rewarded if rewarded else 0.0,
@@ -174,8 +196,6 @@ class PolicyAdmin:
             policy_stats=pstats,
         )
 
-    async def _write_config(
-        self, name: str, info: PolicyInfo, extra: Mapping[str, bytes | None] | None = None
-    ) -> None:
+    async def _write_config(self, name: str, info: PolicyInfo) -> None:
         await self.cache.store.add_policy(name)
-        await self.cache.replace(name, {CONFIG_KEY: encode_info(info), **(extra or {})})
+        await self.cache.replace(name, {CONFIG_KEY: encode_info(info)})

@@ -14,11 +14,13 @@ replicas race safely: exactly one transition happens.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
 EVENT_PREFIX = "event:"
 
@@ -44,6 +46,16 @@ def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def request_digest(request: BaseModel) -> str:
+    """A digest of the request's content (its JSON with sorted keys, defaults filled in):
+    equal for the same body in any key order, different for any other body. A repeated
+    client ``event_id`` is answered only when its request has the original's digest, as
+    an idempotency key is (the IETF draft "The Idempotency-Key HTTP Header Field",
+    section 2.6: a key reused with a different payload is an error)."""
+    body = orjson.dumps(request.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
 @dataclass(slots=True)
 class PendingEvent:
     """One served decision waiting for (or finalized with) its reward.
@@ -51,8 +63,9 @@ class PendingEvent:
     ``x`` is the feature row of the served arm (length ``dimension``); ``reset_at`` the
     policy's reset time when it was served (a reward after a reset is refused);
     ``response`` the ``RecommendResponse`` JSON object, answered again to a repeated
-    client event id. ``reward`` and ``finalized_at`` are set by the transition out of
-    ``pending`` (``reward`` stays None for an expired event).
+    client event id whose request has the same ``request_digest`` (:func:`request_digest`;
+    None for a generated id, which never repeats). ``reward`` and ``finalized_at`` are
+    set by the transition out of ``pending`` (``reward`` stays None for an expired event).
     """
 
     state: EventState
@@ -65,6 +78,7 @@ class PendingEvent:
     response: dict[str, Any]
     reward: float | None = None
     finalized_at: float | None = None
+    request_digest: str | None = None
 
     @property
     def pending(self) -> bool:
@@ -72,7 +86,7 @@ class PendingEvent:
 
     def to_json(self) -> bytes:
         """The stored JSON (field order as written since the first version; the two
-        finalization fields only once finalized)."""
+        finalization fields only once finalized, the request digest only when set)."""
         out: dict[str, Any] = {
             "state": self.state.value,
             "arm_id": self.arm_id,
@@ -86,6 +100,8 @@ class PendingEvent:
         if self.finalized_at is not None:
             out["reward"] = self.reward
             out["finalized_at"] = self.finalized_at
+        if self.request_digest is not None:
+            out["request_digest"] = self.request_digest
         return dumps(out)
 
     @classmethod
@@ -103,4 +119,5 @@ class PendingEvent:
             response=ev["response"],
             reward=ev.get("reward"),
             finalized_at=ev.get("finalized_at"),
+            request_digest=ev.get("request_digest"),
         )

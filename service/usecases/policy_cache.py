@@ -26,13 +26,30 @@ from service.storage.base import (
 )
 from service.usecases.events import EVENT_PREFIX
 
+ARM_PREFIX = "arm:"  # the engine's name of an arm's part: arm:<id>
+PULLS_PREFIX = "pulls:"  # the counter of an arm's decisions: pulls:<id>
+
+
+def arms_of(parts: Sequence[str]) -> list[str]:
+    """The arm ids among the part names ``parts``."""
+    return [p[len(ARM_PREFIX) :] for p in parts if p.startswith(ARM_PREFIX)]
+
 
 class PolicyCache:
     """Engine policies of this process by name, brought up to date from ``store``."""
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, metric_arms: int = 0) -> None:
+        """``metric_arms``: how many registered arms of a policy get their own metric
+        series (``Runtime.labelled_arms``; ``Settings.metrics_arm_series``)."""
         self.store = store
+        self.metric_arms = metric_arms
         self._runtimes: dict[str, Runtime] = {}
+
+    def labelled_arms(self, name: str) -> frozenset[str]:
+        """The arms of the cached policy ``name`` with their own metric series (none
+        when it is not cached)."""
+        runtime = self._runtimes.get(name)
+        return frozenset() if runtime is None else runtime.labelled_arms
 
     def cached(self, name: str) -> Runtime | None:
         """The cached policy ``name`` as last loaded (no store call), or None."""
@@ -76,7 +93,11 @@ class PolicyCache:
         else:
             info = decode_info(config.data)
         if runtime is None or runtime.info.revision != info.revision:
-            runtime = Runtime(info=info, policy=build_policy(spec_of(info)))
+            runtime = Runtime(
+                info=info,
+                policy=build_policy(spec_of(info)),
+                labelled_arms=frozenset((info.arms or [])[: self.metric_arms]),
+            )
             self._runtimes[name] = runtime
             parts = parts_of(runtime.policy)
             values.update(await self.read(name, parts, {}))
@@ -91,9 +112,8 @@ class PolicyCache:
         ``pulls:<arm>`` counter), sorted."""
         counters = await self.store.counters(name)
         arms = list(runtime.info.arms or [])
-        arms += sorted(
-            k[len("pulls:") :] for k in counters if k.startswith("pulls:") and k[6:] not in arms
-        )
+        served = (k[len(PULLS_PREFIX) :] for k in counters if k.startswith(PULLS_PREFIX))
+        arms += sorted(a for a in served if a not in arms)
         return arms
 
     async def load_all(self, name: str) -> tuple[Runtime, list[str], dict[str, float]]:
@@ -141,6 +161,51 @@ class PolicyCache:
             else:
                 runtime.versions.pop(k, None)
         return versions
+
+    async def forget_arms(self, name: str, arms: Sequence[str]) -> list[str]:
+        """Delete the stored state of ``arms`` in one transaction through the engine
+        (:meth:`BasePolicy.forget_arm`: shared state that counts an arm, such as
+        LNUCB-TA's totals, follows), take them off the last-seen index and delete their
+        ``pulls:<id>`` counters; returns the arms that had stored state. Every process's
+        cache sees the deleted parts at its next load of them (their version changed)."""
+        runtime, _, _ = await self.load(name)
+        policy = runtime.policy
+        keys = list(dict.fromkeys(k for a in arms for k in policy.parts_for_update(a)))
+        had: list[str] = []
+
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            import_stored(runtime, values)
+            had[:] = [a for a in arms if values.get(ARM_PREFIX + a) is not None]
+            out: dict[str, bytes | None] = {}
+            for arm in had:
+                policy.forget_arm(arm)
+                out[ARM_PREFIX + arm] = None
+            rest = [k for k in keys if k not in out and values[k] is not None]
+            out.update({k: v for k, v in policy.export_parts(rest).items() if v != values[k]})
+            return out
+
+        if keys:
+            await self.transact(runtime, name, keys, fn)
+        await self.store.forget(name, list(arms), [PULLS_PREFIX + a for a in arms])
+        return had
+
+    def drop_unstored_arms(self, name: str) -> int:
+        """Drop from the cached policy ``name`` the arms not known to be stored (cold
+        starts a selection made, prior state any load recreates): the cache then holds
+        no more arms than the store, plus those of the requests since; returns how many."""
+        runtime = self._runtimes.get(name)
+        if runtime is None:
+            return 0
+        versions = runtime.versions
+        gone = [
+            ARM_PREFIX + a for a in runtime.policy.arm_ids if not versions.get(ARM_PREFIX + a)
+        ]
+        if gone:
+            runtime.policy.import_parts(dict.fromkeys(gone))
+            for part in gone:
+                versions.pop(part, None)
+            runtime.absorbed += 1
+        return len(gone)
 
     async def replace(self, name: str, values: Mapping[str, bytes | None]) -> None:
         """Write ``values`` (None deletes) in one transaction regardless of what was

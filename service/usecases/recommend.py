@@ -1,8 +1,9 @@
 """``POST /recommend``: choose an arm for a context, store the pending event, log it.
 
 The path of one request (:meth:`Recommender.recommend`): a repeated client event id
-answers the stored response; otherwise the cached policy is brought up to date for the
-candidates' parts (:meth:`PolicyCache.load`, one store round trip), the engine selects,
+answers the stored response (409 when the body differs from the original's); otherwise
+the cached policy is brought up to date for the candidates' parts
+(:meth:`PolicyCache.load`, one store round trip), the engine selects,
 and one transaction writes the pending event, schedules its default-reward deadline and
 counts the decision. When the store is down the decision comes from the cached policy,
 flagged ``degraded`` (nothing stored: it cannot be rewarded). Every decision goes to the
@@ -36,9 +37,9 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.usecases.candidates import build_candidates, candidates_json
-from service.usecases.events import EventState, PendingEvent, dumps, event_key
+from service.usecases.events import EventState, PendingEvent, dumps, event_key, request_digest
 from service.usecases.json_features import JsonCandidates, logged_candidates
-from service.usecases.policy_cache import PolicyCache, import_stored
+from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, import_stored
 
 Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
 """Candidate ids, their rows ``X``, the named context (guardrails) and, for a policy with
@@ -59,8 +60,9 @@ class Recommender:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized
         once here, and stored as is with the pending event for repeats)."""
         store = self.cache.store
+        digest = None if req.event_id is None else request_digest(req)
         if req.event_id is not None:
-            original = await self._original_decision(req.policy, req.event_id)
+            original = await self._original_decision(req.policy, req.event_id, digest)
             if original is not None:
                 return original
         runtime, (ids, X, features, raw), parts, degraded = await self._load_for_select(req)
@@ -70,11 +72,11 @@ class Recommender:
         response = self._response(req, runtime, decision, event_id, parts, degraded)
         if not degraded:
             ttl = self.settings.event_ttl_seconds
-            args = (req, runtime, ids, X, features, decision, response, parts, now)
+            args = (req, runtime, ids, X, features, decision, response, parts, now, digest)
             try:
                 if req.event_id is not None:  # a client's id may repeat: register it first
                     if not await store.register_event(event_id, req.policy, ttl):
-                        return await self._wait_original(req.policy, event_id)
+                        return await self._wait_original(req.policy, event_id, digest)
                     response, decision = await self._store_event(*args)
                 else:  # 128 random bits never collide: claimed with the write
                     response, decision = await self._store_event(*args, Claim(event_id, ttl))
@@ -199,6 +201,7 @@ class Recommender:
         response: dict[str, Any],
         parts: list[str],
         now: float,
+        digest: str | None,
         claim: Claim | None = None,
     ) -> tuple[dict[str, Any], Decision]:
         """Write the pending event, put it on the deadline index and count the decision,
@@ -229,13 +232,16 @@ class Recommender:
                 created_at=now,
                 reset_at=runtime.info.reset_at,
                 response=result["response"],
+                request_digest=digest,
             ).to_json()
             return out
 
         def schedule() -> Schedule:
             arm = result["decision"].arm_id
-            counters = {"decisions": 1.0, "pending": 1.0, f"pulls:{arm}": 1.0}
-            return Schedule(event_id, now + runtime.info.reward_wait_seconds, counters)
+            counters = {"decisions": 1.0, "pending": 1.0, f"{PULLS_PREFIX}{arm}": 1.0}
+            # the served arm and every arm this selection gave stored state were seen now
+            seen = dict.fromkeys([arm, *arms_of(changed)], now)
+            return Schedule(event_id, now + runtime.info.reward_wait_seconds, counters, seen)
 
         # A new event id has no value yet: assuming so saves the store a read.
         await self.cache.transact(
@@ -249,7 +255,11 @@ class Recommender:
         )
         return result["response"], result["decision"]
 
-    async def _original_decision(self, name: str, event_id: str) -> bytes | None:
+    async def _original_decision(
+        self, name: str, event_id: str, digest: str | None
+    ) -> bytes | None:
+        """The stored response of the client's ``event_id`` (None when it is new); 409
+        when the id belongs to another policy or came with another request body."""
         owner = await self.cache.store.event_policy(event_id)
         if owner is None:
             return None
@@ -259,11 +269,17 @@ class Recommender:
         value = values.get(event_key(event_id))
         if value is None or value.data is None:
             return None
-        return dumps(PendingEvent.from_json(value.data).response)
+        event = PendingEvent.from_json(value.data)
+        if event.request_digest is not None and event.request_digest != digest:
+            raise Conflict(
+                f"event_id {event_id!r} was already used with a different request body; "
+                "send a new event_id, or repeat the original body to get the original decision"
+            )
+        return dumps(event.response)
 
-    async def _wait_original(self, name: str, event_id: str) -> bytes:
+    async def _wait_original(self, name: str, event_id: str, digest: str | None) -> bytes:
         for _ in range(20):
-            original = await self._original_decision(name, event_id)
+            original = await self._original_decision(name, event_id, digest)
             if original is not None:
                 return original
             await asyncio.sleep(0.05)
@@ -297,12 +313,15 @@ class Recommender:
                 degraded=response["degraded"],
             )
         )
-        metrics.DECISIONS.labels(req.policy, response["arm_id"]).inc()
+        labelled = runtime.labelled_arms
+        served = metrics.arm_label(response["arm_id"], labelled)
+        metrics.DECISIONS.labels(req.policy, served).inc()
         if decision.guardrail is not None:
             delta_g = runtime.policy.policy_stats().get("delta_g")
             if delta_g is not None:
                 metrics.DELTA_G.labels(req.policy).set(delta_g)
             for arm in decision.guardrail.blocked:
-                metrics.GUARDRAIL_BLOCKS.labels(req.policy, arm).inc()
+                blocked = metrics.arm_label(arm, labelled)
+                metrics.GUARDRAIL_BLOCKS.labels(req.policy, blocked).inc()
             if decision.guardrail.argmax_blocked:
                 metrics.GUARDRAIL_ARGMAX_BLOCKED.labels(req.policy).inc()

@@ -2,7 +2,10 @@
 finalization goes through (:meth:`Rewards.finalize`, used by the sweeper too).
 
 Repeated reward: ``200`` with ``applied: false`` and ``status: "already_rewarded"``
-and the originally applied value; the model is not changed again. A reward for an
+and the originally applied value; the model is not changed again. A second reward with
+another value than the applied one is not applied either: ``status:
+"conflicting_reward"``, the applied value in ``reward`` and the one ignored in
+``ignored_reward``. A reward for an
 event finalized by the sweeper (default reward or expiry) is ``409``. A finished event
 stays ``done_event_retention_seconds`` so repeats are answered, then the sweeper
 deletes it.
@@ -80,12 +83,14 @@ class Rewards:
             event = final.event
             if event.state is EventState.REWARDED:
                 self.log_reward(name, req.event_id, event)
+                same = event.reward == req.reward
                 return RewardResponse(
                     event_id=req.event_id,
                     arm_id=event.arm_id,
                     reward=event.reward,
                     applied=False,
-                    status="already_rewarded",
+                    status="already_rewarded" if same else "conflicting_reward",
+                    ignored_reward=None if same else req.reward,
                 )
             raise Conflict(
                 f"event {req.event_id!r} is already finalized ({event.state.value})"
@@ -166,7 +171,7 @@ class Rewards:
             return out
 
         await self.cache.transact(runtime, name, [key, *parts], fn)
-        if value is not None:
+        if value is not None and arm in runtime.labelled_arms:
             alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
             if alpha is not None:
                 metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
@@ -177,21 +182,23 @@ class Rewards:
     ) -> None:
         """Once an event left ``pending``: log the applied reward first (the model already
         holds it; ``source`` ``"explicit"`` or ``"default"``, None for an expiry), then the
-        retention schedule and the counters."""
+        retention schedule, the counters and (for an applied reward) the arm as seen."""
         now = self.clock()
         counters = {"pending": -1.0}
         if source is None:
             metrics.EXPIRED_EVENTS.labels(name).inc()
         else:
             arm, value = self.log_reward(name, event_id, event)
-            metrics.REWARDS.labels(name, arm, source).inc()
-            metrics.REWARD_SUM.labels(name, arm, source).inc(value)
+            label = metrics.arm_label(arm, self.cache.labelled_arms(name))
+            metrics.REWARDS.labels(name, label, source).inc()
+            metrics.REWARD_SUM.labels(name, label, source).inc(value)
             counters["rewards"] = 1.0
             if source == "default":
                 metrics.DEFAULT_REWARDS.labels(name).inc()
                 counters["default_rewards"] = 1.0
         retention = now + self.settings.done_event_retention_seconds
-        await self.cache.store.schedule(name, event_id, retention, counters)
+        seen = None if source is None else {event.arm_id: now}  # the update saw the arm
+        await self.cache.store.schedule(name, event_id, retention, counters, seen)
 
     def log_reward(self, name: str, event_id: str, event: PendingEvent) -> tuple[str, float]:
         """Submit the reward of a finalized event to the log; safe to repeat (the log is

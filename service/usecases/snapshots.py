@@ -64,6 +64,8 @@ class Snapshots:
                 ["body", "data"],
             )
         await self.cache.replace(name, policy.export_parts(policy.part_names()))
+        # the imported arms count as seen now (arm_idle_seconds runs from the import)
+        await self.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, self.clock()))
         return await self.export_snapshot(name)
 
     async def snapshot_all(self) -> int:

@@ -3,8 +3,11 @@
 A pending event past ``reward_wait_seconds`` gets the policy's ``default_reward`` when
 it was activated (and the policy was not reset since), else it expires unlearned; a
 finished event past ``done_event_retention_seconds`` is deleted (its reward logged once
-more, in case the process that applied it died before logging). Safe to run in every
-replica at once: each transition is one transaction (:meth:`Rewards.finalize`).
+more, in case the process that applied it died before logging). For a policy with
+``arm_idle_seconds`` the state of arms not seen for that long is forgotten
+(:meth:`Sweeper.forget_idle_arms`). Safe to run in every replica at once: each
+transition is one transaction (:meth:`Rewards.finalize`), and an idle arm is taken off
+the last-seen index by one sweeper only.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from service import metrics
 from service.errors import Conflict, NotFound
 from service.policies import Runtime
 from service.settings import Settings
+from service.storage.base import StoreUnavailableError
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
@@ -54,10 +58,15 @@ class Sweeper:
             store.counters(name),
         )
         metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
-        if not due:
-            return 0
-        keys = [event_key(e) for e in due]
-        runtime, _, raw = await self.cache.load(name, extra=keys)
+        if due:
+            runtime, _, raw = await self.cache.load(name, extra=[event_key(e) for e in due])
+        else:  # no store call for the config: the requests keep the cached one current
+            cached, raw = self.cache.cached(name), {}
+            if cached is None:
+                return 0
+            runtime = cached
+        if runtime.info.arm_idle_seconds is not None:
+            await self.forget_idle_arms(name, runtime)
         finalized = 0
         for event_id in due:
             data = raw[event_key(event_id)]
@@ -86,6 +95,34 @@ class Sweeper:
             await self.rewards.record_final(name, event_id, applied, "default" if learn else None)
             finalized += 1
         return finalized
+
+    async def forget_idle_arms(self, name: str, runtime: Runtime) -> list[str]:
+        """Forget the state of the arms of ``name`` neither served nor rewarded for the
+        policy's ``arm_idle_seconds`` (registered arms excepted: they only leave the
+        last-seen index until next seen), at most ``sweeper_batch`` per call, and drop
+        the arms this process cached but never stored; returns the arms forgotten."""
+        store = self.cache.store
+        cutoff = self.clock() - float(runtime.info.arm_idle_seconds or 0.0)
+        taken = await store.take_idle(name, cutoff, self.settings.sweeper_batch)
+        registered = set(runtime.info.arms or ())
+        idle = [a for a in taken if a not in registered]
+        forgotten: list[str] = []
+        if idle:
+            try:
+                forgotten = await self.cache.forget_arms(name, idle)
+            except BaseException:
+                # put them back so a later sweep retries (a live store keeps their state)
+                await asyncio.shield(self._put_back(name, idle, cutoff))
+                raise
+            metrics.ARMS_FORGOTTEN.labels(name).inc(len(forgotten))
+        self.cache.drop_unstored_arms(name)
+        return forgotten
+
+    async def _put_back(self, name: str, arms: list[str], when: float) -> None:
+        try:
+            await self.cache.store.mark_seen(name, dict.fromkeys(arms, when))
+        except StoreUnavailableError:
+            pass  # the store is down: the arms' state stays until they are seen again
 
     async def _delete_done(self, runtime: Runtime, name: str, event_id: str) -> None:
         key = event_key(event_id)

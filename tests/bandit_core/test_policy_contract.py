@@ -210,8 +210,14 @@ def test_cold_start_of_new_arms(name: str) -> None:
         assert policy.export_parts(policy.part_names()).keys() == before.keys()
         assert policy.export_parts(policy.part_names()) != before
         return
-    assert {"arm:new-1", "arm:new-2"} <= set(dec.state_changed) and "arm:a" not in dec.state_changed
+    assert "arm:a" not in dec.state_changed
     assert {"new-1", "new-2"} <= set(policy.arm_ids)
+    # a new arm's part a store is not told to save is the prior any policy starts it with
+    unsaved = [f"arm:{a}" for a in ("new-1", "new-2") if f"arm:{a}" not in dec.state_changed]
+    fresh = _make(name, seed=43)
+    fresh.import_parts(policy.export_parts([p for p in dec.state_changed if p != "arm:a"]))
+    fresh.select(new, _X(rng, 4))
+    assert fresh.export_parts(unsaved) == policy.export_parts(unsaved)
     assert policy.arm_stats("new-1").rewarded == 0 and policy.arm_stats("new-1").reward_sum == 0.0
     policy.update("new-1", _X(rng, 1)[0], 1.0)
     assert policy.arm_stats("new-1").rewarded == 1 and policy.arm_stats("new-1").reward_sum == 1.0
@@ -234,6 +240,12 @@ def test_retire_arm(name: str) -> None:
     policy.add_arm("b")
     assert policy.arm_stats("b").rewarded == 0
     assert "b" in policy.select(ARMS, _X(rng)).ranking
+    # forget_arm drops a learned arm's state without retiring it: it starts over
+    policy.forget_arm("c")
+    assert "c" not in policy.arm_ids and "arm:c" not in policy.part_names()
+    assert "c" in policy.select(ARMS, _X(rng)).ranking
+    if _keeps_arm_parts(policy):
+        assert policy.arm_stats("c").rewarded == 0 and policy.arm_stats("c").reward_sum == 0.0
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -3,6 +3,7 @@ with the labels the queries use; the app's /metrics really serves those names.""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -157,3 +158,58 @@ async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) 
     assert added("bandit_decisions_total", policy="demo") == 5
     assert added("bandit_rewards_total", policy="demo", source="explicit") == 5
     assert added("bandit_reward_sum_total", policy="demo", source="explicit") == 5.0
+
+
+# ---- the per-arm label stays bounded (issue 18 item 7) ---------------------------------------
+
+ARM_SERIES = 2  # BANDIT_METRICS_ARM_SERIES of the test app
+DISTINCT_ARMS = 10_000
+# Samples a policy may add to /metrics: decisions (total, created) for ARM_SERIES + 1 arm
+# values, rewards and reward sums (total, created) for each of those and the one source
+# used, and the pending-events gauge.
+MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 3 + 1
+
+
+@pytest.mark.anyio
+async def test_ten_thousand_arm_ids_add_a_bounded_number_of_series(tmp_path: Path) -> None:
+    settings = Settings(
+        data_dir=tmp_path,
+        api_keys=["ops-test-key"],
+        demo_policy=False,
+        snapshot_interval_seconds=0,
+        metrics_arm_series=ARM_SERIES,
+    )
+    app = create_app(settings)
+    auth = {"Authorization": "Bearer ops-test-key"}
+    spec = {"algorithm": "linucb", "dimension": 1, "default_reward": None}
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            for name, arms in (("open-catalog", None), ("registered", ["a", "b", "c"])):
+                r = await http.put(f"/policies/{name}", json={**spec, "arms": arms}, headers=auth)
+                assert r.status_code == 200, r.text
+
+            async def serve(policy: str, arm: str, rewarded: bool) -> None:
+                body = {"policy": policy, "context": [1.0], "arms": [{"id": arm}]}
+                decision = (await http.post("/recommend", json=body)).json()
+                assert decision["arm_id"] == arm, decision
+                if rewarded:
+                    reward = {"event_id": decision["event_id"], "reward": 1.0}
+                    r = await http.post("/reward", json=reward, headers=auth)
+                    assert r.json()["applied"]
+
+            for start in range(0, DISTINCT_ARMS, 100):  # every 10th arm rewarded too
+                arms = range(start, start + 100)
+                await asyncio.gather(*(serve("open-catalog", f"item-{i}", i % 10 == 0) for i in arms))
+            for arm in ("a", "b", "c"):
+                await serve("registered", arm, True)
+            text = (await http.get("/metrics")).text
+
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    for policy, arms in (("open-catalog", {"__other__"}), ("registered", {"a", "b", "__other__"})):
+        mine = [s for s in samples if s.labels.get("policy") == policy]
+        assert 0 < len(mine) <= MAX_POLICY_SAMPLES, (policy, len(mine))
+        assert {s.labels["arm"] for s in mine if "arm" in s.labels} == arms
+        decisions = [s for s in mine if s.name == "bandit_decisions_total"]
+        served = DISTINCT_ARMS if policy == "open-catalog" else 3
+        assert sum(s.value for s in decisions) == served  # the policy total stays exact

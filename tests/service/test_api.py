@@ -76,12 +76,25 @@ async def test_recommend_then_reward_contract(make_settings: Any) -> None:
             "reward": 1.0,
             "applied": True,
             "status": "applied",
+            "ignored_reward": None,
         }
         stats_once, counts_once = await _state(http, app)
-        repeat = await http.post("/reward", json={"event_id": body["event_id"], "reward": 0.0})
+        repeat = await http.post("/reward", json={"event_id": body["event_id"], "reward": 1.0})
         assert repeat.status_code == 200
-        assert repeat.json()["applied"] is False and repeat.json()["status"] == "already_rewarded"
-        assert repeat.json()["reward"] == 1.0
+        assert repeat.json() == {
+            **first.json(),
+            "applied": False,
+            "status": "already_rewarded",
+            "ignored_reward": None,
+        }
+        conflicting = await http.post("/reward", json={"event_id": body["event_id"], "reward": 0.0})
+        assert conflicting.status_code == 200
+        assert conflicting.json() == {
+            **first.json(),
+            "applied": False,
+            "status": "conflicting_reward",
+            "ignored_reward": 0.0,
+        }
         stats_twice, counts_twice = await _state(http, app)
         assert stats_twice == stats_once and counts_twice == counts_once == (1, 1)
         arm = stats_once["arms"][body["arm_id"]]
@@ -100,9 +113,30 @@ async def test_client_event_id_repeat_returns_the_original(make_settings: Any) -
         await http.put("/policies/p", json=POLICY)
         req = {"policy": "p", "context": [0.1, 0.2, 0.3], "event_id": "order-42"}
         first = await http.post("/recommend", json=req)
-        second = await http.post("/recommend", json={**req, "context": [9.0, 9.0, 9.0]})
+        # the same body, keys in another order and a default spelled out: the same request
+        same = {"explore": True, "event_id": "order-42", "context": [0.1, 0.2, 0.3], "policy": "p"}
+        second = await http.post("/recommend", json=same)
         assert first.status_code == second.status_code == 200
         assert second.json() == first.json()
+        assert await _counts(app, "p") == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"context": [9.0, 9.0, 9.0]}, {"top_k": 1}, {"explore": False}, {"arms": [{"id": "a"}]}],
+)
+async def test_client_event_id_reused_with_another_body_is_409(
+    make_settings: Any, change: dict[str, Any]
+) -> None:
+    async with running(make_settings()) as (app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        req = {"policy": "p", "context": [0.1, 0.2, 0.3], "event_id": "order-42"}
+        first = await http.post("/recommend", json=req)
+        reused = await http.post("/recommend", json={**req, **change})
+        assert first.status_code == 200 and reused.status_code == 409
+        assert "event_id 'order-42'" in reused.json()["detail"]
+        assert "different request body" in reused.json()["detail"]
+        assert (await http.post("/recommend", json=req)).json() == first.json()
         assert await _counts(app, "p") == (1, 0)
 
 
@@ -616,6 +650,7 @@ async def test_a_corrupted_stored_part_is_a_500_naming_the_policy(make_settings:
     async with running(make_settings()) as (app, http, client):
         await http.put("/policies/p", json=POLICY)
         dec = await client.recommend("p", [1.0, 0.0, 0.5])
+        await client.reward(dec.event_id, 1.0)  # the served arm's part is stored from now on
         part = f"arm:{dec.arm_id}"
         stored = app.state.use_cases.store
         blob = (await stored.read("p", [part], {}))[part].data

@@ -257,6 +257,34 @@ async def test_transaction_does_its_schedule_with_the_commit(
     assert await store.counters(policy) == {"pending": 1.0, "pulls:b": 1.0}
 
 
+async def test_last_seen_index(store: StateStore, policy: str) -> None:
+    await store.mark_seen(policy, {"b": 20.0, "a": 20.0, "old": 10.0, "new": 40.0})
+    await store.schedule(policy, "e", 99.0, {"pulls:x": 1.0}, seen={"x": 15.0})
+    await store.mark_seen(policy, {"new": 30.0})  # a later time replaces the earlier one
+    await store.mark_seen(policy, {"seen-again": 5.0})
+    await store.mark_seen(policy, {"seen-again": 50.0})
+    assert await store.take_idle(policy, 20.0, limit=3) == ["old", "x", "a"]
+    # taken names are off the index: a second sweeper never gets them
+    assert await store.take_idle(policy, 20.0, limit=10) == ["b"]
+    assert await store.take_idle(policy, 20.0, limit=10) == []
+    assert await store.take_idle(policy, 100.0, limit=0) == []
+    await store.forget(policy, seen=["new", "never-seen"], counters=["pulls:x", "pulls:none"])
+    assert await store.take_idle(policy, 100.0, limit=10) == ["seen-again"]
+    assert await store.counters(policy) == {}
+    assert await store.due_events(policy, 100.0, 10) == ["e"]
+
+
+async def test_transaction_marks_its_schedule_seen(store: StateStore, policy: str) -> None:
+    def schedule() -> Schedule:
+        return Schedule("1", 99.0, {"pulls:a": 1.0}, seen={"a": 10.0, "b": 11.0})
+
+    await store.transact(policy, ["event:1"], lambda v: {"event:1": b"p"}, schedule=schedule)
+    # nothing written: nothing seen
+    later = lambda: Schedule("2", 99.0, seen={"c": 1.0})
+    assert await store.transact(policy, ["event:2"], lambda v: {}, schedule=later) == {}
+    assert await store.take_idle(policy, 100.0, limit=10) == ["a", "b"]
+
+
 async def test_transaction_claims_its_event_id(store: StateStore, policy: str) -> None:
     eid = uuid.uuid4().hex
     first = lambda v: {"event:1": b"pending"}
@@ -277,15 +305,16 @@ async def test_policies_and_delete_policy(
     assert (await store.list_policies()).count(policy) == 1
     await store.transact(policy, ["arm:1", "shared"], lambda v: {"arm:1": b"s", "shared": b"t"})
     await store.add_counters(policy, {"pulls:1": 1})
-    await store.schedule(policy, "e", 1.0)
+    await store.schedule(policy, "e", 1.0, seen={"1": 1.0})
     if isinstance(store, RedisStateStore):
-        # 2 values, versions, clock, counters, deadlines
-        assert len(_redis_keys(redis_url, policy)) == 6
+        # 2 values, versions, clock, counters, deadlines, seen
+        assert len(_redis_keys(redis_url, policy)) == 7
     await store.delete_policy(policy)
     assert policy not in await store.list_policies()
     assert await store.read(policy, ["arm:1", "shared"], {"arm:1": 0, "shared": 0}) == {}
     assert await store.counters(policy) == {}
     assert await store.due_events(policy, 2.0, 10) == []
+    assert await store.take_idle(policy, 2.0, 10) == []
     if isinstance(store, RedisStateStore):
         assert _redis_keys(redis_url, policy) == []
 
@@ -377,16 +406,18 @@ async def test_redis_commit_retries_when_another_writer_interleaves(redis_url: s
                 prefix = f"bandit:{{{policy}}}:"
                 sync_other.evalsha(
                     commit_sha,
-                    5,
+                    6,
                     prefix + "versions",
                     prefix + "clock",
                     prefix + "deadlines",
                     prefix + "counters",
+                    prefix + "seen",
                     prefix + "k:n",
                     0,
                     "",  # nothing to schedule
                     0,
-                    0,
+                    0,  # no counters
+                    0,  # no seen names
                     "n",
                     version,
                     "s",
