@@ -1,4 +1,4 @@
-"""JSON features -> the rows ``X`` a policy takes (ALGORITHMS.md sections 7 and 8).
+"""JSON features -> the rows ``X`` a policy takes (docs/algorithms.md sections 7 and 8).
 
 Every policy declares how it reads featurized input in its class attribute
 ``FEATURE_LAYOUT`` (:class:`~bandit_core.policy.BasePolicy`), one of :data:`LAYOUTS`;

@@ -93,6 +93,15 @@ def _blocks(text: str) -> list[tuple[int, str, str]]:
     return blocks
 
 
+def _open_quote(text: str) -> bool:
+    """Whether ``text`` ends inside a quoted shell word."""
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:
+        return True
+    return False
+
+
 def _commands(code: str) -> list[str]:
     """The command lines of a shell-like block, continuations joined."""
     commands, pending = [], ""
@@ -105,6 +114,9 @@ def _commands(code: str) -> list[str]:
         pending += line
         if pending.endswith("\\"):
             pending = pending[:-1].rstrip() + " "
+            continue
+        if _open_quote(pending):  # a quoted argument (a JSON body) spans lines
+            pending += "\n"
             continue
         for part in re.split(r"\s*(?:&&|;)\s+|;$", pending):
             words = shlex.split(part, comments=True)

@@ -1,4 +1,4 @@
-"""JSON features into every registered policy (bandit_core.featurized; ALGORITHMS.md
+"""JSON features into every registered policy (bandit_core.featurized; docs/algorithms.md
 sections 7 and 8): the rows each layout makes, the hashed seam a cache uses, and
 guardrails that name a JSON feature."""
 
