@@ -4,7 +4,7 @@ try re-featurizing a logged stream with ``bandit replay/estimate/compare --featu
 Runs the real app in process on the embedded default (in-process state) with its event
 log at ``--database`` (default ``sqlite:///storefront.sqlite3``), creates the policy
 ``shop`` (``random``, uniform over the offered items: every logged propensity is 1/10;
-``features`` ``{"bits": 8, "interactions": []}``, so the log holds the JSON as sent) and
+``features`` ``{"bits": 6, "interactions": []}``, so the log holds the JSON as sent) and
 serves ``--events`` rounds of :class:`bandit_core.storefront.Storefront` (catalog of 100
 items, 10 offered a round): the shopper's JSON as ``context``, each offered item's JSON
 as its ``features``, a Bernoulli click with the served item's known click rate as the
@@ -31,7 +31,7 @@ from service.settings import Settings
 POLICY = "shop"
 SPEC = {
     "algorithm": "random",
-    "features": {"bits": 8, "interactions": []},
+    "features": {"bits": 6, "interactions": []},
     "reward_range": [0.0, 1.0],
     "reward_wait_seconds": 600,
 }
@@ -76,7 +76,7 @@ async def fill(database_url: str, events: int, seed: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", default="sqlite:///storefront.sqlite3", help="event log URL")
-    parser.add_argument("--events", type=int, default=3000, help="rounds to serve")
+    parser.add_argument("--events", type=int, default=2000, help="rounds to serve")
     parser.add_argument("--seed", type=int, default=0, help="storefront and click seed")
     args = parser.parse_args(argv)
     logged = asyncio.run(fill(args.database, args.events, args.seed))
