@@ -76,7 +76,7 @@ async def fill(database_url: str, events: int, seed: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database", default="sqlite:///storefront.sqlite3", help="event log URL")
-    parser.add_argument("--events", type=int, default=2000, help="rounds to serve")
+    parser.add_argument("--events", type=int, default=3000, help="rounds to serve")
     parser.add_argument("--seed", type=int, default=0, help="storefront and click seed")
     args = parser.parse_args(argv)
     logged = asyncio.run(fill(args.database, args.events, args.seed))
