@@ -266,6 +266,12 @@ class PolicySpec(_Model):
     guardrails: list[dict[str, Any]] | None = None
     safe_arm: ArmId | None = None
     feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
+    personalizer: dict[str, Any] | None = Field(
+        None,
+        description="settings of the Personalizer-compatible configuration routes that "
+        "change nothing here (modelExportFrequency, logRetentionDays, the learning "
+        "policy's name, ...), kept so that reading the configuration returns them",
+    )
     arm_idle_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         None,
         description=(

@@ -50,6 +50,11 @@ class Settings(BaseSettings):
         None, description="YAML or JSON file of policies loaded at start"
     )
     demo_policy: bool = Field(True, description="create the demo policy when no policy exists")
+    personalizer_loop: bool = Field(
+        True,
+        description="create the default Personalizer loop (policy 'personalizer', "
+        "docs/personalizer.md) at start when it does not exist",
+    )
     run_migrations: bool = Field(True, description="run alembic upgrade head at start")
     rebuild_on_start: bool | None = Field(
         None, description="replay the event log into the state store at start; unset: only embedded"

@@ -13,6 +13,7 @@ module               use case (public surface)
 ``events``           ``PendingEvent`` and its ``EventState``
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
+``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
+from service.usecases.loops import Loops
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
@@ -36,6 +38,7 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "Loops",
     "Monitor",
     "PolicyAdmin",
     "PolicyCache",
@@ -62,6 +65,7 @@ class UseCases:
     admin: PolicyAdmin
     snapshots: Snapshots
     monitor: Monitor
+    loops: Loops
 
 
 def build_use_cases(
@@ -75,15 +79,17 @@ def build_use_cases(
     cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock)
     admin = PolicyAdmin(cache, event_log, settings, clock)
+    recommender = Recommender(cache, sink, settings, clock)
     return UseCases(
         store=store,
         sink=sink,
         event_log=event_log,
         cache=cache,
-        recommender=Recommender(cache, sink, settings, clock),
+        recommender=recommender,
         rewards=rewards,
         sweeper=Sweeper(cache, rewards, settings, clock),
         admin=admin,
         snapshots=Snapshots(cache, event_log, settings, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
+        loops=Loops(admin, recommender, rewards),
     )

@@ -88,6 +88,7 @@ async def _fill(url: str, data_dir: Path, seeds: tuple[int, ...]) -> list[Log]:
         data_dir=data_dir,
         api_keys=[API_KEY],
         demo_policy=False,
+        personalizer_loop=False,
         database_url=url,
         log_flush_seconds=0.02,
         snapshot_interval_seconds=0,
