@@ -58,6 +58,7 @@ import numpy as np
 
 from bandit_core.errors import InvalidInputError, StateFormatError
 from bandit_core.features import SparseRows
+from bandit_core.importance import FeatureWeights
 from bandit_core.policy import PolicyConfig, SelectContext, SharedModelPolicy
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_choice, check_real
@@ -158,6 +159,12 @@ class DiagLinUCB(SharedModelPolicy):
         """The diagonal precisions ``A_ii = lambda + sum_t z_{t,i}^2`` at ``columns``."""
         entries = self._shared.lookup(np.asarray(columns, dtype=np.int64))  # type: ignore[union-attr]
         return self.config.ridge_lambda + entries.sum_sq
+
+    def feature_weights(self) -> FeatureWeights:
+        """The weights ``w`` at the columns a reward touched (every other weight is 0),
+        one row counted by every reward."""
+        shared: DiagSharedState = self._shared  # type: ignore[assignment]
+        return FeatureWeights(shared.index.copy(), shared.w[None, :].copy(), np.array([float(shared.n)]))
 
     def _score(
         self, arm_ids: list[str], states: list, X: SparseRows, ctx: SelectContext

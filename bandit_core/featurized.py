@@ -1,4 +1,4 @@
-"""JSON features -> the rows ``X`` a policy takes (ALGORITHMS.md sections 7 and 8).
+"""JSON features -> the rows ``X`` a policy takes (docs/algorithms.md sections 7 and 8).
 
 Every policy declares how it reads featurized input in its class attribute
 ``FEATURE_LAYOUT`` (:class:`~bandit_core.policy.BasePolicy`), one of :data:`LAYOUTS`;
@@ -43,6 +43,7 @@ from bandit_core.features import (
     Featurizer,
     FeaturizerConfig,
     HashedFeatures,
+    NamedFeature,
     SparseRows,
 )
 
@@ -55,6 +56,7 @@ __all__ = [
     "context_feature_values",
     "featurized_dimension",
     "featurized_rows",
+    "named_columns",
 ]
 
 Layout = Literal["context", "actions_context", "context_item"]
@@ -139,6 +141,30 @@ def featurized_rows(
     return np.hstack(
         [np.broadcast_to(_dense(batch.context).reshape(1, -1), (len(acts), context_dim)), V]
     )
+
+
+def named_columns(
+    featurizer: Featurizer, policy: BasePolicy, context: Any, action: Any
+) -> list[NamedFeature]:
+    """The features of the row ``policy`` takes for one action (:func:`featurized_rows`)
+    by name, each with its *column* of that row in place of its bucket (what a
+    :class:`~bandit_core.features.BucketNames` fed with them maps back to names, column
+    by column): :meth:`Featurizer.describe` of the action's vector at columns
+    ``[0, dim)`` for ``"actions_context"``, then of the context at ``[dim, 2 dim)`` when
+    the policy has a per-arm part; of the context alone for ``"context"``. Not defined
+    for ``"context_item"`` (HARE is not linear in its rows): a :class:`ConfigError`."""
+    layout = type(policy).FEATURE_LAYOUT
+    if layout == "context":
+        return featurizer.describe(context)
+    if layout != "actions_context":
+        raise ConfigError(
+            f"named columns are defined for the layouts 'context' and 'actions_context', not {layout!r}"
+        )
+    named = featurizer.describe(context, action)
+    if int(getattr(policy.config, "context_dim", 0)):
+        dim = featurizer.config.dim
+        named += [NamedFeature(n, bucket + dim, v) for n, bucket, v in featurizer.describe(context)]
+    return named
 
 
 def _dense(vectors: np.ndarray | SparseRows) -> np.ndarray:

@@ -38,6 +38,7 @@ from typing import ClassVar
 import numpy as np
 
 from bandit_core.errors import InvalidInputError
+from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
 from bandit_core.policy import PolicyConfig, SelectContext, SharedModelPolicy
@@ -139,6 +140,21 @@ class HybridLinUCB(SharedModelPolicy):
         if state is None:
             return np.zeros(0)
         return state.A_inv @ (state.b - state.B @ self._shared.theta)  # type: ignore[union-attr]
+
+    def feature_weights(self) -> FeatureWeights:
+        """The weights of the score's mean ``z^T beta + x^T theta_a`` over the row
+        ``[z, x]``: one row ``[beta, theta_a]`` per known arm, counted by the arm's
+        rewards; a single row ``[beta, 0]`` counted by every reward when no arm has a
+        part (``context_dim`` 0, or none rewarded yet)."""
+        c = self.config
+        shared = self._shared
+        arms = list(self._arms) if not self._arm_free else []
+        if not arms:
+            row = np.concatenate([shared.theta, np.zeros(c.context_dim)])  # type: ignore[union-attr]
+            return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(shared.n)]))  # type: ignore[union-attr]
+        rows = [np.concatenate([shared.theta, self.theta(a)]) for a in arms]  # type: ignore[union-attr]
+        counts = [float(self._arms[a].n) for a in arms]  # type: ignore[attr-defined]
+        return FeatureWeights(np.arange(c.d), np.array(rows), np.array(counts))
 
     def _score(
         self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext

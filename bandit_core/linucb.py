@@ -20,6 +20,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext
 from bandit_core.validation import check_int, check_real
@@ -56,6 +57,16 @@ class LinUCB(BasePolicy):
         """The stacked arrays of the last candidate list scored, to read (the cache
         rules are in :mod:`bandit_core.policy`)."""
         return self._stack
+
+    def feature_weights(self) -> FeatureWeights:
+        """Every known arm's ``theta_a = A_a^-1 b_a`` over all ``d`` columns, one row per
+        arm, counted by the arm's rewards."""
+        states = list(self._arms.values())
+        return FeatureWeights(
+            columns=np.arange(self.config.d),
+            weights=np.array([s.theta for s in states]).reshape(len(states), self.config.d),  # type: ignore[attr-defined]
+            rewards=np.array([float(s.n) for s in states]),  # type: ignore[attr-defined]
+        )
 
     def _new_arm_state(self) -> LinearArmState:
         return LinearArmState.prior(self.config.d, self.config.ridge_lambda)

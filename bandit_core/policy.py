@@ -128,6 +128,7 @@ from bandit_core.errors import (
     UnknownArmError,
 )
 from bandit_core.features import SparseRows
+from bandit_core.importance import FeatureWeights
 from bandit_core.state import ArrayState, pack, unpack
 from bandit_core.validation import (
     all_finite,
@@ -734,6 +735,12 @@ class BasePolicy(abc.ABC):
     def arm_ids(self) -> tuple[str, ...]:
         """Ids of the arms the policy knows, in insertion order."""
         return tuple(self._arms)
+
+    def feature_weights(self) -> FeatureWeights | None:
+        """The weights the policy's score puts on each input column, for
+        :func:`bandit_core.importance.feature_importance`; ``None`` (the default) for a
+        policy whose score is not linear in its input."""
+        return None
 
     def arm_stats(self, arm_id: str) -> ArmStats:
         """Learning counters of one arm (``rewarded``, ``reward_sum``, extras)."""

@@ -24,10 +24,11 @@ from service.auth import warn_if_open
 from service.errors import install_handlers
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
-from service.routers import decisions, health, policies
+from service.routers import decisions, health, personalizer, policies
 from service.settings import Settings, get_settings
 from service.storage.base import StateStore, StoreUnavailableError
 from service.usecases import UseCases, build_use_cases
+from service.usecases.loops import DEFAULT_LOOP
 
 log = logging.getLogger("bandit.service")
 
@@ -74,7 +75,8 @@ def make_writer(settings: Settings, event_log: Any) -> Any:
 
 async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None:
     """Rebuild from the log (embedded default), then apply the policies file, then the
-    demo policy if there is still no policy at all."""
+    demo policy if there is still no policy at all, then the default Personalizer loop
+    (docs/personalizer.md) unless it exists."""
     store, event_log, admin = use_cases.store, use_cases.event_log, use_cases.admin
     existing = set(await store.list_policies())
     rebuild = settings.embedded if settings.rebuild_on_start is None else settings.rebuild_on_start
@@ -92,6 +94,8 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
     if not existing and settings.demo_policy:
         await admin.put_policy(DEMO_POLICY, DEMO_SPEC)
         log.info("no policy configured: created the demo policy %r", DEMO_POLICY)
+    if settings.personalizer_loop and await use_cases.loops.ensure_default_loop():
+        log.info("created the default Personalizer loop %r", DEFAULT_LOOP)
 
 
 @asynccontextmanager
@@ -231,6 +235,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(decisions.router)
     app.include_router(policies.router)
     app.include_router(health.router)
+    for router in personalizer.routers():
+        app.include_router(router)
+    personalizer.install_handlers(app)
     app.add_middleware(BodyLimitAndTiming, max_body_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         # outermost, so a preflight is answered before any other layer sees it

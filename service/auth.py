@@ -36,6 +36,15 @@ def key_matches(presented: str, keys: list[str]) -> bool:
 
 def check(request: Request, credentials: HTTPAuthorizationCredentials | None) -> None:
     """Raise :class:`Unauthorized` unless the request may use a protected route."""
+    if credentials is not None and credentials.scheme.lower() != "bearer":
+        credentials = None
+    check_key(request, credentials.credentials if credentials else None, "Authorization: Bearer <api key>")
+
+
+def check_key(request: Request, presented: str | None, header: str) -> None:
+    """Raise :class:`Unauthorized` unless ``presented`` (the key a request carries in
+    ``header``, None: no key) is a configured key, or no keys are configured and the
+    client is on loopback."""
     settings: Settings = request.app.state.settings
     if not settings.api_keys:
         host = request.client.host if request.client else ""
@@ -44,9 +53,9 @@ def check(request: Request, credentials: HTTPAuthorizationCredentials | None) ->
         raise Unauthorized(
             "no API keys are configured: protected routes accept only loopback clients"
         )
-    if credentials is None or credentials.scheme.lower() != "bearer":
-        raise Unauthorized("missing Authorization: Bearer <api key>")
-    if not key_matches(credentials.credentials, settings.api_keys):
+    if presented is None:
+        raise Unauthorized(f"missing {header}")
+    if not key_matches(presented, settings.api_keys):
         raise Unauthorized("invalid API key")
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from service.schemas import (
     ActivateResponse,
     ArmCandidate,
+    FeatureImportanceReport,
     PolicyInfo,
     PolicyList,
     PolicySpec,
@@ -118,6 +119,10 @@ class _Requests:
         return ("GET", f"/policies/{name}/stats", None, PolicyStats)
 
     @staticmethod
+    def features(name: str, top: int) -> Request:
+        return ("GET", f"/policies/{name}/features?top={top}", None, FeatureImportanceReport)
+
+    @staticmethod
     def export_snapshot(name: str) -> Request:
         return ("GET", f"/policies/{name}/snapshot", None, Snapshot)
 
@@ -199,6 +204,10 @@ class BanditClient:
     def stats(self, name: str) -> PolicyStats:
         return self._call(_Requests.stats(name))
 
+    def features(self, name: str, top: int = 20) -> FeatureImportanceReport:
+        """``GET /policies/{name}/features``: the ``top`` features by importance."""
+        return self._call(_Requests.features(name, top))
+
     def export_snapshot(self, name: str) -> Snapshot:
         return self._call(_Requests.export_snapshot(name))
 
@@ -274,6 +283,9 @@ class AsyncBanditClient:
 
     async def stats(self, name: str) -> PolicyStats:
         return await self._call(_Requests.stats(name))
+
+    async def features(self, name: str, top: int = 20) -> FeatureImportanceReport:
+        return await self._call(_Requests.features(name, top))
 
     async def export_snapshot(self, name: str) -> Snapshot:
         return await self._call(_Requests.export_snapshot(name))

@@ -8,7 +8,15 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.auth import recommend_key, require_key
-from service.usecases import Monitor, PolicyAdmin, Recommender, Rewards, Snapshots
+from service.usecases import (
+    FeatureRanking,
+    Loops,
+    Monitor,
+    PolicyAdmin,
+    Recommender,
+    Rewards,
+    Snapshots,
+)
 
 
 # ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in its thread pool,
@@ -33,10 +41,20 @@ async def get_monitor(request: Request) -> Monitor:
     return request.app.state.use_cases.monitor
 
 
+async def get_features(request: Request) -> FeatureRanking:
+    return request.app.state.use_cases.features
+
+
+async def get_loops(request: Request) -> Loops:
+    return request.app.state.use_cases.loops
+
+
 RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
 RewardsDep = Annotated[Rewards, Depends(get_rewards)]
 AdminDep = Annotated[PolicyAdmin, Depends(get_admin)]
 SnapshotsDep = Annotated[Snapshots, Depends(get_snapshots)]
 MonitorDep = Annotated[Monitor, Depends(get_monitor)]
+FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
+LoopsDep = Annotated[Loops, Depends(get_loops)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

@@ -62,7 +62,7 @@ def to_logged_event(
     elif any(is_json_features(f) for f in features) or is_json_features(d.context):
         raise InvalidInputError(
             f"decision {d.event_id!r} logged JSON features; replay it with a featurizer "
-            "(EventLogSource(featurize=...))"
+            "(EventLogSource(featurize=...); bandit replay/estimate/compare --features)"
         )
     return LoggedEvent.build(
         [c["id"] for c in d.candidates],

@@ -266,6 +266,12 @@ class PolicySpec(_Model):
     guardrails: list[dict[str, Any]] | None = None
     safe_arm: ArmId | None = None
     feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
+    personalizer: dict[str, Any] | None = Field(
+        None,
+        description="settings of the Personalizer-compatible configuration routes that "
+        "change nothing here (modelExportFrequency, logRetentionDays, the learning "
+        "policy's name, ...), kept so that reading the configuration returns them",
+    )
     arm_idle_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         None,
         description=(
@@ -423,6 +429,38 @@ class PolicyStats(BaseModel):
         None, description="guardrail: fraction of decisions whose UCB argmax was blocked"
     )
     policy_stats: dict[str, float] = Field(default_factory=dict)
+
+
+IMPORTANCE_METHOD = (
+    "importance = |w_i| * mean_t |x_ti - mean(x_i)|: the mean absolute linear SHAP value "
+    "of feature i over the candidate rows of the latest logged decisions (|w_i| averaged "
+    "over arms by their rewards for per-arm models); docs/features.md, Feature importance"
+)
+
+
+class FeatureImportance(BaseModel):
+    """One input column of a linear policy and how much it moves the scores."""
+
+    column: int = Field(description="the column of the policy's input rows (a bucket with JSON features)")
+    names: list[str] = Field(
+        description="the features seen in this column (several: hashed features collided); "
+        "empty when none of the sampled decisions carried it"
+    )
+    importance: float = Field(description="|weight| times deviation: the average amount the feature moves a score")
+    weight: float = Field(description="the policy's weight on the column (averaged over arms for per-arm models)")
+    mean: float = Field(description="the column's mean over the sampled rows")
+    deviation: float = Field(description="the column's mean absolute deviation over the sampled rows")
+
+
+class FeatureImportanceReport(BaseModel):
+    """``GET /policies/{name}/features``: the columns that move the policy's scores most."""
+
+    policy: str
+    algorithm: str
+    method: str = Field(description="how importance is computed")
+    decisions: int = Field(description="logged decisions the statistics and names come from")
+    rows: int = Field(description="candidate rows over those decisions")
+    features: list[FeatureImportance] = Field(description="by descending importance")
 
 
 class Snapshot(BaseModel):

@@ -58,6 +58,11 @@ class Settings(BaseSettings):
         None, description="YAML or JSON file of policies loaded at start"
     )
     demo_policy: bool = Field(True, description="create the demo policy when no policy exists")
+    personalizer_loop: bool = Field(
+        True,
+        description="create the default Personalizer loop (policy 'personalizer', "
+        "docs/personalizer.md) at start when it does not exist",
+    )
     run_migrations: bool = Field(True, description="run alembic upgrade head at start")
     rebuild_on_start: bool | None = Field(
         None, description="replay the event log into the state store at start; unset: only embedded"
@@ -74,6 +79,12 @@ class Settings(BaseSettings):
     )
     max_candidates: int = Field(
         1000, gt=0, description="most candidate arms one POST /recommend may send"
+    )
+    feature_importance_decisions: int = Field(
+        1000,
+        gt=0,
+        le=100_000,
+        description="latest logged decisions GET /policies/{name}/features reads (traffic statistics and feature names)",
     )
     sweeper_interval_seconds: float = Field(
         1.0, gt=0, description="how often the sweeper gives due events their default reward"

@@ -275,6 +275,7 @@ def reliability_settings(
         "api_keys": [API_KEY],
         "data_dir": data_dir,
         "demo_policy": False,
+        "personalizer_loop": False,
         "snapshot_interval_seconds": 0,
         "log_flush_seconds": 0.05,
         "sweeper_interval_seconds": 0.2,

@@ -43,6 +43,10 @@ EXCLUDED: list[tuple[str, str]] = [
         + "tests/test_standalone.py; tests/bandit_core check LinUCB's row on the same data)",
     ),
     (r"curl ", "talks to a running server; tests/service/test_api.py sends the same requests"),
+    (
+        r"bandit features",
+        "asks a running server; tests/service/test_feature_importance.py runs it against one",
+    ),
     (r"docker ", "needs a Docker engine; tests/deploy checks the compose file and the image"),
     (r"apt-get ", "installs system packages"),
     (r"py-spy ", "attaches to a running server process"),
@@ -89,6 +93,15 @@ def _blocks(text: str) -> list[tuple[int, str, str]]:
     return blocks
 
 
+def _open_quote(text: str) -> bool:
+    """Whether ``text`` ends inside a quoted shell word."""
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:
+        return True
+    return False
+
+
 def _commands(code: str) -> list[str]:
     """The command lines of a shell-like block, continuations joined."""
     commands, pending = [], ""
@@ -101,6 +114,9 @@ def _commands(code: str) -> list[str]:
         pending += line
         if pending.endswith("\\"):
             pending = pending[:-1].rstrip() + " "
+            continue
+        if _open_quote(pending):  # a quoted argument (a JSON body) spans lines
+            pending += "\n"
             continue
         for part in re.split(r"\s*(?:&&|;)\s+|;$", pending):
             words = shlex.split(part, comments=True)

@@ -1,6 +1,6 @@
 """The ``bandit`` command line: ``serve``, ``rebuild`` and ``openapi`` (service),
 ``replay``, ``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound``
-(regret bounds). Exit statuses: :mod:`service.cli.exit_codes`."""
+(regret bounds), ``features`` (feature importance, from a running server). Exit statuses: :mod:`service.cli.exit_codes`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from service.cli import bound, offline, server
+from service.cli import bound, features, offline, server
 from service.cli.exit_codes import EPILOG
 
 
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.register(sub)
     offline.register(sub)
     bound.register(sub)
+    features.register(sub)
     return parser
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import product
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,8 +47,10 @@ from bandit_core.evaluation import (
     rejection_replay,
     replay,
 )
+from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
+from bandit_core.featurized import featurized_dimension, featurized_rows
 from bandit_core.policy import BasePolicy
-from bandit_core.registry import POLICIES, make_policy
+from bandit_core.registry import POLICIES, make_policy, policy_class
 from bandit_core.simulation import (
     ClassificationEnvironment,
     Environment,
@@ -58,6 +60,9 @@ from bandit_core.simulation import (
 )
 from bandit_core.validation import check_int, check_real
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from service.offline_source import Featurize
 
 FORMATS = ("news", "jsonl", "eventlog")
 
@@ -212,6 +217,19 @@ def _add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
         "degraded) is skipped ('skip', the default) or counts with the policy's default_reward "
         "('default'); rewards the sweeper applied by default are logged and always count",
     )
+    features = p.add_mutually_exclusive_group()
+    features.add_argument(
+        "--features", metavar="JSON",
+        help="with --format eventlog, for a policy that logged JSON features: re-featurize every logged "
+        "decision under this featurizer config (the policy spec's features: bits, interactions, "
+        "context_in_actions, output, limits), e.g. '{\"bits\": 8, \"interactions\": []}'; the rows "
+        "follow the evaluated policy's layout (docs/features.md), its d is derived from them "
+        "(default: the logged policy's own features config)",
+    )
+    features.add_argument(
+        "--features-file", type=Path, metavar="PATH",
+        help="as --features, the config read from a JSON file",
+    )
     if rejection:
         p.add_argument(
             "--rejection", action="store_true",
@@ -233,6 +251,33 @@ class LogSpec:
     since: float | None = None
     until: float | None = None
     unrewarded: str = "skip"
+    features: str | None = None
+    """The featurizer config of --features / --features-file as canonical JSON (None: the
+    logged policy's own)."""
+
+
+def _features_option(args: argparse.Namespace) -> str | None:
+    """The featurizer config of ``--features`` or ``--features-file``, checked and written
+    as canonical JSON (hashable, for :class:`LogSpec`); None when neither is given."""
+    if args.features is not None:
+        option, text = "--features", args.features
+    elif args.features_file is not None:
+        option = f"--features-file {args.features_file}"
+        try:
+            text = args.features_file.read_text()
+        except OSError as exc:
+            raise CliError(f"{option}: {exc.strerror or exc}") from None
+    else:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option}: not valid JSON ({exc})") from None
+    try:
+        config = FeaturizerConfig.from_dict(data)
+    except (ConfigError, TypeError) as exc:
+        raise CliError(f"{option}: {exc}") from None
+    return json.dumps(config.to_dict(), sort_keys=True)
 
 
 def _log_spec(args: argparse.Namespace) -> LogSpec:
@@ -241,20 +286,34 @@ def _log_spec(args: argparse.Namespace) -> LogSpec:
         if args.format != "news":
             raise CliError(f"--format {args.format} needs --data")
         data = str(news_dataset_path())
-    spec = LogSpec(data, args.format, args.log_policy, args.since, args.until, args.unrewarded)
+    features = _features_option(args)
+    spec = LogSpec(data, args.format, args.log_policy, args.since, args.until, args.unrewarded, features)
     if spec.fmt == "eventlog":
         if spec.log_policy is None:
             raise CliError("--format eventlog needs --log-policy NAME")
     elif spec.log_policy is not None or spec.since is not None or spec.until is not None or spec.unrewarded != "skip":
         raise CliError("--log-policy, --since, --until and --unrewarded apply to --format eventlog only")
+    elif features is not None:
+        raise CliError("--features and --features-file apply to --format eventlog only")
     return spec
 
 
+def _load_log(spec: LogSpec, policy: str, params: dict[str, Any]) -> tuple[LogSource, int]:
+    """The log and its feature length ``d`` for evaluating ``policy`` with ``params``: an
+    event log of JSON features is featurized for that policy's layout (and its
+    ``context_dim``), every other log is the same for every policy."""
+    if spec.fmt != "eventlog":
+        return _load_rows(spec, None, 0)
+    return _load_rows(spec, policy, int(params.get("context_dim", 0)))
+
+
 @functools.lru_cache(maxsize=4)
-def _load_log(spec: LogSpec) -> tuple[LogSource, int]:
+def _load_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[LogSource, int]:
     """The log and its feature length ``d`` (cached per process)."""
     if spec.fmt == "eventlog":
-        events = _load_event_log(spec)
+        events = _load_event_log(spec, policy, context_dim)
+
+
     else:
         path = Path(spec.data)
         if not path.is_file():
@@ -274,8 +333,56 @@ def _load_log(spec: LogSpec) -> tuple[LogSource, int]:
     return events, widths[0]
 
 
-def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
-    """Every event of ``spec``'s policy and time range, read from the service's event log."""
+MAX_DENSE_DIMENSION = 4096
+"""Longest rows the offline commands build from JSON features (dense, as the service keeps
+them: docs/features.md "Serving JSON features")."""
+
+
+def _featurizer_config(spec: LogSpec, logged: dict[str, Any] | None) -> FeaturizerConfig | None:
+    """The featurizer a replay of ``spec`` uses: --features, else the logged policy's own
+    ``features`` (``logged`` is its config in the event log, None when deleted)."""
+    if spec.features is not None:
+        return FeaturizerConfig.from_dict(json.loads(spec.features))
+    features = None if logged is None else logged.get("features")
+    return None if features is None else FeaturizerConfig.from_dict(features)
+
+
+def _refeaturize(spec: LogSpec, config: FeaturizerConfig, policy: str, context_dim: int) -> Featurize:
+    """The rows ``policy`` (with ``context_dim``) takes for a logged decision's JSON under
+    ``config`` (``bandit_core.featurized.featurized_rows``, made dense). A decision that
+    logged float vectors is a :class:`CliError`."""
+    layout = policy_class(policy).FEATURE_LAYOUT
+    d = featurized_dimension(layout, config, context_dim)
+    if d > MAX_DENSE_DIMENSION:
+        raise CliError(
+            f"{policy} over features with bits {config.bits} takes rows of {d} entries; the offline "
+            f"commands keep rows dense, at most {MAX_DENSE_DIMENSION}: lower bits in --features"
+        )
+    extra = {"context_dim": context_dim} if context_dim else {}
+    shape = make_policy(policy, d, **extra)  # featurized_rows reads its layout and d only
+    featurizer = Featurizer(config)
+
+    def featurize(context: Any, actions: list[Any]) -> np.ndarray:
+        if any(_is_vector(f) for f in [context, *actions]):
+            raise CliError(
+                f"the event log of {spec.log_policy!r} holds float vectors, not JSON features: "
+                "--features applies to a policy that logged JSON features"
+            )
+        rows = featurized_rows(featurizer, shape, context, actions)
+        return rows.to_dense() if isinstance(rows, SparseRows) else rows
+
+    return featurize
+
+
+def _is_vector(value: Any) -> bool:
+    """A logged float vector (a non-empty list of numbers), as a policy without
+    ``features`` logs its rows."""
+    return type(value) is list and bool(value) and all(type(v) in (int, float) for v in value)
+
+
+def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list[LoggedEvent]:
+    """Every event of ``spec``'s policy and time range, read from the service's event log;
+    JSON features re-featurized for ``policy`` (:func:`_refeaturize`)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -296,7 +403,13 @@ def _load_event_log(spec: LogSpec) -> list[LoggedEvent]:
     try:
         check_logged(event_log, spec.log_policy)
         fill = default_reward(event_log, spec.log_policy) if spec.unrewarded == "default" else None
-        source = EventLogSource(event_log, spec.log_policy, spec.since, spec.until, unrewarded=fill)
+        config = _featurizer_config(spec, event_log.policies().get(spec.log_policy))
+        featurize = None
+        if config is not None and policy is not None:
+            featurize = _refeaturize(spec, config, policy, context_dim)
+        source = EventLogSource(
+            event_log, spec.log_policy, spec.since, spec.until, unrewarded=fill, featurize=featurize
+        )
         return list(source)
     except StoreUnavailableError as exc:
         message = " ".join(str(exc).split())  # a driver's message may span lines
@@ -318,6 +431,7 @@ def _source_fields(spec: LogSpec) -> dict[str, Any]:
         "since": spec.since,
         "until": spec.until,
         "unrewarded": spec.unrewarded,
+        "features": None if spec.features is None else json.loads(spec.features),
     }
 
 
@@ -336,7 +450,7 @@ def _replay_one(
     spec: LogSpec, name: str, params: dict[str, Any], seed: int, rounds: int | None,
     rejection: bool, progress: Callable[[int], None] | None = None,
 ) -> ReplayResult:
-    log, d = _load_log(spec)
+    log, d = _load_log(spec, name, params)
     policy = _build_policy(name, d, params, seed)
     if rejection:
         return rejection_replay(policy, log, np.random.default_rng([seed, 1]), rounds, progress=progress)
@@ -472,7 +586,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     params = _params(args)
     seeds = _seeds(args)
     spec = _log_spec(args)
-    _load_log(spec)
+    _load_log(spec, args.policy, params)
     total = args.rounds * len(seeds) if args.rounds else None
     results = []
     with _progress_bar(total, args.no_progress, "round") as bar:
@@ -541,7 +655,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
     _check_policy(args.policy)
     params = _params(args)
     spec = _log_spec(args)
-    log, d = _load_log(spec)
+    log, d = _load_log(spec, args.policy, params)
     events = list(log)
     n_train = int(args.train_fraction * len(events))
     evaluated = events[n_train:]
@@ -738,8 +852,8 @@ def _run_compare(args: argparse.Namespace) -> int:
     ]
     seeds = _seeds(args)
     spec = _log_spec(args)
-    _, d = _load_log(spec)
     for row in rows:  # invalid parameters fail here, before any worker starts
+        _, d = _load_log(spec, row.policy, row.params)
         _build_policy(row.policy, d, row.params, seeds[0])
     tasks = [(i, s) for i in range(len(rows)) for s in seeds]
     results: dict[tuple[int, int], ReplayResult] = {}
@@ -827,13 +941,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "use --rejection for logs with known non-uniform propensities, such as the service's own event\n"
             "log (--format eventlog --data URL --log-policy NAME). With no --data, --format news replays\n"
             "the news data set shipped with bandit_core (the LNUCB-TA paper's Table 3).\n\n"
+            "Re-featurizing: a policy with features logs its JSON as sent; --features JSON (or\n"
+            "--features-file) replays the log under another featurizer config, the rows built for the\n"
+            "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n\n"
             f"Policies: {names}.\n\n"
             "JSON keys: policy, params, protocol, cumulative_reward (mean over seeds), cumulative_reward_std,\n"
             "mean_reward, matched, events_seen, seconds and cpu_seconds (mean wall and CPU time per run),\nspread, per_seed, curve.\n\n"
             "example: bandit replay --format news --policy linucb --alpha 0.1 \\\n"
             "             --rounds 800 --seeds 1 --json r.json --plot r.png\n"
             "         bandit replay --format eventlog --data sqlite:///data/events.sqlite3 --log-policy home \\\n"
-            "             --rejection --policy linucb --alpha 0.5 --json r.json"
+            "             --rejection --policy linucb --alpha 0.5 --json r.json\n"
+            "         bandit replay --format eventlog --data sqlite:///storefront.sqlite3 --log-policy shop \\\n"
+            "             --features '{\"bits\": 6, \"interactions\": [[\"*\", \"*\"]]}' --policy hybrid_linucb --alpha 0.5"
         ),
     )
     _add_log_source(p)
@@ -864,9 +983,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "probability > 0. When events were logged with propensity 1 (a policy with epsilon 0) and\n"
             "the target chooses other arms there, the estimates are biased and disagree: the command\n"
             "then prints a warning, no estimates, and exits with status 1 (--force prints them anyway).\n\n"
+            "Re-featurizing: a policy with features logs its JSON as sent; --features JSON (or\n"
+            "--features-file) replays the log under another featurizer config, the rows built for the\n"
+            "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n\n"
             f"Policies: {names}.\n\n"
-            "JSON keys: policy, params, data, format (and log_policy, since, until, unrewarded for an event\n"
-            "log), protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
+            "JSON keys: policy, params, data, format (and log_policy, since, until, unrewarded, features for an\n"
+            "event log), protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
             "support (n, deterministic_events, unsupported_mass, supported), estimates (ips, snips, dr:\n"
             "estimator, value, ci_low, ci_high, confidence, n_bootstrap, n, support), seconds.\n\n"
             "example: bandit estimate --format eventlog --data postgresql://postgres@127.0.0.1/bandit \\\n"
@@ -934,6 +1056,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "seeds, mean reward, matched events, events seen, wall and CPU seconds per run) and draw one plot.\n\n"
             "A --policy is [LABEL=]NAME[:KEY=VALUE,...], e.g. 'kNN-UCB=lnucb_ta:use_linear=false'.\n"
             "--alpha A1 A2 ... and --grid KEY=V1,V2 form a grid crossed with every policy.\n\n"
+            "Re-featurizing: a policy with features logs its JSON as sent; --features JSON (or\n"
+            "--features-file) replays the log under another featurizer config, the rows built for the\n"
+            "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n\n"
             "JSON keys: data, format, protocol, rounds, seeds, jobs, wall_seconds, results (one per row:\n"
             "label, policy, params, cumulative_reward, cumulative_reward_std, mean_reward, matched,\n"
             "events_seen, seconds, cpu_seconds, spread, per_seed, curve).\n\n"

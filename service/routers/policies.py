@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Query, Response
 
-from service.deps import AdminDep, ApiKey, SnapshotsDep
+from service.deps import AdminDep, ApiKey, FeaturesDep, SnapshotsDep
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
+    FeatureImportanceReport,
     PolicyInfo,
     PolicyList,
     PolicySpec,
@@ -71,6 +72,21 @@ async def reset(admin: AdminDep, name: str = Name) -> PolicyInfo:
 @router.get("/{name}/stats", response_model=PolicyStats, responses=_errors)
 async def stats(admin: AdminDep, name: str = Name) -> PolicyStats:
     return await admin.stats(name)
+
+
+@router.get(
+    "/{name}/features",
+    response_model=FeatureImportanceReport,
+    responses={**_errors, 422: {"model": ErrorDetail, "description": "the policy is not linear"}},
+)
+async def features(
+    ranking: FeaturesDep,
+    name: str = Name,
+    top: int = Query(20, ge=1, le=1000, description="how many features, most important first"),
+) -> FeatureImportanceReport:
+    """The features that move the policy's scores most: |weight| times the feature's mean
+    absolute deviation over the latest logged decisions (docs/features.md)."""
+    return await ranking.features(name, top)
 
 
 @router.get("/{name}/snapshot", response_model=Snapshot, responses=_errors)

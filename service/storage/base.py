@@ -290,6 +290,10 @@ class EventLog(Protocol):
         """Decisions of ``policy`` in time order with their rewards, streamed in batches."""
         ...
 
+    def recent_decisions(self, policy: str, limit: int) -> list[DecisionRecord]:
+        """The latest ``limit`` decisions of ``policy``, newest first."""
+        ...
+
     def count(self, policy: str | None = None) -> tuple[int, int]:
         """``(decisions, rewards)`` logged, for one policy or all."""
         ...

@@ -156,6 +156,19 @@ class SqlEventLog:
                 for row in rows:
                     yield _logged_event(row._mapping)
 
+    def recent_decisions(self, policy: str, limit: int) -> list[DecisionRecord]:
+        """The latest ``limit`` decisions of ``policy``, newest first (the index on
+        ``(policy, created_at, event_id)`` read backwards)."""
+        query = (
+            sa.select(*(decisions.c[name] for name in _DECISION_FIELDS))
+            .where(decisions.c.policy == policy)
+            .order_by(decisions.c.created_at.desc(), decisions.c.event_id.desc())
+            .limit(limit)
+        )
+        with self._begin() as conn:
+            rows = conn.execute(query).all()
+        return [DecisionRecord(**row._mapping) for row in rows]
+
     def count(self, policy: str | None = None) -> tuple[int, int]:
         """``(decisions, rewards)`` logged, for ``policy`` or all."""
         counts = []

@@ -8,11 +8,13 @@ module               use case (public surface)
 ``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
 ``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
 ``snapshots``        ``Snapshots``: export, import, periodic save to the event log
+``importance``       ``FeatureRanking.features``: ``GET /policies/{name}/features``
 ``readiness``        ``Monitor``: ``/readyz``, ``/metrics`` backlog, the gauge refresh loop
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
+``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
+from service.usecases.importance import FeatureRanking
+from service.usecases.loops import Loops
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
@@ -36,6 +40,8 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "FeatureRanking",
+    "Loops",
     "Monitor",
     "PolicyAdmin",
     "PolicyCache",
@@ -62,6 +68,8 @@ class UseCases:
     admin: PolicyAdmin
     snapshots: Snapshots
     monitor: Monitor
+    features: FeatureRanking
+    loops: Loops
 
 
 def build_use_cases(
@@ -75,15 +83,18 @@ def build_use_cases(
     cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock)
     admin = PolicyAdmin(cache, event_log, settings, clock)
+    recommender = Recommender(cache, sink, settings, clock)
     return UseCases(
         store=store,
         sink=sink,
         event_log=event_log,
         cache=cache,
-        recommender=Recommender(cache, sink, settings, clock),
+        recommender=recommender,
         rewards=rewards,
         sweeper=Sweeper(cache, rewards, settings, clock),
         admin=admin,
         snapshots=Snapshots(cache, event_log, settings, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
+        features=FeatureRanking(cache, event_log, settings),
+        loops=Loops(admin, recommender, rewards),
     )

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from service import metrics
 from service.errors import InvalidRequest, NotFound
@@ -73,6 +76,28 @@ class PolicyAdmin:
             await self.cache.store.delete_policy(name)
         await self._write_config(name, info)
         return info
+
+    async def update_policy(self, name: str, changes: Mapping[str, Any]) -> PolicyInfo:
+        """Change some fields of the existing policy ``name`` (the others are kept);
+        resets the learned state only as :meth:`put_policy` does. An invalid result is a
+        422 naming the field."""
+        spec = spec_of(await self.get_policy(name)).model_dump()
+        try:
+            new = PolicySpec.model_validate({**spec, **changes})
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise InvalidRequest(error["msg"], ["body", *error["loc"]]) from None
+        return await self.put_policy(name, new)
+
+    async def ensure_policy(self, name: str, spec: PolicySpec) -> bool:
+        """Create ``name`` with ``spec`` unless a policy of that name exists; whether it
+        was created."""
+        try:
+            await self.get_policy(name)
+        except NotFound:
+            await self.put_policy(name, spec)
+            return True
+        return False
 
     async def delete_policy(self, name: str) -> None:
         await self.get_policy(name)

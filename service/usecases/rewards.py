@@ -104,6 +104,10 @@ class Rewards:
             status="applied",
         )
 
+    async def owner(self, event_id: str) -> str | None:
+        """The policy that made the decision ``event_id`` (None: unknown or expired)."""
+        return await self.cache.store.event_policy(event_id)
+
     async def activate(self, event_id: str) -> ActivateResponse:
         """Activate a deferred event: from now on it is learned from (and its default
         reward is due ``reward_wait_seconds`` from now)."""

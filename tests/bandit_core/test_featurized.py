@@ -1,4 +1,4 @@
-"""JSON features into every registered policy (bandit_core.featurized; ALGORITHMS.md
+"""JSON features into every registered policy (bandit_core.featurized; docs/algorithms.md
 sections 7 and 8): the rows each layout makes, the hashed seam a cache uses, and
 guardrails that name a JSON feature."""
 
@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 import bandit_core
 from bandit_core.errors import ConfigError, InvalidFeatureError
 from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
-from bandit_core.featurized import context_feature_values, featurized_dimension, featurized_rows
+from bandit_core.featurized import (
+    context_feature_values,
+    featurized_dimension,
+    featurized_rows,
+    named_columns,
+)
 from tests.bandit_core.test_features import ACTIONS, CONTEXT, SETTINGS, _feature_input
 
 FEATURIZER = Featurizer(FeaturizerConfig(bits=5))
@@ -177,3 +182,36 @@ def test_a_sparse_rows_policy_gets_the_featurizers_sparse_form() -> None:
     decision = policy.select(ids, X)
     policy.update(decision.arm_id, X.one_row(ids.index(decision.arm_id)), 1.0)
     assert policy.policy_stats()["rewarded"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "params"),
+    [
+        ("linucb", {}),
+        ("hybrid_linucb", {}),
+        ("hybrid_linucb", {"context_dim": 17}),
+        ("diag_linucb", {}),
+    ],
+)
+def test_named_columns_are_the_nonzero_columns_of_the_row_the_policy_takes(
+    algorithm: str, params: dict
+) -> None:
+    featurizer = Featurizer(FeaturizerConfig(bits=4))
+    cls = bandit_core.policy_class(algorithm)
+    d = featurized_dimension(cls.FEATURE_LAYOUT, featurizer.config, params.get("context_dim", 0))
+    policy = bandit_core.make_policy(algorithm, d=d, **params)
+    context = {"user": {"segment": "a", "age": 3}, "device": {"type": "mobile"}}
+    actions = [{"item": {"category": "food", "tags": ["x", "y"]}}, {"item": {"price": 2.5}}]
+    rows = featurized_rows(featurizer, policy, context, actions)
+    dense = rows.to_dense() if isinstance(rows, SparseRows) else rows
+    for k, action in enumerate(actions):
+        named = named_columns(featurizer, policy, context, action)
+        summed = np.zeros(d)
+        for _, column, value in named:
+            summed[column] += value
+        np.testing.assert_array_equal(summed, dense[k])
+    hare = bandit_core.make_policy(
+        "hare", d=featurized_dimension("context_item", featurizer.config, 0)
+    )
+    with pytest.raises(ConfigError, match="context_item"):
+        named_columns(featurizer, hare, context, actions[0])

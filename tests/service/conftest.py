@@ -69,6 +69,7 @@ def make_settings(
                 "data_dir": tmp_path / "data",
                 "api_keys": [API_KEY],
                 "demo_policy": False,
+                "personalizer_loop": False,
                 "sweeper_interval_seconds": 0.05,
                 "log_flush_seconds": 0.02,
                 "snapshot_interval_seconds": 0,

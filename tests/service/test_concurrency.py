@@ -59,6 +59,7 @@ def two_processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[li
                     "BANDIT_API_KEYS": API_KEY,
                     "BANDIT_DATA_DIR": str(tmp_path / f"data{i}"),
                     "BANDIT_DEMO_POLICY": "false",
+                    "BANDIT_PERSONALIZER_LOOP": "false",
                     "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
                     "BANDIT_REDIS_TIMEOUT_SECONDS": "10",
                     "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),

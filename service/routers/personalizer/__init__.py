@@ -1,0 +1,79 @@
+"""Azure AI Personalizer's REST API over the same use cases (docs/personalizer.md).
+
+Every route exists in four places: the default loop under the base URL and any policy
+under ``/loops/{policy}``, each as ``/personalizer/...?api-version=...`` (the
+``azure-ai-personalizer`` SDK; the api-version is accepted and ignored) and as
+``/personalizer/{version}/...`` with ``version`` one of ``v1.0`` (the
+``azure-cognitiveservices-personalizer`` SDK) and ``v1.1-preview.1`` to ``.3``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.routers.personalizer.errors import error_response
+from service.routers.personalizer.routes import make_router
+from service.schemas import PolicyName
+from service.usecases.loops import DEFAULT_LOOP
+
+PERSONALIZER_PATH = re.compile(r"^(/loops/[^/]+)?/personalizer(/|$)")
+Version = Literal["v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3"]
+
+
+async def default_loop() -> str:
+    return DEFAULT_LOOP
+
+
+LoopName = Path(description="the policy serving as the loop")
+VersionSegment = Path(description="the API version of the path")
+
+
+async def named_loop(policy: PolicyName = LoopName) -> str:
+    return policy
+
+
+async def api_version(
+    version: str | None = Query(None, alias="api-version", description="accepted and ignored"),
+) -> None:
+    """The ``api-version`` query parameter the 2022 SDK sends (any value)."""
+
+
+async def path_version(version: Version = VersionSegment) -> None:
+    """The version segment of the ``v1.0`` / ``v1.1-preview.N`` paths."""
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Answer an unknown path (404) or method (405) under ``/personalizer`` or
+    ``/loops/{policy}/personalizer`` in Personalizer's shape; wraps the native handler
+    (service/errors.py), which keeps answering every other path."""
+    native = app.exception_handlers[StarletteHTTPException]
+
+    async def handler(request: Request, exc: Exception) -> Response:
+        response = await native(request, exc)
+        if not PERSONALIZER_PATH.match(request.url.path) or response.status_code not in (404, 405):
+            return response
+        if response.status_code == 404:
+            return error_response(404, "ResourceNotFound", f"no route {request.url.path}")
+        return error_response(
+            405,
+            "MethodNotAllowed",
+            f"{request.method} is not allowed on {request.url.path}",
+            {"Allow": response.headers["Allow"]},
+        )
+
+    app.add_exception_handler(StarletteHTTPException, handler)
+
+
+def routers() -> list[APIRouter]:
+    """The Personalizer routers, in the order to include them (the ``api-version``
+    family first, so that ``/personalizer/configurations/...`` never reads as a version)."""
+    return [
+        make_router("/personalizer", default_loop, api_version),
+        make_router("/loops/{policy}/personalizer", named_loop, api_version),
+        make_router("/personalizer/{version}", default_loop, path_version),
+        make_router("/loops/{policy}/personalizer/{version}", named_loop, path_version),
+    ]

@@ -1,0 +1,112 @@
+"""The Personalizer routes of one loop family: thin, each calls one :class:`Loops` method."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, Path, Response
+
+from service.deps import LoopsDep
+from service.personalizer_schemas import (
+    PersonalizerErrorResponse,
+    PersonalizerPolicy,
+    PersonalizerRankRequest,
+    PersonalizerRankResponse,
+    PersonalizerReward,
+    PersonalizerServiceConfiguration,
+)
+from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
+
+_errors: dict[int | str, dict[str, Any]] = {
+    400: {
+        "model": PersonalizerErrorResponse,
+        "description": "invalid input; the message names the field",
+    },
+    401: {"model": PersonalizerErrorResponse, "description": "missing or invalid key"},
+    404: {"model": PersonalizerErrorResponse, "description": "unknown loop"},
+    503: {
+        "model": PersonalizerErrorResponse,
+        "description": "state store unavailable; retry after Retry-After",
+    },
+}
+EventId = Path(alias="eventId", min_length=1, max_length=128)
+
+
+def make_router(
+    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
+) -> APIRouter:
+    """The routes under ``prefix``; ``loop_of`` is the dependency naming the loop,
+    ``path_params`` the one taking the prefix's other parameters (version, api-version)."""
+    router = APIRouter(
+        prefix=prefix,
+        tags=["personalizer"],
+        route_class=PersonalizerRoute,
+        dependencies=[Depends(personalizer_key), Depends(path_params)],
+        responses=_errors,
+    )
+    Loop = Depends(loop_of)
+
+    @router.post("/rank", status_code=201, response_model=PersonalizerRankResponse)
+    async def rank(
+        body: PersonalizerRankRequest, loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerRankResponse:
+        """Rank the actions for the context (Personalizer ``Rank``)."""
+        return await loops.rank(loop, body)
+
+    @router.post("/events/{eventId}/reward", status_code=204)
+    async def reward(
+        body: PersonalizerReward, loops: LoopsDep, loop: str = Loop, event_id: str = EventId
+    ) -> Response:
+        """Reward an event (value in [-1, 1]; the earliest reward counts)."""
+        await loops.reward(loop, event_id, body.value)
+        return Response(status_code=204)
+
+    @router.post("/events/{eventId}/activate", status_code=204)
+    async def activate(loops: LoopsDep, loop: str = Loop, event_id: str = EventId) -> Response:
+        """Activate an event ranked with ``deferActivation``."""
+        await loops.activate(loop, event_id)
+        return Response(status_code=204)
+
+    @router.get(
+        "/configurations/service",
+        response_model=PersonalizerServiceConfiguration,
+        response_model_exclude_none=True,
+    )
+    async def get_service_configuration(
+        loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerServiceConfiguration:
+        return await loops.service_configuration(loop)
+
+    @router.put(
+        "/configurations/service",
+        response_model=PersonalizerServiceConfiguration,
+        response_model_exclude_none=True,
+    )
+    async def update_service_configuration(
+        body: PersonalizerServiceConfiguration, loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerServiceConfiguration:
+        """Change the reward wait, default reward and exploration (docs/personalizer.md)."""
+        return await loops.update_service_configuration(loop, body)
+
+    @router.get("/configurations/policy", response_model=PersonalizerPolicy)
+    async def get_policy(loops: LoopsDep, loop: str = Loop) -> PersonalizerPolicy:
+        return await loops.policy_configuration(loop)
+
+    @router.put("/configurations/policy", response_model=PersonalizerPolicy)
+    async def update_policy(
+        body: PersonalizerPolicy, response: Response, loops: LoopsDep, loop: str = Loop
+    ) -> PersonalizerPolicy:
+        """Replace the learning policy: VW arguments or this service's JSON policy spec.
+        VW arguments with no counterpart here are listed in a ``Warning`` header."""
+        contract, ignored = await loops.update_policy_configuration(loop, body)
+        if ignored:
+            response.headers["Warning"] = f'299 - "ignored VW arguments: {" ".join(ignored)}"'
+        return contract
+
+    @router.delete("/configurations/policy", response_model=PersonalizerPolicy)
+    async def reset_policy(loops: LoopsDep, loop: str = Loop) -> PersonalizerPolicy:
+        """Back to the default learning policy."""
+        return await loops.reset_policy_configuration(loop)
+
+    return router

@@ -1,0 +1,386 @@
+"""Personalizer learning loops (``service.routers.personalizer``): Azure AI Personalizer's
+rank, reward, activate and configuration calls translated onto the same use cases as the
+native API (one engine, one state store, one log; docs/personalizer.md).
+
+A loop is a policy. The default loop (:data:`DEFAULT_LOOP`, created at start when
+absent) has Personalizer's defaults: a shared model over JSON features (hybrid LinUCB
+with no per-arm part, greedy score), context x action interactions, epsilon-greedy at
+20%, reward wait 10 minutes, default reward 0, rewards in [-1, 1].
+
+Its service configuration maps onto the policy's settings: ``rewardWaitTime`` ->
+``reward_wait_seconds``, ``defaultReward`` -> ``default_reward``,
+``explorationPercentage`` -> ``epsilon``; the settings that change nothing here
+(``modelExportFrequency``, ``logRetentionDays``, ...) are kept in the spec's
+``personalizer`` field so that reading the configuration returns them. The learning
+policy is a Vowpal Wabbit argument string (what maps: ``--cb_explore_adf``,
+``--epsilon``, ``-q``/``--quadratic``) or this service's JSON policy spec.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import isodate
+from pydantic import ValidationError
+
+from service.errors import Conflict, InvalidRequest, NotFound
+from service.personalizer_schemas import (
+    PersonalizerPolicy,
+    PersonalizerRankedAction,
+    PersonalizerRankRequest,
+    PersonalizerRankResponse,
+    PersonalizerServiceConfiguration,
+)
+from service.policies import spec_of
+from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest, RewardRequest
+from service.usecases.admin import PolicyAdmin
+from service.usecases.recommend import Recommender
+from service.usecases.rewards import Rewards
+
+DEFAULT_LOOP = "personalizer"
+DEFAULT_EPSILON = 0.2
+# 2^8 hashed buckets + the bias: the shared model keeps a full 257 x 257 matrix
+DEFAULT_FEATURES: dict[str, Any] = {"bits": 8, "interactions": [["*", "*"]]}
+DEFAULT_LOOP_SPEC = PolicySpec(
+    algorithm="hybrid_linucb",
+    params={"alpha": 0.0, "context_dim": 0},
+    features=DEFAULT_FEATURES,
+    reward_range=(-1.0, 1.0),
+    default_reward=0.0,
+    reward_wait_seconds=600.0,
+    epsilon=DEFAULT_EPSILON,
+)
+DEFAULT_POLICY_NAME = "default"
+# the engine of a loop whose learning policy is given as VW arguments
+ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
+# Personalizer kept these; they change nothing here (stored in PolicySpec.personalizer)
+KEPT_SETTINGS = (
+    "model_export_frequency",
+    "log_retention_days",
+    "log_mirror_enabled",
+    "log_mirror_sas_uri",
+    "is_auto_optimization_enabled",
+    "auto_optimization_frequency",
+    "auto_optimization_start_date",
+    "model_retrain_days",
+)
+POLICY_NAME_KEY = "policyName"
+# VW options with no counterpart here, accepted and ignored (with their value or not)
+IGNORED_WITH_VALUE = frozenset(
+    {"-l", "--learning_rate", "--power_t", "--cb_type", "--l1", "--l2", "-b", "--bit_precision"}
+)
+IGNORED_FLAGS = frozenset({"--dsjson", "--quiet", "--json"})
+
+
+def parse_duration(value: str, field: str) -> float:
+    """Seconds of the ISO 8601 duration ``value`` (``PT10M``); a 400 naming ``field``
+    unless it parses to a fixed length (years and months have none)."""
+    try:
+        duration = isodate.parse_duration(value)
+    except (isodate.ISO8601Error, ValueError):
+        raise InvalidRequest(
+            f"{field} must be an ISO 8601 duration such as PT10M, but got {value!r}",
+            ["body", field],
+        ) from None
+    if not isinstance(duration, timedelta):
+        raise InvalidRequest(
+            f"{field} must use days or smaller units (years and months vary), but got {value!r}",
+            ["body", field],
+        )
+    return duration.total_seconds()
+
+
+def format_duration(seconds: float) -> str:
+    """The ISO 8601 duration of ``seconds`` (``600.0`` -> ``PT10M``)."""
+    return str(isodate.duration_isoformat(timedelta(seconds=seconds)))
+
+
+def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
+    """The policy-spec changes a Vowpal Wabbit argument string asks for, and the
+    arguments it ignores. ``--epsilon E`` -> ``epsilon``; ``-q ab`` / ``--quadratic ab``
+    -> the interaction of context namespaces starting with ``a`` and action namespaces
+    starting with ``b`` (``:`` is any namespace, VW's wildcard); no ``-q``: no
+    interactions (as in VW). ``--cb_explore_adf`` names the shared model this loop has;
+    learning-rate options (``-l``, ``--power_t``, ...) have no counterpart in a ridge
+    model and are ignored. Anything else is a 400 naming it."""
+    try:
+        tokens = shlex.split(arguments)
+    except ValueError as exc:
+        raise InvalidRequest(f"arguments do not parse: {exc}", ["body", "arguments"]) from None
+    interactions: list[list[str]] = []
+    changes: dict[str, Any] = {}
+    ignored: list[str] = []
+    i = 0
+    while i < len(tokens):
+        option = tokens[i]
+        value = tokens[i + 1] if i + 1 < len(tokens) else None
+        if option == "--cb_explore_adf":
+            i += 1
+            continue
+        if option in IGNORED_FLAGS:
+            ignored.append(option)
+            i += 1
+            continue
+        if option not in IGNORED_WITH_VALUE and option not in ("--epsilon", "-q", "--quadratic"):
+            raise InvalidRequest(
+                f"arguments: {option!r} is not supported (supported: --cb_explore_adf, "
+                "--epsilon, -q/--quadratic; ignored: "
+                f"{', '.join(sorted(IGNORED_WITH_VALUE | IGNORED_FLAGS))})",
+                ["body", "arguments"],
+            )
+        if value is None:
+            raise InvalidRequest(f"arguments: {option} needs a value", ["body", "arguments"])
+        if option in IGNORED_WITH_VALUE:
+            ignored.append(f"{option} {value}")
+        elif option == "--epsilon":
+            try:
+                changes["epsilon"] = float(value)
+            except ValueError:
+                raise InvalidRequest(
+                    f"arguments: --epsilon must be a number, but got {value!r}",
+                    ["body", "arguments"],
+                ) from None
+            if not 0.0 <= changes["epsilon"] <= 1.0:
+                raise InvalidRequest(
+                    f"arguments: --epsilon must lie in [0, 1], but got {value}",
+                    ["body", "arguments"],
+                )
+        else:
+            if len(value) != 2:
+                raise InvalidRequest(
+                    f"arguments: {option} takes two namespace letters (':' for any), but got {value!r}",
+                    ["body", "arguments"],
+                )
+            interactions.append(["*" if c == ":" else c + "*" for c in value])
+        i += 2
+    features = {**DEFAULT_FEATURES, "interactions": interactions}
+    return {**changes, "features": features}, ignored
+
+
+def vw_arguments(info: PolicyInfo) -> str:
+    """The VW argument string of a loop with the default engine, or the JSON policy
+    spec of any other policy (interactions VW's ``-q`` cannot write included)."""
+    spec = spec_of(info)
+    features = dict(spec.features or {})
+    pairs = features.pop("interactions", [])
+    default = DEFAULT_LOOP_SPEC
+    default_features = {k: v for k, v in (default.features or {}).items() if k != "interactions"}
+    letters = [
+        "".join(":" if p == "*" else p[0] for p in pair)
+        for pair in pairs
+        if all(p == "*" or (len(p) == 2 and p.endswith("*")) for p in pair)
+    ]
+    if (spec.algorithm, spec.params, features) != (
+        default.algorithm,
+        default.params,
+        default_features,
+    ) or len(letters) != len(pairs):
+        return spec.model_dump_json(exclude={"personalizer"})
+    words = ["--cb_explore_adf", "--epsilon", f"{spec.epsilon or 0.0:g}"]
+    for pair in letters:
+        words += ["-q", pair]
+    return " ".join(words)
+
+
+NATIVE_TO_PERSONALIZER = {
+    "context": "contextFeatures",
+    "arms": "actions",
+    "exclude": "excludedActions",
+}
+_NATIVE_FIELD = re.compile(r"\b(context|arms|exclude)\b(?=[\[.:\s])")
+
+
+def _renamed(message: str) -> str:
+    """``message`` of a native 422 with its request paths in Personalizer's names
+    (``context[0].user`` -> ``contextFeatures[0].user``)."""
+    return _NATIVE_FIELD.sub(lambda m: NATIVE_TO_PERSONALIZER[m.group(1)], message)
+
+
+def _loc_message(error: Mapping[str, Any], prefix: str) -> str:
+    path = ".".join(str(p) for p in error["loc"])
+    return f"{prefix}{'.' + path if path else ''}: {error['msg']}"
+
+
+@dataclass
+class Loops:
+    """The Personalizer use cases; one per process, over the native ones."""
+
+    admin: PolicyAdmin
+    recommender: Recommender
+    rewards: Rewards
+
+    async def ensure_default_loop(self) -> bool:
+        """Create the default loop unless it exists; whether it was created."""
+        return await self.admin.ensure_policy(DEFAULT_LOOP, DEFAULT_LOOP_SPEC)
+
+    # ---- configuration ---------------------------------------------------------------
+    async def service_configuration(self, loop: str) -> PersonalizerServiceConfiguration:
+        """The loop's settings as Personalizer's service configuration."""
+        info = await self.admin.get_policy(loop)
+        return PersonalizerServiceConfiguration.model_validate(
+            {
+                "modelExportFrequency": "PT1M",
+                "logRetentionDays": -1,
+                **(info.personalizer or {}),
+                "rewardWaitTime": format_duration(info.reward_wait_seconds),
+                "defaultReward": info.default_reward,
+                "rewardAggregation": "earliest",
+                "explorationPercentage": info.epsilon or 0.0,
+                "learningMode": "Online",
+                "lastConfigurationEditDate": datetime.fromtimestamp(info.updated_at, UTC),
+            }
+        )
+
+    async def update_service_configuration(
+        self, loop: str, config: PersonalizerServiceConfiguration
+    ) -> PersonalizerServiceConfiguration:
+        """Apply a service configuration: the reward wait, default reward and exploration
+        become the policy's (a new exploration resets what was learned, as every engine
+        change does); the settings with no effect here are kept. ``sum`` aggregation and
+        the Apprentice and LoggingOnly modes are not implemented: 400."""
+        info = await self.admin.get_policy(loop)
+        wait = parse_duration(config.reward_wait_time, "rewardWaitTime")
+        if wait <= 0:
+            raise InvalidRequest(
+                f"rewardWaitTime must be a positive duration, but got {config.reward_wait_time!r}",
+                ["body", "rewardWaitTime"],
+            )
+        parse_duration(config.model_export_frequency, "modelExportFrequency")
+        if config.reward_aggregation != "earliest":
+            raise InvalidRequest(
+                "rewardAggregation 'sum' is not supported yet; use 'earliest'",
+                ["body", "rewardAggregation"],
+            )
+        if config.learning_mode != "Online":
+            raise InvalidRequest(
+                f"learningMode {config.learning_mode!r} is not supported yet; use 'Online'",
+                ["body", "learningMode"],
+            )
+        low, high = info.reward_range
+        if config.default_reward is not None and not low <= config.default_reward <= high:
+            raise InvalidRequest(
+                f"defaultReward must lie in the loop's reward range [{low}, {high}], "
+                f"but got {config.default_reward}",
+                ["body", "defaultReward"],
+            )
+        kept = config.model_dump(
+            mode="json", by_alias=True, include=set(KEPT_SETTINGS), exclude_none=True
+        )
+        await self.admin.update_policy(
+            loop,
+            {
+                "reward_wait_seconds": wait,
+                "default_reward": config.default_reward,
+                "epsilon": config.exploration_percentage,
+                "personalizer": {**(info.personalizer or {}), **kept},
+            },
+        )
+        return await self.service_configuration(loop)
+
+    async def policy_configuration(self, loop: str) -> PersonalizerPolicy:
+        info = await self.admin.get_policy(loop)
+        name = (info.personalizer or {}).get(POLICY_NAME_KEY, DEFAULT_POLICY_NAME)
+        return PersonalizerPolicy(name=name, arguments=vw_arguments(info))
+
+    async def update_policy_configuration(
+        self, loop: str, contract: PersonalizerPolicy
+    ) -> tuple[PersonalizerPolicy, list[str]]:
+        """Replace the learning policy: a JSON policy spec (``arguments`` starting with
+        ``{``) replaces the whole policy but the loop's kept settings; VW arguments set
+        the default shared model with their epsilon and interactions. What was learned is
+        reset when the engine changes. Also returns the VW arguments ignored."""
+        info = await self.admin.get_policy(loop)
+        kept = {**(info.personalizer or {}), POLICY_NAME_KEY: contract.name}
+        if contract.arguments.lstrip().startswith("{"):
+            try:
+                spec = PolicySpec.model_validate_json(contract.arguments)
+            except ValidationError as exc:
+                raise InvalidRequest(
+                    _loc_message(exc.errors()[0], "arguments"), ["body", "arguments"]
+                ) from None
+            await self.admin.put_policy(loop, spec.model_copy(update={"personalizer": kept}))
+            return await self.policy_configuration(loop), []
+        changes, ignored = parse_vw_arguments(contract.arguments)
+        engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in ENGINE_OF_VW}
+        await self.admin.update_policy(loop, {**engine, **changes, "personalizer": kept})
+        return await self.policy_configuration(loop), ignored
+
+    async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
+        """Back to the default learning policy (the default loop's engine and epsilon)."""
+        info = await self.admin.get_policy(loop)
+        kept = {k: v for k, v in (info.personalizer or {}).items() if k != POLICY_NAME_KEY}
+        engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in (*ENGINE_OF_VW, "epsilon")}
+        await self.admin.update_policy(loop, {**engine, "personalizer": kept})
+        return await self.policy_configuration(loop)
+
+    # ---- runtime ---------------------------------------------------------------------
+    async def rank(self, loop: str, body: PersonalizerRankRequest) -> PersonalizerRankResponse:
+        """Rank the actions: the served one is ``rewardActionId`` (not necessarily the
+        first of ``ranking`` when exploring), excluded actions are never served and
+        listed with probability 0; a repeated ``eventId`` answers the first decision."""
+        ids = [a.id for a in body.actions]
+        duplicates = sorted({a for a in ids if ids.count(a) > 1})
+        if duplicates:
+            raise InvalidRequest(f"actions: duplicate ids {duplicates}", ["body", "actions"])
+        excluded = [a for a in dict.fromkeys(body.excluded_actions or []) if a in ids]
+        if len(excluded) == len(ids):
+            raise InvalidRequest(
+                "excludedActions: every action is excluded, nothing can be ranked",
+                ["body", "excludedActions"],
+            )
+        try:
+            request = RecommendRequest(
+                policy=loop,
+                context=body.context_features or [],
+                arms=[ArmCandidate(id=a.id, features=a.features) for a in body.actions],
+                exclude=excluded or None,
+                event_id=body.event_id,
+                defer_activation=body.defer_activation,
+            )
+        except ValidationError as exc:
+            raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
+        try:
+            decision = json.loads(await self.recommender.recommend(request))
+        except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
+            loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
+            raise InvalidRequest(_renamed(exc.message), loc) from exc
+        ranking = [
+            PersonalizerRankedAction(id=r["arm_id"], probability=r["propensity"])
+            for r in decision["ranking"]
+        ]
+        ranking += [PersonalizerRankedAction(id=a, probability=0.0) for a in excluded]
+        return PersonalizerRankResponse(
+            ranking=ranking, event_id=decision["event_id"], reward_action_id=decision["arm_id"]
+        )
+
+    async def reward(self, loop: str, event_id: str, value: float) -> None:
+        """Reward the event (the earliest reward counts). As in Personalizer, a reward for
+        an event this loop does not know, did not activate or already finalized is
+        accepted and not learned from."""
+        await self.admin.get_policy(loop)
+        if await self.rewards.owner(event_id) != loop:
+            return
+        try:
+            await self.rewards.reward(RewardRequest(event_id=event_id, reward=value))
+        except (NotFound, Conflict):  # expired, finalized or not activated meanwhile
+            return
+        except InvalidRequest as exc:  # outside the loop's reward range
+            raise InvalidRequest(
+                exc.message.replace("reward must", "value must", 1), ["body", "value"]
+            ) from exc
+
+    async def activate(self, loop: str, event_id: str) -> None:
+        """Activate a deferred event (accepted and ignored when unknown or finalized)."""
+        await self.admin.get_policy(loop)
+        if await self.rewards.owner(event_id) != loop:
+            return
+        try:
+            await self.rewards.activate(event_id)
+        except (NotFound, Conflict):
+            return

@@ -1,0 +1,326 @@
+"""The official Personalizer SDKs (``azure-ai-personalizer`` 1.0.0b1 and
+``azure-cognitiveservices-personalizer`` 0.1.1), and raw httpx for the v1.1-preview
+paths, against a real ``bandit serve`` (uvicorn) on the embedded default and on Redis +
+PostgreSQL; the endpoint and the key are their only settings."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from azure.ai.personalizer import PersonalizerAdministrationClient, PersonalizerClient
+from azure.cognitiveservices.personalizer import PersonalizerClient as LegacyClient
+from azure.cognitiveservices.personalizer.models import (
+    ErrorResponseException,
+    RankableAction,
+    RankRequest,
+)
+from azure.core.credentials import AzureKeyCredential
+from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+from msrest.authentication import CognitiveServicesCredentials
+
+from tests.databases import postgres_schema
+from tests.servers import API_KEY, ROOT, AppProcess, RedisServer
+
+ACTIONS = [
+    {"id": "news", "features": [{"item": {"topic": "news", "length": 3}}]},
+    {"id": "sports", "features": [{"item": {"topic": "sports"}}]},
+    {"id": "music", "features": [{"item": {"topic": "music", "tags": ["live"]}}]},
+]
+CONTEXT = [{"user": {"tier": "gold"}}, {"device": {"mobile": True}}]
+HEADERS = {"Ocp-Apim-Subscription-Key": API_KEY}
+
+
+@pytest.fixture(scope="module", params=["embedded", "redis_postgres"])
+def endpoint(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """Base URL of a fresh service (the default loop exists, nothing else)."""
+    data = tmp_path_factory.mktemp("data")
+    env = {
+        "BANDIT_API_KEYS": API_KEY,
+        "BANDIT_DATA_DIR": str(data),
+        "BANDIT_DEMO_POLICY": "false",
+        "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
+    }
+    if request.param == "embedded":
+        app = AppProcess(env).start()
+        try:
+            yield app.url
+        finally:
+            app.stop()
+        return
+    redis_server = RedisServer(tmp_path_factory.mktemp("redis"), persist=False)
+    redis_server.start()
+    try:
+        with postgres_schema() as database_url:
+            app = AppProcess(
+                {**env, "BANDIT_REDIS_URL": redis_server.url, "BANDIT_DATABASE_URL": database_url}
+            ).start()
+            try:
+                yield app.url
+            finally:
+                app.stop()
+    finally:
+        redis_server.stop()
+
+
+def client(endpoint: str, key: str = API_KEY) -> PersonalizerClient:
+    return PersonalizerClient(endpoint, AzureKeyCredential(key))
+
+
+def admin(endpoint: str, key: str = API_KEY) -> PersonalizerAdministrationClient:
+    return PersonalizerAdministrationClient(endpoint, AzureKeyCredential(key))
+
+
+def check_ranking(response: dict, excluded: set[str]) -> None:
+    probabilities = {r["id"]: r["probability"] for r in response["ranking"]}
+    assert set(probabilities) == {a["id"] for a in ACTIONS}
+    assert math.isclose(sum(probabilities.values()), 1.0, abs_tol=1e-9)
+    assert all(probabilities[a] == 0.0 for a in excluded)
+    assert response["rewardActionId"] not in excluded
+    assert probabilities[response["rewardActionId"]] > 0
+
+
+def test_rank_reward_activate_with_the_2022_sdk(endpoint: str) -> None:
+    sdk = client(endpoint)
+    event_id = uuid.uuid4().hex
+    body = {
+        "contextFeatures": CONTEXT,
+        "actions": ACTIONS,
+        "excludedActions": ["sports"],
+        "eventId": event_id,
+    }
+    first = sdk.rank(body)
+    assert first["eventId"] == event_id
+    check_ranking(first, {"sports"})
+    assert sdk.rank(body) == first  # eventId is idempotent
+    sdk.reward(event_id, {"value": 1.0})
+    sdk.reward(event_id, {"value": -1.0})  # earliest kept; accepted
+    stats = httpx.get(
+        f"{endpoint}/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}
+    ).json()
+    assert stats["rewards"] >= 1
+    deferred = sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS, "deferActivation": True})
+    sdk.activate(deferred["eventId"])
+    sdk.reward(deferred["eventId"], {"value": 0.5})
+    sdk.reward("never-ranked", {"value": 0.5})  # accepted, like Personalizer
+
+
+def test_legacy_v1_sdk(endpoint: str) -> None:
+    sdk = LegacyClient(endpoint, CognitiveServicesCredentials(API_KEY))
+    request = RankRequest(
+        actions=[RankableAction(id=a["id"], features=a["features"]) for a in ACTIONS],
+        context_features=CONTEXT,
+        excluded_actions=["news"],
+        defer_activation=True,
+    )
+    response = sdk.rank(request)
+    check_ranking(
+        {
+            "ranking": [{"id": r.id, "probability": r.probability} for r in response.ranking],
+            "rewardActionId": response.reward_action_id,
+        },
+        {"news"},
+    )
+    sdk.events.activate(response.event_id)
+    sdk.events.reward(response.event_id, 1.0)
+    bad = LegacyClient(endpoint, CognitiveServicesCredentials("wrong-key"))
+    with pytest.raises(ErrorResponseException) as caught:
+        bad.rank(request)
+    assert caught.value.response.status_code == 401
+    assert caught.value.error.error.code == "401"
+
+
+def test_configuration_round_trips_and_maps_onto_the_policy(endpoint: str) -> None:
+    sdk = admin(endpoint)
+    config = sdk.get_service_configuration()
+    assert config["rewardWaitTime"] == "PT10M"
+    assert config["explorationPercentage"] == 0.2
+    assert config["defaultReward"] == 0.0
+    assert config["rewardAggregation"] == "earliest"
+    changed = {
+        **config,
+        "rewardWaitTime": "PT5M",
+        "explorationPercentage": 0.3,
+        "logRetentionDays": 30,
+        "modelExportFrequency": "PT1H",
+    }
+    answer = sdk.update_service_configuration(changed)
+    assert (
+        answer["rewardWaitTime"],
+        answer["explorationPercentage"],
+        answer["logRetentionDays"],
+        answer["modelExportFrequency"],
+    ) == ("PT5M", 0.3, 30, "PT1H")
+    policy = httpx.get(
+        f"{endpoint}/policies/personalizer", headers={"Authorization": f"Bearer {API_KEY}"}
+    ).json()
+    assert (policy["reward_wait_seconds"], policy["epsilon"]) == (300.0, 0.3)
+    sdk.update_service_configuration(config)
+    assert sdk.get_policy() == {
+        "name": "default",
+        "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
+    }
+    updated = sdk.update_policy(
+        {"name": "mine", "arguments": "--cb_explore_adf --epsilon 0.1 -q ui --power_t 0.5 -l 0.5"}
+    )
+    assert updated == {"name": "mine", "arguments": "--cb_explore_adf --epsilon 0.1 -q ui"}
+    assert sdk.get_service_configuration()["explorationPercentage"] == 0.1
+    assert sdk.reset_policy() == {
+        "name": "default",
+        "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
+    }
+
+
+def test_errors_in_personalizer_shape(endpoint: str) -> None:
+    sdk, settings = client(endpoint), admin(endpoint)
+    with pytest.raises(ClientAuthenticationError) as auth:
+        admin(endpoint, "wrong-key").get_policy()
+    assert auth.value.status_code == 401
+    cases = [
+        (lambda: sdk.rank({"actions": []}), "InvalidRankRequest", "actions"),
+        (
+            lambda: sdk.rank({"actions": ACTIONS, "excludedActions": [a["id"] for a in ACTIONS]}),
+            "InvalidRankRequest",
+            "excludedActions",
+        ),
+        (lambda: sdk.reward("e", {"value": 2}), "InvalidRewardRequest", "value"),
+        (
+            lambda: settings.update_service_configuration(
+                {**settings.get_service_configuration(), "rewardWaitTime": "ten minutes"}
+            ),
+            "InvalidServiceConfiguration",
+            "rewardWaitTime",
+        ),
+        (
+            lambda: settings.update_policy({"name": "x", "arguments": "--cb_explore_adf --bag 5"}),
+            "InvalidPolicyConfiguration",
+            "--bag",
+        ),
+    ]
+    for call, code, field in cases:
+        with pytest.raises(HttpResponseError) as caught:
+            call()
+        assert caught.value.status_code == 400
+        assert caught.value.error.code == code
+        assert field in caught.value.error.message
+    # the native API keeps its own shape
+    native = httpx.get(f"{endpoint}/policies/nope", headers={"Authorization": f"Bearer {API_KEY}"})
+    assert native.status_code == 404 and "detail" in native.json()
+
+
+@pytest.mark.parametrize("version", ["v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3"])
+def test_preview_paths_and_named_loops_over_httpx(endpoint: str, version: str) -> None:
+    with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
+        ranked = http.post(
+            f"/personalizer/{version}/rank", json={"contextFeatures": CONTEXT, "actions": ACTIONS}
+        )
+        assert ranked.status_code == 201
+        check_ranking(ranked.json(), set())
+        reward = http.post(
+            f"/personalizer/{version}/events/{ranked.json()['eventId']}/reward", json={"value": 1}
+        )
+        assert (reward.status_code, reward.content) == (204, b"")
+        loop = http.get(f"/loops/personalizer/personalizer/{version}/configurations/service")
+        assert loop.status_code == 200 and loop.json()["rewardWaitTime"] == "PT10M"
+        native = {"algorithm": "linucb", "dimension": 2, "arms": ["a", "b"]}  # rewards in [0, 1]
+        assert (
+            http.put(
+                "/policies/native", json=native, headers={"Authorization": f"Bearer {API_KEY}"}
+            ).status_code
+            == 200
+        )
+        event = http.post("/recommend", json={"policy": "native", "context": [1.0, 0.0]}).json()[
+            "event_id"
+        ]
+        below = http.post(
+            f"/loops/native/personalizer/{version}/events/{event}/reward", json={"value": -0.5}
+        )
+        assert below.status_code == 400
+        assert below.json()["error"]["message"].startswith("value must lie in")
+        missing = http.get(f"/loops/nope/personalizer/{version}/configurations/policy")
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "ResourceNotFound"
+        wrong = http.get(
+            f"/personalizer/{version}/configurations/policy",
+            headers={"Ocp-Apim-Subscription-Key": "wrong"},
+        )
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "401"
+        bearer = httpx.get(
+            f"{endpoint}/personalizer/{version}/configurations/policy",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        )
+        assert bearer.status_code == 200
+
+
+def test_openapi_documents_every_family_tagged_personalizer() -> None:
+    doc = json.loads((ROOT / "openapi" / "openapi.json").read_text())
+    prefixes = (
+        "/personalizer",
+        "/loops/{policy}/personalizer",
+        "/personalizer/{version}",
+        "/loops/{policy}/personalizer/{version}",
+    )
+    for prefix in prefixes:
+        for path, methods in (
+            ("/rank", {"post"}),
+            ("/events/{eventId}/reward", {"post"}),
+            ("/events/{eventId}/activate", {"post"}),
+            ("/configurations/service", {"get", "put"}),
+            ("/configurations/policy", {"get", "put", "delete"}),
+        ):
+            operations = doc["paths"][prefix + path]
+            assert set(operations) == methods
+            assert all(op["tags"] == ["personalizer"] for op in operations.values())
+    assert "201" in doc["paths"]["/personalizer/rank"]["post"]["responses"]
+
+
+def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint: str) -> None:
+    with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
+        nested = http.post(
+            "/personalizer/v1.0/rank", json={"contextFeatures": [{"u": [[1]]}], "actions": ACTIONS}
+        )
+        assert nested.status_code == 400
+        assert nested.json()["error"]["message"].startswith("contextFeatures[0].u[0]")
+        not_json = http.post(
+            "/personalizer/v1.0/rank", content=b"{", headers={"content-type": "application/json"}
+        )
+        assert (not_json.status_code, not_json.json()["error"]["code"]) == (
+            400,
+            "InvalidRankRequest",
+        )
+        for path in (
+            "/personalizer/v1.1-preview.3/multislot/rank",
+            "/personalizer/v2.0/rank",
+            "/loops/personalizer/personalizer/evaluations",
+        ):
+            missing = http.post(path, json={})
+            assert (missing.status_code, missing.json()["error"]["code"]) == (
+                404,
+                "ResourceNotFound",
+            )
+        wrong_method = http.get("/personalizer/v1.0/rank")
+        assert (wrong_method.status_code, wrong_method.json()["error"]["code"]) == (
+            405,
+            "MethodNotAllowed",
+        )
+        # nothing was served for the refused requests
+        stats = http.get(
+            "/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}
+        ).json()
+        before = stats["decisions"]
+        http.post(
+            "/personalizer/v1.0/rank",
+            json={"actions": ACTIONS, "excludedActions": [a["id"] for a in ACTIONS]},
+        )
+        assert (
+            http.get(
+                "/policies/personalizer/stats", headers={"Authorization": f"Bearer {API_KEY}"}
+            ).json()["decisions"]
+            == before
+        )
