@@ -26,9 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import AppProcess
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = ("bandit", "python", "cp")
+# A Python block addressing this server (with this key) runs against one the test starts.
+DOC_SERVER, DOC_KEY = "http://127.0.0.1:8000", "my-key"
 # Programs a command line may start with; a line starting with anything else is output,
 # configuration or a formula shown in a code block, not a command.
 PROGRAMS = (*RUN, "pip", "curl", "docker", "apt-get", "py-spy", "uptime", "git", "redis-cli")
@@ -182,19 +186,36 @@ def test_every_command_and_example_of_the_document_runs(document: Path, tmp_path
     work.mkdir()
     _mirror(work)
     python_so_far: list[str] = []
-    for step in steps(document):
-        if step.kind == "command" and exclusion(step.text):
-            continue
-        result = _run(step, python_so_far, work)
-        assert result.returncode == 0, (
-            f"{document.name}:{step.line}: {step.text}\n{result.stdout[-2000:]}"
-            f"\n{result.stderr[-3000:]}"
+    server: AppProcess | None = None
+    try:
+        for step in steps(document):
+            if step.kind == "command" and exclusion(step.text):
+                continue
+            if step.kind == "python" and DOC_SERVER in step.text:
+                # a client example: against a real `bandit serve` (embedded default, the
+                # example's key) on a free port
+                if server is None:
+                    env = {"BANDIT_API_KEYS": DOC_KEY, "BANDIT_DATA_DIR": str(tmp_path / "data")}
+                    server = AppProcess(env).start()
+                step = Step(step.line, step.kind, step.text.replace(DOC_SERVER, server.url))
+            _check_step(document, step, python_so_far, work)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _check_step(document: Path, step: Step, python_so_far: list[str], work: Path) -> None:
+    """Run ``step`` after the document's earlier Python blocks; it must succeed."""
+    result = _run(step, python_so_far, work)
+    assert result.returncode == 0, (
+        f"{document.name}:{step.line}: {step.text}\n{result.stdout[-2000:]}"
+        f"\n{result.stderr[-3000:]}"
+    )
+    if step.kind == "python":
+        doctest_block = step.text.lstrip().startswith(">>>")
+        python_so_far.append(
+            doctest.script_from_examples(step.text) if doctest_block else step.text
         )
-        if step.kind == "python":
-            doctest_block = step.text.lstrip().startswith(">>>")
-            python_so_far.append(
-                doctest.script_from_examples(step.text) if doctest_block else step.text
-            )
 
 
 def test_the_parser_finds_commands_and_examples_and_every_skip_has_a_reason() -> None:

@@ -159,7 +159,7 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
     showed as 503s under load. The cluster and Sentinel pools of redis-py do not block;
     their bound is per node (cluster) or unbounded (Sentinel).
 
-    The cluster and Sentinel clients never send a command again by themselves after a
+    No client (single server, cluster or Sentinel) sends a command again by itself after a
     timeout or a broken connection (redis-py's default retries 3 times): the command
     may have run, and a commit script run twice finds its own write, reports a
     conflict and applies the update again (seen in the contract suite on a loaded
@@ -179,6 +179,7 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
             **timeouts,
             "max_connections": max_connections,
             "timeout": socket_timeout,
+            "retry": Retry(NoBackoff(), 0),
             **options,
         }
         pool_options["connection_class"] = packed_by_hiredis(

@@ -15,6 +15,7 @@ replicas race safely: exactly one transition happens.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -52,7 +53,11 @@ def request_digest(request: BaseModel) -> str:
     client ``event_id`` is answered only when its request has the original's digest, as
     an idempotency key is (the IETF draft "The Idempotency-Key HTTP Header Field",
     section 2.6: a key reused with a different payload is an error)."""
-    body = orjson.dumps(request.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    content = request.model_dump(mode="json")
+    try:
+        body = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits in JSON features (refused later, a 422)
+        body = json.dumps(content, sort_keys=True).encode()
     return hashlib.blake2b(body, digest_size=16).hexdigest()
 
 

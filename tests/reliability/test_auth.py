@@ -117,7 +117,9 @@ async def test_protected_routes_refuse_and_change_nothing(
                 for headers in BAD_HEADERS:
                     r = await client.request(method, url, json=bodies.get(path), headers=headers)
                     assert r.status_code == 401, (method, path, headers, r.status_code, r.text)
-                    assert r.headers.get("www-authenticate") == "Bearer"
+                    # Personalizer's routes name the header their SDKs send the key in
+                    scheme = "Ocp-Apim-Subscription-Key" if "/personalizer" in path else "Bearer"
+                    assert r.headers.get("www-authenticate") == scheme
                     refused += 1
             assert refused == len(_protected_routes()) * len(BAD_HEADERS)
             assert _fingerprint(private_redis, db_url) == before
