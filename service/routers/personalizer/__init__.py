@@ -68,12 +68,21 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, handler)
 
 
+FAMILIES = (
+    ("/personalizer", default_loop, api_version),
+    ("/loops/{policy}/personalizer", named_loop, api_version),
+    ("/personalizer/{version}", default_loop, path_version),
+    ("/loops/{policy}/personalizer/{version}", named_loop, path_version),
+)
+"""Each family's prefix, loop dependency and path-parameter dependency, in the order to
+include them (the ``api-version`` family first, so that ``/personalizer/configurations/...``
+never reads as a version)."""
+
+ROUTE_GROUPS = (make_router,)
+"""The functions building one group of routes for a family (``make_router(prefix,
+loop_of, path_params)``); a new group of Personalizer routes is one more entry here."""
+
+
 def routers() -> list[APIRouter]:
-    """The Personalizer routers, in the order to include them (the ``api-version``
-    family first, so that ``/personalizer/configurations/...`` never reads as a version)."""
-    return [
-        make_router("/personalizer", default_loop, api_version),
-        make_router("/loops/{policy}/personalizer", named_loop, api_version),
-        make_router("/personalizer/{version}", default_loop, path_version),
-        make_router("/loops/{policy}/personalizer/{version}", named_loop, path_version),
-    ]
+    """The Personalizer routers: every route group of every family."""
+    return [group(*family) for family in FAMILIES for group in ROUTE_GROUPS]
