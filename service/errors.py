@@ -45,15 +45,19 @@ log = logging.getLogger("bandit.service")
 
 class ApiError(Exception):
     """An error answered with ``status``; ``loc`` names the offending field for 422s and
-    ``kind`` is their ``type``."""
+    ``kind`` is their ``type``; ``code``, when set, is the error code the Personalizer
+    routes answer instead of their route's (``service.routers.personalizer.errors``)."""
 
     status: int = 400
     kind: str = "invalid_input"
 
-    def __init__(self, message: str, loc: Sequence[str | int] | None = None) -> None:
+    def __init__(
+        self, message: str, loc: Sequence[str | int] | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.loc = list(loc) if loc is not None else None
+        self.code = code
 
 
 class InvalidRequest(ApiError):

@@ -20,6 +20,25 @@ class _Camel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
+class PersonalizerImitationMetrics(_Camel):
+    """Apprentice events counted: how many, how many the model's own greedy choice
+    imitated (was the baseline), the baseline's rewards and those of the imitated events."""
+
+    number_of_events: int
+    number_of_imitated_events: int
+    sum_of_rewards: float
+    sum_of_imitated_rewards: float
+
+
+class PersonalizerApprenticeModeMetrics(PersonalizerImitationMetrics):
+    """``latestApprenticeModeMetrics``: since ``startTime`` (Apprentice mode turned on),
+    and over the latest batch (one ``modelExportFrequency`` period)."""
+
+    start_time: datetime
+    last_processed_event_time: datetime
+    last_batch_metrics: PersonalizerImitationMetrics | None = None
+
+
 class PersonalizerServiceConfiguration(_Camel):
     """A loop's service configuration (``configurations/service``); durations are ISO
     8601 (``PT10M``)."""
@@ -35,7 +54,17 @@ class PersonalizerServiceConfiguration(_Camel):
     log_retention_days: Annotated[int, Field(ge=-1)] = Field(
         description="kept, no effect here (-1: forever)"
     )
-    learning_mode: Literal["Online", "Apprentice", "LoggingOnly"] = "Online"
+    learning_mode: Literal["Online", "Apprentice", "LoggingOnly"] | None = Field(
+        None,
+        description="Online: serve and learn from the model's choices; Apprentice: serve "
+        "the baseline (the first action not excluded) and learn from its rewards; "
+        "LoggingOnly: serve the baseline and only log. Omitted on PUT: kept",
+    )
+    latest_apprentice_mode_metrics: PersonalizerApprenticeModeMetrics | None = Field(
+        None,
+        description="read only: how the model imitates the baseline since Apprentice "
+        "mode was last turned on (ignored on PUT)",
+    )
     log_mirror_enabled: bool | None = None
     log_mirror_sas_uri: str | None = None
     is_auto_optimization_enabled: bool | None = None
@@ -81,9 +110,22 @@ class PersonalizerReward(_Camel):
     value: Annotated[FiniteFloat, Field(ge=-1, le=1)]
 
 
+class PersonalizerInnerError(_Camel):
+    """More specific information about an error: this service's own error type."""
+
+    code: str
+    innererror: PersonalizerInnerError | None = None
+
+
 class PersonalizerErrorDetail(_Camel):
+    """Personalizer's error object: ``code`` (its ErrorCode values), a ``message`` naming
+    the field, the field as ``target``, each problem found in ``details``."""
+
     code: str
     message: str
+    target: str | None = None
+    details: list[PersonalizerErrorDetail] | None = None
+    inner_error: PersonalizerInnerError | None = None
 
 
 class PersonalizerErrorResponse(_Camel):

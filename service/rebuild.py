@@ -2,7 +2,8 @@
 
 The log is the source of truth: the policy's config comes from the ``policies``
 table, and every reward logged for a decision made since the policy's last reset
-(``reset_at``) is applied in the order the rewards were applied live (their
+(``reset_at``) and not served in Personalizer's LoggingOnly mode is applied in the order
+the rewards were applied live (their
 ``created_at``), each to the served arm's logged feature vector (for a policy with
 ``features``, its logged JSON featurized again by the policy's featurizer). For the linear
 policies the result equals the live state up to floating-point summation order.
@@ -27,6 +28,7 @@ from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_re
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
 from service.usecases.json_features import logged_rows
+from service.usecases.learning_modes import LOGGING_ONLY, mode_at
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,9 @@ class RebuildReport:
 def _collect(
     event_log: EventLog, info: PolicyInfo
 ) -> tuple[list[LoggedDecision], Counter[str], dict[str, float]]:
-    """Rewarded events in reward order, the decisions served per arm and when each arm
-    was last served or rewarded."""
+    """Rewarded events in reward order (but those served while the loop was in
+    Personalizer's LoggingOnly mode: logged, never learned), the decisions served per arm
+    and when each arm was last served or rewarded."""
     rewarded: list[LoggedDecision] = []
     pulls: Counter[str] = Counter()
     seen: dict[str, float] = {}
@@ -52,7 +55,7 @@ def _collect(
         pulls[d.arm_id] += 1
         last = d.created_at if event.reward is None else max(d.created_at, event.reward.created_at)
         seen[d.arm_id] = max(seen.get(d.arm_id, last), last)
-        if event.reward is not None:
+        if event.reward is not None and mode_at(info.personalizer, d.created_at) != LOGGING_ONLY:
             rewarded.append(event)
     rewarded.sort(key=lambda e: e.reward.created_at)  # type: ignore[union-attr]
     return rewarded, pulls, seen

@@ -210,10 +210,17 @@ class DecisionRecord:
     degraded: bool = False
 
 
+LATE_SOURCE = "late"
+"""The source of a reward received after its event's reward wait (``late_rewards``)."""
+
+
 @dataclass(frozen=True)
 class RewardRecord:
     """One applied reward as written to the ``rewards`` table; ``source`` is
-    ``explicit`` (POST /reward) or ``default`` (the sweeper after reward_wait_seconds)."""
+    ``explicit`` (POST /reward, or the sum of a Personalizer loop's rewards) or
+    ``default`` (the sweeper after reward_wait_seconds). A reward received after the
+    wait has source ``late`` and goes to the ``late_rewards`` table: logged, never
+    learned from (``arm_id`` empty when the event was gone)."""
 
     event_id: str
     policy: str
@@ -292,6 +299,10 @@ class EventLog(Protocol):
 
     def recent_decisions(self, policy: str, limit: int) -> list[DecisionRecord]:
         """The latest ``limit`` decisions of ``policy``, newest first."""
+        ...
+
+    def late_rewards(self, policy: str) -> list[RewardRecord]:
+        """The rewards of ``policy`` received after their reward wait, oldest first."""
         ...
 
     def count(self, policy: str | None = None) -> tuple[int, int]:

@@ -78,6 +78,21 @@ rewards = sa.Table(
     sa.Index(None, "policy", "created_at"),
 )
 
+late_rewards = sa.Table(
+    "late_rewards",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.Text, nullable=False),
+    sa.Column("policy", sa.Text, nullable=False),
+    # the served arm; empty when the event was gone when the reward arrived
+    sa.Column("arm_id", sa.Text, nullable=False),
+    sa.Column("value", sa.Double, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    # a batch the writer sends again logs each late reward once
+    sa.UniqueConstraint("event_id", "created_at"),
+    sa.Index(None, "policy", "created_at"),
+)
+
 model_snapshots = sa.Table(
     "model_snapshots",
     metadata,

@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
 from service.storage.base import (
+    LATE_SOURCE,
     DecisionRecord,
     LoggedDecision,
     RewardRecord,
@@ -31,6 +32,7 @@ from service.storage.base import (
 from service.storage.schema import (
     create_log_engine,
     decisions,
+    late_rewards,
     model_snapshots,
     policies,
     rewards,
@@ -39,6 +41,7 @@ from service.storage.schema import (
 _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
 _REWARD_FIELDS = [f.name for f in dataclasses.fields(RewardRecord)]
+_LATE_FIELDS = [name for name in _REWARD_FIELDS if name != "source"]
 
 
 class SqlEventLog:
@@ -67,10 +70,21 @@ class SqlEventLog:
     def append(
         self, decisions_: Sequence[DecisionRecord], rewards_: Sequence[RewardRecord]
     ) -> None:
-        """Insert a batch in one transaction, skipping event ids already logged."""
+        """Insert a batch in one transaction, skipping event ids already logged; rewards
+        of source ``late`` (received after the reward wait, never learned) go to
+        ``late_rewards``."""
         if not decisions_ and not rewards_:
             return
+        late = [r for r in rewards_ if r.source == LATE_SOURCE]
+        rewards_ = [r for r in rewards_ if r.source != LATE_SOURCE]
         with self._begin() as conn:
+            if late:
+                conn.execute(
+                    self._insert(late_rewards).on_conflict_do_nothing(
+                        index_elements=["event_id", "created_at"]
+                    ),
+                    _rows(late, _LATE_FIELDS),
+                )
             if decisions_:
                 conn.execute(
                     self._insert(decisions).on_conflict_do_nothing(index_elements=["event_id"]),
@@ -100,7 +114,7 @@ class SqlEventLog:
         of that name never replays the old one's events."""
         with self._begin() as conn:
             conn.execute(sa.delete(policies).where(policies.c.name == name))
-            for table in (decisions, rewards, model_snapshots):
+            for table in (decisions, rewards, late_rewards, model_snapshots):
                 conn.execute(sa.delete(table).where(table.c.policy == name))
 
     def policies(self) -> dict[str, dict[str, Any]]:
@@ -168,6 +182,18 @@ class SqlEventLog:
         with self._begin() as conn:
             rows = conn.execute(query).all()
         return [DecisionRecord(**row._mapping) for row in rows]
+
+    def late_rewards(self, policy: str) -> list[RewardRecord]:
+        """The rewards of ``policy`` received after their reward wait (logged, never
+        learned from), oldest first, with source ``late``."""
+        query = (
+            sa.select(*(late_rewards.c[name] for name in _LATE_FIELDS))
+            .where(late_rewards.c.policy == policy)
+            .order_by(late_rewards.c.created_at, late_rewards.c.id)
+        )
+        with self._begin() as conn:
+            rows = conn.execute(query).all()
+        return [RewardRecord(**row._mapping, source=LATE_SOURCE) for row in rows]
 
     def count(self, policy: str | None = None) -> tuple[int, int]:
         """``(decisions, rewards)`` logged, for ``policy`` or all."""

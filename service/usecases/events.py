@@ -4,8 +4,13 @@ An event (state key ``event:<id>``, JSON) moves through the states of
 :class:`EventState`::
 
     pending --POST /reward-------------> rewarded   (model updated once)
+    pending --sweeper, rewards summed--> rewarded   (their sum applied once)
     pending --sweeper, activated-------> defaulted  (default_reward applied once)
     pending --sweeper, not activated---> expired    (never learned from)
+
+A Personalizer loop with ``rewardAggregation: sum`` adds each reward received within the
+wait to the pending event (``reward_sum``) and the sweeper applies the total when the wait
+ends (:mod:`service.usecases.reward_aggregation`).
 
 Every transition is one store transaction over the event key and the parts the update
 touches (:mod:`service.usecases.rewards`), so a reward and the sweepers of several
@@ -33,6 +38,10 @@ class EventState(str, Enum):
     REWARDED = "rewarded"
     DEFAULTED = "defaulted"
     EXPIRED = "expired"
+
+
+SOURCE_OF_STATE = {EventState.REWARDED: "explicit", EventState.DEFAULTED: "default"}
+"""The logged reward source of a finalized state (an expired event logs no reward)."""
 
 
 def event_key(event_id: str) -> str:
@@ -71,6 +80,12 @@ class PendingEvent:
     client event id whose request has the same ``request_digest`` (:func:`request_digest`;
     None for a generated id, which never repeats). ``reward`` and ``finalized_at`` are
     set by the transition out of ``pending`` (``reward`` stays None for an expired event).
+
+    ``learn`` is False for an event served in Personalizer's LoggingOnly mode (its reward
+    is logged, never learned); ``imitated`` is set for an event served in Apprentice mode:
+    whether the model's own greedy choice was the baseline served
+    (:mod:`service.usecases.learning_modes`). ``reward_sum`` is the total of the rewards
+    summed so far (``rewardAggregation: sum``), ``deadline`` when the reward wait ends.
     """
 
     state: EventState
@@ -84,6 +99,10 @@ class PendingEvent:
     reward: float | None = None
     finalized_at: float | None = None
     request_digest: str | None = None
+    learn: bool = True
+    imitated: bool | None = None
+    reward_sum: float | None = None
+    deadline: float | None = None
 
     @property
     def pending(self) -> bool:
@@ -107,6 +126,11 @@ class PendingEvent:
             out["finalized_at"] = self.finalized_at
         if self.request_digest is not None:
             out["request_digest"] = self.request_digest
+        if not self.learn:
+            out["learn"] = False
+        for name in ("imitated", "reward_sum", "deadline"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return dumps(out)
 
     @classmethod
@@ -125,4 +149,8 @@ class PendingEvent:
             reward=ev.get("reward"),
             finalized_at=ev.get("finalized_at"),
             request_digest=ev.get("request_digest"),
+            learn=ev.get("learn", True),
+            imitated=ev.get("imitated"),
+            reward_sum=ev.get("reward_sum"),
+            deadline=ev.get("deadline"),
         )

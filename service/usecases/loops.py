@@ -38,9 +38,20 @@ from service.personalizer_schemas import (
     PersonalizerServiceConfiguration,
 )
 from service.policies import spec_of
-from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest, RewardRequest
+from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
 from service.usecases.admin import PolicyAdmin
+from service.usecases.learning_modes import (
+    APPRENTICE,
+    APPRENTICE_METRICS_KEY,
+    DEFAULT_EXPORT_FREQUENCY,
+    ONLINE,
+    ApprenticeMetrics,
+    learning_mode,
+    mode_started,
+    with_mode,
+)
 from service.usecases.recommend import Recommender
+from service.usecases.reward_aggregation import EARLIEST, reward_loop_event
 from service.usecases.rewards import Rewards
 
 DEFAULT_LOOP = "personalizer"
@@ -221,19 +232,31 @@ class Loops:
 
     # ---- configuration ---------------------------------------------------------------
     async def service_configuration(self, loop: str) -> PersonalizerServiceConfiguration:
-        """The loop's settings as Personalizer's service configuration."""
+        """The loop's settings as Personalizer's service configuration, with its latest
+        apprentice metrics once Apprentice mode was turned on."""
         info = await self.admin.get_policy(loop)
+        kept = info.personalizer or {}
+        stored = await self.admin.cache.read(loop, [APPRENTICE_METRICS_KEY], {})
+        data = stored[APPRENTICE_METRICS_KEY].data
+        mode = learning_mode(kept)
+        if data is not None:
+            metrics: ApprenticeMetrics | None = ApprenticeMetrics.from_json(data)
+        elif mode == APPRENTICE:
+            metrics = ApprenticeMetrics(start_time=mode_started(kept) or info.updated_at)
+        else:
+            metrics = None
         return PersonalizerServiceConfiguration.model_validate(
             {
-                "modelExportFrequency": "PT1M",
+                "modelExportFrequency": DEFAULT_EXPORT_FREQUENCY,
                 "logRetentionDays": -1,
-                **(info.personalizer or {}),
+                "rewardAggregation": EARLIEST,
+                **kept,
                 "rewardWaitTime": format_duration(info.reward_wait_seconds),
                 "defaultReward": info.default_reward,
-                "rewardAggregation": "earliest",
                 "explorationPercentage": info.epsilon or 0.0,
-                "learningMode": "Online",
+                "learningMode": mode,
                 "lastConfigurationEditDate": datetime.fromtimestamp(info.updated_at, UTC),
+                "latestApprenticeModeMetrics": None if metrics is None else metrics.contract(),
             }
         )
 
@@ -241,9 +264,12 @@ class Loops:
         self, loop: str, config: PersonalizerServiceConfiguration
     ) -> PersonalizerServiceConfiguration:
         """Apply a service configuration: the reward wait, default reward and exploration
-        become the policy's (a new exploration resets what was learned, as every engine
-        change does); the settings with no effect here are kept. ``sum`` aggregation and
-        the Apprentice and LoggingOnly modes are not implemented: 400."""
+        become the policy's, the aggregation and learning mode the loop's; none of them
+        resets what was learned (docs/personalizer.md, "Learning settings and the
+        model"). As Personalizer, switching between Online and Apprentice with another
+        defaultReward, rewardWaitTime or rewardAggregation in the same call is a 400
+        ``InvalidLearningModeServiceConfiguration``. Turning Apprentice on starts its
+        metrics afresh. The settings with no effect here are kept."""
         info = await self.admin.get_policy(loop)
         wait = parse_duration(config.reward_wait_time, "rewardWaitTime")
         if wait <= 0:
@@ -252,16 +278,6 @@ class Loops:
                 ["body", "rewardWaitTime"],
             )
         parse_duration(config.model_export_frequency, "modelExportFrequency")
-        if config.reward_aggregation != "earliest":
-            raise InvalidRequest(
-                "rewardAggregation 'sum' is not supported yet; use 'earliest'",
-                ["body", "rewardAggregation"],
-            )
-        if config.learning_mode != "Online":
-            raise InvalidRequest(
-                f"learningMode {config.learning_mode!r} is not supported yet; use 'Online'",
-                ["body", "learningMode"],
-            )
         low, high = info.reward_range
         if config.default_reward is not None and not low <= config.default_reward <= high:
             raise InvalidRequest(
@@ -269,8 +285,37 @@ class Loops:
                 f"but got {config.default_reward}",
                 ["body", "defaultReward"],
             )
-        kept = config.model_dump(
-            mode="json", by_alias=True, include=set(KEPT_SETTINGS), exclude_none=True
+        kept = info.personalizer or {}
+        old_mode = learning_mode(kept)
+        mode = config.learning_mode or old_mode
+        if {old_mode, mode} == {ONLINE, APPRENTICE}:
+            changed = [
+                name
+                for name, old, new in (
+                    ("defaultReward", info.default_reward, config.default_reward),
+                    ("rewardWaitTime", info.reward_wait_seconds, wait),
+                    (
+                        "rewardAggregation",
+                        kept.get("rewardAggregation", EARLIEST),
+                        config.reward_aggregation,
+                    ),
+                )
+                if old != new
+            ]
+            if changed:
+                raise InvalidRequest(
+                    f"learningMode: switching from {old_mode} to {mode} cannot change "
+                    f"{', '.join(changed)} in the same call; change the mode first, then "
+                    "the other settings",
+                    ["body", "learningMode"],
+                    code="InvalidLearningModeServiceConfiguration",
+                )
+        now = self.admin.clock()
+        settings = config.model_dump(
+            mode="json",
+            by_alias=True,
+            include={*KEPT_SETTINGS, "reward_aggregation"},
+            exclude_none=True,
         )
         await self.admin.update_policy(
             loop,
@@ -278,9 +323,14 @@ class Loops:
                 "reward_wait_seconds": wait,
                 "default_reward": config.default_reward,
                 "epsilon": config.exploration_percentage,
-                "personalizer": {**(info.personalizer or {}), **kept},
+                "personalizer": with_mode({**kept, **settings}, mode, now),
             },
         )
+        if mode == APPRENTICE and old_mode != APPRENTICE:
+            fresh = ApprenticeMetrics(start_time=now).to_json()
+            await self.admin.cache.store.transact(
+                loop, [APPRENTICE_METRICS_KEY], lambda _values: {APPRENTICE_METRICS_KEY: fresh}
+            )
         return await self.service_configuration(loop)
 
     async def policy_configuration(self, loop: str) -> PersonalizerPolicy:
@@ -322,8 +372,9 @@ class Loops:
     # ---- runtime ---------------------------------------------------------------------
     async def rank(self, loop: str, body: PersonalizerRankRequest) -> PersonalizerRankResponse:
         """Rank the actions: the served one is ``rewardActionId`` (not necessarily the
-        first of ``ranking`` when exploring), excluded actions are never served and
-        listed with probability 0; a repeated ``eventId`` answers the first decision."""
+        first of ``ranking`` when exploring; the baseline, the first action not
+        excluded, in Apprentice and LoggingOnly modes), excluded actions are never served
+        and listed with probability 0; a repeated ``eventId`` answers the first decision."""
         ids = [a.id for a in body.actions]
         duplicates = sorted({a for a in ids if ids.count(a) > 1})
         if duplicates:
@@ -345,8 +396,9 @@ class Loops:
             )
         except ValidationError as exc:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
+        baseline = next(a for a in ids if a not in excluded)
         try:
-            decision = json.loads(await self.recommender.recommend(request))
+            decision = json.loads(await self.recommender.recommend(request, baseline))
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
             loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
             raise InvalidRequest(_renamed(exc.message), loc) from exc
@@ -360,20 +412,13 @@ class Loops:
         )
 
     async def reward(self, loop: str, event_id: str, value: float) -> None:
-        """Reward the event (the earliest reward counts). As in Personalizer, a reward for
-        an event this loop does not know, did not activate or already finalized is
-        accepted and not learned from."""
-        await self.admin.get_policy(loop)
-        if await self.rewards.owner(event_id) != loop:
-            return
-        try:
-            await self.rewards.reward(RewardRequest(event_id=event_id, reward=value))
-        except (NotFound, Conflict):  # expired, finalized or not activated meanwhile
-            return
-        except InvalidRequest as exc:  # outside the loop's reward range
-            raise InvalidRequest(
-                exc.message.replace("reward must", "value must", 1), ["body", "value"]
-            ) from exc
+        """Reward the event under the loop's ``rewardAggregation``
+        (:mod:`service.usecases.reward_aggregation`). As in Personalizer, a reward for an
+        event this loop does not know or did not activate is accepted and not learned
+        from; one after the reward wait is logged as late, not learned from."""
+        info = await self.admin.get_policy(loop)
+        aggregation = (info.personalizer or {}).get("rewardAggregation", EARLIEST)
+        await reward_loop_event(self.rewards, loop, event_id, value, aggregation)
 
     async def activate(self, loop: str, event_id: str) -> None:
         """Activate a deferred event (accepted and ignored when unknown or finalized)."""

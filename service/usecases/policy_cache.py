@@ -28,6 +28,8 @@ from service.usecases.events import EVENT_PREFIX
 
 ARM_PREFIX = "arm:"  # the engine's name of an arm's part: arm:<id>
 PULLS_PREFIX = "pulls:"  # the counter of an arm's decisions: pulls:<id>
+METRICS_PREFIX = "metrics:"  # a use case's own record beside the parts (metrics:apprentice)
+NOT_PARTS = (EVENT_PREFIX, METRICS_PREFIX)
 
 
 def arms_of(parts: Sequence[str]) -> list[str]:
@@ -146,7 +148,7 @@ class PolicyCache:
             mark = runtime.absorbed
             return out
 
-        parts = [k for k in keys if not k.startswith(EVENT_PREFIX) and k != CONFIG_KEY]
+        parts = [k for k in keys if not k.startswith(NOT_PARTS) and k != CONFIG_KEY]
         try:
             versions = await self.store.transact(name, keys, tracked, assumed, schedule, claim)
         except BaseException as exc:

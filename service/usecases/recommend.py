@@ -39,6 +39,12 @@ from service.storage.base import (
 from service.usecases.candidates import build_candidates, candidates_json
 from service.usecases.events import EventState, PendingEvent, dumps, event_key, request_digest
 from service.usecases.json_features import JsonCandidates, logged_candidates
+from service.usecases.learning_modes import (
+    BaselineServing,
+    baseline_serving,
+    learning_mode,
+    served_decision,
+)
 from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, import_stored
 
 Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
@@ -56,9 +62,12 @@ class Recommender:
     clock: Callable[[], float] = time.time
     json_candidates: JsonCandidates = field(default_factory=JsonCandidates)
 
-    async def recommend(self, req: RecommendRequest) -> bytes:
+    async def recommend(self, req: RecommendRequest, baseline: str | None = None) -> bytes:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized
-        once here, and stored as is with the pending event for repeats)."""
+        once here, and stored as is with the pending event for repeats). ``baseline``:
+        the candidate the application would show without the service, served instead of
+        the model's choice when the policy is in Personalizer's Apprentice or LoggingOnly
+        learning mode (:mod:`service.usecases.learning_modes`)."""
         store = self.cache.store
         digest = None if req.event_id is None else request_digest(req)
         if req.event_id is not None:
@@ -66,13 +75,16 @@ class Recommender:
             if original is not None:
                 return original
         runtime, (ids, X, features, raw), parts, degraded = await self._load_for_select(req)
-        decision = self._select(runtime, ids, X, req, features)
+        mode = learning_mode(runtime.info.personalizer)
+        serving = None if baseline is None else baseline_serving(mode, baseline)
+        decision, imitated = self._select(runtime, ids, X, req, features, serving)
         now = self.clock()
         event_id = req.event_id or secrets.token_hex(16)
         response = self._response(req, runtime, decision, event_id, parts, degraded)
         if not degraded:
             ttl = self.settings.event_ttl_seconds
             args = (req, runtime, ids, X, features, decision, response, parts, now, digest)
+            args += ((serving, imitated),)
             try:
                 if req.event_id is not None:  # a client's id may repeat: register it first
                     if not await store.register_event(event_id, req.policy, ttl):
@@ -131,11 +143,20 @@ class Recommender:
         X: np.ndarray,
         req: RecommendRequest,
         features: dict[str, float] | None,
-    ) -> Decision:
+        serving: BaselineServing | None,
+    ) -> tuple[Decision, bool | None]:
+        """The decision to serve and, serving an Apprentice baseline, whether the model's
+        greedy choice imitated it (else None)."""
         try:
-            return runtime.policy.select(
-                ids, X, user_id=req.user_id, features=features, explore=req.explore
+            if serving is None:
+                decision = runtime.policy.select(
+                    ids, X, user_id=req.user_id, features=features, explore=req.explore
+                )
+                return decision, None
+            greedy = runtime.policy.select(
+                ids, X, user_id=req.user_id, features=features, explore=False
             )
+            return served_decision(serving.mode, greedy, serving.baseline)
         except ModelError as exc:
             raise with_policy(exc, runtime.info.name)  # the model's fault: a 500, not a 422
         except BanditError as exc:
@@ -202,6 +223,7 @@ class Recommender:
         parts: list[str],
         now: float,
         digest: str | None,
+        served: tuple[BaselineServing | None, bool | None],
         claim: Claim | None = None,
     ) -> tuple[dict[str, Any], Decision]:
         """Write the pending event, put it on the deadline index and count the decision,
@@ -210,7 +232,8 @@ class Recommender:
         event_id = response["event_id"]
         key = event_key(event_id)
         changed = list(decision.state_changed)
-        result = {"decision": decision, "response": response}
+        serving, imitated = served
+        result = {"decision": decision, "response": response, "imitated": imitated}
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             if values[key] is not None:
@@ -218,7 +241,7 @@ class Recommender:
             out: dict[str, bytes | None] = {}
             if changed:
                 import_stored(runtime, {p: values[p] for p in changed})
-                again = self._select(runtime, ids, X, req, features)
+                again, result["imitated"] = self._select(runtime, ids, X, req, features, serving)
                 result["decision"] = again
                 result["response"] = self._response(req, runtime, again, event_id, parts, False)
                 out.update(runtime.policy.export_parts(changed))
@@ -233,6 +256,9 @@ class Recommender:
                 reset_at=runtime.info.reset_at,
                 response=result["response"],
                 request_digest=digest,
+                learn=serving is None or serving.learn,
+                imitated=result["imitated"],
+                deadline=now + runtime.info.reward_wait_seconds,
             ).to_json()
             return out
 

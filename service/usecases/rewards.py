@@ -26,7 +26,12 @@ from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
+from service.usecases.learning_modes import APPRENTICE_METRICS_KEY, count_apprentice_event
 from service.usecases.policy_cache import PolicyCache, import_stored
+
+Outcome = Callable[[PendingEvent], tuple[float | None, EventState]]
+"""What finalizing a pending event does, decided on the event as stored when the
+transaction runs: the reward to apply (None: none) and the state it moves to."""
 
 
 class EventAlreadyFinalError(Exception):
@@ -77,7 +82,7 @@ class Rewards:
             )
         try:
             applied = await self.finalize(
-                name, runtime, req.event_id, event, req.reward, EventState.REWARDED
+                name, runtime, req.event_id, event, lambda _ev: (req.reward, EventState.REWARDED)
             )
         except EventAlreadyFinalError as final:
             event = final.event
@@ -125,13 +130,13 @@ class Rewards:
             if not ev.pending:
                 raise Conflict(f"event {event_id!r} is already finalized ({ev.state.value})")
             ev.activated = True
+            ev.deadline = deadline
             return {key: ev.to_json()}
 
+        deadline = self.clock() + runtime.info.reward_wait_seconds
         written = await self.cache.transact(runtime, name, [key], fn)
         if written:
-            await self.cache.store.schedule(
-                name, event_id, self.clock() + runtime.info.reward_wait_seconds
-            )
+            await self.cache.store.schedule(name, event_id, deadline)
         return ActivateResponse(event_id=event_id, activated=True)
 
     async def finalize(
@@ -140,38 +145,45 @@ class Rewards:
         runtime: Runtime,
         event_id: str,
         event: PendingEvent,
-        value: float | None,
-        state: EventState,
+        outcome: Outcome,
     ) -> PendingEvent:
-        """One transaction: move a pending event to ``state`` and, when ``value`` is not
-        None, update the served arm's parts with it; returns the finalized event. Raises
+        """One transaction: move a pending event to the state ``outcome(event)`` gives (the
+        event as stored when the transaction runs) and, when its value is not None and
+        the event learns, update the served arm's parts with it (an Apprentice event also
+        counts in the loop's apprentice metrics); returns the finalized event. ``event``
+        (as read before) names the arm and user whose parts are read. Raises
         :class:`EventAlreadyFinalError` if the event is no longer pending."""
         key = event_key(event_id)
         arm, user = event.arm_id, event.user_id
-        parts = runtime.policy.parts_for_update(arm, user) if value is not None else []
+        parts = runtime.policy.parts_for_update(arm, user) if event.learn else []
+        counted = [APPRENTICE_METRICS_KEY] if event.imitated is not None else []
         result: list[PendingEvent] = []
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             ev = stored_event(event_id, values[key])
             if not ev.pending:
                 raise EventAlreadyFinalError(ev)
+            value, state = outcome(ev)
             if ev.reset_at != runtime.info.reset_at and value is not None:
                 raise Conflict(
                     f"policy {name!r} was reset or reconfigured after event {event_id!r}"
                 )
+            now = self.clock()
             out: dict[str, bytes | None] = {}
-            if value is not None:
+            if value is not None and ev.learn:
                 import_stored(runtime, {p: values[p] for p in parts})
                 runtime.policy.add_arm(arm)
                 runtime.policy.update(arm, np.asarray(ev.x), value, user_id=user)
                 out.update(runtime.policy.export_parts(parts))
-            ev.state, ev.reward, ev.finalized_at = state, value, self.clock()
+            if value is not None and counted and ev.imitated is not None:
+                out.update(count_apprentice_event(runtime.info, values[counted[0]], ev, value, now))
+            ev.state, ev.reward, ev.finalized_at = state, value, now
             out[key] = ev.to_json()
             result[:] = [ev]
             return out
 
-        await self.cache.transact(runtime, name, [key, *parts], fn)
-        if value is not None and arm in runtime.labelled_arms:
+        await self.cache.transact(runtime, name, [key, *parts, *counted], fn)
+        if result[0].reward is not None and arm in runtime.labelled_arms:
             alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
             if alpha is not None:
                 metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)

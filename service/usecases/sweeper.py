@@ -1,7 +1,8 @@
 """The default-reward sweeper: finalizes the events whose deadline passed.
 
-A pending event past ``reward_wait_seconds`` gets the policy's ``default_reward`` when
-it was activated (and the policy was not reset since), else it expires unlearned; a
+A pending event past ``reward_wait_seconds`` gets the sum of the rewards it received
+(``rewardAggregation: sum``), or else the policy's ``default_reward`` when it was
+activated (and the policy was not reset since), else it expires unlearned; a
 finished event past ``done_event_retention_seconds`` is deleted (its reward logged once
 more, in case the process that applied it died before logging). For a policy with
 ``arm_idle_seconds`` the state of arms not seen for that long is forgotten
@@ -22,10 +23,11 @@ from service.errors import Conflict, NotFound
 from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
-from service.usecases.events import EventState, PendingEvent, event_key
+from service.usecases.events import SOURCE_OF_STATE, EventState, PendingEvent, event_key
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.rewards import EventAlreadyFinalError, Rewards
+from service.usecases.reward_aggregation import clipped
+from service.usecases.rewards import EventAlreadyFinalError, Outcome, Rewards
 
 
 @dataclass
@@ -77,24 +79,36 @@ class Sweeper:
             if not event.pending:
                 await self._delete_done(runtime, name, event_id)
                 continue
-            default = runtime.info.default_reward
-            learn = (
-                event.activated and default is not None and event.reset_at == runtime.info.reset_at
-            )
             try:
                 applied = await self.rewards.finalize(
-                    name,
-                    runtime,
-                    event_id,
-                    event,
-                    default if learn else None,
-                    EventState.DEFAULTED if learn else EventState.EXPIRED,
+                    name, runtime, event_id, event, self._outcome(runtime)
                 )
             except (EventAlreadyFinalError, NotFound, Conflict):
                 continue
-            await self.rewards.record_final(name, event_id, applied, "default" if learn else None)
+            await self.rewards.record_final(
+                name, event_id, applied, SOURCE_OF_STATE.get(applied.state)
+            )
             finalized += 1
         return finalized
+
+    @staticmethod
+    def _outcome(runtime: Runtime) -> Outcome:
+        """How the wait of a pending event ends: the sum of the rewards it received
+        (``rewardAggregation: sum``) or, with none, the default reward when it was
+        activated; it expires unlearned when neither applies or the policy was reset
+        since it was served."""
+        default = runtime.info.default_reward
+
+        def outcome(event: PendingEvent) -> tuple[float | None, EventState]:
+            if event.reset_at != runtime.info.reset_at:
+                return None, EventState.EXPIRED
+            if event.reward_sum is not None:
+                return clipped(event.reward_sum, runtime.info.reward_range), EventState.REWARDED
+            if event.activated and default is not None:
+                return default, EventState.DEFAULTED
+            return None, EventState.EXPIRED
+
+        return outcome
 
     async def forget_idle_arms(self, name: str, runtime: Runtime) -> list[str]:
         """Forget the state of the arms of ``name`` neither served nor rewarded for the

@@ -60,7 +60,7 @@ def install_handlers(app: FastAPI) -> None:
             return error_response(404, "ResourceNotFound", f"no route {request.url.path}")
         return error_response(
             405,
-            "MethodNotAllowed",
+            "BadRequest",
             f"{request.method} is not allowed on {request.url.path}",
             {"Allow": response.headers["Allow"]},
         )

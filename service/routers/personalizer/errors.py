@@ -32,7 +32,9 @@ INVALID_INPUT_CODES = {
     "update_service_configuration": "InvalidServiceConfiguration",
     "update_policy": "InvalidPolicyConfiguration",
 }
-CODE_OF_STATUS = {401: "401", 404: "ResourceNotFound", 409: "Conflict", 413: "PayloadSizeExceeded"}
+# codes from Personalizer's ErrorCode enum (401: Azure's gateway answered code "401");
+# a 409 (an eventId used again with another body) has the code of the route's bad input
+CODE_OF_STATUS = {401: "401", 404: "ResourceNotFound", 413: "PayloadSizeExceeded"}
 
 _subscription_key = APIKeyHeader(
     name=SUBSCRIPTION_KEY, auto_error=False, description="an API key from BANDIT_API_KEYS"
@@ -56,11 +58,26 @@ async def personalizer_key(
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    target: str | None = None,
+    details: list[dict[str, Any]] | None = None,
+    inner: str | None = None,
 ) -> JSONResponse:
-    return JSONResponse(
-        status_code=status, content={"error": {"code": code, "message": message}}, headers=headers
-    )
+    """Personalizer's error body: ``code`` and ``message``, and when known the field as
+    ``target``, each problem found in ``details`` and this service's own error type as
+    ``innerError.code``."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if target is not None:
+        error["target"] = target
+    if details:
+        error["details"] = details
+    if inner is not None:
+        error["innerError"] = {"code": inner}
+    return JSONResponse(status_code=status, content={"error": error}, headers=headers)
 
 
 def _field(loc: Sequence[str | int]) -> str:
@@ -87,9 +104,28 @@ class PersonalizerRoute(APIRoute):
                     return error_response(404, "ResourceNotFound", f"no route {request.url.path}")
                 if error["type"] == "json_invalid":
                     return error_response(
-                        400, invalid, f"the body is not valid JSON: {error['msg']}"
+                        400,
+                        invalid,
+                        f"the body is not valid JSON: {error['msg']}",
+                        target="body",
+                        inner=error["type"],
                     )
-                return error_response(400, invalid, f"{_field(error['loc'])}: {error['msg']}")
+                details = [
+                    {
+                        "code": invalid,
+                        "message": f"{_field(e['loc'])}: {e['msg']}",
+                        "target": _field(e["loc"]),
+                    }
+                    for e in exc.errors()
+                ]
+                return error_response(
+                    400,
+                    invalid,
+                    details[0]["message"],
+                    target=details[0]["target"],
+                    details=details if len(details) > 1 else None,
+                    inner=error["type"],
+                )
             except StarletteHTTPException as exc:  # a body that is not UTF-8
                 return error_response(
                     exc.status_code,
@@ -97,17 +133,18 @@ class PersonalizerRoute(APIRoute):
                     str(exc.detail),
                 )
             except ApiError as exc:
+                field = _field(exc.loc) if exc.loc else None
                 if exc.status in (400, 422):
-                    field = _field(exc.loc) if exc.loc else None
                     named = field is None or exc.message.startswith(field.split(".")[0])
                     message = exc.message if named else f"{field}: {exc.message}"
-                    return error_response(400, invalid, message)
+                    return error_response(
+                        400, exc.code or invalid, message, target=field, inner=exc.kind
+                    )
                 headers = {"WWW-Authenticate": SUBSCRIPTION_KEY} if exc.status == 401 else None
-                return error_response(
-                    exc.status, CODE_OF_STATUS.get(exc.status, "BadRequest"), exc.message, headers
-                )
+                code = exc.code or CODE_OF_STATUS.get(exc.status, invalid)
+                return error_response(exc.status, code, exc.message, headers, target=field)
             except BanditError as exc:
-                return error_response(400, invalid, str(exc))
+                return error_response(400, invalid, str(exc), inner=type(exc).__name__)
             except (StoreUnavailableError, TransactionConflictError) as exc:
                 return error_response(
                     503,
