@@ -1,0 +1,231 @@
+"""Personalizer's learning modes and reward aggregation on the default loop
+(docs/personalizer.md, "Learning modes" and "Rewards"), on the embedded default and on
+Redis + PostgreSQL: Apprentice serves the baseline and learns from its rewards, its
+metrics in closed form; LoggingOnly never changes the model; ``sum`` applies 0.2 + 0.3 +
+0.5 once as 1.0 when the wait ends; a reward after the wait is logged, not learned."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from tests.service.conftest import running, wait_for
+
+pytestmark = pytest.mark.anyio
+
+ACTIONS = [
+    {"id": "news", "features": [{"item": {"topic": "news", "length": 3}}]},
+    {"id": "sports", "features": [{"item": {"topic": "sports"}}]},
+    {"id": "music", "features": [{"item": {"topic": "music", "tags": ["live"]}}]},
+]
+CONTEXTS = [
+    [{"user": {"tier": "gold"}}, {"device": {"mobile": True}}],
+    [{"user": {"tier": "basic"}}, {"device": {"mobile": False}}],
+]
+LOOP = "peritem"
+BASE = f"/loops/{LOOP}/personalizer/v1.1-preview.3"
+# a loop with a model per action: its per-arm statistics are the closed-form check
+PER_ARM_SPEC = {
+    "algorithm": "linucb",
+    "features": {"bits": 4},
+    "reward_range": [-1, 1],
+    "epsilon": 0.2,
+    "params": {"alpha": 0.0},
+}
+
+
+async def create_loop(http: Any) -> None:
+    put = await http.put(f"/policies/{LOOP}", json=PER_ARM_SPEC)
+    assert put.status_code == 200, put.text
+
+
+async def configure(http: Any, **changes: Any) -> dict[str, Any]:
+    """PUT the loop's service configuration with ``changes`` (camelCase); its answer."""
+    config = (await http.get(f"{BASE}/configurations/service")).json()
+    config.pop("latestApprenticeModeMetrics", None)
+    put = await http.put(f"{BASE}/configurations/service", json={**config, **changes})
+    assert put.status_code == 200, put.text
+    answer: dict[str, Any] = put.json()
+    return answer
+
+
+async def arm_stats(http: Any) -> dict[str, dict[str, Any]]:
+    stats = (await http.get(f"/policies/{LOOP}/stats")).json()
+    return {a: s for a, s in stats["arms"].items() if s["rewarded"]}
+
+
+async def eventually(
+    read: Callable[[], Awaitable[dict[str, Any]]], timeout: float
+) -> dict[str, Any]:
+    """Poll ``read`` until it answers something non-empty (the sweeper ran), or fail."""
+    deadline = time.monotonic() + timeout
+    while not (value := await read()):
+        assert time.monotonic() < deadline, f"nothing within {timeout}s"
+        await asyncio.sleep(0.05)
+    return value
+
+
+async def model_scores(http: Any) -> dict[str, float]:
+    """The model's score of each action for the first context, by the native /recommend
+    without exploration and with deferred activation (its event is never learned from)."""
+    decision = await http.post(
+        "/recommend",
+        json={
+            "policy": LOOP,
+            "context": CONTEXTS[0],
+            "arms": ACTIONS,
+            "explore": False,
+            "defer_activation": True,
+        },
+    )
+    assert decision.status_code == 200, decision.text
+    return {r["arm_id"]: r["score"] for r in decision.json()["ranking"]}
+
+
+async def greedy_choice(http: Any, context: list[Any], actions: list[Any]) -> str:
+    """The model's own choice now: the native /recommend without exploration, on the
+    same JSON features (it stores an event that is never rewarded within the test)."""
+    decision = await http.post(
+        "/recommend",
+        json={"policy": LOOP, "context": context, "arms": actions, "explore": False},
+    )
+    assert decision.status_code == 200, decision.text
+    arm: str = decision.json()["arm_id"]
+    return arm
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+async def test_apprentice_serves_the_baseline_learns_its_rewards_and_counts_imitations(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (_, http, _):
+        await create_loop(http)
+        config = await configure(http, learningMode="Apprentice")
+        assert config["learningMode"] == "Apprentice"
+        started = config["latestApprenticeModeMetrics"]
+        assert (started["numberOfEvents"], started["sumOfRewards"]) == (0, 0.0)
+        expected: dict[str, Any] = {
+            "events": 0,
+            "imitated": 0,
+            "rewards": 0.0,
+            "imitated_rewards": 0.0,
+            "per_arm": {},
+        }
+        for i in range(24):
+            context = CONTEXTS[i % 2]
+            # the application's own choice (its baseline) rotates; it is paid for news
+            order = ACTIONS[i % 3 :] + ACTIONS[: i % 3]
+            excluded = [order[0]["id"]] if i % 4 == 0 else []
+            baseline = next(a["id"] for a in order if a["id"] not in excluded)
+            candidates = [a for a in order if a["id"] not in excluded]
+            greedy = await greedy_choice(http, context, candidates)
+            ranked = await http.post(
+                f"{BASE}/rank",
+                json={"contextFeatures": context, "actions": order, "excludedActions": excluded},
+            )
+            assert ranked.status_code == 201, ranked.text
+            body = ranked.json()
+            assert body["rewardActionId"] == baseline
+            probabilities = {r["id"]: r["probability"] for r in body["ranking"]}
+            assert probabilities[baseline] == 1.0
+            assert math.isclose(sum(probabilities.values()), 1.0)
+            reward = 1.0 if baseline == "news" else 0.25
+            done = await http.post(
+                f"{BASE}/events/{body['eventId']}/reward", json={"value": reward}
+            )
+            assert done.status_code == 204
+            expected["events"] += 1
+            expected["rewards"] += reward
+            n, total = expected["per_arm"].get(baseline, (0, 0.0))
+            expected["per_arm"][baseline] = (n + 1, total + reward)
+            if greedy == baseline:
+                expected["imitated"] += 1
+                expected["imitated_rewards"] += reward
+        metrics = (await http.get(f"{BASE}/configurations/service")).json()[
+            "latestApprenticeModeMetrics"
+        ]
+        stats = await arm_stats(http)
+    assert 0 < expected["imitated"] < expected["events"]  # the model learned some, not all
+    assert metrics["numberOfEvents"] == expected["events"]
+    assert metrics["numberOfImitatedEvents"] == expected["imitated"]
+    assert math.isclose(metrics["sumOfRewards"], expected["rewards"])
+    assert math.isclose(metrics["sumOfImitatedRewards"], expected["imitated_rewards"])
+    assert metrics["lastBatchMetrics"]["numberOfEvents"] <= expected["events"]
+    assert metrics["startTime"] == started["startTime"]
+    # the model learned from every baseline reward, each once, on the baseline's arm
+    assert {a: (s["rewarded"], s["reward_sum"]) for a, s in stats.items()} == pytest.approx(
+        {a: (n, total) for a, (n, total) in expected["per_arm"].items()}
+    )
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+async def test_logging_only_serves_the_baseline_and_never_changes_the_model(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (app, http, _):
+        await create_loop(http)
+        before = await model_scores(http)
+        await configure(http, learningMode="LoggingOnly", defaultReward=0.5, rewardWaitTime="PT1S")
+        for i in range(6):
+            ranked = await http.post(
+                f"{BASE}/rank", json={"contextFeatures": CONTEXTS[i % 2], "actions": ACTIONS}
+            )
+            assert ranked.json()["rewardActionId"] == "news"
+            if i % 2:  # the others get the default reward after the wait
+                event = ranked.json()["eventId"]
+                await http.post(f"{BASE}/events/{event}/reward", json={"value": 1.0})
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: log.count(LOOP)[1] == 6, timeout=30)  # 3 explicit, 3 default
+        stats = (await http.get(f"/policies/{LOOP}/stats")).json()
+        assert stats["rewards"] == 6
+        assert all(s["rewarded"] == 0 for s in stats["arms"].values())
+        assert await model_scores(http) == before  # the model is what it was
+        # the same check sees a change once the loop learns again
+        await configure(http, learningMode="Online")
+        ranked = await http.post(
+            f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
+        )
+        event = ranked.json()["eventId"]
+        await http.post(f"{BASE}/events/{event}/reward", json={"value": 1.0})
+        assert await model_scores(http) != before
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+async def test_sum_applies_the_rewards_of_the_wait_once_and_logs_a_late_reward(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (app, http, _):
+        await create_loop(http)
+        config = await configure(http, rewardAggregation="sum", rewardWaitTime="PT2S")
+        assert config["rewardAggregation"] == "sum"
+        ranked = (
+            await http.post(
+                f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
+            )
+        ).json()
+        event, served = ranked["eventId"], ranked["rewardActionId"]
+        for value in (0.2, 0.3, 0.5):
+            answer = await http.post(f"{BASE}/events/{event}/reward", json={"value": value})
+            assert answer.status_code == 204
+        assert await arm_stats(http) == {}  # nothing learned within the wait
+        stats = await eventually(lambda: arm_stats(http), timeout=30)
+        assert stats == {served: {**stats[served], "rewarded": 1, "reward_sum": 1.0}}
+        late = await http.post(f"{BASE}/events/{event}/reward", json={"value": 0.7})
+        assert late.status_code == 204
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: len(log.late_rewards(LOOP)) == 1, timeout=30)
+        assert await arm_stats(http) == stats  # the late reward changed nothing
+        logged = {e.decision.event_id: e.reward for e in log.iter_events(LOOP)}
+    assert logged[event] is not None and logged[event].value == 1.0
+    [record] = log.late_rewards(LOOP)
+    assert (record.event_id, record.arm_id, record.value, record.source) == (
+        event,
+        served,
+        0.7,
+        "late",
+    )
