@@ -229,3 +229,32 @@ async def test_sum_applies_the_rewards_of_the_wait_once_and_logs_a_late_reward(
         0.7,
         "late",
     )
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_the_model_rebuilt_from_the_log_skips_what_logging_only_served(
+    make_settings: Any,
+) -> None:
+    """The embedded default rebuilds its state from the log at start: the rewards of the
+    events served in LoggingOnly mode are in the log and stay unlearned."""
+    settings = make_settings()
+    async with running(settings) as (app, http, _):
+        await create_loop(http)
+        await configure(http, learningMode="LoggingOnly")
+        for context in CONTEXTS:
+            ranked = await http.post(
+                f"{BASE}/rank", json={"contextFeatures": context, "actions": ACTIONS}
+            )
+            await http.post(f"{BASE}/events/{ranked.json()['eventId']}/reward", json={"value": 1.0})
+        await configure(http, learningMode="Online")
+        ranked = await http.post(
+            f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
+        )
+        await http.post(f"{BASE}/events/{ranked.json()['eventId']}/reward", json={"value": 1.0})
+        live = await model_scores(http)
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        assert app.state.use_cases.event_log.count(LOOP)[1] == 3
+    async with running(settings) as (_, http, _):
+        stats = (await http.get(f"/policies/{LOOP}/stats")).json()
+        assert sum(s["rewarded"] for s in stats["arms"].values()) == 1
+        assert await model_scores(http) == live

@@ -324,3 +324,79 @@ def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint
             ).json()["decisions"]
             == before
         )
+
+
+def test_learning_modes_and_aggregation_with_the_sdks(endpoint: str) -> None:
+    """docs/personalizer.md, "Learning modes": Apprentice serves the baseline and reports
+    its metrics, LoggingOnly serves the baseline; ``sum`` is a setting the SDK reads back;
+    Personalizer's rule against changing the reward settings with the mode."""
+    sdk, settings = client(endpoint), admin(endpoint)
+    config = settings.get_service_configuration()
+    assert config["learningMode"] == "Online" and "latestApprenticeModeMetrics" not in config
+    with pytest.raises(HttpResponseError) as caught:
+        settings.update_service_configuration(
+            {**config, "learningMode": "Apprentice", "rewardWaitTime": "PT1H"}
+        )
+    assert caught.value.status_code == 400
+    assert caught.value.error.code == "InvalidLearningModeServiceConfiguration"
+    assert caught.value.error.target == "learningMode"
+    assert "rewardWaitTime" in caught.value.error.message
+    apprentice = settings.update_service_configuration({**config, "learningMode": "Apprentice"})
+    metrics = apprentice["latestApprenticeModeMetrics"]
+    assert (metrics["numberOfEvents"], metrics["sumOfRewards"]) == (0, 0.0)
+    body = {"contextFeatures": CONTEXT, "actions": ACTIONS, "excludedActions": ["news"]}
+    ranked = sdk.rank(body)
+    assert ranked["rewardActionId"] == "sports"  # the first action not excluded
+    assert {r["id"]: r["probability"] for r in ranked["ranking"]}["sports"] == 1.0
+    sdk.reward(ranked["eventId"], {"value": 0.75})
+    # the legacy SDK's configuration has no learningMode: a PUT without it keeps the mode
+    legacy = LegacyClient(endpoint, CognitiveServicesCredentials(API_KEY))
+    legacy_ranked = legacy.rank(
+        RankRequest(actions=[RankableAction(id=a["id"], features=a["features"]) for a in ACTIONS])
+    )
+    assert legacy_ranked.reward_action_id == "news"
+    kept = httpx.put(
+        f"{endpoint}/personalizer/v1.0/configurations/service",
+        json={k: v for k, v in config.items() if k != "learningMode"},
+        headers=HEADERS,
+    ).json()
+    assert kept["learningMode"] == "Apprentice"
+    metrics = kept["latestApprenticeModeMetrics"]
+    assert (metrics["numberOfEvents"], metrics["sumOfRewards"]) == (1, 0.75)
+    assert metrics["numberOfImitatedEvents"] in (0, 1)
+    logging_only = settings.update_service_configuration(
+        {**config, "learningMode": "LoggingOnly", "rewardAggregation": "sum"}
+    )
+    assert (logging_only["learningMode"], logging_only["rewardAggregation"]) == (
+        "LoggingOnly",
+        "sum",
+    )
+    assert sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS})["rewardActionId"] == "news"
+    restored = settings.update_service_configuration(config)
+    assert (restored["learningMode"], restored["rewardAggregation"]) == ("Online", "earliest")
+    # the apprentice metrics stay readable as the latest ones
+    assert restored["latestApprenticeModeMetrics"]["numberOfEvents"] == 1
+
+
+def test_error_bodies_carry_target_details_and_inner_error(endpoint: str) -> None:
+    """Personalizer's error object: the field as ``target``, each problem in ``details``,
+    this service's error type as ``innerError.code`` (read by both SDKs' models)."""
+    with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
+        two_problems = http.post(
+            "/personalizer/v1.1-preview.3/rank",
+            json={"actions": [{"id": "a"}, {"features": []}]},
+        ).json()["error"]
+    assert two_problems["code"] == "InvalidRankRequest"
+    assert [d["target"] for d in two_problems["details"]] == ["actions.0.features", "actions.1.id"]
+    assert two_problems["target"] == "actions.0.features"
+    assert two_problems["innerError"] == {"code": "missing"}
+    legacy = LegacyClient(endpoint, CognitiveServicesCredentials(API_KEY))
+    request = RankRequest(
+        actions=[RankableAction(id=a["id"], features=a["features"]) for a in ACTIONS],
+        excluded_actions=[a["id"] for a in ACTIONS],
+    )
+    with pytest.raises(ErrorResponseException) as caught:
+        legacy.rank(request)
+    error = caught.value.error.error
+    assert (error.code, error.target) == ("InvalidRankRequest", "excludedActions")
+    assert error.inner_error.code == "invalid_input"
