@@ -201,7 +201,7 @@ async def test_sum_applies_the_rewards_of_the_wait_once_and_logs_a_late_reward(
 ) -> None:
     async with running(make_settings()) as (app, http, _):
         await create_loop(http)
-        config = await configure(http, rewardAggregation="sum", rewardWaitTime="PT2S")
+        config = await configure(http, rewardAggregation="sum", rewardWaitTime="PT4S")
         assert config["rewardAggregation"] == "sum"
         ranked = (
             await http.post(
@@ -258,3 +258,27 @@ async def test_the_model_rebuilt_from_the_log_skips_what_logging_only_served(
         stats = (await http.get(f"/policies/{LOOP}/stats")).json()
         assert sum(s["rewarded"] for s in stats["arms"].values()) == 1
         assert await model_scores(http) == live
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+async def test_concurrent_rewards_of_a_sum_are_applied_once_as_their_total(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (app, http, _):
+        await create_loop(http)
+        await configure(http, rewardAggregation="sum", rewardWaitTime="PT4S")
+        ranked = (
+            await http.post(
+                f"{BASE}/rank", json={"contextFeatures": CONTEXTS[1], "actions": ACTIONS}
+            )
+        ).json()
+        event, served = ranked["eventId"], ranked["rewardActionId"]
+        answers = await asyncio.gather(
+            *(http.post(f"{BASE}/events/{event}/reward", json={"value": 0.125}) for _ in range(8))
+        )
+        assert {a.status_code for a in answers} == {204}
+        stats = await eventually(lambda: arm_stats(http), timeout=30)
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        logged = [e.reward for e in app.state.use_cases.event_log.iter_events(LOOP)]
+    assert {a: (s["rewarded"], s["reward_sum"]) for a, s in stats.items()} == {served: (1, 1.0)}
+    assert [r.value for r in logged if r is not None] == [1.0]
