@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -161,7 +162,7 @@ class BodyLimitAndTiming:
             if scope["method"] in ("POST", "PUT", "PATCH"):
                 body = await self._read_body(receive)
                 if body is None:
-                    await self._too_large(send_status)
+                    await self._too_large(send_status, scope["path"])
                     return
                 receive = _replay(body, receive)
             await self.app(scope, receive, send_status)
@@ -188,12 +189,13 @@ class BodyLimitAndTiming:
                 break
         return b"".join(chunks)
 
-    async def _too_large(self, send: Send) -> None:
-        body = (
-            b'{"detail":"request body exceeds the limit of '
-            + str(self.max_body_bytes).encode()
-            + b' bytes"}'
-        )
+    async def _too_large(self, send: Send, path: str) -> None:
+        message = f"request body exceeds the limit of {self.max_body_bytes} bytes"
+        if personalizer.PERSONALIZER_PATH.match(path):  # Personalizer's error shape
+            error = {"code": "PayloadSizeExceeded", "message": message}
+            body = json.dumps({"error": error}).encode()
+        else:
+            body = json.dumps({"detail": message}, separators=(",", ":")).encode()
         await send(
             {
                 "type": "http.response.start",

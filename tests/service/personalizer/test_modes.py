@@ -282,3 +282,47 @@ async def test_concurrent_rewards_of_a_sum_are_applied_once_as_their_total(
         logged = [e.reward for e in app.state.use_cases.event_log.iter_events(LOOP)]
     assert {a: (s["rewarded"], s["reward_sum"]) for a, s in stats.items()} == {served: (1, 1.0)}
     assert [r.value for r in logged if r is not None] == [1.0]
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_service_configuration_keeps_the_model_and_new_interactions_reset_it(
+    make_settings: Any,
+) -> None:
+    """docs/personalizer.md, "Learning settings and the model"."""
+    async with running(make_settings()) as (_, http, _):
+        await create_loop(http)
+        put = await http.put(
+            f"/policies/{LOOP}",
+            json={
+                **PER_ARM_SPEC,
+                "algorithm": "hybrid_linucb",
+                "params": {"alpha": 0.0, "context_dim": 0},
+                "features": {"bits": 8, "interactions": [["*", "*"]]},
+            },
+        )
+        assert put.status_code == 200, put.text
+        prior = await model_scores(http)
+        ranked = await http.post(
+            f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
+        )
+        await http.post(f"{BASE}/events/{ranked.json()['eventId']}/reward", json={"value": 1.0})
+        learned = await model_scores(http)
+        assert learned != prior
+        for changes in (
+            {"explorationPercentage": 0.5, "rewardWaitTime": "PT1H", "defaultReward": 0.1},
+            {"rewardAggregation": "sum"},
+            {"learningMode": "Apprentice"},
+            {"learningMode": "LoggingOnly", "rewardAggregation": "earliest"},
+            {"learningMode": "Online"},
+        ):
+            await configure(http, **changes)
+            assert await model_scores(http) == learned, changes
+        policy = f"{BASE}/configurations/policy"
+        same = await http.put(
+            policy, json={"name": "e", "arguments": "--cb_explore_adf --epsilon 0.3 -q ::"}
+        )
+        assert same.status_code == 200
+        assert await model_scores(http) == learned  # only the exploration changed
+        other = await http.put(policy, json={"name": "q", "arguments": "--cb_explore_adf -q ui"})
+        assert other.status_code == 200
+        assert await model_scores(http) == dict.fromkeys(learned, 0.0)  # learning starts again

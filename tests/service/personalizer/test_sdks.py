@@ -386,6 +386,13 @@ def test_error_bodies_carry_target_details_and_inner_error(endpoint: str) -> Non
             "/personalizer/v1.1-preview.3/rank",
             json={"actions": [{"id": "a"}, {"features": []}]},
         ).json()["error"]
+        too_large = http.post(
+            "/personalizer/v1.1-preview.3/rank",
+            content=b"[" + b"0," * 600_000 + b"0]",
+            headers={"content-type": "application/json"},
+        )
+    assert too_large.status_code == 413
+    assert too_large.json()["error"]["code"] == "PayloadSizeExceeded"
     assert two_problems["code"] == "InvalidRankRequest"
     assert [d["target"] for d in two_problems["details"]] == ["actions.0.features", "actions.1.id"]
     assert two_problems["target"] == "actions.0.features"
