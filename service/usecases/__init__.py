@@ -15,6 +15,8 @@ module               use case (public surface)
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
+``learning_modes``   Personalizer's Online/Apprentice/LoggingOnly: ``served_decision``
+``loop_rewards``     a Personalizer reward: ``earliest``, ``sum``, late rewards logged
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;

@@ -10,7 +10,7 @@ An event (state key ``event:<id>``, JSON) moves through the states of
 
 A Personalizer loop with ``rewardAggregation: sum`` adds each reward received within the
 wait to the pending event (``reward_sum``) and the sweeper applies the total when the wait
-ends (:mod:`service.usecases.reward_aggregation`).
+ends (:mod:`service.usecases.loop_rewards`).
 
 Every transition is one store transaction over the event key and the parts the update
 touches (:mod:`service.usecases.rewards`), so a reward and the sweepers of several

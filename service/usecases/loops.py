@@ -50,8 +50,8 @@ from service.usecases.learning_modes import (
     mode_started,
     with_mode,
 )
+from service.usecases.loop_rewards import EARLIEST, reward_loop_event
 from service.usecases.recommend import Recommender
-from service.usecases.reward_aggregation import EARLIEST, reward_loop_event
 from service.usecases.rewards import Rewards
 
 DEFAULT_LOOP = "personalizer"
@@ -413,7 +413,7 @@ class Loops:
 
     async def reward(self, loop: str, event_id: str, value: float) -> None:
         """Reward the event under the loop's ``rewardAggregation``
-        (:mod:`service.usecases.reward_aggregation`). As in Personalizer, a reward for an
+        (:mod:`service.usecases.loop_rewards`). As in Personalizer, a reward for an
         event this loop does not know or did not activate is accepted and not learned
         from; one after the reward wait is logged as late, not learned from."""
         info = await self.admin.get_policy(loop)

@@ -24,9 +24,9 @@ from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import SOURCE_OF_STATE, EventState, PendingEvent, event_key
+from service.usecases.loop_rewards import clipped
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.reward_aggregation import clipped
 from service.usecases.rewards import EventAlreadyFinalError, Outcome, Rewards
 
 
