@@ -70,6 +70,21 @@ async def eventually(
     return value
 
 
+async def rank(http: Any, context: list[Any], **extra: Any) -> dict[str, Any]:
+    """POST rank on the loop with ``context`` and ACTIONS (or ``extra``'s); its body."""
+    ranked = await http.post(
+        f"{BASE}/rank", json={"contextFeatures": context, "actions": ACTIONS, **extra}
+    )
+    assert ranked.status_code == 201, ranked.text
+    body: dict[str, Any] = ranked.json()
+    return body
+
+
+async def reward(http: Any, event: str, value: float) -> None:
+    answer = await http.post(f"{BASE}/events/{event}/reward", json={"value": value})
+    assert answer.status_code == 204, answer.text
+
+
 async def model_scores(http: Any) -> dict[str, float]:
     """The model's score of each action for the first context, by the native /recommend
     without exploration and with deferred activation (its event is never learned from)."""
@@ -124,28 +139,20 @@ async def test_apprentice_serves_the_baseline_learns_its_rewards_and_counts_imit
             baseline = next(a["id"] for a in order if a["id"] not in excluded)
             candidates = [a for a in order if a["id"] not in excluded]
             greedy = await greedy_choice(http, context, candidates)
-            ranked = await http.post(
-                f"{BASE}/rank",
-                json={"contextFeatures": context, "actions": order, "excludedActions": excluded},
-            )
-            assert ranked.status_code == 201, ranked.text
-            body = ranked.json()
+            body = await rank(http, context, actions=order, excludedActions=excluded)
             assert body["rewardActionId"] == baseline
             probabilities = {r["id"]: r["probability"] for r in body["ranking"]}
             assert probabilities[baseline] == 1.0
             assert math.isclose(sum(probabilities.values()), 1.0)
-            reward = 1.0 if baseline == "news" else 0.25
-            done = await http.post(
-                f"{BASE}/events/{body['eventId']}/reward", json={"value": reward}
-            )
-            assert done.status_code == 204
+            value = 1.0 if baseline == "news" else 0.25
+            await reward(http, body["eventId"], value)
             expected["events"] += 1
-            expected["rewards"] += reward
+            expected["rewards"] += value
             n, total = expected["per_arm"].get(baseline, (0, 0.0))
-            expected["per_arm"][baseline] = (n + 1, total + reward)
+            expected["per_arm"][baseline] = (n + 1, total + value)
             if greedy == baseline:
                 expected["imitated"] += 1
-                expected["imitated_rewards"] += reward
+                expected["imitated_rewards"] += value
         metrics = (await http.get(f"{BASE}/configurations/service")).json()[
             "latestApprenticeModeMetrics"
         ]
@@ -172,13 +179,10 @@ async def test_logging_only_serves_the_baseline_and_never_changes_the_model(
         before = await model_scores(http)
         await configure(http, learningMode="LoggingOnly", defaultReward=0.5, rewardWaitTime="PT1S")
         for i in range(6):
-            ranked = await http.post(
-                f"{BASE}/rank", json={"contextFeatures": CONTEXTS[i % 2], "actions": ACTIONS}
-            )
-            assert ranked.json()["rewardActionId"] == "news"
+            ranked = await rank(http, CONTEXTS[i % 2])
+            assert ranked["rewardActionId"] == "news"
             if i % 2:  # the others get the default reward after the wait
-                event = ranked.json()["eventId"]
-                await http.post(f"{BASE}/events/{event}/reward", json={"value": 1.0})
+                await reward(http, ranked["eventId"], 1.0)
         log = app.state.use_cases.event_log
         await wait_for(lambda: log.count(LOOP)[1] == 6, timeout=30)  # 3 explicit, 3 default
         stats = (await http.get(f"/policies/{LOOP}/stats")).json()
@@ -187,11 +191,7 @@ async def test_logging_only_serves_the_baseline_and_never_changes_the_model(
         assert await model_scores(http) == before  # the model is what it was
         # the same check sees a change once the loop learns again
         await configure(http, learningMode="Online")
-        ranked = await http.post(
-            f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
-        )
-        event = ranked.json()["eventId"]
-        await http.post(f"{BASE}/events/{event}/reward", json={"value": 1.0})
+        await reward(http, (await rank(http, CONTEXTS[0]))["eventId"], 1.0)
         assert await model_scores(http) != before
 
 
@@ -203,20 +203,14 @@ async def test_sum_applies_the_rewards_of_the_wait_once_and_logs_a_late_reward(
         await create_loop(http)
         config = await configure(http, rewardAggregation="sum", rewardWaitTime="PT4S")
         assert config["rewardAggregation"] == "sum"
-        ranked = (
-            await http.post(
-                f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
-            )
-        ).json()
+        ranked = await rank(http, CONTEXTS[0])
         event, served = ranked["eventId"], ranked["rewardActionId"]
         for value in (0.2, 0.3, 0.5):
-            answer = await http.post(f"{BASE}/events/{event}/reward", json={"value": value})
-            assert answer.status_code == 204
+            await reward(http, event, value)
         assert await arm_stats(http) == {}  # nothing learned within the wait
         stats = await eventually(lambda: arm_stats(http), timeout=30)
         assert stats == {served: {**stats[served], "rewarded": 1, "reward_sum": 1.0}}
-        late = await http.post(f"{BASE}/events/{event}/reward", json={"value": 0.7})
-        assert late.status_code == 204
+        await reward(http, event, 0.7)  # after the wait
         log = app.state.use_cases.event_log
         await wait_for(lambda: len(log.late_rewards(LOOP)) == 1, timeout=30)
         assert await arm_stats(http) == stats  # the late reward changed nothing
@@ -242,15 +236,9 @@ async def test_the_model_rebuilt_from_the_log_skips_what_logging_only_served(
         await create_loop(http)
         await configure(http, learningMode="LoggingOnly")
         for context in CONTEXTS:
-            ranked = await http.post(
-                f"{BASE}/rank", json={"contextFeatures": context, "actions": ACTIONS}
-            )
-            await http.post(f"{BASE}/events/{ranked.json()['eventId']}/reward", json={"value": 1.0})
+            await reward(http, (await rank(http, context))["eventId"], 1.0)
         await configure(http, learningMode="Online")
-        ranked = await http.post(
-            f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
-        )
-        await http.post(f"{BASE}/events/{ranked.json()['eventId']}/reward", json={"value": 1.0})
+        await reward(http, (await rank(http, CONTEXTS[0]))["eventId"], 1.0)
         live = await model_scores(http)
         await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
         assert app.state.use_cases.event_log.count(LOOP)[1] == 3
@@ -267,16 +255,9 @@ async def test_concurrent_rewards_of_a_sum_are_applied_once_as_their_total(
     async with running(make_settings()) as (app, http, _):
         await create_loop(http)
         await configure(http, rewardAggregation="sum", rewardWaitTime="PT4S")
-        ranked = (
-            await http.post(
-                f"{BASE}/rank", json={"contextFeatures": CONTEXTS[1], "actions": ACTIONS}
-            )
-        ).json()
+        ranked = await rank(http, CONTEXTS[1])
         event, served = ranked["eventId"], ranked["rewardActionId"]
-        answers = await asyncio.gather(
-            *(http.post(f"{BASE}/events/{event}/reward", json={"value": 0.125}) for _ in range(8))
-        )
-        assert {a.status_code for a in answers} == {204}
+        await asyncio.gather(*(reward(http, event, 0.125) for _ in range(8)))
         stats = await eventually(lambda: arm_stats(http), timeout=30)
         await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
         logged = [e.reward for e in app.state.use_cases.event_log.iter_events(LOOP)]
@@ -302,10 +283,7 @@ async def test_service_configuration_keeps_the_model_and_new_interactions_reset_
         )
         assert put.status_code == 200, put.text
         prior = await model_scores(http)
-        ranked = await http.post(
-            f"{BASE}/rank", json={"contextFeatures": CONTEXTS[0], "actions": ACTIONS}
-        )
-        await http.post(f"{BASE}/events/{ranked.json()['eventId']}/reward", json={"value": 1.0})
+        await reward(http, (await rank(http, CONTEXTS[0]))["eventId"], 1.0)
         learned = await model_scores(http)
         assert learned != prior
         for changes in (
