@@ -391,6 +391,12 @@ def test_error_bodies_carry_target_details_and_inner_error(endpoint: str) -> Non
             content=b"[" + b"0," * 600_000 + b"0]",
             headers={"content-type": "application/json"},
         )
+        event = {"actions": ACTIONS, "eventId": uuid.uuid4().hex}
+        assert http.post("/personalizer/v1.1-preview.3/rank", json=event).status_code == 201
+        reused = http.post(
+            "/personalizer/v1.1-preview.3/rank", json={**event, "excludedActions": ["news"]}
+        )
+    assert (reused.status_code, reused.json()["error"]["code"]) == (409, "InvalidRankRequest")
     assert too_large.status_code == 413
     assert too_large.json()["error"]["code"] == "PayloadSizeExceeded"
     assert two_problems["code"] == "InvalidRankRequest"
