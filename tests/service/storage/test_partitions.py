@@ -1,0 +1,190 @@
+"""The time-partitioned event log (docs/operations.md, "Event-log partitions"): the
+migration keeps every logged row, the upkeep creates the days ahead and empties the
+default partition, a replay over a range scans only its days, and the retention drops
+whole days on PostgreSQL and deletes in batches everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+
+from service.storage.base import DecisionRecord, RewardRecord
+from service.storage.migrate import alembic_config, upgrade_head
+from service.storage.partitions import DAY_SECONDS, day_partition, list_partitions
+from service.storage.schema import create_log_engine, decisions, rewards
+from service.storage.sql_log import SqlEventLog
+from tests.databases import database
+
+FIRST_REVISION = "7c3e5a1d9b20"
+DAY0 = 20_000  # 2024-10-04 (unix days)
+NOW = (DAY0 + 2) * DAY_SECONDS + 3600.0  # one hour into the third day
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with database(request.param, tmp_path) as u:
+        yield u
+
+
+def decision(i: int, t: float, policy: str = "p") -> DecisionRecord:
+    return DecisionRecord(
+        event_id=f"e{i:05d}",
+        policy=policy,
+        created_at=t,
+        context={"x": i / 7},
+        candidates=[{"id": "a", "features": [1.0, i]}, {"id": "b", "features": None}],
+        arm_id="a" if i % 2 else "b",
+        propensity=0.5 + 1e-12,
+        scores=[0.25, 1 / 3],
+        model_version=2**40 + i,
+        user_id=None if i % 3 else f"u{i}",
+        guardrail={"delta_g": 0.1} if i % 5 == 0 else None,
+    )
+
+
+def reward(i: int, t: float, policy: str = "p") -> RewardRecord:
+    return RewardRecord(f"e{i:05d}", policy, "a", i / 10, "explicit", t + 30.0)
+
+
+def three_days(
+    policy: str = "p", per_day: int = 20
+) -> tuple[list[DecisionRecord], list[RewardRecord]]:
+    """Decisions spread over the days DAY0 .. DAY0 + 2, every other one rewarded."""
+    made = [
+        decision(i + 1000 * day, (DAY0 + day) * DAY_SECONDS + i * 3000.0 + 0.123456789, policy)
+        for day in range(3)
+        for i in range(per_day)
+    ]
+    return made, [reward(int(d.event_id[1:]), d.created_at, policy) for d in made[::2]]
+
+
+def contents(url: str) -> dict[str, list[tuple]]:
+    engine = create_log_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {
+                "decisions": conn.execute(
+                    sa.select(decisions).order_by(decisions.c.event_id)
+                ).all(),
+                "rewards": conn.execute(sa.select(rewards).order_by(rewards.c.id)).all(),
+            }
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_keeps_every_logged_row(url: str) -> None:
+    """A database at the first revision holding events is upgraded: the same rows, to
+    the last bit, before and after the migration and after the upkeep splits them into
+    days; new rewards continue the id sequence."""
+    config = alembic_config(url)
+    command.upgrade(config, FIRST_REVISION)
+    made, rewarded = three_days()
+    engine = create_log_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.insert(decisions), [dataclasses.asdict(d) for d in made])
+        conn.execute(sa.insert(rewards), [dataclasses.asdict(r) for r in rewarded])
+    engine.dispose()
+    before = contents(url)
+    assert (len(before["decisions"]), len(before["rewards"])) == (60, 30)
+
+    upgrade_head(url)
+    assert contents(url) == before
+    log = SqlEventLog(url)
+    try:
+        created = log.prepare_partitions(NOW, days_ahead=2)
+        assert contents(url) == before
+        events = list(log.iter_events("p"))
+        assert [e.decision for e in events] == sorted(made, key=lambda d: d.created_at)
+        assert [e.reward for e in events if e.reward] == rewarded
+        if log.partitioned:
+            days = [
+                day_partition(t, DAY0 + k).name for t in ("decisions", "rewards") for k in range(5)
+            ]
+            assert sorted(created) == sorted(days)
+            with log.engine.connect() as conn:
+                for table in ("decisions", "rewards"):
+                    assert (
+                        conn.execute(sa.text(f"SELECT count(*) FROM {table}_default")).scalar() == 0
+                    )
+                    per_day = [
+                        conn.execute(
+                            sa.text(f"SELECT count(*) FROM {day_partition(table, DAY0 + k).name}")
+                        ).scalar()
+                        for k in range(3)
+                    ]
+                    assert per_day == ([20, 20, 20] if table == "decisions" else [10, 10, 10])
+            assert log.prepare_partitions(NOW, days_ahead=2) == []  # idempotent
+        else:
+            assert created == []
+        log.append([], [reward(7, NOW)])
+        last = contents(url)["rewards"][-1]
+        assert last.event_id == "e00007" and last.id > max(r.id for r in before["rewards"])
+    finally:
+        log.close()
+
+
+def test_insert_beyond_the_prepared_days_lands_in_the_default_partition(tmp_path: Path) -> None:
+    """No insert fails when the upkeep is late: the row waits in the default partition,
+    and the next upkeep moves it to its own day."""
+    with database("postgresql", tmp_path) as url:
+        upgrade_head(url)
+        log = SqlEventLog(url)
+        try:
+            log.prepare_partitions(NOW, days_ahead=1)
+            far = (DAY0 + 30) * DAY_SECONDS + 5.0
+            log.append([decision(1, far), decision(2, NOW)], [reward(1, far)])
+            with log.engine.connect() as conn:
+                assert conn.execute(sa.text("SELECT count(*) FROM decisions_default")).scalar() == 1
+            created = log.prepare_partitions(NOW, days_ahead=1)
+            assert created == [
+                day_partition("decisions", DAY0 + 30).name,
+                day_partition("rewards", DAY0 + 30).name,
+            ]
+            with log.engine.connect() as conn:
+                assert conn.execute(sa.text("SELECT count(*) FROM decisions_default")).scalar() == 0
+                names = [p.name for p in list_partitions(conn, "decisions")]
+            assert names[0] == "decisions_default" and names[-1] == created[0]
+            assert log.count("p") == (2, 1)
+        finally:
+            log.close()
+
+
+def test_a_replay_over_a_range_scans_only_the_partitions_of_the_range(tmp_path: Path) -> None:
+    """EXPLAIN of the replay query over one day names that day's decisions partition and
+    no other (nor the default partition), and only rewards partitions from that day on."""
+    with database("postgresql", tmp_path) as url:
+        upgrade_head(url)
+        log = SqlEventLog(url)
+        try:
+            made, rewarded = three_days()
+            log.append(made, rewarded)
+            log.prepare_partitions(NOW, days_ahead=2)  # days DAY0 .. DAY0 + 4
+            since, until = (DAY0 + 1) * DAY_SECONDS, (DAY0 + 2) * DAY_SECONDS
+            plan = log.explain_events("p", since, until)
+            scanned = {name for name in _partition_names(log) if name in plan}
+            # decisions: the day of the range only (not even the default partition)
+            assert {n for n in scanned if n.startswith("decisions")} == {
+                day_partition("decisions", DAY0 + 1).name
+            }
+            # rewards: from an hour before the range (clock skew) on, open-ended above
+            assert {n for n in scanned if n.startswith("rewards")} == {
+                *(day_partition("rewards", DAY0 + k).name for k in range(5)),
+                "rewards_default",
+            }
+            events = list(log.iter_events("p", since, until))
+            assert [e.decision for e in events] == [
+                d for d in made if since <= d.created_at < until
+            ]
+            assert sum(e.reward is not None for e in events) == 10
+        finally:
+            log.close()
+
+
+def _partition_names(log: SqlEventLog) -> list[str]:
+    with log.engine.connect() as conn:
+        return [p.name for t in ("decisions", "rewards") for p in list_partitions(conn, t)]
