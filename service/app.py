@@ -2,7 +2,8 @@
 
 The lifespan owns every connection and background task: the state store (Redis pool
 or in-process), the event log (SQLAlchemy engine) and its batching writer, the
-default-reward sweeper and the periodic snapshots. Nothing connects at import time.
+default-reward sweeper, the periodic snapshots and the event-log upkeep (partitions,
+retention). Nothing connects at import time.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             asyncio.create_task(use_cases.sweeper.run(stop)),
             asyncio.create_task(use_cases.snapshots.run(stop)),
             asyncio.create_task(use_cases.monitor.run(stop)),
+            asyncio.create_task(use_cases.log_upkeep.run(stop)),
         ]
 
         async def stop_tasks() -> None:

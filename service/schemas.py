@@ -7,6 +7,7 @@ These models are the wire format only; the event-log tables live in the storage 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -492,3 +493,11 @@ class Readiness(BaseModel):
 
 class ErrorDetail(BaseModel):
     detail: str | list[dict[str, Any]]
+
+
+class LogProperties(BaseModel):
+    """The span of a policy's event log (``GET /policies/{name}/logs``)."""
+
+    policy: str
+    first: datetime | None = Field(description="time of the first decision logged; null: none")
+    last: datetime | None = Field(description="time of the last decision logged; null: none")

@@ -14,7 +14,6 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,6 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from service.storage.base import (
     DecisionRecord,
     LoggedDecision,
+    Retention,
     RewardRecord,
     Snapshot,
     StoreUnavailableError,
@@ -277,14 +277,6 @@ class SqlEventLog:
     def close(self) -> None:
         """Dispose of the connection pool."""
         self._engine.dispose()
-
-
-@dataclass(frozen=True)
-class Retention:
-    """What one :meth:`SqlEventLog.apply_retention` removed."""
-
-    dropped_partitions: list[str]
-    deleted_rows: int
 
 
 @contextmanager
