@@ -269,9 +269,10 @@ class PolicySpec(_Model):
     feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
     personalizer: dict[str, Any] | None = Field(
         None,
-        description="settings of the Personalizer-compatible configuration routes that "
-        "change nothing here (modelExportFrequency, logRetentionDays, the learning "
-        "policy's name, ...), kept so that reading the configuration returns them",
+        description="settings of the Personalizer-compatible configuration routes, kept so "
+        "that reading the configuration returns them (modelExportFrequency, the learning "
+        "policy's name, ...); of those logRetentionDays acts: the days the event log keeps "
+        "the policy's events (-1 or absent: forever)",
     )
     arm_idle_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         None,

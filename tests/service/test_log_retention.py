@@ -13,7 +13,7 @@ import pytest
 
 from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.partitions import DAY_SECONDS, day_partition
-from tests.service.conftest import POLICY, running, wait_for
+from tests.service.conftest import API_KEY, POLICY, running, wait_for
 
 pytestmark = pytest.mark.anyio
 PER_DAY = 1500
@@ -133,3 +133,21 @@ async def test_log_routes_report_the_span_and_delete_the_policy_log(make_setting
         for method in ("get", "delete"):
             missing = await getattr(http, method)("/policies/nope/logs")
             assert missing.status_code == 404 and "nope" in missing.text
+
+
+async def test_the_retention_is_the_loops_log_retention_days(make_settings: Any) -> None:
+    """``logRetentionDays`` set through Personalizer's service configuration is the
+    loop's retention; -1 keeps everything."""
+    async with running(make_settings(log_upkeep_interval_seconds=0)) as (app, http, _):
+        upkeep = app.state.use_cases.log_upkeep
+        assert (await http.put("/policies/loop", json=POLICY)).status_code == 200
+        path = "/loops/loop/personalizer/configurations/service"
+        headers = {"Ocp-Apim-Subscription-Key": API_KEY}
+        config = (await http.get(path, headers=headers)).json()
+        assert config["logRetentionDays"] == -1
+        assert await upkeep.cutoffs() == {}
+        config["logRetentionDays"] = 2
+        assert (await http.put(path, json=config, headers=headers)).status_code == 200
+        before = time.time()
+        cutoff = (await upkeep.cutoffs())["loop"]
+        assert before - 2 * DAY_SECONDS <= cutoff <= time.time() - 2 * DAY_SECONDS
