@@ -6,7 +6,12 @@ whole days on PostgreSQL and deletes in batches everywhere."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -188,3 +193,30 @@ def test_a_replay_over_a_range_scans_only_the_partitions_of_the_range(tmp_path: 
 def _partition_names(log: SqlEventLog) -> list[str]:
     with log.engine.connect() as conn:
         return [p.name for t in ("decisions", "rewards") for p in list_partitions(conn, t)]
+
+
+def test_the_partitions_command_creates_lists_and_explains(url: str, tmp_path: Path) -> None:
+    """``bandit partitions`` migrates, creates the days ahead, lists every partition and
+    prints a replay's plan; on SQLite it says there is nothing to do."""
+    env = {**os.environ, "BANDIT_DATABASE_URL": url, "BANDIT_DATA_DIR": str(tmp_path / "data")}
+    today = datetime.now(UTC).date()
+    command_line = [sys.executable, "-m", "service.cli", "partitions", "--days-ahead", "1"]
+    explain = ["--explain", "p", "--since", today.isoformat(), "--until", f"{today}T12:00"]
+    done = subprocess.run(
+        command_line + explain, env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    if url.startswith("sqlite"):
+        assert "nothing to do" in done.stdout
+        return
+    day = f"decisions_p{today:%Y%m%d}"
+    lines = done.stdout.splitlines()
+    assert f"created {day}" in lines
+    assert sum(line.startswith("created ") for line in lines) == 6  # yesterday..tomorrow x 2
+    assert any(line.split()[:3] == ["decisions", day, f"[{today},"] for line in lines)
+    plan = "\n".join(
+        line for line in lines if not line.startswith(("created ", "decisions ", "rewards "))
+    )
+    assert set(re.findall(r"\bdecisions_(?:default|p\d{8})\b", plan)) == {day}
+    again = subprocess.run(command_line, env=env, capture_output=True, text=True, check=False)
+    assert again.returncode == 0 and "created" not in again.stdout
