@@ -84,8 +84,11 @@ def _add_day(engine: Engine, partition: Partition) -> bool:
         _step(conn)
         if any(p.name == name for p in list_partitions(conn, table)):
             return False
-        # no insert may reach the default partition between the move and the attach
-        conn.execute(sa.text(f"LOCK TABLE {table}_default IN ACCESS EXCLUSIVE MODE"))
+        # Inserts wait for this step (milliseconds): an insert routed while the
+        # partition set changes would send a row of the new day to the default partition
+        # and fail its new constraint. SHARE ROW EXCLUSIVE conflicts with their ROW
+        # EXCLUSIVE, not with reads.
+        conn.execute(sa.text(f"LOCK TABLE ONLY {table} IN SHARE ROW EXCLUSIVE MODE"))
         conn.execute(
             sa.text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
         )

@@ -8,8 +8,8 @@ JSON columns are JSONB on PostgreSQL.
 On PostgreSQL ``decisions`` and ``rewards`` are partitioned by range of ``created_at``
 (``service.storage.partitions``; docs/operations.md "Event-log partitions"), so their
 keys contain ``created_at``: ``(event_id, created_at)`` is what makes a re-sent record
-land once (its time travels with it), while a new decision never reuses an event id
-(the state store's registry refuses it). On PostgreSQL the primary key of ``rewards``
+land once (its time travels with it), while a new decision reusing a taken event id
+is refused by the state store's event-id registry before it is logged. On PostgreSQL the primary key of ``rewards``
 is ``(id, created_at)``; SQLite keeps ``id`` alone (its auto-increment needs that), a
 difference Alembic's comparison does not look at.
 """

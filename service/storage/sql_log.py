@@ -2,8 +2,10 @@
 
 The schema comes from the Alembic migrations (``service.storage.migrate.upgrade_head``);
 this class never creates tables. ``append`` inserts with ``ON CONFLICT DO NOTHING`` on
-``(event_id, created_at)`` (both dialects; a record keeps its time), so re-sending a batch -- the writer's retry after a
-failure, or a spool flushed twice -- logs every decision and reward exactly once.
+``(event_id, created_at)`` (both dialects; a record keeps its time), so re-sending a
+batch -- the writer's retry after a failure, or a spool flushed twice -- logs every
+decision and reward exactly once. On PostgreSQL both tables are partitioned by day
+(:mod:`service.storage.partitions`).
 ``iter_events`` streams with a server-side cursor on PostgreSQL. A database that cannot
 be reached raises :class:`StoreUnavailableError`.
 """

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -220,3 +221,39 @@ def test_the_partitions_command_creates_lists_and_explains(url: str, tmp_path: P
     assert set(re.findall(r"\bdecisions_(?:default|p\d{8})\b", plan)) == {day}
     again = subprocess.run(command_line, env=env, capture_output=True, text=True, check=False)
     assert again.returncode == 0 and "created" not in again.stdout
+
+
+def test_inserts_during_the_upkeep_all_land(tmp_path: Path) -> None:
+    """A writer inserting rows of days whose partitions the upkeep is creating meanwhile:
+    every insert succeeds (none routed to the default partition as the day is attached
+    fails its new constraint) and every row is logged once."""
+    with database("postgresql", tmp_path) as url:
+        upgrade_head(url)
+        log, writer_log = SqlEventLog(url), SqlEventLog(url)
+        stop, errors, appended = threading.Event(), [], [0]
+
+        def write() -> None:
+            i = 0
+            while not stop.is_set():
+                batch = [decision(i + k, (DAY0 + (i + k) % 10) * DAY_SECONDS + i) for k in range(5)]
+                try:
+                    writer_log.append(batch, [])
+                except Exception as exc:  # noqa: BLE001 -- collected, asserted below
+                    errors.append(exc)
+                appended[0] += len(batch)
+                i += 5
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            created = log.prepare_partitions(DAY0 * DAY_SECONDS, days_ahead=10)
+        finally:
+            stop.set()
+            thread.join()
+        try:
+            assert errors == []
+            assert len(created) == 2 * 12 and appended[0] > 0
+            assert log.count("p") == (appended[0], 0)
+        finally:
+            log.close()
+            writer_log.close()
