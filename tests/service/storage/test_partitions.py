@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from service.storage.base import DecisionRecord, RewardRecord
-from service.storage.migrate import alembic_config, upgrade_head
+from service.storage.migrate import alembic_config, downgrade, upgrade_head
 from service.storage.partitions import DAY_SECONDS, day_partition, list_partitions
 from service.storage.schema import create_log_engine, decisions, rewards
 from service.storage.sql_log import SqlEventLog
@@ -132,6 +132,12 @@ def test_upgrade_keeps_every_logged_row(url: str) -> None:
         assert last.event_id == "e00007" and last.id > max(r.id for r in before["rewards"])
     finally:
         log.close()
+    # and back: the downgrade keeps every row too (partitions and all)
+    downgrade(url, FIRST_REVISION)
+    assert contents(url) == {
+        "decisions": before["decisions"],
+        "rewards": [*before["rewards"], last],
+    }
 
 
 def test_insert_beyond_the_prepared_days_lands_in_the_default_partition(tmp_path: Path) -> None:
