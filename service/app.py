@@ -48,18 +48,22 @@ def make_store(settings: Settings) -> StateStore:
 
 
 def make_event_log(settings: Settings) -> Any:
-    """The SQLAlchemy event log, migrated to head when ``run_migrations``."""
+    """The SQLAlchemy event log, migrated to head and its day partitions prepared
+    (PostgreSQL; docs/operations.md "Event-log partitions") when ``run_migrations``,
+    before the writer's first insert could wait for them."""
     from service.storage.migrate import upgrade_head
     from service.storage.sql_log import SqlEventLog
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    event_log = SqlEventLog(settings.log_url)
     if settings.run_migrations:
         try:
             upgrade_head(settings.log_url)
+            event_log.prepare_partitions(time.time(), settings.log_partition_days_ahead)
         except StoreUnavailableError as exc:
             # A database outage must not keep the service down: events spool until it is back.
             log.warning("event log unreachable at start, migrations skipped, events will spool: %s", exc)
-    return SqlEventLog(settings.log_url)
+    return event_log
 
 
 def make_writer(settings: Settings, event_log: Any) -> Any:
