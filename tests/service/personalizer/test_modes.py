@@ -215,14 +215,16 @@ async def test_sum_applies_the_rewards_of_the_wait_once_and_logs_a_late_reward(
         await wait_for(lambda: len(log.late_rewards(LOOP)) == 1, timeout=30)
         assert await arm_stats(http) == stats  # the late reward changed nothing
         logged = {e.decision.event_id: e.reward for e in log.iter_events(LOOP)}
-    assert logged[event] is not None and logged[event].value == 1.0
-    [record] = log.late_rewards(LOOP)
-    assert (record.event_id, record.arm_id, record.value, record.source) == (
-        event,
-        served,
-        0.7,
-        "late",
-    )
+        assert logged[event] is not None and logged[event].value == 1.0
+        [record] = log.late_rewards(LOOP)
+        assert (record.event_id, record.arm_id, record.value, record.source) == (
+            event,
+            served,
+            0.7,
+            "late",
+        )
+        assert (await http.delete(f"{BASE}/logs")).status_code == 204
+        assert log.late_rewards(LOOP) == []  # deleted with the loop's other logs
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
