@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -38,7 +39,7 @@ async def each_period(
     while not stop.is_set():
         now = clock()
         period = math.floor(now / seconds)
-        await _run_once(lambda: job(period), what, seconds)
+        await _run_once(functools.partial(job, period), what, seconds)
         await _sleep(stop, (period + 1) * seconds - clock())
 
 

@@ -90,7 +90,7 @@ class Snapshots:
                 created_at=snap.created_at,
                 model_version=snap.model_version,
                 data=base64.b64decode(snap.data),
-                meta={"algorithm": snap.algorithm},
+                meta={"algorithm": snap.algorithm, "period": period},
             )
             await asyncio.to_thread(self.event_log.save_snapshot, record)
             saved += 1
