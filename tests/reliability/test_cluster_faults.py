@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -32,7 +32,10 @@ from tests.databases import postgres_schema
 from tests.reliability.traffic import (
     HEADERS,
     Ledger,
+    assert_no_error_answers,
+    check_after_failover,
     drive,
+    failover_under_traffic,
     logged,
     model_totals,
     retry_rewards,
@@ -78,58 +81,21 @@ def _statuses(ledger: Ledger) -> tuple[Counter, Counter, int]:
     return Counter(ledger.recommend_status), Counter(ledger.reward_status), len(ledger.degraded)
 
 
-def _assert_no_error_answers(ledger: Ledger) -> None:
-    assert ledger.recommend_status.keys() <= {200}, ledger.recommend_status
-    assert ledger.reward_status.keys() <= {200, 503, 404}, ledger.reward_status
-    assert ledger.reward_503_without_retry_after == 0
-
-
 async def test_cluster_master_killed_under_traffic(
     cluster: RedisClusterServers, app: tuple[AppProcess, str]
 ) -> None:
     process, _ = app
-    ledger = Ledger(events_may_be_lost=True)
-    seen: dict[str, float] = {}
     async with httpx.AsyncClient(base_url=process.url, headers=HEADERS) as client:
         assert (await client.put("/policies/p", json=spec())).status_code == 200
+    ledger = Ledger(events_may_be_lost=True)
 
-        async def script() -> None:
-            await asyncio.sleep(1.5)
-            master = cluster.master_of(SLOT)
-            accepted_before = ledger.reward_status[200]
-            seen["killed"] = time.monotonic()
-            cluster.kill(master)
-            while cluster.master_of(SLOT) == master:
-                assert time.monotonic() - seen["killed"] < 60, "no promotion"
-                await asyncio.sleep(0.05)
-            seen["promoted"] = time.monotonic()
-            while ledger.reward_status[200] == accepted_before:
-                assert time.monotonic() - seen["killed"] < 60, "no reconnection"
-                await asyncio.sleep(0.05)
-            seen["rewards again"] = time.monotonic()
-            await asyncio.sleep(1.0)
+    def kill() -> Callable[[], bool]:
+        master = cluster.master_of(SLOT)
+        cluster.kill(master)
+        return lambda: cluster.master_of(SLOT) != master
 
-        await drive(
-            [process.url], ledger, "p", 3, workers=3, script=script, pause=0.01, reward_lag=15
-        )
-        await retry_rewards(process.url, ledger)
-        _assert_no_error_answers(ledger)
-        r = await client.post("/recommend", json={"policy": "p", "context": [0, 0, 1]})
-        assert r.status_code == 200 and not r.json()["degraded"], r.text
-        assert (await client.get("/readyz")).status_code == 200
-        model = await model_totals(process.url, "p")
-        answered = ledger.arm_totals()
-        for arm, (n, total) in model.items():  # never more than accepted
-            assert n <= answered[arm][0] and total <= answered[arm][1], (arm, model)
-        lost = sum(n for n, _ in answered.values()) - sum(n for n, _ in model.values())
-        print(
-            f"cluster failover: promotion after {seen['promoted'] - seen['killed']:.1f}s, "
-            f"rewards applied again after {seen['rewards again'] - seen['killed']:.1f}s; "
-            f"{len(ledger.decisions)} decisions ({len(ledger.degraded)} degraded), "
-            f"{len(ledger.accepted)} rewards accepted, {ledger.reward_status[503]} answered "
-            f"503 then retried, {lost} accepted rewards lost, {len(ledger.lost_events)} "
-            f"decisions whose event was lost (reward answered 404)"
-        )
+    took = await failover_under_traffic(process.url, ledger, kill)
+    await check_after_failover(process.url, ledger, "cluster failover", took)
 
 
 async def test_slot_migration_under_traffic(
@@ -163,7 +129,7 @@ async def test_slot_migration_under_traffic(
         )
         measured["traffic_seconds"] = time.monotonic() - started
         await retry_rewards(process.url, ledger)
-        _assert_no_error_answers(ledger)
+        assert_no_error_answers(ledger)
         assert not ledger.lost_events
         stats = (await client.get("/policies/p/stats")).json()
         served = len(ledger.decisions) - len(ledger.degraded)
