@@ -199,7 +199,7 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
             # node, the ones other tasks are waiting on included: they fail with
             # "Connection closed by server". 0: a MOVED only updates the slot's owner
             # (a fresh client's first concurrent calls and a slot migration both
-            # answer MOVED; docs/operations.md, "Redis Cluster").
+            # answer MOVED; docs/operations.md, "Redis Cluster and Sentinel").
             reinitialize_steps=0,
             **{**timeouts, **options},
         )
