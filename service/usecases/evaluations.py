@@ -74,6 +74,8 @@ from service.storage.schema import create_log_engine
 from service.usecases.json_features import CachedFeaturizer
 from service.usecases.loops import (
     DEFAULT_LOOP_SPEC,
+    DEFAULT_POLICY_NAME,
+    POLICY_NAME_KEY,
     ENGINE_OF_VW,
     Loops,
     parse_vw_arguments,
@@ -173,6 +175,32 @@ def grid_candidates(loop: PolicySpec) -> list[PolicySpec]:
                     )
                 )
     return specs
+
+
+def plan(
+    info: PolicyInfo, policies: Sequence[EvaluationPolicy | PersonalizerPolicy], offline_experimentation: bool
+) -> tuple[list[Candidate], list[PolicySpec]]:
+    """What an evaluation of the policy ``info`` replays: the online setting, Baseline,
+    Random and ``policies`` (a 400 names a bad one), and the grid when asked."""
+    loop_spec = spec_of(info)
+    online = (info.personalizer or {}).get(POLICY_NAME_KEY, DEFAULT_POLICY_NAME)
+    reserved = {online, BASELINE, RANDOM}
+    names = [p.name for p in policies]
+    for i, p in enumerate(policies):
+        if p.name in names[:i] or p.name in reserved:
+            raise InvalidRequest(
+                f"policies[{i}].name {p.name!r} is taken (names are unique and none of {sorted(reserved)})",
+                ["body", "policies", i, "name"],
+            )
+    candidates = [
+        Candidate(online, vw_arguments(info), ONLINE, loop_spec),
+        Candidate(BASELINE, "first action", BASELINE, None),
+        Candidate(RANDOM, "uniform", RANDOM, None),
+    ]
+    for i, p in enumerate(policies):
+        spec = spec_from_arguments(loop_spec, p.arguments, ["body", "policies", i, "arguments"])
+        candidates.append(Candidate(p.name, p.arguments, "Custom", spec))
+    return candidates, grid_candidates(loop_spec) if offline_experimentation else []
 
 
 # ---- the computation (runs in a worker process, or in bandit evaluate) -------------------
@@ -400,25 +428,7 @@ class Evaluations:
         start_time, end_time = _timestamp(start), _timestamp(end)
         if end_time <= start_time:
             raise InvalidRequest("endTime must be after startTime", ["body", "endTime"])
-        loop_spec = spec_of(info)
-        online = await self.loops.policy_configuration(loop)
-        reserved = {online.name, BASELINE, RANDOM}
-        names = [p.name for p in policies]
-        for i, p in enumerate(policies):
-            if p.name in names[:i] or p.name in reserved:
-                raise InvalidRequest(
-                    f"policies[{i}].name {p.name!r} is taken (names are unique and none of {sorted(reserved)})",
-                    ["body", "policies", i, "name"],
-                )
-        candidates = [
-            Candidate(online.name, online.arguments, ONLINE, loop_spec),
-            Candidate(BASELINE, "first action", BASELINE, None),
-            Candidate(RANDOM, "uniform", RANDOM, None),
-        ]
-        for i, p in enumerate(policies):
-            spec = spec_from_arguments(loop_spec, p.arguments, ["body", "policies", i, "arguments"])
-            candidates.append(Candidate(p.name, p.arguments, "Custom", spec))
-        grid = grid_candidates(loop_spec) if offline_experimentation else []
+        candidates, grid = plan(info, policies, offline_experimentation)
         now = self.clock()
         record = EvaluationRecord(
             policy=loop,
