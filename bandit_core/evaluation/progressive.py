@@ -27,9 +27,9 @@ intervals, the form Personalizer reported (``confidenceInterval``):
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
+from statistics import NormalDist
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
 from bandit_core.policy import BasePolicy
 from bandit_core.validation import check_real
+
 
 @dataclass(frozen=True)
 class WindowSums:
@@ -109,7 +110,9 @@ class WindowSums:
         if self.n < 2 or self.snips_denominator <= 0:
             return 0.0
         v = self.snips
-        variance = max(self.w2r2 - 2 * v * self.w2r + v * v * self.w2, 0.0) / self.snips_denominator**2
+        variance = (
+            max(self.w2r2 - 2 * v * self.w2r + v * v * self.w2, 0.0) / self.snips_denominator**2
+        )
         return _z(confidence) * math.sqrt(variance)
 
 
@@ -120,12 +123,20 @@ SUM_FIELDS = tuple(f.name for f in fields(WindowSums))
 def _z(confidence: float) -> float:
     """The two-sided standard normal quantile of ``confidence`` (1.96 for 0.95)."""
     confidence = check_real(
-        confidence, "confidence", low=0.0, high=1.0, low_open=True, high_open=True, error=InvalidInputError
+        confidence,
+        "confidence",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        high_open=True,
+        error=InvalidInputError,
     )
     return NormalDist().inv_cdf((1 + confidence) / 2)
 
 
-def importance_weights(action: np.ndarray, pscore: np.ndarray, action_dist: np.ndarray) -> np.ndarray:
+def importance_weights(
+    action: np.ndarray, pscore: np.ndarray, action_dist: np.ndarray
+) -> np.ndarray:
     """``w_i = action_dist[i, action_i] / pscore_i`` (n,)."""
     a = np.asarray(action, dtype=np.intp)
     p = np.asarray(pscore, dtype=np.float64)

@@ -39,9 +39,7 @@ def upgrade() -> None:
         sa.Column("result", JSON, nullable=True),
         sa.PrimaryKeyConstraint("policy", "evaluation_id", name="pk_evaluations"),
     )
-    op.create_index(
-        "ix_evaluations_status_heartbeat_at", "evaluations", ["status", "heartbeat_at"]
-    )
+    op.create_index("ix_evaluations_status_heartbeat_at", "evaluations", ["status", "heartbeat_at"])
 
 
 def downgrade() -> None:

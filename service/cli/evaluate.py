@@ -55,20 +55,52 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "             --policy 'interactions=--cb_explore_adf -q ::' --plot e.png --json e.json"
         ),
     )
-    p.add_argument("--data", required=True, metavar="URL",
-                   help="the event log's database: postgresql://user@host/db or sqlite:///path")
-    p.add_argument("--log-policy", required=True, metavar="NAME", help="the policy whose decisions to evaluate")
-    p.add_argument("--since", type=timestamp_argument, metavar="TIME",
-                   help="only decisions made at or after TIME (unix seconds or ISO 8601; default: all)")
-    p.add_argument("--until", type=timestamp_argument, metavar="TIME",
-                   help="only decisions made before TIME (unix seconds or ISO 8601; default: all)")
-    p.add_argument("--policy", type=_policy, action="append", default=[], metavar="NAME=ARGUMENTS",
-                   help="a learning setting to evaluate besides the policy's own; repeatable")
-    p.add_argument("--offline-experimentation", action="store_true",
-                   help="also search the small grid of settings and report the best")
-    p.add_argument("--json", type=Path, metavar="PATH", help="write the result (estimates per policy and period) as JSON")
-    p.add_argument("--plot", type=Path, metavar="PATH", help="write a PNG of the estimates over time")
-    p.add_argument("--no-progress", action="store_true", help="do not draw the progress bar (on stderr)")
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="URL",
+        help="the event log's database: postgresql://user@host/db or sqlite:///path",
+    )
+    p.add_argument(
+        "--log-policy", required=True, metavar="NAME", help="the policy whose decisions to evaluate"
+    )
+    p.add_argument(
+        "--since",
+        type=timestamp_argument,
+        metavar="TIME",
+        help="only decisions made at or after TIME (unix seconds or ISO 8601; default: all)",
+    )
+    p.add_argument(
+        "--until",
+        type=timestamp_argument,
+        metavar="TIME",
+        help="only decisions made before TIME (unix seconds or ISO 8601; default: all)",
+    )
+    p.add_argument(
+        "--policy",
+        type=_policy,
+        action="append",
+        default=[],
+        metavar="NAME=ARGUMENTS",
+        help="a learning setting to evaluate besides the policy's own; repeatable",
+    )
+    p.add_argument(
+        "--offline-experimentation",
+        action="store_true",
+        help="also search the small grid of settings and report the best",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="write the result (estimates per policy and period) as JSON",
+    )
+    p.add_argument(
+        "--plot", type=Path, metavar="PATH", help="write a PNG of the estimates over time"
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="do not draw the progress bar (on stderr)"
+    )
     p.set_defaults(run=run)
 
 
@@ -95,7 +127,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     try:
         url = make_url(args.data)
     except ArgumentError:
-        raise UsageError(f"--data must be a postgresql:// or sqlite:/// URL, but got {args.data!r}") from None
+        raise UsageError(
+            f"--data must be a postgresql:// or sqlite:/// URL, but got {args.data!r}"
+        ) from None
     if url.get_backend_name() not in ("postgresql", "sqlite"):
         raise UsageError(f"--data must be a postgresql:// or sqlite:/// URL, but got {args.data!r}")
     if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
@@ -104,7 +138,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     try:
         configs = event_log.policies()
         if args.log_policy not in configs:
-            raise UsageError(f"--log-policy {args.log_policy!r} has no config in the event log; known: {sorted(configs)}")
+            raise UsageError(
+                f"--log-policy {args.log_policy!r} has no config in the event log; known: {sorted(configs)}"
+            )
         info = info_from_record(configs[args.log_policy])
         policies = [EvaluationPolicy(name=n, arguments=a) for n, a in args.policy]
         try:
@@ -116,19 +152,30 @@ def _evaluate(args: argparse.Namespace) -> int:
         decisions = load_decisions(event_log, args.log_policy, since, until)
     except StoreUnavailableError as exc:
         message = " ".join(str(exc).split())
-        print(f"bandit evaluate: error: --data {url.render_as_string(hide_password=True)}: {message}", file=sys.stderr)
+        print(
+            f"bandit evaluate: error: --data {url.render_as_string(hide_password=True)}: {message}",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     finally:
         event_log.close()
     if not decisions:
         raise UsageError(f"no rewarded decision of {args.log_policy!r} in the time range")
     replayed = sum(c.spec is not None for c in candidates) + len(grid)
-    with tqdm(total=replayed * len(decisions), disable=args.no_progress, unit="event", file=sys.stderr) as bar:
+    with tqdm(
+        total=replayed * len(decisions), disable=args.no_progress, unit="event", file=sys.stderr
+    ) as bar:
         result = evaluate(decisions, candidates, grid, bar.update)
     rows = _rows(result)
     _print_table(rows, result)
     if args.json is not None:
-        payload = {"log_policy": args.log_policy, "since": args.since, "until": args.until, **result, "estimates": rows}
+        payload = {
+            "log_policy": args.log_policy,
+            "since": args.since,
+            "until": args.until,
+            **result,
+            "estimates": rows,
+        }
         try:
             args.json.write_text(json.dumps(payload, indent=2) + "\n")
         except OSError as exc:
@@ -145,17 +192,28 @@ def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     for p in result["policies"]:
         sums = total(p["periods"])
         ips_h, snips_h = sums.ips_half_width(), sums.snips_half_width()
-        rows.append({
-            "name": p["name"], "source": p["source"], "arguments": p["arguments"], "events": int(sums.n),
-            "ips": sums.ips, "ips_low": sums.ips - ips_h, "ips_high": sums.ips + ips_h,
-            "snips": sums.snips, "snips_low": sums.snips - snips_h, "snips_high": sums.snips + snips_h,
-        })
+        rows.append(
+            {
+                "name": p["name"],
+                "source": p["source"],
+                "arguments": p["arguments"],
+                "events": int(sums.n),
+                "ips": sums.ips,
+                "ips_low": sums.ips - ips_h,
+                "ips_high": sums.ips + ips_h,
+                "snips": sums.snips,
+                "snips_low": sums.snips - snips_h,
+                "snips_high": sums.snips + snips_h,
+            }
+        )
     return rows
 
 
 def _print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
     width = max(len(r["name"]) for r in rows)
-    print(f"{'policy':<{width}}  {'source':<22}  {'events':>6}  {'IPS [95% interval]':<26}  SNIPS [95% interval]")
+    print(
+        f"{'policy':<{width}}  {'source':<22}  {'events':>6}  {'IPS [95% interval]':<26}  SNIPS [95% interval]"
+    )
     for r in rows:
         print(
             f"{r['name']:<{width}}  {r['source']:<22}  {r['events']:>6}  "

@@ -25,18 +25,27 @@ EvaluationId = Path(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$"
 class ApplyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    policy_name: str = Field(min_length=1, max_length=256, description="an evaluated learning setting")
+    policy_name: str = Field(
+        min_length=1, max_length=256, description="an evaluated learning setting"
+    )
 
 
-@router.post("/{name}/evaluations", status_code=202, response_model=EvaluationView, responses=_errors)
+@router.post(
+    "/{name}/evaluations", status_code=202, response_model=EvaluationView, responses=_errors
+)
 async def create_evaluation(
     body: EvaluationRequest, evaluations: EvaluationsDep, name: str = Name
 ) -> EvaluationView:
     """Evaluate the policy's log over ``[start_time, end_time)`` in the background: its
     own learning settings, the baseline (first candidate), random and ``policies``."""
     record = await evaluations.create(
-        name, body.name, body.start_time, body.end_time, body.policies,
-        body.offline_experimentation, body.evaluation_id,
+        name,
+        body.name,
+        body.start_time,
+        body.end_time,
+        body.policies,
+        body.offline_experimentation,
+        body.evaluation_id,
     )
     return native_view(record)
 
@@ -64,10 +73,15 @@ async def delete_evaluation(
 
 
 @router.post(
-    "/{name}/evaluations/{evaluation_id}/apply", response_model=PersonalizerPolicy, responses=_errors
+    "/{name}/evaluations/{evaluation_id}/apply",
+    response_model=PersonalizerPolicy,
+    responses=_errors,
 )
 async def apply_evaluated_policy(
-    body: ApplyRequest, evaluations: EvaluationsDep, name: str = Name, evaluation_id: str = EvaluationId
+    body: ApplyRequest,
+    evaluations: EvaluationsDep,
+    name: str = Name,
+    evaluation_id: str = EvaluationId,
 ) -> PersonalizerPolicy:
     """Make an evaluated learning setting the policy's; answers its learning policy."""
     return await evaluations.apply(name, evaluation_id, body.policy_name)

@@ -121,7 +121,9 @@ class SqlEvaluationStore:
         return bool(self._run(evaluations.delete().where(*_key(policy, evaluation_id))))
 
     def update(self, policy: str, evaluation_id: str, **values: Any) -> bool:
-        return bool(self._run(evaluations.update().where(*_key(policy, evaluation_id)).values(values)))
+        return bool(
+            self._run(evaluations.update().where(*_key(policy, evaluation_id)).values(values))
+        )
 
     def heartbeat(self, owner: str, now: float) -> None:
         self._run(
@@ -132,9 +134,9 @@ class SqlEvaluationStore:
 
     def claim_stale(self, owner: str, now: float, stale_before: float) -> list[tuple[str, str]]:
         stale = self._run(
-            sa.select(evaluations.c.policy, evaluations.c.evaluation_id, evaluations.c.heartbeat_at).where(
-                evaluations.c.status.in_(UNFINISHED), evaluations.c.heartbeat_at < stale_before
-            )
+            sa.select(
+                evaluations.c.policy, evaluations.c.evaluation_id, evaluations.c.heartbeat_at
+            ).where(evaluations.c.status.in_(UNFINISHED), evaluations.c.heartbeat_at < stale_before)
         )
         claimed = []
         for policy, evaluation_id, seen in stale:

@@ -90,8 +90,16 @@ def v1_evaluation(record: EvaluationRecord) -> PersonalizerEvaluation:
                 name=p["name"],
                 arguments=p["arguments"],
                 policy_source=p["source"],
-                summary=None if rows is None else [_summary(WindowSums(*r[1:]), r[0], period) for r in rows],
-                total_summary=None if rows is None else _summary(total(rows), record.end_time, format_duration(record.end_time - record.start_time)),
+                summary=None
+                if rows is None
+                else [_summary(WindowSums(*r[1:]), r[0], period) for r in rows],
+                total_summary=None
+                if rows is None
+                else _summary(
+                    total(rows),
+                    record.end_time,
+                    format_duration(record.end_time - record.start_time),
+                ),
             )
         )
     return PersonalizerEvaluation(
@@ -138,11 +146,15 @@ def preview_evaluation(
         )
     mode = window or "Expanding"
     if mode not in ("Expanding", "Rolling"):
-        raise InvalidRequest(f"window must be Expanding or Rolling, but got {mode!r}", ["query", "window"])
+        raise InvalidRequest(
+            f"window must be Expanding or Rolling, but got {mode!r}", ["query", "window"]
+        )
     lo = record.start_time if start is None else max(record.start_time, _seconds(start))
     hi = record.end_time if end is None else min(record.end_time, _seconds(end))
     if hi <= lo:
-        raise InvalidRequest("endTime must be after startTime within the evaluation's range", ["query", "endTime"])
+        raise InvalidRequest(
+            "endTime must be after startTime within the evaluation's range", ["query", "endTime"]
+        )
     details = preview_details(record)
     content = None
     if record.result is not None:
@@ -193,7 +205,11 @@ def _native_estimates(sums: WindowSums) -> dict[str, Any]:
     ips_half, snips_half = sums.ips_half_width(), sums.snips_half_width()
     return {
         "ips": {"value": sums.ips, "ci_low": sums.ips - ips_half, "ci_high": sums.ips + ips_half},
-        "snips": {"value": sums.snips, "ci_low": sums.snips - snips_half, "ci_high": sums.snips + snips_half},
+        "snips": {
+            "value": sums.snips,
+            "ci_low": sums.snips - snips_half,
+            "ci_high": sums.snips + snips_half,
+        },
     }
 
 
@@ -210,7 +226,11 @@ def native_view(record: EvaluationRecord) -> EvaluationView:
                     "events": int(total(p["periods"]).n),
                     **_native_estimates(total(p["periods"])),
                     "periods": [
-                        {"start": r[0], "events": int(r[1]), **_native_estimates(WindowSums(*r[1:]))}
+                        {
+                            "start": r[0],
+                            "events": int(r[1]),
+                            **_native_estimates(WindowSums(*r[1:])),
+                        }
                         for r in p["periods"]
                     ],
                 }

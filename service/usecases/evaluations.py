@@ -50,12 +50,13 @@ from bandit_core.evaluation import (
     WindowSums,
     baseline_distribution,
     importance_weights,
+    period_sums,
     progressive_distribution,
     uniform_distribution,
 )
 from bandit_core.evaluation.progressive import SUM_FIELDS
-from bandit_core.featurized import featurized_rows
 from bandit_core.features import SparseRows
+from bandit_core.featurized import featurized_rows
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.evaluation_schemas import EvaluationPolicy
 from service.personalizer_schemas import PersonalizerPolicy
@@ -75,8 +76,8 @@ from service.usecases.json_features import CachedFeaturizer
 from service.usecases.loops import (
     DEFAULT_LOOP_SPEC,
     DEFAULT_POLICY_NAME,
-    POLICY_NAME_KEY,
     ENGINE_OF_VW,
+    POLICY_NAME_KEY,
     Loops,
     parse_vw_arguments,
     vw_arguments,
@@ -154,7 +155,9 @@ def spec_from_arguments(loop: PolicySpec, arguments: str, field_loc: list[str | 
 
 def arguments_of(name: str, spec: PolicySpec) -> str:
     """How a spec is shown: VW arguments for the default engine, else its JSON."""
-    info = PolicyInfo(name=name, revision="", created_at=0.0, updated_at=0.0, reset_at=0.0, **spec.model_dump())
+    info = PolicyInfo(
+        name=name, revision="", created_at=0.0, updated_at=0.0, reset_at=0.0, **spec.model_dump()
+    )
     return vw_arguments(info)
 
 
@@ -171,14 +174,22 @@ def grid_candidates(loop: PolicySpec) -> list[PolicySpec]:
                 params = {**loop.params, "ridge_lambda": ridge}
                 specs.append(
                     PolicySpec.model_validate(
-                        {**loop.model_dump(), "epsilon": epsilon, "features": features, "params": params, "dimension": None}
+                        {
+                            **loop.model_dump(),
+                            "epsilon": epsilon,
+                            "features": features,
+                            "params": params,
+                            "dimension": None,
+                        }
                     )
                 )
     return specs
 
 
 def plan(
-    info: PolicyInfo, policies: Sequence[EvaluationPolicy | PersonalizerPolicy], offline_experimentation: bool
+    info: PolicyInfo,
+    policies: Sequence[EvaluationPolicy | PersonalizerPolicy],
+    offline_experimentation: bool,
 ) -> tuple[list[Candidate], list[PolicySpec]]:
     """What an evaluation of the policy ``info`` replays: the online setting, Baseline,
     Random and ``policies`` (a 400 names a bad one), and the grid when asked."""
@@ -223,12 +234,16 @@ def rows_function(spec: PolicySpec) -> Callable[[DecisionRecord], np.ndarray]:
     return rows
 
 
-def logged_events(decisions: Sequence[LoggedDecision], rows: Callable[[DecisionRecord], np.ndarray]) -> Iterator[LoggedEvent]:
+def logged_events(
+    decisions: Sequence[LoggedDecision], rows: Callable[[DecisionRecord], np.ndarray]
+) -> Iterator[LoggedEvent]:
     for logged in decisions:
         d = logged.decision
         ids = [c["id"] for c in d.candidates]
         assert logged.reward is not None
-        yield LoggedEvent(tuple(ids), rows(d), ids.index(d.arm_id), logged.reward.value, d.propensity, d.user_id)
+        yield LoggedEvent(
+            tuple(ids), rows(d), ids.index(d.arm_id), logged.reward.value, d.propensity, d.user_id
+        )
 
 
 @dataclass
@@ -245,20 +260,23 @@ class LogArrays:
 
     def __post_init__(self) -> None:
         ds = [e.decision for e in self.decisions]
-        self.period = np.array([math.floor(d.created_at / PERIOD_SECONDS) for d in ds], dtype=np.int64)
-        self.action = np.array([[c["id"] for c in d.candidates].index(d.arm_id) for d in ds], dtype=np.intp)
+        self.period = np.array(
+            [math.floor(d.created_at / PERIOD_SECONDS) for d in ds], dtype=np.int64
+        )
+        self.action = np.array(
+            [[c["id"] for c in d.candidates].index(d.arm_id) for d in ds], dtype=np.intp
+        )
         self.pscore = np.array([d.propensity for d in ds], dtype=np.float64)
-        self.reward = np.array([e.reward.value for e in self.decisions if e.reward is not None], dtype=np.float64)
+        self.reward = np.array(
+            [e.reward.value for e in self.decisions if e.reward is not None], dtype=np.float64
+        )
         self.sizes = [len(d.candidates) for d in ds]
 
     def periods(self, action_dist: np.ndarray) -> list[list[float]]:
         """``[[period start, *sums], ...]`` of a target ``action_dist`` (n, K)."""
         w = importance_weights(self.action, self.pscore, action_dist)
-        out = []
-        for p in np.unique(self.period):
-            mask = self.period == p
-            out.append([float(p * PERIOD_SECONDS), *WindowSums.from_terms(w[mask], self.reward[mask]).to_list()])
-        return out
+        sums = period_sums(self.period, w, self.reward)
+        return [[float(p * PERIOD_SECONDS), *sums[p].to_list()] for p in sorted(sums)]
 
 
 def evaluate(
@@ -276,7 +294,9 @@ def evaluate(
 
     def replay(spec: PolicySpec) -> list[list[float]]:
         policy = build_policy(spec)
-        dist = progressive_distribution(policy, logged_events(decisions, rows_function(spec)), k_max, progress)
+        dist = progressive_distribution(
+            policy, logged_events(decisions, rows_function(spec)), k_max, progress
+        )
         return arrays.periods(dist)
 
     for c in candidates:
@@ -287,7 +307,9 @@ def evaluate(
         else:
             assert c.spec is not None
             periods = replay(c.spec)
-        results.append({"name": c.name, "arguments": c.arguments, "source": c.source, "periods": periods})
+        results.append(
+            {"name": c.name, "arguments": c.arguments, "source": c.source, "periods": periods}
+        )
     if grid:
         tried = [(spec, replay(spec)) for spec in grid]
         best, periods = max(tried, key=lambda t: total(t[1]).ips)
@@ -301,7 +323,11 @@ def evaluate(
             }
         )
     learning = [r for r in results if r["source"] not in (BASELINE, RANDOM)]
-    optimal = max(learning, key=lambda r: total(r["periods"]).ips)["name"] if learning and decisions else None
+    optimal = (
+        max(learning, key=lambda r: total(r["periods"]).ips)["name"]
+        if learning and decisions
+        else None
+    )
     return {
         "period_seconds": PERIOD_SECONDS,
         "events": len(decisions),
@@ -311,7 +337,9 @@ def evaluate(
     }
 
 
-def total(periods: Sequence[Sequence[float]], start: float = -math.inf, end: float = math.inf) -> WindowSums:
+def total(
+    periods: Sequence[Sequence[float]], start: float = -math.inf, end: float = math.inf
+) -> WindowSums:
     """The sums of the stored periods starting in ``[start, end)``."""
     out = WindowSums()
     for row in periods:
@@ -327,7 +355,9 @@ def evaluation_work(record: EvaluationRecord) -> int:
     return replayed + len(request.get("grid", []))
 
 
-def load_decisions(event_log: EventLog, policy: str, start: float, end: float) -> list[LoggedDecision]:
+def load_decisions(
+    event_log: EventLog, policy: str, start: float, end: float
+) -> list[LoggedDecision]:
     """The rewarded, non-degraded decisions of ``policy`` in ``[start, end)``, in time order."""
     return [
         e
@@ -352,7 +382,9 @@ def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_second
         record = store.get(policy, evaluation_id)
         if record is None or record.status in FINAL:
             return "gone" if record is None else record.status
-        if not store.update(policy, evaluation_id, status="running", progress=0.0, heartbeat_at=time.time()):
+        if not store.update(
+            policy, evaluation_id, status="running", progress=0.0, heartbeat_at=time.time()
+        ):
             return "gone"
         decisions = load_decisions(event_log, policy, record.start_time, record.end_time)
         work = max(1, evaluation_work(record) * len(decisions))
@@ -366,7 +398,9 @@ def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_second
             done[1] = now
             if now - started > timeout_seconds:
                 raise TimeoutError
-            if not store.update(policy, evaluation_id, progress=min(done[0] / work, 0.99), heartbeat_at=time.time()):
+            if not store.update(
+                policy, evaluation_id, progress=min(done[0] / work, 0.99), heartbeat_at=time.time()
+            ):
                 raise EvaluationDeleted
 
         candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
@@ -374,12 +408,25 @@ def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_second
         try:
             result = evaluate(decisions, candidates, grid, progress)
         except TimeoutError:
-            store.update(policy, evaluation_id, status="timeout", progress=done[0] / work,
-                         message=f"stopped after {timeout_seconds:g} s (evaluation_timeout_seconds)")
+            store.update(
+                policy,
+                evaluation_id,
+                status="timeout",
+                progress=done[0] / work,
+                message=f"stopped after {timeout_seconds:g} s (evaluation_timeout_seconds)",
+            )
             return "timeout"
         status = "succeeded"
         message = None if decisions else "no rewarded decision in [startTime, endTime)"
-        store.update(policy, evaluation_id, status=status, progress=1.0, result=result, message=message, heartbeat_at=time.time())
+        store.update(
+            policy,
+            evaluation_id,
+            status=status,
+            progress=1.0,
+            result=result,
+            message=message,
+            heartbeat_at=time.time(),
+        )
         return status
     except EvaluationDeleted:
         return "gone"
@@ -450,7 +497,9 @@ class Evaluations:
         try:
             await asyncio.to_thread(self.store.insert, record)
         except EvaluationExistsError:
-            raise Conflict(f"evaluation {record.evaluation_id!r} of {loop!r} exists already") from None
+            raise Conflict(
+                f"evaluation {record.evaluation_id!r} of {loop!r} exists already"
+            ) from None
         self._submit(loop, record.evaluation_id)
         return record
 
@@ -506,12 +555,15 @@ class Evaluations:
         record = await self.get(loop, evaluation_id)
         if record.result is None:
             raise InvalidRequest(
-                f"evaluation {evaluation_id!r} has no result (status {record.status})", ["body", "evaluationId"]
+                f"evaluation {evaluation_id!r} has no result (status {record.status})",
+                ["body", "evaluationId"],
             )
         found = [p for p in record.result["policies"] if p["name"] == policy_name]
         if not found:
             known = [p["name"] for p in record.result["policies"]]
-            raise NotFound(f"policyName {policy_name!r} is not in evaluation {evaluation_id!r}; it has {known}")
+            raise NotFound(
+                f"policyName {policy_name!r} is not in evaluation {evaluation_id!r}; it has {known}"
+            )
         chosen = found[0]
         if chosen["source"] in (BASELINE, RANDOM):
             raise InvalidRequest(
@@ -520,11 +572,15 @@ class Evaluations:
             )
         arguments = chosen["arguments"]
         if chosen["source"] == "OfflineExperimentation":
-            arguments = PolicySpec.model_validate(chosen["spec"]).model_dump_json(exclude={"personalizer"})
+            arguments = PolicySpec.model_validate(chosen["spec"]).model_dump_json(
+                exclude={"personalizer"}
+            )
         applied, _ = await self.loops.update_policy_configuration(
             loop, PersonalizerPolicy(name=policy_name, arguments=arguments)
         )
-        status = "online_policy_retained" if chosen["source"] == ONLINE else "optimal_policy_applied"
+        status = (
+            "online_policy_retained" if chosen["source"] == ONLINE else "optimal_policy_applied"
+        )
         await asyncio.to_thread(self.store.update, loop, evaluation_id, status=status)
         return applied
 
@@ -543,7 +599,9 @@ class Evaluations:
     async def run(self, stop: asyncio.Event) -> None:
         from service.usecases.periodic import every
 
-        await every(self.settings.evaluation_heartbeat_seconds, stop, self.adopt_once, "evaluations")
+        await every(
+            self.settings.evaluation_heartbeat_seconds, stop, self.adopt_once, "evaluations"
+        )
 
     def close(self) -> None:
         if self._pool is not None:

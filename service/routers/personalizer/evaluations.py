@@ -25,7 +25,12 @@ from service.routers.personalizer.errors import PersonalizerRoute, personalizer_
 from service.routers.personalizer.routes import ERRORS
 from service.usecases.evaluation_views import preview_details, preview_evaluation, v1_evaluation
 
-EvaluationIdPath = Path(alias="evaluationId", min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$")
+EvaluationIdPath = Path(
+    alias="evaluationId", min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$"
+)
+
+StartTimeQuery = Query(None, alias="startTime", description="start of the estimates' range")
+EndTimeQuery = Query(None, alias="endTime", description="end of the estimates' range")
 
 
 def make_evaluations_router(
@@ -43,7 +48,10 @@ def make_evaluations_router(
     Loop = Depends(loop_of)
 
     async def submit(
-        evaluations: EvaluationsDep, loop: str, body: PersonalizerEvaluationContract, evaluation_id: str | None
+        evaluations: EvaluationsDep,
+        loop: str,
+        body: PersonalizerEvaluationContract,
+        evaluation_id: str | None,
     ) -> Any:
         return await evaluations.create(
             loop,
@@ -55,9 +63,7 @@ def make_evaluations_router(
             evaluation_id,
         )
 
-    @router.post(
-        "/configurations/applyFromEvaluation", status_code=204, response_class=Response
-    )
+    @router.post("/configurations/applyFromEvaluation", status_code=204, response_class=Response)
     async def apply_from_evaluation(
         body: PolicyReference, evaluations: EvaluationsDep, loop: str = Loop
     ) -> Response:
@@ -89,7 +95,9 @@ def make_evaluations_router(
             response.headers["Location"] = f"{request.url.path}/{record.evaluation_id}"
             return v1_evaluation(record)
 
-        @router.put("/evaluations/{evaluationId}", status_code=201, response_model=PersonalizerEvaluation)
+        @router.put(
+            "/evaluations/{evaluationId}", status_code=201, response_model=PersonalizerEvaluation
+        )
         async def put_evaluation(
             body: PersonalizerEvaluationContract,
             evaluations: EvaluationsDep,
@@ -125,14 +133,16 @@ def make_evaluations_router(
         return preview_details(await submit(evaluations, loop, body, evaluation_id))
 
     @router.get(
-        "/evaluations/{evaluationId}", response_model=PreviewEvaluation, response_model_exclude_none=True
+        "/evaluations/{evaluationId}",
+        response_model=PreviewEvaluation,
+        response_model_exclude_none=True,
     )
     async def get_evaluation(
         evaluations: EvaluationsDep,
         loop: str = Loop,
         evaluation_id: str = EvaluationIdPath,
-        start_time: datetime | None = Query(None, alias="startTime"),
-        end_time: datetime | None = Query(None, alias="endTime"),
+        start_time: datetime | None = StartTimeQuery,
+        end_time: datetime | None = EndTimeQuery,
         interval_in_minutes: int | None = Query(None, alias="intervalInMinutes"),
         window: str | None = Query(None, description="Expanding (default) or Rolling"),
     ) -> PreviewEvaluation:
@@ -147,7 +157,9 @@ def make_evaluations_router(
         loop: str = Loop,
         top: int | None = Query(None, ge=0),
         skip: int = Query(0, ge=0),
-        filter_expression: str | None = Query(None, alias="filter", description="accepted and ignored"),
+        filter_expression: str | None = Query(
+            None, alias="filter", description="accepted and ignored"
+        ),
     ) -> EvaluationList:
         """The loop's evaluations, newest first (``skip`` / ``top`` page them)."""
         records = await evaluations.list(loop)
