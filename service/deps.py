@@ -11,6 +11,7 @@ from service.auth import recommend_key, require_key
 from service.usecases import (
     Evaluations,
     FeatureRanking,
+    LogUpkeep,
     Loops,
     Monitor,
     PolicyAdmin,
@@ -52,6 +53,8 @@ async def get_loops(request: Request) -> Loops:
 
 async def get_evaluations(request: Request) -> Evaluations:
     return request.app.state.use_cases.evaluations
+async def get_log_upkeep(request: Request) -> LogUpkeep:
+    return request.app.state.use_cases.log_upkeep
 
 
 RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
@@ -62,5 +65,6 @@ MonitorDep = Annotated[Monitor, Depends(get_monitor)]
 FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 LoopsDep = Annotated[Loops, Depends(get_loops)]
 EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
+LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

@@ -16,6 +16,7 @@ module               use case (public surface)
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
 ``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
+``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -33,6 +34,7 @@ from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.evaluations import Evaluations
 from service.usecases.importance import FeatureRanking
+from service.usecases.log_upkeep import LogUpkeep
 from service.usecases.loops import Loops
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
@@ -44,6 +46,7 @@ from service.usecases.sweeper import Sweeper
 __all__ = [
     "Evaluations",
     "FeatureRanking",
+    "LogUpkeep",
     "Loops",
     "Monitor",
     "PolicyAdmin",
@@ -74,6 +77,7 @@ class UseCases:
     features: FeatureRanking
     loops: Loops
     evaluations: Evaluations
+    log_upkeep: LogUpkeep
 
 
 def build_use_cases(
@@ -103,4 +107,5 @@ def build_use_cases(
         features=FeatureRanking(cache, event_log, settings),
         loops=loops,
         evaluations=Evaluations(loops, settings, clock),
+        log_upkeep=LogUpkeep(admin, event_log, settings, clock),
     )

@@ -1,8 +1,8 @@
 """evaluations: the offline evaluations of a loop and their results
 
 Revision ID: 4e8b2c6d1a73
-Revises: 7c3e5a1d9b20
-Create Date: 2026-11-25 15:00:00
+Revises: 4b8d2f6a1c37
+Create Date: 2026-11-25 16:00:00
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "4e8b2c6d1a73"
-down_revision: str | None = "7c3e5a1d9b20"
+down_revision: str | None = "4b8d2f6a1c37"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
