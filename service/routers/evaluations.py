@@ -53,7 +53,7 @@ async def create_evaluation(
 @router.get("/{name}/evaluations", response_model=list[EvaluationView], responses=_errors)
 async def list_evaluations(evaluations: EvaluationsDep, name: str = Name) -> list[EvaluationView]:
     """The policy's evaluations, newest first (without results)."""
-    return [native_view(r) for r in await evaluations.list(name)]
+    return [native_view(r) for r in await evaluations.list_evaluations(name)]
 
 
 @router.get("/{name}/evaluations/{evaluation_id}", response_model=EvaluationView, responses=_errors)

@@ -65,7 +65,7 @@ class EvaluationStore(Protocol):
 
     def get(self, policy: str, evaluation_id: str) -> EvaluationRecord | None: ...
 
-    def list(self, policy: str) -> list[EvaluationRecord]:
+    def list_for(self, policy: str) -> list[EvaluationRecord]:
         """The policy's evaluations, newest first, without their ``result``."""
 
     def delete(self, policy: str, evaluation_id: str) -> bool: ...
@@ -108,7 +108,7 @@ class SqlEvaluationStore:
         )
         return _record(rows[0]) if rows else None
 
-    def list(self, policy: str) -> list[EvaluationRecord]:
+    def list_for(self, policy: str) -> list[EvaluationRecord]:
         columns = [evaluations.c[f] for f in RECORD_FIELDS if f != "result"]
         rows = self._run(
             sa.select(*columns)

@@ -537,9 +537,9 @@ class Evaluations:
             raise NotFound(f"evaluation {evaluation_id!r} of {loop!r} not found")
         return record
 
-    async def list(self, loop: str) -> list[EvaluationRecord]:
+    async def list_evaluations(self, loop: str) -> list[EvaluationRecord]:
         await self.loops.admin.get_policy(loop)
-        return await asyncio.to_thread(self.store.list, loop)
+        return await asyncio.to_thread(self.store.list_for, loop)
 
     async def delete(self, loop: str, evaluation_id: str) -> None:
         """Delete (a running evaluation stops at its next progress update)."""

@@ -117,7 +117,7 @@ def make_evaluations_router(
         async def list_evaluations(
             evaluations: EvaluationsDep, loop: str = Loop
         ) -> list[PersonalizerEvaluation]:
-            return [v1_evaluation(r) for r in await evaluations.list(loop)]
+            return [v1_evaluation(r) for r in await evaluations.list_evaluations(loop)]
 
         return router
 
@@ -162,7 +162,7 @@ def make_evaluations_router(
         ),
     ) -> EvaluationList:
         """The loop's evaluations, newest first (``skip`` / ``top`` page them)."""
-        records = await evaluations.list(loop)
+        records = await evaluations.list_evaluations(loop)
         end = None if top is None else skip + top
         return EvaluationList(value=[preview_details(r) for r in records[skip:end]])
 
