@@ -46,6 +46,7 @@ async def create_evaluation(
         body.policies,
         body.offline_experimentation,
         body.evaluation_id,
+        ("start_time", "end_time"),
     )
     return native_view(record)
 

@@ -468,13 +468,16 @@ class Evaluations:
         policies: Sequence[EvaluationPolicy | PersonalizerPolicy],
         offline_experimentation: bool,
         evaluation_id: str | None = None,
+        time_fields: tuple[str, str] = ("startTime", "endTime"),
     ) -> EvaluationRecord:
-        """Store a new evaluation of ``loop`` and queue its run; a 400 names a bad field,
-        409 when ``evaluation_id`` is taken."""
+        """Store a new evaluation of ``loop`` and queue its run; a 400 names a bad field
+        (the range's by ``time_fields``, the API's names), 409 when ``evaluation_id`` is
+        taken."""
         info = await self.loops.admin.get_policy(loop)
         start_time, end_time = _timestamp(start), _timestamp(end)
         if end_time <= start_time:
-            raise InvalidRequest("endTime must be after startTime", ["body", "endTime"])
+            start_field, end_field = time_fields
+            raise InvalidRequest(f"{end_field} must be after {start_field}", ["body", end_field])
         candidates, grid = plan(info, policies, offline_experimentation)
         now = self.clock()
         record = EvaluationRecord(
