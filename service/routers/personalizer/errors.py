@@ -31,6 +31,8 @@ INVALID_INPUT_CODES = {
     "activate": "InvalidEventIdToActivate",
     "update_service_configuration": "InvalidServiceConfiguration",
     "update_policy": "InvalidPolicyConfiguration",
+    "create_evaluation": "InvalidEvaluationContract",
+    "put_evaluation": "InvalidEvaluationContract",
 }
 # codes from Personalizer's ErrorCode enum (401: Azure's gateway answered code "401");
 # a 409 (an eventId used again with another body) has the code of the route's bad input
