@@ -1,7 +1,7 @@
 """late_rewards: rewards received after their event's reward wait (logged, not learned)
 
 Revision ID: 3f1d2c4b5a60
-Revises: 4b8d2f6a1c37
+Revises: 4e8b2c6d1a73
 Create Date: 2026-11-25 15:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "3f1d2c4b5a60"
-down_revision: str | None = "4b8d2f6a1c37"
+down_revision: str | None = "4e8b2c6d1a73"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
