@@ -9,8 +9,10 @@ from fastapi import Depends, Request
 
 from service.auth import recommend_key, require_key
 from service.usecases import (
+    FeatureImportances,
     FeatureRanking,
     Loops,
+    Models,
     Monitor,
     PolicyAdmin,
     Recommender,
@@ -49,6 +51,14 @@ async def get_loops(request: Request) -> Loops:
     return request.app.state.use_cases.loops
 
 
+async def get_models(request: Request) -> Models:
+    return request.app.state.use_cases.models
+
+
+async def get_feature_importances(request: Request) -> FeatureImportances:
+    return request.app.state.use_cases.feature_importances
+
+
 RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
 RewardsDep = Annotated[Rewards, Depends(get_rewards)]
 AdminDep = Annotated[PolicyAdmin, Depends(get_admin)]
@@ -56,5 +66,7 @@ SnapshotsDep = Annotated[Snapshots, Depends(get_snapshots)]
 MonitorDep = Annotated[Monitor, Depends(get_monitor)]
 FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 LoopsDep = Annotated[Loops, Depends(get_loops)]
+ModelsDep = Annotated[Models, Depends(get_models)]
+FeatureImportancesDep = Annotated[FeatureImportances, Depends(get_feature_importances)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

@@ -463,6 +463,14 @@ class FeatureImportanceReport(BaseModel):
     features: list[FeatureImportance] = Field(description="by descending importance")
 
 
+class ModelProperties(BaseModel):
+    """``GET /policies/{name}/model/properties`` (unix seconds)."""
+
+    policy: str
+    created_at: float = Field(description="when the current model started: creation, reset, engine change or import")
+    modified_at: float = Field(description="the later of created_at and the newest logged reward")
+
+
 class Snapshot(BaseModel):
     """A whole-policy model snapshot (``data``: base64 of the engine's binary layout)."""
 

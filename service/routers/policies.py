@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from service.deps import AdminDep, ApiKey, FeaturesDep, SnapshotsDep
+from service.deps import AdminDep, ApiKey, FeaturesDep, ModelsDep, SnapshotsDep
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
     FeatureImportanceReport,
+    ModelProperties,
     PolicyInfo,
     PolicyList,
     PolicySpec,
@@ -98,3 +99,42 @@ async def export_snapshot(snapshots: SnapshotsDep, name: str = Name) -> Snapshot
 async def import_snapshot(body: SnapshotImport, snapshots: SnapshotsDep, name: str = Name) -> Snapshot:
     """Replace the learned state with an exported snapshot of the same algorithm and dimension."""
     return await snapshots.import_snapshot(name, body.data)
+
+
+MODEL_MEDIA_TYPE = "application/octet-stream"
+MODEL_FILE = {MODEL_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}
+
+
+@router.get(
+    "/{name}/model",
+    response_class=Response,
+    responses={**_errors, 200: {"content": MODEL_FILE, "description": "the model file"}},
+)
+async def export_model(models: ModelsDep, name: str = Name) -> Response:
+    """The whole model as one file: engine fields and every state part
+    (docs/personalizer.md, Model export, import and reset)."""
+    return Response(await models.export_model(name), media_type=MODEL_MEDIA_TYPE)
+
+
+@router.put(
+    "/{name}/model",
+    response_model=PolicyInfo,
+    responses={**_errors, 422: {"model": ErrorDetail, "description": "not a usable model file"}},
+    openapi_extra={"requestBody": {"required": True, "content": MODEL_FILE}},
+)
+async def import_model(request: Request, models: ModelsDep, name: str = Name) -> PolicyInfo:
+    """Replace the model with a file from ``GET /policies/{name}/model`` (its engine
+    fields become the policy's); a bad file is a 422 and changes nothing."""
+    return await models.import_model(name, await request.body())
+
+
+@router.delete("/{name}/model", response_model=PolicyInfo, responses=_errors)
+async def reset_model(models: ModelsDep, name: str = Name) -> PolicyInfo:
+    """A fresh model of the same configuration (as ``POST /policies/{name}/reset``)."""
+    return await models.reset_model(name)
+
+
+@router.get("/{name}/model/properties", response_model=ModelProperties, responses=_errors)
+async def model_properties(models: ModelsDep, name: str = Name) -> ModelProperties:
+    times = await models.model_times(name)
+    return ModelProperties(policy=name, created_at=times.created_at, modified_at=times.modified_at)

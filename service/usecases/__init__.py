@@ -8,10 +8,13 @@ module               use case (public surface)
 ``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
 ``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
 ``snapshots``        ``Snapshots``: export, import, periodic save to the event log
+``models``           ``Models``: the model file (export, import, reset, properties)
 ``importance``       ``FeatureRanking.features``: ``GET /policies/{name}/features``
+``importance_jobs``  ``FeatureImportances``: feature-importance jobs over a log range
 ``readiness``        ``Monitor``: ``/readyz``, ``/metrics`` backlog, the gauge refresh loop
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
+``replay``           ``learn_logged_rewards``: logged rewards applied to an engine policy
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
@@ -30,8 +33,10 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
+from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.importance import FeatureRanking
 from service.usecases.loops import Loops
+from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
@@ -40,8 +45,10 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "FeatureImportances",
     "FeatureRanking",
     "Loops",
+    "Models",
     "Monitor",
     "PolicyAdmin",
     "PolicyCache",
@@ -70,6 +77,8 @@ class UseCases:
     monitor: Monitor
     features: FeatureRanking
     loops: Loops
+    models: Models
+    feature_importances: FeatureImportances
 
 
 def build_use_cases(
@@ -84,6 +93,7 @@ def build_use_cases(
     rewards = Rewards(cache, sink, settings, clock)
     admin = PolicyAdmin(cache, event_log, settings, clock)
     recommender = Recommender(cache, sink, settings, clock)
+    features = FeatureRanking(cache, event_log, settings)
     return UseCases(
         store=store,
         sink=sink,
@@ -95,6 +105,8 @@ def build_use_cases(
         admin=admin,
         snapshots=Snapshots(cache, event_log, settings, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
-        features=FeatureRanking(cache, event_log, settings),
+        features=features,
         loops=Loops(admin, recommender, rewards),
+        models=Models(admin, event_log, clock),
+        feature_importances=FeatureImportances(admin, features, clock),
     )
