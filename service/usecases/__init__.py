@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
-from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.importance import FeatureRanking
+from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.loops import Loops
 from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache

@@ -18,7 +18,6 @@ from service.routers.personalizer.routes import ERROR_RESPONSES
 from service.routers.policies import MODEL_FILE, MODEL_MEDIA_TYPE
 
 
-
 def make_model_router(
     prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
 ) -> APIRouter:
