@@ -21,6 +21,7 @@ from service.schemas import (
     ActivateResponse,
     ArmCandidate,
     FeatureImportanceReport,
+    ModelProperties,
     PolicyInfo,
     PolicyList,
     PolicySpec,
@@ -130,6 +131,13 @@ class _Requests:
     def import_snapshot(name: str, data: str) -> Request:
         return ("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot)
 
+    @staticmethod
+    def model_properties(name: str) -> Request:
+        return ("GET", f"/policies/{name}/model/properties", None, ModelProperties)
+
+
+MODEL_HEADERS = {"Content-Type": "application/octet-stream"}
+
 
 def _parse(response: httpx.Response, model: type[M] | None) -> M | None:
     if response.status_code >= 400:
@@ -214,6 +222,20 @@ class BanditClient:
     def import_snapshot(self, name: str, data: str) -> Snapshot:
         return self._call(_Requests.import_snapshot(name, data))
 
+    def export_model(self, name: str) -> bytes:
+        """``GET /policies/{name}/model``: the model file (docs/personalizer.md)."""
+        response = self._http.get(f"/policies/{name}/model")
+        _parse(response, None)
+        return response.content
+
+    def import_model(self, name: str, data: bytes) -> PolicyInfo:
+        """``PUT /policies/{name}/model``: replace the model with an exported file."""
+        response = self._http.put(f"/policies/{name}/model", content=data, headers=MODEL_HEADERS)
+        return _parse(response, PolicyInfo)  # type: ignore[return-value]
+
+    def model_properties(self, name: str) -> ModelProperties:
+        return self._call(_Requests.model_properties(name))
+
     def close(self) -> None:
         self._http.close()
 
@@ -292,6 +314,20 @@ class AsyncBanditClient:
 
     async def import_snapshot(self, name: str, data: str) -> Snapshot:
         return await self._call(_Requests.import_snapshot(name, data))
+
+    async def export_model(self, name: str) -> bytes:
+        response = await self._http.get(f"/policies/{name}/model")
+        _parse(response, None)
+        return response.content
+
+    async def import_model(self, name: str, data: bytes) -> PolicyInfo:
+        response = await self._http.put(
+            f"/policies/{name}/model", content=data, headers=MODEL_HEADERS
+        )
+        return _parse(response, PolicyInfo)  # type: ignore[return-value]
+
+    async def model_properties(self, name: str) -> ModelProperties:
+        return await self._call(_Requests.model_properties(name))
 
     async def aclose(self) -> None:
         await self._http.aclose()

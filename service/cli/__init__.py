@@ -1,6 +1,7 @@
 """The ``bandit`` command line: ``serve``, ``rebuild`` and ``openapi`` (service),
 ``replay``, ``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound``
-(regret bounds), ``features`` (feature importance, from a running server). Exit statuses: :mod:`service.cli.exit_codes`."""
+(regret bounds), ``features`` (feature importance) and ``model`` (export, import,
+reset), from a running server. Exit statuses: :mod:`service.cli.exit_codes`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from service.cli import bound, features, offline, server
+from service.cli import bound, features, model, offline, server
 from service.cli.exit_codes import EPILOG
 
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline.register(sub)
     bound.register(sub)
     features.register(sub)
+    model.register(sub)
     return parser
 
 

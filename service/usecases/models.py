@@ -121,7 +121,7 @@ def decode_model(data: bytes, loop_spec: PolicySpec) -> tuple[PolicySpec, BasePo
     check of the module docstring, each failure a 400 naming the problem."""
 
     def invalid(message: str) -> InvalidRequest:
-        return InvalidRequest(f"the body is not a usable model file: {message}", ["body"])
+        return InvalidRequest(f"body is not a usable model file: {message}", ["body"])
 
     try:
         _, meta, arrays = unpack(data, MODEL_KIND)
