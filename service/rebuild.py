@@ -20,10 +20,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
+from bandit_core.features import Featurizer
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
-from service.usecases.replay import learn_logged_rewards
+from service.usecases.json_features import logged_rows
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,17 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
     policy = build_policy(spec_of(info))
     rewarded, pulls, seen = await asyncio.to_thread(_collect, event_log, info)
     n_decisions = sum(pulls.values())
-    learn_logged_rewards(policy, info, rewarded)
+    config = info.featurizer_config
+    featurizer = None if config is None else Featurizer(config)
+    for event in rewarded:
+        d = event.decision
+        served = next(c for c in d.candidates if c["id"] == d.arm_id)
+        if featurizer is None:
+            x = np.asarray(served["features"], dtype=np.float64)
+        else:  # the log keeps JSON features as sent: featurize the served row again
+            x = logged_rows(featurizer, policy, d.context, [served])[0]
+        policy.add_arm(d.arm_id)
+        policy.update(d.arm_id, x, event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
     if info.arms:
         for arm in [a for a in policy.arm_ids if a not in info.arms]:
             policy.retire_arm(arm)

@@ -14,7 +14,6 @@ module               use case (public surface)
 ``readiness``        ``Monitor``: ``/readyz``, ``/metrics`` backlog, the gauge refresh loop
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
-``replay``           ``learn_logged_rewards``: logged rewards applied to an engine policy
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above

@@ -15,12 +15,15 @@ described feature by feature (``bandit_core.featurized.named_columns``) into a b
 ``BucketNames`` keyed by column. Only served rows ever get a weight (a ridge or
 diagonal fit gives 0 to a column no reward touched), so the served candidates name
 every column that can have an importance above 0.
+
+:meth:`FeatureRanking.scores_over_log` is the other method, over a time range of the
+log: leave-one-feature-out with the offline estimator (the feature-importance jobs of
+``service.usecases.importance_jobs``; docs/personalizer.md says why not the weights).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +32,8 @@ import numpy as np
 
 from bandit_core import BasePolicy
 from bandit_core.errors import BanditError
-from bandit_core.features import BIAS_NAME, BucketNames, Featurizer, SparseRows
+from bandit_core.evaluation.lofo import JsonEvent, leave_one_feature_out
+from bandit_core.features import BucketNames, Featurizer, SparseRows
 from bandit_core.featurized import named_columns
 from bandit_core.importance import ColumnImportance, FeatureWeights, feature_importance, stack_rows
 from service.errors import InvalidRequest
@@ -44,7 +48,6 @@ from service.settings import Settings
 from service.storage.base import DecisionRecord, EventLog
 from service.usecases.json_features import logged_rows
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.replay import learn_logged_rewards
 
 NO_TRAFFIC_METHOD = (
     "importance = |w_i|: no logged decision carries the columns yet, so every feature is "
@@ -67,101 +70,79 @@ class FeatureRanking:
         """The ``top`` columns of policy ``name`` by importance (422 for a policy whose
         algorithm is not linear in its input)."""
         runtime, _, _ = await self.cache.load_all(name)
-        weights = _linear_weights(runtime.info, runtime.policy)  # copies: the cache moves on
+        weights = runtime.policy.feature_weights()  # copies: the cached policy moves on
+        if weights is None:
+            raise InvalidRequest(
+                f"policy {name!r} uses {runtime.info.algorithm}, whose scores are not linear in "
+                "its input; feature importance needs linucb, guardrailed_linucb, hybrid_linucb "
+                "or diag_linucb",
+                ["path", "name"],
+            )
         logged = await asyncio.to_thread(
             self.event_log.recent_decisions, name, self.settings.feature_importance_decisions
         )
         return await asyncio.to_thread(_report, runtime.info, runtime.policy, weights, logged, top)
 
-    def scores_over_log(self, info: PolicyInfo, since: float, until: float) -> list[FeatureScore]:
-        """Feature scores of policy ``info`` over its log's decisions in ``[since, until)``
-        (docs/personalizer.md "Feature importances"): a fresh model of ``info``'s config
-        learns the range's rewards in the order they were applied
-        (:func:`~service.usecases.replay.learn_logged_rewards`), its columns are ranked over the
-        range's candidate rows as :meth:`features` ranks them, and each column's importance
-        is shared among the features its names involve (:func:`feature_scores`).
-        Blocking (reads the log, CPU): run it on a worker thread. 422 for a policy whose
-        scores are not linear."""
+    def scores_over_log(self, info: PolicyInfo, since: float, until: float) -> FeatureScores:
+        """Feature scores of policy ``info`` over the rewarded decisions of its log in
+        ``[since, until)``, by leaving one feature out
+        (:func:`bandit_core.evaluation.lofo.leave_one_feature_out`; docs/personalizer.md
+        "Feature importances"): a fresh policy of ``info``'s config replays the range
+        with every feature and without each, and a feature's score is what the replay's
+        SNIPS value loses without it (0 when it loses nothing), divided by the largest
+        loss. Blocking (reads the log, one replay per feature): run it on a worker
+        thread. 422 for a policy without JSON ``features``."""
+        config = info.featurizer_config
+        if config is None:
+            raise InvalidRequest(
+                f"policy {info.name!r} takes float vectors; feature importance over a log "
+                "range needs a policy with JSON features",
+                ["path", "name"],
+            )
         events = [
-            e for e in self.event_log.iter_events(info.name, since, until) if not e.decision.degraded
+            JsonEvent(
+                context=d.context,
+                arm_ids=[c["id"] for c in d.candidates],  # type: ignore[union-attr]  # read back: a list
+                actions=[c["features"] for c in d.candidates],  # type: ignore[union-attr]
+                arm_id=d.arm_id,
+                propensity=d.propensity,
+                reward=e.reward.value,
+                user_id=d.user_id,
+            )
+            for e in self.event_log.iter_events(info.name, since, until)
+            if e.reward is not None and not (d := e.decision).degraded
         ]
-        rewarded = sorted(
-            (e for e in events if e.reward is not None),
-            key=lambda e: e.reward.created_at,  # type: ignore[union-attr]
+        spec = spec_of(info)
+        value, effects = leave_one_feature_out(lambda: build_policy(spec), Featurizer(config), events)
+        top = max((f.drop for f in effects), default=0.0)
+        return FeatureScores(
+            events=len(events),
+            value=value,
+            scores=[
+                FeatureScore(*f.feature, max(f.drop, 0.0) / top if top > 0 else 0.0)
+                for f in effects
+            ],
         )
-        policy = build_policy(spec_of(info))
-        learn_logged_rewards(policy, info, rewarded)
-        weights = _linear_weights(info, policy)
-        newest_first = [e.decision for e in reversed(events)]
-        report = _report(info, policy, weights, newest_first, policy.config.d)
-        return feature_scores(report.features)
 
 
 @dataclass(frozen=True)
 class FeatureScore:
-    """One input feature (a JSON key in a namespace) and its share of the score changes,
-    normalized so that the top feature scores 1."""
+    """One input feature (a JSON key in a namespace) and its score: what the learning
+    policy loses without it, the top feature's loss 1, 0 for no loss."""
 
     namespace: str
     name: str
     score: float
 
 
-_POSITION = re.compile(r"\[\d+\]$")
+@dataclass(frozen=True)
+class FeatureScores:
+    """The scores over ``events`` rewarded decisions, by descending score, and the
+    replay's value with every feature."""
 
-
-def feature_of(name: str) -> tuple[str, str]:
-    """``(namespace, key)`` of one featurizer name (docs/features.md, the rules):
-    ``user|segment=parent`` -> ``("user", "segment")``, ``device|screen[0]`` ->
-    ``("device", "screen")``, ``|age`` -> ``("", "age")``; a name without ``|`` (a
-    float-vector policy's ``feature_names``) -> ``("", name)``.
-
-    >>> feature_of("user.address|city=Paris"), feature_of("x[3]")
-    (('user.address', 'city'), ('', 'x'))
-    """
-    namespace, bar, rest = name.partition("|")
-    if not bar:
-        namespace, rest = "", name
-    return namespace, _POSITION.sub("", rest.split("=", 1)[0])
-
-
-def feature_scores(columns: Sequence[FeatureImportance]) -> list[FeatureScore]:
-    """Column importances summed by feature: a column's importance is shared equally
-    among the names seen in it (hashed features that collided) and a name's share
-    equally among the features it involves (an interaction ``a ^ b`` gives half to each
-    side; the bias gives nothing). Sorted by descending score (ties by namespace and
-    name), normalized by the top score (all 0 when nothing moved a score).
-
-    >>> cols = [FeatureImportance(column=0, names=["u|s=a ^ i|c=x", "u|t"], importance=2.0,
-    ...                           weight=1, mean=0, deviation=1)]
-    >>> [(f.namespace, f.name, f.score) for f in feature_scores(cols)]
-    [('u', 't', 1.0), ('i', 'c', 0.5), ('u', 's', 0.5)]
-    """
-    totals: dict[tuple[str, str], float] = {}
-    for column in columns:
-        names = [n for n in column.names if n != BIAS_NAME]
-        for name in names:
-            sides = name.split(" ^ ")
-            share = column.importance / len(column.names) / len(sides)
-            for side in sides:
-                key = feature_of(side)
-                totals[key] = totals.get(key, 0.0) + share
-    top = max(totals.values(), default=0.0)
-    ranked = sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [FeatureScore(ns, key, value / top if top > 0 else 0.0) for (ns, key), value in ranked]
-
-
-def _linear_weights(info: PolicyInfo, policy: BasePolicy) -> FeatureWeights:
-    """The policy's weights; 422 for a policy whose scores are not linear in its input."""
-    weights = policy.feature_weights()
-    if weights is None:
-        raise InvalidRequest(
-            f"policy {info.name!r} uses {info.algorithm}, whose scores are not linear in "
-            "its input; feature importance needs linucb, guardrailed_linucb, hybrid_linucb "
-            "or diag_linucb",
-            ["path", "name"],
-        )
-    return weights
+    events: int
+    value: float
+    scores: list[FeatureScore]
 
 
 def _report(

@@ -3,8 +3,8 @@
 
 A job is created ``Running`` and computed in the background, one job at a time per
 process, on a worker thread (:meth:`FeatureRanking.scores_over_log
-<service.usecases.importance.FeatureRanking.scores_over_log>`), so it never holds up
-``rank``; it ends ``Succeeded`` with the feature scores or ``Failed`` with the reason in
+<service.usecases.importance.FeatureRanking.scores_over_log>`): ``rank`` is never
+waiting on it, though the thread shares the process's CPU (and Python's GIL); it ends ``Succeeded`` with the feature scores or ``Failed`` with the reason in
 ``description``. Jobs live in the state store beside the loop, in the namespace
 ``<loop>#featureImportances`` (a ``#`` no policy name holds, so resetting or replacing the
 loop's model keeps them): one value per job (``job:<id>``, JSON) and an ``index`` of the
@@ -98,11 +98,21 @@ class FeatureImportances:
     async def _run(self, loop: str, info: PolicyInfo, job: FeatureImportanceJob) -> None:
         async with self._one_at_a_time:
             try:
-                scores = await asyncio.to_thread(
+                result = await asyncio.to_thread(
                     self.ranking.scores_over_log, info, job.start_time, job.end_time
                 )
-                done = job.model_copy(update={"status": SUCCEEDED, "feature_scores": scores})
-            except ApiError as exc:  # not a linear policy
+                description = (
+                    f"leave-one-feature-out over {result.events} rewarded decisions; the "
+                    f"learning policy's SNIPS value with every feature: {result.value:.4g}"
+                )
+                done = job.model_copy(
+                    update={
+                        "status": SUCCEEDED,
+                        "feature_scores": result.scores,
+                        "description": description,
+                    }
+                )
+            except ApiError as exc:  # a policy without JSON features
                 done = job.model_copy(update={"status": FAILED, "description": exc.message})
             except Exception as exc:  # the job's failure is reported, not raised anywhere
                 log.exception("feature importance %r of loop %r failed", job.id, loop)

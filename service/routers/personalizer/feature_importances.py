@@ -73,7 +73,9 @@ def make_feature_importance_router(
         return Response(status_code=200)
 
     @router.get(
-        "/featureImportances/{featureImportanceId}", response_model=PersonalizerFeatureImportance
+        "/featureImportances/{featureImportanceId}",
+        response_model=PersonalizerFeatureImportance,
+        response_model_exclude_none=True,
     )
     async def get_feature_importance(
         jobs: FeatureImportancesDep, loop: str = Loop, job_id: str = FeatureImportanceId
@@ -97,7 +99,11 @@ def make_feature_importance_router(
         await jobs.delete(loop, job_id)
         return Response(status_code=204)
 
-    @router.get("/featureImportances", response_model=PersonalizerFeatureImportances)
+    @router.get(
+        "/featureImportances",
+        response_model=PersonalizerFeatureImportances,
+        response_model_exclude_none=True,
+    )
     async def list_feature_importances(
         request: Request,
         jobs: FeatureImportancesDep,
