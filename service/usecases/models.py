@@ -16,9 +16,12 @@ the model's, as Personalizer kept them in the service configuration.
 Import checks everything before it writes anything: the container (magic, checksum,
 header), the format, the engine fields (a valid policy spec), the engine state (its own
 checks) and that the engine's config is the one the fields describe; any failure is a
-400 naming it. Then the config (with the model's engine fields, ``reset_at`` now) goes to
-the event log and, in one store transaction, the config and every part replace what was
-stored (parts the model lacks are deleted), so no reader ever sees half of it.
+400 naming it. Then the imported state goes to the event log as a model snapshot of
+the policy's :func:`imported_model_record` at the new ``reset_at`` (so that ``bandit
+rebuild`` and the embedded default's start replay later rewards on top of it), the
+config (with the model's engine fields, ``reset_at`` now) to the event log, and, in one
+store transaction, the config and every part replace what was stored (parts the model
+lacks are deleted), so no reader ever sees half of it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from service.policies import (
 )
 from service.schemas import PolicyInfo, PolicySpec
 from service.storage.base import EventLog
+from service.storage.base import Snapshot as LogSnapshot
 from service.usecases.admin import PolicyAdmin
 from service.usecases.policy_cache import PolicyCache
 
@@ -56,6 +60,12 @@ MODEL_FORMAT = 1
 PART_PREFIXES = (ARM_PREFIX, USER_PREFIX, SHARED_PART)
 # config fields left out of the engine comparison: exploration is a serving setting
 SERVING_CONFIG = ("epsilon",)
+
+
+def imported_model_record(name: str) -> str:
+    """The event log's snapshot name for the models imported into policy ``name`` (a
+    ``#`` no policy name holds)."""
+    return name + "#imported"
 
 
 @dataclass(frozen=True)
@@ -183,6 +193,14 @@ class Models:
             **parts,
             CONFIG_KEY: encode_info(info),
         }
+        record = LogSnapshot(
+            policy=imported_model_record(name),
+            created_at=info.reset_at,
+            model_version=0,
+            data=policy.to_bytes(),
+            meta={"algorithm": spec.algorithm, "revision": info.revision},
+        )
+        await asyncio.to_thread(self.event_log.save_snapshot, record)
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
         await self.admin.cache.replace(name, values)
         # the imported arms count as seen now (arm_idle_seconds runs from the import)

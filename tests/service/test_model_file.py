@@ -149,3 +149,25 @@ async def test_model_properties_follow_the_rewards(make_settings: Any) -> None:
         await wait_for(lambda: log.count("p")[1] == 5)
         later = await typed.model_properties("p")
         assert later.created_at == info.reset_at and later.modified_at > info.reset_at
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_an_imported_model_survives_a_rebuild_from_the_log(make_settings: Any) -> None:
+    """The embedded default rebuilds its state from the log at start: from the imported
+    model, with the rewards learned after the import on top."""
+    settings: Settings = make_settings()
+    async with running(settings) as (app, http, typed):
+        await typed.put_policy("p", LINUCB)
+        await typed.put_policy("q", LINUCB)
+        await _train(http, "p", 40, 3, seed=4)
+        await typed.import_model("q", await typed.export_model("p"))
+        await _train(http, "q", 10, 3, seed=5)  # learned on top of the import
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: log.count("q")[1] == 10)
+        before = bandit_core.policy_from_bytes(_engine(await typed.export_model("q")))
+    async with running(settings) as (_app, _http, typed):
+        after = bandit_core.policy_from_bytes(_engine(await typed.export_model("q")))
+    assert before.policy_stats() == after.policy_stats()
+    assert sum(after.arm_stats(a).rewarded for a in after.arm_ids) == 50
+    for arm in ("a", "b"):
+        np.testing.assert_allclose(after.arm_state(arm).theta, before.arm_state(arm).theta)
