@@ -471,6 +471,14 @@ class ModelProperties(BaseModel):
     modified_at: float = Field(description="the later of created_at and the newest logged reward")
 
 
+class FeatureImportanceRequest(_Model):
+    """``PUT /policies/{name}/feature-importances/{id}``: a job over ``[since, until)``."""
+
+    name: str = Field("", max_length=256, description="a label for the job")
+    since: FiniteFloat = Field(description="start of the log range (unix seconds)")
+    until: FiniteFloat = Field(description="end of the log range (unix seconds, excluded)")
+
+
 class Snapshot(BaseModel):
     """A whole-policy model snapshot (``data``: base64 of the engine's binary layout)."""
 

@@ -1,5 +1,5 @@
 """Leave-one-feature-out importance of JSON features over a log (docs/personalizer.md
-"Feature importances"; Personalizer's feature evaluations worked this way).
+"Feature importances").
 
 A *feature* is a key of a namespace, whatever its values: ``{"user": {"segment":
 "student"}}`` holds ``("user", "segment")`` (the featurizer's rules,

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from service.deps import AdminDep, ApiKey, FeaturesDep, ModelsDep, SnapshotsDep
+from service.deps import (
+    AdminDep,
+    ApiKey,
+    FeatureImportancesDep,
+    FeaturesDep,
+    ModelsDep,
+    SnapshotsDep,
+)
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
     FeatureImportanceReport,
+    FeatureImportanceRequest,
     ModelProperties,
     PolicyInfo,
     PolicyList,
@@ -17,6 +25,7 @@ from service.schemas import (
     Snapshot,
     SnapshotImport,
 )
+from service.usecases.importance_jobs import FeatureImportanceJob, FeatureImportanceJobs
 
 router = APIRouter(prefix="/policies", tags=["policies"], dependencies=[ApiKey])
 _errors = {
@@ -138,3 +147,50 @@ async def reset_model(models: ModelsDep, name: str = Name) -> PolicyInfo:
 async def model_properties(models: ModelsDep, name: str = Name) -> ModelProperties:
     times = await models.model_times(name)
     return ModelProperties(policy=name, created_at=times.created_at, modified_at=times.modified_at)
+
+
+JobId = Path(min_length=1, max_length=256)
+
+
+@router.put(
+    "/{name}/feature-importances/{job_id}", response_model=FeatureImportanceJob, responses=_errors
+)
+async def create_feature_importance(
+    body: FeatureImportanceRequest,
+    jobs: FeatureImportancesDep,
+    name: str = Name,
+    job_id: str = JobId,
+) -> FeatureImportanceJob:
+    """Start a feature-importance job over ``[since, until)`` of the log: leave one
+    feature out with the offline estimator, in the background (docs/personalizer.md,
+    Feature importances); 409 when the id exists."""
+    return await jobs.create(
+        name, job_id, body.name, body.since, body.until, fields=("since", "until")
+    )
+
+
+@router.get(
+    "/{name}/feature-importances/{job_id}", response_model=FeatureImportanceJob, responses=_errors
+)
+async def get_feature_importance(
+    jobs: FeatureImportancesDep, name: str = Name, job_id: str = JobId
+) -> FeatureImportanceJob:
+    return await jobs.get(name, job_id)
+
+
+@router.get(
+    "/{name}/feature-importances", response_model=FeatureImportanceJobs, responses=_errors
+)
+async def list_feature_importances(
+    jobs: FeatureImportancesDep, name: str = Name
+) -> FeatureImportanceJobs:
+    """The policy's jobs, newest first."""
+    return FeatureImportanceJobs(jobs=await jobs.list_jobs(name, None, 0))
+
+
+@router.delete("/{name}/feature-importances/{job_id}", status_code=204, responses=_errors)
+async def delete_feature_importance(
+    jobs: FeatureImportancesDep, name: str = Name, job_id: str = JobId
+) -> Response:
+    await jobs.delete(name, job_id)
+    return Response(status_code=204)

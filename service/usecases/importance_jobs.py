@@ -50,6 +50,10 @@ class FeatureImportanceJob(BaseModel):
     feature_scores: list[FeatureScore] = []
 
 
+class FeatureImportanceJobs(BaseModel):
+    jobs: list[FeatureImportanceJob]
+
+
 def jobs_namespace(loop: str) -> str:
     """The state-store namespace of ``loop``'s jobs."""
     return loop + JOBS_SUFFIX
@@ -66,13 +70,23 @@ class FeatureImportances:
     _one_at_a_time: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
 
     async def create(
-        self, loop: str, job_id: str, name: str, start: float, end: float
+        self,
+        loop: str,
+        job_id: str,
+        name: str,
+        start: float,
+        end: float,
+        fields: tuple[str, str] = ("startTime", "endTime"),
     ) -> FeatureImportanceJob:
         """Record a ``Running`` job over ``[start, end)`` of ``loop``'s log and start it
-        (404 unknown loop; 400 ``endTime`` not after ``startTime``; 409 the id exists)."""
+        (404 unknown loop; 409 the id exists; 422 ``end`` not after ``start``, naming the
+        request's ``fields`` for them)."""
         info = await self.admin.get_policy(loop)
         if not end > start:
-            raise InvalidRequest("endTime must be later than startTime", ["body", "endTime"])
+            start_field, end_field = fields
+            raise InvalidRequest(
+                f"{end_field} must be later than {start_field}", ["body", end_field]
+            )
         job = FeatureImportanceJob(
             id=job_id,
             name=name,
