@@ -24,6 +24,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "absolute deviation over the latest logged decisions (docs/features.md)."
         ),
     )
+    add_server_arguments(cmd)
+    cmd.add_argument("--top", type=int, default=20, help="how many features (default 20)")
+    cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    cmd.set_defaults(run=_features)
+
+
+def add_server_arguments(cmd: argparse.ArgumentParser) -> None:
+    """``--policy``, ``--url`` and ``--api-key``: the options of a command that asks a
+    running server about one policy."""
     cmd.add_argument("--policy", required=True, help="policy name")
     cmd.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
     cmd.add_argument(
@@ -31,9 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=os.environ.get("BANDIT_API_KEY"),
         help="API key (default: $BANDIT_API_KEY)",
     )
-    cmd.add_argument("--top", type=int, default=20, help="how many features (default 20)")
-    cmd.add_argument("--json", action="store_true", help="print the report as JSON")
-    cmd.set_defaults(run=_features)
 
 
 def _features(args: argparse.Namespace) -> int:

@@ -11,12 +11,12 @@ as Personalizer's ``model`` routes, docs/personalizer.md "Model export, import a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from service.cli.features import add_server_arguments
 
 ACTIONS = ("export", "import", "reset", "properties")
 
@@ -32,13 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     cmd.add_argument("action", choices=ACTIONS)
-    cmd.add_argument("--policy", required=True, help="policy name")
-    cmd.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
-    cmd.add_argument(
-        "--api-key",
-        default=os.environ.get("BANDIT_API_KEY"),
-        help="API key (default: $BANDIT_API_KEY)",
-    )
+    add_server_arguments(cmd)
     cmd.add_argument("--file", type=Path, help="the model file (export writes, import reads)")
     cmd.set_defaults(run=_model)
 

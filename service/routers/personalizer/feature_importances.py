@@ -19,8 +19,7 @@ from service.personalizer_schemas import (
     PersonalizerFeatureImportances,
     PersonalizerFeatureScore,
 )
-from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
-from service.routers.personalizer.routes import ERROR_RESPONSES
+from service.routers.personalizer.routes import personalizer_router
 from service.usecases.importance_jobs import FeatureImportanceJob
 
 FeatureImportanceId = Path(alias="featureImportanceId", min_length=1, max_length=256)
@@ -51,13 +50,7 @@ def make_feature_importance_router(
     prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
 ) -> APIRouter:
     """The feature-importance routes under ``prefix`` (``make_router``'s arguments)."""
-    router = APIRouter(
-        prefix=prefix,
-        tags=["personalizer"],
-        route_class=PersonalizerRoute,
-        dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=ERROR_RESPONSES,
-    )
+    router = personalizer_router(prefix, path_params)
     Loop = Depends(loop_of)
 
     @router.put("/featureImportances/{featureImportanceId}", status_code=200)

@@ -13,8 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.deps import ModelsDep
 from service.personalizer_schemas import PersonalizerModelProperties
-from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
-from service.routers.personalizer.routes import ERROR_RESPONSES
+from service.routers.personalizer.routes import personalizer_router
 from service.routers.policies import MODEL_FILE, MODEL_MEDIA_TYPE
 
 
@@ -22,13 +21,7 @@ def make_model_router(
     prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
 ) -> APIRouter:
     """The model routes under ``prefix`` (``make_router``'s arguments)."""
-    router = APIRouter(
-        prefix=prefix,
-        tags=["personalizer"],
-        route_class=PersonalizerRoute,
-        dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=ERROR_RESPONSES,
-    )
+    router = personalizer_router(prefix, path_params)
     Loop = Depends(loop_of)
 
     @router.get(

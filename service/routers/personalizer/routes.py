@@ -18,7 +18,7 @@ from service.personalizer_schemas import (
 )
 from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
 
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+_errors: dict[int | str, dict[str, Any]] = {
     400: {
         "model": PersonalizerErrorResponse,
         "description": "invalid input; the message names the field",
@@ -33,18 +33,24 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 EventId = Path(alias="eventId", min_length=1, max_length=128)
 
 
+def personalizer_router(prefix: str, path_params: Callable[..., Any]) -> APIRouter:
+    """An empty router of Personalizer routes under ``prefix``: the key, the prefix's
+    path parameters (``path_params``) and Personalizer's error shape on every route."""
+    return APIRouter(
+        prefix=prefix,
+        tags=["personalizer"],
+        route_class=PersonalizerRoute,
+        dependencies=[Depends(personalizer_key), Depends(path_params)],
+        responses=_errors,
+    )
+
+
 def make_router(
     prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
 ) -> APIRouter:
     """The routes under ``prefix``; ``loop_of`` is the dependency naming the loop,
     ``path_params`` the one taking the prefix's other parameters (version, api-version)."""
-    router = APIRouter(
-        prefix=prefix,
-        tags=["personalizer"],
-        route_class=PersonalizerRoute,
-        dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=ERROR_RESPONSES,
-    )
+    router = personalizer_router(prefix, path_params)
     Loop = Depends(loop_of)
 
     @router.post("/rank", status_code=201, response_model=PersonalizerRankResponse)
