@@ -20,7 +20,9 @@ from pydantic import BaseModel
 from service.schemas import (
     ActivateResponse,
     ArmCandidate,
+    FeatureImportanceJob,
     FeatureImportanceReport,
+    FeatureImportanceRequest,
     ModelProperties,
     PolicyInfo,
     PolicyList,
@@ -132,6 +134,17 @@ class _Requests:
         return ("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot)
 
     @staticmethod
+    def start_feature_importance(
+        name: str, job_id: str, since: float, until: float, label: str
+    ) -> Request:
+        body = FeatureImportanceRequest(name=label, since=since, until=until).model_dump()
+        return ("PUT", f"/policies/{name}/feature-importances/{job_id}", body, FeatureImportanceJob)
+
+    @staticmethod
+    def feature_importance_job(name: str, job_id: str) -> Request:
+        return ("GET", f"/policies/{name}/feature-importances/{job_id}", None, FeatureImportanceJob)
+
+    @staticmethod
     def model_properties(name: str) -> Request:
         return ("GET", f"/policies/{name}/model/properties", None, ModelProperties)
 
@@ -236,6 +249,15 @@ class BanditClient:
     def model_properties(self, name: str) -> ModelProperties:
         return self._call(_Requests.model_properties(name))
 
+    def start_feature_importance(
+        self, name: str, job_id: str, since: float, until: float, label: str = ""
+    ) -> FeatureImportanceJob:
+        """Start a feature-importance job over ``[since, until)`` of the log."""
+        return self._call(_Requests.start_feature_importance(name, job_id, since, until, label))
+
+    def feature_importance_job(self, name: str, job_id: str) -> FeatureImportanceJob:
+        return self._call(_Requests.feature_importance_job(name, job_id))
+
     def close(self) -> None:
         self._http.close()
 
@@ -328,6 +350,15 @@ class AsyncBanditClient:
 
     async def model_properties(self, name: str) -> ModelProperties:
         return await self._call(_Requests.model_properties(name))
+
+    async def start_feature_importance(
+        self, name: str, job_id: str, since: float, until: float, label: str = ""
+    ) -> FeatureImportanceJob:
+        request = _Requests.start_feature_importance(name, job_id, since, until, label)
+        return await self._call(request)
+
+    async def feature_importance_job(self, name: str, job_id: str) -> FeatureImportanceJob:
+        return await self._call(_Requests.feature_importance_job(name, job_id))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -15,6 +15,8 @@ from service.deps import (
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
+    FeatureImportanceJob,
+    FeatureImportanceJobs,
     FeatureImportanceReport,
     FeatureImportanceRequest,
     ModelProperties,
@@ -25,7 +27,6 @@ from service.schemas import (
     Snapshot,
     SnapshotImport,
 )
-from service.usecases.importance_jobs import FeatureImportanceJob, FeatureImportanceJobs
 
 router = APIRouter(prefix="/policies", tags=["policies"], dependencies=[ApiKey])
 _errors = {

@@ -42,6 +42,7 @@ from service.schemas import (
     IMPORTANCE_METHOD,
     FeatureImportance,
     FeatureImportanceReport,
+    FeatureScore,
     PolicyInfo,
 )
 from service.settings import Settings
@@ -119,20 +120,14 @@ class FeatureRanking:
             events=len(events),
             value=value,
             scores=[
-                FeatureScore(*f.feature, max(f.drop, 0.0) / top if top > 0 else 0.0)
+                FeatureScore(
+                    namespace=f.feature[0],
+                    name=f.feature[1],
+                    score=max(f.drop, 0.0) / top if top > 0 else 0.0,
+                )
                 for f in effects
             ],
         )
-
-
-@dataclass(frozen=True)
-class FeatureScore:
-    """One input feature (a JSON key in a namespace) and its score: what the learning
-    policy loses without it, the top feature's loss 1, 0 for no loss."""
-
-    namespace: str
-    name: str
-    score: float
 
 
 @dataclass(frozen=True)

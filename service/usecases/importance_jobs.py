@@ -1,5 +1,6 @@
 """Feature-importance jobs over a time range of a loop's log (Personalizer's
-``featureImportances`` routes; docs/personalizer.md "Feature importances").
+``featureImportances`` routes, ``/policies/{name}/feature-importances``, ``bandit
+features --since``; docs/personalizer.md "Feature importances").
 
 A job is created ``Running`` and computed in the background, one job at a time per
 process, on a worker thread (:meth:`FeatureRanking.scores_over_log
@@ -22,12 +23,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel
-
 from service.errors import ApiError, Conflict, InvalidRequest, NotFound
-from service.schemas import PolicyInfo
+from service.schemas import FeatureImportanceJob, PolicyInfo
 from service.usecases.admin import PolicyAdmin
-from service.usecases.importance import FeatureRanking, FeatureScore
+from service.usecases.importance import FeatureRanking
 
 log = logging.getLogger(__name__)
 
@@ -35,23 +34,6 @@ JOBS_SUFFIX = "#featureImportances"
 INDEX_KEY = "index"
 JOB_PREFIX = "job:"
 RUNNING, SUCCEEDED, FAILED = "Running", "Succeeded", "Failed"
-
-
-class FeatureImportanceJob(BaseModel):
-    """One job as stored (times in unix seconds)."""
-
-    id: str
-    name: str
-    start_time: float
-    end_time: float
-    creation_time: float
-    status: str
-    description: str | None = None
-    feature_scores: list[FeatureScore] = []
-
-
-class FeatureImportanceJobs(BaseModel):
-    jobs: list[FeatureImportanceJob]
 
 
 def jobs_namespace(loop: str) -> str:

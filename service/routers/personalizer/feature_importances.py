@@ -20,7 +20,7 @@ from service.personalizer_schemas import (
     PersonalizerFeatureScore,
 )
 from service.routers.personalizer.routes import personalizer_router
-from service.usecases.importance_jobs import FeatureImportanceJob
+from service.schemas import FeatureImportanceJob
 
 FeatureImportanceId = Path(alias="featureImportanceId", min_length=1, max_length=256)
 DEFAULT_PAGE_SIZE = 100

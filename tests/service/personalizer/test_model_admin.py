@@ -295,8 +295,8 @@ def check_feature_importances(loop_url: str, start: datetime, end: datetime) -> 
     assert [j["id"] for j in shop.list_feature_importances()] == ["fi-empty"]
 
 
-def test_bandit_model_commands_drive_the_native_routes(
-    servers: dict[str, str], tmp_path: Path
+def test_bandit_model_and_features_commands_drive_the_native_routes(
+    servers: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = servers["embedded"]
     common = ["--policy", DEFAULT_LOOP, "--url", url, "--api-key", API_KEY]
@@ -311,3 +311,7 @@ def test_bandit_model_commands_drive_the_native_routes(
     assert main(["model", "import", *common]) == 2  # no --file
     unknown = ["--policy", "nope", "--url", url, "--api-key", API_KEY, "--file", str(file)]
     assert main(["model", "export", *unknown]) == 2
+    capsys.readouterr()
+    assert main(["features", *common, "--since", "1970-01-01T00:00:00", "--top", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert f"of policy {DEFAULT_LOOP}: Succeeded: leave-one-feature-out over" in printed
