@@ -11,6 +11,7 @@ from service.auth import recommend_key, require_key
 from service.usecases import (
     FeatureImportances,
     FeatureRanking,
+    LogUpkeep,
     Loops,
     Models,
     Monitor,
@@ -59,6 +60,10 @@ async def get_feature_importances(request: Request) -> FeatureImportances:
     return request.app.state.use_cases.feature_importances
 
 
+async def get_log_upkeep(request: Request) -> LogUpkeep:
+    return request.app.state.use_cases.log_upkeep
+
+
 RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
 RewardsDep = Annotated[Rewards, Depends(get_rewards)]
 AdminDep = Annotated[PolicyAdmin, Depends(get_admin)]
@@ -68,5 +73,6 @@ FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 LoopsDep = Annotated[Loops, Depends(get_loops)]
 ModelsDep = Annotated[Models, Depends(get_models)]
 FeatureImportancesDep = Annotated[FeatureImportances, Depends(get_feature_importances)]
+LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

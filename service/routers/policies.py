@@ -9,6 +9,7 @@ from service.deps import (
     ApiKey,
     FeatureImportancesDep,
     FeaturesDep,
+    LogUpkeepDep,
     ModelsDep,
     SnapshotsDep,
 )
@@ -19,6 +20,7 @@ from service.schemas import (
     FeatureImportanceJobs,
     FeatureImportanceReport,
     FeatureImportanceRequest,
+    LogProperties,
     ModelProperties,
     PolicyInfo,
     PolicyList,
@@ -194,4 +196,15 @@ async def delete_feature_importance(
     jobs: FeatureImportancesDep, name: str = Name, job_id: str = JobId
 ) -> Response:
     await jobs.delete(name, job_id)
+@router.get("/{name}/logs", response_model=LogProperties, responses=_errors)
+async def log_properties(upkeep: LogUpkeepDep, name: str = Name) -> LogProperties:
+    """The span of the policy's event log: its first and last decision."""
+    return await upkeep.properties(name)
+
+
+@router.delete("/{name}/logs", status_code=204, responses=_errors)
+async def delete_logs(upkeep: LogUpkeepDep, name: str = Name) -> Response:
+    """Delete every logged decision and reward of the policy, in bounded batches (its
+    learned state is kept; docs/operations.md, "Log retention")."""
+    await upkeep.delete_logs(name)
     return Response(status_code=204)

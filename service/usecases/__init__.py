@@ -17,6 +17,7 @@ module               use case (public surface)
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
+``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -34,6 +35,7 @@ from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
+from service.usecases.log_upkeep import LogUpkeep
 from service.usecases.loops import Loops
 from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
@@ -46,6 +48,7 @@ from service.usecases.sweeper import Sweeper
 __all__ = [
     "FeatureImportances",
     "FeatureRanking",
+    "LogUpkeep",
     "Loops",
     "Models",
     "Monitor",
@@ -78,6 +81,7 @@ class UseCases:
     loops: Loops
     models: Models
     feature_importances: FeatureImportances
+    log_upkeep: LogUpkeep
 
 
 def build_use_cases(
@@ -108,4 +112,5 @@ def build_use_cases(
         loops=Loops(admin, recommender, rewards),
         models=Models(admin, event_log, clock),
         feature_importances=FeatureImportances(admin, features, clock),
+        log_upkeep=LogUpkeep(admin, event_log, settings, clock),
     )
