@@ -171,3 +171,18 @@ async def test_an_imported_model_survives_a_rebuild_from_the_log(make_settings: 
     assert sum(after.arm_stats(a).rewarded for a in after.arm_ids) == 50
     for arm in ("a", "b"):
         np.testing.assert_allclose(after.arm_state(arm).theta, before.arm_state(arm).theta)
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_model_files_have_their_own_body_limit(make_settings: Any) -> None:
+    """A model file may exceed the JSON body limit (the default loop's is 1.06 MB) but
+    not ``max_model_bytes``; other routes keep ``max_body_bytes``."""
+    settings: Settings = make_settings(max_body_bytes=500, max_model_bytes=100_000)
+    async with running(settings) as (_app, http, typed):
+        await typed.put_policy("p", LINUCB)
+        model = await typed.export_model("p")
+        assert 500 < len(model) < 100_000
+        assert (await http.put("/policies/p/model", content=model)).status_code == 200
+        too_big = await http.put("/policies/p/model", content=model + b"\0" * 100_000)
+        assert too_big.status_code == 413 and "100000 bytes" in too_big.text
+        assert (await http.put("/policies/p/snapshot", content=b" " * 1000)).status_code == 413
