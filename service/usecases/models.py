@@ -50,9 +50,10 @@ from service.policies import (
     spec_of,
 )
 from service.schemas import PolicyInfo, PolicySpec
+from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
-from service.usecases.admin import PolicyAdmin
+from service.usecases.admin import PolicyAdmin, check_guardrails_allowed
 from service.usecases.policy_cache import PolicyCache
 
 MODEL_KIND = "bandit_model"
@@ -125,10 +126,13 @@ def _engine_config(policy: BasePolicy) -> dict[str, Any]:
     return {k: v for k, v in policy.config.to_dict().items() if k not in SERVING_CONFIG}
 
 
-def decode_model(data: bytes, loop_spec: PolicySpec) -> tuple[PolicySpec, BasePolicy]:
+def decode_model(
+    data: bytes, loop_spec: PolicySpec, settings: Settings
+) -> tuple[PolicySpec, BasePolicy]:
     """The spec a model file gives a loop whose spec is ``loop_spec`` (its engine fields
     replaced by the model's) and a policy of that spec holding the model's parts; every
-    check of the module docstring, each failure a 400 naming the problem."""
+    check of the module docstring, each failure a 400 naming the problem (guardrails of
+    type ``import`` only where ``settings`` allow them, before anything is built)."""
 
     def invalid(message: str) -> InvalidRequest:
         return InvalidRequest(f"body is not a usable model file: {message}", ["body"])
@@ -150,6 +154,10 @@ def decode_model(data: bytes, loop_spec: PolicySpec) -> tuple[PolicySpec, BasePo
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"])
         raise invalid(f"engine_fields.{where}: {error['msg']}") from None
+    try:
+        check_guardrails_allowed(spec, settings)
+    except InvalidRequest as exc:
+        raise invalid(f"engine_fields: {exc.message}") from None
     try:
         target = build_policy(spec)
     except InvalidRequest as exc:
@@ -184,7 +192,9 @@ class Models:
         """Replace the model of ``name`` with an exported one (module docstring); returns
         the new config. A bad file is a 400 and changes nothing."""
         old = await self.admin.get_policy(name)
-        spec, policy = await asyncio.to_thread(decode_model, data, spec_of(old))
+        spec, policy = await asyncio.to_thread(
+            decode_model, data, spec_of(old), self.admin.settings
+        )
         info = new_info(name, spec, self.clock(), old, reset=True)
         stored = await self.admin.cache.store.keys(name, PART_PREFIXES)
         parts = policy.export_parts(policy.part_names())

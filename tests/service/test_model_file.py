@@ -18,6 +18,10 @@ from tests.service.conftest import running, wait_for
 pytestmark = pytest.mark.anyio
 
 HARE = {"algorithm": "hare", "dimension": 3, "arms": ["a", "b", "c"], "reward_wait_seconds": 600}
+IMPORTING = {
+    "algorithm": "guardrailed_linucb",
+    "guardrails": [{"type": "import", "path": "subprocess:Popen", "params": {"args": "true"}}],
+}
 LINUCB = {
     "algorithm": "linucb",
     "dimension": 3,
@@ -122,6 +126,11 @@ async def test_a_bad_model_file_is_refused_naming_the_problem_and_changes_nothin
                 {"engine": np.frombuffer(other_engine, np.uint8)},
             ): "'d': 5",
             pack("bandit_model", meta, {"engine": np.zeros(8, np.uint8)}): "engine state",
+            pack(  # server-side code: refused before the spec builds anything
+                "bandit_model",
+                {**meta, "engine_fields": {**meta["engine_fields"], **IMPORTING}},
+                arrays,
+            ): "guardrails of type 'import' load server-side code",
         }
         for data, named in bad.items():
             r = await http.put("/policies/p/model", content=data)
