@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from service.auth import recommend_key, require_key
 from service.usecases import (
+    Evaluations,
     FeatureImportances,
     FeatureRanking,
     LogUpkeep,
@@ -60,6 +61,10 @@ async def get_feature_importances(request: Request) -> FeatureImportances:
     return request.app.state.use_cases.feature_importances
 
 
+async def get_evaluations(request: Request) -> Evaluations:
+    return request.app.state.use_cases.evaluations
+
+
 async def get_log_upkeep(request: Request) -> LogUpkeep:
     return request.app.state.use_cases.log_upkeep
 
@@ -73,6 +78,7 @@ FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 LoopsDep = Annotated[Loops, Depends(get_loops)]
 ModelsDep = Annotated[Models, Depends(get_models)]
 FeatureImportancesDep = Annotated[FeatureImportances, Depends(get_feature_importances)]
+EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
 LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

@@ -17,6 +17,7 @@ module               use case (public surface)
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
+``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ===================  =====================================================================
 
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
+from service.usecases.evaluations import Evaluations
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.log_upkeep import LogUpkeep
@@ -46,6 +48,7 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "Evaluations",
     "FeatureImportances",
     "FeatureRanking",
     "LogUpkeep",
@@ -81,6 +84,7 @@ class UseCases:
     loops: Loops
     models: Models
     feature_importances: FeatureImportances
+    evaluations: Evaluations
     log_upkeep: LogUpkeep
 
 
@@ -97,6 +101,7 @@ def build_use_cases(
     admin = PolicyAdmin(cache, event_log, settings, clock)
     recommender = Recommender(cache, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
+    loops = Loops(admin, recommender, rewards)
     return UseCases(
         store=store,
         sink=sink,
@@ -109,8 +114,9 @@ def build_use_cases(
         snapshots=Snapshots(cache, event_log, settings, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
         features=features,
-        loops=Loops(admin, recommender, rewards),
+        loops=loops,
         models=Models(admin, event_log, clock),
         feature_importances=FeatureImportances(admin, features, clock),
+        evaluations=Evaluations(loops, settings, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
     )
