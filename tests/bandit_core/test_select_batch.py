@@ -17,7 +17,9 @@ NAMES = sorted(POLICIES)
 
 def _rows(rng: np.random.Generator, k: int, integer: bool) -> np.ndarray:
     """Integer-valued features make exact score ties common; normal ones make them rare."""
-    return rng.integers(0, 3, size=(k, D)).astype(np.float64) if integer else rng.normal(size=(k, D))
+    return (
+        rng.integers(0, 3, size=(k, D)).astype(np.float64) if integer else rng.normal(size=(k, D))
+    )
 
 
 def _trained(name: str, integer: bool, **params: object) -> bandit_core.BasePolicy:
@@ -70,7 +72,9 @@ def _same(batched: Decision | BanditError, single: Decision | BanditError) -> No
 
 def _one_by_one(policy: bandit_core.BasePolicy, r: SelectRequest) -> Decision | BanditError:
     try:
-        return policy.select(r.arm_ids, r.X, user_id=r.user_id, features=r.features, explore=r.explore)
+        return policy.select(
+            r.arm_ids, r.X, user_id=r.user_id, features=r.features, explore=r.explore
+        )
     except BanditError as exc:
         return exc
 
@@ -78,7 +82,9 @@ def _one_by_one(policy: bandit_core.BasePolicy, r: SelectRequest) -> Decision | 
 @pytest.mark.parametrize("integer", [False, True], ids=["normal", "integer"])
 @pytest.mark.parametrize("epsilon", [0.0, 0.3])
 @pytest.mark.parametrize("name", NAMES)
-def test_select_batch_equals_one_select_per_request(name: str, epsilon: float, integer: bool) -> None:
+def test_select_batch_equals_one_select_per_request(
+    name: str, epsilon: float, integer: bool
+) -> None:
     p = _trained(name, integer, epsilon=epsilon)
     p.retire_arm("d")
     q = type(p).from_bytes(p.to_bytes())
