@@ -686,8 +686,7 @@ class BasePolicy(abc.ABC):
         for i, request in enumerate(requests):
             try:
                 ids, X, ctx = self._select_input(request.arm_ids, request.X, request.user_id, request.features)
-                unseen = tuple(a for a in ids if a not in self._arms)
-                if unseen and self._parts_changed_by_new_arms(unseen):
+                if self.cold_start_changes_state(ids):
                     self._finish_batch(requests, pending, out)
                     pending = []
                     out[i] = self._select_or_error(request)
@@ -699,6 +698,14 @@ class BasePolicy(abc.ABC):
             pending.append((i, ids, X, ctx, states, created))
         self._finish_batch(requests, pending, out)
         return out  # type: ignore[return-value]
+
+    def cold_start_changes_state(self, arm_ids: Sequence[str]) -> bool:
+        """Whether a selection over ``arm_ids`` would cold-start arms in a way that
+        changes other state a store must save (LNUCB-TA counts its arms); only such
+        selections of a policy that :attr:`batches_selections` list parts in
+        ``Decision.state_changed``."""
+        unseen = tuple(a for a in arm_ids if a not in self._arms)
+        return bool(unseen) and bool(self._parts_changed_by_new_arms(unseen))
 
     def _select_or_error(self, request: SelectRequest) -> Decision | BanditError:
         try:

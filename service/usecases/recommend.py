@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +58,7 @@ Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | N
 ``features``, each candidate's features as sent (logged raw; None for float vectors)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Served:
     """A decision of a coalesced batch on its way to the store and the log."""
 
@@ -178,6 +178,14 @@ class Recommender:
         if len(reqs) == 1 or cached is None or not cached.policy.batches_selections:
             return await asyncio.gather(*map(self._recommend_one, reqs), return_exceptions=True)
         runtime, candidates, degraded = await self._load_for_select(reqs)
+        policy = runtime.policy
+        if any(
+            not isinstance(c, Exception) and policy.cold_start_changes_state(c[0])
+            for c in candidates
+        ):
+            # rare (arms new to LNUCB-TA): served one after another in order, each
+            # selection redone inside its own transaction as on the plain path
+            return [await _outcome(self._recommend_one(req)) for req in reqs]
         results: list[bytes | BaseException] = [
             c if isinstance(c, Exception) else b"" for c in candidates
         ]
@@ -189,22 +197,19 @@ class Recommender:
         ]
         now = self.clock()
         served: list[_Served] = []
-        for i, decision in zip(chosen, runtime.policy.select_batch(selections)):
+        for i, decision in zip(chosen, policy.select_batch(selections)):
             if isinstance(decision, BanditError):
                 results[i] = _engine_error(runtime, decision)
                 continue
             ids = candidates[i][0]  # type: ignore[index]
-            parts = runtime.policy.parts_for_select(ids, reqs[i].user_id)
+            parts = policy.parts_for_select(ids, reqs[i].user_id)
             response = self._response(
                 reqs[i], runtime, decision, secrets.token_hex(16), parts, degraded
             )
             served.append(_Served(i, reqs[i], candidates[i], decision, response))  # type: ignore[arg-type]
         if served and not degraded:
             try:
-                if any(s.decision.state_changed for s in served):  # rare: redone one by one
-                    await self._store_each(runtime, served, now)
-                else:
-                    await self._store_batch(runtime, served, results, now)
+                await self._store_batch(runtime, served, results, now)
             except StoreUnavailableError:
                 metrics.STORE_ERRORS.labels("decision").inc()
                 for s in served:
@@ -277,18 +282,6 @@ class Recommender:
                 results[s.index] = Conflict(
                     f"event_id {s.response['event_id']!r} is already in use"
                 )
-
-    async def _store_each(self, runtime: Runtime, served: list[_Served], now: float) -> None:
-        """Store the events of ``served`` one transaction each, as the plain path does
-        (a selection that changed state is redone inside its transaction)."""
-        ttl = self.settings.event_ttl_seconds
-        for s in served:
-            ids, X, features, _ = s.candidates
-            parts = runtime.policy.parts_for_select(ids, s.req.user_id)
-            claim = Claim(s.response["event_id"], ttl)
-            s.response, s.decision = await self._store_event(
-                s.req, runtime, ids, X, features, s.decision, s.response, parts, now, None, claim
-            )
 
     def _candidates(self, req: RecommendRequest, runtime: Runtime) -> Candidates:
         """Ids, rows, named context and (JSON features only) the features as sent."""
@@ -564,3 +557,11 @@ def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | 
         response=served.response,
         request_digest=digest,
     ).to_json()
+
+
+async def _outcome(request: Awaitable[bytes]) -> bytes | BaseException:
+    """The response ``request`` gives, or the error it fails with."""
+    try:
+        return await request
+    except Exception as exc:  # noqa: BLE001 -- handed to the request's own handler
+        return exc
