@@ -148,7 +148,8 @@ class Recommender:
         decision = self._select(runtime, ids, X, req, features)
         now = self.clock()
         event_id = req.event_id or secrets.token_hex(16)
-        response = self._response(req, runtime, decision, event_id, parts, degraded)
+        version = runtime.model_version(parts)
+        response = self._response(req, runtime, decision, event_id, version, degraded)
         if not degraded:
             ttl = self.settings.event_ttl_seconds
             args = (req, runtime, ids, X, features, decision, response, parts, now, digest)
@@ -197,14 +198,17 @@ class Recommender:
         ]
         now = self.clock()
         served: list[_Served] = []
+        versions: dict[tuple[Any, ...], int] = {}  # model_version by candidates and user
         for i, decision in zip(chosen, policy.select_batch(selections)):
             if isinstance(decision, BanditError):
                 results[i] = _engine_error(runtime, decision)
                 continue
             ids = candidates[i][0]  # type: ignore[index]
-            parts = policy.parts_for_select(ids, reqs[i].user_id)
+            key = (*ids, reqs[i].user_id)
+            if key not in versions:
+                versions[key] = runtime.model_version(policy.parts_for_select(ids, key[-1]))
             response = self._response(
-                reqs[i], runtime, decision, secrets.token_hex(16), parts, degraded
+                reqs[i], runtime, decision, secrets.token_hex(16), versions[key], degraded
             )
             served.append(_Served(i, reqs[i], candidates[i], decision, response))  # type: ignore[arg-type]
         if served and not degraded:
@@ -315,11 +319,12 @@ class Recommender:
             def parts_of(
                 policy: BasePolicy, candidates: list[Candidates | Exception] = candidates
             ) -> list[str]:
-                parts = [
-                    policy.parts_for_select(c[0], req.user_id)
+                selections = {  # the distinct candidate lists and users
+                    (*c[0], req.user_id): c[0]
                     for req, c in zip(reqs, candidates)
                     if not isinstance(c, Exception)
-                ]
+                }
+                parts = [policy.parts_for_select(ids, key[-1]) for key, ids in selections.items()]
                 return (
                     parts[0]
                     if len(parts) == 1
@@ -360,7 +365,7 @@ class Recommender:
         runtime: Runtime,
         decision: Decision,
         event_id: str,
-        parts: list[str],
+        model_version: int,
         degraded: bool,
     ) -> dict[str, Any]:
         """The :class:`RecommendResponse` as a plain dict, its fields in the model's order
@@ -396,7 +401,7 @@ class Recommender:
             "ranking": ranking,
             "policy": req.policy,
             "algorithm": runtime.info.algorithm,
-            "model_version": runtime.model_version(parts),
+            "model_version": model_version,
             "explored": bool(decision.explored),
             "guardrail": guardrail,
             "degraded": degraded,
@@ -433,7 +438,8 @@ class Recommender:
                 import_stored(runtime, {p: values[p] for p in changed})
                 again = self._select(runtime, ids, X, req, features)
                 result["decision"] = again
-                result["response"] = self._response(req, runtime, again, event_id, parts, False)
+                version = runtime.model_version(parts)
+                result["response"] = self._response(req, runtime, again, event_id, version, False)
                 out.update(runtime.policy.export_parts(changed))
             served = _Served(
                 0, req, (ids, X, features, None), result["decision"], result["response"]
