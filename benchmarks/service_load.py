@@ -375,6 +375,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Three panels against connections: requests/s as a fraction of the trivial
+    endpoint's, p99 latency and server CPU per request, one line per backend, payload and
+    coalescing (the ``recommend max`` rows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["load"] == "recommend max":
+            name = r["backend"]
+            if r.get("payload"):
+                name += f", {r['payload']}, coalescing {r.get('coalescing', 'on')}"
+            lines.setdefault(name, []).append(r)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    panels = (
+        ("x trivial ceiling", "requests/s / trivial endpoint's"),
+        ("p99_ms", "p99 latency (ms)"),
+        ("cpu_ms_per_request", "server CPU per request (ms)"),
+    )
+    for ax, (key, label) in zip(axes, panels):
+        for name, points in lines.items():
+            points = sorted(points, key=lambda r: r["connections"])
+            style = "s--" if "off" in name else ("k:" if "trivial" in name else "o-")
+            xs = [r["connections"] for r in points]
+            ax.plot(xs, [r[key] for r in points], style, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("connections (wrk, closed loop)")
+        ax.set_ylabel(label)
+        if key == "p99_ms":
+            ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("POST /recommend, K = 50, one worker; 2-core shared VM (ratios within one run)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run (default 8)")
@@ -419,8 +460,21 @@ def main(argv: list[str] | None = None) -> int:
         help="also drive a hybrid_linucb policy over JSON features hashed into 2**BITS "
         "buckets with the issue's request (15 context features, 50 candidates x 6)",
     )
-    add_label_argument(parser, "service_load")
+    parser.add_argument(
+        "--plot",
+        action="store_true",
+        help="draw the run against connections (docs/img/service_load_<label>.png)",
+    )
+    parser.add_argument(
+        "--replot", action="store_true", help="only redraw run --label from the results file"
+    )
+    add_label_argument(parser, "service_load", figure=True)
     args = parser.parse_args(argv)
+    from benchmarks._harness import figure_path, read_run
+
+    if args.replot:
+        plot(read_run("service_load", args.label)["rows"], figure_path("service_load", args.label))
+        return 0
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
@@ -475,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
         args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
+    if args.plot:
+        plot(result["rows"], figure_path("service_load", args.label))
     return 0
 
 
