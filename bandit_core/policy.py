@@ -34,8 +34,9 @@ Optional hooks
     ``_new_shared_state``, ``_new_user_state``; ``_filter`` (guardrails: the eligible
     mask), ``_choose`` (the greedy index), ``_finish_select`` (record what serving
     changes), ``_decision_extras``, ``_arm_stats_extras``, ``_parts_changed_by_new_arms``;
-    ``_score_batch`` (scores of B selections at once, bit-identical to ``_score`` row by
-    row, for :meth:`BasePolicy.select_until`).
+    ``_score_batch`` (scores and widths of B selections at once, bit-identical to
+    ``_score`` row by row, for :meth:`BasePolicy.select_until` and
+    :meth:`BasePolicy.select_batch`).
 
 Class flags (set by ``__init_subclass__`` from the hooks a class overrides; never set
 by hand)
@@ -68,7 +69,7 @@ Shared models
     the only state part is ``"shared"`` and :meth:`~BasePolicy.policy_stats` holds the
     counts.
 
-Select, update, select_until
+Select, update, select_until, select_batch
     :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
     ``_score``, breaks ties uniformly (one random key per candidate), applies the
     guardrail hooks and the epsilon floor and logs the propensities (docs/algorithms.md
@@ -76,6 +77,11 @@ Select, update, select_until
     ``_update``. :meth:`~BasePolicy.select_until` equals a loop of selections that
     stops at a target arm, state and RNG included; it only batches when ``_BATCHED``,
     ``epsilon = 0`` and ``select`` would accept every row, else it loops.
+    :meth:`~BasePolicy.select_batch` gives the decisions (or errors) of a list of
+    selections made one after another, bit for bit, scoring those over the same
+    candidates together when selecting changes no state (``_STATELESS_SELECT``:
+    :attr:`~BasePolicy.batches_selections`); the service's coalesced ``/recommend``
+    is built on it (docs/performance.md section 6).
 
 Cache rules
     Policies over ridge states (LinUCB, hybrid LinUCB, LNUCB-TA) score from stacked copies of the
