@@ -81,9 +81,9 @@ class Recommender:
     # policy name -> the requests waiting for the batch in flight to finish (present
     # while a batch of that policy is being served)
     _waiting: dict[str, list[tuple[RecommendRequest, asyncio.Future[bytes]]]] = field(
-        default_factory=dict
+        default_factory=dict, init=False
     )
-    _batches: set[asyncio.Task[None]] = field(default_factory=set)
+    _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def recommend(self, req: RecommendRequest) -> bytes:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized

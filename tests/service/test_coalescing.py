@@ -140,3 +140,21 @@ async def test_coalesced_decisions_equal_the_plain_path(make_settings: Callable[
     assert plain_transactions == [{"dense": 7, "ta": 8, "json": 7}] * 3
     assert transactions[0] == {"dense": 2, "ta": 8, "json": 2}
     assert transactions[1:] == [{"dense": 2, "ta": 2, "json": 2}] * 2
+
+
+async def test_client_event_ids_beside_a_batch(make_settings: Callable[..., Any]) -> None:
+    """Requests with a client event id, sent among coalesced ones, are served on their
+    own: a repeat answers the original decision, another body under the same id 409."""
+    async with running(make_settings()) as (_app, http, _):
+        r = await http.put("/policies/p", json={**BASE, **POLICIES["dense"]})
+        assert r.status_code == 200, r.text
+        arms = [{"id": a} for a in ARMS]
+        body = {"policy": "p", "context": [1.0, 0.0, 1.0], "arms": arms}
+        bodies = [body] * 6 + [{**body, "event_id": "mine"}] * 2
+        answers = await asyncio.gather(*(http.post("/recommend", json=b) for b in bodies))
+        assert [r.status_code for r in answers] == [200] * 8
+        assert answers[6].json() == answers[7].json()
+        assert answers[6].json()["event_id"] == "mine"
+        assert len({r.json()["event_id"] for r in answers[:6]}) == 6
+        other = {**body, "event_id": "mine", "context": [0.0, 1.0, 1.0]}
+        assert (await http.post("/recommend", json=other)).status_code == 409
