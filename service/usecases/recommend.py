@@ -190,27 +190,24 @@ class Recommender:
         results: list[bytes | BaseException] = [
             c if isinstance(c, Exception) else b"" for c in candidates
         ]
-        chosen = [i for i, c in enumerate(candidates) if not isinstance(c, Exception)]
+        chosen = [(i, c) for i, c in enumerate(candidates) if not isinstance(c, Exception)]
         selections = [
-            SelectRequest(c[0], c[1], reqs[i].user_id, c[2], reqs[i].explore)
-            for i in chosen
-            if not isinstance(c := candidates[i], Exception)
+            SelectRequest(c[0], c[1], reqs[i].user_id, c[2], reqs[i].explore) for i, c in chosen
         ]
         now = self.clock()
         served: list[_Served] = []
         versions: dict[tuple[Any, ...], int] = {}  # model_version by candidates and user
-        for i, decision in zip(chosen, policy.select_batch(selections)):
+        for (i, c), decision in zip(chosen, policy.select_batch(selections)):
             if isinstance(decision, BanditError):
                 results[i] = _engine_error(runtime, decision)
                 continue
-            ids = candidates[i][0]  # type: ignore[index]
-            key = (*ids, reqs[i].user_id)
+            key = (*c[0], reqs[i].user_id)
             if key not in versions:
-                versions[key] = runtime.model_version(policy.parts_for_select(ids, key[-1]))
+                versions[key] = runtime.model_version(policy.parts_for_select(c[0], key[-1]))
             response = self._response(
                 reqs[i], runtime, decision, secrets.token_hex(16), versions[key], degraded
             )
-            served.append(_Served(i, reqs[i], candidates[i], decision, response))  # type: ignore[arg-type]
+            served.append(_Served(i, reqs[i], c, decision, response))
         if served and not degraded:
             try:
                 await self._store_batch(runtime, served, results, now)
