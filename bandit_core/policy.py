@@ -81,7 +81,7 @@ Select, update, select_until, select_batch
     selections made one after another, bit for bit, scoring those over the same
     candidates together when selecting changes no state (``_STATELESS_SELECT``:
     :attr:`~BasePolicy.batches_selections`); the service's coalesced ``/recommend``
-    is built on it (docs/performance.md section 6).
+    is built on it (docs/performance.md section 7).
 
 Cache rules
     Policies over ridge states (LinUCB, hybrid LinUCB, LNUCB-TA) score from stacked copies of the
