@@ -117,6 +117,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
         use_cases = build_use_cases(store, writer, event_log, settings)
         app.state.use_cases = use_cases
+        stack.push_async_callback(use_cases.feature_importances.close)
         stack.callback(use_cases.evaluations.close)
         await load_initial_policies(use_cases, settings)
         # Everything allocated so far (modules, schemas, engines) lives as long as the
@@ -147,12 +148,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 class BodyLimitAndTiming:
-    """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (read before the app
-    sees them) and the request-latency histogram per route template."""
+    """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (``max_model_bytes`` for
+    a model file, ``PUT .../model``; read before the app sees them) and the
+    request-latency histogram per route template."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, max_model_bytes: int) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_model_bytes = max_model_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -168,9 +171,11 @@ class BodyLimitAndTiming:
 
         try:
             if scope["method"] in ("POST", "PUT", "PATCH"):
-                body = await self._read_body(receive)
+                model_file = scope["method"] == "PUT" and scope["path"].endswith("/model")
+                limit = self.max_model_bytes if model_file else self.max_body_bytes
+                body = await self._read_body(receive, limit)
                 if body is None:
-                    await self._too_large(send_status, scope["path"])
+                    await self._too_large(send_status, limit, scope["path"])
                     return
                 receive = _replay(body, receive)
             await self.app(scope, receive, send_status)
@@ -181,7 +186,7 @@ class BodyLimitAndTiming:
                 time.perf_counter() - start
             )
 
-    async def _read_body(self, receive: Receive) -> bytes | None:
+    async def _read_body(self, receive: Receive, limit: int) -> bytes | None:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -190,15 +195,15 @@ class BodyLimitAndTiming:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
 
-    async def _too_large(self, send: Send, path: str) -> None:
-        message = f"request body exceeds the limit of {self.max_body_bytes} bytes"
+    async def _too_large(self, send: Send, limit: int, path: str) -> None:
+        message = f"request body exceeds the limit of {limit} bytes"
         if personalizer.PERSONALIZER_PATH.match(path):  # Personalizer's error shape
             error = {"code": "PayloadSizeExceeded", "message": message}
             body = json.dumps({"error": error}).encode()
@@ -249,7 +254,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in personalizer.routers():
         app.include_router(router)
     personalizer.install_handlers(app)
-    app.add_middleware(BodyLimitAndTiming, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitAndTiming,
+        max_body_bytes=settings.max_body_bytes,
+        max_model_bytes=settings.max_model_bytes,
+    )
     if settings.cors_origins:
         # outermost, so a preflight is answered before any other layer sees it
         app.add_middleware(
