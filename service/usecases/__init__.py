@@ -15,6 +15,7 @@ module               use case (public surface)
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
+``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;

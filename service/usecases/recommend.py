@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +56,13 @@ class Recommender:
     clock: Callable[[], float] = time.time
     json_candidates: JsonCandidates = field(default_factory=JsonCandidates)
 
-    async def recommend(self, req: RecommendRequest) -> bytes:
+    async def recommend(
+        self, req: RecommendRequest, annotations: Mapping[str, Any] | None = None
+    ) -> bytes:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized
-        once here, and stored as is with the pending event for repeats)."""
+        once here, and stored as is with the pending event for repeats). ``annotations``
+        are fields added to that response, e.g. the slot ids a multi-slot event keeps on
+        its first slot (service/usecases/multislot.py)."""
         store = self.cache.store
         digest = None if req.event_id is None else request_digest(req)
         if req.event_id is not None:
@@ -70,6 +74,7 @@ class Recommender:
         now = self.clock()
         event_id = req.event_id or secrets.token_hex(16)
         response = self._response(req, runtime, decision, event_id, parts, degraded)
+        response.update(annotations or {})
         if not degraded:
             ttl = self.settings.event_ttl_seconds
             args = (req, runtime, ids, X, features, decision, response, parts, now, digest)
@@ -220,7 +225,8 @@ class Recommender:
                 import_stored(runtime, {p: values[p] for p in changed})
                 again = self._select(runtime, ids, X, req, features)
                 result["decision"] = again
-                result["response"] = self._response(req, runtime, again, event_id, parts, False)
+                redone = self._response(req, runtime, again, event_id, parts, False)
+                result["response"] = {**response, **redone}  # annotations kept
                 out.update(runtime.policy.export_parts(changed))
             chosen = result["decision"]
             out[key] = PendingEvent(

@@ -31,6 +31,9 @@ INVALID_INPUT_CODES = {
     "activate": "InvalidEventIdToActivate",
     "update_service_configuration": "InvalidServiceConfiguration",
     "update_policy": "InvalidPolicyConfiguration",
+    "rank_multi_slot": "InvalidRankRequest",
+    "reward_multi_slot": "InvalidRewardRequest",
+    "activate_multi_slot": "InvalidEventIdToActivate",
 }
 CODE_OF_STATUS = {401: "401", 404: "ResourceNotFound", 409: "Conflict", 413: "PayloadSizeExceeded"}
 
