@@ -221,6 +221,7 @@ class MultiSlot:
     async def activate(self, loop: str, event_id: str) -> None:
         """Activate every slot's decision of a deferred multi-slot event (accepted and
         ignored when unknown or finalized)."""
+        await self.loops.admin.get_policy(loop)  # 404 for an unknown loop
         header = await self.header(loop, event_id)
         for index in range(0 if header is None else len(header.slots)):
             await self.loops.activate(loop, slot_event_id(event_id, index))

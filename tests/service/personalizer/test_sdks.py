@@ -359,6 +359,12 @@ def test_multi_slot_preview_paths_over_httpx(endpoint: str, version: str) -> Non
             json={"actions": ACTIONS, "slots": SLOTS},
         )
         assert (missing.status_code, missing.json()["error"]["code"]) == (404, "ResourceNotFound")
+        for route in ("activate", "reward"):
+            unknown_loop = http.post(
+                f"/loops/nope/personalizer/{version}/multislot/events/e/{route}",
+                json={"reward": [{"slotId": "a", "value": 1}]},
+            )
+            assert unknown_loop.status_code == 404
         no_baseline = http.post(
             f"/personalizer/{version}/multislot/rank",
             json={"actions": ACTIONS, "slots": [{"id": "a"}]},
