@@ -12,8 +12,8 @@ the event log. The first slot's stored event also keeps the request's slot ids a
 which is how a reward names a slot by id, an activation finds every slot and a repeated
 ``eventId`` is told from a reused one; slot 0 always has an action (its baseline is
 one of its candidates). A slot whose candidates are all excluded gets no action and no
-event. Everything a request can get wrong is checked before the first slot is served,
-so a refused request leaves nothing behind.
+event. Everything a request can get wrong (the slots, baselines, features) is checked
+before the first slot is served, so a refused request leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ async def test_slots_get_distinct_actions_never_excluded_each_one_event(
 ) -> None:
     rng = np.random.default_rng(7)
     served_slots = 0
-    async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+    answers: dict[str, list[str | None]] = {}
+    async with running(make_settings(personalizer_loop=True)) as (app, http, _):
         for _ in range(40):
             n = int(rng.integers(1, len(TOPICS) + 1))
             baselines = rng.permutation(TOPICS)[:n]
@@ -73,8 +74,21 @@ async def test_slots_get_distinct_actions_never_excluded_each_one_event(
                 else:
                     assert action not in request["excludedActions"]
             served_slots += len(placed)
+            answers[answer["eventId"]] = chosen
         counted = await stats(http)
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        logged = list(app.state.use_cases.event_log.iter_events(DEFAULT_LOOP))
     assert counted["decisions"] == served_slots  # one decision (pending event) per slot
+    # each served slot is logged as its own decision E:slot<i>, with its own propensity,
+    # among the candidates left to it, its slot's features joined to the context
+    assert len(logged) == served_slots
+    for event in logged:
+        event_id, index = event.decision.event_id.rsplit(":slot", 1)
+        assert event.decision.arm_id == answers[event_id][int(index)]
+        candidates = {c["id"] for c in event.decision.candidates}
+        assert candidates.isdisjoint(a for a in answers[event_id][: int(index)] if a)
+        assert 0 < event.decision.propensity <= 1
+        assert event.decision.context[-1] == {"slot": {"name": f"s{index}"}}
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
