@@ -124,6 +124,10 @@ async def test_each_slot_is_rewarded_once_with_its_earliest_reward(make_settings
         body = page(slot("hero", "news"), slot("side", "music"), eventId="page-1")
         ranked = (await http.post(RANK, json=body, headers=HEADERS)).json()
         assert (await http.post(RANK, json=body, headers=HEADERS)).json() == ranked  # idempotent
+        twice = page(slot("hero", "news"), slot("side", "music"), eventId="page-2")
+        racing = await asyncio.gather(*(http.post(RANK, json=twice, headers=HEADERS) for _ in "ab"))
+        assert [r.status_code for r in racing] == [201, 201]
+        assert racing[0].json() == racing[1].json()  # one decision per slot, answered twice
         other = page(slot("hero", "news"), eventId="page-1")
         reused = await http.post(RANK, json=other, headers=HEADERS)
         assert reused.status_code == 409
@@ -145,7 +149,7 @@ async def test_each_slot_is_rewarded_once_with_its_earliest_reward(make_settings
         assert (await http.post(reward, json=again, headers=HEADERS)).status_code == 204
         counted = await stats(http)
         after = (await http.get(f"/policies/{DEFAULT_LOOP}/snapshot")).json()["data"]
-        assert (counted["decisions"], counted["rewards"]) == (2, 2)
+        assert (counted["decisions"], counted["rewards"]) == (4, 2)
         assert counted["policy_stats"]["reward_sum"] == 1.25  # the earliest of each slot
         assert after != before  # the rewards reached the model
         # each slot is the single-slot event E:slot<i>, served with its own propensity
