@@ -34,6 +34,8 @@ INVALID_INPUT_CODES = {
     "rank_multi_slot": "InvalidRankRequest",
     "reward_multi_slot": "InvalidRewardRequest",
     "activate_multi_slot": "InvalidEventIdToActivate",
+    "create_evaluation": "InvalidEvaluationContract",
+    "put_evaluation": "InvalidEvaluationContract",
 }
 CODE_OF_STATUS = {401: "401", 404: "ResourceNotFound", 409: "Conflict", 413: "PayloadSizeExceeded"}
 

@@ -16,7 +16,7 @@ from service.personalizer_schemas import (
     PersonalizerMultiSlotReward,
 )
 from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
-from service.routers.personalizer.routes import ERROR_RESPONSES, EventId
+from service.routers.personalizer.routes import ERRORS, EventId
 from service.usecases.multislot import MultiSlot
 
 
@@ -36,7 +36,7 @@ def make_multislot_router(
         tags=["personalizer"],
         route_class=PersonalizerRoute,
         dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=ERROR_RESPONSES,
+        responses=ERRORS,
     )
     Loop = Depends(loop_of)
 
