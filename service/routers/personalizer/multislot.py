@@ -15,8 +15,7 @@ from service.personalizer_schemas import (
     PersonalizerMultiSlotRankResponse,
     PersonalizerMultiSlotReward,
 )
-from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
-from service.routers.personalizer.routes import ERRORS, EventId
+from service.routers.personalizer.routes import EventId, personalizer_router
 from service.usecases.multislot import MultiSlot
 
 
@@ -31,13 +30,7 @@ def make_multislot_router(
     prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
 ) -> APIRouter:
     """The multi-slot routes under ``prefix`` (arguments as :func:`make_router`'s)."""
-    router = APIRouter(
-        prefix=prefix + "/multislot",
-        tags=["personalizer"],
-        route_class=PersonalizerRoute,
-        dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=ERRORS,
-    )
+    router = personalizer_router(prefix + "/multislot", path_params)
     Loop = Depends(loop_of)
 
     @router.post(
