@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, field
 
 from service import metrics
 from service.errors import Conflict, InvalidRequest, NotFound
@@ -26,22 +24,8 @@ from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
-from service.usecases.policy_cache import PolicyCache, import_stored
-
-
-class EventAlreadyFinalError(Exception):
-    """The event left ``pending`` before this transition (it happened elsewhere)."""
-
-    def __init__(self, event: PendingEvent) -> None:
-        super().__init__(event.state.value)
-        self.event = event
-
-
-def stored_event(event_id: str, data: bytes | None) -> PendingEvent:
-    """The event stored as ``data``; 404 when it is gone (unknown or expired)."""
-    if data is None:
-        raise NotFound(f"event_id {event_id!r} is unknown or expired")
-    return PendingEvent.from_json(data)
+from service.usecases.finalizations import EventAlreadyFinalError, Finalizations, stored_event
+from service.usecases.policy_cache import PolicyCache
 
 
 @dataclass
@@ -52,6 +36,10 @@ class Rewards:
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
+    finalizations: Finalizations = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.finalizations = Finalizations(self.cache, self.clock, self.settings.reward_batching)
 
     async def reward(self, req: RewardRequest) -> RewardResponse:
         """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""
@@ -143,39 +131,12 @@ class Rewards:
         value: float | None,
         state: EventState,
     ) -> PendingEvent:
-        """One transaction: move a pending event to ``state`` and, when ``value`` is not
-        None, update the served arm's parts with it; returns the finalized event. Raises
-        :class:`EventAlreadyFinalError` if the event is no longer pending."""
-        key = event_key(event_id)
-        arm, user = event.arm_id, event.user_id
-        parts = runtime.policy.parts_for_update(arm, user) if value is not None else []
-        result: list[PendingEvent] = []
-
-        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            ev = stored_event(event_id, values[key])
-            if not ev.pending:
-                raise EventAlreadyFinalError(ev)
-            if ev.reset_at != runtime.info.reset_at and value is not None:
-                raise Conflict(
-                    f"policy {name!r} was reset or reconfigured after event {event_id!r}"
-                )
-            out: dict[str, bytes | None] = {}
-            if value is not None:
-                import_stored(runtime, {p: values[p] for p in parts})
-                runtime.policy.add_arm(arm)
-                runtime.policy.update(arm, np.asarray(ev.x), value, user_id=user)
-                out.update(runtime.policy.export_parts(parts))
-            ev.state, ev.reward, ev.finalized_at = state, value, self.clock()
-            out[key] = ev.to_json()
-            result[:] = [ev]
-            return out
-
-        await self.cache.transact(runtime, name, [key, *parts], fn)
-        if value is not None and arm in runtime.labelled_arms:
-            alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
-            if alpha is not None:
-                metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
-        return result[0]
+        """Move a pending event to ``state`` and, when ``value`` is not None, update the
+        served arm's parts with it, in one transaction (with the policy's other
+        finalizations in flight when ``reward_batching``: :mod:`service.usecases.finalizations`);
+        returns the finalized event. Raises :class:`EventAlreadyFinalError` if the event
+        is no longer pending."""
+        return await self.finalizations.finalize(name, runtime, event_id, event, value, state)
 
     async def record_final(
         self, name: str, event_id: str, event: PendingEvent, source: str | None

@@ -23,9 +23,10 @@ from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import EventState, PendingEvent, event_key
+from service.usecases.finalizations import EventAlreadyFinalError
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.rewards import EventAlreadyFinalError, Rewards
+from service.usecases.rewards import Rewards
 
 
 @dataclass
