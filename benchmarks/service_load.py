@@ -31,8 +31,15 @@ and re-created).
     python -m benchmarks.service_load --duration 5 --ks 50 --workers 1
     python -m benchmarks.service_load --ks 50 --workers 1 --backends redis+postgres --json-bits 7
 
-``--json-bits`` adds, in the same run, a ``hybrid_linucb`` policy over JSON features
-(``payload`` "json bits N", :func:`_json_load`) beside the dense K = 50, d = 32 rows.
+``--json-bits`` adds, in the same run, a shared model over JSON features (``payload``
+"json bits N", :func:`_json_load`; ``hybrid_linucb``, or ``--json-algorithm
+diag_linucb``) beside the dense K = 50, d = 32 rows. ``--loads`` picks among the three
+loads (``max,half,mixed``); ``--reward-batching on,off`` serves every row once with
+``BANDIT_REWARD_BATCHING`` true and once false, in the same run (rewards coalesced per
+policy, or one store transaction per reward: docs/performance.md, "Rewards in batches"):
+
+    python -m benchmarks.service_load --ks 50 --workers 1,2 --backends redis+postgres \
+        --json-bits 7 --loads mixed --reward-batching off,on
 """
 
 from __future__ import annotations
@@ -206,15 +213,15 @@ def _scripts(tmp: Path, body: str, pause_ms: int) -> tuple[Path, Path]:
     return rec, mixed
 
 
-def _json_load(policy: str, bits: int) -> tuple[dict[str, Any], str]:
-    """A hybrid_linucb policy over JSON features of ``bits`` and the request of the
+def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], str]:
+    """A shared model (``algorithm``) over JSON features of ``bits`` and the request of the
     issue's goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
     50 candidates of 6 features, every context x action interaction). The same body on
     every request: the catalog repeats, so the server's cache of hashed candidates hits."""
     from benchmarks.featurizer import request
 
     context, actions = request(0)
-    spec = {"algorithm": "hybrid_linucb", "features": {"bits": bits}}
+    spec = {"algorithm": algorithm, "features": {"bits": bits}}
     arms = [{"id": a["item"]["id"], "features": a} for a in actions]
     return spec, json.dumps({"policy": policy, "context": context, "arms": arms}, separators=(",", ":"))
 
@@ -222,24 +229,29 @@ def _json_load(policy: str, bits: int) -> tuple[dict[str, Any], str]:
 def _drive(
     server: Server, tmp: Path, body: str, label: dict[str, Any], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    """The three loads (max, about half the max rate, recommend+reward) on one body."""
+    """The loads of ``args.loads`` (max, about half the max rate, recommend+reward) on
+    one body; ``half`` needs ``max`` (its rate is half of what ``max`` measured)."""
     from benchmarks import _harness as h
 
     rec, mixed = _scripts(tmp, body, 0)
     url = server.base + "/recommend"
     wrk(url, rec, 2, args.connections)
-    top = wrk(url, rec, args.duration, args.connections, server=server)
-    rows = [{**label, "load": "recommend max", **top, "loadavg": h.load()["loadavg"]}]
-    # About half the maximum rate: each connection pauses between requests.
-    pause = max(
-        0,
-        round(1000 * args.connections / max(top["requests_per_s"] / 2, 1) - (top["p50_ms"] or 0)),
-    )
-    half, _ = _scripts(tmp, body, pause)
-    r = wrk(url, half, args.duration, args.connections, server=server)
-    rows.append({**label, "load": f"recommend ~half rate (pause {pause} ms)", **r, "loadavg": h.load()["loadavg"]})
-    r = wrk(url, mixed, args.duration, args.connections, server=server)
-    rows.append({**label, "load": "recommend+reward", **r, "loadavg": h.load()["loadavg"]})
+    rows = []
+    if "max" in args.loads or "half" in args.loads:
+        top = wrk(url, rec, args.duration, args.connections, server=server)
+        rows.append({**label, "load": "recommend max", **top, "loadavg": h.load()["loadavg"]})
+    if "half" in args.loads:
+        # About half the maximum rate: each connection pauses between requests.
+        pause = max(
+            0,
+            round(1000 * args.connections / max(top["requests_per_s"] / 2, 1) - (top["p50_ms"] or 0)),
+        )
+        half, _ = _scripts(tmp, body, pause)
+        r = wrk(url, half, args.duration, args.connections, server=server)
+        rows.append({**label, "load": f"recommend ~half rate (pause {pause} ms)", **r, "loadavg": h.load()["loadavg"]})
+    if "mixed" in args.loads:
+        r = wrk(url, mixed, args.duration, args.connections, server=server)
+        rows.append({**label, "load": "recommend+reward", **r, "loadavg": h.load()["loadavg"]})
     return rows
 
 
@@ -299,53 +311,65 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             finally:
                 server.stop()
-        for backend in args.backends:
-            for workers in args.workers:
-                if backend == "embedded" and workers > 1:
-                    continue  # the embedded default keeps state in process: one worker only
-                env = dict(
-                    os.environ,
-                    BANDIT_DATA_DIR=str(tmp / f"data-{backend}-{workers}"),
-                    BANDIT_DEMO_POLICY="false",
+        servers = [
+            (backend, workers, batching)
+            for backend in args.backends
+            for workers in args.workers
+            for batching in args.reward_batching
+            # the embedded default keeps state in process: one worker only
+            if backend != "embedded" or workers == 1
+        ]
+        for backend, workers, batching in servers:
+            env = dict(
+                os.environ,
+                BANDIT_DATA_DIR=str(tmp / f"data-{backend}-{workers}-{batching}"),
+                BANDIT_DEMO_POLICY="false",
+                BANDIT_REWARD_BATCHING=str(batching == "on").lower(),
+            )
+            if backend == "redis+postgres":
+                _reset_backends(args.redis_url, args.pg_admin, args.pg_db)
+                env.update(
+                    BANDIT_REDIS_URL=args.redis_url,
+                    BANDIT_DATABASE_URL=f"{args.pg_admin.rsplit('/', 1)[0]}/{args.pg_db}",
                 )
-                if backend == "redis+postgres":
-                    _reset_backends(args.redis_url, args.pg_admin, args.pg_db)
-                    env.update(
-                        BANDIT_REDIS_URL=args.redis_url,
-                        BANDIT_DATABASE_URL=f"{args.pg_admin.rsplit('/', 1)[0]}/{args.pg_db}",
+            server = Server(
+                [
+                    sys.executable,
+                    "-m",
+                    "service.cli",
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    str(workers),
+                ],
+                env,
+                port,
+                "/readyz",
+            )
+            try:
+                loads = [(K, "dense", f"bench_k{K}") for K in args.ks]
+                if args.json_bits is not None:
+                    loads.append((50, f"json bits {args.json_bits}", "bench_json"))
+                for K, payload, policy in loads:
+                    spec, body = (
+                        _json_load(policy, args.json_bits, args.json_algorithm)
+                        if policy == "bench_json"
+                        else ({"algorithm": "linucb", "dimension": d, "arms": [f"arm{i}" for i in range(K)]}, _body(policy, d))
                     )
-                server = Server(
-                    [
-                        sys.executable,
-                        "-m",
-                        "service.cli",
-                        "serve",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port),
-                        "--workers",
-                        str(workers),
-                    ],
-                    env,
-                    port,
-                    "/readyz",
-                )
-                try:
-                    loads = [(K, "dense", f"bench_k{K}") for K in args.ks]
-                    if args.json_bits is not None:
-                        loads.append((50, f"json bits {args.json_bits}", "bench_json"))
-                    for K, payload, policy in loads:
-                        spec, body = (
-                            _json_load(policy, args.json_bits)
-                            if policy == "bench_json"
-                            else ({"algorithm": "linucb", "dimension": d, "arms": [f"arm{i}" for i in range(K)]}, _body(policy, d))
-                        )
-                        _request("PUT", f"{server.base}/policies/{policy}", spec)
-                        label = {"backend": backend, "workers": workers, "K": K, "payload": payload}
-                        rows.extend(_drive(server, tmp, body, label, args))
-                finally:
-                    server.stop()
+                    _request("PUT", f"{server.base}/policies/{policy}", spec)
+                    label = {
+                        "backend": backend,
+                        "workers": workers,
+                        "reward_batching": batching,
+                        "K": K,
+                        "payload": payload,
+                    }
+                    rows.extend(_drive(server, tmp, body, label, args))
+            finally:
+                server.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"rows": rows}
@@ -373,8 +397,26 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         metavar="BITS",
-        help="also drive a hybrid_linucb policy over JSON features hashed into 2**BITS "
+        help="also drive a shared model over JSON features hashed into 2**BITS "
         "buckets with the issue's request (15 context features, 50 candidates x 6)",
+    )
+    parser.add_argument(
+        "--json-algorithm",
+        choices=["hybrid_linucb", "diag_linucb"],
+        default="hybrid_linucb",
+        help="the shared model of --json-bits (default hybrid_linucb)",
+    )
+    parser.add_argument(
+        "--loads",
+        type=lambda s: s.split(","),
+        default=["max", "half", "mixed"],
+        help="comma-separated among max, half, mixed (default all three)",
+    )
+    parser.add_argument(
+        "--reward-batching",
+        type=lambda s: s.split(","),
+        default=["on"],
+        help="on, off or off,on: BANDIT_REWARD_BATCHING of the servers (default on)",
     )
     add_label_argument(parser, "service_load")
     args = parser.parse_args(argv)
@@ -399,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 "backend",
                 "workers",
+                "reward_batching",
                 "K",
                 "payload",
                 "load",
