@@ -36,8 +36,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from service import metrics
 from service.errors import Conflict, NotFound
 from service.policies import Runtime
@@ -238,7 +236,7 @@ class Finalizations:
                     imported = True
                 try:
                     policy.add_arm(ev.arm_id)
-                    policy.update(ev.arm_id, np.asarray(ev.x), item.value, user_id=ev.user_id)
+                    policy.update(ev.arm_id, ev.row(), item.value, user_id=ev.user_id)
                 except Exception as exc:
                     if len(batch) == 1:
                         raise

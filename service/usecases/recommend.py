@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from bandit_core import BanditError, BasePolicy, Decision, ModelError
+from bandit_core.features import SparseRows
 from service import metrics
 from service.errors import Conflict, EngineInputError, with_policy
 from service.policies import Runtime
@@ -37,13 +38,21 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.usecases.candidates import build_candidates, candidates_json
-from service.usecases.events import EventState, PendingEvent, dumps, event_key, request_digest
+from service.usecases.events import (
+    EventState,
+    PendingEvent,
+    dumps,
+    event_key,
+    request_digest,
+    stored_row,
+)
 from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, import_stored
 
-Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
-"""Candidate ids, their rows ``X``, the named context (guardrails) and, for a policy with
-``features``, each candidate's features as sent (logged raw; None for float vectors)."""
+Candidates = tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any] | None]
+"""Candidate ids, their rows ``X`` (sparse for a policy taking sparse rows), the named
+context (guardrails) and, for a policy with ``features``, each candidate's features as
+sent (logged raw; None for float vectors)."""
 
 
 @dataclass
@@ -128,7 +137,7 @@ class Recommender:
     def _select(
         runtime: Runtime,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         req: RecommendRequest,
         features: dict[str, float] | None,
     ) -> Decision:
@@ -195,7 +204,7 @@ class Recommender:
         req: RecommendRequest,
         runtime: Runtime,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         features: dict[str, float] | None,
         decision: Decision,
         response: dict[str, Any],
@@ -226,7 +235,7 @@ class Recommender:
             out[key] = PendingEvent(
                 state=EventState.PENDING,
                 arm_id=chosen.arm_id,
-                x=X[ids.index(chosen.arm_id)].tolist(),
+                x=stored_row(X, ids.index(chosen.arm_id)),
                 user_id=req.user_id,
                 activated=not req.defer_activation,
                 created_at=now,
@@ -290,7 +299,7 @@ class Recommender:
         req: RecommendRequest,
         runtime: Runtime,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         raw: list[Any] | None,
         decision: Decision,
         response: dict[str, Any],
