@@ -1,5 +1,6 @@
-"""``POST /reward`` and ``POST /events/{id}/activate``, and the one transition every
-finalization goes through (:meth:`Rewards.finalize`, used by the sweeper too).
+"""``POST /reward`` and ``POST /events/{id}/activate``. Every finalization (a reward
+here, a default reward or expiry by the sweeper) goes through ``Rewards.finalizations``
+(:mod:`service.usecases.finalizations`: one transaction per batch of a policy's rewards).
 
 Repeated reward: ``200`` with ``applied: false`` and ``status: "already_rewarded"``
 and the originally applied value; the model is not changed again. A second reward with
@@ -19,7 +20,6 @@ from dataclasses import dataclass, field
 
 from service import metrics
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.policies import Runtime
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
@@ -39,7 +39,10 @@ class Rewards:
     finalizations: Finalizations = field(init=False)
 
     def __post_init__(self) -> None:
-        self.finalizations = Finalizations(self.cache, self.clock, self.settings.reward_batching)
+        # the finalized events' time is this use case's clock, read when they finalize
+        self.finalizations = Finalizations(
+            self.cache, lambda: self.clock(), self.settings.reward_batching
+        )
 
     async def reward(self, req: RewardRequest) -> RewardResponse:
         """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""
@@ -64,7 +67,7 @@ class Rewards:
                 f"event {req.event_id!r} was deferred and is not activated; activate it first"
             )
         try:
-            applied = await self.finalize(
+            applied = await self.finalizations.finalize(
                 name, runtime, req.event_id, event, req.reward, EventState.REWARDED
             )
         except EventAlreadyFinalError as final:
@@ -121,22 +124,6 @@ class Rewards:
                 name, event_id, self.clock() + runtime.info.reward_wait_seconds
             )
         return ActivateResponse(event_id=event_id, activated=True)
-
-    async def finalize(
-        self,
-        name: str,
-        runtime: Runtime,
-        event_id: str,
-        event: PendingEvent,
-        value: float | None,
-        state: EventState,
-    ) -> PendingEvent:
-        """Move a pending event to ``state`` and, when ``value`` is not None, update the
-        served arm's parts with it, in one transaction (with the policy's other
-        finalizations in flight when ``reward_batching``: :mod:`service.usecases.finalizations`);
-        returns the finalized event. Raises :class:`EventAlreadyFinalError` if the event
-        is no longer pending."""
-        return await self.finalizations.finalize(name, runtime, event_id, event, value, state)
 
     async def record_final(
         self, name: str, event_id: str, event: PendingEvent, source: str | None
