@@ -105,6 +105,11 @@ class Finalizations:
         """No batch of any policy in flight or queued."""
         return not self._queues
 
+    def queued(self, name: str) -> int:
+        """How many finalizations of policy ``name`` wait for the batch in flight."""
+        queue = self._queues.get(name)
+        return 0 if queue is None else len(queue.waiting)
+
     async def finalize(
         self,
         name: str,

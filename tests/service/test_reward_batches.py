@@ -223,3 +223,31 @@ async def test_one_reward_alone_is_one_transaction_and_the_queue_is_left_empty(
         assert r.json()["status"] == "already_rewarded" and sizes == [1, 1]
         assert finalizations.idle
         assert np.isfinite((await http.get("/policies/p/stats")).json()["arms"][r.json()["arm_id"]]["reward_sum"])
+
+
+async def test_a_caller_that_stops_waiting_does_not_stall_the_queue(make_settings: Any) -> None:
+    """Three concurrent finalizations: the first is applied alone, the two others queue;
+    the caller of the second is cancelled while it waits. The batch still applies both
+    (the cancelled caller's reward is in, as a request cut after its commit would be: a
+    retry answers ``already_rewarded``), the third gets its event, the queue empties."""
+    spec, body = POLICIES["linucb"]
+    async with running(make_settings()) as (app, http, _):
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        events = await _decide(http, "p", body, 3)
+        finalizations = app.state.use_cases.rewards.finalizations
+        items = [await _finalization(app, "p", e, 1.0) for e in events]
+        tasks = [
+            asyncio.create_task(
+                finalizations.finalize("p", item.runtime, item.event_id, item.event, 1.0, EventState.REWARDED)
+            )
+            for item in items
+        ]
+        while finalizations.queued("p") < 2 and not tasks[0].done():
+            await asyncio.sleep(0)
+        assert finalizations.queued("p") == 2  # the first one's transaction is in flight
+        tasks[1].cancel()
+        first, third = await asyncio.gather(tasks[0], tasks[2])
+        assert first.state is third.state is EventState.REWARDED
+        assert tasks[1].cancelled() and finalizations.idle
+        r = await http.post("/reward", json={"event_id": events[1], "reward": 1.0})
+        assert r.json()["status"] == "already_rewarded"
