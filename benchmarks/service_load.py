@@ -250,9 +250,20 @@ def _drive(
         r = wrk(url, half, args.duration, args.connections, server=server)
         rows.append({**label, "load": f"recommend ~half rate (pause {pause} ms)", **r, "loadavg": h.load()["loadavg"]})
     if "mixed" in args.loads:
+        retries = _transaction_retries(server.base)
         r = wrk(url, mixed, args.duration, args.connections, server=server)
+        r["transaction_retries"] = _transaction_retries(server.base) - retries
         rows.append({**label, "load": "recommend+reward", **r, "loadavg": h.load()["loadavg"]})
     return rows
+
+
+def _transaction_retries(base: str) -> float:
+    """Store transactions the server redid after a conflict so far (every policy, every
+    worker: ``bandit_store_transaction_retries_total`` of ``/metrics``)."""
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    found = re.findall(r"^bandit_store_transaction_retries_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
+    return sum(float(v) for v in found)
 
 
 def _reset_backends(redis_url: str, pg_admin: str, pg_db: str) -> None:
@@ -450,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                 "p90_ms",
                 "p99_ms",
                 "non_2xx",
+                "transaction_retries",
                 "x trivial ceiling",
                 "cpu_ms_per_request",
                 "x trivial cpu",

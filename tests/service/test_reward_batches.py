@@ -6,11 +6,13 @@ embedded default and on Redis + PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
+import redis
 
 from bandit_core.errors import InvalidInputError
 from service.errors import Conflict, NotFound
@@ -251,3 +253,34 @@ async def test_a_caller_that_stops_waiting_does_not_stall_the_queue(make_setting
         assert tasks[1].cancelled() and finalizations.idle
         r = await http.post("/reward", json={"event_id": events[1], "reward": 1.0})
         assert r.json()["status"] == "already_rewarded"
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_transaction_redone_after_a_conflict_is_counted(make_settings: Any) -> None:
+    """A concurrent write to a key between a transaction's read and its commit: the
+    transaction is redone on fresh values, and ``/metrics`` counts one retry."""
+    settings = make_settings()
+    async with running(settings) as (app, http, _):
+        spec, _body = POLICIES["linucb"]
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        cache = app.state.use_cases.cache
+        runtime, _, _ = await cache.load("p")
+        other = redis.Redis.from_url(settings.redis_url)
+        seen: list[bytes | None] = []
+
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            if not seen:  # another writer gets in first
+                other.set("bandit:{p}:k:note", b"theirs")
+                other.hset("bandit:{p}:versions", "note", 1)
+            seen.append(values["note"])
+            return {"note": b"ours"}
+
+        before = await _retries(http)
+        await cache.transact(runtime, "p", ["note"], fn)
+        assert seen == [None, b"theirs"] and await _retries(http) == before + 1
+
+
+async def _retries(http: Any) -> float:
+    text = (await http.get("/metrics")).text
+    found = re.findall(r'^bandit_store_transaction_retries_total\{policy="p"\} (\S+)$', text, re.MULTILINE)
+    return float(found[0]) if found else 0.0
