@@ -97,8 +97,8 @@ class Finalizations:
     cache: PolicyCache
     clock: Callable[[], float]
     coalesce: bool = True
-    _queues: dict[str, _PolicyQueue] = field(default_factory=dict)
-    _drains: set[asyncio.Task[None]] = field(default_factory=set)
+    _queues: dict[str, _PolicyQueue] = field(default_factory=dict, init=False, repr=False)
+    _drains: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
     @property
     def idle(self) -> bool:
