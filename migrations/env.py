@@ -9,7 +9,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from service.storage.schema import create_log_engine, metadata
+from service.storage.schema import create_log_engine, include_name, metadata
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):
@@ -27,6 +27,7 @@ def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=metadata,
+        include_name=include_name,
         compare_type=True,
         render_as_batch=connection.dialect.name == "sqlite",
     )

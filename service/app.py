@@ -2,7 +2,8 @@
 
 The lifespan owns every connection and background task: the state store (Redis pool
 or in-process), the event log (SQLAlchemy engine) and its batching writer, the
-default-reward sweeper and the periodic snapshots. Nothing connects at import time.
+default-reward sweeper, the periodic snapshots and the event-log upkeep (partitions,
+retention). Nothing connects at import time.
 """
 
 from __future__ import annotations
@@ -47,18 +48,22 @@ def make_store(settings: Settings) -> StateStore:
 
 
 def make_event_log(settings: Settings) -> Any:
-    """The SQLAlchemy event log, migrated to head when ``run_migrations``."""
+    """The SQLAlchemy event log, migrated to head and its day partitions prepared
+    (PostgreSQL; docs/operations.md "Event-log partitions") when ``run_migrations``,
+    before the writer's first insert could wait for them."""
     from service.storage.migrate import upgrade_head
     from service.storage.sql_log import SqlEventLog
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    event_log = SqlEventLog(settings.log_url)
     if settings.run_migrations:
         try:
             upgrade_head(settings.log_url)
+            event_log.prepare_partitions(time.time(), settings.log_partition_days_ahead)
         except StoreUnavailableError as exc:
             # A database outage must not keep the service down: events spool until it is back.
             log.warning("event log unreachable at start, migrations skipped, events will spool: %s", exc)
-    return SqlEventLog(settings.log_url)
+    return event_log
 
 
 def make_writer(settings: Settings, event_log: Any) -> Any:
@@ -126,6 +131,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             asyncio.create_task(use_cases.sweeper.run(stop)),
             asyncio.create_task(use_cases.snapshots.run(stop)),
             asyncio.create_task(use_cases.monitor.run(stop)),
+            asyncio.create_task(use_cases.log_upkeep.run(stop)),
         ]
 
         async def stop_tasks() -> None:

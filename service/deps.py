@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from service.auth import recommend_key, require_key
 from service.usecases import (
     FeatureRanking,
+    LogUpkeep,
     Loops,
     Monitor,
     PolicyAdmin,
@@ -49,6 +50,10 @@ async def get_loops(request: Request) -> Loops:
     return request.app.state.use_cases.loops
 
 
+async def get_log_upkeep(request: Request) -> LogUpkeep:
+    return request.app.state.use_cases.log_upkeep
+
+
 RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
 RewardsDep = Annotated[Rewards, Depends(get_rewards)]
 AdminDep = Annotated[PolicyAdmin, Depends(get_admin)]
@@ -56,5 +61,6 @@ SnapshotsDep = Annotated[Snapshots, Depends(get_snapshots)]
 MonitorDep = Annotated[Monitor, Depends(get_monitor)]
 FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 LoopsDep = Annotated[Loops, Depends(get_loops)]
+LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

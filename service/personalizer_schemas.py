@@ -33,7 +33,7 @@ class PersonalizerServiceConfiguration(_Camel):
     exploration_percentage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
     model_export_frequency: str = Field(description="ISO 8601 duration; kept, no effect here")
     log_retention_days: Annotated[int, Field(ge=-1)] = Field(
-        description="kept, no effect here (-1: forever)"
+        description="days the event log keeps the loop's events (-1: forever)"
     )
     learning_mode: Literal["Online", "Apprentice", "LoggingOnly"] = "Online"
     log_mirror_enabled: bool | None = None
@@ -88,3 +88,16 @@ class PersonalizerErrorDetail(_Camel):
 
 class PersonalizerErrorResponse(_Camel):
     error: PersonalizerErrorDetail
+
+
+class PersonalizerDateRange(_Camel):
+    """A span of time (``from`` is a Python keyword: the field is ``start``)."""
+
+    start: datetime | None = Field(alias="from", description="null: the log is empty")
+    to: datetime | None = Field(description="null: the log is empty")
+
+
+class PersonalizerLogsProperties(_Camel):
+    """``GET logs/properties``: the times of the first and the last event logged."""
+
+    date_range: PersonalizerDateRange

@@ -7,6 +7,7 @@ These models are the wire format only; the event-log tables live in the storage 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -275,9 +276,10 @@ class PolicySpec(_Model):
     feature_names: list[Annotated[Text, Field(min_length=1)]] | None = None
     personalizer: dict[str, Any] | None = Field(
         None,
-        description="settings of the Personalizer-compatible configuration routes that "
-        "change nothing here (modelExportFrequency, logRetentionDays, the learning "
-        "policy's name, ...), kept so that reading the configuration returns them",
+        description="settings of the Personalizer-compatible configuration routes, kept so "
+        "that reading the configuration returns them (modelExportFrequency, the learning "
+        "policy's name, ...); of those logRetentionDays acts: the days the event log keeps "
+        "the policy's events (-1 or absent: forever)",
     )
     arm_idle_seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         None,
@@ -508,3 +510,11 @@ class Readiness(BaseModel):
 
 class ErrorDetail(BaseModel):
     detail: str | list[dict[str, Any]]
+
+
+class LogProperties(BaseModel):
+    """The span of a policy's event log (``GET /policies/{name}/logs``)."""
+
+    policy: str
+    first: datetime | None = Field(description="time of the first decision logged; null: none")
+    last: datetime | None = Field(description="time of the last decision logged; null: none")

@@ -110,6 +110,18 @@ class Settings(BaseSettings):
     snapshot_interval_seconds: float = Field(
         300.0, ge=0, description="0 disables periodic snapshots"
     )
+    log_upkeep_interval_seconds: float = Field(
+        3600.0,
+        ge=0,
+        description="how often the event-log partitions are created ahead and each policy's "
+        "logRetentionDays applied (0 disables; docs/operations.md)",
+    )
+    log_partition_days_ahead: int = Field(
+        3, ge=1, description="days of partitions created ahead of today (PostgreSQL)"
+    )
+    log_delete_batch: int = Field(
+        1000, gt=0, description="most rows one transaction of the log retention deletes"
+    )
     log_batch_size: int = Field(
         500, gt=0, description="most decision/reward records written in one transaction"
     )

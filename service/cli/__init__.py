@@ -1,4 +1,4 @@
-"""The ``bandit`` command line: ``serve``, ``rebuild`` and ``openapi`` (service),
+"""The ``bandit`` command line: ``serve``, ``rebuild``, ``partitions`` and ``openapi`` (service),
 ``replay``, ``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound``
 (regret bounds), ``features`` (feature importance, from a running server). Exit statuses: :mod:`service.cli.exit_codes`."""
 

@@ -1,4 +1,4 @@
-"""``bandit serve``, ``bandit rebuild`` and ``bandit openapi``."""
+"""``bandit serve``, ``bandit rebuild``, ``bandit partitions`` and ``bandit openapi``."""
 
 from __future__ import annotations
 
@@ -64,6 +64,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--policy", required=True, metavar="NAME", help="the policy whose state to rebuild"
     )
     rebuild.set_defaults(run=_rebuild)
+
+    partitions = subparsers.add_parser(
+        "partitions",
+        help="create the event log's day partitions ahead and list them (PostgreSQL)",
+        description="Create the day partitions of decisions and rewards from yesterday to "
+        "--days-ahead days ahead, move the rows of the default partitions into their days, "
+        "and list the partitions (BANDIT_DATABASE_URL; the service does the same every "
+        "BANDIT_LOG_UPKEEP_INTERVAL_SECONDS). With --explain, print the plan of a replay of "
+        "POLICY over [--since, --until): the partitions it scans. docs/operations.md.",
+    )
+    partitions.add_argument(
+        "--days-ahead",
+        type=int,
+        metavar="N",
+        help="days of partitions ahead of today (default BANDIT_LOG_PARTITION_DAYS_AHEAD)",
+    )
+    partitions.add_argument("--explain", metavar="POLICY", help="print a replay's query plan")
+    partitions.add_argument(
+        "--since", type=_utc_time, metavar="TIME", help="ISO 8601 start of the replay (UTC)"
+    )
+    partitions.add_argument(
+        "--until", type=_utc_time, metavar="TIME", help="ISO 8601 end of the replay (UTC)"
+    )
+    partitions.set_defaults(run=_partitions)
 
     export = subparsers.add_parser(
         "openapi",
@@ -161,6 +185,64 @@ def _rebuild(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return asyncio.run(run())
+
+
+def _utc_time(text: str) -> float:
+    """Unix seconds of an ISO 8601 time (UTC when it names no offset)."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _partitions(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from service.storage.base import StoreUnavailableError
+    from service.storage.migrate import upgrade_head
+    from service.storage.partitions import list_partitions
+    from service.storage.schema import PARTITIONED_TABLES
+    from service.storage.sql_log import SqlEventLog
+
+    settings = _settings()
+    if settings is None:
+        return EXIT_USAGE
+    days_ahead = settings.log_partition_days_ahead if args.days_ahead is None else args.days_ahead
+    if days_ahead < 1:
+        print("bandit partitions: error: --days-ahead must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    event_log = None
+    try:
+        if settings.run_migrations:
+            upgrade_head(settings.log_url)
+        event_log = SqlEventLog(settings.log_url)
+        if not event_log.partitioned:
+            print("the event log is not partitioned (SQLite keeps plain tables): nothing to do")
+            return EXIT_OK
+        for name in event_log.prepare_partitions(datetime.now(UTC).timestamp(), days_ahead):
+            print(f"created {name}")
+        with event_log.engine.connect() as conn:
+            for table in PARTITIONED_TABLES:
+                for part in list_partitions(conn, table):
+                    span = (
+                        "DEFAULT"
+                        if part.start is None or part.end is None
+                        else f"[{datetime.fromtimestamp(part.start, UTC):%Y-%m-%d}, "
+                        f"{datetime.fromtimestamp(part.end, UTC):%Y-%m-%d})"
+                    )
+                    print(f"{table:<10} {part.name:<22} {span}")
+        if args.explain is not None:
+            print(event_log.explain_events(args.explain, args.since, args.until))
+    except StoreUnavailableError as exc:
+        print(f"bandit partitions: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        if event_log is not None:
+            event_log.close()
+    return EXIT_OK
 
 
 def openapi_document() -> dict:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Query, Response
 
-from service.deps import AdminDep, ApiKey, FeaturesDep, SnapshotsDep
+from service.deps import AdminDep, ApiKey, FeaturesDep, LogUpkeepDep, SnapshotsDep
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
     FeatureImportanceReport,
+    LogProperties,
     PolicyInfo,
     PolicyList,
     PolicySpec,
@@ -98,3 +99,17 @@ async def export_snapshot(snapshots: SnapshotsDep, name: str = Name) -> Snapshot
 async def import_snapshot(body: SnapshotImport, snapshots: SnapshotsDep, name: str = Name) -> Snapshot:
     """Replace the learned state with an exported snapshot of the same algorithm and dimension."""
     return await snapshots.import_snapshot(name, body.data)
+
+
+@router.get("/{name}/logs", response_model=LogProperties, responses=_errors)
+async def log_properties(upkeep: LogUpkeepDep, name: str = Name) -> LogProperties:
+    """The span of the policy's event log: its first and last decision."""
+    return await upkeep.properties(name)
+
+
+@router.delete("/{name}/logs", status_code=204, responses=_errors)
+async def delete_logs(upkeep: LogUpkeepDep, name: str = Name) -> Response:
+    """Delete every logged decision and reward of the policy, in bounded batches (its
+    learned state is kept; docs/operations.md, "Log retention")."""
+    await upkeep.delete_logs(name)
+    return Response(status_code=204)

@@ -242,6 +242,14 @@ class Snapshot:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Retention:
+    """What one :meth:`EventLog.apply_retention` removed."""
+
+    dropped_partitions: list[str]
+    deleted_rows: int
+
+
 class LogSink(Protocol):
     """Where the use cases send decisions and rewards on their way to the
     :class:`EventLog` (the batching writer, ``service.storage.writer``): never blocks."""
@@ -296,6 +304,24 @@ class EventLog(Protocol):
 
     def count(self, policy: str | None = None) -> tuple[int, int]:
         """``(decisions, rewards)`` logged, for one policy or all."""
+        ...
+
+    def prepare_partitions(self, now: float, days_ahead: int) -> list[str]:
+        """Create the time partitions up to ``days_ahead`` days after ``now`` (none on
+        a database without partitions); the names created."""
+        ...
+
+    def delete_events(self, policy: str, before: float, batch_size: int) -> int:
+        """Delete the events of ``policy`` older than ``before``, ``batch_size`` rows per
+        transaction; the rows deleted."""
+        ...
+
+    def apply_retention(self, cutoffs: Mapping[str, float], batch_size: int) -> Retention:
+        """Delete each policy's events older than its cutoff (policy -> unix time)."""
+        ...
+
+    def time_range(self, policy: str) -> tuple[float, float] | None:
+        """Times of the first and the last decision of ``policy`` logged, or None."""
         ...
 
     def ping(self) -> None:

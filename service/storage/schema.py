@@ -4,12 +4,21 @@ The Alembic migrations in ``migrations/`` own the schema; this metadata mirrors 
 (``tests/migrations`` checks that autogenerate finds no difference). Times are unix
 seconds as double precision, so records round-trip exactly on both dialects;
 JSON columns are JSONB on PostgreSQL.
+
+On PostgreSQL ``decisions`` and ``rewards`` are partitioned by range of ``created_at``
+(``service.storage.partitions``; docs/operations.md "Event-log partitions"), so their
+keys contain ``created_at``: ``(event_id, created_at)`` is what makes a re-sent record
+land once (its time travels with it), while a new decision reusing a taken event id
+is refused by the state store's event-id registry before it is logged. On PostgreSQL the primary key of ``rewards``
+is ``(id, created_at)``; SQLite keeps ``id`` alone (its auto-increment needs that), a
+difference Alembic's comparison does not look at.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +57,7 @@ decisions = sa.Table(
     metadata,
     sa.Column("event_id", sa.Text, primary_key=True),
     sa.Column("policy", sa.Text, nullable=False),
-    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("created_at", sa.Double, primary_key=True),
     sa.Column("user_id", sa.Text, nullable=True),
     sa.Column("context", Json, nullable=False),
     sa.Column("candidates", Json, nullable=False),
@@ -60,6 +69,7 @@ decisions = sa.Table(
     sa.Column("guardrail", Json, nullable=True),
     sa.Column("degraded", sa.Boolean, nullable=False),
     sa.Index(None, "policy", "created_at", "event_id"),
+    postgresql_partition_by="RANGE (created_at)",
 )
 
 rewards = sa.Table(
@@ -68,14 +78,16 @@ rewards = sa.Table(
     sa.Column("id", BigId, primary_key=True, autoincrement=True),
     # No foreign key to decisions: a replica may log a reward before another replica's
     # spooled decision reaches the database.
-    sa.Column("event_id", sa.Text, nullable=False, unique=True),
+    sa.Column("event_id", sa.Text, nullable=False),
     sa.Column("policy", sa.Text, nullable=False),
     sa.Column("arm_id", sa.Text, nullable=False),
     sa.Column("value", sa.Double, nullable=False),
     sa.Column("source", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.CheckConstraint("source IN ('explicit', 'default')", name="source"),
+    sa.UniqueConstraint("event_id", "created_at"),
     sa.Index(None, "policy", "created_at"),
+    postgresql_partition_by="RANGE (created_at)",
 )
 
 model_snapshots = sa.Table(
@@ -89,6 +101,23 @@ model_snapshots = sa.Table(
     sa.Column("meta", Json, nullable=False),
     sa.Index(None, "policy", "created_at"),
 )
+
+
+PARTITIONED_TABLES = ("decisions", "rewards")
+# decisions_default, decisions_p20261125, rewards_...: see service.storage.partitions
+PARTITION_NAME = re.compile(r"^(decisions|rewards)_(default|p\d{8})$")
+
+
+def is_partition(name: str | None) -> bool:
+    """Whether ``name`` is a partition of a partitioned table: a table the service
+    creates and drops at run time, which the metadata (and Alembic) leave out."""
+    return bool(name) and PARTITION_NAME.match(name) is not None
+
+
+def include_name(name: str | None, type_: str, _parents: Any) -> bool:
+    """Alembic's ``include_name`` hook: every name but the partitions' (the service
+    manages those, docs/operations.md "Event-log partitions")."""
+    return not (type_ == "table" and is_partition(name))
 
 
 def database_url(url: str | URL) -> URL:

@@ -2,8 +2,10 @@
 
 The schema comes from the Alembic migrations (``service.storage.migrate.upgrade_head``);
 this class never creates tables. ``append`` inserts with ``ON CONFLICT DO NOTHING`` on
-the event id (both dialects), so re-sending a batch -- the writer's retry after a
-failure, or a spool flushed twice -- logs every decision and reward exactly once.
+``(event_id, created_at)`` (both dialects; a record keeps its time), so re-sending a
+batch -- the writer's retry after a failure, or a spool flushed twice -- logs every
+decision and reward exactly once. On PostgreSQL both tables are partitioned by day
+(:mod:`service.storage.partitions`).
 ``iter_events`` streams with a server-side cursor on PostgreSQL. A database that cannot
 be reached raises :class:`StoreUnavailableError`.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,10 +26,12 @@ from sqlalchemy.engine import Connection, Engine
 from service.storage.base import (
     DecisionRecord,
     LoggedDecision,
+    Retention,
     RewardRecord,
     Snapshot,
     StoreUnavailableError,
 )
+from service.storage.partitions import create_partitions, drop_partitions_before
 from service.storage.schema import (
     create_log_engine,
     decisions,
@@ -39,6 +43,10 @@ from service.storage.schema import (
 _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
 _REWARD_FIELDS = [f.name for f in dataclasses.fields(RewardRecord)]
+# the unique key of both tables (a partitioned table's keys contain its partition key)
+EVENT_KEY = ["event_id", "created_at"]
+# how much earlier than its decision a reward's time may read (replicas' clocks differ)
+REWARD_CLOCK_SKEW_SECONDS = 3600.0
 
 
 class SqlEventLog:
@@ -58,11 +66,13 @@ class SqlEventLog:
 
     @contextmanager
     def _begin(self) -> Iterator[Connection]:
-        try:
-            with self._engine.begin() as conn:
-                yield conn
-        except _UNAVAILABLE as exc:
-            raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
+        with _reachable(), self._engine.begin() as conn:
+            yield conn
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether ``decisions`` and ``rewards`` are partitioned by time (PostgreSQL)."""
+        return self._engine.dialect.name == "postgresql"
 
     def append(
         self, decisions_: Sequence[DecisionRecord], rewards_: Sequence[RewardRecord]
@@ -73,12 +83,12 @@ class SqlEventLog:
         with self._begin() as conn:
             if decisions_:
                 conn.execute(
-                    self._insert(decisions).on_conflict_do_nothing(index_elements=["event_id"]),
+                    self._insert(decisions).on_conflict_do_nothing(index_elements=EVENT_KEY),
                     _rows(decisions_, _DECISION_FIELDS),
                 )
             if rewards_:
                 conn.execute(
-                    self._insert(rewards).on_conflict_do_nothing(index_elements=["event_id"]),
+                    self._insert(rewards).on_conflict_do_nothing(index_elements=EVENT_KEY),
                     _rows(rewards_, _REWARD_FIELDS),
                 )
 
@@ -130,6 +140,39 @@ class SqlEventLog:
             row = conn.execute(query).first()
         return None if row is None else Snapshot(**row._mapping)
 
+    def events_query(
+        self, policy: str, since: float | None = None, until: float | None = None
+    ) -> sa.Select[Any]:
+        """The query :meth:`iter_events` runs. Its time bounds on ``decisions`` and the
+        lower bound on ``rewards`` (a reward comes after its decision, give or take
+        :data:`REWARD_CLOCK_SKEW_SECONDS` between replicas' clocks) let PostgreSQL scan
+        only the partitions of the range (docs/operations.md, "Event-log partitions")."""
+        reward_cols = [rewards.c[name].label(f"r_{name}") for name in _REWARD_FIELDS]
+        joined = rewards.c.event_id == decisions.c.event_id
+        if since is not None:
+            joined = sa.and_(joined, rewards.c.created_at >= since - REWARD_CLOCK_SKEW_SECONDS)
+        query = (
+            sa.select(*(decisions.c[name] for name in _DECISION_FIELDS), *reward_cols)
+            .select_from(decisions.outerjoin(rewards, joined))
+            .where(decisions.c.policy == policy)
+            .order_by(decisions.c.created_at, decisions.c.event_id)
+        )
+        if since is not None:
+            query = query.where(decisions.c.created_at >= since)
+        if until is not None:
+            query = query.where(decisions.c.created_at < until)
+        return query
+
+    def explain_events(
+        self, policy: str, since: float | None = None, until: float | None = None
+    ) -> str:
+        """PostgreSQL's ``EXPLAIN`` of :meth:`events_query` (the partitions it scans)."""
+        query = self.events_query(policy, since, until)
+        with self._begin() as conn:
+            compiled = query.compile(conn, compile_kwargs={"literal_binds": True})
+            rows = conn.execute(sa.text(f"EXPLAIN (COSTS OFF) {compiled}")).scalars()
+            return "\n".join(rows)
+
     def iter_events(
         self,
         policy: str,
@@ -139,17 +182,7 @@ class SqlEventLog:
     ) -> Iterator[LoggedDecision]:
         """Decisions of ``policy`` with ``since <= created_at < until`` in (time, event id)
         order, each with its reward, fetched ``batch_size`` rows at a time."""
-        reward_cols = [rewards.c[name].label(f"r_{name}") for name in _REWARD_FIELDS]
-        query = (
-            sa.select(*(decisions.c[name] for name in _DECISION_FIELDS), *reward_cols)
-            .select_from(decisions.outerjoin(rewards, rewards.c.event_id == decisions.c.event_id))
-            .where(decisions.c.policy == policy)
-            .order_by(decisions.c.created_at, decisions.c.event_id)
-        )
-        if since is not None:
-            query = query.where(decisions.c.created_at >= since)
-        if until is not None:
-            query = query.where(decisions.c.created_at < until)
+        query = self.events_query(policy, since, until)
         with self._begin() as conn:
             result = conn.execution_options(yield_per=batch_size).execute(query)
             for rows in result.partitions():
@@ -180,6 +213,64 @@ class SqlEventLog:
                 counts.append(int(conn.execute(query).scalar_one()))
         return counts[0], counts[1]
 
+    def prepare_partitions(self, now: float, days_ahead: int) -> list[str]:
+        """Create the day partitions from yesterday to ``days_ahead`` days after ``now``
+        and empty the default partitions into theirs (PostgreSQL; SQLite has none):
+        :func:`service.storage.partitions.create_partitions`. Returns the names created."""
+        if not self.partitioned:
+            return []
+        with _reachable():
+            return create_partitions(self._engine, now, days_ahead)
+
+    def delete_events(self, policy: str, before: float, batch_size: int) -> int:
+        """Delete the decisions and rewards of ``policy`` with ``created_at < before``,
+        ``batch_size`` rows per transaction (no lock held for long, the writer's inserts
+        go on between batches); returns the rows deleted."""
+        deleted = 0
+        for table, key in (
+            (decisions, ("event_id", "created_at")),
+            (rewards, ("id", "created_at")),
+        ):
+            columns = [table.c[name] for name in key]
+            batch = (
+                sa.select(*columns)
+                .where(table.c.policy == policy, table.c.created_at < before)
+                .limit(batch_size)
+            )
+            while True:
+                with self._begin() as conn:
+                    count = conn.execute(
+                        sa.delete(table).where(sa.tuple_(*columns).in_(batch))
+                    ).rowcount
+                deleted += count
+                if count < batch_size:
+                    break
+        return deleted
+
+    def apply_retention(self, cutoffs: Mapping[str, float], batch_size: int) -> Retention:
+        """Delete every policy's events older than its cutoff (``cutoffs``: policy -> unix
+        time; policies absent keep everything): on PostgreSQL the day partitions holding
+        only such events are dropped whole, then what is left (the boundary day, the
+        default partition; everything on SQLite) goes in bounded batches."""
+        dropped: list[str] = []
+        if self.partitioned:
+            with _reachable():
+                dropped = drop_partitions_before(self._engine, cutoffs)
+        deleted = sum(
+            self.delete_events(policy, cutoff, batch_size) for policy, cutoff in cutoffs.items()
+        )
+        return Retention(dropped, deleted)
+
+    def time_range(self, policy: str) -> tuple[float, float] | None:
+        """The times of the first and the last decision of ``policy`` logged, or None
+        (two probes of the ``(policy, created_at ...)`` index)."""
+        query = sa.select(
+            sa.func.min(decisions.c.created_at), sa.func.max(decisions.c.created_at)
+        ).where(decisions.c.policy == policy)
+        with self._begin() as conn:
+            first, last = conn.execute(query).one()
+        return None if first is None else (float(first), float(last))
+
     def ping(self) -> None:
         """``SELECT 1``, or raise :class:`StoreUnavailableError`."""
         with self._begin() as conn:
@@ -188,6 +279,15 @@ class SqlEventLog:
     def close(self) -> None:
         """Dispose of the connection pool."""
         self._engine.dispose()
+
+
+@contextmanager
+def _reachable() -> Iterator[None]:
+    """Raise :class:`StoreUnavailableError` for a database that cannot be reached."""
+    try:
+        yield
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
 
 
 def _rows(records: Sequence[Any], fields: list[str]) -> list[dict[str, Any]]:

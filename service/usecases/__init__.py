@@ -16,6 +16,7 @@ module               use case (public surface)
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
+``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -32,6 +33,7 @@ from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.importance import FeatureRanking
+from service.usecases.log_upkeep import LogUpkeep
 from service.usecases.loops import Loops
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
@@ -42,6 +44,7 @@ from service.usecases.sweeper import Sweeper
 
 __all__ = [
     "FeatureRanking",
+    "LogUpkeep",
     "Loops",
     "Monitor",
     "PolicyAdmin",
@@ -71,6 +74,7 @@ class UseCases:
     monitor: Monitor
     features: FeatureRanking
     loops: Loops
+    log_upkeep: LogUpkeep
 
 
 def build_use_cases(
@@ -98,4 +102,5 @@ def build_use_cases(
         monitor=Monitor(store, sink, event_log, admin, settings),
         features=FeatureRanking(cache, event_log, settings),
         loops=Loops(admin, recommender, rewards),
+        log_upkeep=LogUpkeep(admin, event_log, settings, clock),
     )

@@ -9,9 +9,9 @@ with no per-arm part, greedy score), context x action interactions, epsilon-gree
 
 Its service configuration maps onto the policy's settings: ``rewardWaitTime`` ->
 ``reward_wait_seconds``, ``defaultReward`` -> ``default_reward``,
-``explorationPercentage`` -> ``epsilon``; the settings that change nothing here
-(``modelExportFrequency``, ``logRetentionDays``, ...) are kept in the spec's
-``personalizer`` field so that reading the configuration returns them. The learning
+``explorationPercentage`` -> ``epsilon``; the other settings are kept in the spec's
+``personalizer`` field so that reading the configuration returns them (of those only
+``logRetentionDays`` acts: :mod:`service.usecases.log_upkeep` reads it). The learning
 policy is a Vowpal Wabbit argument string (what maps: ``--cb_explore_adf``,
 ``--epsilon``, ``-q``/``--quadratic``) or this service's JSON policy spec.
 """
@@ -59,7 +59,8 @@ DEFAULT_LOOP_SPEC = PolicySpec(
 DEFAULT_POLICY_NAME = "default"
 # the engine of a loop whose learning policy is given as VW arguments
 ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
-# Personalizer kept these; they change nothing here (stored in PolicySpec.personalizer)
+# Personalizer kept these (stored in PolicySpec.personalizer); only log_retention_days
+# acts here (service.usecases.log_upkeep)
 KEPT_SETTINGS = (
     "model_export_frequency",
     "log_retention_days",

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 
 import httpx
 import pytest
@@ -109,6 +111,52 @@ def test_rank_reward_activate_with_the_2022_sdk(endpoint: str) -> None:
     sdk.activate(deferred["eventId"])
     sdk.reward(deferred["eventId"], {"value": 0.5})
     sdk.reward("never-ranked", {"value": 0.5})  # accepted, like Personalizer
+
+
+def test_log_properties_and_delete_logs_with_the_2022_sdk(endpoint: str) -> None:
+    """``get_log_properties`` spans the loop's logged decisions; ``delete_logs`` empties
+    it (the model keeps serving); both on every route family."""
+    sdk, administration = client(endpoint), admin(endpoint)
+    before = time.time()
+    for _ in range(3):
+        last = time.time()
+        sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS})
+
+    def span() -> tuple[float, float] | None:
+        dates = administration.get_log_properties()["dateRange"]
+        if dates["from"] is None:
+            return None
+        return datetime.fromisoformat(dates["from"]).timestamp(), datetime.fromisoformat(
+            dates["to"]
+        ).timestamp()
+
+    deadline = time.monotonic() + 10
+    while (logged := span()) is None or logged[1] < last:  # the writer flushes every 0.2 s
+        assert time.monotonic() < deadline, logged
+        time.sleep(0.05)
+    assert logged[0] <= logged[1] <= time.time() and logged[1] >= before
+    administration.delete_logs()
+    assert administration.get_log_properties() == {"dateRange": {"from": None, "to": None}}
+    assert sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS})["rewardActionId"]
+    with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
+        for prefix in (
+            "/personalizer/v1.0",
+            "/personalizer/v1.1-preview.3",
+            "/loops/personalizer/personalizer",
+            "/loops/personalizer/personalizer/v1.1-preview.1",
+        ):
+            properties = http.get(f"{prefix}/logs/properties")
+            assert properties.status_code == 200 and set(properties.json()["dateRange"]) == {
+                "from",
+                "to",
+            }
+            deleted = http.delete(f"{prefix}/logs")
+            assert (deleted.status_code, deleted.content) == (204, b"")
+        missing = http.delete("/loops/nope/personalizer/logs")
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "ResourceNotFound"
+        wrong = http.get("/personalizer/logs/properties", headers={"Ocp-Apim-Subscription-Key": "x"})
+        assert wrong.status_code == 401
 
 
 def test_legacy_v1_sdk(endpoint: str) -> None:
