@@ -88,7 +88,7 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
     if rebuild:
         for name in await asyncio.to_thread(lambda: list(event_log.policies())):
             if name not in existing:
-                await rebuild_policy(event_log, store, name)
+                await rebuild_policy(event_log, store, name, replace=False)
                 existing.add(name)
     if settings.policies_file is not None:
         for name, spec in load_policies_file(settings.policies_file).items():

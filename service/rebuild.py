@@ -11,6 +11,12 @@ last-seen index at its last logged decision or reward; with ``arm_idle_seconds``
 arms idle longer than that are forgotten, as the sweeper would have. The replay starts
 from the beginning, not from the latest snapshot: a snapshot cannot say which logged
 rewards it already holds (``RewardRecord`` carries no state version to compare).
+
+Several replicas started with ``BANDIT_REBUILD_ON_START`` may replay the same policy at
+once: with ``replace=False`` the state is written by one compare-and-set transaction
+that writes nothing when the policy's config is already in the store, so the first
+replica's replay is the one kept and the counters are added once
+(docs/operations.md, "Several replicas").
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class RebuildReport:
     decisions: int
     rewards: int
     parts: int
+    written: bool = True  # False: the policy was in the store already (``replace=False``)
 
 
 def _collect(
@@ -58,9 +65,13 @@ def _collect(
     return rewarded, pulls, seen
 
 
-async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> RebuildReport:
+async def rebuild_policy(
+    event_log: EventLog, store: StateStore, name: str, replace: bool = True
+) -> RebuildReport:
     """Replay ``name``'s log into ``store`` (config and every learned part; counters too
-    when the store holds none for the policy). Raises KeyError for an unknown policy."""
+    when the store holds none for the policy). With ``replace=False`` nothing is written
+    when the store holds the policy's config already, checked atomically with the write
+    (another replica rebuilt it first). Raises KeyError for an unknown policy."""
     configs = await asyncio.to_thread(event_log.policies)
     if name not in configs:
         raise KeyError(f"policy {name!r} is not in the event log; known: {sorted(configs)}")
@@ -91,10 +102,16 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
             del seen[arm], pulls[arm]
     parts = policy.export_parts(policy.part_names())
     payload = {CONFIG_KEY: encode_info(info), **parts}
-    await store.add_policy(name)
-    await store.transact(name, list(payload), lambda _values: payload)
-    await store.mark_seen(name, seen)
-    if not await store.counters(name):
+
+    def write(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        return {} if not replace and values[CONFIG_KEY] is not None else payload
+
+    # read before the commit: once the config is written, requests may add counters
+    had_counters = bool(await store.counters(name))
+    written = bool(await store.transact(name, list(payload), write))
+    if written:
+        await store.mark_seen(name, seen)
+    if written and not had_counters:
         counters = {f"pulls:{arm}": float(n) for arm, n in pulls.items()}
         counters.update(
             decisions=float(n_decisions),
@@ -102,6 +119,11 @@ async def rebuild_policy(event_log: EventLog, store: StateStore, name: str) -> R
             default_rewards=float(sum(e.reward.source == "default" for e in rewarded)),  # type: ignore[union-attr]
         )
         await store.add_counters(name, counters)
+    await store.add_policy(name)  # last: the sweeper and snapshots find it complete
     return RebuildReport(
-        policy=name, decisions=n_decisions, rewards=len(rewarded), parts=len(parts)
+        policy=name,
+        decisions=n_decisions,
+        rewards=len(rewarded),
+        parts=len(parts),
+        written=written,
     )

@@ -400,6 +400,52 @@ class RedisClusterServers:
     def client(self) -> redis.RedisCluster:
         return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
 
+    def node(self, port: int) -> redis.Redis:
+        """A client of the one node on ``port`` (no redirects followed)."""
+        return redis.Redis(host="127.0.0.1", port=port)
+
+    def master_of(self, slot: int, asking: int | None = None) -> int:
+        """Port of the master serving ``slot``, as the live node on ``asking`` (default:
+        the first live node) sees it."""
+        port = asking or next(p for p, proc in zip(self.ports, self.procs) if proc.poll() is None)
+        for start, end, master, *_ in self.node(port).execute_command("CLUSTER SLOTS"):
+            if start <= slot <= end:
+                return int(master[1])
+        raise AssertionError(f"slot {slot} is not served")
+
+    def masters(self) -> list[int]:
+        """Ports of the live masters."""
+        return sorted(
+            p
+            for p, proc in zip(self.ports, self.procs)
+            if proc.poll() is None and self.node(p).info("replication")["role"] == "master"
+        )
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the node on ``port``."""
+        proc = self.procs[self.ports.index(port)]
+        proc.kill()
+        proc.wait(timeout=15)
+
+    def migrate_slot(self, slot: int, target: int, batch: int = 10, pause: float = 0.0) -> int:
+        """Move ``slot`` to the master on ``target`` as ``redis-cli --cluster reshard``
+        does (``CLUSTER SETSLOT IMPORTING/MIGRATING``, ``MIGRATE`` of ``batch`` keys at
+        a time with ``pause`` seconds between batches, then ``SETSLOT NODE`` on every
+        master); returns how many keys moved."""
+        source = self.master_of(slot)
+        src, dst = self.node(source), self.node(target)
+        src_id, dst_id = src.execute_command("CLUSTER MYID"), dst.execute_command("CLUSTER MYID")
+        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        moved = 0
+        while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, batch):
+            src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+            time.sleep(pause)
+        for port in [target, source, *(m for m in self.masters() if m not in (target, source))]:
+            self.node(port).execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+        return moved
+
     def stop(self) -> None:
         _stop_all(self.procs)
         self.procs = []

@@ -169,6 +169,14 @@ class StateStore(Protocol):
         """Up to ``limit`` event ids whose deadline is <= ``now``, oldest first."""
         ...
 
+    async def claim_period(self, policy: str, job: str, period: int) -> bool:
+        """True for exactly one caller of ``period`` of the policy's ``job``, and only if
+        no later period of that job was claimed before (a period is a number that grows
+        with time, e.g. the snapshot interval since the epoch). Several replicas run the
+        same periodic jobs; the one whose claim succeeds does the period's work
+        (docs/operations.md, "Several replicas"). Claims go with ``delete_policy``."""
+        ...
+
     async def list_policies(self) -> list[str]:
         """Names of the policies that exist in the store."""
         ...

@@ -39,6 +39,7 @@ class _Namespace:
     counters: dict[str, float] = field(default_factory=dict)
     deadlines: dict[str, float] = field(default_factory=dict)
     seen: dict[str, float] = field(default_factory=dict)
+    claimed: dict[str, int] = field(default_factory=dict)
 
 
 _MISSING = VersionedValue(0, None)
@@ -226,6 +227,15 @@ class InProcessStateStore:
                 return []
             due = [(d, e) for e, d in space.deadlines.items() if d <= now]
             return [e for _, e in heapq.nsmallest(limit, due)]
+
+    async def claim_period(self, policy: str, job: str, period: int) -> bool:
+        """True if ``period`` is later than every period of ``job`` claimed before."""
+        with self._lock:
+            claimed = self._space(policy).claimed
+            if period <= claimed.get(job, period - 1):
+                return False
+            claimed[job] = period
+            return True
 
     async def list_policies(self) -> list[str]:
         """Sorted names of the policies added."""

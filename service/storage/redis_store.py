@@ -9,6 +9,7 @@ in one Redis Cluster slot and its Lua scripts touch a single slot)::
     bandit:{p}:counters    hash <name> -> float (HINCRBYFLOAT)
     bandit:{p}:deadlines   sorted set event id -> deadline (unix seconds)
     bandit:{p}:seen        sorted set name (arm id) -> last seen (unix seconds)
+    bandit:{p}:claimed     hash job -> the last period claimed (``claim_period``)
     bandit:policies        set of policy names                 (global)
     bandit:event:<id>      owning policy of an event, SET NX EX (global)
 
@@ -114,11 +115,20 @@ end
 return version
 """
 
-# KEYS: versions, clock, counters, deadlines, seen; ARGV: the value-key prefix.
+# KEYS: versions, clock, counters, deadlines, seen, claimed; ARGV: the value-key prefix.
 _DELETE = """
 local fields = redis.call('HKEYS', KEYS[1])
 for _, f in ipairs(fields) do redis.call('DEL', ARGV[1] .. f) end
-return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+"""
+
+# KEYS: the claims hash; ARGV: job, period. 1 (and the period recorded) if the period
+# is later than the job's last claimed one, else 0.
+_CLAIM_PERIOD = """
+local last = redis.call('HGET', KEYS[1], ARGV[1])
+if last and tonumber(last) >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
 """
 
 # KEYS: the last-seen index; ARGV: time, limit. Takes the names seen at or before the
@@ -165,6 +175,7 @@ class RedisStateStore:
         self._commit_script = self._redis.register_script(_COMMIT)
         self._delete_script = self._redis.register_script(_DELETE)
         self._take_idle_script = self._redis.register_script(_TAKE_IDLE)
+        self._claim_period_script = self._redis.register_script(_CLAIM_PERIOD)
         self._max_attempts = max_attempts
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
@@ -439,6 +450,15 @@ class RedisStateStore:
         )
         return [member.decode() for member in raw]
 
+    async def claim_period(self, policy: str, job: str, period: int) -> bool:
+        """Compare and set the job's field of ``bandit:{p}:claimed`` in one script."""
+        claimed = await self._call(
+            self._claim_period_script(
+                keys=[self._prefix(policy) + "claimed"], args=[job, int(period)]
+            )
+        )
+        return bool(claimed)
+
     async def list_policies(self) -> list[str]:
         """Sorted names in ``bandit:policies``."""
         raw = await self._call(self._redis.smembers(self.POLICIES_KEY))
@@ -455,7 +475,10 @@ class RedisStateStore:
         await self._call(self._redis.srem(self.POLICIES_KEY, policy))
         await self._call(
             self._delete_script(
-                keys=[prefix + s for s in ("versions", "clock", "counters", "deadlines", "seen")],
+                keys=[
+                    prefix + s
+                    for s in ("versions", "clock", "counters", "deadlines", "seen", "claimed")
+                ],
                 args=[prefix + "k:"],
             )
         )

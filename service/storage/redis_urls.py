@@ -195,10 +195,13 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
             max_connections=max_connections,
             ssl=ssl,
             retry=Retry(NoBackoff(), 0),
-            # redis-py 8.1's cluster connections with a health check break under
-            # concurrent calls ("Connection closed by server" with the server fine;
-            # 8 tasks x 25 transactions on one key fail every time): no health check.
-            **{**timeouts, "health_check_interval": 0, **options},
+            # Every 5th MOVED (the default) redis-py closes the connections of every
+            # node, the ones other tasks are waiting on included: they fail with
+            # "Connection closed by server". 0: a MOVED only updates the slot's owner
+            # (a fresh client's first concurrent calls and a slot migration both
+            # answer MOVED; docs/operations.md, "Redis Cluster and Sentinel").
+            reinitialize_steps=0,
+            **{**timeouts, **options},
         )
         return RedisClient(cluster, cluster.aclose)
     sentinel = Sentinel(

@@ -1,9 +1,12 @@
-"""The loop behind the background jobs the lifespan starts (sweeper, gauges, snapshots)."""
+"""The loops behind the background jobs the lifespan starts (sweeper, gauges, snapshots)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,14 +21,42 @@ async def every(
 ) -> None:
     """Run ``job`` every ``seconds`` until ``stop``; a failure is logged and retried."""
     while not stop.is_set():
-        try:
-            await job()
-        except StoreUnavailableError as exc:
-            metrics.STORE_ERRORS.labels(what).inc()
-            log.warning("%s: state store unavailable: %s", what, exc)
-        except Exception:  # a background loop must survive one bad round
-            log.exception("%s failed; retrying in %.1fs", what, seconds)
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-        except TimeoutError:
-            pass
+        await _run_once(job, what, seconds)
+        await _sleep(stop, seconds)
+
+
+async def each_period(
+    seconds: float,
+    stop: asyncio.Event,
+    job: Callable[[int], Awaitable[Any]],
+    what: str,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Run ``job(period)`` at the start of each period until ``stop``: period ``n`` is
+    ``[n * seconds, (n + 1) * seconds)`` of ``clock`` (unix seconds), the same in every
+    replica, so replicas that claim the period in the store do its work once between
+    them (``StateStore.claim_period``)."""
+    while not stop.is_set():
+        now = clock()
+        period = math.floor(now / seconds)
+        await _run_once(functools.partial(job, period), what, seconds)
+        await _sleep(stop, (period + 1) * seconds - clock())
+
+
+async def _run_once(job: Callable[[], Awaitable[Any]], what: str, seconds: float) -> None:
+    """``job()``; a failure is logged (the loop retries next round)."""
+    try:
+        await job()
+    except StoreUnavailableError as exc:
+        metrics.STORE_ERRORS.labels(what).inc()
+        log.warning("%s: state store unavailable: %s", what, exc)
+    except Exception:  # a background loop must survive one bad round
+        log.exception("%s failed; retrying in %.1fs", what, seconds)
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds`` (at least a moment) or until ``stop`` is set."""
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=max(seconds, 0.001))
+    except TimeoutError:
+        pass

@@ -1,5 +1,6 @@
 """Whole-policy snapshots: export and import over the API (``/policies/{name}/snapshot``)
-and the periodic save of every policy into the event log."""
+and the periodic save of every policy into the event log, once per period across all
+replicas (docs/operations.md, "Several replicas")."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from service.schemas import Snapshot
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
-from service.usecases.periodic import every
+from service.usecases.periodic import each_period
 from service.usecases.policy_cache import PolicyCache
+
+SNAPSHOT_JOB = "snapshot"  # the job name the periodic snapshots claim their periods under
 
 
 @dataclass
@@ -68,10 +71,16 @@ class Snapshots:
         await self.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, self.clock()))
         return await self.export_snapshot(name)
 
-    async def snapshot_all(self) -> int:
-        """Save a snapshot of every policy into the event log; returns how many."""
+    async def snapshot_period(self, period: int) -> int:
+        """Save a snapshot of every policy whose ``period`` (of
+        ``snapshot_interval_seconds``) this process claims first in the store into the
+        event log; returns how many. A period whose save failed (the database down) has
+        no snapshot: the claim is not given back, so no replica saves it twice."""
         saved = 0
-        for name in await self.cache.store.list_policies():
+        store = self.cache.store
+        for name in await store.list_policies():
+            if not await store.claim_period(name, SNAPSHOT_JOB, period):
+                continue
             try:
                 snap = await self.export_snapshot(name)
             except NotFound:
@@ -81,15 +90,19 @@ class Snapshots:
                 created_at=snap.created_at,
                 model_version=snap.model_version,
                 data=base64.b64decode(snap.data),
-                meta={"algorithm": snap.algorithm},
+                meta={"algorithm": snap.algorithm, "period": period},
             )
             await asyncio.to_thread(self.event_log.save_snapshot, record)
             saved += 1
         return saved
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Save snapshots every ``snapshot_interval_seconds`` (0: never) until ``stop``."""
+        """Save snapshots each ``snapshot_interval_seconds`` (0: never) until ``stop``."""
         if self.settings.snapshot_interval_seconds > 0:
-            await every(
-                self.settings.snapshot_interval_seconds, stop, self.snapshot_all, "snapshots"
+            await each_period(
+                self.settings.snapshot_interval_seconds,
+                stop,
+                self.snapshot_period,
+                "snapshots",
+                self.clock,
             )

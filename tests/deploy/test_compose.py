@@ -25,8 +25,11 @@ SECRETS = {
 SERVICES = {"api", "redis", "postgres", "prometheus", "grafana"}
 
 
-def compose_config(extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``docker-compose config`` on the repository's file, in a clean environment."""
+def compose_config(
+    extra_env: dict[str, str] | None = None, compose: Path = COMPOSE
+) -> subprocess.CompletedProcess[str]:
+    """``docker-compose config`` on a compose file of the repository (by default
+    docker-compose.yml), in a clean environment."""
     env = {k: v for k, v in os.environ.items() if k not in SECRETS and not k.startswith("COMPOSE_")}
     env.update(extra_env or {})
     return subprocess.run(
@@ -35,7 +38,7 @@ def compose_config(extra_env: dict[str, str] | None = None) -> subprocess.Comple
             "--project-directory",
             str(ROOT),
             "-f",
-            str(COMPOSE),
+            str(compose),
             "config",
         ],
         check=False,
@@ -74,8 +77,8 @@ def test_compose_starts_with_nothing_set_on_local_defaults() -> None:
     assert password and password in services["api"]["environment"]["BANDIT_DATABASE_URL"]
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
     assert "ports" not in services["postgres"]
-    assert {host for host, _, _ in _ports(services["grafana"])} == {"127.0.0.1"}
-    assert ("volume", "api-data", "/data") in _volumes(services["api"])
+    assert {host for host, _, _ in ports_of(services["grafana"])} == {"127.0.0.1"}
+    assert ("volume", "api-data", "/data") in volumes_of(services["api"])
 
 
 def test_the_env_example_names_every_variable_and_env_is_never_committed() -> None:
@@ -108,7 +111,7 @@ def test_the_env_example_names_every_variable_and_env_is_never_committed() -> No
     assert result.returncode == 0, result.stderr
 
 
-def _volumes(service: dict) -> list[tuple[str, str, str]]:
+def volumes_of(service: dict) -> list[tuple[str, str, str]]:
     """``(type, source, container path)`` of a service's mounts, long or short syntax
     (``bind`` for host paths, ``volume`` for named volumes)."""
     mounts = []
@@ -122,7 +125,7 @@ def _volumes(service: dict) -> list[tuple[str, str, str]]:
     return mounts
 
 
-def _ports(service: dict) -> list[tuple[str, int, int]]:
+def ports_of(service: dict) -> list[tuple[str, int, int]]:
     """``(host address, published port, container port)``, long or short syntax."""
     ports = []
     for port in service.get("ports", []):
@@ -141,7 +144,7 @@ def _bind_sources(config: dict) -> list[tuple[str, str, str]]:
     return [
         (name, source, target)
         for name, service in config["services"].items()
-        for kind, source, target in _volumes(service)
+        for kind, source, target in volumes_of(service)
         if kind == "bind"
     ]
 
@@ -181,7 +184,7 @@ def test_prometheus_gets_its_config_and_rules_where_it_reads_them(config: dict) 
     assert target["names"] == ["api"] and "api" in config["services"]
     api_port = dockerfile.stages()[-1].env()["PORT"]
     assert str(target["port"]) == api_port
-    assert {target for _, _, target in _ports(config["services"]["api"])} == {int(api_port)}
+    assert {target for _, _, target in ports_of(config["services"]["api"])} == {int(api_port)}
 
 
 def test_grafana_provisioning_and_dashboards_are_mounted_where_grafana_reads_them(
@@ -208,9 +211,9 @@ def test_redis_keeps_the_model_across_restarts(config: dict) -> None:
     command = redis["command"]
     command = command if isinstance(command, list) else command.split()
     assert command[command.index("--appendonly") + 1] == "yes"
-    assert ("volume", "redis-data", "/data") in _volumes(redis)
+    assert ("volume", "redis-data", "/data") in volumes_of(redis)
     postgres = config["services"]["postgres"]
-    assert ("volume", "postgres-data", "/var/lib/postgresql/data") in _volumes(postgres)
+    assert ("volume", "postgres-data", "/var/lib/postgresql/data") in volumes_of(postgres)
 
 
 def test_healthchecks_gate_startup(config: dict) -> None:
@@ -240,7 +243,7 @@ def test_only_the_api_is_published_on_all_interfaces(config: dict) -> None:
     published = {
         name: (host, port)
         for name, service in config["services"].items()
-        for host, port, _ in _ports(service)
+        for host, port, _ in ports_of(service)
     }
     assert published == {
         "api": ("0.0.0.0", 8000),

@@ -188,6 +188,70 @@ async def wait_until(predicate: Callable[[], object], timeout: float, what: str)
         await asyncio.sleep(0.1)
 
 
+async def failover_under_traffic(
+    url: str, ledger: Ledger, kill: Callable[[], Callable[[], bool]]
+) -> dict[str, float]:
+    """Three frontends on policy ``p`` of the app at ``url``; after 1.5 s ``kill()`` kills
+    the Redis master and returns a predicate that turns true once a replica is promoted.
+    Waits for the promotion and for a reward accepted after it, lets the traffic run 1 s
+    more, then retries every reward not accepted. Returns the seconds from the kill to
+    the promotion and to that first accepted reward (the window)."""
+    seen: dict[str, float] = {}
+
+    async def script() -> None:
+        await asyncio.sleep(1.5)
+        accepted_before = ledger.reward_status[200]
+        seen["killed"] = time.monotonic()
+        promoted = kill()
+        while not promoted():
+            assert time.monotonic() - seen["killed"] < 60, "no promotion"
+            await asyncio.sleep(0.05)
+        seen["promoted"] = time.monotonic()
+        while ledger.reward_status[200] == accepted_before:
+            assert time.monotonic() - seen["killed"] < 60, "no reconnection"
+            await asyncio.sleep(0.05)
+        seen["rewards again"] = time.monotonic()
+        await asyncio.sleep(1.0)
+
+    await drive([url], ledger, "p", 3, workers=3, script=script, pause=0.01, reward_lag=15)
+    await retry_rewards(url, ledger)
+    return {
+        "promotion": seen["promoted"] - seen["killed"],
+        "window": seen["rewards again"] - seen["killed"],
+    }
+
+
+def assert_no_error_answers(ledger: Ledger) -> None:
+    """Every decision answered 200; every reward 200, 503 with ``Retry-After``, or 404
+    (an event a failover lost)."""
+    assert ledger.recommend_status.keys() <= {200}, ledger.recommend_status
+    assert ledger.reward_status.keys() <= {200, 503, 404}, ledger.reward_status
+    assert ledger.reward_503_without_retry_after == 0
+
+
+async def check_after_failover(url: str, ledger: Ledger, what: str, took: dict[str, float]) -> None:
+    """The failover contract (docs/reliability.md): no error answer; the app reconnected
+    by itself (a fresh decision is not degraded, ``/readyz`` 200); the model never holds
+    more rewards, or a larger sum, than were accepted. Prints what was measured."""
+    assert_no_error_answers(ledger)
+    async with httpx.AsyncClient(base_url=url, headers=HEADERS) as client:
+        r = await client.post("/recommend", json={"policy": "p", "context": [0, 0, 1]})
+        assert r.status_code == 200 and not r.json()["degraded"], r.text
+        assert (await client.get("/readyz")).status_code == 200
+    model = await model_totals(url, "p")
+    answered = ledger.arm_totals()
+    for arm, (n, total) in model.items():  # never more than accepted
+        assert n <= answered[arm][0] and total <= answered[arm][1], (arm, model)
+    lost = sum(n for n, _ in answered.values()) - sum(n for n, _ in model.values())
+    print(
+        f"{what}: promotion after {took['promotion']:.1f}s, rewards applied again after "
+        f"{took['window']:.1f}s; {len(ledger.decisions)} decisions ({len(ledger.degraded)} "
+        f"degraded), {len(ledger.accepted)} rewards accepted, {ledger.reward_status[503]} "
+        f"answered 503 then retried, {lost} accepted rewards lost, "
+        f"{len(ledger.lost_events)} decisions whose event was lost (reward answered 404)"
+    )
+
+
 def spec(dimension: int = 3, **overrides: object) -> dict:
     """A LinUCB policy over arms a, b, c with no default reward during the test, and no
     exploration (epsilon 0): the tests compare decisions across processes, and the

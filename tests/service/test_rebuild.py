@@ -14,7 +14,9 @@ import redis
 
 from bandit_core import policy_from_bytes
 from service.cli import main
+from service.rebuild import rebuild_policy
 from service.settings import get_settings
+from service.storage.redis_store import RedisStateStore
 from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["redis_postgres"])]
@@ -73,3 +75,41 @@ async def test_rebuild_reconstructs_the_live_state(
         live.select(["a", "b", "c"], X, explore=False).scores,
         rtol=1e-12,
     )
+
+
+async def test_rebuild_at_start_keeps_the_state_another_replica_wrote(make_settings: Any) -> None:
+    """``replace=False`` (the rebuild at start of every replica): a policy already in the
+    store is left as it is, counters not added again; a wiped one rebuilt by three
+    replicas at once is written once, its counters added once."""
+    rng = np.random.default_rng(4)
+    settings = make_settings()
+    async with running(settings) as (app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        for _ in range(20):
+            dec = (
+                await http.post(
+                    "/recommend", json={"policy": "p", "context": rng.normal(size=3).tolist()}
+                )
+            ).json()
+            await http.post("/reward", json={"event_id": dec["event_id"], "reward": 0.5})
+        before = (await http.get("/policies/p/stats")).json()
+        use_cases = app.state.use_cases
+        await asyncio.to_thread(use_cases.sink.flush, 5.0)
+        kept = await rebuild_policy(use_cases.event_log, use_cases.store, "p", replace=False)
+        assert (kept.written, kept.decisions, kept.rewards) == (False, 20, 20)
+        assert (await http.get("/policies/p/stats")).json() == before
+        await use_cases.store.delete_policy("p")
+        # three replicas starting at once, each with its own connections
+        stores = [RedisStateStore(settings.redis_url) for _ in range(3)]
+        try:
+            reports = await asyncio.gather(
+                *(rebuild_policy(use_cases.event_log, s, "p", replace=False) for s in stores)
+            )
+        finally:
+            for store in stores:
+                await store.close()
+        assert sorted(r.written for r in reports) == [False, False, True]
+        after = (await http.get("/policies/p/stats")).json()
+        assert {k: after[k] for k in ("decisions", "rewards", "arms")} == {
+            k: before[k] for k in ("decisions", "rewards", "arms")
+        }
