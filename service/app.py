@@ -25,7 +25,7 @@ from service.auth import warn_if_open
 from service.errors import install_handlers
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
-from service.routers import decisions, health, personalizer, policies
+from service.routers import decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
 from service.storage.base import StateStore, StoreUnavailableError
 from service.usecases import UseCases, build_use_cases
@@ -116,6 +116,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
         use_cases = build_use_cases(store, writer, event_log, settings)
         app.state.use_cases = use_cases
+        stack.callback(use_cases.evaluations.close)
         await load_initial_policies(use_cases, settings)
         # Everything allocated so far (modules, schemas, engines) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise
@@ -131,6 +132,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             asyncio.create_task(use_cases.sweeper.run(stop)),
             asyncio.create_task(use_cases.snapshots.run(stop)),
             asyncio.create_task(use_cases.monitor.run(stop)),
+            asyncio.create_task(use_cases.evaluations.run(stop)),
             asyncio.create_task(use_cases.log_upkeep.run(stop)),
         ]
 
@@ -240,6 +242,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app, settings.redis_retry_after_seconds)
     app.include_router(decisions.router)
     app.include_router(policies.router)
+    app.include_router(evaluations.router)
     app.include_router(health.router)
     for router in personalizer.routers():
         app.include_router(router)

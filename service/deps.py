@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from service.auth import recommend_key, require_key
 from service.usecases import (
+    Evaluations,
     FeatureRanking,
     LogUpkeep,
     Loops,
@@ -50,6 +51,8 @@ async def get_loops(request: Request) -> Loops:
     return request.app.state.use_cases.loops
 
 
+async def get_evaluations(request: Request) -> Evaluations:
+    return request.app.state.use_cases.evaluations
 async def get_log_upkeep(request: Request) -> LogUpkeep:
     return request.app.state.use_cases.log_upkeep
 
@@ -61,6 +64,7 @@ SnapshotsDep = Annotated[Snapshots, Depends(get_snapshots)]
 MonitorDep = Annotated[Monitor, Depends(get_monitor)]
 FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 LoopsDep = Annotated[Loops, Depends(get_loops)]
+EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
 LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

@@ -110,6 +110,21 @@ class Settings(BaseSettings):
     snapshot_interval_seconds: float = Field(
         300.0, ge=0, description="0 disables periodic snapshots"
     )
+    evaluation_workers: int = Field(
+        1, ge=1, le=64, description="processes running offline evaluations (each uses one core)"
+    )
+    evaluation_timeout_seconds: float = Field(
+        3600.0, gt=0, description="an offline evaluation running longer stops with status Timeout"
+    )
+    evaluation_heartbeat_seconds: float = Field(
+        5.0, gt=0, description="how often a process refreshes the heartbeat of its evaluations"
+    )
+    evaluation_stale_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="an unfinished evaluation whose heartbeat is older is run again by any "
+        "process (its own was restarted or died)",
+    )
     log_upkeep_interval_seconds: float = Field(
         3600.0,
         ge=0,

@@ -5,7 +5,9 @@
 * :func:`ips`, :func:`snips`, :func:`dr` -- value of a fixed target policy from logged
   propensities, each returning a float; :func:`estimate` adds a bootstrap interval and
   :func:`support`'s diagnostic (a deterministic log cannot evaluate another policy);
-* :func:`off_policy_estimates` -- all three for a fixed greedy policy on logged events.
+* :func:`off_policy_estimates` -- all three for a fixed greedy policy on logged events;
+* :func:`progressive_distribution`, :class:`WindowSums` -- learning settings evaluated as
+  they learn along the log, as per-period sums with Gaussian intervals (evaluations).
 """
 
 from bandit_core.evaluation.estimators import (
@@ -19,6 +21,14 @@ from bandit_core.evaluation.estimators import (
     support,
 )
 from bandit_core.evaluation.offpolicy import off_policy_estimates, ridge_q_hat, target_distribution
+from bandit_core.evaluation.progressive import (
+    WindowSums,
+    baseline_distribution,
+    importance_weights,
+    period_sums,
+    progressive_distribution,
+    uniform_distribution,
+)
 from bandit_core.evaluation.replay import (
     ReplayResult,
     SeedReplays,
@@ -35,10 +45,15 @@ __all__ = [
     "Spread",
     "SupportDiagnostic",
     "UnsupportedLogError",
+    "WindowSums",
+    "baseline_distribution",
     "dr",
     "estimate",
+    "importance_weights",
     "ips",
     "off_policy_estimates",
+    "period_sums",
+    "progressive_distribution",
     "rejection_replay",
     "replay",
     "replay_seeds",
@@ -46,4 +61,5 @@ __all__ = [
     "snips",
     "support",
     "target_distribution",
+    "uniform_distribution",
 ]

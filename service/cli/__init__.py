@@ -1,5 +1,5 @@
 """The ``bandit`` command line: ``serve``, ``rebuild``, ``partitions`` and ``openapi`` (service),
-``replay``, ``estimate``, ``simulate`` and ``compare`` (offline evaluation), ``bound``
+``replay``, ``estimate``, ``simulate``, ``compare`` and ``evaluate`` (offline evaluation), ``bound``
 (regret bounds), ``features`` (feature importance, from a running server). Exit statuses: :mod:`service.cli.exit_codes`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from service.cli import bound, features, offline, server
+from service.cli import bound, evaluate, features, offline, server
 from service.cli.exit_codes import EPILOG
 
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server.register(sub)
     offline.register(sub)
+    evaluate.register(sub)
     bound.register(sub)
     features.register(sub)
     return parser

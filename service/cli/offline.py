@@ -173,7 +173,7 @@ def _add_policy_params(p: argparse.ArgumentParser, alpha_nargs: str | None = Non
     )
 
 
-def _timestamp(text: str) -> float:
+def timestamp_argument(text: str) -> float:
     """Unix seconds, or an ISO 8601 date/time (UTC unless it names an offset)."""
     try:
         return float(text)
@@ -208,9 +208,9 @@ def _add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
         "--log-policy", metavar="NAME",
         help="with --format eventlog: the service policy whose logged decisions to read",
     )
-    p.add_argument("--since", type=_timestamp, metavar="TIME",
+    p.add_argument("--since", type=timestamp_argument, metavar="TIME",
                    help="with --format eventlog: only decisions made at or after TIME (unix seconds or ISO 8601)")
-    p.add_argument("--until", type=_timestamp, metavar="TIME",
+    p.add_argument("--until", type=timestamp_argument, metavar="TIME",
                    help="with --format eventlog: only decisions made before TIME (unix seconds or ISO 8601)")
     p.add_argument(
         "--unrewarded", choices=("skip", "default"), default="skip",

@@ -102,6 +102,25 @@ model_snapshots = sa.Table(
     sa.Index(None, "policy", "created_at"),
 )
 
+evaluations = sa.Table(
+    "evaluations",
+    metadata,
+    sa.Column("policy", sa.Text, primary_key=True),
+    sa.Column("evaluation_id", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("heartbeat_at", sa.Double, nullable=False),
+    sa.Column("start_time", sa.Double, nullable=False),
+    sa.Column("end_time", sa.Double, nullable=False),
+    sa.Column("progress", sa.Double, nullable=False),
+    sa.Column("owner", sa.Text, nullable=True),
+    sa.Column("message", sa.Text, nullable=True),
+    sa.Column("request", Json, nullable=False),
+    sa.Column("result", Json, nullable=True),
+    sa.Index(None, "status", "heartbeat_at"),
+)
+
 
 PARTITIONED_TABLES = ("decisions", "rewards")
 # decisions_default, decisions_p20261125, rewards_...: see service.storage.partitions

@@ -16,6 +16,7 @@ module               use case (public surface)
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
+``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ===================  =====================================================================
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
+from service.usecases.evaluations import Evaluations
 from service.usecases.importance import FeatureRanking
 from service.usecases.log_upkeep import LogUpkeep
 from service.usecases.loops import Loops
@@ -43,6 +45,7 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "Evaluations",
     "FeatureRanking",
     "LogUpkeep",
     "Loops",
@@ -74,6 +77,7 @@ class UseCases:
     monitor: Monitor
     features: FeatureRanking
     loops: Loops
+    evaluations: Evaluations
     log_upkeep: LogUpkeep
 
 
@@ -89,6 +93,7 @@ def build_use_cases(
     rewards = Rewards(cache, sink, settings, clock)
     admin = PolicyAdmin(cache, event_log, settings, clock)
     recommender = Recommender(cache, sink, settings, clock)
+    loops = Loops(admin, recommender, rewards)
     return UseCases(
         store=store,
         sink=sink,
@@ -101,6 +106,7 @@ def build_use_cases(
         snapshots=Snapshots(cache, event_log, settings, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
         features=FeatureRanking(cache, event_log, settings),
-        loops=Loops(admin, recommender, rewards),
+        loops=loops,
+        evaluations=Evaluations(loops, settings, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
     )

@@ -19,7 +19,7 @@ from service.storage.migrate import ROOT, alembic_config, downgrade, upgrade_hea
 from service.storage.schema import create_log_engine, include_name, is_partition, metadata
 from tests.databases import database
 
-TABLES = {"policies", "decisions", "rewards", "model_snapshots"}
+TABLES = {"policies", "decisions", "rewards", "model_snapshots", "evaluations"}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
@@ -55,7 +55,7 @@ def test_upgrade_matches_metadata_and_downgrade_removes_everything(url: str) -> 
     upgrade_head(url)  # at head already: a no-op
     downgrade(url, "base")
     assert _tables(url) == {"alembic_version"}
-    # and the empty database differs from the metadata by exactly the four tables
+    # and the empty database differs from the metadata by exactly the tables
     assert {d[1].name for d in _diff(url) if d[0] == "add_table"} == TABLES
 
 

@@ -31,6 +31,8 @@ INVALID_INPUT_CODES = {
     "activate": "InvalidEventIdToActivate",
     "update_service_configuration": "InvalidServiceConfiguration",
     "update_policy": "InvalidPolicyConfiguration",
+    "create_evaluation": "InvalidEvaluationContract",
+    "put_evaluation": "InvalidEvaluationContract",
 }
 CODE_OF_STATUS = {401: "401", 404: "ResourceNotFound", 409: "Conflict", 413: "PayloadSizeExceeded"}
 

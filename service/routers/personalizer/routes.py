@@ -18,7 +18,7 @@ from service.personalizer_schemas import (
 )
 from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
 
-_errors: dict[int | str, dict[str, Any]] = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {
         "model": PersonalizerErrorResponse,
         "description": "invalid input; the message names the field",
@@ -43,7 +43,7 @@ def make_router(
         tags=["personalizer"],
         route_class=PersonalizerRoute,
         dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=_errors,
+        responses=ERRORS,
     )
     Loop = Depends(loop_of)
 

@@ -10,7 +10,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -22,7 +22,11 @@ from azure.cognitiveservices.personalizer.models import (
     RankRequest,
 )
 from azure.core.credentials import AzureKeyCredential
-from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceNotFoundError,
+)
 from msrest.authentication import CognitiveServicesCredentials
 
 from tests.databases import postgres_schema
@@ -345,7 +349,7 @@ def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint
         for path in (
             "/personalizer/v1.1-preview.3/multislot/rank",
             "/personalizer/v2.0/rank",
-            "/loops/personalizer/personalizer/evaluations",
+            "/loops/personalizer/personalizer/v1.0/nothing-here",
         ):
             missing = http.post(path, json={})
             assert (missing.status_code, missing.json()["error"]["code"]) == (
@@ -372,3 +376,45 @@ def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint
             ).json()["decisions"]
             == before
         )
+
+
+def test_offline_evaluations_with_the_2022_sdk(endpoint: str) -> None:
+    sdk, settings = client(endpoint), admin(endpoint)
+    begin = datetime.now(UTC)  # the decisions of the earlier tests are not evaluated
+    for i in range(60):
+        ranked = sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS})
+        sdk.reward(ranked["eventId"], {"value": float(ranked["rewardActionId"] == "music")})
+    time.sleep(1.0)  # the event log is written in batches
+    end = datetime.now(UTC) + timedelta(minutes=1)
+    evaluation_id = uuid.uuid4().hex
+    custom = {"name": "no-interactions", "arguments": "--cb_explore_adf --epsilon 0.2"}
+    settings.create_evaluation(
+        evaluation_id,
+        {"name": "sdk", "startTime": begin, "endTime": end, "policies": [custom], "enablePolicyOptimization": True},
+    )
+    deadline = time.monotonic() + 180
+    while True:
+        result = settings.get_evaluation(evaluation_id, start_time=begin, end_time=end)
+        if result["status"] not in ("NotSubmitted", "Running"):
+            break
+        assert time.monotonic() < deadline, result
+        time.sleep(0.5)
+    assert result["status"] == "Succeeded", result
+    assert result["evaluationType"] == "Manual" and result["id"] == evaluation_id
+    sources = {v["policySource"]: v for v in result["content"]["value"]}
+    assert set(sources) == {"Online", "Baseline", "Random", "Custom", "OfflineExperimentation"}
+    for value in sources.values():
+        low, high = value["summary"]["confidenceInterval"]
+        assert low <= value["summary"]["expectedReward"] <= high
+        assert value["timeseries"]["data"]
+    # Baseline serves "news" (the first action), which this traffic never rewards
+    assert sources["Baseline"]["summary"]["expectedReward"] == 0.0
+    assert evaluation_id in {e["id"] for e in settings.list_evaluations()}
+    settings.apply_from_evaluation({"evaluationId": evaluation_id, "policyName": "no-interactions"})
+    assert settings.get_policy() == custom
+    after = settings.get_evaluation(evaluation_id, start_time=begin, end_time=end)
+    assert after["status"] == "OptimalPolicyApplied"
+    settings.delete_evaluation(evaluation_id)
+    with pytest.raises(ResourceNotFoundError):
+        settings.get_evaluation(evaluation_id, start_time=begin, end_time=end)
+    settings.reset_policy()

@@ -1,0 +1,145 @@
+"""Rank latency while an offline evaluation runs (issue 14: evaluations never slow rank).
+
+An in-process app (embedded default) serves ``--rounds`` storefront rounds through
+Personalizer's ``rank`` and ``reward`` to fill its log, then measures the latency of
+``--calls`` ``rank`` calls in slices of 50, alternating between slices with no
+evaluation running and slices while an evaluation with offline experimentation (Online,
+interactions and the 8-setting grid over the whole log) runs in its worker process. The
+machine has 2 cores shared with other work: the worker takes one of them, which is what
+a deployment with ``BANDIT_EVALUATION_WORKERS=1`` costs. Writes run ``--label`` of
+``benchmarks/results/evaluation_latency.json``.
+
+    python -m benchmarks.evaluation_latency
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bandit_core.storefront import Storefront
+from benchmarks._harness import add_label_argument, write_json
+from service.app import create_app
+from service.settings import Settings
+
+WHOLE_LOG = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2100-01-01T00:00:00Z"}
+
+
+def body(r) -> dict:
+    context = [{ns: v} for ns, v in r.context.items()]
+    return {
+        "contextFeatures": context,
+        "actions": [{"id": i, "features": [f]} for i, f in zip(r.item_ids, r.actions, strict=True)],
+    }
+
+
+async def run(rounds: int, calls: int) -> dict:
+    rng = np.random.default_rng(0)
+    shop = list(Storefront().rounds(rounds + calls, replace_at=None, rng=rng))
+    with tempfile.TemporaryDirectory() as data:
+        settings = Settings(
+            data_dir=Path(data), demo_policy=False, snapshot_interval_seconds=0, api_keys=["k"]
+        )
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 1))
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://app", headers={"Authorization": "Bearer k"}
+            ) as http:
+                for r in shop[:rounds]:
+                    ranked = (await http.post("/personalizer/v1.0/rank", json=body(r))).json()
+                    k = r.item_ids.index(ranked["rewardActionId"])
+                    await http.post(
+                        f"/personalizer/v1.0/events/{ranked['eventId']}/reward",
+                        json={"value": float(rng.random() < r.mu[k])},
+                    )
+                await asyncio.sleep(1.0)
+                idle, busy, evaluations = [], [], 0
+                pending = shop[rounds:]
+                for s in range(0, calls, 50):
+                    slice_ = pending[s : s + 50]
+                    running = (s // 50) % 2 == 1
+                    if running:
+                        created = await http.post(
+                            "/personalizer/v1.0/evaluations",
+                            json={
+                                "name": "load",
+                                **WHOLE_LOG,
+                                "enableOfflineExperimentation": True,
+                                "policies": [
+                                    {
+                                        "name": "interactions",
+                                        "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
+                                    }
+                                ],
+                            },
+                        )
+                        location = created.headers["location"]
+                        while (await http.get(location)).json()["status"] == "pending":
+                            view = app.state.use_cases.evaluations.store.get(
+                                "personalizer", created.json()["id"]
+                            )
+                            if view is not None and view.status == "running":
+                                break
+                            await asyncio.sleep(0.05)
+                        evaluations += 1
+                    times = []
+                    for r in slice_:
+                        t = time.perf_counter()
+                        await http.post("/personalizer/v1.0/rank", json=body(r))
+                        times.append(time.perf_counter() - t)
+                    if running:
+                        still = app.state.use_cases.evaluations.store.get(
+                            "personalizer", created.json()["id"]
+                        )
+                        assert still is not None and still.status == "running", (
+                            "the evaluation ended inside the slice"
+                        )
+                        await http.delete(location)
+                        busy += times
+                    else:
+                        idle += times
+
+    def stats(xs: list[float]) -> dict:
+        xs = sorted(xs)
+        return {
+            "calls": len(xs),
+            "p50_ms": 1000 * statistics.median(xs),
+            "p99_ms": 1000 * xs[int(0.99 * (len(xs) - 1))],
+            "mean_ms": 1000 * statistics.fmean(xs),
+        }
+
+    return {
+        "idle": stats(idle),
+        "while_evaluating": stats(busy),
+        "evaluations_started": evaluations,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2000, help="rounds logged first (default %(default)s)"
+    )
+    parser.add_argument(
+        "--calls", type=int, default=600, help="rank calls measured (default %(default)s)"
+    )
+    add_label_argument(parser, "evaluation_latency")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args.rounds, args.calls))
+    for k in ("idle", "while_evaluating"):
+        print(k, {m: round(v, 3) for m, v in result[k].items()})
+    write_json("evaluation_latency", {"rounds": args.rounds, **result}, args.label)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""``bandit evaluate``: an offline evaluation of a policy's event log from the command line,
+computed here as the service computes it (``service.usecases.evaluations``; docs/offline.md
+"Evaluations"), with a progress bar and a plot of the estimates over time.
+
+Invalid input ends with one line on stderr and exit status 2, an unreachable event log
+with status 1 (:mod:`service.cli.exit_codes`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from service.cli.offline import timestamp_argument
+
+
+class UsageError(Exception):
+    """Bad input: one line on stderr, exit status 2."""
+
+
+def _policy(text: str) -> tuple[str, str]:
+    name, sep, arguments = text.partition("=")
+    if not sep or not name.strip() or not arguments.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=ARGUMENTS, but got {text!r}")
+    return name.strip(), arguments.strip()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``evaluate`` to ``subparsers``."""
+    p = subparsers.add_parser(
+        "evaluate",
+        help="evaluate learning settings offline on a policy's event log (Personalizer's evaluations)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "What would each learning setting have earned per decision on this log? The decisions of\n"
+            "--log-policy made in [--since, --until) that have a reward are replayed in time order for:\n"
+            "  Online    the policy's own settings (as logged in the event log's policies table)\n"
+            "  Baseline  always the first candidate (the first action sent and not excluded)\n"
+            "  Random    a uniform choice among the candidates\n"
+            "  each --policy NAME=ARGUMENTS: VW arguments (--cb_explore_adf --epsilon E -q ab, as\n"
+            "            PUT configurations/policy reads them) or a JSON policy spec\n"
+            "  with --offline-experimentation, the best of a small grid (epsilon 0.05 / 0.2,\n"
+            "            interactions off / on, ridge_lambda 0.3 / 3) around the policy's own settings.\n"
+            "A learning setting is replayed with progressive validation: at each decision it gives its\n"
+            "action probabilities (exploration included), then learns that decision's logged reward. The\n"
+            "logged propensities turn them into IPS (sum w r / n) and SNIPS (sum w r / sum w) estimates,\n"
+            "w = target probability / logged propensity, with 95% Gaussian intervals, in total and per\n"
+            "5-minute period. Prints a table, writes --json and plots the estimates over time (--plot:\n"
+            "the IPS estimate of everything up to each period, with its interval as a band).\n\n"
+            "example: bandit evaluate --data sqlite:///storefront.sqlite3 --log-policy shop \\\n"
+            "             --policy 'interactions=--cb_explore_adf -q ::' --plot e.png --json e.json"
+        ),
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="URL",
+        help="the event log's database: postgresql://user@host/db or sqlite:///path",
+    )
+    p.add_argument(
+        "--log-policy", required=True, metavar="NAME", help="the policy whose decisions to evaluate"
+    )
+    p.add_argument(
+        "--since",
+        type=timestamp_argument,
+        metavar="TIME",
+        help="only decisions made at or after TIME (unix seconds or ISO 8601; default: all)",
+    )
+    p.add_argument(
+        "--until",
+        type=timestamp_argument,
+        metavar="TIME",
+        help="only decisions made before TIME (unix seconds or ISO 8601; default: all)",
+    )
+    p.add_argument(
+        "--policy",
+        type=_policy,
+        action="append",
+        default=[],
+        metavar="NAME=ARGUMENTS",
+        help="a learning setting to evaluate besides the policy's own; repeatable",
+    )
+    p.add_argument(
+        "--offline-experimentation",
+        action="store_true",
+        help="also search the small grid of settings and report the best",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="write the result (estimates per policy and period) as JSON",
+    )
+    p.add_argument(
+        "--plot", type=Path, metavar="PATH", help="write a PNG of the estimates over time"
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="do not draw the progress bar (on stderr)"
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _evaluate(args)
+    except UsageError as exc:
+        print(f"bandit evaluate: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+    from tqdm import tqdm
+
+    from service.errors import ApiError
+    from service.evaluation_schemas import EvaluationPolicy
+    from service.policies import info_from_record
+    from service.storage.base import StoreUnavailableError
+    from service.storage.sql_log import SqlEventLog
+    from service.usecases.evaluations import evaluate, load_decisions, plan
+
+    try:
+        url = make_url(args.data)
+    except ArgumentError:
+        raise UsageError(
+            f"--data must be a postgresql:// or sqlite:/// URL, but got {args.data!r}"
+        ) from None
+    if url.get_backend_name() not in ("postgresql", "sqlite"):
+        raise UsageError(f"--data must be a postgresql:// or sqlite:/// URL, but got {args.data!r}")
+    if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
+        raise UsageError(f"--data {args.data}: no such SQLite file")
+    event_log = SqlEventLog(args.data)
+    try:
+        configs = event_log.policies()
+        if args.log_policy not in configs:
+            raise UsageError(
+                f"--log-policy {args.log_policy!r} has no config in the event log; known: {sorted(configs)}"
+            )
+        info = info_from_record(configs[args.log_policy])
+        policies = [EvaluationPolicy(name=n, arguments=a) for n, a in args.policy]
+        try:
+            candidates, grid = plan(info, policies, args.offline_experimentation)
+        except ApiError as exc:
+            raise UsageError(f"--policy: {exc.message}") from None
+        since = float("-inf") if args.since is None else args.since
+        until = float("inf") if args.until is None else args.until
+        decisions = load_decisions(event_log, args.log_policy, since, until)
+    except StoreUnavailableError as exc:
+        message = " ".join(str(exc).split())
+        print(
+            f"bandit evaluate: error: --data {url.render_as_string(hide_password=True)}: {message}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    finally:
+        event_log.close()
+    if not decisions:
+        raise UsageError(f"no rewarded decision of {args.log_policy!r} in the time range")
+    replayed = sum(c.spec is not None for c in candidates) + len(grid)
+    with tqdm(
+        total=replayed * len(decisions), disable=args.no_progress, unit="event", file=sys.stderr
+    ) as bar:
+        result = evaluate(decisions, candidates, grid, bar.update)
+    rows = _rows(result)
+    _print_table(rows, result)
+    if args.json is not None:
+        payload = {
+            "log_policy": args.log_policy,
+            "since": args.since,
+            "until": args.until,
+            **result,
+            "estimates": rows,
+        }
+        try:
+            args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        except OSError as exc:
+            raise UsageError(f"--json {args.json}: {exc.strerror or exc}") from None
+    if args.plot is not None:
+        _plot(args.plot, result, args.log_policy)
+    return EXIT_OK
+
+
+def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    from service.usecases.evaluations import total
+
+    rows = []
+    for p in result["policies"]:
+        sums = total(p["periods"])
+        ips_h, snips_h = sums.ips_half_width(), sums.snips_half_width()
+        rows.append(
+            {
+                "name": p["name"],
+                "source": p["source"],
+                "arguments": p["arguments"],
+                "events": int(sums.n),
+                "ips": sums.ips,
+                "ips_low": sums.ips - ips_h,
+                "ips_high": sums.ips + ips_h,
+                "snips": sums.snips,
+                "snips_low": sums.snips - snips_h,
+                "snips_high": sums.snips + snips_h,
+            }
+        )
+    return rows
+
+
+def _print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    width = max(len(r["name"]) for r in rows)
+    print(
+        f"{'policy':<{width}}  {'source':<22}  {'events':>6}  {'IPS [95% interval]':<26}  SNIPS [95% interval]"
+    )
+    for r in rows:
+        print(
+            f"{r['name']:<{width}}  {r['source']:<22}  {r['events']:>6}  "
+            f"{r['ips']:.4f} [{r['ips_low']:.4f}, {r['ips_high']:.4f}]  "
+            f"{r['snips']:.4f} [{r['snips_low']:.4f}, {r['snips_high']:.4f}]"
+        )
+    print(f"optimal policy (highest IPS among the learning settings): {result['optimal_policy']}")
+
+
+def _plot(path: Path, result: dict[str, Any], log_policy: str) -> None:
+    """The IPS estimate of everything up to each period's end, with its 95% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from datetime import UTC, datetime
+
+    import matplotlib.pyplot as plt
+
+    from bandit_core.evaluation import WindowSums
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for p in result["policies"]:
+        times, values, lows, highs = [], [], [], []
+        so_far = WindowSums()
+        for row in p["periods"]:
+            so_far = so_far + WindowSums(*row[1:])
+            half = so_far.ips_half_width()
+            times.append(datetime.fromtimestamp(row[0] + result["period_seconds"], UTC))
+            values.append(so_far.ips)
+            lows.append(so_far.ips - half)
+            highs.append(so_far.ips + half)
+        (line,) = ax.plot(times, values, label=f"{p['name']} ({p['source']})", linewidth=1.4)
+        ax.fill_between(times, lows, highs, alpha=0.15, color=line.get_color())
+    ax.set_xlabel("time (UTC)")
+    ax.set_ylabel("IPS estimate of the reward per decision, up to then")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.suptitle(f"Offline evaluation of the event log of {log_policy} (95% Gaussian bands)")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png", dpi=110)
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

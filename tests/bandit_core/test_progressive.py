@@ -1,0 +1,99 @@
+"""bandit_core.evaluation.progressive: the per-window sums give the estimators' values and
+the closed-form Gaussian intervals, add up over periods, and the progressive replay is
+select-then-learn event by event."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import bandit_core
+from bandit_core.datasets import LoggedEvent
+from bandit_core.errors import InvalidInputError
+from bandit_core.evaluation import (
+    WindowSums,
+    baseline_distribution,
+    importance_weights,
+    ips,
+    period_sums,
+    progressive_distribution,
+    snips,
+    uniform_distribution,
+)
+
+
+def _log(
+    seed: int, n: int = 400, k: int = 4
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    logging = rng.dirichlet(np.ones(k), size=n)
+    action = np.array([rng.choice(k, p=p) for p in logging])
+    pscore = logging[np.arange(n), action]
+    reward = (rng.random(n) < 0.2 + 0.15 * action).astype(float)
+    target = rng.dirichlet(np.ones(k), size=n)
+    return reward, action, pscore, target
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sums_give_the_estimators_and_their_closed_form_intervals(seed: int) -> None:
+    r, a, p, pi = _log(seed)
+    s = WindowSums.of(r, a, p, pi)
+    assert math.isclose(s.ips, ips(r, a, p, pi), rel_tol=1e-12)
+    assert math.isclose(s.snips, snips(r, a, p, pi), rel_tol=1e-12)
+    w = pi[np.arange(r.size), a] / p
+    z = 1.959963984540054
+    assert math.isclose(s.ips_half_width(), z * np.sqrt(np.var(w * r) / r.size), rel_tol=1e-9)
+    v = s.snips
+    delta = np.sqrt(np.sum(w**2 * (r - v) ** 2)) / np.sum(w)
+    assert math.isclose(s.snips_half_width(), z * delta, rel_tol=1e-9)
+    assert s.nonzero == np.count_nonzero(w)
+
+
+def test_period_sums_add_up_to_the_whole_window() -> None:
+    r, a, p, pi = _log(7)
+    period = np.repeat(np.arange(8), 50)
+    w = importance_weights(a, p, pi)
+    parts = period_sums(period, w, r)
+    assert sorted(parts) == list(range(8))
+    whole = sum(parts.values(), WindowSums())
+    assert np.allclose(whole.to_list(), WindowSums.of(r, a, p, pi).to_list(), rtol=1e-12)
+
+
+def test_an_empty_window_is_zero_and_bad_propensities_are_refused() -> None:
+    assert (WindowSums().ips, WindowSums().snips, WindowSums().ips_half_width()) == (0.0, 0.0, 0.0)
+    with pytest.raises(InvalidInputError, match="pscore must lie in"):
+        importance_weights(np.array([0]), np.array([0.0]), np.array([[1.0]]))
+    with pytest.raises(InvalidInputError, match="confidence"):
+        WindowSums(n=3, ips_numerator=1, sum_of_squares=1).ips_half_width(1.5)
+
+
+def test_progressive_replay_is_select_then_learn() -> None:
+    rng = np.random.default_rng(0)
+    events = [
+        LoggedEvent.build(
+            ["a", "b", "c"],
+            str(rng.choice(["a", "b", "c"])),
+            float(rng.random() < 0.5),
+            arm_features=rng.normal(size=(3, 2)),
+            pscore=1 / 3,
+        )
+        for _ in range(50)
+    ]
+    dist = progressive_distribution(
+        bandit_core.make_policy("linucb", d=2, alpha=0.0, epsilon=0.1), events, 3
+    )
+    assert dist.shape == (50, 3) and np.allclose(dist.sum(axis=1), 1.0)
+    by_hand = bandit_core.make_policy("linucb", d=2, alpha=0.0, epsilon=0.1)
+    for i, e in enumerate(events):
+        d = by_hand.select(e.arm_ids, e.X)
+        assert np.allclose([dist[i, e.arm_ids.index(arm)] for arm in d.ranking], d.propensities)
+        by_hand.update(e.chosen, e.X[e.action], e.reward)
+    assert dist.min() >= 0.1 / 3 - 1e-12  # the exploration floor is part of the distribution
+
+
+def test_baseline_and_uniform_targets() -> None:
+    assert baseline_distribution([2, 3]).tolist() == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    assert np.allclose(uniform_distribution([2, 4]), [[0.5, 0.5, 0, 0], [0.25] * 4])
+    assert baseline_distribution([]).shape == (0, 0)

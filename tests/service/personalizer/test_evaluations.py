@@ -1,0 +1,277 @@
+"""Offline evaluations through Personalizer's routes on simulated storefront traffic
+(bandit_core/storefront.py) logged with epsilon-greedy exploration: the online setting's
+estimate matches the realised reward, a setting the simulation needs (interactions) is
+estimated higher and applying it raises the live click rate; runs survive a restart;
+bad input is a 400 naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bandit_core.storefront import Storefront, StorefrontRound
+from service.storage.evaluations import SqlEvaluationStore
+from service.storage.schema import create_log_engine
+from tests.service.conftest import running, wait_for
+from tests.service.personalizer.test_learning import personalizer_body
+
+pytestmark = pytest.mark.anyio
+
+PLAIN = "--cb_explore_adf --epsilon 0.3"
+INTERACTIONS = "--cb_explore_adf --epsilon 0.3 -q ::"
+WHOLE_LOG = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2100-01-01T00:00:00Z"}
+
+
+async def serve(
+    http: Any, rounds: list[StorefrontRound], draws: np.ndarray
+) -> tuple[list[float], list[float]]:
+    """The clicks and the expected click rates of the served items, round by round."""
+    clicks, rates = [], []
+    for r, draw in zip(rounds, draws, strict=True):
+        ranked = (await http.post("/personalizer/v1.0/rank", json=personalizer_body(r))).json()
+        k = r.item_ids.index(ranked["rewardActionId"])
+        click = float(draw < r.mu[k])
+        reward = await http.post(
+            f"/personalizer/v1.0/events/{ranked['eventId']}/reward", json={"value": click}
+        )
+        assert reward.status_code == 204
+        clicks.append(click)
+        rates.append(float(r.mu[k]))
+    return clicks, rates
+
+
+async def finished(
+    http: Any, path: str, pending: tuple[str, ...], timeout: float = 300.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = (await http.get(path)).json()
+        if body["status"] not in pending:
+            return body
+        assert time.monotonic() < deadline, f"still {body['status']} after {timeout} s"
+        await asyncio.sleep(0.5)
+
+
+async def logged(app: Any, decisions: int) -> None:
+    log = app.state.use_cases.event_log
+    await wait_for(lambda: log.count("personalizer") == (decisions, decisions), timeout=30)
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_estimates_match_the_log_and_the_better_setting_raises_the_click_rate(
+    make_settings: Any,
+) -> None:
+    rng = np.random.default_rng(1)
+    rounds = list(Storefront().rounds(3000, replace_at=None, rng=rng))
+    draws = rng.random(3000)
+    async with running(make_settings(personalizer_loop=True)) as (app, http, _):
+        policy = {"name": "plain", "arguments": PLAIN}
+        assert (
+            await http.put("/personalizer/v1.0/configurations/policy", json=policy)
+        ).status_code == 200
+        clicks, before = await serve(http, rounds[:2000], draws[:2000])
+        await logged(app, 2000)
+        body = {
+            "name": "storefront",
+            **WHOLE_LOG,
+            "policies": [{"name": "interactions", "arguments": INTERACTIONS}],
+        }
+        created = await http.post("/personalizer/v1.0/evaluations", json=body)
+        assert created.status_code == 201, created.text
+        evaluation_id = created.json()["id"]
+        assert created.headers["location"] == f"/personalizer/v1.0/evaluations/{evaluation_id}"
+        assert created.json()["status"] == "pending"
+        result = await finished(http, created.headers["location"], ("pending",))
+        assert result["status"] == "completed", result
+        by_source = {p["policySource"]: p for p in result["policyResults"]}
+        assert set(by_source) == {"Online", "Baseline", "Random", "Custom"}
+        online, custom = by_source["Online"]["totalSummary"], by_source["Custom"]["totalSummary"]
+        # the online setting replayed on its own log: its estimate is the realised reward
+        # per decision, within its interval
+        realised = float(np.mean(clicks))
+        assert online["ipsEstimatorDenominator"] == 2000
+        assert abs(online["averageReward"] - realised) <= online["confidenceInterval"]
+        assert custom["averageReward"] > online["averageReward"]
+        assert result["optimalPolicy"] == "interactions"
+        for p in result["policyResults"]:  # the periods add up to the total
+            total = p["totalSummary"]
+            assert math.isclose(
+                sum(s["ipsEstimatorNumerator"] for s in p["summary"]),
+                total["ipsEstimatorNumerator"],
+                rel_tol=1e-9,
+                abs_tol=1e-9,
+            )
+            assert (
+                sum(s["ipsEstimatorDenominator"] for s in p["summary"])
+                == total["ipsEstimatorDenominator"]
+            )
+            assert math.isclose(
+                total["averageReward"], total["ipsEstimatorNumerator"] / 2000, rel_tol=1e-12
+            )
+        # the 2022-09-01-preview shape of the same evaluation
+        preview = (
+            await http.get(
+                f"/personalizer/evaluations/{evaluation_id}",
+                params={"api-version": "2022-09-01-preview"},
+            )
+        ).json()
+        assert preview["status"] == "Succeeded"
+        series = {v["policySource"]: v for v in preview["content"]["value"]}
+        assert math.isclose(series["Online"]["summary"]["expectedReward"], online["averageReward"])
+        low, high = series["Custom"]["summary"]["confidenceInterval"]
+        assert low < custom["averageReward"] < high
+        # apply the better setting: the live click rate goes up
+        applied = await http.post(
+            "/personalizer/v1.0/configurations/applyFromEvaluation",
+            json={"evaluationId": evaluation_id, "policyName": "interactions"},
+        )
+        assert applied.status_code == 204, applied.text
+        now = (await http.get("/personalizer/v1.0/configurations/policy")).json()
+        assert now == {"name": "interactions", "arguments": INTERACTIONS}
+        status = (await http.get(f"/personalizer/v1.0/evaluations/{evaluation_id}")).json()[
+            "status"
+        ]
+        assert status == "optimalPolicyApplied"
+        _, after = await serve(http, rounds[2000:], draws[2000:])
+        assert np.mean(after) > np.mean(before[-1000:]) + 0.03, (
+            np.mean(after),
+            np.mean(before[-1000:]),
+        )
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_an_evaluation_whose_process_died_runs_again_after_a_restart(
+    make_settings: Any,
+) -> None:
+    settings = make_settings(
+        personalizer_loop=True, evaluation_heartbeat_seconds=0.2, evaluation_stale_seconds=1.0
+    )
+    rng = np.random.default_rng(2)
+    rounds = list(Storefront().rounds(200, replace_at=None, rng=rng))
+    async with running(settings) as (app, http, _):
+        await serve(http, rounds, rng.random(200))
+        await logged(app, 200)
+        created = await http.put(
+            "/personalizer/v1.1-preview.3/evaluations/first", json={"name": "first", **WHOLE_LOG}
+        )
+        assert created.status_code == 201, created.text
+        first = await finished(http, "/personalizer/v1.1-preview.3/evaluations/first", ("pending",))
+    # a record left running by a process that died (as a restart leaves it)
+    engine = create_log_engine(settings.log_url)
+    store = SqlEvaluationStore(engine)
+    record = store.get("personalizer", "first")
+    assert record is not None and record.result is not None
+    store.insert(
+        record.__class__(
+            **{
+                **record.__dict__,
+                "evaluation_id": "orphan",
+                "status": "running",
+                "progress": 0.4,
+                "heartbeat_at": time.time() - 60,
+                "owner": "gone",
+                "result": None,
+            }
+        )
+    )
+    engine.dispose()
+    async with running(settings) as (app, http, _):
+        again = await finished(
+            http, "/personalizer/v1.1-preview.3/evaluations/orphan", ("pending",), timeout=120
+        )
+        assert again["status"] == "completed"
+        assert again["policyResults"] == first["policyResults"]  # a run depends on the log only
+        listed = (await http.get("/personalizer/v1.1-preview.3/evaluations")).json()
+        assert {e["id"] for e in listed} == {"first", "orphan"}
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_bad_evaluations_are_400s_naming_the_field(make_settings: Any) -> None:
+    async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+        cases = [
+            (
+                {
+                    "name": "x",
+                    **WHOLE_LOG,
+                    "policies": [{"name": "a", "arguments": "--cb_explore_adf --bag 5"}],
+                },
+                "--bag",
+            ),
+            (
+                {
+                    "name": "x",
+                    "startTime": "2030-01-01T00:00:00Z",
+                    "endTime": "2020-01-01T00:00:00Z",
+                },
+                "endTime",
+            ),
+            (
+                {"name": "x", **WHOLE_LOG, "policies": [{"name": "a", "arguments": "-q ::"}] * 2},
+                "policies[1].name",
+            ),
+            (
+                {
+                    "name": "x",
+                    **WHOLE_LOG,
+                    "policies": [{"name": "a", "arguments": '{"algorithm": "linucb"}'}],
+                },
+                "arguments",
+            ),
+            (
+                {"name": "x", "startTime": "yesterday", "endTime": "2020-01-01T00:00:00Z"},
+                "startTime",
+            ),
+        ]
+        for body, field in cases:
+            answer = await http.post("/personalizer/v1.0/evaluations", json=body)
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["code"] == "InvalidEvaluationContract"
+            assert field in answer.json()["error"]["message"]
+        assert (await http.get("/personalizer/v1.0/evaluations")).json() == []  # nothing stored
+        missing = await http.get(
+            "/personalizer/evaluations/nope", params={"api-version": "2022-09-01-preview"}
+        )
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "ResourceNotFound")
+        put = await http.put(
+            "/personalizer/evaluations/e1",
+            params={"api-version": "x"},
+            json={"name": "e", **WHOLE_LOG},
+        )
+        assert put.status_code == 200 and put.json()["status"] in (
+            "NotSubmitted",
+            "Running",
+            "Succeeded",
+        )
+        again = await http.put(
+            "/personalizer/evaluations/e1",
+            params={"api-version": "x"},
+            json={"name": "e", **WHOLE_LOG},
+        )
+        assert again.status_code == 409
+        done = await finished(
+            http, "/personalizer/evaluations/e1?api-version=x", ("NotSubmitted", "Running")
+        )
+        assert done["status"] == "Succeeded" and done["description"].startswith(
+            "no rewarded decision"
+        )
+        for name, status in (("Baseline", 400), ("nope", 404)):
+            answer = await http.post(
+                "/personalizer/configurations/applyFromEvaluation",
+                params={"api-version": "x"},
+                json={"evaluationId": "e1", "policyName": name},
+            )
+            assert answer.status_code == status, answer.text
+        bad_interval = await http.get(
+            "/personalizer/evaluations/e1", params={"intervalInMinutes": 7}
+        )
+        assert (
+            bad_interval.status_code == 400
+            and "intervalInMinutes" in bad_interval.json()["error"]["message"]
+        )
+        assert (await http.delete("/personalizer/evaluations/e1")).status_code == 204
+        assert (await http.get("/personalizer/evaluations/e1")).status_code == 404
