@@ -116,6 +116,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
         use_cases = build_use_cases(store, writer, event_log, settings)
         app.state.use_cases = use_cases
+        stack.push_async_callback(use_cases.feature_importances.close)
         stack.callback(use_cases.evaluations.close)
         await load_initial_policies(use_cases, settings)
         # Everything allocated so far (modules, schemas, engines) lives as long as the
@@ -146,12 +147,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 class BodyLimitAndTiming:
-    """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (read before the app
-    sees them) and the request-latency histogram per route template."""
+    """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (``max_model_bytes`` for
+    a model file, ``PUT .../model``; read before the app sees them) and the
+    request-latency histogram per route template."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, max_model_bytes: int) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.max_model_bytes = max_model_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -167,9 +170,11 @@ class BodyLimitAndTiming:
 
         try:
             if scope["method"] in ("POST", "PUT", "PATCH"):
-                body = await self._read_body(receive)
+                model_file = scope["method"] == "PUT" and scope["path"].endswith("/model")
+                limit = self.max_model_bytes if model_file else self.max_body_bytes
+                body = await self._read_body(receive, limit)
                 if body is None:
-                    await self._too_large(send_status)
+                    await self._too_large(send_status, limit)
                     return
                 receive = _replay(body, receive)
             await self.app(scope, receive, send_status)
@@ -180,7 +185,7 @@ class BodyLimitAndTiming:
                 time.perf_counter() - start
             )
 
-    async def _read_body(self, receive: Receive) -> bytes | None:
+    async def _read_body(self, receive: Receive, limit: int) -> bytes | None:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -189,17 +194,17 @@ class BodyLimitAndTiming:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
 
-    async def _too_large(self, send: Send) -> None:
+    async def _too_large(self, send: Send, limit: int) -> None:
         body = (
             b'{"detail":"request body exceeds the limit of '
-            + str(self.max_body_bytes).encode()
+            + str(limit).encode()
             + b' bytes"}'
         )
         await send(
@@ -247,7 +252,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in personalizer.routers():
         app.include_router(router)
     personalizer.install_handlers(app)
-    app.add_middleware(BodyLimitAndTiming, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitAndTiming,
+        max_body_bytes=settings.max_body_bytes,
+        max_model_bytes=settings.max_model_bytes,
+    )
     if settings.cors_origins:
         # outermost, so a preflight is answered before any other layer sees it
         app.add_middleware(

@@ -20,7 +20,10 @@ from pydantic import BaseModel
 from service.schemas import (
     ActivateResponse,
     ArmCandidate,
+    FeatureImportanceJob,
     FeatureImportanceReport,
+    FeatureImportanceRequest,
+    ModelProperties,
     PolicyInfo,
     PolicyList,
     PolicySpec,
@@ -130,6 +133,24 @@ class _Requests:
     def import_snapshot(name: str, data: str) -> Request:
         return ("PUT", f"/policies/{name}/snapshot", {"data": data}, Snapshot)
 
+    @staticmethod
+    def start_feature_importance(
+        name: str, job_id: str, since: float, until: float, label: str
+    ) -> Request:
+        body = FeatureImportanceRequest(name=label, since=since, until=until).model_dump()
+        return ("PUT", f"/policies/{name}/feature-importances/{job_id}", body, FeatureImportanceJob)
+
+    @staticmethod
+    def feature_importance_job(name: str, job_id: str) -> Request:
+        return ("GET", f"/policies/{name}/feature-importances/{job_id}", None, FeatureImportanceJob)
+
+    @staticmethod
+    def model_properties(name: str) -> Request:
+        return ("GET", f"/policies/{name}/model/properties", None, ModelProperties)
+
+
+MODEL_HEADERS = {"Content-Type": "application/octet-stream"}
+
 
 def _parse(response: httpx.Response, model: type[M] | None) -> M | None:
     if response.status_code >= 400:
@@ -214,6 +235,29 @@ class BanditClient:
     def import_snapshot(self, name: str, data: str) -> Snapshot:
         return self._call(_Requests.import_snapshot(name, data))
 
+    def export_model(self, name: str) -> bytes:
+        """``GET /policies/{name}/model``: the model file (docs/personalizer.md)."""
+        response = self._http.get(f"/policies/{name}/model")
+        _parse(response, None)
+        return response.content
+
+    def import_model(self, name: str, data: bytes) -> PolicyInfo:
+        """``PUT /policies/{name}/model``: replace the model with an exported file."""
+        response = self._http.put(f"/policies/{name}/model", content=data, headers=MODEL_HEADERS)
+        return _parse(response, PolicyInfo)  # type: ignore[return-value]
+
+    def model_properties(self, name: str) -> ModelProperties:
+        return self._call(_Requests.model_properties(name))
+
+    def start_feature_importance(
+        self, name: str, job_id: str, since: float, until: float, label: str = ""
+    ) -> FeatureImportanceJob:
+        """Start a feature-importance job over ``[since, until)`` of the log."""
+        return self._call(_Requests.start_feature_importance(name, job_id, since, until, label))
+
+    def feature_importance_job(self, name: str, job_id: str) -> FeatureImportanceJob:
+        return self._call(_Requests.feature_importance_job(name, job_id))
+
     def close(self) -> None:
         self._http.close()
 
@@ -292,6 +336,29 @@ class AsyncBanditClient:
 
     async def import_snapshot(self, name: str, data: str) -> Snapshot:
         return await self._call(_Requests.import_snapshot(name, data))
+
+    async def export_model(self, name: str) -> bytes:
+        response = await self._http.get(f"/policies/{name}/model")
+        _parse(response, None)
+        return response.content
+
+    async def import_model(self, name: str, data: bytes) -> PolicyInfo:
+        response = await self._http.put(
+            f"/policies/{name}/model", content=data, headers=MODEL_HEADERS
+        )
+        return _parse(response, PolicyInfo)  # type: ignore[return-value]
+
+    async def model_properties(self, name: str) -> ModelProperties:
+        return await self._call(_Requests.model_properties(name))
+
+    async def start_feature_importance(
+        self, name: str, job_id: str, since: float, until: float, label: str = ""
+    ) -> FeatureImportanceJob:
+        request = _Requests.start_feature_importance(name, job_id, since, until, label)
+        return await self._call(request)
+
+    async def feature_importance_job(self, name: str, job_id: str) -> FeatureImportanceJob:
+        return await self._call(_Requests.feature_importance_job(name, job_id))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -10,9 +10,11 @@ from fastapi import Depends, Request
 from service.auth import recommend_key, require_key
 from service.usecases import (
     Evaluations,
+    FeatureImportances,
     FeatureRanking,
     LogUpkeep,
     Loops,
+    Models,
     Monitor,
     PolicyAdmin,
     Recommender,
@@ -51,8 +53,18 @@ async def get_loops(request: Request) -> Loops:
     return request.app.state.use_cases.loops
 
 
+async def get_models(request: Request) -> Models:
+    return request.app.state.use_cases.models
+
+
+async def get_feature_importances(request: Request) -> FeatureImportances:
+    return request.app.state.use_cases.feature_importances
+
+
 async def get_evaluations(request: Request) -> Evaluations:
     return request.app.state.use_cases.evaluations
+
+
 async def get_log_upkeep(request: Request) -> LogUpkeep:
     return request.app.state.use_cases.log_upkeep
 
@@ -64,6 +76,8 @@ SnapshotsDep = Annotated[Snapshots, Depends(get_snapshots)]
 MonitorDep = Annotated[Monitor, Depends(get_monitor)]
 FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 LoopsDep = Annotated[Loops, Depends(get_loops)]
+ModelsDep = Annotated[Models, Depends(get_models)]
+FeatureImportancesDep = Annotated[FeatureImportances, Depends(get_feature_importances)]
 EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
 LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 ApiKey = Depends(require_key)

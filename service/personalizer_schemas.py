@@ -90,6 +90,53 @@ class PersonalizerErrorResponse(_Camel):
     error: PersonalizerErrorDetail
 
 
+class PersonalizerModelProperties(_Camel):
+    """``model/properties``: when the current model started (created, reset or
+    imported) and when it last learned (docs/personalizer.md)."""
+
+    creation_time: datetime
+    last_modified_time: datetime
+
+
+FeatureImportanceStatus = Literal["Succeeded", "Running", "Failed", "NotSubmitted", "Timeout", "Canceled"]
+
+
+class PersonalizerFeatureImportanceContract(_Camel):
+    """The body of ``PUT featureImportances/{id}``: a name and a time range of the log
+    (a time without an offset is UTC)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    start_time: datetime
+    end_time: datetime
+
+
+class PersonalizerFeatureScore(_Camel):
+    namespace: str = Field(description="the feature's namespace ('' for top-level scalars)")
+    feature_name: str = Field(description="the JSON key, whatever its values")
+    score: float = Field(description="share of the score changes, the top feature 1")
+
+
+class PersonalizerFeatureImportanceDetails(_Camel):
+    id: str
+    name: str
+    start_time: datetime
+    end_time: datetime
+    creation_time: datetime
+    status: FeatureImportanceStatus
+
+
+class PersonalizerFeatureImportance(PersonalizerFeatureImportanceDetails):
+    """A feature-importance job and, once ``Succeeded``, its scores by descending score."""
+
+    feature_scores: list[PersonalizerFeatureScore]
+    description: str | None = None
+
+
+class PersonalizerFeatureImportances(_Camel):
+    value: list[PersonalizerFeatureImportanceDetails]
+    next_link: str | None = None
+
+
 class PersonalizerDateRange(_Camel):
     """A span of time (``from`` is a Python keyword: the field is ``start``)."""
 

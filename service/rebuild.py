@@ -10,7 +10,10 @@ State that selections change (guardrail counters) is not replayed. Each arm goes
 last-seen index at its last logged decision or reward; with ``arm_idle_seconds`` the
 arms idle longer than that are forgotten, as the sweeper would have. The replay starts
 from the beginning, not from the latest snapshot: a snapshot cannot say which logged
-rewards it already holds (``RewardRecord`` carries no state version to compare).
+rewards it already holds (``RewardRecord`` carries no state version to compare). The one
+exception is an imported model (``PUT .../model``): it is saved in the log at the
+policy's ``reset_at`` (:func:`~service.usecases.models.imported_model_record`), so no
+reward of the policy's current model precedes it, and the replay starts from it.
 
 Several replicas started with ``BANDIT_REBUILD_ON_START`` may replay the same policy at
 once: with ``replace=False`` the state is written by one compare-and-set transaction
@@ -28,11 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bandit_core import policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
 from service.usecases.json_features import logged_rows
+from service.usecases.models import imported_model_record
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,10 @@ async def rebuild_policy(
         raise KeyError(f"policy {name!r} is not in the event log; known: {sorted(configs)}")
     info = info_from_record(configs[name])
     policy = build_policy(spec_of(info))
+    imported = await asyncio.to_thread(event_log.latest_snapshot, imported_model_record(name))
+    if imported is not None and imported.created_at == info.reset_at:
+        model = policy_from_bytes(imported.data)
+        policy.import_parts(model.export_parts(model.part_names()))
     rewarded, pulls, seen = await asyncio.to_thread(_collect, event_log, info)
     n_decisions = sum(pulls.values())
     config = info.featurizer_config

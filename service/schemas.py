@@ -481,6 +481,49 @@ class FeatureImportanceReport(BaseModel):
     features: list[FeatureImportance] = Field(description="by descending importance")
 
 
+class ModelProperties(BaseModel):
+    """``GET /policies/{name}/model/properties`` (unix seconds)."""
+
+    policy: str
+    created_at: float = Field(description="when the current model started: creation, reset, engine change or import")
+    modified_at: float = Field(description="the later of created_at and the newest logged reward")
+
+
+class FeatureScore(BaseModel):
+    """One input feature (a JSON key in a namespace) and its score: what the learning
+    policy loses without it, the top feature's loss 1, 0 for no loss."""
+
+    namespace: str = Field(description="the feature's namespace ('' for top-level scalars)")
+    name: str = Field(description="the JSON key, whatever its values")
+    score: float
+
+
+class FeatureImportanceJob(BaseModel):
+    """A feature-importance job over ``[start_time, end_time)`` of a policy's log (unix
+    seconds; docs/personalizer.md, Feature importances)."""
+
+    id: str
+    name: str
+    start_time: float
+    end_time: float
+    creation_time: float
+    status: Literal["Running", "Succeeded", "Failed"]
+    description: str | None = Field(None, description="how it was computed, or why it failed")
+    feature_scores: list[FeatureScore] = Field([], description="by descending score")
+
+
+class FeatureImportanceJobs(BaseModel):
+    jobs: list[FeatureImportanceJob] = Field(description="newest first")
+
+
+class FeatureImportanceRequest(_Model):
+    """``PUT /policies/{name}/feature-importances/{id}``: a job over ``[since, until)``."""
+
+    name: str = Field("", max_length=256, description="a label for the job")
+    since: FiniteFloat = Field(description="start of the log range (unix seconds)")
+    until: FiniteFloat = Field(description="end of the log range (unix seconds, excluded)")
+
+
 class Snapshot(BaseModel):
     """A whole-policy model snapshot (``data``: base64 of the engine's binary layout)."""
 

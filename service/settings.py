@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         1_048_576, gt=0, description="larger request bodies are refused with 413"
     )
+    max_model_bytes: int = Field(
+        268_435_456,
+        gt=0,
+        description="larger model files (PUT .../model) are refused with 413",
+    )
     max_candidates: int = Field(
         1000, gt=0, description="most candidate arms one POST /recommend may send"
     )

@@ -51,6 +51,10 @@ EXCLUDED: list[tuple[str, str]] = [
         r"bandit features",
         "asks a running server; tests/service/test_feature_importance.py runs it against one",
     ),
+    (
+        r"bandit model",
+        "asks a running server; tests/service/personalizer/test_model_admin.py runs it against one",
+    ),
     (r"docker ", "needs a Docker engine; tests/deploy checks the compose file and the image"),
     (r"apt-get ", "installs system packages"),
     (r"py-spy ", "attaches to a running server process"),

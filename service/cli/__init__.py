@@ -1,6 +1,7 @@
 """The ``bandit`` command line: ``serve``, ``rebuild``, ``partitions`` and ``openapi`` (service),
 ``replay``, ``estimate``, ``simulate``, ``compare`` and ``evaluate`` (offline evaluation), ``bound``
-(regret bounds), ``features`` (feature importance, from a running server). Exit statuses: :mod:`service.cli.exit_codes`."""
+(regret bounds), ``features`` (feature importance) and ``model`` (export, import,
+reset), from a running server. Exit statuses: :mod:`service.cli.exit_codes`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from service.cli import bound, evaluate, features, offline, server
+from service.cli import bound, evaluate, features, model, offline, server
 from service.cli.exit_codes import EPILOG
 
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.register(sub)
     bound.register(sub)
     features.register(sub)
+    model.register(sub)
     return parser
 
 

@@ -3,6 +3,10 @@ running server (``GET /policies/{name}/features`` through :class:`service.client
 
 ``bandit features --policy shop --url http://127.0.0.1:8000 --top 10`` prints a table
 (rank, importance, weight, deviation, names); ``--json`` prints the report as JSON.
+
+With ``--since`` (and ``--until``, default now) it runs a feature-importance job over that
+range of the log instead (leave one feature out, ``/policies/{name}/feature-importances``;
+docs/personalizer.md "Feature importances"), waits for it and prints its scores.
 """
 
 from __future__ import annotations
@@ -10,8 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from service.client import BanditClient
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +35,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "absolute deviation over the latest logged decisions (docs/features.md)."
         ),
     )
+    add_server_arguments(cmd)
+    cmd.add_argument("--top", type=int, default=20, help="how many features (default 20)")
+    cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    cmd.add_argument(
+        "--since",
+        type=_moment,
+        help="run a leave-one-feature-out job over the log from this time (ISO 8601 or unix seconds)",
+    )
+    cmd.add_argument(
+        "--until", type=_moment, help="end of the job's range (ISO 8601 or unix seconds; default now)"
+    )
+    cmd.set_defaults(run=_features)
+
+
+def add_server_arguments(cmd: argparse.ArgumentParser) -> None:
+    """``--policy``, ``--url`` and ``--api-key``: the options of a command that asks a
+    running server about one policy."""
     cmd.add_argument("--policy", required=True, help="policy name")
     cmd.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
     cmd.add_argument(
@@ -31,9 +59,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=os.environ.get("BANDIT_API_KEY"),
         help="API key (default: $BANDIT_API_KEY)",
     )
-    cmd.add_argument("--top", type=int, default=20, help="how many features (default 20)")
-    cmd.add_argument("--json", action="store_true", help="print the report as JSON")
-    cmd.set_defaults(run=_features)
+
+
+def _moment(text: str) -> float:
+    """Unix seconds of ``text``: a number, or an ISO 8601 time (UTC without an offset)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected unix seconds or an ISO 8601 time, but got {text!r}"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _job(client: BanditClient, args: argparse.Namespace) -> int:
+    """Run a feature-importance job and print its scores (``--since``)."""
+    until = time.time() if args.until is None else args.until
+    job_id = f"cli-{uuid.uuid4().hex[:12]}"
+    job = client.start_feature_importance(args.policy, job_id, args.since, until, "bandit features")
+    while job.status == "Running":
+        time.sleep(0.5)
+        job = client.feature_importance_job(args.policy, job_id)
+    if args.json:
+        print(job.model_dump_json(indent=2))
+    else:
+        print(f"job {job.id} of policy {args.policy}: {job.status}: {job.description}")
+        print(f"{'rank':>4}  {'score':>6}  feature")
+        for rank, f in enumerate(job.feature_scores[: args.top], 1):
+            print(f"{rank:>4}  {f.score:>6.3f}  {f.namespace}.{f.name}")
+    return EXIT_OK if job.status == "Succeeded" else EXIT_FAILURE
 
 
 def _features(args: argparse.Namespace) -> int:
@@ -43,6 +101,8 @@ def _features(args: argparse.Namespace) -> int:
 
     try:
         with BanditClient(args.url, api_key=args.api_key) as client:
+            if args.since is not None:
+                return _job(client, args)
             report = client.features(args.policy, args.top)
     except BanditAPIError as exc:  # 404 unknown policy, 422 not linear or bad --top: usage
         print(f"bandit features: {exc}", file=sys.stderr)

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
-from service.deps import AdminDep, ApiKey, FeaturesDep, LogUpkeepDep, SnapshotsDep
+from service.deps import (
+    AdminDep,
+    ApiKey,
+    FeatureImportancesDep,
+    FeaturesDep,
+    LogUpkeepDep,
+    ModelsDep,
+    SnapshotsDep,
+)
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
+    FeatureImportanceJob,
+    FeatureImportanceJobs,
     FeatureImportanceReport,
+    FeatureImportanceRequest,
     LogProperties,
+    ModelProperties,
     PolicyInfo,
     PolicyList,
     PolicySpec,
@@ -101,6 +113,89 @@ async def import_snapshot(body: SnapshotImport, snapshots: SnapshotsDep, name: s
     return await snapshots.import_snapshot(name, body.data)
 
 
+MODEL_MEDIA_TYPE = "application/octet-stream"
+MODEL_FILE = {MODEL_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}
+
+
+@router.get(
+    "/{name}/model",
+    response_class=Response,
+    responses={**_errors, 200: {"content": MODEL_FILE, "description": "the model file"}},
+)
+async def export_model(models: ModelsDep, name: str = Name) -> Response:
+    """The whole model as one file: engine fields and every state part
+    (docs/personalizer.md, Model export, import and reset)."""
+    return Response(await models.export_model(name), media_type=MODEL_MEDIA_TYPE)
+
+
+@router.put(
+    "/{name}/model",
+    response_model=PolicyInfo,
+    responses={**_errors, 422: {"model": ErrorDetail, "description": "not a usable model file"}},
+    openapi_extra={"requestBody": {"required": True, "content": MODEL_FILE}},
+)
+async def import_model(request: Request, models: ModelsDep, name: str = Name) -> PolicyInfo:
+    """Replace the model with a file from ``GET /policies/{name}/model`` (its engine
+    fields become the policy's); a bad file is a 422 and changes nothing."""
+    return await models.import_model(name, await request.body())
+
+
+@router.delete("/{name}/model", response_model=PolicyInfo, responses=_errors)
+async def reset_model(models: ModelsDep, name: str = Name) -> PolicyInfo:
+    """A fresh model of the same configuration (as ``POST /policies/{name}/reset``)."""
+    return await models.reset_model(name)
+
+
+@router.get("/{name}/model/properties", response_model=ModelProperties, responses=_errors)
+async def model_properties(models: ModelsDep, name: str = Name) -> ModelProperties:
+    times = await models.model_times(name)
+    return ModelProperties(policy=name, created_at=times.created_at, modified_at=times.modified_at)
+
+
+JobId = Path(min_length=1, max_length=256)
+
+
+@router.put(
+    "/{name}/feature-importances/{job_id}", response_model=FeatureImportanceJob, responses=_errors
+)
+async def create_feature_importance(
+    body: FeatureImportanceRequest,
+    jobs: FeatureImportancesDep,
+    name: str = Name,
+    job_id: str = JobId,
+) -> FeatureImportanceJob:
+    """Start a feature-importance job over ``[since, until)`` of the log: leave one
+    feature out with the offline estimator, in the background (docs/personalizer.md,
+    Feature importances); 409 when the id exists."""
+    return await jobs.create(
+        name, job_id, body.name, body.since, body.until, fields=("since", "until")
+    )
+
+
+@router.get(
+    "/{name}/feature-importances/{job_id}", response_model=FeatureImportanceJob, responses=_errors
+)
+async def get_feature_importance(
+    jobs: FeatureImportancesDep, name: str = Name, job_id: str = JobId
+) -> FeatureImportanceJob:
+    return await jobs.get(name, job_id)
+
+
+@router.get(
+    "/{name}/feature-importances", response_model=FeatureImportanceJobs, responses=_errors
+)
+async def list_feature_importances(
+    jobs: FeatureImportancesDep, name: str = Name
+) -> FeatureImportanceJobs:
+    """The policy's jobs, newest first."""
+    return FeatureImportanceJobs(jobs=await jobs.list_jobs(name, None, 0))
+
+
+@router.delete("/{name}/feature-importances/{job_id}", status_code=204, responses=_errors)
+async def delete_feature_importance(
+    jobs: FeatureImportancesDep, name: str = Name, job_id: str = JobId
+) -> Response:
+    await jobs.delete(name, job_id)
 @router.get("/{name}/logs", response_model=LogProperties, responses=_errors)
 async def log_properties(upkeep: LogUpkeepDep, name: str = Name) -> LogProperties:
     """The span of the policy's event log: its first and last decision."""

@@ -114,6 +114,12 @@ class StateStore(Protocol):
         """
         ...
 
+    async def keys(self, policy: str, prefixes: Sequence[str]) -> list[str]:
+        """The sorted names of the policy's stored values starting with one of
+        ``prefixes`` (a whole-model export lists every ``arm:``, ``user:`` and ``shared``
+        part this way; not for the request path)."""
+        ...
+
     async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
         """Add to named float counters of the policy (e.g. ``pulls:<arm>``)."""
         ...
@@ -308,6 +314,10 @@ class EventLog(Protocol):
 
     def recent_decisions(self, policy: str, limit: int) -> list[DecisionRecord]:
         """The latest ``limit`` decisions of ``policy``, newest first."""
+        ...
+
+    def last_reward_at(self, policy: str) -> float | None:
+        """When the newest logged reward of ``policy`` was applied (None: no reward)."""
         ...
 
     def count(self, policy: str | None = None) -> tuple[int, int]:

@@ -118,6 +118,12 @@ class InProcessStateStore:
         await asyncio.sleep(0)
         return versions
 
+    async def keys(self, policy: str, prefixes: Sequence[str]) -> list[str]:
+        """Sorted names of the values of ``policy`` starting with one of ``prefixes``."""
+        with self._lock:
+            values = self._spaces.get(policy, _Namespace()).values
+            return sorted(k for k in values if k.startswith(tuple(prefixes)))
+
     async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
         """Add ``increments`` to the policy's named counters."""
         with self._lock:

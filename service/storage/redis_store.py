@@ -348,6 +348,19 @@ class RedisStateStore:
                 raise StoreUnavailableError(f"Redis: {type(reply).__name__}: {reply}")
         return bool(registered), int(version)
 
+    async def keys(self, policy: str, prefixes: Sequence[str]) -> list[str]:
+        """The fields of the policy's versions hash (one per stored value) starting with
+        one of ``prefixes``, read with HSCAN (no long block of the server), sorted."""
+        found: list[str] = []
+        cursor = 0
+        while True:
+            cursor, fields = await self._call(
+                self._redis.hscan(self._prefix(policy) + "versions", cursor, count=1000)
+            )
+            found += [f.decode() for f in fields if f.decode().startswith(tuple(prefixes))]
+            if cursor == 0:
+                return sorted(found)
+
     async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
         """HINCRBYFLOAT each increment, all in one MULTI/EXEC."""
         if not increments:

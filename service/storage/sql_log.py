@@ -202,6 +202,14 @@ class SqlEventLog:
             rows = conn.execute(query).all()
         return [DecisionRecord(**row._mapping) for row in rows]
 
+    def last_reward_at(self, policy: str) -> float | None:
+        """``max(created_at)`` of the policy's rewards (the index on ``(policy,
+        created_at)`` answers it)."""
+        query = sa.select(sa.func.max(rewards.c.created_at)).where(rewards.c.policy == policy)
+        with self._begin() as conn:
+            value = conn.execute(query).scalar_one()
+        return None if value is None else float(value)
+
     def count(self, policy: str | None = None) -> tuple[int, int]:
         """``(decisions, rewards)`` logged, for ``policy`` or all."""
         counts = []

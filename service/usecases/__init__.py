@@ -9,7 +9,9 @@ module               use case (public surface)
 ``finalizations``    ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
 ``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
 ``snapshots``        ``Snapshots``: export, import, periodic save to the event log
+``models``           ``Models``: the model file (export, import, reset, properties)
 ``importance``       ``FeatureRanking.features``: ``GET /policies/{name}/features``
+``importance_jobs``  ``FeatureImportances``: feature-importance jobs over a log range
 ``readiness``        ``Monitor``: ``/readyz``, ``/metrics`` backlog, the gauge refresh loop
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
@@ -35,8 +37,10 @@ from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.evaluations import Evaluations
 from service.usecases.importance import FeatureRanking
+from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.log_upkeep import LogUpkeep
 from service.usecases.loops import Loops
+from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
@@ -46,9 +50,11 @@ from service.usecases.sweeper import Sweeper
 
 __all__ = [
     "Evaluations",
+    "FeatureImportances",
     "FeatureRanking",
     "LogUpkeep",
     "Loops",
+    "Models",
     "Monitor",
     "PolicyAdmin",
     "PolicyCache",
@@ -77,6 +83,8 @@ class UseCases:
     monitor: Monitor
     features: FeatureRanking
     loops: Loops
+    models: Models
+    feature_importances: FeatureImportances
     evaluations: Evaluations
     log_upkeep: LogUpkeep
 
@@ -93,6 +101,7 @@ def build_use_cases(
     rewards = Rewards(cache, sink, settings, clock)
     admin = PolicyAdmin(cache, event_log, settings, clock)
     recommender = Recommender(cache, sink, settings, clock)
+    features = FeatureRanking(cache, event_log, settings)
     loops = Loops(admin, recommender, rewards)
     return UseCases(
         store=store,
@@ -105,8 +114,10 @@ def build_use_cases(
         admin=admin,
         snapshots=Snapshots(cache, event_log, settings, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
-        features=FeatureRanking(cache, event_log, settings),
+        features=features,
         loops=loops,
+        models=Models(admin, event_log, clock),
+        feature_importances=FeatureImportances(admin, features, clock),
         evaluations=Evaluations(loops, settings, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
     )

@@ -28,6 +28,20 @@ from service.storage.base import EventLog
 from service.usecases.policy_cache import ARM_PREFIX, PULLS_PREFIX, PolicyCache
 
 
+def check_guardrails_allowed(spec: PolicySpec, settings: Settings) -> None:
+    """422 for guardrails of type ``import`` (they load server-side code) unless the
+    server allows them (``BANDIT_ALLOW_IMPORT_GUARDRAILS``); checked before the spec
+    builds a policy."""
+    if not settings.allow_import_guardrails and any(
+        g.get("type") == "import" for g in spec.guardrails or ()
+    ):
+        raise InvalidRequest(
+            "guardrails of type 'import' load server-side code; the server must set "
+            "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them",
+            ["body", "guardrails"],
+        )
+
+
 @dataclass
 class PolicyAdmin:
     """The policy administration use cases; one per process."""
@@ -52,14 +66,7 @@ class PolicyAdmin:
 
     async def put_policy(self, name: str, spec: PolicySpec, log_config: bool = True) -> PolicyInfo:
         """Create or replace a policy; a change the engine sees resets its state."""
-        if not self.settings.allow_import_guardrails and any(
-            g.get("type") == "import" for g in spec.guardrails or ()
-        ):
-            raise InvalidRequest(
-                "guardrails of type 'import' load server-side code; the server must set "
-                "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them",
-                ["body", "guardrails"],
-            )
+        check_guardrails_allowed(spec, self.settings)
         build_policy(spec)
         now = self.clock()
         try:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import bandit_core
 from bandit_core import BanditError
 from service.errors import InvalidRequest, NotFound
-from service.policies import build_policy
 from service.schemas import Snapshot
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
+from service.usecases.models import read_whole_policy
 from service.usecases.periodic import each_period
 from service.usecases.policy_cache import PolicyCache
 
@@ -34,19 +34,15 @@ class Snapshots:
     clock: Callable[[], float] = time.time
 
     async def export_snapshot(self, name: str) -> Snapshot:
-        """The whole model of ``name`` (state of every known arm and the shared part;
-        per-user parts are not enumerable from the store and are left out)."""
-        runtime, arms, _ = await self.cache.load_all(name)
-        parts = runtime.policy.parts_for_select(arms) if arms else []
-        # A fresh policy holding exactly the loaded parts (the cache may hold user parts).
-        model = build_policy(runtime.spec)
-        model.import_parts(runtime.policy.export_parts(parts))
+        """The whole model of ``name``: the state of every stored arm, the shared part and
+        every user part (:func:`~service.usecases.models.read_whole_policy`)."""
+        whole = await read_whole_policy(self.cache, name)
         return Snapshot(
             policy=name,
-            algorithm=runtime.info.algorithm,
+            algorithm=whole.info.algorithm,
             created_at=self.clock(),
-            model_version=runtime.model_version(parts),
-            data=base64.b64encode(model.to_bytes()).decode(),
+            model_version=whole.model_version,
+            data=base64.b64encode(whole.policy.to_bytes()).decode(),
         )
 
     async def import_snapshot(self, name: str, data: str) -> Snapshot:

@@ -4,7 +4,9 @@ is noise ranks the first above the second, by name."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,62 @@ async def test_json_features_are_ranked_by_name_the_interaction_that_pays_above_
     assert max(rank[m] for m in matters) < min(rank[n] for n in ignored)
     assert report.features[rank[matters[0]]].weight > 0  # a click-raising feature
     assert all(f.names for f in report.features if f.importance > 0)  # every mover named
+
+
+async def _finished(http: Any, path: str) -> dict[str, Any]:
+    for _ in range(600):
+        job = (await http.get(path)).json()
+        if job["status"] != "Running":
+            return job
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{path} still running: {job}")
+
+
+async def test_feature_importance_jobs_leave_one_feature_out_over_a_log_range(
+    make_settings: Any,
+) -> None:
+    """``/policies/{name}/feature-importances``: shoppers who like one of two items
+    (``user.likes``) and a coin the rewards ignore (``session.coin``); leaving the taste
+    out costs the learning policy the most, the coin costs it nothing. A float-vector
+    policy's job fails and says why."""
+    settings: Settings = make_settings()
+    rng = np.random.default_rng(1)
+    items = [{"id": i, "features": {"item": {"kind": i}}} for i in ("x", "y")]
+    async with running(settings) as (app, http, _typed):
+        spec = {"algorithm": "hybrid_linucb", "features": {"bits": 6}, "epsilon": 0.3}
+        spec |= {"params": {"alpha": 0.0}, "reward_wait_seconds": 600}
+        assert (await http.put("/policies/shop", json=spec)).status_code == 200
+        start = time.time()
+        for _ in range(300):
+            likes = str(rng.choice(["x", "y"]))
+            context = {"user": {"likes": likes}, "session": {"coin": int(rng.integers(2))}}
+            body = {"policy": "shop", "context": context, "arms": items}
+            dec = (await http.post("/recommend", json=body)).json()
+            reward = float(dec["arm_id"] == likes)
+            await http.post("/reward", json={"event_id": dec["event_id"], "reward": reward})
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: log.count("shop")[1] == 300)
+        range_ = {"name": "all", "since": start, "until": time.time()}
+        created = await http.put("/policies/shop/feature-importances/j1", json=range_)
+        assert created.status_code == 200 and created.json()["status"] in ("Running", "Succeeded")
+        job = await _finished(http, "/policies/shop/feature-importances/j1")
+        assert job["status"] == "Succeeded", job
+        scores = {(s["namespace"], s["name"]): s["score"] for s in job["feature_scores"]}
+        assert max(scores, key=scores.__getitem__) in (("user", "likes"), ("item", "kind"))
+        assert scores[("user", "likes")] > 0.5 and scores[("session", "coin")] < 0.2, scores
+        assert "over 300 rewarded decisions" in job["description"]
+        assert (await http.put("/policies/shop/feature-importances/j1", json=range_)).status_code == 409
+
+        assert (await http.put("/policies/p", json=NAMED)).status_code == 200
+        range_ = {"since": 0, "until": time.time()}
+        assert (await http.put("/policies/p/feature-importances/f", json=range_)).status_code == 200
+        failed = await _finished(http, "/policies/p/feature-importances/f")
+        assert failed["status"] == "Failed" and "JSON features" in failed["description"]
+
+        listed = (await http.get("/policies/shop/feature-importances")).json()["jobs"]
+        assert [j["id"] for j in listed] == ["j1"]
+        assert (await http.delete("/policies/shop/feature-importances/j1")).status_code == 204
+        assert (await http.get("/policies/shop/feature-importances/j1")).status_code == 404
+        backwards = {"since": 10, "until": 5}
+        bad = await http.put("/policies/shop/feature-importances/j2", json=backwards)
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "until"]

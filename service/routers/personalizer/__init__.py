@@ -17,7 +17,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.routers.personalizer.errors import error_response
 from service.routers.personalizer.evaluations import make_evaluations_router
+from service.routers.personalizer.feature_importances import make_feature_importance_router
 from service.routers.personalizer.logs import make_logs_router
+from service.routers.personalizer.model import make_model_router
 from service.routers.personalizer.routes import make_router
 from service.schemas import PolicyName
 from service.usecases.loops import DEFAULT_LOOP
@@ -80,7 +82,13 @@ FAMILIES = (
 include them (the ``api-version`` family first, so that ``/personalizer/configurations/...``
 never reads as a version)."""
 
-ROUTE_GROUPS = (make_router, make_logs_router, make_evaluations_router)
+ROUTE_GROUPS = (
+    make_router,
+    make_model_router,
+    make_feature_importance_router,
+    make_logs_router,
+    make_evaluations_router,
+)
 """The functions building one group of routes for a family (``make_router(prefix,
 loop_of, path_params)``); a new group of Personalizer routes is one more entry here."""
 

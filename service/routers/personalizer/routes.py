@@ -33,18 +33,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 EventId = Path(alias="eventId", min_length=1, max_length=128)
 
 
-def make_router(
-    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
-) -> APIRouter:
-    """The routes under ``prefix``; ``loop_of`` is the dependency naming the loop,
-    ``path_params`` the one taking the prefix's other parameters (version, api-version)."""
-    router = APIRouter(
+def personalizer_router(prefix: str, path_params: Callable[..., Any]) -> APIRouter:
+    """An empty router of Personalizer routes under ``prefix``: the key, the prefix's
+    path parameters (``path_params``) and Personalizer's error shape on every route."""
+    return APIRouter(
         prefix=prefix,
         tags=["personalizer"],
         route_class=PersonalizerRoute,
         dependencies=[Depends(personalizer_key), Depends(path_params)],
         responses=ERRORS,
     )
+
+
+def make_router(
+    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
+) -> APIRouter:
+    """The routes under ``prefix``; ``loop_of`` is the dependency naming the loop,
+    ``path_params`` the one taking the prefix's other parameters (version, api-version)."""
+    router = personalizer_router(prefix, path_params)
     Loop = Depends(loop_of)
 
     @router.post("/rank", status_code=201, response_model=PersonalizerRankResponse)

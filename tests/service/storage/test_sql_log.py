@@ -122,6 +122,13 @@ def test_count_per_policy_and_total(log: SqlEventLog) -> None:
     assert log.count() == (6, 2)
 
 
+def test_last_reward_at_per_policy(log: SqlEventLog) -> None:
+    assert log.last_reward_at("p") is None
+    log.append([decision(i) for i in range(3)], [reward(2), reward(0)])
+    assert log.last_reward_at("p") == reward(2).created_at
+    assert log.last_reward_at("q") is None
+
+
 def test_rewards_source_is_constrained(log: SqlEventLog) -> None:
     with pytest.raises(sa.exc.IntegrityError, match="(?i)check"):
         log.append([], [reward(1, source="made-up")])

@@ -549,3 +549,13 @@ async def _delete(url: str, policy: str) -> None:
     store = RedisStateStore(url)
     await store.delete_policy(policy)
     await store.close()
+
+
+async def test_keys_lists_the_stored_values_by_prefix(store: StateStore, policy: str) -> None:
+    assert await store.keys(policy, ["arm:"]) == []
+    names = [f"arm:{i}" for i in range(1500)] + ["shared", "user:u", "event:e"]  # > one HSCAN page
+    await store.transact(policy, names, lambda _values: dict.fromkeys(names, b"x"))
+    assert await store.keys(policy, ["arm:"]) == sorted(f"arm:{i}" for i in range(1500))
+    assert await store.keys(policy, ["shared", "user:"]) == ["shared", "user:u"]
+    await store.transact(policy, ["arm:7"], lambda _values: {"arm:7": None})
+    assert "arm:7" not in await store.keys(policy, ["arm:"])

@@ -1,0 +1,228 @@
+"""A policy's model as one file: export, import, reset and its properties (Personalizer's
+``model`` routes, ``/policies/{name}/model`` and ``bandit model``; docs/personalizer.md
+"Model export, import and reset").
+
+The file (:func:`encode_model`) is one :mod:`bandit_core.state` blob of kind
+``bandit_model`` (magic, CRC-32, JSON header, raw arrays): its ``meta`` holds the format
+version, the policy's engine fields (:data:`~service.policies.ENGINE_FIELDS`: algorithm,
+dimension, params, reward range, guardrails, safe arm, features), when the model started
+(``created_at``) and was exported; its one array ``engine`` holds
+:meth:`BasePolicy.to_bytes <bandit_core.policy.BasePolicy.to_bytes>` of a policy built
+from those fields holding every stored state part: each arm's, the shared one and each
+user's, read with the config in one store round trip (:func:`read_whole_policy`). The
+serving settings (exploration, reward wait, default reward, arms) are the loop's, not
+the model's, as Personalizer kept them in the service configuration.
+
+Import checks everything before it writes anything: the container (magic, checksum,
+header), the format, the engine fields (a valid policy spec), the engine state (its own
+checks) and that the engine's config is the one the fields describe; any failure is a
+400 naming it. Then the imported state goes to the event log as a model snapshot of
+the policy's :func:`imported_model_record` at the new ``reset_at`` (so that ``bandit
+rebuild`` and the embedded default's start replay later rewards on top of it), the
+config (with the model's engine fields, ``reset_at`` now) to the event log, and, in one
+store transaction, the config and every part replace what was stored (parts the model
+lacks are deleted), so no reader ever sees half of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+import bandit_core
+from bandit_core import BanditError, BasePolicy, ModelError, StateFormatError
+from bandit_core.policy import ARM_PREFIX, SHARED_PART, USER_PREFIX
+from bandit_core.state import pack, unpack
+from service.errors import InvalidRequest, NotFound, with_policy
+from service.policies import (
+    CONFIG_KEY,
+    ENGINE_FIELDS,
+    build_policy,
+    decode_info,
+    encode_info,
+    new_info,
+    spec_of,
+)
+from service.schemas import PolicyInfo, PolicySpec
+from service.settings import Settings
+from service.storage.base import EventLog
+from service.storage.base import Snapshot as LogSnapshot
+from service.usecases.admin import PolicyAdmin, check_guardrails_allowed
+from service.usecases.policy_cache import PolicyCache
+
+MODEL_KIND = "bandit_model"
+MODEL_FORMAT = 1
+PART_PREFIXES = (ARM_PREFIX, USER_PREFIX, SHARED_PART)
+# config fields left out of the engine comparison: exploration is a serving setting
+SERVING_CONFIG = ("epsilon",)
+
+
+def imported_model_record(name: str) -> str:
+    """The event log's snapshot name for the models imported into policy ``name`` (a
+    ``#`` no policy name holds)."""
+    return name + "#imported"
+
+
+@dataclass(frozen=True)
+class WholePolicy:
+    """A policy's config and an engine policy holding every stored part."""
+
+    info: PolicyInfo
+    policy: BasePolicy
+    model_version: int
+
+
+@dataclass(frozen=True)
+class ModelTimes:
+    """``created_at``: when the current model started (creation, reset, engine change or
+    import: the policy's ``reset_at``); ``modified_at``: the later of that and the newest
+    logged reward (unix seconds)."""
+
+    created_at: float
+    modified_at: float
+
+
+async def read_whole_policy(cache: PolicyCache, name: str) -> WholePolicy:
+    """The config and every stored part of ``name`` (arms, shared, users), read in one
+    round trip after listing the parts; 404 for an unknown policy. The model version is
+    the sum of the parts' store versions (:meth:`Runtime.model_version
+    <service.policies.Runtime.model_version>` over all parts)."""
+    names = await cache.store.keys(name, PART_PREFIXES)
+    values = await cache.read(name, [CONFIG_KEY, *names], {})
+    config = values[CONFIG_KEY].data
+    if config is None:
+        raise NotFound(f"policy {name!r} does not exist")
+    info = decode_info(config)
+    policy = build_policy(spec_of(info))
+    parts = {k: values[k].data for k in names if values[k].data is not None}
+    try:
+        policy.import_parts(parts)
+    except StateFormatError as exc:
+        raise with_policy(ModelError(f"a stored state part is corrupt: {exc}"), name) from exc
+    return WholePolicy(info, policy, sum(values[k].version for k in parts))
+
+
+def encode_model(whole: WholePolicy, exported_at: float) -> bytes:
+    """The model file of ``whole`` (module docstring)."""
+    meta = {
+        "format": MODEL_FORMAT,
+        "policy": whole.info.name,
+        "engine_fields": spec_of(whole.info).model_dump(mode="json", include=set(ENGINE_FIELDS)),
+        "created_at": whole.info.reset_at,
+        "exported_at": exported_at,
+        "model_version": whole.model_version,
+    }
+    engine = np.frombuffer(whole.policy.to_bytes(), dtype=np.uint8)
+    return pack(MODEL_KIND, meta, {"engine": engine})
+
+
+def _engine_config(policy: BasePolicy) -> dict[str, Any]:
+    return {k: v for k, v in policy.config.to_dict().items() if k not in SERVING_CONFIG}
+
+
+def decode_model(
+    data: bytes, loop_spec: PolicySpec, settings: Settings
+) -> tuple[PolicySpec, BasePolicy]:
+    """The spec a model file gives a loop whose spec is ``loop_spec`` (its engine fields
+    replaced by the model's) and a policy of that spec holding the model's parts; every
+    check of the module docstring, each failure a 400 naming the problem (guardrails of
+    type ``import`` only where ``settings`` allow them, before anything is built)."""
+
+    def invalid(message: str) -> InvalidRequest:
+        return InvalidRequest(f"body is not a usable model file: {message}", ["body"])
+
+    try:
+        _, meta, arrays = unpack(data, MODEL_KIND)
+    except StateFormatError as exc:
+        raise invalid(str(exc)) from None
+    if meta.get("format") != MODEL_FORMAT:
+        raise invalid(f"format {meta.get('format')!r} is not the supported {MODEL_FORMAT}")
+    fields = meta.get("engine_fields")
+    if not isinstance(fields, dict) or set(fields) - set(ENGINE_FIELDS):
+        raise invalid(f"engine_fields must be an object with some of {list(ENGINE_FIELDS)}")
+    if set(arrays) != {"engine"} or arrays["engine"].dtype != np.uint8:
+        raise invalid(f"it must hold one uint8 array 'engine', but holds {sorted(arrays)}")
+    try:
+        spec = PolicySpec.model_validate({**loop_spec.model_dump(), **fields})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise invalid(f"engine_fields.{where}: {error['msg']}") from None
+    try:
+        check_guardrails_allowed(spec, settings)
+    except InvalidRequest as exc:
+        raise invalid(f"engine_fields: {exc.message}") from None
+    try:
+        target = build_policy(spec)
+    except InvalidRequest as exc:
+        raise invalid(f"engine_fields: {exc.message}") from None
+    try:
+        engine = bandit_core.policy_from_bytes(arrays["engine"].tobytes())
+    except BanditError as exc:
+        raise invalid(f"engine state: {exc}") from None
+    if engine.NAME != target.NAME or _engine_config(engine) != _engine_config(target):
+        raise invalid(
+            f"the engine state is {engine.NAME} with config {_engine_config(engine)}, but "
+            f"engine_fields describe {target.NAME} with config {_engine_config(target)}"
+        )
+    target.import_parts(engine.export_parts(engine.part_names()))
+    return spec, target
+
+
+@dataclass
+class Models:
+    """The model use cases; one per process."""
+
+    admin: PolicyAdmin
+    event_log: EventLog
+    clock: Callable[[], float] = time.time
+
+    async def export_model(self, name: str) -> bytes:
+        """The model file of ``name`` (404 unknown policy)."""
+        whole = await read_whole_policy(self.admin.cache, name)
+        return encode_model(whole, self.clock())
+
+    async def import_model(self, name: str, data: bytes) -> PolicyInfo:
+        """Replace the model of ``name`` with an exported one (module docstring); returns
+        the new config. A bad file is a 400 and changes nothing."""
+        old = await self.admin.get_policy(name)
+        spec, policy = await asyncio.to_thread(
+            decode_model, data, spec_of(old), self.admin.settings
+        )
+        info = new_info(name, spec, self.clock(), old, reset=True)
+        stored = await self.admin.cache.store.keys(name, PART_PREFIXES)
+        parts = policy.export_parts(policy.part_names())
+        values: dict[str, bytes | None] = {
+            **dict.fromkeys(stored),
+            **parts,
+            CONFIG_KEY: encode_info(info),
+        }
+        record = LogSnapshot(
+            policy=imported_model_record(name),
+            created_at=info.reset_at,
+            model_version=0,
+            data=policy.to_bytes(),
+            meta={"algorithm": spec.algorithm, "revision": info.revision},
+        )
+        await asyncio.to_thread(self.event_log.save_snapshot, record)
+        await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
+        await self.admin.cache.replace(name, values)
+        # the imported arms count as seen now (arm_idle_seconds runs from the import)
+        await self.admin.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, info.reset_at))
+        return info
+
+    async def reset_model(self, name: str) -> PolicyInfo:
+        """A fresh model of the same config (:meth:`PolicyAdmin.reset`)."""
+        return await self.admin.reset(name)
+
+    async def model_times(self, name: str) -> ModelTimes:
+        info = await self.admin.get_policy(name)
+        last_reward = await asyncio.to_thread(self.event_log.last_reward_at, name)
+        modified = info.reset_at if last_reward is None else max(info.reset_at, last_reward)
+        return ModelTimes(created_at=info.reset_at, modified_at=modified)
