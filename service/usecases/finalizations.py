@@ -181,23 +181,23 @@ class Finalizations:
         parts_of = [item.parts() for item in batch]
         parts = list(dict.fromkeys(p for item_parts in parts_of for p in item_parts))
         outcomes: list[PendingEvent | Exception] = []
+        alphas: dict[str, float] = {}
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             failed: dict[int, Exception] = {}  # updates the engine refused: left out
             while True:
                 out = self._attempt(runtime, name, batch, parts_of, values, failed, outcomes)
                 if out is not None:
+                    # read here: a concurrent load may drop a new arm from the cache later
+                    alphas.clear()
+                    alphas.update(_alphas(runtime, batch, outcomes))
                     return out
 
         await self.cache.transact(runtime, name, [*keys, *parts], fn)
         if len(batch) == 1 and isinstance(outcomes[0], Exception):
             raise outcomes[0]
-        for item, outcome in zip(batch, outcomes, strict=True):
-            arm = item.event.arm_id
-            if item.value is not None and not isinstance(outcome, Exception) and arm in runtime.labelled_arms:
-                alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
-                if alpha is not None:
-                    metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
+        for arm, alpha in alphas.items():
+            metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
         return outcomes  # type: ignore[return-value]
 
     def _attempt(
@@ -255,6 +255,21 @@ class Finalizations:
         out: dict[str, bytes | None] = dict(policy.export_parts(list(changed))) if changed else {}
         out.update({key: ev.to_json() for key, ev in events.items()})
         return out
+
+
+def _alphas(
+    runtime: Runtime, batch: list[Finalization], outcomes: list[PendingEvent | Exception]
+) -> dict[str, float]:
+    """LNUCB-TA's exploration weight of each labelled arm the batch updated (its metric)."""
+    out: dict[str, float] = {}
+    for item, outcome in zip(batch, outcomes, strict=True):
+        arm = item.event.arm_id
+        if item.value is None or isinstance(outcome, Exception) or arm not in runtime.labelled_arms:
+            continue
+        alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
+        if alpha is not None:
+            out[arm] = alpha
+    return out
 
 
 def _settle(item: Finalization, result: PendingEvent | BaseException) -> None:
