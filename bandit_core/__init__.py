@@ -24,6 +24,7 @@ from bandit_core.policy import (
     GuardrailOutcome,
     Policy,
     PolicyConfig,
+    SelectRequest,
 )
 from bandit_core.registry import POLICIES, make_policy, policy_class, policy_from_bytes
 
@@ -41,6 +42,7 @@ __all__ = [
     "NoEligibleArmError",
     "Policy",
     "PolicyConfig",
+    "SelectRequest",
     "StateFormatError",
     "UnknownArmError",
     "make_policy",

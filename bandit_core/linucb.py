@@ -77,8 +77,10 @@ class LinUCB(BasePolicy):
         mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
         return mean + self.config.alpha * width, width
 
-    def _score_batch(self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext) -> np.ndarray:
-        return self._score(arm_ids, states, X_batch, ctx)[0]
+    def _score_batch(
+        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._score(arm_ids, states, X_batch, ctx)
 
     def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         state.add(x, reward, reward, self.config.refactor_every)

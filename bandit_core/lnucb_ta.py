@@ -692,8 +692,10 @@ class LNUCBTA(BasePolicy):
         score, width = self._scores(arm_ids, states, X[None])
         return score[0], width[0]
 
-    def _score_batch(self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext) -> np.ndarray:
-        return self._scores(arm_ids, states, X_batch, keep=True)[0]
+    def _score_batch(
+        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._scores(arm_ids, states, X_batch, keep=True)
 
     def _scores(
         self, arm_ids: list[str], states: list, X: np.ndarray, keep: bool = False

@@ -34,8 +34,9 @@ Optional hooks
     ``_new_shared_state``, ``_new_user_state``; ``_filter`` (guardrails: the eligible
     mask), ``_choose`` (the greedy index), ``_finish_select`` (record what serving
     changes), ``_decision_extras``, ``_arm_stats_extras``, ``_parts_changed_by_new_arms``;
-    ``_score_batch`` (scores of B selections at once, bit-identical to ``_score`` row by
-    row, for :meth:`BasePolicy.select_until`).
+    ``_score_batch`` (scores and widths of B selections at once, bit-identical to
+    ``_score`` row by row, for :meth:`BasePolicy.select_until` and
+    :meth:`BasePolicy.select_batch`).
 
 Class flags (set by ``__init_subclass__`` from the hooks a class overrides; never set
 by hand)
@@ -68,7 +69,7 @@ Shared models
     the only state part is ``"shared"`` and :meth:`~BasePolicy.policy_stats` holds the
     counts.
 
-Select, update, select_until
+Select, update, select_until, select_batch
     :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
     ``_score``, breaks ties uniformly (one random key per candidate), applies the
     guardrail hooks and the epsilon floor and logs the propensities (docs/algorithms.md
@@ -76,6 +77,11 @@ Select, update, select_until
     ``_update``. :meth:`~BasePolicy.select_until` equals a loop of selections that
     stops at a target arm, state and RNG included; it only batches when ``_BATCHED``,
     ``epsilon = 0`` and ``select`` would accept every row, else it loops.
+    :meth:`~BasePolicy.select_batch` gives the decisions (or errors) of a list of
+    selections made one after another, bit for bit, scoring those over the same
+    candidates together when selecting changes no state (``_STATELESS_SELECT``:
+    :attr:`~BasePolicy.batches_selections`); the service's coalesced ``/recommend``
+    is built on it (docs/performance.md section 7).
 
 Cache rules
     Policies over ridge states (LinUCB, hybrid LinUCB, LNUCB-TA) score from stacked copies of the
@@ -316,6 +322,23 @@ class SelectContext:
     features: Mapping[str, float] | None = None
 
 
+@dataclass(frozen=True)
+class SelectRequest:
+    """The arguments of one :meth:`BasePolicy.select` call, for
+    :meth:`BasePolicy.select_batch`."""
+
+    arm_ids: Sequence[str]
+    X: ArrayLike | SparseRows
+    user_id: str | None = None
+    features: Mapping[str, float] | None = None
+    explore: bool = True
+
+
+# A checked selection select_batch has yet to score and decide: its index, candidate
+# ids, rows, context, states and cold-started arms.
+_PendingSelect = tuple[int, list[str], Any, "SelectContext", list[ArrayState], tuple[str, ...]]
+
+
 @dataclass
 class ArmStats:
     """Learning counters of one arm: rewards applied, their sum and mean, and extras
@@ -405,10 +428,13 @@ class BasePolicy(abc.ABC):
 
     # Set per class from which selection hooks it overrides (__init_subclass__):
     # _PLAIN_CHOICE, no guardrail filter and the default greedy choice; _NO_EXTRAS, no
-    # decision extras; _BATCHED, select_until may use _score_batch (see there).
+    # decision extras; _STATELESS_SELECT, a plain choice and the default _finish_select
+    # (a selection changes no state but by cold starts: select_batch batches);
+    # _BATCHED, that and a _score_batch (select_until may use it, see there).
     _PLAIN_CHOICE: ClassVar[bool] = True
     _NO_EXTRAS: ClassVar[bool] = True
     _BATCHED: ClassVar[bool] = False
+    _STATELESS_SELECT: ClassVar[bool] = True
     # Rows select_until scores per _score_batch call: about one match's worth on a log
     # of ~10 arms, so few rows past the match are scored in vain. None: all at once, for
     # a policy whose _score_batch keeps the terms of rows it scores again (LNUCB-TA).
@@ -421,11 +447,8 @@ class BasePolicy(abc.ABC):
         base = BasePolicy
         cls._PLAIN_CHOICE = cls._filter is base._filter and cls._choose is base._choose
         cls._NO_EXTRAS = cls._decision_extras is base._decision_extras
-        cls._BATCHED = (
-            cls._PLAIN_CHOICE
-            and cls._finish_select is base._finish_select
-            and cls._score_batch is not base._score_batch
-        )
+        cls._STATELESS_SELECT = cls._PLAIN_CHOICE and cls._finish_select is base._finish_select
+        cls._BATCHED = cls._STATELESS_SELECT and cls._score_batch is not base._score_batch
 
     def __init__(self, config: PolicyConfig) -> None:
         if not isinstance(config, self.CONFIG):
@@ -465,15 +488,16 @@ class BasePolicy(abc.ABC):
 
     def _score_batch(
         self, arm_ids: list[str], states: list[ArrayState], X_batch: np.ndarray, ctx: SelectContext
-    ) -> np.ndarray | None:
-        """Scores of B selections over the same candidates at once, shape ``(B, K)`` for
-        ``X_batch`` of shape ``(B, K, d)``, row ``i`` bit-identical to ``_score(...,
-        X_batch[i], ...)[0]``; ``None`` when the policy has no batched scoring.
+    ) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Scores and widths of B selections over the same candidates and context at
+        once, each of shape ``(B, K)`` for ``X_batch`` of shape ``(B, K, d)``, row ``i``
+        bit-identical to ``_score(..., X_batch[i], ...)``; ``None`` when the policy has no
+        batched scoring.
 
-        :meth:`select_until` uses it only if scoring changes no state, so the B
-        selections would all have seen the same state, and only when ``_filter``,
-        ``_choose`` and ``_finish_select`` are the defaults (they may change state or
-        pick other than the best score).
+        :meth:`select_until` and :meth:`select_batch` use it only if scoring changes no
+        state, so the B selections would all have seen the same state, and only when
+        ``_filter``, ``_choose`` and ``_finish_select`` are the defaults (they may change
+        state or pick other than the best score).
         """
         return None
 
@@ -538,6 +562,19 @@ class BasePolicy(abc.ABC):
         :class:`UnknownArmError`. With ``explore=False`` the epsilon floor is off for
         this call and the greedy (UCB) choice is served.
         """
+        ids, X, ctx = self._select_input(arm_ids, X, user_id, features)
+        states, created = self._states_for_select(ids)
+        scores, widths = self._score(ids, states, X, ctx)
+        return self._decide(ids, X, scores, widths, explore, created, ctx)
+
+    def _select_input(
+        self,
+        arm_ids: Sequence[str],
+        X: ArrayLike | SparseRows,
+        user_id: str | None,
+        features: Mapping[str, float] | None,
+    ) -> tuple[list[str], np.ndarray | SparseRows, SelectContext]:
+        """The checked candidate ids, rows and context of one selection."""
         ids = self._checked_ids = check_arm_ids(arm_ids, self._checked_ids)
         K = len(ids)
         X = _sparse_matrix(X, K, self.config.d) if self.SPARSE_ROWS else check_matrix(X, K, self.config.d)
@@ -545,6 +582,10 @@ class BasePolicy(abc.ABC):
             ctx = self._no_context
         else:
             ctx = SelectContext(user_id=user_id, features=features)
+        return ids, X, ctx
+
+    def _states_for_select(self, ids: list[str]) -> tuple[list[ArrayState], tuple[str, ...]]:
+        """The candidates' states, cold-starting unseen arms, and the arms cold-started."""
         created: tuple[str, ...] = ()
         cached = self._select_states
         if cached is not None and cached[0] == ids:
@@ -556,7 +597,22 @@ class BasePolicy(abc.ABC):
                 created = tuple(a for a in ids if a not in self._arms)
                 states = [self._arm_for_select(a) for a in ids]
             self._select_states = (ids, states)
-        scores, widths = self._score(ids, states, X, ctx)
+        return states, created
+
+    def _decide(
+        self,
+        ids: list[str],
+        X: np.ndarray | SparseRows,
+        scores: np.ndarray,
+        widths: np.ndarray | None,
+        explore: bool,
+        created: tuple[str, ...],
+        ctx: SelectContext,
+    ) -> Decision:
+        """The decision of one selection from its candidates' scores: the tie-break keys,
+        guardrail hooks, exploration and propensities, drawing from the RNG in
+        :meth:`select`'s order."""
+        K = len(ids)
         listed = scores.tolist()
         if not math.isfinite(sum(listed)) and not np.isfinite(scores).all():
             raise non_finite_score_error(self.NAME, ids, X, scores)
@@ -604,6 +660,98 @@ class BasePolicy(abc.ABC):
             _pending=plan,
         )
         return self._finish_select(decision)
+
+    @property
+    def batches_selections(self) -> bool:
+        """Whether :meth:`select_batch` makes its selections together (one scoring call
+        per candidate list when the policy has batched scoring) rather than one
+        :meth:`select` after another: true when a selection changes no state but by cold
+        starts (no guardrail filter, the default choice and ``_finish_select``)."""
+        return self._STATELESS_SELECT
+
+    def select_batch(self, requests: Sequence[SelectRequest]) -> list[Decision | BanditError]:
+        """The decisions of ``requests``, each the :class:`Decision` or the
+        :class:`BanditError` that ``select`` would give for it when the requests are
+        selected one after another in order: same tie-break keys, exploration draws and
+        propensities, bit for bit, and the policy's state and RNG left the same (a
+        request that fails draws nothing, as in :meth:`select`).
+
+        When :attr:`batches_selections`, the requests are checked and their unseen arms
+        cold-started in order, and the requests over the same candidates and context are
+        scored in one ``_score_batch`` call (row by row without one): no selection
+        changes what another scores, so only the RNG draws need the order, and they are
+        made in it. A cold start that changes other state (LNUCB-TA's arm count) first
+        finishes the requests before it. Otherwise it is a loop over :meth:`select`.
+        """
+        out: list[Decision | BanditError | None] = [None] * len(requests)
+        if not self._STATELESS_SELECT:
+            for i, request in enumerate(requests):
+                out[i] = self._select_or_error(request)
+            return out  # type: ignore[return-value]
+        pending: list[_PendingSelect] = []
+        for i, request in enumerate(requests):
+            try:
+                ids, X, ctx = self._select_input(request.arm_ids, request.X, request.user_id, request.features)
+                if self.cold_start_changes_state(ids):
+                    self._finish_batch(requests, pending, out)
+                    pending = []
+                    out[i] = self._select_or_error(request)
+                    continue
+                states, created = self._states_for_select(ids)
+            except BanditError as exc:
+                out[i] = exc
+                continue
+            pending.append((i, ids, X, ctx, states, created))
+        self._finish_batch(requests, pending, out)
+        return out  # type: ignore[return-value]
+
+    def cold_start_changes_state(self, arm_ids: Sequence[str]) -> bool:
+        """Whether a selection over ``arm_ids`` would cold-start arms in a way that
+        changes other state a store must save (LNUCB-TA counts its arms); only such
+        selections of a policy that :attr:`batches_selections` list parts in
+        ``Decision.state_changed``."""
+        unseen = tuple(a for a in arm_ids if a not in self._arms)
+        return bool(unseen) and bool(self._parts_changed_by_new_arms(unseen))
+
+    def _select_or_error(self, request: SelectRequest) -> Decision | BanditError:
+        try:
+            return self.select(
+                request.arm_ids, request.X, user_id=request.user_id, features=request.features, explore=request.explore
+            )
+        except BanditError as exc:
+            return exc
+
+    def _finish_batch(
+        self,
+        requests: Sequence[SelectRequest],
+        pending: list[_PendingSelect],
+        out: list[Decision | BanditError | None],
+    ) -> None:
+        """Score the checked ``pending`` selections (together by candidate list and
+        context when the policy has batched scoring) and decide them in order."""
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for n, (_, ids, _, ctx, _, _) in enumerate(pending):
+            if self._BATCHED and not self.SPARSE_ROWS:
+                features = None if ctx.features is None else tuple(ctx.features.items())
+                groups.setdefault((tuple(ids), ctx.user_id, features), []).append(n)
+            else:
+                groups[(n,)] = [n]
+        scored: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        for members in groups.values():
+            _, ids, _, ctx, states, _ = pending[members[0]]
+            batch = None
+            if len(members) > 1:
+                batch = self._score_batch(ids, states, np.stack([pending[n][2] for n in members]), ctx)
+            for row, n in enumerate(members):
+                if batch is None:
+                    scored[n] = self._score(ids, states, pending[n][2], pending[n][3])
+                else:
+                    scored[n] = (batch[0][row], None if batch[1] is None else batch[1][row])
+        for n, (i, ids, X, ctx, _, created) in enumerate(pending):
+            try:
+                out[i] = self._decide(ids, X, *scored[n], requests[i].explore, created, ctx)
+            except BanditError as exc:
+                out[i] = exc
 
     def select_until(
         self, arm_ids: Sequence[str], X_batch: ArrayLike, targets: ArrayLike, *, user_id: str | None = None
@@ -683,8 +831,8 @@ class BasePolicy(abc.ABC):
             states = list(map(self._arms.__getitem__, ids))
         except KeyError:
             states = [self._arm_for_select(a) for a in ids]
-        scores = self._score_batch(ids, states, X, SelectContext(user_id=user_id))
-        return scores if scores is not None and all_finite(scores) else None
+        scored = self._score_batch(ids, states, X, SelectContext(user_id=user_id))
+        return scored[0] if scored is not None and all_finite(scored[0]) else None
 
     def _finish_select(self, decision: Decision) -> Decision:
         """Last step of :meth:`select`: record what serving ``decision`` changes in the

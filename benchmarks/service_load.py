@@ -33,10 +33,22 @@ and re-created).
 
 ``--json-bits`` adds, in the same run, a shared model over JSON features (``payload``
 "json bits N", :func:`_json_load`; ``hybrid_linucb``, or ``--json-algorithm
-diag_linucb``) beside the dense K = 50, d = 32 rows. ``--loads`` picks among the three
-loads (``max,half,mixed``); ``--reward-batching on,off`` serves every row once with
-``BANDIT_REWARD_BATCHING`` true and once false, in the same run (rewards coalesced per
-policy, or one store transaction per reward: docs/performance.md, "Rewards in batches"):
+diag_linucb``) beside the dense K = 50, d = 32 rows.
+
+``--connections`` takes a list (each load at each count, the trivial endpoint too),
+``--coalescing on,off`` serves each backend twice, with and without coalesced
+``/recommend`` (``BANDIT_RECOMMEND_COALESCING``), ``--loads`` picks among ``max``,
+``half`` and ``mixed``, and ``--own-servers`` runs Redis and PostgreSQL as private
+servers started for the run (``tests.databases``) instead of the scratch databases of
+the machine's. The coalescing comparison of docs/performance.md:
+
+    python -m benchmarks.service_load --own-servers --ks 50 --workers 1 --backends redis+postgres --json-bits 7 --connections 1,4,16,64 --coalescing on,off --loads max --duration 5
+
+``--reward-batching off,on`` serves every row once with ``BANDIT_REWARD_BATCHING``
+false and once true (one store transaction per reward, or a policy's concurrent rewards
+coalesced: docs/performance.md, "Rewards in batches"); the ``recommend+reward`` rows
+count the store transactions the server redid after a conflict
+(``transaction_retries``, from ``/metrics``):
 
     python -m benchmarks.service_load --ks 50 --workers 1,2 --backends redis+postgres \
         --json-bits 7 --loads mixed --reward-batching off,on
@@ -214,7 +226,7 @@ def _scripts(tmp: Path, body: str, pause_ms: int) -> tuple[Path, Path]:
 
 
 def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], str]:
-    """A shared model (``algorithm``) over JSON features of ``bits`` and the request of the
+    """A hybrid_linucb policy over JSON features of ``bits`` and the request of the
     issue's goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
     50 candidates of 6 features, every context x action interaction). The same body on
     every request: the catalog repeats, so the server's cache of hashed candidates hits."""
@@ -229,31 +241,31 @@ def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], 
 def _drive(
     server: Server, tmp: Path, body: str, label: dict[str, Any], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    """The loads of ``args.loads`` (max, about half the max rate, recommend+reward) on
-    one body; ``half`` needs ``max`` (its rate is half of what ``max`` measured)."""
+    """The ``--loads`` (max, about half the max rate, recommend+reward) on one body, at
+    each of ``--connections``."""
     from benchmarks import _harness as h
 
     rec, mixed = _scripts(tmp, body, 0)
     url = server.base + "/recommend"
-    wrk(url, rec, 2, args.connections)
     rows = []
-    if "max" in args.loads or "half" in args.loads:
-        top = wrk(url, rec, args.duration, args.connections, server=server)
-        rows.append({**label, "load": "recommend max", **top, "loadavg": h.load()["loadavg"]})
-    if "half" in args.loads:
-        # About half the maximum rate: each connection pauses between requests.
-        pause = max(
-            0,
-            round(1000 * args.connections / max(top["requests_per_s"] / 2, 1) - (top["p50_ms"] or 0)),
-        )
-        half, _ = _scripts(tmp, body, pause)
-        r = wrk(url, half, args.duration, args.connections, server=server)
-        rows.append({**label, "load": f"recommend ~half rate (pause {pause} ms)", **r, "loadavg": h.load()["loadavg"]})
-    if "mixed" in args.loads:
-        retries = _transaction_retries(server.base)
-        r = wrk(url, mixed, args.duration, args.connections, server=server)
-        r["transaction_retries"] = _transaction_retries(server.base) - retries
-        rows.append({**label, "load": "recommend+reward", **r, "loadavg": h.load()["loadavg"]})
+    for connections in args.connections:
+        at = {**label, "connections": connections}
+        wrk(url, rec, 2, connections)
+        top = wrk(url, rec, args.duration, connections, server=server)
+        if "max" in args.loads:
+            rows.append({**at, "load": "recommend max", **top, "loadavg": h.load()["loadavg"]})
+        if "half" in args.loads:  # each connection pauses between requests
+            rate = max(top["requests_per_s"] / 2, 1)
+            pause = max(0, round(1000 * connections / rate - (top["p50_ms"] or 0)))
+            half, _ = _scripts(tmp, body, pause)
+            r = wrk(url, half, args.duration, connections, server=server)
+            load = f"recommend ~half rate (pause {pause} ms)"
+            rows.append({**at, "load": load, **r, "loadavg": h.load()["loadavg"]})
+        if "mixed" in args.loads:
+            retries = _transaction_retries(server.base)
+            r = wrk(url, mixed, args.duration, connections, server=server)
+            r["transaction_retries"] = _transaction_retries(server.base) - retries
+            rows.append({**at, "load": "recommend+reward", **r, "loadavg": h.load()["loadavg"]})
     return rows
 
 
@@ -306,35 +318,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "/healthz",
             )
             try:
-                wrk(server.base + "/recommend", rec, 2, args.connections)
-                r = wrk(
-                    server.base + "/recommend", rec, args.duration, args.connections, server=server
-                )
-                rows.append(
-                    {
-                        "backend": "trivial endpoint",
-                        "workers": workers,
-                        "K": None,
-                        "load": "recommend max",
-                        **r,
-                        "loadavg": h.load()["loadavg"],
-                    }
-                )
+                for connections in args.connections:
+                    wrk(server.base + "/recommend", rec, 2, connections)
+                    r = wrk(
+                        server.base + "/recommend", rec, args.duration, connections, server=server
+                    )
+                    rows.append(
+                        {
+                            "backend": "trivial endpoint",
+                            "workers": workers,
+                            "connections": connections,
+                            "K": None,
+                            "load": "recommend max",
+                            **r,
+                            "loadavg": h.load()["loadavg"],
+                        }
+                    )
             finally:
                 server.stop()
-        servers = [
-            (backend, workers, batching)
-            for backend in args.backends
-            for workers in args.workers
-            for batching in args.reward_batching
-            # the embedded default keeps state in process: one worker only
-            if backend != "embedded" or workers == 1
-        ]
-        for backend, workers, batching in servers:
+        for backend, workers, coalescing, batching in (
+            (b, w, c, r)
+            for b in args.backends
+            for w in args.workers
+            for c in args.coalescing
+            for r in args.reward_batching
+        ):
+            if backend == "embedded" and workers > 1:
+                continue  # the embedded default keeps state in process: one worker only
             env = dict(
                 os.environ,
-                BANDIT_DATA_DIR=str(tmp / f"data-{backend}-{workers}-{batching}"),
+                BANDIT_DATA_DIR=str(tmp / f"data-{backend}-{workers}-{coalescing}-{batching}"),
                 BANDIT_DEMO_POLICY="false",
+                BANDIT_RECOMMEND_COALESCING=str(coalescing == "on").lower(),
                 BANDIT_REWARD_BATCHING=str(batching == "on").lower(),
             )
             if backend == "redis+postgres":
@@ -373,8 +388,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     _request("PUT", f"{server.base}/policies/{policy}", spec)
                     label = {
                         "backend": backend,
-                        "workers": workers,
+                        "coalescing": coalescing,
                         "reward_batching": batching,
+                        "workers": workers,
                         "K": K,
                         "payload": payload,
                     }
@@ -386,10 +402,70 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Three panels against connections: requests/s as a fraction of the trivial
+    endpoint's, p99 latency and server CPU per request, one line per backend, payload and
+    coalescing (the ``recommend max`` rows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["load"] == "recommend max":
+            name = r["backend"]
+            if r.get("payload"):
+                name += f", {r['payload']}, coalescing {r.get('coalescing', 'on')}"
+            lines.setdefault(name, []).append(r)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    panels = (
+        ("x trivial ceiling", "requests/s / trivial endpoint's"),
+        ("p99_ms", "p99 latency (ms)"),
+        ("cpu_ms_per_request", "server CPU per request (ms)"),
+    )
+    for ax, (key, label) in zip(axes, panels):
+        for name, points in lines.items():
+            points = sorted(points, key=lambda r: r["connections"])
+            style = "s--" if "off" in name else ("k:" if "trivial" in name else "o-")
+            xs = [r["connections"] for r in points]
+            ax.plot(xs, [r[key] for r in points], style, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("connections (wrk, closed loop)")
+        ax.set_ylabel(label)
+        if key == "p99_ms":
+            ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("POST /recommend, K = 50, one worker; 2-core shared VM (ratios within one run)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run (default 8)")
-    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--connections", type=lambda s: [int(v) for v in s.split(",")], default=[32]
+    )
+    parser.add_argument(
+        "--coalescing",
+        type=lambda s: s.split(","),
+        default=["on"],
+        help="on, off or on,off: serve with and/or without coalesced /recommend",
+    )
+    parser.add_argument(
+        "--loads",
+        type=lambda s: s.split(","),
+        default=["max", "half", "mixed"],
+        help="of max, half, mixed (default all three)",
+    )
+    parser.add_argument(
+        "--own-servers",
+        action="store_true",
+        help="private Redis and PostgreSQL servers started for the run (tests.databases)",
+    )
     parser.add_argument("--ks", type=lambda s: [int(v) for v in s.split(",")], default=[10, 50])
     parser.add_argument("--workers", type=lambda s: [int(v) for v in s.split(",")], default=[1, 2])
     parser.add_argument(
@@ -418,28 +494,45 @@ def main(argv: list[str] | None = None) -> int:
         help="the shared model of --json-bits (default hybrid_linucb)",
     )
     parser.add_argument(
-        "--loads",
-        type=lambda s: s.split(","),
-        default=["max", "half", "mixed"],
-        help="comma-separated among max, half, mixed (default all three)",
-    )
-    parser.add_argument(
         "--reward-batching",
         type=lambda s: s.split(","),
         default=["on"],
         help="on, off or off,on: BANDIT_REWARD_BATCHING of the servers (default on)",
     )
-    add_label_argument(parser, "service_load")
+    parser.add_argument(
+        "--plot",
+        action="store_true",
+        help="draw the run against connections (docs/img/service_load_<label>.png)",
+    )
+    parser.add_argument(
+        "--replot", action="store_true", help="only redraw run --label from the results file"
+    )
+    add_label_argument(parser, "service_load", figure=True)
     args = parser.parse_args(argv)
+    from benchmarks._harness import figure_path, read_run
+
+    if args.replot:
+        plot(read_run("service_load", args.label)["rows"], figure_path("service_load", args.label))
+        return 0
     if shutil.which("wrk") is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
     from benchmarks import _harness as h
 
+    if args.own_servers:
+        from tests.databases import OwnedServers
+
+        owned = OwnedServers()
+        args.redis_url = owned.redis_url()
+        args.pg_admin = owned.postgres_url()
     result = run(args)
-    trivial = {r["workers"]: r for r in result["rows"] if r["backend"] == "trivial endpoint"}
+    trivial = {
+        (r["workers"], r["connections"]): r
+        for r in result["rows"]
+        if r["backend"] == "trivial endpoint"
+    }
     for r in result["rows"]:
-        t = trivial.get(r["workers"])
+        t = trivial.get((r["workers"], r["connections"]))
         r["x trivial ceiling"] = r["requests_per_s"] / t["requests_per_s"] if t else None
         r["x trivial cpu"] = (
             t["cpu_ms_per_request"] / r["cpu_ms_per_request"]
@@ -451,8 +544,10 @@ def main(argv: list[str] | None = None) -> int:
             result["rows"],
             [
                 "backend",
-                "workers",
+                "coalescing",
                 "reward_batching",
+                "workers",
+                "connections",
                 "K",
                 "payload",
                 "load",
@@ -471,10 +566,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     path = h.write_json(
         "service_load",
-        {**result, "duration_s": args.duration, "connections": args.connections},
+        {**result, "duration_s": args.duration},
         args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
+    if args.plot:
+        plot(result["rows"], figure_path("service_load", args.label))
     return 0
 
 

@@ -54,6 +54,14 @@ class Settings(BaseSettings):
     recommend_requires_key: bool = Field(
         False, description="require an API key on POST /recommend too"
     )
+    recommend_coalescing: bool = Field(
+        True,
+        description=(
+            "serve the POST /recommend requests of a policy that arrive while a batch of "
+            "its decisions is being served as the next batch: one store read, one scoring "
+            "call, one commit (docs/performance.md); off: each request on its own"
+        ),
+    )
     policies_file: Path | None = Field(
         None, description="YAML or JSON file of policies loaded at start"
     )

@@ -47,21 +47,31 @@ class VersionedValue:
 class Schedule:
     """A :meth:`StateStore.schedule` that a transaction's commit performs atomically
     with its writes: ``event_id`` on the deadline index at ``deadline`` (unix seconds),
-    ``counters`` added and the ``seen`` names put on the last-seen index."""
+    ``counters`` added and the ``seen`` names put on the last-seen index; ``more_events``
+    (event id -> deadline) go on the deadline index too (a coalesced batch of decisions,
+    docs/performance.md)."""
 
     event_id: str
     deadline: float
     counters: Mapping[str, float] = field(default_factory=dict)
     seen: Mapping[str, float] = field(default_factory=dict)
+    more_events: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A :meth:`StateStore.register_event` of ``event_id`` (for the transaction's policy,
-    ``ttl_seconds``) sent with a transaction's first commit."""
+    """A :meth:`StateStore.register_event` of ``event_id`` and of each of ``more_ids``
+    (for the transaction's policy, ``ttl_seconds``) sent with a transaction's first
+    commit."""
 
     event_id: str
     ttl_seconds: float
+    more_ids: tuple[str, ...] = ()
+
+    @property
+    def event_ids(self) -> tuple[str, ...]:
+        """Every id the claim registers."""
+        return (self.event_id, *self.more_ids)
 
 
 # fn(current values by key) -> new values by key (None deletes); may raise to abort.
@@ -107,7 +117,7 @@ class StateStore(Protocol):
         visible but the schedule is not.
 
         ``claim``: registered in the round trip of the first commit (one round trip
-        instead of two). If the id was taken, :class:`EventIdTakenError` is raised, on
+        instead of two). If an id was taken, :class:`EventIdTakenError` is raised, on
         a store that cannot make the two atomic (Redis: the registry lives outside the
         policy's hash slot) after the transaction committed: claim only ids drawn at
         random (128 bits never collide); register a client's id first.
@@ -270,6 +280,8 @@ class LogSink(Protocol):
 
     def submit_decision(self, record: DecisionRecord) -> None: ...
 
+    def submit_decisions(self, records: Sequence[DecisionRecord]) -> None: ...
+
     def submit_reward(self, record: RewardRecord) -> None: ...
 
     @property
@@ -307,7 +319,11 @@ class EventLog(Protocol):
     def latest_snapshot(self, policy: str) -> Snapshot | None: ...
 
     def iter_events(
-        self, policy: str, since: float | None = None, until: float | None = None, batch_size: int = 1000
+        self,
+        policy: str,
+        since: float | None = None,
+        until: float | None = None,
+        batch_size: int = 1000,
     ) -> Iterator[LoggedDecision]:
         """Decisions of ``policy`` in time order with their rewards, streamed in batches."""
         ...

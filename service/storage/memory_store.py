@@ -89,10 +89,9 @@ class InProcessStateStore:
         """Read ``keys``, apply ``fn``, write its result with fresh versions and do the
         ``schedule``, atomically (reading here costs nothing: ``assumed`` is not needed
         and ignored). A taken ``claim`` raises before anything is written."""
-        if claim is not None and not await self.register_event(
-            claim.event_id, policy, claim.ttl_seconds
-        ):
-            raise EventIdTakenError(f"event id {claim.event_id!r} is registered already")
+        for event_id in claim.event_ids if claim is not None else ():
+            if not await self.register_event(event_id, policy, claim.ttl_seconds):  # type: ignore[union-attr]
+                raise EventIdTakenError(f"event id {event_id!r} is registered already")
         with self._lock:
             values = self._spaces.get(policy, _Namespace()).values
             writes = checked_writes(keys, fn({k: values.get(k, _MISSING).data for k in keys}))
@@ -108,6 +107,7 @@ class InProcessStateStore:
             if schedule is not None:
                 due = schedule()
                 space.deadlines[due.event_id] = float(due.deadline)
+                space.deadlines.update({e: float(t) for e, t in due.more_events.items()})
                 self._add(space, due.counters)
                 self._see(space, due.seen)
             versions = {key: version for key in writes}

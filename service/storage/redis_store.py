@@ -80,15 +80,16 @@ return out
 
 # KEYS: versions hash, clock, deadlines, counters, seen, value keys...; ARGV: clock
 # seed, the event id to schedule ('' none), its deadline, the number c of counters, c
-# pairs (name, increment), the number s of seen names, s pairs (name, time), then per
-# key its field, the version the transaction read, and an op ('' keep, 's' set, 'd'
+# pairs (name, increment), the number s of seen names, s pairs (name, time), the number
+# e of more events to schedule, e pairs (deadline, event id), then per key its field, the version the transaction read, and an op ('' keep, 's' set, 'd'
 # delete), then the data of each 's' in key order. Returns the new version, or -1
 # (nothing written) when a version moved.
 _COMMIT = """
 local n = #KEYS - 5
 local c = tonumber(ARGV[4])
 local s = tonumber(ARGV[5 + 2 * c])
-local b = 5 + 2 * c + 2 * s
+local e = tonumber(ARGV[6 + 2 * c + 2 * s])
+local b = 6 + 2 * c + 2 * s + 2 * e
 for i = 1, n do
   local v = tonumber(redis.call('HGET', KEYS[1], ARGV[b + 3 * i - 2]) or '0')
   if v ~= tonumber(ARGV[b + 3 * i - 1]) then return -1 end
@@ -111,6 +112,8 @@ if ARGV[2] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
   for j = 1, c do redis.call('HINCRBYFLOAT', KEYS[4], ARGV[3 + 2 * j], ARGV[4 + 2 * j]) end
   for j = 1, s do redis.call('ZADD', KEYS[5], ARGV[5 + 2 * c + 2 * j], ARGV[4 + 2 * c + 2 * j]) end
+  local m = 6 + 2 * c + 2 * s
+  for j = 1, e do redis.call('ZADD', KEYS[3], ARGV[m + 2 * j - 1], ARGV[m + 2 * j]) end
 end
 return version
 """
@@ -277,7 +280,7 @@ class RedisStateStore:
             writes = checked_writes(keys, fn({k: current[k].data for k in keys}))
             if not writes:
                 return {}
-            args: list[Any] = [time.time_ns() // 1000, "", 0, 0, 0]
+            args: list[Any] = [time.time_ns() // 1000, "", 0, 0, 0, 0]
             if schedule is not None:
                 due = schedule()
                 args[1:] = [due.event_id, due.deadline, len(due.counters)]
@@ -286,6 +289,9 @@ class RedisStateStore:
                 args.append(len(due.seen))
                 for name, when in due.seen.items():
                     args += [name, float(when)]
+                args.append(len(due.more_events))
+                for event_id, deadline in due.more_events.items():
+                    args += [float(deadline), event_id]
             data: list[bytes] = []
             for key in keys:
                 op = "" if key not in writes else ("d" if writes[key] is None else "s")
@@ -293,11 +299,11 @@ class RedisStateStore:
                 if op == "s":
                     data.append(writes[key])  # type: ignore[arg-type]
             if claim is not None:
-                registered, version = await self._claim_and_commit(
+                refused, version = await self._claim_and_commit(
                     claim, policy, redis_keys, args + data
                 )
-                if not registered:
-                    taken = claim.event_id
+                if refused:
+                    taken = refused[0]
                 claim = None
             else:
                 version = int(
@@ -318,35 +324,37 @@ class RedisStateStore:
 
     async def _claim_and_commit(
         self, claim: Claim, policy: str, keys: list[str], args: list[Any]
-    ) -> tuple[bool, int]:
-        """``SET NX`` of the claim and the commit script in one pipeline (the script by
-        its SHA; loaded and run again if the server does not know it). On a Redis
-        Cluster the claim's key lives in another slot, often on another node: the two
-        are sent concurrently instead (its pipelines refuse EVALSHA)."""
+    ) -> tuple[list[str], int]:
+        """``SET NX`` of each id of the claim and the commit script in one pipeline
+        (the script by its SHA; loaded and run again if the server does not know it);
+        the ids that were registered already, and the commit's version. On a Redis Cluster
+        the claims' keys live in other slots, often on other nodes: they are sent
+        concurrently instead (its pipelines refuse EVALSHA)."""
         check_ttl(claim.ttl_seconds)
-        claim_key = _registry_key(claim.event_id)
+        claim_keys = [_registry_key(event_id) for event_id in claim.event_ids]
         ttl_ms = max(1, round(claim.ttl_seconds * 1000))
-        registered: Any
-        version: Any
+        replies: list[Any]
         if isinstance(self._redis, RedisCluster):
-            registered, version = await asyncio.gather(
-                self._redis.set(claim_key, policy, nx=True, px=ttl_ms),
+            replies = await asyncio.gather(
+                *(self._redis.set(key, policy, nx=True, px=ttl_ms) for key in claim_keys),
                 self._redis.evalsha(self._commit_script.sha, len(keys), *keys, *args),
                 return_exceptions=True,
             )
         else:
 
             def queue(pipe: Any) -> None:
-                pipe.set(claim_key, policy, nx=True, px=ttl_ms)
+                for key in claim_keys:
+                    pipe.set(key, policy, nx=True, px=ttl_ms)
                 pipe.evalsha(self._commit_script.sha, len(keys), *keys, *args)
 
-            registered, version = await self._pipeline(queue, False, raise_on_error=False)
+            replies = await self._pipeline(queue, False, raise_on_error=False)
+        *registered, version = replies
         if isinstance(version, NoScriptError):
             version = await self._call(self._commit_script(keys=keys, args=args))
-        for reply in (registered, version):
+        for reply in (*registered, version):
             if isinstance(reply, Exception):
                 raise StoreUnavailableError(f"Redis: {type(reply).__name__}: {reply}")
-        return bool(registered), int(version)
+        return [e for e, ok in zip(claim.event_ids, registered) if not ok], int(version)
 
     async def keys(self, policy: str, prefixes: Sequence[str]) -> list[str]:
         """The fields of the policy's versions hash (one per stored value) starting with

@@ -5,7 +5,11 @@ this class never creates tables. ``append`` inserts with ``ON CONFLICT DO NOTHIN
 ``(event_id, created_at)`` (both dialects; a record keeps its time), so re-sending a
 batch -- the writer's retry after a failure, or a spool flushed twice -- logs every
 decision and reward exactly once. On PostgreSQL both tables are partitioned by day
-(:mod:`service.storage.partitions`).
+(:mod:`service.storage.partitions`), and the batch goes in with ``COPY`` (psycopg's
+``cursor.copy``) into the partitioned parent, which cannot skip duplicates: when a
+record is logged already, the batch is copied into a staging table and inserted from
+there with ``ON CONFLICT DO NOTHING`` (docs/performance.md "Event-log writes"); SQLite
+inserts the rows.
 ``iter_events`` streams with a server-side cursor on PostgreSQL. A database that cannot
 be reached raises :class:`StoreUnavailableError`.
 """
@@ -18,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
@@ -35,6 +40,7 @@ from service.storage.partitions import create_partitions, drop_partitions_before
 from service.storage.schema import (
     create_log_engine,
     decisions,
+    json_dumps,
     model_snapshots,
     policies,
     rewards,
@@ -80,17 +86,19 @@ class SqlEventLog:
         """Insert a batch in one transaction, skipping event ids already logged."""
         if not decisions_ and not rewards_:
             return
+        copy = self._engine.dialect.name == "postgresql"
         with self._begin() as conn:
-            if decisions_:
-                conn.execute(
-                    self._insert(decisions).on_conflict_do_nothing(index_elements=EVENT_KEY),
-                    _rows(decisions_, _DECISION_FIELDS),
-                )
-            if rewards_:
-                conn.execute(
-                    self._insert(rewards).on_conflict_do_nothing(index_elements=EVENT_KEY),
-                    _rows(rewards_, _REWARD_FIELDS),
-                )
+            for table, records, fields in (
+                (decisions, decisions_, _DECISION_FIELDS),
+                (rewards, rewards_, _REWARD_FIELDS),
+            ):
+                if not records:
+                    continue
+                insert = self._insert(table).on_conflict_do_nothing(index_elements=EVENT_KEY)
+                if copy:
+                    _copy_insert(conn, insert, table, records, fields)
+                else:
+                    conn.execute(insert, _rows(records, fields))
 
     def upsert_policy(self, name: str, config: dict[str, Any]) -> None:
         """Insert or replace the config of ``name``."""
@@ -303,6 +311,56 @@ def _rows(records: Sequence[Any], fields: list[str]) -> list[dict[str, Any]]:
     deep-copies every nested list and dict (205 us for a K = 50 decision against 0.65 us
     shallow), and the insert only reads them."""
     return [{name: getattr(record, name) for name in fields} for record in records]
+
+
+def _copy_insert(
+    conn: Connection, insert: Any, table: sa.Table, records: Sequence[Any], fields: list[str]
+) -> None:
+    """``insert`` of ``records`` on PostgreSQL by ``COPY`` (text format; JSON columns as
+    :func:`json_dumps` text, as SQLAlchemy's serializer writes them): straight into the
+    table, in a savepoint; when a record is logged already (a batch sent again),
+    into the staging table ``bandit_copy_<table>`` of this session (created on first
+    use, its rows deleted at commit) and from there by ``insert``'s ``ON CONFLICT DO
+    NOTHING``."""
+    json_columns = {name for name in fields if isinstance(table.c[name].type, sa.JSON)}
+    rows = [
+        [
+            json_dumps(value) if name in json_columns and value is not None else value
+            for name in fields
+            for value in (getattr(record, name),)
+        ]
+        for record in records
+    ]
+    names = ", ".join(fields)
+    driver = conn.connection.driver_connection
+    try:
+        with conn.begin_nested():
+            _copy(driver, f"{table.name} ({names})", rows)
+        return
+    except sa_exc.IntegrityError as exc:
+        if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+            raise
+    stage = sa.table(f"bandit_copy_{table.name}", *(sa.column(name) for name in fields))
+    conn.execute(
+        sa.text(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage.name} ON COMMIT DELETE ROWS AS "
+            f"SELECT {names} FROM {table.name} WITH NO DATA"
+        )
+    )
+    _copy(driver, f"{stage.name} ({names})", rows)
+    conn.execute(insert.from_select(fields, sa.select(*stage.c)))
+
+
+def _copy(driver: Any, target: str, rows: list[list[Any]]) -> None:
+    """``COPY target FROM STDIN`` of ``rows`` on the psycopg connection ``driver``; its
+    errors raised as SQLAlchemy's, as a statement through the engine would be."""
+    statement = f"COPY {target} FROM STDIN"
+    try:
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+    except psycopg.Error as exc:
+        raise sa_exc.DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
 
 
 def _logged_event(row: Any) -> LoggedDecision:

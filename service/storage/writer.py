@@ -29,6 +29,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -221,16 +222,22 @@ class EventLogWriter:
         """Queue a decision for the log (never blocks on the database)."""
         self._submit(record)
 
+    def submit_decisions(self, records: Sequence[DecisionRecord]) -> None:
+        """Queue several decisions for the log at once (a coalesced batch of
+        ``/recommend``, docs/performance.md; never blocks on the database)."""
+        self._submit(*records)
+
     def submit_reward(self, record: RewardRecord) -> None:
         """Queue a reward for the log (never blocks on the database)."""
         self._submit(record)
 
-    def _submit(self, record: Record) -> None:
+    def _submit(self, *records: Record) -> None:
         with self._cond:
             if self._stopping:
                 raise RuntimeError("EventLogWriter is closed")
-            self._queue.append((time.time(), record))
-            self._submitted += 1
+            now = time.time()
+            self._queue.extend([(now, record) for record in records])
+            self._submitted += len(records)
             if len(self._queue) >= self._batch_size:
                 self._cond.notify_all()
 

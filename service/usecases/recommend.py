@@ -8,6 +8,18 @@ and one transaction writes the pending event, schedules its default-reward deadl
 counts the decision. When the store is down the decision comes from the cached policy,
 flagged ``degraded`` (nothing stored: it cannot be rewarded). Every decision goes to the
 event-log writer.
+
+Coalescing (``Settings.recommend_coalescing``, docs/performance.md "Coalesced
+/recommend"): while a batch of a policy's decisions is being served, the requests of
+that policy that arrive wait, and when it finishes they become the next batch (a "group
+commit": no timer, and a request that finds no batch in flight is served at once, as
+without). A batch takes one store read for every candidate part it needs, one
+:meth:`~bandit_core.BasePolicy.select_batch` (the decisions of one ``select`` after
+another in arrival order, bit for bit), one transaction that writes, schedules and
+claims every pending event, and one submission to the log writer. A request's own
+failure (bad input found late, an event id in use) fails it alone. Requests with a
+client ``event_id`` (their repeat check reads the store first) and policies whose
+selections change state (guardrails, HARE) are served each on its own, concurrently.
 """
 
 from __future__ import annotations
@@ -15,16 +27,16 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from bandit_core import BanditError, BasePolicy, Decision, ModelError
+from bandit_core import BanditError, BasePolicy, Decision, ModelError, SelectRequest
 from bandit_core.features import SparseRows
 from service import metrics
-from service.errors import Conflict, EngineInputError, with_policy
+from service.errors import ApiError, Conflict, EngineInputError, with_policy
 from service.policies import Runtime
 from service.schemas import RecommendRequest
 from service.settings import Settings
@@ -55,6 +67,17 @@ context (guardrails) and, for a policy with ``features``, each candidate's featu
 sent (logged raw; None for float vectors)."""
 
 
+@dataclass(eq=False)
+class _Served:
+    """A decision of a coalesced batch on its way to the store and the log."""
+
+    index: int
+    req: RecommendRequest
+    candidates: Candidates
+    decision: Decision
+    response: dict[str, Any]
+
+
 @dataclass
 class Recommender:
     """The recommend use case; one per process."""
@@ -64,21 +87,78 @@ class Recommender:
     settings: Settings
     clock: Callable[[], float] = time.time
     json_candidates: JsonCandidates = field(default_factory=JsonCandidates)
+    # policy name -> the requests waiting for the batch in flight to finish (present
+    # while a batch of that policy is being served)
+    _waiting: dict[str, list[tuple[RecommendRequest, asyncio.Future[bytes]]]] = field(
+        default_factory=dict, init=False
+    )
+    _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def recommend(self, req: RecommendRequest) -> bytes:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized
-        once here, and stored as is with the pending event for repeats)."""
+        once here, and stored as is with the pending event for repeats); coalesced with
+        the policy's other requests under load (see the module docstring)."""
+        if not self.settings.recommend_coalescing or req.event_id is not None:
+            return await self._recommend_one(req)
+        waiting = self._waiting.get(req.policy)
+        if waiting is not None:  # a batch is in flight: join the next one
+            future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            waiting.append((req, future))
+            return await future
+        self._waiting[req.policy] = []
+        try:
+            return await self._recommend_one(req)
+        finally:
+            self._start_next_batch(req.policy)
+
+    def _start_next_batch(self, name: str) -> None:
+        """The batch of ``name`` in flight finished: serve the requests that waited."""
+        batch = self._waiting.pop(name)
+        if batch:
+            self._waiting[name] = []
+            task = asyncio.create_task(self._serve_batch(name, batch))
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _serve_batch(
+        self, name: str, batch: list[tuple[RecommendRequest, asyncio.Future[bytes]]]
+    ) -> None:
+        try:
+            results = await self._recommend_batch([req for req, _ in batch])
+        except Exception as exc:  # noqa: BLE001 -- the batch failed (no such policy...): each request did
+            results = [exc] * len(batch)
+        except BaseException:  # cancelled: so are the requests that waited for it
+            for _, future in batch:
+                future.cancel()
+            raise
+        finally:
+            self._start_next_batch(name)
+        for (_, future), result in zip(batch, results):
+            if future.done():  # its client went away
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    async def _recommend_one(self, req: RecommendRequest) -> bytes:
+        """``req`` served on its own: the plain path."""
         store = self.cache.store
         digest = None if req.event_id is None else request_digest(req)
         if req.event_id is not None:
             original = await self._original_decision(req.policy, req.event_id, digest)
             if original is not None:
                 return original
-        runtime, (ids, X, features, raw), parts, degraded = await self._load_for_select(req)
+        runtime, [candidates], degraded = await self._load_for_select([req])
+        if isinstance(candidates, Exception):
+            raise candidates
+        ids, X, features, raw = candidates
+        parts = runtime.policy.parts_for_select(ids, req.user_id)
         decision = self._select(runtime, ids, X, req, features)
         now = self.clock()
         event_id = req.event_id or secrets.token_hex(16)
-        response = self._response(req, runtime, decision, event_id, parts, degraded)
+        version = runtime.model_version(parts)
+        response = self._response(req, runtime, decision, event_id, version, degraded)
         if not degraded:
             ttl = self.settings.event_ttl_seconds
             args = (req, runtime, ids, X, features, decision, response, parts, now, digest)
@@ -97,8 +177,121 @@ class Recommender:
                 response["degraded"] = True
         if degraded:
             metrics.DEGRADED_DECISIONS.labels(req.policy).inc()
-        self._log_decision(req, runtime, ids, X, raw, decision, response, now)
+        self.sink.submit_decision(self._decision_record(req, ids, X, raw, decision, response, now))
+        self._count_decision(req, runtime, decision, response)
         return dumps(response)
+
+    async def _recommend_batch(self, reqs: list[RecommendRequest]) -> list[bytes | BaseException]:
+        """The responses of a coalesced batch of one policy's requests without client
+        event ids, or the exception each failed with (see the module docstring)."""
+        cached = self.cache.cached(reqs[0].policy)
+        if len(reqs) == 1 or cached is None or not cached.policy.batches_selections:
+            return await asyncio.gather(*map(self._recommend_one, reqs), return_exceptions=True)
+        runtime, candidates, degraded = await self._load_for_select(reqs)
+        policy = runtime.policy
+        if any(
+            not isinstance(c, Exception) and policy.cold_start_changes_state(c[0])
+            for c in candidates
+        ):
+            # rare (arms new to LNUCB-TA): served one after another in order, each
+            # selection redone inside its own transaction as on the plain path
+            return [await _outcome(self._recommend_one(req)) for req in reqs]
+        results: list[bytes | BaseException] = [
+            c if isinstance(c, Exception) else b"" for c in candidates
+        ]
+        chosen = [(i, c) for i, c in enumerate(candidates) if not isinstance(c, Exception)]
+        selections = [
+            SelectRequest(c[0], c[1], reqs[i].user_id, c[2], reqs[i].explore) for i, c in chosen
+        ]
+        now = self.clock()
+        served: list[_Served] = []
+        versions: dict[tuple[Any, ...], int] = {}  # model_version by candidates and user
+        for (i, c), decision in zip(chosen, policy.select_batch(selections)):
+            if isinstance(decision, BanditError):
+                results[i] = _engine_error(runtime, decision)
+                continue
+            key = (*c[0], reqs[i].user_id)
+            if key not in versions:
+                versions[key] = runtime.model_version(policy.parts_for_select(c[0], key[-1]))
+            response = self._response(
+                reqs[i], runtime, decision, secrets.token_hex(16), versions[key], degraded
+            )
+            served.append(_Served(i, reqs[i], c, decision, response))
+        if served and not degraded:
+            try:
+                await self._store_batch(runtime, served, results, now)
+            except StoreUnavailableError:
+                metrics.STORE_ERRORS.labels("decision").inc()
+                for s in served:
+                    s.response["degraded"] = True
+            except EventIdTakenError:
+                for s in served:
+                    results[s.index] = Conflict("a generated event_id collided; retry")
+        logged = [s for s in served if not isinstance(results[s.index], BaseException)]
+        self.sink.submit_decisions(
+            [
+                self._decision_record(
+                    s.req,
+                    s.candidates[0],
+                    s.candidates[1],
+                    s.candidates[3],
+                    s.decision,
+                    s.response,
+                    now,
+                )
+                for s in logged
+            ]
+        )
+        for s in logged:
+            if s.response["degraded"]:
+                metrics.DEGRADED_DECISIONS.labels(s.req.policy).inc()
+            self._count_decision(s.req, runtime, s.decision, s.response)
+            results[s.index] = dumps(s.response)
+        return results
+
+    async def _store_batch(
+        self,
+        runtime: Runtime,
+        served: list[_Served],
+        results: list[bytes | BaseException],
+        now: float,
+    ) -> None:
+        """Write every pending event of ``served``, schedule their deadlines, count
+        them and claim their ids, in one transaction; an event whose id turns out to be
+        in use fails alone (a 409 in ``results``)."""
+        name = served[0].req.policy
+        keys = [event_key(s.response["event_id"]) for s in served]
+        written: list[_Served] = []
+
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            written.clear()
+            out: dict[str, bytes | None] = {}
+            for key, s in zip(keys, served):
+                if values[key] is None:
+                    out[key] = _pending_event(s, runtime, now, None)
+                    written.append(s)
+            return out
+
+        def schedule() -> Schedule:
+            counters = {"decisions": float(len(written)), "pending": float(len(written))}
+            seen: dict[str, float] = {}
+            for s in written:
+                pulls = f"{PULLS_PREFIX}{s.decision.arm_id}"
+                counters[pulls] = counters.get(pulls, 0.0) + 1.0
+                seen[s.decision.arm_id] = now
+            deadline = now + runtime.info.reward_wait_seconds
+            first, *more = [s.response["event_id"] for s in written]
+            return Schedule(first, deadline, counters, seen, dict.fromkeys(more, deadline))
+
+        event_ids = [s.response["event_id"] for s in served]
+        claim = Claim(event_ids[0], self.settings.event_ttl_seconds, tuple(event_ids[1:]))
+        assumed = dict.fromkeys(keys, VersionedValue(0, None))
+        await self.cache.transact(runtime, name, keys, fn, assumed, schedule, claim)
+        for s in served:
+            if s not in written:
+                results[s.index] = Conflict(
+                    f"event_id {s.response['event_id']!r} is already in use"
+                )
 
     def _candidates(self, req: RecommendRequest, runtime: Runtime) -> Candidates:
         """Ids, rows, named context and (JSON features only) the features as sent."""
@@ -108,29 +301,50 @@ class Recommender:
             )
         return (*build_candidates(req, runtime.info, self.settings.max_candidates), None)
 
-    async def _load_for_select(
-        self, req: RecommendRequest
-    ) -> tuple[Runtime, Candidates, list[str], bool]:
-        """The up-to-date policy and the candidates: one store round trip when the
-        policy is cached and unchanged; from the cache, flagged degraded, when the store
-        is down."""
-        cached = self.cache.cached(req.policy)
-        runtime = cached or (await self.cache.load(req.policy))[0]
-        while True:
-            candidates = self._candidates(req, runtime)
-            ids = candidates[0]
+    def _candidates_or_error(
+        self, req: RecommendRequest, runtime: Runtime
+    ) -> Candidates | Exception:
+        try:
+            return self._candidates(req, runtime)
+        except (ApiError, BanditError) as exc:  # the request's own fault: it fails alone
+            return exc
 
-            def parts_of(policy: BasePolicy, ids: list[str] = ids) -> list[str]:
-                return policy.parts_for_select(ids, req.user_id)
+    async def _load_for_select(
+        self, reqs: list[RecommendRequest]
+    ) -> tuple[Runtime, list[Candidates | Exception], bool]:
+        """The up-to-date policy and the candidates of each of ``reqs`` (one policy's),
+        or the error building them raised: one store round trip for the parts of all
+        when the policy is cached and unchanged; from the cache, flagged degraded, when
+        the store is down."""
+        name = reqs[0].policy
+        cached = self.cache.cached(name)
+        runtime = cached or (await self.cache.load(name))[0]
+        while True:
+            candidates = [self._candidates_or_error(req, runtime) for req in reqs]
+
+            def parts_of(
+                policy: BasePolicy, candidates: list[Candidates | Exception] = candidates
+            ) -> list[str]:
+                selections = {  # the distinct candidate lists and users
+                    (*c[0], req.user_id): c[0]
+                    for req, c in zip(reqs, candidates)
+                    if not isinstance(c, Exception)
+                }
+                parts = [policy.parts_for_select(ids, key[-1]) for key, ids in selections.items()]
+                return (
+                    parts[0]
+                    if len(parts) == 1
+                    else list(dict.fromkeys(p for ps in parts for p in ps))
+                )
 
             try:
-                fresh, parts, _ = await self.cache.load(req.policy, parts_of)
+                fresh, _, _ = await self.cache.load(name, parts_of)
             except StoreUnavailableError:
                 if cached is None:
                     raise
-                return cached, candidates, cached.policy.parts_for_select(ids, req.user_id), True
+                return cached, candidates, True
             if fresh.info.revision == runtime.info.revision:
-                return fresh, candidates, parts, False
+                return fresh, candidates, False
             runtime = fresh
 
     @staticmethod
@@ -145,10 +359,11 @@ class Recommender:
             return runtime.policy.select(
                 ids, X, user_id=req.user_id, features=features, explore=req.explore
             )
-        except ModelError as exc:
-            raise with_policy(exc, runtime.info.name)  # the model's fault: a 500, not a 422
         except BanditError as exc:
-            raise EngineInputError(exc, ["body", "arms"]) from exc
+            error = _engine_error(runtime, exc)
+            if error is exc:  # the model's fault
+                raise
+            raise error from exc
 
     @staticmethod
     def _response(
@@ -156,7 +371,7 @@ class Recommender:
         runtime: Runtime,
         decision: Decision,
         event_id: str,
-        parts: list[str],
+        model_version: int,
         degraded: bool,
     ) -> dict[str, Any]:
         """The :class:`RecommendResponse` as a plain dict, its fields in the model's order
@@ -192,7 +407,7 @@ class Recommender:
             "ranking": ranking,
             "policy": req.policy,
             "algorithm": runtime.info.algorithm,
-            "model_version": runtime.model_version(parts),
+            "model_version": model_version,
             "explored": bool(decision.explored),
             "guardrail": guardrail,
             "degraded": degraded,
@@ -229,20 +444,13 @@ class Recommender:
                 import_stored(runtime, {p: values[p] for p in changed})
                 again = self._select(runtime, ids, X, req, features)
                 result["decision"] = again
-                result["response"] = self._response(req, runtime, again, event_id, parts, False)
+                version = runtime.model_version(parts)
+                result["response"] = self._response(req, runtime, again, event_id, version, False)
                 out.update(runtime.policy.export_parts(changed))
-            chosen = result["decision"]
-            out[key] = PendingEvent(
-                state=EventState.PENDING,
-                arm_id=chosen.arm_id,
-                x=stored_row(X, ids.index(chosen.arm_id)),
-                user_id=req.user_id,
-                activated=not req.defer_activation,
-                created_at=now,
-                reset_at=runtime.info.reset_at,
-                response=result["response"],
-                request_digest=digest,
-            ).to_json()
+            served = _Served(
+                0, req, (ids, X, features, None), result["decision"], result["response"]
+            )
+            out[key] = _pending_event(served, runtime, now, digest)
             return out
 
         def schedule() -> Schedule:
@@ -294,34 +502,36 @@ class Recommender:
             await asyncio.sleep(0.05)
         raise Conflict(f"event_id {event_id!r} is being used by a concurrent request")
 
-    def _log_decision(
-        self,
+    @staticmethod
+    def _decision_record(
         req: RecommendRequest,
-        runtime: Runtime,
         ids: list[str],
         X: np.ndarray | SparseRows,
         raw: list[Any] | None,
         decision: Decision,
         response: dict[str, Any],
         now: float,
-    ) -> None:
-        self.sink.submit_decision(
-            DecisionRecord(
-                event_id=response["event_id"],
-                policy=req.policy,
-                created_at=now,
-                context=req.context,
-                candidates=candidates_json(ids, X) if raw is None else logged_candidates(ids, raw),
-                arm_id=response["arm_id"],
-                propensity=float(decision.propensity),
-                scores=np.asarray(decision.scores, dtype=np.float64).tolist(),
-                model_version=response["model_version"],
-                user_id=req.user_id,
-                explored=decision.explored,
-                guardrail=response["guardrail"],
-                degraded=response["degraded"],
-            )
+    ) -> DecisionRecord:
+        return DecisionRecord(
+            event_id=response["event_id"],
+            policy=req.policy,
+            created_at=now,
+            context=req.context,
+            candidates=candidates_json(ids, X) if raw is None else logged_candidates(ids, raw),
+            arm_id=response["arm_id"],
+            propensity=float(decision.propensity),
+            scores=np.asarray(decision.scores, dtype=np.float64).tolist(),
+            model_version=response["model_version"],
+            user_id=req.user_id,
+            explored=decision.explored,
+            guardrail=response["guardrail"],
+            degraded=response["degraded"],
         )
+
+    @staticmethod
+    def _count_decision(
+        req: RecommendRequest, runtime: Runtime, decision: Decision, response: dict[str, Any]
+    ) -> None:
         labelled = runtime.labelled_arms
         served = metrics.arm_label(response["arm_id"], labelled)
         metrics.DECISIONS.labels(req.policy, served).inc()
@@ -334,3 +544,36 @@ class Recommender:
                 metrics.GUARDRAIL_BLOCKS.labels(req.policy, blocked).inc()
             if decision.guardrail.argmax_blocked:
                 metrics.GUARDRAIL_ARGMAX_BLOCKED.labels(req.policy).inc()
+
+
+def _engine_error(runtime: Runtime, exc: BanditError) -> Exception:
+    """The service error for a selection's ``exc``: the model's fault (a 500 naming the
+    policy) or the request's (a 422 on its arms)."""
+    if isinstance(exc, ModelError):
+        return with_policy(exc, runtime.info.name)
+    return EngineInputError(exc, ["body", "arms"])
+
+
+def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | None) -> bytes:
+    """The stored pending event of a decision."""
+    ids, X, _, _ = served.candidates
+    req, arm = served.req, served.decision.arm_id
+    return PendingEvent(
+        state=EventState.PENDING,
+        arm_id=arm,
+        x=stored_row(X, ids.index(arm)),
+        user_id=req.user_id,
+        activated=not req.defer_activation,
+        created_at=now,
+        reset_at=runtime.info.reset_at,
+        response=served.response,
+        request_digest=digest,
+    ).to_json()
+
+
+async def _outcome(request: Awaitable[bytes]) -> bytes | BaseException:
+    """The response ``request`` gives, or the error it fails with."""
+    try:
+        return await request
+    except Exception as exc:  # noqa: BLE001 -- handed to the request's own handler
+        return exc

@@ -59,3 +59,26 @@ async def test_redis_down(make_settings: Any, private_redis: RedisServer) -> Non
         degraded = [e.decision.degraded for e in use_cases.event_log.iter_events("p")]
         assert degraded == [False, True]
         assert "bandit_degraded_decisions_total" in (await http.get("/metrics")).text
+
+
+async def test_redis_down_under_coalesced_load(
+    make_settings: Any, private_redis: RedisServer
+) -> None:
+    """A batch of coalesced /recommend while Redis is down: every decision of it comes
+    from the cached model flagged degraded and is logged; nothing is stored."""
+    async with running(make_settings(redis_url=private_redis.url)) as (app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+        private_redis.stop()
+        answers = await asyncio.gather(
+            *(
+                http.post("/recommend", json={"policy": "p", "context": [1, 0, k / 8]})
+                for k in range(8)
+            )
+        )
+        assert [r.status_code for r in answers] == [200] * 8
+        assert all(r.json()["degraded"] for r in answers)
+        use_cases = app.state.use_cases
+        await asyncio.to_thread(use_cases.sink.flush, 5.0)
+        degraded = [e.decision.degraded for e in use_cases.event_log.iter_events("p")]
+        assert sorted(degraded) == [False] + [True] * 8

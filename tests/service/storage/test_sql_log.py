@@ -83,6 +83,33 @@ def test_append_takes_candidates_already_encoded(log: SqlEventLog) -> None:
     assert event.decision == plain
 
 
+def test_copy_on_postgresql_writes_the_rows_sqlite_inserts(tmp_path: Path) -> None:
+    """PostgreSQL takes the batch by COPY, SQLite by INSERT: the same records, with text
+    COPY must escape (tabs, newlines, backslashes, a literal \\N, quotes, non-ASCII) and
+    non-finite scores, read back the same from both, duplicates skipped alike."""
+    odd = "tab\there\nnew line \\N back\\slash 'q' \"dq\" é ☃"
+    records = [
+        decision(1, user_id=odd, context={odd: odd, "n": [1.5, -2]}, guardrail={"x": odd}),
+        decision(2, arm_id=odd, candidates=[{"id": odd, "features": [1.0]}], degraded=True),
+        decision(3, scores=[float("nan"), float("inf"), 0.1], explored=True),
+    ]
+    rewards_ = [reward(1, value=-0.5), reward(2, source="default")]
+    logged = []
+    for dialect in ("postgresql", "sqlite"):
+        with database(dialect, tmp_path / dialect) as url:
+            upgrade_head(url)
+            event_log = SqlEventLog(url)
+            event_log.append(records[:2], rewards_[:1])
+            event_log.append(records, rewards_)  # the first two again: skipped
+            logged.append((list(event_log.iter_events("p")), event_log.count("p")))
+            event_log.close()
+    assert logged[0] == logged[1]
+    events, counts = logged[0]
+    assert counts == (3, 2)
+    assert [e.decision for e in events[:2]] == records[:2]
+    assert events[2].decision.scores == [None, None, 0.1]  # JSON has no NaN or infinity
+
+
 def test_append_is_idempotent_on_event_id(log: SqlEventLog) -> None:
     log.append([decision(1), decision(2)], [reward(1)])
     # a re-sent batch, a changed duplicate and a second reward for the same event

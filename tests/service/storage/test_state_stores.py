@@ -310,6 +310,30 @@ async def test_transaction_claims_its_event_id(store: StateStore, policy: str) -
     assert await store.event_policy(eid) == policy  # still the first owner's
 
 
+async def test_one_transaction_schedules_and_claims_several_events(
+    store: StateStore, policy: str
+) -> None:
+    """A coalesced batch of decisions (docs/performance.md): one commit writes every
+    event, puts each on the deadline index and registers each id."""
+    ids = [uuid.uuid4().hex for _ in range(3)]
+    keys = [f"event:{e}" for e in ids]
+
+    def schedule() -> Schedule:
+        more = {ids[1]: 2.0, ids[2]: 3.0}
+        return Schedule(ids[0], 1.0, {"pending": 3.0}, seen={"a": 1.0}, more_events=more)
+
+    claim = Claim(ids[0], 60, more_ids=tuple(ids[1:]))
+    write = lambda v: dict.fromkeys(keys, b"pending")
+    versions = await store.transact(policy, keys, write, schedule=schedule, claim=claim)
+    assert sorted(versions) == sorted(keys)
+    assert await store.due_events(policy, 10.0, 10) == ids
+    assert await store.counters(policy) == {"pending": 3.0}
+    assert [await store.event_policy(e) for e in ids] == [policy] * 3
+    taken = Claim(uuid.uuid4().hex, 60, more_ids=(ids[1],))
+    with pytest.raises(EventIdTakenError, match=ids[1]):
+        await store.transact(policy, ["event:x"], lambda v: {"event:x": b"x"}, claim=taken)
+
+
 async def test_policies_and_delete_policy(
     store: StateStore, policy: str, backend: RedisDeployment | None
 ) -> None:
@@ -438,6 +462,7 @@ async def test_redis_commit_retries_when_another_writer_interleaves(
                     0,
                     0,  # no counters
                     0,  # no seen names
+                    0,  # no more events
                     "n",
                     version,
                     "s",

@@ -1,0 +1,160 @@
+"""Coalesced ``/recommend`` (service/usecases/recommend.py, docs/performance.md "Coalesced
+/recommend"): a policy's requests that arrive while a batch is served are served
+together, with the decisions, stored events and log rows of the plain path, one store
+transaction per batch, and a request's own failure failing it alone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from service.errors import ApiError
+from service.schemas import RecommendRequest
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.anyio
+
+BASE = {"reward_range": [0.0, 1.0], "default_reward": 0.0, "reward_wait_seconds": 600}
+POLICIES = {
+    # epsilon > 0: exploration draws; integer contexts: score ties broken by the keys
+    "dense": {"algorithm": "linucb", "dimension": 3, "params": {"alpha": 0.5, "epsilon": 0.2}},
+    "ta": {"algorithm": "lnucb_ta", "dimension": 3, "params": {"alpha": 0.5}},
+    "json": {
+        "algorithm": "hybrid_linucb",
+        "features": {"bits": 6, "interactions": [["*", "*"]]},
+        "params": {"alpha": 0.3, "epsilon": 0.1},
+    },
+}
+ARMS = ["a", "b", "c", "d"]
+
+
+def _bodies(round_: int, prefix: str) -> list[dict[str, Any]]:
+    """One round of requests, the three policies interleaved: registered arms, sent
+    candidates, arms never seen (a cold start: LNUCB-TA's changes its state), a user,
+    explore off and requests refused for their input; the policies' names begin with
+    ``prefix``. (A request with a client event id is served on its own at once, not in
+    arrival order with the others.)"""
+    out: list[dict[str, Any]] = []
+    for k in range(8):
+        ctx = [float((k + round_) % 3), float(k % 2), 1.0]
+        registered = [{"id": a} for a in ARMS]
+        dense: dict[str, Any] = {"policy": prefix + "dense", "context": ctx, "arms": registered}
+        if k == 2:
+            dense = {
+                "policy": prefix + "dense",
+                "context": ctx[:1],
+                "arms": [{"id": a, "features": [float(i), 1.0]} for i, a in enumerate(ARMS)],
+            }
+        if k == 3:
+            dense["arms"] = [{"id": a} for a in [*ARMS, f"new{round_}"]]
+        if k == 4:
+            dense.update(user_id="u1", explore=False)
+        if k == 5:
+            dense["context"] = ctx[:2]  # refused: 2 of 3 features
+        ta = {"policy": prefix + "ta", "context": ctx, "arms": registered}
+        if k == 1 and round_ == 0:
+            ta["arms"] = [{"id": a} for a in [*ARMS, "ta-new"]]
+        items = [
+            {"id": f"i{j}", "features": [{"item": {"tag": ("x", "y", "z")[(j + k) % 3], "p": j}}]}
+            for j in range(5)
+        ]
+        json_ = {
+            "policy": prefix + "json",
+            "context": {"user": {"seg": "ab"[k % 2]}},
+            "arms": items,
+        }
+        if k == 7:
+            json_["arms"] = [*items[:2], {"id": "bad", "features": [1.0]}]  # refused
+        out += [dense, ta, json_]
+    return out
+
+
+async def _outcome(call: Awaitable[bytes]) -> Any:
+    try:
+        response = orjson.loads(await call)
+    except ApiError as exc:
+        return type(exc).__name__, str(exc).replace("batched-", "plain-")
+    # the store versions behind model_version count writes, which batches save
+    response["policy"] = response["policy"].split("-")[1]
+    return {k: v for k, v in response.items() if k not in ("event_id", "model_version")}
+
+
+async def _serve(make_settings: Callable[..., Any], coalescing: bool) -> tuple[list[Any], Any]:
+    """Three rounds of :func:`_bodies` (all at once when coalescing, one after another
+    otherwise, in the same order), rewards between them; the outcomes, the store
+    transactions per round and policy, and what the app logged and counted."""
+    prefix = "batched-" if coalescing else "plain-"
+    async with running(make_settings(recommend_coalescing=coalescing)) as (app, http, _):
+        for name, spec in POLICIES.items():
+            r = await http.put(f"/policies/{prefix}{name}", json={**BASE, **spec})
+            assert r.status_code == 200, r.text
+        use_cases = app.state.use_cases
+        store, recommender = use_cases.store, use_cases.recommender
+        transactions: list[str] = []
+        transact = store.transact
+
+        async def counted(policy: str, *args: Any, **kwargs: Any) -> Any:
+            transactions.append(policy)
+            return await transact(policy, *args, **kwargs)
+
+        store.transact = counted
+        outcomes: list[Any] = []
+        per_round = []
+        for round_ in range(3):
+            requests = [RecommendRequest.model_validate(b) for b in _bodies(round_, prefix)]
+            transactions.clear()
+            if coalescing:
+                got = await asyncio.gather(*(_outcome(recommender.recommend(r)) for r in requests))
+            else:
+                got = [await _outcome(recommender.recommend(r)) for r in requests]
+            per_round.append({p: transactions.count(prefix + p) for p in POLICIES})
+            outcomes += got
+            store.transact = transact
+            for i in (0, 2, 4):  # rewards to the same decisions in both runs
+                event = orjson.loads(await recommender.recommend(requests[i]))["event_id"]
+                r = await http.post("/reward", json={"event_id": event, "reward": 1.0})
+                assert r.status_code == 200 and r.json()["applied"], r.text
+            store.transact = counted
+        await asyncio.to_thread(use_cases.sink.flush, 5.0)
+        logged = {p: use_cases.event_log.count(prefix + p) for p in POLICIES}
+        counters = {p: await store.counters(prefix + p) for p in POLICIES}
+        return outcomes, (per_round, logged, counters)
+
+
+async def test_coalesced_decisions_equal_the_plain_path(make_settings: Callable[..., Any]) -> None:
+    batched, (transactions, logged, counters) = await _serve(make_settings, True)
+    plain, (plain_transactions, plain_logged, plain_counters) = await _serve(make_settings, False)
+    assert batched == plain  # every decision, score, propensity and error, in order
+    refused = [o[0] for o in plain if isinstance(o, tuple)]  # alone, twice a round
+    assert refused == ["InvalidRequest"] * 6
+    assert logged == plain_logged and counters == plain_counters
+    served = sum(isinstance(o, dict) for o in plain)
+    assert logged["dense"][0] + logged["ta"][0] + logged["json"][0] == served + 9  # + rewarded
+    # plain: a transaction per stored decision; coalesced: the first request of each
+    # policy alone, the others of the round in one batch (round 0's with LNUCB-TA's
+    # cold start one by one)
+    assert plain_transactions == [{"dense": 7, "ta": 8, "json": 7}] * 3
+    assert transactions[0] == {"dense": 2, "ta": 8, "json": 2}
+    assert transactions[1:] == [{"dense": 2, "ta": 2, "json": 2}] * 2
+
+
+async def test_client_event_ids_beside_a_batch(make_settings: Callable[..., Any]) -> None:
+    """Requests with a client event id, sent among coalesced ones, are served on their
+    own: a repeat answers the original decision, another body under the same id 409."""
+    async with running(make_settings()) as (_app, http, _):
+        r = await http.put("/policies/p", json={**BASE, **POLICIES["dense"]})
+        assert r.status_code == 200, r.text
+        arms = [{"id": a} for a in ARMS]
+        body = {"policy": "p", "context": [1.0, 0.0, 1.0], "arms": arms}
+        bodies = [body] * 6 + [{**body, "event_id": "mine"}] * 2
+        answers = await asyncio.gather(*(http.post("/recommend", json=b) for b in bodies))
+        assert [r.status_code for r in answers] == [200] * 8
+        assert answers[6].json() == answers[7].json()
+        assert answers[6].json()["event_id"] == "mine"
+        assert len({r.json()["event_id"] for r in answers[:6]}) == 6
+        other = {**body, "event_id": "mine", "context": [0.0, 1.0, 1.0]}
+        assert (await http.post("/recommend", json=other)).status_code == 409
