@@ -149,6 +149,18 @@ async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_setting
             served_rows.append(rows)
             rr = await http.post("/reward", json={"event_id": event_id, "reward": 1.0})
             assert rr.status_code == 200 and rr.json()["applied"], rr.text
+        # concurrent decisions (coalesced into one batched select) keep sparse rows too
+        answers = await asyncio.gather(
+            *(
+                http.post("/recommend", json={"policy": "big", "context": CONTEXT, "arms": items(f"c{k}", 5)})
+                for k in range(4)
+            )
+        )
+        for r in answers:
+            assert r.status_code == 200, r.text
+            key = f"event:{r.json()['event_id']}"
+            x = orjson.loads((await app.state.use_cases.store.read("big", [key], {}))[key].data)["x"]
+            assert x["dim"] == 2**16 + 1 and len(x["indices"]) == len(x["values"]) > 0
         snapshot = (await http.get("/policies/big/snapshot")).json()["data"]
         live = policy_from_bytes(base64.b64decode(snapshot))
         touched = np.unique(np.concatenate([rows.indices for rows in served_rows]))
