@@ -6,6 +6,7 @@ module               use case (public surface)
 ``recommend``        ``Recommender.recommend``: ``POST /recommend``
 ``rewards``          ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
 ``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
+``finalizations``    ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
 ``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
 ``snapshots``        ``Snapshots``: export, import, periodic save to the event log
 ``models``           ``Models``: the model file (export, import, reset, properties)

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from bandit_core import BanditError, BasePolicy, Decision, ModelError, SelectRequest
+from bandit_core.features import SparseRows
 from service import metrics
 from service.errors import ApiError, Conflict, EngineInputError, with_policy
 from service.policies import Runtime
@@ -49,13 +50,21 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.usecases.candidates import build_candidates, candidates_json
-from service.usecases.events import EventState, PendingEvent, dumps, event_key, request_digest
+from service.usecases.events import (
+    EventState,
+    PendingEvent,
+    dumps,
+    event_key,
+    request_digest,
+    stored_row,
+)
 from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, import_stored
 
-Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
-"""Candidate ids, their rows ``X``, the named context (guardrails) and, for a policy with
-``features``, each candidate's features as sent (logged raw; None for float vectors)."""
+Candidates = tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any] | None]
+"""Candidate ids, their rows ``X`` (sparse for a policy taking sparse rows), the named
+context (guardrails) and, for a policy with ``features``, each candidate's features as
+sent (logged raw; None for float vectors)."""
 
 
 @dataclass(eq=False)
@@ -350,7 +359,7 @@ class Recommender:
     def _select(
         runtime: Runtime,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         req: RecommendRequest,
         features: dict[str, float] | None,
     ) -> Decision:
@@ -418,7 +427,7 @@ class Recommender:
         req: RecommendRequest,
         runtime: Runtime,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         features: dict[str, float] | None,
         decision: Decision,
         response: dict[str, Any],
@@ -506,7 +515,7 @@ class Recommender:
     def _decision_record(
         req: RecommendRequest,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         raw: list[Any] | None,
         decision: Decision,
         response: dict[str, Any],
@@ -561,7 +570,7 @@ def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | 
     return PendingEvent(
         state=EventState.PENDING,
         arm_id=arm,
-        x=X[ids.index(arm)].tolist(),
+        x=stored_row(X, ids.index(arm)),
         user_id=req.user_id,
         activated=not req.defer_activation,
         created_at=now,

@@ -1,5 +1,6 @@
-"""``POST /reward`` and ``POST /events/{id}/activate``, and the one transition every
-finalization goes through (:meth:`Rewards.finalize`, used by the sweeper too).
+"""``POST /reward`` and ``POST /events/{id}/activate``. Every finalization (a reward
+here, a default reward or expiry by the sweeper) goes through ``Rewards.finalizations``
+(:mod:`service.usecases.finalizations`: one transaction per batch of a policy's rewards).
 
 Repeated reward: ``200`` with ``applied: false`` and ``status: "already_rewarded"``
 and the originally applied value; the model is not changed again. A second reward with
@@ -15,33 +16,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, field
 
 from service import metrics
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.policies import Runtime
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
-from service.usecases.policy_cache import PolicyCache, import_stored
-
-
-class EventAlreadyFinalError(Exception):
-    """The event left ``pending`` before this transition (it happened elsewhere)."""
-
-    def __init__(self, event: PendingEvent) -> None:
-        super().__init__(event.state.value)
-        self.event = event
-
-
-def stored_event(event_id: str, data: bytes | None) -> PendingEvent:
-    """The event stored as ``data``; 404 when it is gone (unknown or expired)."""
-    if data is None:
-        raise NotFound(f"event_id {event_id!r} is unknown or expired")
-    return PendingEvent.from_json(data)
+from service.usecases.finalizations import EventAlreadyFinalError, Finalizations, stored_event
+from service.usecases.policy_cache import PolicyCache
 
 
 @dataclass
@@ -52,6 +36,13 @@ class Rewards:
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
+    finalizations: Finalizations = field(init=False)
+
+    def __post_init__(self) -> None:
+        # the finalized events' time is this use case's clock, read when they finalize
+        self.finalizations = Finalizations(
+            self.cache, lambda: self.clock(), self.settings.reward_batching
+        )
 
     async def reward(self, req: RewardRequest) -> RewardResponse:
         """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""
@@ -76,7 +67,7 @@ class Rewards:
                 f"event {req.event_id!r} was deferred and is not activated; activate it first"
             )
         try:
-            applied = await self.finalize(
+            applied = await self.finalizations.finalize(
                 name, runtime, req.event_id, event, req.reward, EventState.REWARDED
             )
         except EventAlreadyFinalError as final:
@@ -133,49 +124,6 @@ class Rewards:
                 name, event_id, self.clock() + runtime.info.reward_wait_seconds
             )
         return ActivateResponse(event_id=event_id, activated=True)
-
-    async def finalize(
-        self,
-        name: str,
-        runtime: Runtime,
-        event_id: str,
-        event: PendingEvent,
-        value: float | None,
-        state: EventState,
-    ) -> PendingEvent:
-        """One transaction: move a pending event to ``state`` and, when ``value`` is not
-        None, update the served arm's parts with it; returns the finalized event. Raises
-        :class:`EventAlreadyFinalError` if the event is no longer pending."""
-        key = event_key(event_id)
-        arm, user = event.arm_id, event.user_id
-        parts = runtime.policy.parts_for_update(arm, user) if value is not None else []
-        result: list[PendingEvent] = []
-
-        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            ev = stored_event(event_id, values[key])
-            if not ev.pending:
-                raise EventAlreadyFinalError(ev)
-            if ev.reset_at != runtime.info.reset_at and value is not None:
-                raise Conflict(
-                    f"policy {name!r} was reset or reconfigured after event {event_id!r}"
-                )
-            out: dict[str, bytes | None] = {}
-            if value is not None:
-                import_stored(runtime, {p: values[p] for p in parts})
-                runtime.policy.add_arm(arm)
-                runtime.policy.update(arm, np.asarray(ev.x), value, user_id=user)
-                out.update(runtime.policy.export_parts(parts))
-            ev.state, ev.reward, ev.finalized_at = state, value, self.clock()
-            out[key] = ev.to_json()
-            result[:] = [ev]
-            return out
-
-        await self.cache.transact(runtime, name, [key, *parts], fn)
-        if value is not None and arm in runtime.labelled_arms:
-            alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
-            if alpha is not None:
-                metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
-        return result[0]
 
     async def record_final(
         self, name: str, event_id: str, event: PendingEvent, source: str | None

@@ -6,8 +6,9 @@ finished event past ``done_event_retention_seconds`` is deleted (its reward logg
 more, in case the process that applied it died before logging). For a policy with
 ``arm_idle_seconds`` the state of arms not seen for that long is forgotten
 (:meth:`Sweeper.forget_idle_arms`). Safe to run in every replica at once: each
-transition is one transaction (:meth:`Rewards.finalize`), and an idle arm is taken off
-the last-seen index by one sweeper only.
+transition is one transaction (``Finalizations.finalize``,
+:mod:`service.usecases.finalizations`), and an idle arm is taken off the last-seen
+index by one sweeper only.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import EventState, PendingEvent, event_key
+from service.usecases.finalizations import EventAlreadyFinalError
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.rewards import EventAlreadyFinalError, Rewards
+from service.usecases.rewards import Rewards
 
 
 @dataclass
@@ -82,7 +84,7 @@ class Sweeper:
                 event.activated and default is not None and event.reset_at == runtime.info.reset_at
             )
             try:
-                applied = await self.rewards.finalize(
+                applied = await self.rewards.finalizations.finalize(
                     name,
                     runtime,
                     event_id,
