@@ -31,8 +31,9 @@ and re-created).
     python -m benchmarks.service_load --duration 5 --ks 50 --workers 1
     python -m benchmarks.service_load --ks 50 --workers 1 --backends redis+postgres --json-bits 7
 
-``--json-bits`` adds, in the same run, a ``hybrid_linucb`` policy over JSON features
-(``payload`` "json bits N", :func:`_json_load`) beside the dense K = 50, d = 32 rows.
+``--json-bits`` adds, in the same run, a shared model over JSON features (``payload``
+"json bits N", :func:`_json_load`; ``hybrid_linucb``, or ``--json-algorithm
+diag_linucb``) beside the dense K = 50, d = 32 rows.
 
 ``--connections`` takes a list (each load at each count, the trivial endpoint too),
 ``--coalescing on,off`` serves each backend twice, with and without coalesced
@@ -42,6 +43,15 @@ servers started for the run (``tests.databases``) instead of the scratch databas
 the machine's. The coalescing comparison of docs/performance.md:
 
     python -m benchmarks.service_load --own-servers --ks 50 --workers 1 --backends redis+postgres --json-bits 7 --connections 1,4,16,64 --coalescing on,off --loads max --duration 5
+
+``--reward-batching off,on`` serves every row once with ``BANDIT_REWARD_BATCHING``
+false and once true (one store transaction per reward, or a policy's concurrent rewards
+coalesced: docs/performance.md, "Rewards in batches"); the ``recommend+reward`` rows
+count the store transactions the server redid after a conflict
+(``transaction_retries``, from ``/metrics``):
+
+    python -m benchmarks.service_load --ks 50 --workers 1,2 --backends redis+postgres \
+        --json-bits 7 --loads mixed --reward-batching off,on
 """
 
 from __future__ import annotations
@@ -215,7 +225,7 @@ def _scripts(tmp: Path, body: str, pause_ms: int) -> tuple[Path, Path]:
     return rec, mixed
 
 
-def _json_load(policy: str, bits: int) -> tuple[dict[str, Any], str]:
+def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], str]:
     """A hybrid_linucb policy over JSON features of ``bits`` and the request of the
     issue's goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
     50 candidates of 6 features, every context x action interaction). The same body on
@@ -223,7 +233,7 @@ def _json_load(policy: str, bits: int) -> tuple[dict[str, Any], str]:
     from benchmarks.featurizer import request
 
     context, actions = request(0)
-    spec = {"algorithm": "hybrid_linucb", "features": {"bits": bits}}
+    spec = {"algorithm": algorithm, "features": {"bits": bits}}
     arms = [{"id": a["item"]["id"], "features": a} for a in actions]
     return spec, json.dumps({"policy": policy, "context": context, "arms": arms}, separators=(",", ":"))
 
@@ -252,9 +262,20 @@ def _drive(
             load = f"recommend ~half rate (pause {pause} ms)"
             rows.append({**at, "load": load, **r, "loadavg": h.load()["loadavg"]})
         if "mixed" in args.loads:
+            retries = _transaction_retries(server.base)
             r = wrk(url, mixed, args.duration, connections, server=server)
+            r["transaction_retries"] = _transaction_retries(server.base) - retries
             rows.append({**at, "load": "recommend+reward", **r, "loadavg": h.load()["loadavg"]})
     return rows
+
+
+def _transaction_retries(base: str) -> float:
+    """Store transactions the server redid after a conflict so far (every policy, every
+    worker: ``bandit_store_transaction_retries_total`` of ``/metrics``)."""
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    found = re.findall(r"^bandit_store_transaction_retries_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
+    return sum(float(v) for v in found)
 
 
 def _reset_backends(redis_url: str, pg_admin: str, pg_db: str) -> None:
@@ -315,16 +336,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
             finally:
                 server.stop()
-        for backend, workers, coalescing in (
-            (b, w, c) for b in args.backends for w in args.workers for c in args.coalescing
+        for backend, workers, coalescing, batching in (
+            (b, w, c, r)
+            for b in args.backends
+            for w in args.workers
+            for c in args.coalescing
+            for r in args.reward_batching
         ):
             if backend == "embedded" and workers > 1:
                 continue  # the embedded default keeps state in process: one worker only
             env = dict(
                 os.environ,
-                BANDIT_DATA_DIR=str(tmp / f"data-{backend}-{workers}-{coalescing}"),
+                BANDIT_DATA_DIR=str(tmp / f"data-{backend}-{workers}-{coalescing}-{batching}"),
                 BANDIT_DEMO_POLICY="false",
                 BANDIT_RECOMMEND_COALESCING=str(coalescing == "on").lower(),
+                BANDIT_REWARD_BATCHING=str(batching == "on").lower(),
             )
             if backend == "redis+postgres":
                 _reset_backends(args.redis_url, args.pg_admin, args.pg_db)
@@ -355,7 +381,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     loads.append((50, f"json bits {args.json_bits}", "bench_json"))
                 for K, payload, policy in loads:
                     spec, body = (
-                        _json_load(policy, args.json_bits)
+                        _json_load(policy, args.json_bits, args.json_algorithm)
                         if policy == "bench_json"
                         else ({"algorithm": "linucb", "dimension": d, "arms": [f"arm{i}" for i in range(K)]}, _body(policy, d))
                     )
@@ -363,6 +389,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     label = {
                         "backend": backend,
                         "coalescing": coalescing,
+                        "reward_batching": batching,
                         "workers": workers,
                         "K": K,
                         "payload": payload,
@@ -457,8 +484,20 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         metavar="BITS",
-        help="also drive a hybrid_linucb policy over JSON features hashed into 2**BITS "
+        help="also drive a shared model over JSON features hashed into 2**BITS "
         "buckets with the issue's request (15 context features, 50 candidates x 6)",
+    )
+    parser.add_argument(
+        "--json-algorithm",
+        choices=["hybrid_linucb", "diag_linucb"],
+        default="hybrid_linucb",
+        help="the shared model of --json-bits (default hybrid_linucb)",
+    )
+    parser.add_argument(
+        "--reward-batching",
+        type=lambda s: s.split(","),
+        default=["on"],
+        help="on, off or off,on: BANDIT_REWARD_BATCHING of the servers (default on)",
     )
     parser.add_argument(
         "--plot",
@@ -506,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             [
                 "backend",
                 "coalescing",
+                "reward_batching",
                 "workers",
                 "connections",
                 "K",
@@ -516,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
                 "p90_ms",
                 "p99_ms",
                 "non_2xx",
+                "transaction_retries",
                 "x trivial ceiling",
                 "cpu_ms_per_request",
                 "x trivial cpu",

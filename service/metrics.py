@@ -132,6 +132,11 @@ DEPENDENCY_UP = Gauge(
     multiprocess_mode="livemin",
 )
 STORE_ERRORS = Counter("bandit_store_errors", "State-store calls that failed", ["operation"])
+TRANSACTION_RETRIES = Counter(
+    "bandit_store_transaction_retries",
+    "State-store transactions redone on fresh values after a concurrent write to their keys",
+    ["policy"],
+)
 
 
 OTHER_ARMS = "__other__"  # the arm label of every arm without its own series

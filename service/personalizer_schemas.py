@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from service.schemas import ArmId, FiniteFloat
+from service.schemas import ArmId, FiniteFloat, Text
 
 EventId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 JsonFeatureList = list[dict[str, Any]]
@@ -115,6 +115,63 @@ class PersonalizerInnerError(_Camel):
 
     code: str
     innererror: PersonalizerInnerError | None = None
+
+
+MAX_SLOTS = 50
+"""Most slots of a multi-slot rank (each is one decision, one store transaction)."""
+SLOT_EVENT_SEPARATOR = ":slot"
+"""Slot ``i`` of the multi-slot event ``E`` is the single-slot event ``E:slot<i>``."""
+MultiSlotEventId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        # room for the slot suffix within the 128 characters of an event id
+        max_length=128 - len(f"{SLOT_EVENT_SEPARATOR}{MAX_SLOTS - 1}"),
+        pattern=r"^[A-Za-z0-9_.:\-]+$",
+    ),
+]
+SlotId = Annotated[Text, Field(min_length=1, max_length=256)]
+
+
+class PersonalizerSlot(_Camel):
+    """One place on the page: its features join the context for its decision."""
+
+    id: SlotId
+    features: JsonFeatureList | None = None
+    excluded_actions: list[ArmId] | None = None
+    baseline_action: ArmId = Field(
+        description="the action the application shows here without the service: an "
+        "action id, not excluded from this slot, each slot's its own"
+    )
+
+
+class PersonalizerMultiSlotRankRequest(_Camel):
+    context_features: JsonFeatureList | None = None
+    actions: Annotated[list[PersonalizerAction], Field(min_length=1)]
+    slots: Annotated[list[PersonalizerSlot], Field(min_length=1, max_length=MAX_SLOTS)]
+    event_id: MultiSlotEventId | None = None
+    defer_activation: bool = False
+
+
+class PersonalizerSlotResponse(_Camel):
+    id: str
+    reward_action_id: str | None = Field(
+        None, description="absent when every action left for the slot is excluded from it"
+    )
+
+
+class PersonalizerMultiSlotRankResponse(_Camel):
+    slots: list[PersonalizerSlotResponse]
+    event_id: str
+
+
+class PersonalizerSlotReward(_Camel):
+    slot_id: SlotId
+    value: Annotated[FiniteFloat, Field(ge=-1, le=1)]
+
+
+class PersonalizerMultiSlotReward(_Camel):
+    reward: Annotated[list[PersonalizerSlotReward], Field(min_length=1)]
 
 
 class PersonalizerErrorDetail(_Camel):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bandit_core import policy_from_bytes
-from bandit_core.features import Featurizer
+from bandit_core.features import Featurizer, SparseRows
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
@@ -99,7 +99,8 @@ async def rebuild_policy(
         if featurizer is None:
             x = np.asarray(served["features"], dtype=np.float64)
         else:  # the log keeps JSON features as sent: featurize the served row again
-            x = logged_rows(featurizer, policy, d.context, [served])[0]
+            rows = logged_rows(featurizer, policy, d.context, [served])
+            x = rows.one_row(0) if isinstance(rows, SparseRows) else rows[0]
         policy.add_arm(d.arm_id)
         policy.update(d.arm_id, x, event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
     if info.arms:

@@ -28,6 +28,12 @@ from bandit_core.features import FeaturizerConfig
 from bandit_core.featurized import featurized_dimension
 from bandit_core.registry import POLICIES, policy_class
 
+MAX_DENSE_DIMENSION = 4096
+"""Longest dense rows a policy may take (float vectors, dense JSON features)."""
+MAX_SPARSE_DIMENSION = 2**20 + 1
+"""Longest sparse rows: ``diag_linucb`` over JSON features of up to ``bits`` 20
+(docs/features.md, "Large hashed spaces"); the pending event keeps the served row sparse."""
+
 # strict: JSON true/false or "1.5" are not numbers (lax mode would read true as 1.0)
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 # Features are bounded so that no request can overflow the model: with |x| <= 1e6 the
@@ -230,10 +236,11 @@ class PolicySpec(_Model):
     """Body of ``PUT /policies/{name}``."""
 
     algorithm: Algorithm
-    dimension: Annotated[int, Field(ge=1, le=4096)] | None = Field(
+    dimension: Annotated[int, Field(ge=1, le=MAX_SPARSE_DIMENSION)] | None = Field(
         None,
         description="length of each candidate's feature vector; with features it follows "
-        "from them (and, when given, must equal that)",
+        f"from them (and, when given, must equal that); at most {MAX_DENSE_DIMENSION} but for "
+        "an algorithm taking sparse rows (diag_linucb) with sparse features",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,
@@ -358,6 +365,10 @@ class PolicySpec(_Model):
             self._derive_dimension()
         elif self.dimension is None:
             raise ValueError("dimension is required for a policy without features")
+        elif self.dimension > MAX_DENSE_DIMENSION:
+            raise ValueError(
+                f"dimension must be at most {MAX_DENSE_DIMENSION} for float vectors, but got {self.dimension}"
+            )
         low, high = self.reward_range
         if not low < high:
             raise ValueError(
@@ -386,8 +397,13 @@ class PolicySpec(_Model):
             d = featurized_dimension(layout, config, context_dim)
         except ConfigError as exc:
             raise ValueError(str(exc)) from exc
-        if d > 4096:
-            raise ValueError(f"features make vectors of {d} entries; at most 4096 (lower bits)")
+        if d > MAX_DENSE_DIMENSION and not (
+            policy_class(self.algorithm).SPARSE_ROWS and config.output == "sparse"
+        ):
+            raise ValueError(
+                f"features make vectors of {d} entries; at most {MAX_DENSE_DIMENSION} (lower bits) "
+                "but for an algorithm taking sparse rows (diag_linucb) with sparse output"
+            )
         if self.dimension is not None and self.dimension != d:
             raise ValueError(
                 f"dimension must be {d} for {self.algorithm} with these features, but got {self.dimension}"

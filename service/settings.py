@@ -105,6 +105,13 @@ class Settings(BaseSettings):
     sweeper_batch: int = Field(
         500, gt=0, description="most due events of one policy finalized per sweep"
     )
+    reward_batching: bool = Field(
+        True,
+        description=(
+            "apply a policy's rewards that arrive while one of its reward transactions is "
+            "in flight together, as the next transaction; false: one transaction per reward"
+        ),
+    )
     done_event_retention_seconds: float = Field(
         86_400.0, ge=0, description="how long a rewarded event answers repeats before it is deleted"
     )

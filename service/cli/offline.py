@@ -60,6 +60,7 @@ from bandit_core.simulation import (
 )
 from bandit_core.validation import check_int, check_real
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from service.schemas import MAX_DENSE_DIMENSION  # the offline commands keep rows dense
 
 if TYPE_CHECKING:
     from service.offline_source import Featurize
@@ -333,9 +334,6 @@ def _load_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[Log
     return events, widths[0]
 
 
-MAX_DENSE_DIMENSION = 4096
-"""Longest rows the offline commands build from JSON features (dense, as the service keeps
-them: docs/features.md "Serving JSON features")."""
 
 
 def _featurizer_config(spec: LogSpec, logged: dict[str, Any] | None) -> FeaturizerConfig | None:

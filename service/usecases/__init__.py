@@ -6,6 +6,7 @@ module               use case (public surface)
 ``recommend``        ``Recommender.recommend``: ``POST /recommend``
 ``rewards``          ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
 ``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
+``finalizations``    ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
 ``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
 ``snapshots``        ``Snapshots``: export, import, periodic save to the event log
 ``models``           ``Models``: the model file (export, import, reset, properties)
@@ -21,6 +22,7 @@ module               use case (public surface)
 ``loop_rewards``     a Personalizer reward: ``earliest``, ``sum``, late rewards logged
 ``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
+``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;

@@ -25,8 +25,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+import numpy as np
 import orjson
 from pydantic import BaseModel
+
+from bandit_core.features import SparseRows
 
 EVENT_PREFIX = "event:"
 
@@ -56,6 +59,17 @@ def dumps(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
+def stored_row(X: np.ndarray | SparseRows, i: int) -> list[float] | dict[str, Any]:
+    """Row ``i`` of a request's rows as a pending event keeps it (``PendingEvent.x``): a
+    dense row as its list of floats; a row of :class:`SparseRows` (``diag_linucb`` over
+    ``2^12`` to ``2^20`` hashed buckets) as ``{"dim", "indices", "values"}``, its
+    nonzeros only."""
+    if isinstance(X, SparseRows):
+        indices, values = X.row(i)
+        return {"dim": X.dim, "indices": indices.tolist(), "values": values.tolist()}
+    return X[i].tolist()
+
+
 def request_digest(request: BaseModel) -> str:
     """A digest of the request's content (its JSON with sorted keys, defaults filled in):
     equal for the same body in any key order, different for any other body. A repeated
@@ -74,7 +88,8 @@ def request_digest(request: BaseModel) -> str:
 class PendingEvent:
     """One served decision waiting for (or finalized with) its reward.
 
-    ``x`` is the feature row of the served arm (length ``dimension``); ``reset_at`` the
+    ``x`` is the feature row of the served arm (length ``dimension``; sparse rows by
+    their nonzeros, :func:`stored_row`; :meth:`row` gives it back); ``reset_at`` the
     policy's reset time when it was served (a reward after a reset is refused);
     ``response`` the ``RecommendResponse`` JSON object, answered again to a repeated
     client event id whose request has the same ``request_digest`` (:func:`request_digest`;
@@ -90,7 +105,7 @@ class PendingEvent:
 
     state: EventState
     arm_id: str
-    x: list[float]
+    x: list[float] | dict[str, Any]
     user_id: str | None
     activated: bool
     created_at: float
@@ -107,6 +122,15 @@ class PendingEvent:
     @property
     def pending(self) -> bool:
         return self.state is EventState.PENDING
+
+    def row(self) -> np.ndarray | SparseRows:
+        """The served row as the engine's ``update`` takes it: dense, or one sparse row."""
+        x = self.x
+        if isinstance(x, dict):
+            indices = np.array(x["indices"], dtype=np.int64)
+            values = np.array(x["values"], dtype=np.float64)
+            return SparseRows(np.array([0, len(indices)], dtype=np.int64), indices, values, int(x["dim"]))
+        return np.asarray(x)
 
     def to_json(self) -> bytes:
         """The stored JSON (field order as written since the first version; the two

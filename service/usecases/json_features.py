@@ -97,8 +97,9 @@ class JsonCandidates:
 
     def build(
         self, req: RecommendRequest, info: PolicyInfo, policy: BasePolicy, max_candidates: int
-    ) -> tuple[list[str], np.ndarray, dict[str, float] | None, list[Any]]:
-        """Candidate ids, their rows ``X`` for ``policy``, the context's features by name
+    ) -> tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any]]:
+        """Candidate ids, their rows ``X`` for ``policy`` (:class:`SparseRows` for a
+        policy taking sparse rows with the featurizer's sparse output), the context's features by name
         when the policy has guardrails (else None), and each candidate's features as
         sent (``{}`` when none: the log keeps them raw). 422s name the request's fields."""
         context: Any = req.context
@@ -125,9 +126,7 @@ class JsonCandidates:
             hashed = [cached.hashed_action(features, k, index) for k, features in enumerate(raw)]
             ctx = cached.featurizer.hash_features(context, ("context",))
             check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
-            rows = featurized_rows(cached.featurizer, policy, ctx, hashed)
-            # the service keeps rows dense (the pending event's x): dimension <= 4096
-            X = rows.to_dense() if isinstance(rows, SparseRows) else rows
+            X = featurized_rows(cached.featurizer, policy, ctx, hashed)
             named = context_feature_values(cached.featurizer, context) if info.guardrails else None
         except InvalidFeatureError as exc:
             raise InvalidRequest(str(exc), request_loc(exc.loc, index)) from exc
@@ -186,6 +185,6 @@ def logged_rows(
     policy: BasePolicy,
     context: Any,
     candidates: Sequence[Mapping[str, Any]],
-) -> np.ndarray:
+) -> np.ndarray | SparseRows:
     """The rows of a logged JSON decision, featurized again (replay, rebuild)."""
     return featurized_rows(featurizer, policy, context, [c["features"] for c in candidates])

@@ -371,11 +371,17 @@ class Loops:
         return await self.policy_configuration(loop)
 
     # ---- runtime ---------------------------------------------------------------------
-    async def rank(self, loop: str, body: PersonalizerRankRequest) -> PersonalizerRankResponse:
+    async def rank(
+        self,
+        loop: str,
+        body: PersonalizerRankRequest,
+        annotations: Mapping[str, Any] | None = None,
+    ) -> PersonalizerRankResponse:
         """Rank the actions: the served one is ``rewardActionId`` (not necessarily the
         first of ``ranking`` when exploring; the baseline, the first action not
         excluded, in Apprentice and LoggingOnly modes), excluded actions are never served
-        and listed with probability 0; a repeated ``eventId`` answers the first decision."""
+        and listed with probability 0; a repeated ``eventId`` answers the first decision.
+        ``annotations`` are stored with the event (:meth:`Recommender.recommend`)."""
         ids = [a.id for a in body.actions]
         duplicates = sorted({a for a in ids if ids.count(a) > 1})
         if duplicates:
@@ -399,7 +405,9 @@ class Loops:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
         baseline = next(a for a in ids if a not in excluded)
         try:
-            decision = json.loads(await self.recommender.recommend(request, baseline))
+            decision = json.loads(
+                await self.recommender.recommend(request, annotations, baseline)
+            )
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
             loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
             raise InvalidRequest(_renamed(exc.message), loc) from exc

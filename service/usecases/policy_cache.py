@@ -139,11 +139,14 @@ class PolicyCache:
         """``store.transact`` that keeps the cache honest. ``fn`` leaves the committed
         values in the cached policy; their versions are recorded only if no concurrent
         load replaced cached parts meanwhile, and on failure the touched parts are
-        reloaded next time."""
+        reloaded next time. Attempts redone after a conflict count in
+        ``bandit_store_transaction_retries_total``."""
         mark = -1
+        attempts = 0
 
         def tracked(values: dict[str, bytes | None]) -> Mapping[str, bytes | None]:
-            nonlocal mark
+            nonlocal mark, attempts
+            attempts += 1
             out = fn(values)
             mark = runtime.absorbed
             return out
@@ -157,6 +160,9 @@ class PolicyCache:
             for k in parts:
                 runtime.versions.pop(k, None)
             raise
+        finally:
+            if attempts > 1:  # fn runs once per attempt: the others were conflicts
+                metrics.TRANSACTION_RETRIES.labels(name).inc(attempts - 1)
         for k in parts:
             if k in versions and mark == runtime.absorbed:
                 runtime.versions[k] = versions[k]

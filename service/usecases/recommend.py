@@ -27,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from bandit_core import BanditError, BasePolicy, Decision, ModelError, SelectRequest
+from bandit_core.features import SparseRows
 from service import metrics
 from service.errors import ApiError, Conflict, EngineInputError, with_policy
 from service.policies import Runtime
@@ -49,7 +50,14 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.usecases.candidates import build_candidates, candidates_json
-from service.usecases.events import EventState, PendingEvent, dumps, event_key, request_digest
+from service.usecases.events import (
+    EventState,
+    PendingEvent,
+    dumps,
+    event_key,
+    request_digest,
+    stored_row,
+)
 from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.learning_modes import (
     BaselineServing,
@@ -59,9 +67,10 @@ from service.usecases.learning_modes import (
 )
 from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, import_stored
 
-Candidates = tuple[list[str], np.ndarray, dict[str, float] | None, list[Any] | None]
-"""Candidate ids, their rows ``X``, the named context (guardrails) and, for a policy with
-``features``, each candidate's features as sent (logged raw; None for float vectors)."""
+Candidates = tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any] | None]
+"""Candidate ids, their rows ``X`` (sparse for a policy taking sparse rows), the named
+context (guardrails) and, for a policy with ``features``, each candidate's features as
+sent (logged raw; None for float vectors)."""
 
 
 @dataclass(eq=False)
@@ -93,17 +102,28 @@ class Recommender:
     )
     _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
-    async def recommend(self, req: RecommendRequest, baseline: str | None = None) -> bytes:
+    async def recommend(
+        self,
+        req: RecommendRequest,
+        annotations: Mapping[str, Any] | None = None,
+        baseline: str | None = None,
+    ) -> bytes:
         """The JSON of the :class:`RecommendResponse` for ``req`` (built and serialized
         once here, and stored as is with the pending event for repeats); coalesced with
-        the policy's other requests under load (see the module docstring). ``baseline``:
-        the candidate the application would show without the service, served instead of
-        the model's choice when the policy is in Personalizer's Apprentice or LoggingOnly
-        learning mode (:mod:`service.usecases.learning_modes`); such a request is served
-        on its own."""
-        coalesce = self.settings.recommend_coalescing and baseline is None
-        if not coalesce or req.event_id is not None:
-            return await self._recommend_one(req, baseline)
+        the policy's other requests under load (see the module docstring). ``annotations``
+        are fields added to that response, e.g. the slot ids a multi-slot event keeps on
+        its first slot (service/usecases/multislot.py). ``baseline``: the candidate the
+        application would show without the service, served instead of the model's choice
+        when the policy is in Personalizer's Apprentice or LoggingOnly learning mode
+        (:mod:`service.usecases.learning_modes`). A request with annotations, a baseline
+        or a client event id is served on its own."""
+        if (
+            not self.settings.recommend_coalescing
+            or req.event_id is not None
+            or annotations
+            or baseline is not None
+        ):
+            return await self._recommend_one(req, annotations, baseline)
         waiting = self._waiting.get(req.policy)
         if waiting is not None:  # a batch is in flight: join the next one
             future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
@@ -145,7 +165,12 @@ class Recommender:
             else:
                 future.set_result(result)
 
-    async def _recommend_one(self, req: RecommendRequest, baseline: str | None = None) -> bytes:
+    async def _recommend_one(
+        self,
+        req: RecommendRequest,
+        annotations: Mapping[str, Any] | None = None,
+        baseline: str | None = None,
+    ) -> bytes:
         """``req`` served on its own: the plain path."""
         store = self.cache.store
         digest = None if req.event_id is None else request_digest(req)
@@ -165,6 +190,7 @@ class Recommender:
         event_id = req.event_id or secrets.token_hex(16)
         version = runtime.model_version(parts)
         response = self._response(req, runtime, decision, event_id, version, degraded)
+        response.update(annotations or {})
         if not degraded:
             ttl = self.settings.event_ttl_seconds
             args = (req, runtime, ids, X, features, decision, response, parts, now, digest)
@@ -358,7 +384,7 @@ class Recommender:
     def _select(
         runtime: Runtime,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         req: RecommendRequest,
         features: dict[str, float] | None,
         serving: BaselineServing | None,
@@ -435,7 +461,7 @@ class Recommender:
         req: RecommendRequest,
         runtime: Runtime,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         features: dict[str, float] | None,
         decision: Decision,
         response: dict[str, Any],
@@ -463,7 +489,8 @@ class Recommender:
                 again, result["imitated"] = self._select(runtime, ids, X, req, features, serving)
                 result["decision"] = again
                 version = runtime.model_version(parts)
-                result["response"] = self._response(req, runtime, again, event_id, version, False)
+                redone = self._response(req, runtime, again, event_id, version, False)
+                result["response"] = {**response, **redone}  # annotations kept
                 out.update(runtime.policy.export_parts(changed))
             event = _Served(
                 0,
@@ -530,7 +557,7 @@ class Recommender:
     def _decision_record(
         req: RecommendRequest,
         ids: list[str],
-        X: np.ndarray,
+        X: np.ndarray | SparseRows,
         raw: list[Any] | None,
         decision: Decision,
         response: dict[str, Any],
@@ -585,7 +612,7 @@ def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | 
     return PendingEvent(
         state=EventState.PENDING,
         arm_id=arm,
-        x=X[ids.index(arm)].tolist(),
+        x=stored_row(X, ids.index(arm)),
         user_id=req.user_id,
         activated=not req.defer_activation,
         created_at=now,

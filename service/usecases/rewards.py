@@ -1,5 +1,6 @@
-"""``POST /reward`` and ``POST /events/{id}/activate``, and the one transition every
-finalization goes through (:meth:`Rewards.finalize`, used by the sweeper too).
+"""``POST /reward`` and ``POST /events/{id}/activate``. Every finalization (a reward
+here, a default reward or expiry by the sweeper) goes through ``Rewards.finalizations``
+(:mod:`service.usecases.finalizations`: one transaction per batch of a policy's rewards).
 
 Repeated reward: ``200`` with ``applied: false`` and ``status: "already_rewarded"``
 and the originally applied value; the model is not changed again. A second reward with
@@ -15,38 +16,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-
-import numpy as np
+from dataclasses import dataclass, field
 
 from service import metrics
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.policies import Runtime
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
-from service.usecases.learning_modes import APPRENTICE_METRICS_KEY, count_apprentice_event
-from service.usecases.policy_cache import PolicyCache, import_stored
-
-Outcome = Callable[[PendingEvent], tuple[float | None, EventState]]
-"""What finalizing a pending event does, decided on the event as stored when the
-transaction runs: the reward to apply (None: none) and the state it moves to."""
-
-
-class EventAlreadyFinalError(Exception):
-    """The event left ``pending`` before this transition (it happened elsewhere)."""
-
-    def __init__(self, event: PendingEvent) -> None:
-        super().__init__(event.state.value)
-        self.event = event
-
-
-def stored_event(event_id: str, data: bytes | None) -> PendingEvent:
-    """The event stored as ``data``; 404 when it is gone (unknown or expired)."""
-    if data is None:
-        raise NotFound(f"event_id {event_id!r} is unknown or expired")
-    return PendingEvent.from_json(data)
+from service.usecases.finalizations import EventAlreadyFinalError, Finalizations, stored_event
+from service.usecases.policy_cache import PolicyCache
 
 
 @dataclass
@@ -57,6 +36,13 @@ class Rewards:
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
+    finalizations: Finalizations = field(init=False)
+
+    def __post_init__(self) -> None:
+        # the finalized events' time is this use case's clock, read when they finalize
+        self.finalizations = Finalizations(
+            self.cache, lambda: self.clock(), self.settings.reward_batching
+        )
 
     async def reward(self, req: RewardRequest) -> RewardResponse:
         """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""
@@ -81,8 +67,8 @@ class Rewards:
                 f"event {req.event_id!r} was deferred and is not activated; activate it first"
             )
         try:
-            applied = await self.finalize(
-                name, runtime, req.event_id, event, lambda _ev: (req.reward, EventState.REWARDED)
+            applied = await self.finalizations.finalize(
+                name, runtime, req.event_id, event, req.reward, EventState.REWARDED
             )
         except EventAlreadyFinalError as final:
             event = final.event
@@ -138,56 +124,6 @@ class Rewards:
         if written:
             await self.cache.store.schedule(name, event_id, deadline)
         return ActivateResponse(event_id=event_id, activated=True)
-
-    async def finalize(
-        self,
-        name: str,
-        runtime: Runtime,
-        event_id: str,
-        event: PendingEvent,
-        outcome: Outcome,
-    ) -> PendingEvent:
-        """One transaction: move a pending event to the state ``outcome(event)`` gives (the
-        event as stored when the transaction runs) and, when its value is not None and
-        the event learns, update the served arm's parts with it (an Apprentice event also
-        counts in the loop's apprentice metrics); returns the finalized event. ``event``
-        (as read before) names the arm and user whose parts are read. Raises
-        :class:`EventAlreadyFinalError` if the event is no longer pending."""
-        key = event_key(event_id)
-        arm, user = event.arm_id, event.user_id
-        parts = runtime.policy.parts_for_update(arm, user) if event.learn else []
-        counted = [APPRENTICE_METRICS_KEY] if event.imitated is not None else []
-        result: list[PendingEvent] = []
-
-        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            ev = stored_event(event_id, values[key])
-            if not ev.pending:
-                raise EventAlreadyFinalError(ev)
-            value, state = outcome(ev)
-            if ev.reset_at != runtime.info.reset_at and value is not None:
-                raise Conflict(
-                    f"policy {name!r} was reset or reconfigured after event {event_id!r}"
-                )
-            now = self.clock()
-            out: dict[str, bytes | None] = {}
-            if value is not None and ev.learn:
-                import_stored(runtime, {p: values[p] for p in parts})
-                runtime.policy.add_arm(arm)
-                runtime.policy.update(arm, np.asarray(ev.x), value, user_id=user)
-                out.update(runtime.policy.export_parts(parts))
-            if value is not None and counted and ev.imitated is not None:
-                out.update(count_apprentice_event(runtime.info, values[counted[0]], ev, value, now))
-            ev.state, ev.reward, ev.finalized_at = state, value, now
-            out[key] = ev.to_json()
-            result[:] = [ev]
-            return out
-
-        await self.cache.transact(runtime, name, [key, *parts, *counted], fn)
-        if result[0].reward is not None and arm in runtime.labelled_arms:
-            alpha = runtime.policy.arm_stats(arm).extras.get("alpha")
-            if alpha is not None:
-                metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
-        return result[0]
 
     async def record_final(
         self, name: str, event_id: str, event: PendingEvent, source: str | None

@@ -7,8 +7,9 @@ finished event past ``done_event_retention_seconds`` is deleted (its reward logg
 more, in case the process that applied it died before logging). For a policy with
 ``arm_idle_seconds`` the state of arms not seen for that long is forgotten
 (:meth:`Sweeper.forget_idle_arms`). Safe to run in every replica at once: each
-transition is one transaction (:meth:`Rewards.finalize`), and an idle arm is taken off
-the last-seen index by one sweeper only.
+transition is one transaction (``Finalizations.finalize``,
+:mod:`service.usecases.finalizations`), and an idle arm is taken off the last-seen
+index by one sweeper only.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import SOURCE_OF_STATE, EventState, PendingEvent, event_key
+from service.usecases.finalizations import EventAlreadyFinalError, Outcome
 from service.usecases.loop_rewards import clipped
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.rewards import EventAlreadyFinalError, Outcome, Rewards
+from service.usecases.rewards import Rewards
 
 
 @dataclass
@@ -80,8 +82,8 @@ class Sweeper:
                 await self._delete_done(runtime, name, event_id)
                 continue
             try:
-                applied = await self.rewards.finalize(
-                    name, runtime, event_id, event, self._outcome(runtime)
+                applied = await self.rewards.finalizations.finalize(
+                    name, runtime, event_id, event, None, EventState.EXPIRED, self._outcome(runtime)
                 )
             except (EventAlreadyFinalError, NotFound, Conflict):
                 continue

@@ -3,7 +3,10 @@
 8 concurrent clients send 250 rewards each for decisions of the same arm, spread over
 both processes. The arm must end with exactly 2000 rewards, the exact reward sum
 (rewards are multiples of 1/4, so float sums are exact), and ridge state
-``A = 1 + 2000``, ``b = sum of rewards`` (checked through the greedy score b / A)."""
+``A = 1 + 2000``, ``b = sum of rewards`` (checked through the greedy score b / A).
+The same clients against one process on the embedded default (in-process store), and
+against two processes on one Redis with ``BANDIT_REWARD_BATCHING=false`` (one store
+transaction per reward instead of coalesced batches)."""
 
 from __future__ import annotations
 
@@ -33,14 +36,33 @@ CLIENTS, PER_CLIENT = 8, 250
 @pytest.fixture(
     params=[
         "redis",
+        "redis-unbatched",
+        "embedded",
         pytest.param("cluster", marks=pytest.mark.slow),
         pytest.param("sentinel", marks=pytest.mark.slow),
     ]
 )
 def two_processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[str]]:
     """Base URLs of two uvicorn processes sharing a PostgreSQL schema and one Redis: a
-    server, the session's Redis Cluster or its Sentinel-managed master (emptied first)."""
-    if request.param == "redis":
+    server (rewards in batches, or one transaction each), the session's Redis Cluster or
+    its Sentinel-managed master (emptied first); for ``embedded``, the URL of one process
+    on the embedded default, twice."""
+    env = {
+        "BANDIT_API_KEYS": API_KEY,
+        "BANDIT_DEMO_POLICY": "false",
+        "BANDIT_PERSONALIZER_LOOP": "false",
+        "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
+        "BANDIT_REDIS_TIMEOUT_SECONDS": "10",
+        "BANDIT_REWARD_BATCHING": str(request.param != "redis-unbatched").lower(),
+    }
+    if request.param == "embedded":
+        app = AppProcess({**env, "BANDIT_DATA_DIR": str(tmp_path / "data")}).start()
+        try:
+            yield [app.url, app.url]
+        finally:
+            app.stop()
+        return
+    if request.param.startswith("redis"):
         redis_url = request.getfixturevalue("redis_url")
         redis.Redis.from_url(redis_url).flushdb()
     else:
@@ -53,18 +75,13 @@ def two_processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[li
         apps: list[AppProcess] = []
         try:
             for i in range(2):
-                env = {
+                shared = {
                     "BANDIT_REDIS_URL": redis_url,
                     "BANDIT_DATABASE_URL": db_url,
-                    "BANDIT_API_KEYS": API_KEY,
                     "BANDIT_DATA_DIR": str(tmp_path / f"data{i}"),
-                    "BANDIT_DEMO_POLICY": "false",
-                    "BANDIT_PERSONALIZER_LOOP": "false",
-                    "BANDIT_SNAPSHOT_INTERVAL_SECONDS": "0",
-                    "BANDIT_REDIS_TIMEOUT_SECONDS": "10",
                     "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
                 }
-                apps.append(AppProcess(env).start())
+                apps.append(AppProcess({**env, **shared}).start())
             for app in apps:
                 assert httpx.get(f"{app.url}/readyz", timeout=5.0).status_code == 200
             yield [app.url for app in apps]

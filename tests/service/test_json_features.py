@@ -10,6 +10,7 @@ import base64
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 import bandit_core
@@ -119,6 +120,64 @@ async def test_new_candidates_every_request_learn_one_shared_model(make_settings
         assert (
             model.policy_stats()["rewarded"] == 4.0
         )  # the typed client's decision was not rewarded
+
+
+async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_settings: Any) -> None:
+    """A large hashed space (2^16 buckets): the request's rows stay sparse, the pending
+    event keeps the served row's nonzeros, the reward updates exactly those entries of
+    the shared part, and a rebuild from the log gives the live state bit for bit."""
+    spec = {"algorithm": "diag_linucb", "features": {"bits": 16}, "params": {"alpha": 0.5}}
+    async with running(make_settings()) as (app, http, _typed):
+        r = await http.put("/policies/big", json=spec)
+        assert r.status_code == 200, r.text
+        assert r.json()["dimension"] == 2**16 + 1 and r.json()["features"]["output"] == "sparse"
+        big20 = {**spec, "features": {"bits": 20}}
+        assert (await http.put("/policies/big20", json=big20)).json()["dimension"] == 2**20 + 1
+        served_rows = []
+        for round_ in range(3):
+            arms = items(f"r{round_}", 5)
+            r = await http.post("/recommend", json={"policy": "big", "context": CONTEXT, "arms": arms})
+            assert r.status_code == 200, r.text
+            event_id, arm_id = r.json()["event_id"], r.json()["arm_id"]
+            store = app.state.use_cases.store
+            stored = (await store.read("big", [f"event:{event_id}"], {}))[f"event:{event_id}"].data
+            x = orjson.loads(stored)["x"]
+            assert x["dim"] == 2**16 + 1 and 0 < len(x["indices"]) == len(x["values"]) < 200
+            served = next(a for a in arms if a["id"] == arm_id)
+            rows = featurized_rows(Featurizer(FeaturizerConfig(bits=16)), build_policy(PolicySpec(**spec)), CONTEXT, [served["features"]])
+            assert x["indices"] == rows.indices.tolist() and x["values"] == rows.values.tolist()
+            served_rows.append(rows)
+            rr = await http.post("/reward", json={"event_id": event_id, "reward": 1.0})
+            assert rr.status_code == 200 and rr.json()["applied"], rr.text
+        # concurrent decisions (coalesced into one batched select) keep sparse rows too
+        answers = await asyncio.gather(
+            *(
+                http.post("/recommend", json={"policy": "big", "context": CONTEXT, "arms": items(f"c{k}", 5)})
+                for k in range(4)
+            )
+        )
+        for r in answers:
+            assert r.status_code == 200, r.text
+            key = f"event:{r.json()['event_id']}"
+            x = orjson.loads((await app.state.use_cases.store.read("big", [key], {}))[key].data)["x"]
+            assert x["dim"] == 2**16 + 1 and len(x["indices"]) == len(x["values"]) > 0
+        snapshot = (await http.get("/policies/big/snapshot")).json()["data"]
+        live = policy_from_bytes(base64.b64decode(snapshot))
+        touched = np.unique(np.concatenate([rows.indices for rows in served_rows]))
+        assert live.shared_state.index.tolist() == touched.tolist()
+        assert live.policy_stats()["rewarded"] == 3.0
+        await _counts(app, "big")
+        rebuilt = InProcessStateStore()
+        await rebuild_policy(app.state.use_cases.event_log, rebuilt, "big")
+        assert (await rebuilt.read("big", ["shared"], {}))["shared"].data == live.export_parts(["shared"])["shared"]
+        bad = [
+            ({**spec, "features": {"bits": 16, "output": "dense"}}, "sparse output"),
+            ({"algorithm": "hybrid_linucb", "features": {"bits": 12}}, "at most 4096"),
+            ({"algorithm": "diag_linucb", "dimension": 5000}, "at most 4096 for float vectors"),
+        ]
+        for body, words in bad:
+            r = await http.put("/policies/bad", json=body)
+            assert r.status_code == 422 and words in r.json()["detail"][0]["msg"], (body, r.text)
 
 
 async def test_float_vectors_and_json_do_not_mix(make_settings: Any) -> None:

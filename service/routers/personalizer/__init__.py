@@ -20,6 +20,7 @@ from service.routers.personalizer.evaluations import make_evaluations_router
 from service.routers.personalizer.feature_importances import make_feature_importance_router
 from service.routers.personalizer.logs import make_logs_router
 from service.routers.personalizer.model import make_model_router
+from service.routers.personalizer.multislot import make_multislot_router
 from service.routers.personalizer.routes import make_router
 from service.schemas import PolicyName
 from service.usecases.loops import DEFAULT_LOOP
@@ -84,6 +85,7 @@ never reads as a version)."""
 
 ROUTE_GROUPS = (
     make_router,
+    make_multislot_router,
     make_model_router,
     make_feature_importance_router,
     make_logs_router,

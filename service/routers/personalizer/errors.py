@@ -31,6 +31,9 @@ INVALID_INPUT_CODES = {
     "activate": "InvalidEventIdToActivate",
     "update_service_configuration": "InvalidServiceConfiguration",
     "update_policy": "InvalidPolicyConfiguration",
+    "rank_multi_slot": "InvalidRankRequest",
+    "reward_multi_slot": "InvalidRewardRequest",
+    "activate_multi_slot": "InvalidEventIdToActivate",
     "create_evaluation": "InvalidEvaluationContract",
     "put_evaluation": "InvalidEvaluationContract",
 }

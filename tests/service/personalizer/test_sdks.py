@@ -9,7 +9,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -83,6 +83,16 @@ def admin(endpoint: str, key: str = API_KEY) -> PersonalizerAdministrationClient
     return PersonalizerAdministrationClient(endpoint, AzureKeyCredential(key))
 
 
+def check_400s(cases: list[tuple[Callable[[], object], str, str]]) -> None:
+    """Each call is a 400 with the error code given, its message naming the field."""
+    for call, code, field in cases:
+        with pytest.raises(HttpResponseError) as caught:
+            call()
+        assert caught.value.status_code == 400
+        assert caught.value.error.code == code
+        assert field in caught.value.error.message
+
+
 def check_ranking(response: dict, excluded: set[str]) -> None:
     probabilities = {r["id"]: r["probability"] for r in response["ranking"]}
     assert set(probabilities) == {a["id"] for a in ACTIONS}
@@ -115,6 +125,80 @@ def test_rank_reward_activate_with_the_2022_sdk(endpoint: str) -> None:
     sdk.activate(deferred["eventId"])
     sdk.reward(deferred["eventId"], {"value": 0.5})
     sdk.reward("never-ranked", {"value": 0.5})  # accepted, like Personalizer
+
+
+SLOTS = [
+    {
+        "id": "Main Article",
+        "features": [{"slot": {"size": "large", "position": "top"}}],
+        "excludedActions": ["sports"],
+        "baselineAction": "news",
+    },
+    {"id": "Side Bar", "features": [{"slot": {"size": "small"}}], "baselineAction": "sports"},
+]
+
+
+def check_slots(response: dict, slots: list[dict]) -> None:
+    """Every slot answered in order, distinct actions, none excluded for its slot."""
+    assert [s["id"] for s in response["slots"]] == [s["id"] for s in slots]
+    chosen = [s["rewardActionId"] for s in response["slots"]]
+    assert len(set(chosen)) == len(chosen)
+    assert all(a not in s.get("excludedActions", []) for a, s in zip(chosen, slots, strict=True))
+
+
+def test_multi_slot_with_the_2022_sdk(endpoint: str) -> None:
+    sdk = client(endpoint)
+    stats_url = f"{endpoint}/policies/personalizer/stats"
+    bearer = {"Authorization": f"Bearer {API_KEY}"}
+    before = httpx.get(stats_url, headers=bearer).json()
+    event_id = uuid.uuid4().hex
+    body = {"contextFeatures": CONTEXT, "actions": ACTIONS, "slots": SLOTS, "eventId": event_id}
+    ranked = sdk.rank_multi_slot(body)
+    assert ranked["eventId"] == event_id
+    check_slots(ranked, SLOTS)
+    assert sdk.rank_multi_slot(body) == ranked  # eventId is idempotent
+    sdk.reward_multi_slot(event_id, {"reward": [{"slotId": "Main Article", "value": 1.0}]})
+    sdk.reward_multi_slot(
+        event_id,
+        {
+            "reward": [
+                {"slotId": "Main Article", "value": 0.0},
+                {"slotId": "Side Bar", "value": 0.5},
+            ]
+        },
+    )  # the main article's earliest reward is kept
+    deferred = sdk.rank_multi_slot(
+        {"contextFeatures": CONTEXT, "actions": ACTIONS, "slots": SLOTS, "deferActivation": True}
+    )
+    check_slots(deferred, SLOTS)
+    sdk.activate_multi_slot(deferred["eventId"])
+    sdk.reward_multi_slot(deferred["eventId"], {"reward": [{"slotId": "Side Bar", "value": 1.0}]})
+    after = httpx.get(stats_url, headers=bearer).json()
+    assert after["decisions"] - before["decisions"] == 4  # one decision per slot
+    assert after["rewards"] - before["rewards"] == 3  # one reward per rewarded slot, once
+    assert after["policy_stats"]["reward_sum"] - before["policy_stats"].get("reward_sum", 0) == 2.5
+    cases = [
+        (
+            lambda: sdk.rank_multi_slot(
+                {"actions": ACTIONS, "slots": [{**SLOTS[0], "baselineAction": "missing"}]}
+            ),
+            "InvalidRankRequest",
+            "slots[0].baselineAction",
+        ),
+        (
+            lambda: sdk.rank_multi_slot(
+                {"actions": ACTIONS[:1], "slots": [SLOTS[1], {**SLOTS[1], "id": "x"}]}
+            ),
+            "InvalidRankRequest",
+            "slots",
+        ),
+        (
+            lambda: sdk.reward_multi_slot(event_id, {"reward": [{"slotId": "Footer", "value": 1}]}),
+            "InvalidRewardRequest",
+            "reward[0].slotId",
+        ),
+    ]
+    check_400s(cases)
 
 
 def test_log_properties_and_delete_logs_with_the_2022_sdk(endpoint: str) -> None:
@@ -255,12 +339,7 @@ def test_errors_in_personalizer_shape(endpoint: str) -> None:
             "--bag",
         ),
     ]
-    for call, code, field in cases:
-        with pytest.raises(HttpResponseError) as caught:
-            call()
-        assert caught.value.status_code == 400
-        assert caught.value.error.code == code
-        assert field in caught.value.error.message
+    check_400s(cases)
     # the native API keeps its own shape
     native = httpx.get(f"{endpoint}/policies/nope", headers={"Authorization": f"Bearer {API_KEY}"})
     assert native.status_code == 404 and "detail" in native.json()
@@ -310,6 +389,42 @@ def test_preview_paths_and_named_loops_over_httpx(endpoint: str, version: str) -
         assert bearer.status_code == 200
 
 
+@pytest.mark.parametrize("version", ["v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3"])
+def test_multi_slot_preview_paths_over_httpx(endpoint: str, version: str) -> None:
+    with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
+        for loop in ("", "/loops/personalizer"):
+            base = f"{loop}/personalizer/{version}/multislot"
+            body = {"contextFeatures": CONTEXT, "actions": ACTIONS, "slots": SLOTS}
+            ranked = http.post(f"{base}/rank", json={**body, "deferActivation": True})
+            assert ranked.status_code == 201, ranked.text
+            check_slots(ranked.json(), SLOTS)
+            event = ranked.json()["eventId"]
+            activated = http.post(f"{base}/events/{event}/activate")
+            assert (activated.status_code, activated.content) == (204, b"")
+            reward = http.post(
+                f"{base}/events/{event}/reward",
+                json={"reward": [{"slotId": s["id"], "value": 1} for s in SLOTS]},
+            )
+            assert (reward.status_code, reward.content) == (204, b"")
+        missing = http.post(
+            f"/loops/nope/personalizer/{version}/multislot/rank",
+            json={"actions": ACTIONS, "slots": SLOTS},
+        )
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "ResourceNotFound")
+        for route in ("activate", "reward"):
+            unknown_loop = http.post(
+                f"/loops/nope/personalizer/{version}/multislot/events/e/{route}",
+                json={"reward": [{"slotId": "a", "value": 1}]},
+            )
+            assert unknown_loop.status_code == 404
+        no_baseline = http.post(
+            f"/personalizer/{version}/multislot/rank",
+            json={"actions": ACTIONS, "slots": [{"id": "a"}]},
+        )
+        assert no_baseline.status_code == 400
+        assert no_baseline.json()["error"]["message"].startswith("slots.0.baselineAction")
+
+
 def test_openapi_documents_every_family_tagged_personalizer() -> None:
     doc = json.loads((ROOT / "openapi" / "openapi.json").read_text())
     prefixes = (
@@ -325,6 +440,9 @@ def test_openapi_documents_every_family_tagged_personalizer() -> None:
             ("/events/{eventId}/activate", {"post"}),
             ("/configurations/service", {"get", "put"}),
             ("/configurations/policy", {"get", "put", "delete"}),
+            ("/multislot/rank", {"post"}),
+            ("/multislot/events/{eventId}/reward", {"post"}),
+            ("/multislot/events/{eventId}/activate", {"post"}),
         ):
             operations = doc["paths"][prefix + path]
             assert set(operations) == methods
@@ -347,7 +465,7 @@ def test_bad_input_names_personalizer_fields_and_unknown_routes_are_404(endpoint
             "InvalidRankRequest",
         )
         for path in (
-            "/personalizer/v1.1-preview.3/multislot/rank",
+            "/personalizer/v1.1-preview.3/multislot/unknown",
             "/personalizer/v2.0/rank",
             "/loops/personalizer/personalizer/v1.0/nothing-here",
         ):
