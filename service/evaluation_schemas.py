@@ -8,10 +8,22 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from service.personalizer_schemas import PersonalizerPolicy
+
+
+def _iso_time_only(value: object) -> object:
+    if isinstance(value, int | float):
+        # pydantic reports a ValueError as the field's 422 (a TypeError would be a 500)
+        raise ValueError("a time is an ISO 8601 string, e.g. 2026-11-25T00:00:00Z")  # noqa: TRY004
+    return value
+
+
+RequestTime = Annotated[datetime, BeforeValidator(_iso_time_only)]
+"""A time in a request body: an ISO 8601 string (a bare number is refused, not read as
+unix seconds, so the body matches the OpenAPI ``date-time`` it documents)."""
 
 EvaluationId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 PolicySource = Literal["Online", "Baseline", "Random", "Custom", "OfflineExperimentation"]
@@ -29,8 +41,8 @@ class PersonalizerEvaluationContract(_Camel):
     better setting."""
 
     name: Annotated[str, Field(min_length=1, max_length=256)]
-    start_time: datetime
-    end_time: datetime
+    start_time: RequestTime
+    end_time: RequestTime
     policies: list[PersonalizerPolicy] = Field(default_factory=list, max_length=20)
     enable_offline_experimentation: bool = False
     enable_policy_optimization: bool = False
@@ -167,8 +179,8 @@ class EvaluationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Annotated[str, Field(min_length=1, max_length=256)]
-    start_time: datetime
-    end_time: datetime
+    start_time: RequestTime
+    end_time: RequestTime
     policies: list[EvaluationPolicy] = Field(default_factory=list, max_length=20)
     offline_experimentation: bool = False
     evaluation_id: EvaluationId | None = Field(None, description="omitted: a new uuid")

@@ -17,9 +17,10 @@ be reached raises :class:`StoreUnavailableError`.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import psycopg
@@ -67,6 +68,12 @@ class SqlEventLog:
         self._insert: Callable[[sa.Table], Any] = (
             postgresql.insert if dialect == "postgresql" else sqlite.insert
         )
+        # SQLite has one writer at a time and its busy handler is not fair: under load the
+        # log writer's back-to-back batches could starve a retention delete past the busy
+        # timeout, so this process's write transactions take turns in arrival order
+        self._write_turns: AbstractContextManager[Any] = (
+            nullcontext() if dialect == "postgresql" else TurnLock()
+        )
 
     @property
     def engine(self) -> Engine:
@@ -76,6 +83,12 @@ class SqlEventLog:
     @contextmanager
     def _begin(self) -> Iterator[Connection]:
         with _reachable(), self._engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _begin_write(self) -> Iterator[Connection]:
+        """A transaction that writes: on SQLite it waits for its turn first."""
+        with self._write_turns, self._begin() as conn:
             yield conn
 
     @property
@@ -94,7 +107,7 @@ class SqlEventLog:
         late = [r for r in rewards_ if r.source == LATE_SOURCE]
         rewards_ = [r for r in rewards_ if r.source != LATE_SOURCE]
         copy = self._engine.dialect.name == "postgresql"
-        with self._begin() as conn:
+        with self._begin_write() as conn:
             for table, records, fields in (
                 (decisions, decisions_, _DECISION_FIELDS),
                 (rewards, rewards_, _REWARD_FIELDS),
@@ -118,13 +131,13 @@ class SqlEventLog:
             index_elements=["name"],
             set_={"config": stmt.excluded.config, "updated_at": stmt.excluded.updated_at},
         )
-        with self._begin() as conn:
+        with self._begin_write() as conn:
             conn.execute(stmt)
 
     def delete_policy(self, name: str) -> None:
         """Delete the policy's config, decisions, rewards and snapshots, so a new policy
         of that name never replays the old one's events."""
-        with self._begin() as conn:
+        with self._begin_write() as conn:
             conn.execute(sa.delete(policies).where(policies.c.name == name))
             for table in (decisions, rewards, late_rewards, model_snapshots):
                 conn.execute(sa.delete(table).where(table.c.policy == name))
@@ -137,7 +150,7 @@ class SqlEventLog:
 
     def save_snapshot(self, snapshot: Snapshot) -> None:
         """Store a serialized whole-policy state."""
-        with self._begin() as conn:
+        with self._begin_write() as conn:
             conn.execute(sa.insert(model_snapshots).values(**dataclasses.asdict(snapshot)))
 
     def latest_snapshot(self, policy: str) -> Snapshot | None:
@@ -275,7 +288,7 @@ class SqlEventLog:
                 .limit(batch_size)
             )
             while True:
-                with self._begin() as conn:
+                with self._begin_write() as conn:
                     count = conn.execute(
                         sa.delete(table).where(sa.tuple_(*columns).in_(batch))
                     ).rowcount
@@ -316,6 +329,27 @@ class SqlEventLog:
     def close(self) -> None:
         """Dispose of the connection pool."""
         self._engine.dispose()
+
+
+class TurnLock:
+    """A lock granted in the order it was asked for (a ticket lock), unlike
+    :class:`threading.Lock`, which a thread releasing and re-acquiring at once may keep."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._changed:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._changed.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._changed:
+            self._serving += 1
+            self._changed.notify_all()
 
 
 @contextmanager

@@ -73,7 +73,8 @@ async def test_retention_deletes_the_old_events_while_decisions_are_served(
                 r = await http.post("/recommend", json={"policy": "p", "context": [1.0, 0.0, 0.5]})
                 assert r.status_code == 200, r.text
                 served.append(time.monotonic())
-                await asyncio.sleep(0)
+                # a steady stream, not a flood that starves the log writer of the GIL
+                await asyncio.sleep(0.005)
 
         loop = asyncio.create_task(recommend_loop())
         await wait_for(lambda: len(served) > 0)
