@@ -27,7 +27,7 @@ A policy's clock starts at the current time in microseconds, so versions after
 across replicas never mistake an old value for a new one.
 
 Every failure of Redis (unreachable, timeout, error reply) is raised as
-:class:`StoreUnavailableError`.
+:class:`StoreUnavailableError` (:func:`store_unavailable`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -56,6 +57,38 @@ from service.storage.checks import check_ttl, checked_writes
 from service.storage.redis_urls import redis_client
 
 T = TypeVar("T")
+
+_REDIS_CONNECTION_MODULE = "/redis/asyncio/connection.py"
+
+
+def torn_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py's asyncio connection writing to a transport closed
+    under it, which redis-py 8 raises as ``AttributeError`` / ``TypeError`` instead of
+    ``ConnectionError`` (redis/redis-py#4287; seen here when a cluster master dies and
+    the client disconnects a connection another command is about to write on): the
+    innermost frame outside asyncio's own modules is redis-py's connection module."""
+    if not isinstance(exc, (AttributeError, TypeError)):
+        return False
+    frames = [
+        frame.filename
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if "/asyncio/" not in frame.filename or frame.filename.endswith(_REDIS_CONNECTION_MODULE)
+    ]
+    return bool(frames) and frames[-1].endswith(_REDIS_CONNECTION_MODULE)
+
+
+async def store_unavailable(awaitable: Awaitable[T]) -> T:
+    """Await a redis-py call, raising every failure of Redis (unreachable, timeout,
+    error reply, a connection torn under a write) as :class:`StoreUnavailableError`."""
+    try:
+        return await awaitable
+    except (TimeoutError, RedisError, RedisClusterException, OSError) as exc:
+        raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+    except (AttributeError, TypeError) as exc:
+        if not torn_connection_error(exc):
+            raise
+        raise StoreUnavailableError(f"Redis: connection closed under a write: {exc}") from exc
+
 
 # KEYS: versions hash, value keys...; ARGV[1]: the known version of each key, comma
 # separated (-1: unknown). A key's field in the versions hash is its name after the
@@ -202,10 +235,7 @@ class RedisStateStore:
         return f"bandit:{{{policy}}}:"
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
-        try:
-            return await awaitable
-        except (TimeoutError, RedisError, RedisClusterException, OSError) as exc:
-            raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+        return await store_unavailable(awaitable)
 
     async def _pipeline(
         self, queue: Callable[[Any], None], transaction: bool, raise_on_error: bool = True
