@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Response
 
 from service.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
+from service.routers.json_route import JsonRoute
 from service.schemas import (
     ActivateResponse,
     ErrorDetail,
@@ -14,7 +15,7 @@ from service.schemas import (
     RewardResponse,
 )
 
-router = APIRouter(tags=["decisions"])
+router = APIRouter(tags=["decisions"], route_class=JsonRoute)
 _errors = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or event"},

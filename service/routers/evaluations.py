@@ -9,10 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.deps import ApiKey, EvaluationsDep
 from service.evaluation_schemas import EvaluationRequest, EvaluationView
 from service.personalizer_schemas import PersonalizerPolicy
+from service.routers.json_route import JsonRoute
 from service.schemas import ErrorDetail
 from service.usecases.evaluation_views import native_view
 
-router = APIRouter(prefix="/policies", tags=["evaluations"], dependencies=[ApiKey])
+router = APIRouter(
+    prefix="/policies", tags=["evaluations"], dependencies=[ApiKey], route_class=JsonRoute
+)
 _errors = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or evaluation"},

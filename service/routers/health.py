@@ -7,9 +7,10 @@ from fastapi.responses import JSONResponse
 
 from service import metrics
 from service.deps import MonitorDep
+from service.routers.json_route import JsonRoute
 from service.schemas import Health, Readiness
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=JsonRoute)
 
 
 @router.get("/healthz", response_model=Health)

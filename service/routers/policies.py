@@ -13,6 +13,7 @@ from service.deps import (
     ModelsDep,
     SnapshotsDep,
 )
+from service.routers.json_route import JsonRoute
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
@@ -30,7 +31,9 @@ from service.schemas import (
     SnapshotImport,
 )
 
-router = APIRouter(prefix="/policies", tags=["policies"], dependencies=[ApiKey])
+router = APIRouter(
+    prefix="/policies", tags=["policies"], dependencies=[ApiKey], route_class=JsonRoute
+)
 _errors = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or arm"},

@@ -14,13 +14,13 @@ from typing import Annotated, Any
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bandit_core.errors import BanditError
 from service.auth import check_key
 from service.errors import ApiError
+from service.routers.json_route import JsonRoute
 from service.storage.base import StoreUnavailableError, TransactionConflictError
 
 SUBSCRIPTION_KEY = "Ocp-Apim-Subscription-Key"
@@ -93,7 +93,7 @@ def _field(loc: Sequence[str | int]) -> str:
     return ".".join(parts) or "body"
 
 
-class PersonalizerRoute(APIRoute):
+class PersonalizerRoute(JsonRoute):
     """A route answering its errors in Personalizer's shape (module docstring)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
