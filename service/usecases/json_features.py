@@ -37,42 +37,49 @@ FEATURIZERS_KEPT = 16
 class CachedFeaturizer:
     """A :class:`Featurizer` with a bounded LRU of hashed action features.
 
-    The key is the canonical JSON of the features (orjson, sorted keys). JSON with a
-    ``null`` is never cached: orjson writes NaN and infinities as ``null`` too, so such a
-    key could stand for a value the featurizer must refuse. Thread-compatible: one per
-    event loop (the recommender's)."""
+    The key is the canonical JSON of the features (orjson, sorted keys), which is also
+    what the log keeps of them (:func:`logged_candidates`). JSON with a ``null`` is never
+    cached: orjson writes NaN and infinities as ``null`` too, so such a key could stand
+    for a value the featurizer must refuse. Thread-compatible: one per event loop (the
+    recommender's)."""
 
     def __init__(self, config: FeaturizerConfig, max_size: int = ACTION_CACHE_SIZE) -> None:
         self.featurizer = Featurizer(config)
         self.max_size = max_size
-        self._actions: OrderedDict[bytes, HashedFeatures] = OrderedDict()
+        self._actions: OrderedDict[bytes, tuple[HashedFeatures, orjson.Fragment]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._actions)
 
     def hashed_action(
         self, features: Any, index: int, arm_index: Sequence[int | None]
-    ) -> HashedFeatures:
+    ) -> tuple[HashedFeatures, Any]:
         """The hashed form of candidate ``index``'s features (error paths
-        ``actions[index]...``); what was not seen before is also checked storable
-        (:func:`check_loggable`, at the request's path by :func:`request_loc`)."""
+        ``actions[index]...``) and the features to log: their canonical JSON as an
+        ``orjson.Fragment`` (the same JSON with its keys sorted, which changes no vector
+        a replay makes of it; ``features`` themselves when orjson cannot write them).
+        What was not seen before is also checked storable (:func:`check_loggable`, at
+        the request's path by :func:`request_loc`)."""
         try:
             key = orjson.dumps(features, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, deep nesting
             key = None
-        if key is not None and b"null" not in key:
-            hashed = self._actions.get(key)
-            if hashed is not None:
-                self._actions.move_to_end(key)
-                return hashed
+        cacheable = key is not None and b"null" not in key
+        if cacheable:
+            cached = self._actions.get(key)  # type: ignore[arg-type]
+            if cached is not None:
+                self._actions.move_to_end(key)  # type: ignore[arg-type]
+                return cached
         hashed = self.featurizer.hash_features(features, ("actions", index))
         loc = request_loc(("actions", index), arm_index)
         check_loggable(features, loc, self.featurizer.config.limits.max_depth)
-        if key is not None and b"null" not in key:
-            self._actions[key] = hashed
-            if len(self._actions) > self.max_size:
-                self._actions.popitem(last=False)
-        return hashed
+        if not cacheable:
+            return hashed, features
+        entry = (hashed, orjson.Fragment(key))
+        self._actions[key] = entry  # type: ignore[index]
+        if len(self._actions) > self.max_size:
+            self._actions.popitem(last=False)
+        return entry
 
 
 class JsonCandidates:
@@ -100,8 +107,9 @@ class JsonCandidates:
     ) -> tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any]]:
         """Candidate ids, their rows ``X`` for ``policy`` (:class:`SparseRows` for a
         policy taking sparse rows with the featurizer's sparse output), the context's features by name
-        when the policy has guardrails (else None), and each candidate's features as
-        sent (``{}`` when none: the log keeps them raw). 422s name the request's fields."""
+        when the policy has guardrails (else None), and each candidate's features to
+        log (``{}`` when none; see :meth:`CachedFeaturizer.hashed_action`). 422s name
+        the request's fields."""
         context: Any = req.context
         if isinstance(context, list) and context and not is_json_features(context):
             raise InvalidRequest(
@@ -123,7 +131,8 @@ class JsonCandidates:
         cached = self.featurizer(info)
         try:
             index = [i for _, _, i in arms]
-            hashed = [cached.hashed_action(features, k, index) for k, features in enumerate(raw)]
+            entries = [cached.hashed_action(features, k, index) for k, features in enumerate(raw)]
+            hashed = [entry[0] for entry in entries]
             ctx = cached.featurizer.hash_features(context, ("context",))
             check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
             X = featurized_rows(cached.featurizer, policy, ctx, hashed)
@@ -132,7 +141,7 @@ class JsonCandidates:
             raise InvalidRequest(str(exc), request_loc(exc.loc, index)) from exc
         except ConfigError as exc:  # a stored config the engine no longer accepts
             raise InvalidRequest(str(exc), ["body", "policy"]) from exc
-        return [a[0] for a in arms], X, named, raw
+        return [a[0] for a in arms], X, named, [entry[1] for entry in entries]
 
 
 def check_loggable(value: Any, loc: list[str | int], max_depth: int) -> None:
@@ -176,7 +185,8 @@ def request_loc(loc: Sequence[str | int], arm_index: Sequence[int | None]) -> li
 
 def logged_candidates(ids: Sequence[str], raw: Sequence[Any]) -> orjson.Fragment:
     """The log's ``candidates`` column for JSON features: ``[{"id", "features": <JSON as
-    sent>}]``, so a replay can featurize them again under another configuration."""
+    sent, or its canonical form>}]``, so a replay can featurize them again under another
+    configuration."""
     return orjson.Fragment(orjson.dumps([{"id": a, "features": f} for a, f in zip(ids, raw)]))
 
 

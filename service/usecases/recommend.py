@@ -69,8 +69,8 @@ from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, im
 
 Candidates = tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any] | None]
 """Candidate ids, their rows ``X`` (sparse for a policy taking sparse rows), the named
-context (guardrails) and, for a policy with ``features``, each candidate's features as
-sent (logged raw; None for float vectors)."""
+context (guardrails) and, for a policy with ``features``, each candidate's features to
+log (``JsonCandidates.build``; None for float vectors)."""
 
 
 @dataclass(eq=False)

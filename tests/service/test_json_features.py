@@ -122,6 +122,28 @@ async def test_new_candidates_every_request_learn_one_shared_model(make_settings
         )  # the typed client's decision was not rewarded
 
 
+async def test_the_log_keeps_each_candidates_features_whether_cached_or_not(
+    make_settings: Any,
+) -> None:
+    """The log's candidates hold the features sent (their canonical JSON: keys sorted)
+    on a first sight, on a cache hit, and for features with a null (never cached)."""
+    with_null = {"id": "n", "features": {"item": {"category": "food", "gone": None}}}
+    unsorted = {"id": "u", "features": {"item": {"price": 3, "category": "toys"}, "a": {"b": 1}}}
+    pages = [items("p"), items("p"), [with_null, unsorted], [unsorted, with_null]]
+    async with running(make_settings()) as (app, http, _typed):
+        assert (await http.put("/policies/s", json=SHARED)).status_code == 200
+        for arms in pages:
+            r = await http.post(
+                "/recommend", json={"policy": "s", "context": CONTEXT, "arms": arms}
+            )
+            assert r.status_code == 200, r.text
+        await _counts(app, "s")
+        logged = list(app.state.use_cases.event_log.iter_events("s"))
+        assert [[(c["id"], c["features"]) for c in e.decision.candidates] for e in logged] == [
+            [(a["id"], a["features"]) for a in arms] for arms in pages
+        ]
+
+
 async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_settings: Any) -> None:
     """A large hashed space (2^16 buckets): the request's rows stay sparse, the pending
     event keeps the served row's nonzeros, the reward updates exactly those entries of
@@ -136,7 +158,9 @@ async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_setting
         served_rows = []
         for round_ in range(3):
             arms = items(f"r{round_}", 5)
-            r = await http.post("/recommend", json={"policy": "big", "context": CONTEXT, "arms": arms})
+            r = await http.post(
+                "/recommend", json={"policy": "big", "context": CONTEXT, "arms": arms}
+            )
             assert r.status_code == 200, r.text
             event_id, arm_id = r.json()["event_id"], r.json()["arm_id"]
             store = app.state.use_cases.store
@@ -144,7 +168,12 @@ async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_setting
             x = orjson.loads(stored)["x"]
             assert x["dim"] == 2**16 + 1 and 0 < len(x["indices"]) == len(x["values"]) < 200
             served = next(a for a in arms if a["id"] == arm_id)
-            rows = featurized_rows(Featurizer(FeaturizerConfig(bits=16)), build_policy(PolicySpec(**spec)), CONTEXT, [served["features"]])
+            rows = featurized_rows(
+                Featurizer(FeaturizerConfig(bits=16)),
+                build_policy(PolicySpec(**spec)),
+                CONTEXT,
+                [served["features"]],
+            )
             assert x["indices"] == rows.indices.tolist() and x["values"] == rows.values.tolist()
             served_rows.append(rows)
             rr = await http.post("/reward", json={"event_id": event_id, "reward": 1.0})
@@ -152,14 +181,19 @@ async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_setting
         # concurrent decisions (coalesced into one batched select) keep sparse rows too
         answers = await asyncio.gather(
             *(
-                http.post("/recommend", json={"policy": "big", "context": CONTEXT, "arms": items(f"c{k}", 5)})
+                http.post(
+                    "/recommend",
+                    json={"policy": "big", "context": CONTEXT, "arms": items(f"c{k}", 5)},
+                )
                 for k in range(4)
             )
         )
         for r in answers:
             assert r.status_code == 200, r.text
             key = f"event:{r.json()['event_id']}"
-            x = orjson.loads((await app.state.use_cases.store.read("big", [key], {}))[key].data)["x"]
+            x = orjson.loads((await app.state.use_cases.store.read("big", [key], {}))[key].data)[
+                "x"
+            ]
             assert x["dim"] == 2**16 + 1 and len(x["indices"]) == len(x["values"]) > 0
         snapshot = (await http.get("/policies/big/snapshot")).json()["data"]
         live = policy_from_bytes(base64.b64decode(snapshot))
@@ -169,7 +203,9 @@ async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_setting
         await _counts(app, "big")
         rebuilt = InProcessStateStore()
         await rebuild_policy(app.state.use_cases.event_log, rebuilt, "big")
-        assert (await rebuilt.read("big", ["shared"], {}))["shared"].data == live.export_parts(["shared"])["shared"]
+        assert (await rebuilt.read("big", ["shared"], {}))["shared"].data == live.export_parts(
+            ["shared"]
+        )["shared"]
         bad = [
             ({**spec, "features": {"bits": 16, "output": "dense"}}, "sparse output"),
             ({"algorithm": "hybrid_linucb", "features": {"bits": 12}}, "at most 4096"),
@@ -239,9 +275,11 @@ def test_cached_actions_give_the_rows_of_uncached_ones_bit_for_bit() -> None:
     catalogs = [[a["features"] for a in items(t, 4)] for t in ("a", "b", "a", "a")]
     catalogs.append([{"item": {"category": "food", "note": None}}, {"item": {"price": 1}}])
     for actions in catalogs:
-        hashed = [
+        entries = [
             cached.hashed_action(a, k, list(range(len(actions)))) for k, a in enumerate(actions)
         ]
+        hashed = [h for h, _ in entries]
+        assert [orjson.loads(orjson.dumps(logged)) for _, logged in entries] == actions
         np.testing.assert_array_equal(
             featurized_rows(cached.featurizer, policy, CONTEXT, hashed),
             featurized_rows(plain, policy, CONTEXT, actions),
