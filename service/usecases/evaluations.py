@@ -226,7 +226,9 @@ def rows_function(spec: PolicySpec) -> Callable[[DecisionRecord], np.ndarray]:
 
     def rows(d: DecisionRecord) -> np.ndarray:
         index = list(range(len(d.candidates)))
-        hashed = [cached.hashed_action(c["features"], k, index) for k, c in enumerate(d.candidates)]
+        hashed = [
+            cached.hashed_action(c["features"], k, index)[0] for k, c in enumerate(d.candidates)
+        ]
         ctx = cached.featurizer.hash_features(d.context, ("context",))
         X = featurized_rows(cached.featurizer, shape, ctx, hashed)
         return X.to_dense() if isinstance(X, SparseRows) else X

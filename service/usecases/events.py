@@ -92,8 +92,9 @@ class PendingEvent:
     their nonzeros, :func:`stored_row`; :meth:`row` gives it back); ``reset_at`` the
     policy's reset time when it was served (a reward after a reset is refused);
     ``response`` the ``RecommendResponse`` JSON object, answered again to a repeated
-    client event id whose request has the same ``request_digest`` (:func:`request_digest`;
-    None for a generated id, which never repeats). ``reward`` and ``finalized_at`` are
+    client event id whose request has the same ``request_digest`` (:func:`request_digest`);
+    both are None for an id the service generated, which no request repeats (the
+    response, about 4 KB at K = 50, was most of the stored event). ``reward`` and ``finalized_at`` are
     set by the transition out of ``pending`` (``reward`` stays None for an expired event).
 
     ``learn`` is False for an event served in Personalizer's LoggingOnly mode (its reward
@@ -110,7 +111,7 @@ class PendingEvent:
     activated: bool
     created_at: float
     reset_at: float | None
-    response: dict[str, Any]
+    response: dict[str, Any] | None
     reward: float | None = None
     finalized_at: float | None = None
     request_digest: str | None = None
@@ -134,7 +135,8 @@ class PendingEvent:
 
     def to_json(self) -> bytes:
         """The stored JSON (field order as written since the first version; the two
-        finalization fields only once finalized, the request digest only when set)."""
+        finalization fields only once finalized, the response and the request digest only
+        when set)."""
         out: dict[str, Any] = {
             "state": self.state.value,
             "arm_id": self.arm_id,
@@ -143,8 +145,9 @@ class PendingEvent:
             "activated": self.activated,
             "created_at": self.created_at,
             "reset_at": self.reset_at,
-            "response": self.response,
         }
+        if self.response is not None:
+            out["response"] = self.response
         if self.finalized_at is not None:
             out["reward"] = self.reward
             out["finalized_at"] = self.finalized_at
@@ -169,7 +172,7 @@ class PendingEvent:
             activated=ev["activated"],
             created_at=ev["created_at"],
             reset_at=ev.get("reset_at"),
-            response=ev["response"],
+            response=ev.get("response"),
             reward=ev.get("reward"),
             finalized_at=ev.get("finalized_at"),
             request_digest=ev.get("request_digest"),

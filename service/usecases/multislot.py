@@ -186,7 +186,7 @@ class MultiSlot:
         value = (await cache.read(loop, [event_key(first)], {})).get(event_key(first))
         if value is None or value.data is None:
             return None
-        stored = PendingEvent.from_json(value.data).response.get(HEADER_ANNOTATION)
+        stored = (PendingEvent.from_json(value.data).response or {}).get(HEADER_ANNOTATION)
         return None if stored is None else MultiSlotHeader(stored["slots"], stored["digest"])
 
     async def reward(self, loop: str, event_id: str, body: PersonalizerMultiSlotReward) -> None:

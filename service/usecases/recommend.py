@@ -538,6 +538,8 @@ class Recommender:
         if value is None or value.data is None:
             return None
         event = PendingEvent.from_json(value.data)
+        if event.response is None:
+            raise Conflict(f"event_id {event_id!r} was generated for another decision")
         if event.request_digest is not None and event.request_digest != digest:
             raise Conflict(
                 f"event_id {event_id!r} was already used with a different request body; "
@@ -606,7 +608,8 @@ def _engine_error(runtime: Runtime, exc: BanditError) -> Exception:
 
 
 def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | None) -> bytes:
-    """The stored pending event of a decision."""
+    """The stored pending event of a decision; the response only under a client's event
+    id (the one a repeat is answered with)."""
     ids, X, _, _ = served.candidates
     req, arm = served.req, served.decision.arm_id
     return PendingEvent(
@@ -617,7 +620,7 @@ def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | 
         activated=not req.defer_activation,
         created_at=now,
         reset_at=runtime.info.reset_at,
-        response=served.response,
+        response=None if req.event_id is None else served.response,
         request_digest=digest,
         learn=served.learn,
         imitated=served.imitated,

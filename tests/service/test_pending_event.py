@@ -1,11 +1,15 @@
 """A pending event's stored JSON: what earlier versions wrote reads back and is written
-again byte for byte (replicas of two versions share events during a rolling upgrade)."""
+again byte for byte (replicas of two versions share events during a rolling upgrade);
+the response is stored only under a client's event id."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from service.usecases.events import EventState, PendingEvent
+from service.usecases.events import EventState, PendingEvent, event_key
+from tests.service.conftest import POLICY, running
 
 PENDING = (
     b'{"state":"pending","arm_id":"a","x":[0.5,-0.0,1e-300],"user_id":null,'
@@ -25,7 +29,9 @@ PENDING = (
             0.75,
         ),
         (
-            PENDING.replace(b'"pending"', b'"expired"').replace(b'"activated":true', b'"activated":false')[:-1]
+            PENDING.replace(b'"pending"', b'"expired"').replace(
+                b'"activated":true', b'"activated":false'
+            )[:-1]
             + b',"reward":null,"finalized_at":1700000002.0}',
             EventState.EXPIRED,
             None,
@@ -36,7 +42,11 @@ def test_stored_events_round_trip_byte_for_byte(
     data: bytes, state: EventState, reward: float | None
 ) -> None:
     event = PendingEvent.from_json(data)
-    assert (event.state, event.reward, event.pending) == (state, reward, state is EventState.PENDING)
+    assert (event.state, event.reward, event.pending) == (
+        state,
+        reward,
+        state is EventState.PENDING,
+    )
     assert event.x == [0.5, -0.0, 1e-300] and str(event.x[1]) == "-0.0"
     assert event.to_json() == data
 
@@ -49,3 +59,36 @@ def test_finalizing_appends_reward_and_time_after_the_pending_fields() -> None:
         + b',"reward":0.0,"finalized_at":1700000003.0}'
     )
     assert PendingEvent.from_json(event.to_json()) == event
+
+
+def test_an_event_without_a_response_round_trips_without_the_field() -> None:
+    data = PENDING[: PENDING.index(b',"response"')] + b"}"
+    event = PendingEvent.from_json(data)
+    assert event.response is None and event.to_json() == data
+
+
+@pytest.mark.anyio
+async def test_only_a_client_event_id_stores_the_response(make_settings: Any) -> None:
+    """A generated id is never repeated, so its stored event has no response (most of
+    its bytes at K = 50); a client's id keeps it for repeats; a client sending an id the
+    service generated is a 409."""
+    async with running(make_settings()) as (app, http, _typed):
+        assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+        body = {"policy": "p", "context": [1.0, 0.0, 0.5]}
+        generated = (await http.post("/recommend", json=body)).json()
+        client = await http.post("/recommend", json={**body, "event_id": "mine-1"})
+        assert client.status_code == 200, client.text
+        store = app.state.use_cases.store
+        keys = [event_key(generated["event_id"]), event_key("mine-1")]
+        stored = await store.read("p", keys, {})
+        events = [PendingEvent.from_json(stored[key].data) for key in keys]
+        assert events[0].response is None and events[0].request_digest is None
+        assert events[1].response == client.json() and events[1].request_digest is not None
+        repeat = await http.post("/recommend", json={**body, "event_id": "mine-1"})
+        assert repeat.json() == client.json()
+        reused = await http.post("/recommend", json={**body, "event_id": generated["event_id"]})
+        assert reused.status_code == 409 and "generated" in reused.json()["detail"], reused.text
+        rewarded = await http.post(
+            "/reward", json={"event_id": generated["event_id"], "reward": 1.0}
+        )
+        assert rewarded.status_code == 200 and rewarded.json()["applied"], rewarded.text
