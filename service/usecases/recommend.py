@@ -60,6 +60,7 @@ from service.usecases.events import (
 )
 from service.usecases.json_features import JsonCandidates, logged_candidates
 from service.usecases.learning_modes import (
+    ONLINE,
     BaselineServing,
     baseline_serving,
     learning_mode,
@@ -115,13 +116,14 @@ class Recommender:
         its first slot (service/usecases/multislot.py). ``baseline``: the candidate the
         application would show without the service, served instead of the model's choice
         when the policy is in Personalizer's Apprentice or LoggingOnly learning mode
-        (:mod:`service.usecases.learning_modes`). A request with annotations, a baseline
-        or a client event id is served on its own."""
+        (:mod:`service.usecases.learning_modes`). A request with annotations, a client
+        event id, or a baseline for a policy not known to be in the Online mode (where
+        the baseline changes nothing) is served on its own."""
         if (
             not self.settings.recommend_coalescing
             or req.event_id is not None
             or annotations
-            or baseline is not None
+            or (baseline is not None and self._may_serve_baseline(req.policy))
         ):
             return await self._recommend_one(req, annotations, baseline)
         waiting = self._waiting.get(req.policy)
@@ -134,6 +136,12 @@ class Recommender:
             return await self._recommend_one(req)
         finally:
             self._start_next_batch(req.policy)
+
+    def _may_serve_baseline(self, name: str) -> bool:
+        """Whether a baseline may be served instead of the model's choice: the policy's
+        cached configuration is not in the Online learning mode, or not cached yet."""
+        cached = self.cache.cached(name)
+        return cached is None or learning_mode(cached.info.personalizer) != ONLINE
 
     def _start_next_batch(self, name: str) -> None:
         """The batch of ``name`` in flight finished: serve the requests that waited."""

@@ -306,3 +306,39 @@ async def test_service_configuration_keeps_the_model_and_new_interactions_reset_
         other = await http.put(policy, json={"name": "q", "arguments": "--cb_explore_adf -q ui"})
         assert other.status_code == 200
         assert await model_scores(http) == dict.fromkeys(learned, 0.0)  # learning starts again
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+async def test_concurrent_ranks_coalesce_online_and_each_serves_its_baseline_otherwise(
+    make_settings: Any,
+) -> None:
+    """Concurrent ranks without an eventId share store transactions in the Online mode
+    (their baseline changes nothing there); in Apprentice each is served on its own and
+    serves its own baseline."""
+    orders = [ACTIONS[i % 3 :] + ACTIONS[: i % 3] for i in range(12)]
+    async with running(make_settings()) as (app, http, _):
+        await create_loop(http)
+        store = app.state.use_cases.store
+        transactions: list[str] = []
+        transact = store.transact
+
+        async def counted(policy: str, *args: Any, **kwargs: Any) -> Any:
+            transactions.append(policy)
+            return await transact(policy, *args, **kwargs)
+
+        store.transact = counted
+        try:
+            counts = {}
+            for mode in ("Online", "Apprentice"):
+                await configure(http, learningMode=mode)
+                await rank(http, CONTEXTS[0])  # the loop's configuration is cached
+                transactions.clear()
+                served = await asyncio.gather(
+                    *(rank(http, CONTEXTS[i % 2], actions=order) for i, order in enumerate(orders))
+                )
+                counts[mode] = transactions.count(LOOP)
+        finally:
+            store.transact = transact
+    assert counts["Online"] < len(orders)
+    assert counts["Apprentice"] == len(orders)
+    assert [body["rewardActionId"] for body in served] == [order[0]["id"] for order in orders]
