@@ -111,6 +111,23 @@ async def running(settings: Settings, client_host: str = "127.0.0.1") -> AsyncIt
                 await typed.aclose()
 
 
+@contextmanager
+def counted_transactions(store: Any) -> Iterator[list[str]]:
+    """The policy of each ``store.transact`` call made inside the block, in call order."""
+    transactions: list[str] = []
+    transact = store.transact
+
+    async def counted(policy: str, *args: Any, **kwargs: Any) -> Any:
+        transactions.append(policy)
+        return await transact(policy, *args, **kwargs)
+
+    store.transact = counted
+    try:
+        yield transactions
+    finally:
+        store.transact = transact
+
+
 async def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     """Poll ``predicate`` (e.g. the event log caught up) until true or fail."""
     deadline = time.monotonic() + timeout

@@ -14,7 +14,7 @@ import pytest
 
 from service.errors import ApiError
 from service.schemas import RecommendRequest
-from tests.service.conftest import running
+from tests.service.conftest import counted_transactions, running
 
 pytestmark = pytest.mark.anyio
 
@@ -94,31 +94,24 @@ async def _serve(make_settings: Callable[..., Any], coalescing: bool) -> tuple[l
             assert r.status_code == 200, r.text
         use_cases = app.state.use_cases
         store, recommender = use_cases.store, use_cases.recommender
-        transactions: list[str] = []
-        transact = store.transact
-
-        async def counted(policy: str, *args: Any, **kwargs: Any) -> Any:
-            transactions.append(policy)
-            return await transact(policy, *args, **kwargs)
-
-        store.transact = counted
         outcomes: list[Any] = []
         per_round = []
-        for round_ in range(3):
-            requests = [RecommendRequest.model_validate(b) for b in _bodies(round_, prefix)]
-            transactions.clear()
-            if coalescing:
-                got = await asyncio.gather(*(_outcome(recommender.recommend(r)) for r in requests))
-            else:
-                got = [await _outcome(recommender.recommend(r)) for r in requests]
-            per_round.append({p: transactions.count(prefix + p) for p in POLICIES})
-            outcomes += got
-            store.transact = transact
-            for i in (0, 2, 4):  # rewards to the same decisions in both runs
-                event = orjson.loads(await recommender.recommend(requests[i]))["event_id"]
-                r = await http.post("/reward", json={"event_id": event, "reward": 1.0})
-                assert r.status_code == 200 and r.json()["applied"], r.text
-            store.transact = counted
+        with counted_transactions(store) as transactions:
+            for round_ in range(3):
+                requests = [RecommendRequest.model_validate(b) for b in _bodies(round_, prefix)]
+                start = len(transactions)
+                if coalescing:
+                    got = await asyncio.gather(
+                        *(_outcome(recommender.recommend(r)) for r in requests)
+                    )
+                else:
+                    got = [await _outcome(recommender.recommend(r)) for r in requests]
+                per_round.append({p: transactions[start:].count(prefix + p) for p in POLICIES})
+                outcomes += got
+                for i in (0, 2, 4):  # rewards to the same decisions in both runs
+                    event = orjson.loads(await recommender.recommend(requests[i]))["event_id"]
+                    r = await http.post("/reward", json={"event_id": event, "reward": 1.0})
+                    assert r.status_code == 200 and r.json()["applied"], r.text
         await asyncio.to_thread(use_cases.sink.flush, 5.0)
         logged = {p: use_cases.event_log.count(prefix + p) for p in POLICIES}
         counters = {p: await store.counters(prefix + p) for p in POLICIES}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.conftest import running, wait_for
+from tests.service.conftest import counted_transactions, running, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -318,27 +318,16 @@ async def test_concurrent_ranks_coalesce_online_and_each_serves_its_baseline_oth
     orders = [ACTIONS[i % 3 :] + ACTIONS[: i % 3] for i in range(12)]
     async with running(make_settings()) as (app, http, _):
         await create_loop(http)
-        store = app.state.use_cases.store
-        transactions: list[str] = []
-        transact = store.transact
-
-        async def counted(policy: str, *args: Any, **kwargs: Any) -> Any:
-            transactions.append(policy)
-            return await transact(policy, *args, **kwargs)
-
-        store.transact = counted
-        try:
-            counts = {}
+        counts = {}
+        with counted_transactions(app.state.use_cases.store) as transactions:
             for mode in ("Online", "Apprentice"):
                 await configure(http, learningMode=mode)
                 await rank(http, CONTEXTS[0])  # the loop's configuration is cached
-                transactions.clear()
+                start = len(transactions)
                 served = await asyncio.gather(
                     *(rank(http, CONTEXTS[i % 2], actions=order) for i, order in enumerate(orders))
                 )
-                counts[mode] = transactions.count(LOOP)
-        finally:
-            store.transact = transact
+                counts[mode] = transactions[start:].count(LOOP)
     assert counts["Online"] < len(orders)
     assert counts["Apprentice"] == len(orders)
     assert [body["rewardActionId"] for body in served] == [order[0]["id"] for order in orders]
