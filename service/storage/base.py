@@ -142,6 +142,13 @@ class StateStore(Protocol):
         """Record which policy owns ``event_id``; False if the id is already taken."""
         ...
 
+    async def register_events(
+        self, event_ids: Sequence[str], policy: str, ttl_seconds: float
+    ) -> list[bool]:
+        """:meth:`register_event` of each of ``event_ids`` in order, in one round trip:
+        whether each was registered (False: taken, also by an earlier id of the list)."""
+        ...
+
     async def event_policy(self, event_id: str) -> str | None:
         """The policy that owns ``event_id``, or None if unknown or expired."""
         ...

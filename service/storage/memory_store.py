@@ -159,6 +159,12 @@ class InProcessStateStore:
             heapq.heappush(self._expiries, (expiry, event_id))
             return True
 
+    async def register_events(
+        self, event_ids: Sequence[str], policy: str, ttl_seconds: float
+    ) -> list[bool]:
+        """:meth:`register_event` of each id in order."""
+        return [await self.register_event(e, policy, ttl_seconds) for e in event_ids]
+
     async def event_policy(self, event_id: str) -> str | None:
         """Owner of ``event_id`` unless unknown or expired."""
         with self._lock:

@@ -426,6 +426,20 @@ class RedisStateStore:
         )
         return bool(ok)
 
+    async def register_events(
+        self, event_ids: Sequence[str], policy: str, ttl_seconds: float
+    ) -> list[bool]:
+        """``SET bandit:event:<id> <policy> NX PX <ttl>`` of each id, pipelined (on a
+        Redis Cluster, a pipeline sends each node its own ids)."""
+        check_ttl(ttl_seconds)
+        ttl_ms = max(1, round(ttl_seconds * 1000))
+
+        def queue(pipe: Any) -> None:
+            for event_id in event_ids:
+                pipe.set(_registry_key(event_id), policy, nx=True, px=ttl_ms)
+
+        return [bool(ok) for ok in await self._pipeline(queue, False)] if event_ids else []
+
     async def event_policy(self, event_id: str) -> str | None:
         """Owner of ``event_id`` unless unknown or expired."""
         raw = await self._call(self._redis.get(_registry_key(event_id)))

@@ -17,9 +17,12 @@ without). A batch takes one store read for every candidate part it needs, one
 :meth:`~bandit_core.BasePolicy.select_batch` (the decisions of one ``select`` after
 another in arrival order, bit for bit), one transaction that writes, schedules and
 claims every pending event, and one submission to the log writer. A request's own
-failure (bad input found late, an event id in use) fails it alone. Requests with a
-client ``event_id`` (their repeat check reads the store first) and policies whose
-selections change state (guardrails, HARE) are served each on its own, concurrently.
+failure (bad input found late, an event id in use) fails it alone. A client's
+``event_id`` is registered for the batch in one more round trip once its decision is
+made; one that is taken already (a repeat, another policy's id, a concurrent request's)
+is served again on its own by the plain path, which answers a repeat with the original
+decision or a 409. Policies whose selections change state (guardrails, HARE) and
+requests with annotations (multi-slot) are served each on its own, concurrently.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class _Served:
     response: dict[str, Any]
     learn: bool = True
     imitated: bool | None = None
+    digest: str | None = None  # the request's digest under a client's event id
 
 
 @dataclass
@@ -101,7 +105,7 @@ class Recommender:
     _waiting: dict[str, list[tuple[RecommendRequest, asyncio.Future[bytes]]]] = field(
         default_factory=dict, init=False
     )
-    _batches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)  # see _spawn
 
     async def recommend(
         self,
@@ -116,12 +120,11 @@ class Recommender:
         its first slot (service/usecases/multislot.py). ``baseline``: the candidate the
         application would show without the service, served instead of the model's choice
         when the policy is in Personalizer's Apprentice or LoggingOnly learning mode
-        (:mod:`service.usecases.learning_modes`). A request with annotations, a client
-        event id, or a baseline for a policy not known to be in the Online mode (where
-        the baseline changes nothing) is served on its own."""
+        (:mod:`service.usecases.learning_modes`). A request with annotations, or a
+        baseline for a policy not known to be in the Online mode (where the baseline
+        changes nothing), is served on its own."""
         if (
             not self.settings.recommend_coalescing
-            or req.event_id is not None
             or annotations
             or (baseline is not None and self._may_serve_baseline(req.policy))
         ):
@@ -148,9 +151,13 @@ class Recommender:
         batch = self._waiting.pop(name)
         if batch:
             self._waiting[name] = []
-            task = asyncio.create_task(self._serve_batch(name, batch))
-            self._batches.add(task)
-            task.add_done_callback(self._batches.discard)
+            self._spawn(self._serve_batch(name, batch))
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        """Run ``work`` as a task of its own, referenced until it is done."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _serve_batch(
         self, name: str, batch: list[tuple[RecommendRequest, asyncio.Future[bytes]]]
@@ -165,10 +172,12 @@ class Recommender:
             raise
         finally:
             self._start_next_batch(name)
-        for (_, future), result in zip(batch, results):
+        for (req, future), result in zip(batch, results):
             if future.done():  # its client went away
                 continue
-            if isinstance(result, BaseException):
+            if result is None:  # served on its own, not holding up the next batch
+                self._spawn(_settle(future, self._recommend_one(req)))
+            elif isinstance(result, BaseException):
                 future.set_exception(result)
             else:
                 future.set_result(result)
@@ -222,9 +231,12 @@ class Recommender:
         self._count_decision(req, runtime, decision, response)
         return dumps(response)
 
-    async def _recommend_batch(self, reqs: list[RecommendRequest]) -> list[bytes | BaseException]:
-        """The responses of a coalesced batch of one policy's requests without client
-        event ids, or the exception each failed with (see the module docstring)."""
+    async def _recommend_batch(
+        self, reqs: list[RecommendRequest]
+    ) -> list[bytes | BaseException | None]:
+        """The responses of a coalesced batch of one policy's requests, the exception
+        each failed with, or None for one to serve on its own (a client's event id the
+        batch could not register; see the module docstring)."""
         cached = self.cache.cached(reqs[0].policy)
         if len(reqs) == 1 or cached is None or not cached.policy.batches_selections:
             return await asyncio.gather(*map(self._recommend_one, reqs), return_exceptions=True)
@@ -237,7 +249,7 @@ class Recommender:
             # rare (arms new to LNUCB-TA): served one after another in order, each
             # selection redone inside its own transaction as on the plain path
             return [await _outcome(self._recommend_one(req)) for req in reqs]
-        results: list[bytes | BaseException] = [
+        results: list[bytes | BaseException | None] = [
             c if isinstance(c, Exception) else b"" for c in candidates
         ]
         chosen = [(i, c) for i, c in enumerate(candidates) if not isinstance(c, Exception)]
@@ -254,10 +266,13 @@ class Recommender:
             key = (*c[0], reqs[i].user_id)
             if key not in versions:
                 versions[key] = runtime.model_version(policy.parts_for_select(c[0], key[-1]))
-            response = self._response(
-                reqs[i], runtime, decision, secrets.token_hex(16), versions[key], degraded
-            )
-            served.append(_Served(i, reqs[i], c, decision, response))
+            event_id = reqs[i].event_id or secrets.token_hex(16)
+            response = self._response(reqs[i], runtime, decision, event_id, versions[key], degraded)
+            digest = None if reqs[i].event_id is None else request_digest(reqs[i])
+            served.append(_Served(i, reqs[i], c, decision, response, digest=digest))
+        for s in await self._unregistered(served, degraded):
+            results[s.index] = None
+            served.remove(s)
         if served and not degraded:
             try:
                 await self._store_batch(runtime, served, results, now)
@@ -268,7 +283,7 @@ class Recommender:
             except EventIdTakenError:
                 for s in served:
                     results[s.index] = Conflict("a generated event_id collided; retry")
-        logged = [s for s in served if not isinstance(results[s.index], BaseException)]
+        logged = [s for s in served if isinstance(results[s.index], bytes)]
         self.sink.submit_decisions(
             [
                 self._decision_record(
@@ -290,11 +305,28 @@ class Recommender:
             results[s.index] = dumps(s.response)
         return results
 
+    async def _unregistered(self, served: list[_Served], degraded: bool) -> list[_Served]:
+        """Register the client event ids of ``served`` (one round trip); the decisions
+        whose id is taken already, or could not be registered (the store is down), which
+        the plain path serves again."""
+        own = [s for s in served if s.req.event_id is not None]
+        if not own or degraded:
+            return own
+        try:
+            registered = await self.cache.store.register_events(
+                [s.response["event_id"] for s in own],
+                own[0].req.policy,
+                self.settings.event_ttl_seconds,
+            )
+        except StoreUnavailableError:
+            return own
+        return [s for s, ok in zip(own, registered) if not ok]
+
     async def _store_batch(
         self,
         runtime: Runtime,
         served: list[_Served],
-        results: list[bytes | BaseException],
+        results: list[bytes | BaseException | None],
         now: float,
     ) -> None:
         """Write every pending event of ``served``, schedule their deadlines, count
@@ -309,7 +341,7 @@ class Recommender:
             out: dict[str, bytes | None] = {}
             for key, s in zip(keys, served):
                 if values[key] is None:
-                    out[key] = _pending_event(s, runtime, now, None)
+                    out[key] = _pending_event(s, runtime, now, s.digest)
                     written.append(s)
             return out
 
@@ -324,8 +356,13 @@ class Recommender:
             first, *more = [s.response["event_id"] for s in written]
             return Schedule(first, deadline, counters, seen, dict.fromkeys(more, deadline))
 
-        event_ids = [s.response["event_id"] for s in served]
-        claim = Claim(event_ids[0], self.settings.event_ttl_seconds, tuple(event_ids[1:]))
+        # the generated ids; a client's id was registered already (_unregistered)
+        event_ids = [s.response["event_id"] for s in served if s.req.event_id is None]
+        claim = (
+            Claim(event_ids[0], self.settings.event_ttl_seconds, tuple(event_ids[1:]))
+            if event_ids
+            else None
+        )
         assumed = dict.fromkeys(keys, VersionedValue(0, None))
         await self.cache.transact(runtime, name, keys, fn, assumed, schedule, claim)
         for s in served:
@@ -634,6 +671,18 @@ def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | 
         imitated=served.imitated,
         deadline=now + runtime.info.reward_wait_seconds,
     ).to_json()
+
+
+async def _settle(future: asyncio.Future[bytes], request: Awaitable[bytes]) -> None:
+    """Resolve ``future`` with what ``request`` answers or fails with."""
+    try:
+        result = await request
+    except Exception as exc:  # noqa: BLE001 -- handed to the request's own handler
+        if not future.done():
+            future.set_exception(exc)
+        return
+    if not future.done():
+        future.set_result(result)
 
 
 async def _outcome(request: Awaitable[bytes]) -> bytes | BaseException:

@@ -36,8 +36,7 @@ def _bodies(round_: int, prefix: str) -> list[dict[str, Any]]:
     """One round of requests, the three policies interleaved: registered arms, sent
     candidates, arms never seen (a cold start: LNUCB-TA's changes its state), a user,
     explore off and requests refused for their input; the policies' names begin with
-    ``prefix``. (A request with a client event id is served on its own at once, not in
-    arrival order with the others.)"""
+    ``prefix``."""
     out: list[dict[str, Any]] = []
     for k in range(8):
         ctx = [float((k + round_) % 3), float(k % 2), 1.0]
@@ -135,19 +134,41 @@ async def test_coalesced_decisions_equal_the_plain_path(make_settings: Callable[
     assert transactions[1:] == [{"dense": 2, "ta": 2, "json": 2}] * 2
 
 
-async def test_client_event_ids_beside_a_batch(make_settings: Callable[..., Any]) -> None:
-    """Requests with a client event id, sent among coalesced ones, are served on their
-    own: a repeat answers the original decision, another body under the same id 409."""
-    async with running(make_settings()) as (_app, http, _):
-        r = await http.put("/policies/p", json={**BASE, **POLICIES["dense"]})
-        assert r.status_code == 200, r.text
+async def test_client_event_ids_in_a_batch(make_settings: Callable[..., Any]) -> None:
+    """Requests with a client event id are coalesced with the others (one transaction
+    for the batch); a repeat in the same batch answers the original decision, another
+    body under a stored id is a 409, an id of another policy is a 409, a request refused
+    for its input leaves its id free for a corrected retry, and the stored events keep
+    the response and digest a repeat is checked against."""
+    async with running(make_settings()) as (app, http, _):
+        for name in ("p", "q"):
+            r = await http.put(f"/policies/{name}", json={**BASE, **POLICIES["dense"]})
+            assert r.status_code == 200, r.text
         arms = [{"id": a} for a in ARMS]
+        owned = {"policy": "q", "context": [1.0, 0.0, 0.0], "arms": arms, "event_id": "q-owns"}
+        assert (await http.post("/recommend", json=owned)).status_code == 200
         body = {"policy": "p", "context": [1.0, 0.0, 1.0], "arms": arms}
-        bodies = [body] * 6 + [{**body, "event_id": "mine"}] * 2
-        answers = await asyncio.gather(*(http.post("/recommend", json=b) for b in bodies))
-        assert [r.status_code for r in answers] == [200] * 8
-        assert answers[6].json() == answers[7].json()
-        assert answers[6].json()["event_id"] == "mine"
-        assert len({r.json()["event_id"] for r in answers[:6]}) == 6
-        other = {**body, "event_id": "mine", "context": [0.0, 1.0, 1.0]}
+        bodies = (
+            [{**body, "event_id": f"mine-{k}"} for k in range(5)]
+            + [body] * 3
+            + [{**body, "event_id": "mine-0"}]  # a repeat within the batch
+            + [{**body, "event_id": "q-owns"}]  # another policy's id
+            + [{**body, "event_id": "fixed", "context": [1.0]}]  # refused: 1 of 3 features
+        )
+        with counted_transactions(app.state.use_cases.store) as transactions:
+            answers = await asyncio.gather(*(http.post("/recommend", json=b) for b in bodies))
+        codes = [r.status_code for r in answers]
+        assert codes == [200] * 9 + [409, 422], [r.text for r in answers]
+        assert transactions.count("p") == 2, transactions  # the first alone, then one batch
+        assert [answers[k].json()["event_id"] for k in range(5)] == [f"mine-{k}" for k in range(5)]
+        assert answers[8].json() == answers[0].json()
+        assert len({r.json()["event_id"] for r in answers[5:8]}) == 3
+        retried = await http.post("/recommend", json={**body, "event_id": "fixed"})
+        assert retried.status_code == 200 and retried.json()["event_id"] == "fixed", retried.text
+        for k in range(5):  # repeats after the batch: the original, or 409 for another body
+            again = await http.post("/recommend", json={**body, "event_id": f"mine-{k}"})
+            assert again.json() == answers[k].json()
+        other = {**body, "event_id": "mine-0", "context": [0.0, 1.0, 1.0]}
         assert (await http.post("/recommend", json=other)).status_code == 409
+        rewarded = await http.post("/reward", json={"event_id": "mine-3", "reward": 1.0})
+        assert rewarded.status_code == 200 and rewarded.json()["applied"], rewarded.text

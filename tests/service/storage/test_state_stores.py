@@ -208,6 +208,23 @@ async def test_event_registry_is_first_come_and_expires(
         backend.client().delete(f"bandit:event:{event}")
 
 
+async def test_registering_many_events_is_first_come_in_list_order(
+    store: StateStore, policy: str, backend: RedisDeployment | None
+) -> None:
+    """On every deployment (a cluster spreads the ids over its nodes): taken ids, also
+    one repeated within the list, are refused; the others are the policy's."""
+    ids = [uuid.uuid4().hex for _ in range(12)]
+    assert await store.register_event(ids[3], "someone-else", ttl_seconds=10) is True
+    registered = await store.register_events([*ids, ids[5]], policy, ttl_seconds=10)
+    assert registered == [i != 3 for i in range(12)] + [False]
+    assert [await store.event_policy(e) for e in ids] == [
+        "someone-else" if i == 3 else policy for i in range(12)
+    ]
+    assert await store.register_events([], policy, ttl_seconds=10) == []
+    if backend is not None:
+        backend.client().delete(*(f"bandit:event:{e}" for e in ids))
+
+
 @pytest.mark.parametrize("ttl", [0, -1.0, float("inf"), float("nan")])
 async def test_event_ttl_must_be_positive(store: StateStore, policy: str, ttl: float) -> None:
     with pytest.raises(InvalidInputError, match="ttl_seconds must be a finite number > 0"):
