@@ -261,8 +261,10 @@ async def test_concurrent_rewards_of_a_sum_are_applied_once_as_their_total(
         event, served = ranked["eventId"], ranked["rewardActionId"]
         await asyncio.gather(*(reward(http, event, 0.125) for _ in range(8)))
         stats = await eventually(lambda: arm_stats(http), timeout=30)
-        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
-        logged = [e.reward for e in app.state.use_cases.event_log.iter_events(LOOP)]
+        # the sweeper logs the total after its transaction, which the stats show first
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: any(e.reward for e in log.iter_events(LOOP)), timeout=30)
+        logged = [e.reward for e in log.iter_events(LOOP)]
     assert {a: (s["rewarded"], s["reward_sum"]) for a, s in stats.items()} == {served: (1, 1.0)}
     assert [r.value for r in logged if r is not None] == [1.0]
 
