@@ -35,6 +35,10 @@ and re-created).
 "json bits N", :func:`_json_load`; ``hybrid_linucb``, or ``--json-algorithm
 diag_linucb``) beside the dense K = 50, d = 32 rows.
 
+``--event-ids`` gives every ``/recommend`` of the ``max`` and ``half`` loads a client
+``event_id`` of its own (payload "..., client event ids"), as Personalizer's SDK samples
+send ``eventId``.
+
 ``--connections`` takes a list (each load at each count, the trivial endpoint too),
 ``--coalescing on,off`` serves each backend twice, with and without coalesced
 ``/recommend`` (``BANDIT_RECOMMEND_COALESCING``), ``--loads`` picks among ``max``,
@@ -78,6 +82,22 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = [[BODY]]
 local pause = PAUSE
 function delay() return pause end
+"""
+
+# --event-ids: every request carries an event_id of its own (thread, start second,
+# counter: unique across the warm-up and the measured runs, which start seconds apart)
+EVENT_IDS_LUA = """
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tag", threads .. "-" .. os.time())
+end
+local counter = 0
+function request()
+  counter = counter + 1
+  local id = '{"event_id":"e' .. tag .. '-' .. counter .. '",'
+  return wrk.format(nil, nil, nil, id .. string.sub(wrk.body, 2))
+end
 """
 
 MIXED_LUA = """
@@ -217,9 +237,10 @@ class Server:
             self.proc.wait()
 
 
-def _scripts(tmp: Path, body: str, pause_ms: int) -> tuple[Path, Path]:
+def _scripts(tmp: Path, body: str, pause_ms: int, event_ids: bool = False) -> tuple[Path, Path]:
     rec = tmp / f"recommend_{pause_ms}.lua"
-    rec.write_text(RECOMMEND_LUA.replace("BODY", body).replace("PAUSE", str(pause_ms)))
+    script = RECOMMEND_LUA + (EVENT_IDS_LUA if event_ids else "")
+    rec.write_text(script.replace("BODY", body).replace("PAUSE", str(pause_ms)))
     mixed = tmp / "mixed.lua"
     mixed.write_text(MIXED_LUA.replace("BODY", body))
     return rec, mixed
@@ -245,7 +266,7 @@ def _drive(
     each of ``--connections``."""
     from benchmarks import _harness as h
 
-    rec, mixed = _scripts(tmp, body, 0)
+    rec, mixed = _scripts(tmp, body, 0, args.event_ids)
     url = server.base + "/recommend"
     rows = []
     for connections in args.connections:
@@ -257,7 +278,7 @@ def _drive(
         if "half" in args.loads:  # each connection pauses between requests
             rate = max(top["requests_per_s"] / 2, 1)
             pause = max(0, round(1000 * connections / rate - (top["p50_ms"] or 0)))
-            half, _ = _scripts(tmp, body, pause)
+            half, _ = _scripts(tmp, body, pause, args.event_ids)
             r = wrk(url, half, args.duration, connections, server=server)
             load = f"recommend ~half rate (pause {pause} ms)"
             rows.append({**at, "load": load, **r, "loadavg": h.load()["loadavg"]})
@@ -392,7 +413,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "reward_batching": batching,
                         "workers": workers,
                         "K": K,
-                        "payload": payload,
+                        "payload": payload + (", client event ids" if args.event_ids else ""),
                     }
                     rows.extend(_drive(server, tmp, body, label, args))
             finally:
@@ -486,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="BITS",
         help="also drive a shared model over JSON features hashed into 2**BITS "
         "buckets with the issue's request (15 context features, 50 candidates x 6)",
+    )
+    parser.add_argument(
+        "--event-ids",
+        action="store_true",
+        help="every /recommend of the max and half loads carries a client event_id of "
+        "its own, as Personalizer's SDK samples send eventId (the mixed load sends none)",
     )
     parser.add_argument(
         "--json-algorithm",
