@@ -94,8 +94,9 @@ class PendingEvent:
     ``response`` the ``RecommendResponse`` JSON object, answered again to a repeated
     client event id whose request has the same ``request_digest`` (:func:`request_digest`);
     both are None for an id the service generated, which no request repeats (the
-    response, about 4 KB at K = 50, was most of the stored event). ``reward`` and ``finalized_at`` are
-    set by the transition out of ``pending`` (``reward`` stays None for an expired event).
+    response, about 4.7 KB of 5.5 at K = 50, was most of the stored event). ``reward``
+    and ``finalized_at`` are set by the transition out of ``pending`` (``reward`` stays
+    None for an expired event).
 
     ``learn`` is False for an event served in Personalizer's LoggingOnly mode (its reward
     is logged, never learned); ``imitated`` is set for an event served in Apprentice mode:

@@ -341,7 +341,7 @@ class Recommender:
             out: dict[str, bytes | None] = {}
             for key, s in zip(keys, served):
                 if values[key] is None:
-                    out[key] = _pending_event(s, runtime, now, s.digest)
+                    out[key] = _pending_event(s, runtime, now)
                     written.append(s)
             return out
 
@@ -545,8 +545,9 @@ class Recommender:
                 result["response"],
                 learn=serving is None or serving.learn,
                 imitated=result["imitated"],
+                digest=digest,
             )
-            out[key] = _pending_event(event, runtime, now, digest)
+            out[key] = _pending_event(event, runtime, now)
             return out
 
         def schedule() -> Schedule:
@@ -652,7 +653,7 @@ def _engine_error(runtime: Runtime, exc: BanditError) -> Exception:
     return EngineInputError(exc, ["body", "arms"])
 
 
-def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | None) -> bytes:
+def _pending_event(served: _Served, runtime: Runtime, now: float) -> bytes:
     """The stored pending event of a decision; the response only under a client's event
     id (the one a repeat is answered with)."""
     ids, X, _, _ = served.candidates
@@ -666,7 +667,7 @@ def _pending_event(served: _Served, runtime: Runtime, now: float, digest: str | 
         created_at=now,
         reset_at=runtime.info.reset_at,
         response=None if req.event_id is None else served.response,
-        request_digest=digest,
+        request_digest=served.digest,
         learn=served.learn,
         imitated=served.imitated,
         deadline=now + runtime.info.reward_wait_seconds,
