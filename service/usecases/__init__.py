@@ -120,7 +120,7 @@ def build_use_cases(
         features=features,
         loops=loops,
         models=Models(admin, event_log, clock),
-        feature_importances=FeatureImportances(admin, features, clock),
+        feature_importances=FeatureImportances(admin, settings, clock),
         evaluations=Evaluations(loops, settings, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
     )

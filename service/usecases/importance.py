@@ -16,9 +16,10 @@ described feature by feature (``bandit_core.featurized.named_columns``) into a b
 diagonal fit gives 0 to a column no reward touched), so the served candidates name
 every column that can have an importance above 0.
 
-:meth:`FeatureRanking.scores_over_log` is the other method, over a time range of the
-log: leave-one-feature-out with the offline estimator (the feature-importance jobs of
-``service.usecases.importance_jobs``; docs/personalizer.md says why not the weights).
+:func:`scores_over_log` is the other method, over a time range of the log:
+leave-one-feature-out with the offline estimator (the feature-importance jobs of
+``service.usecases.importance_jobs`` run it in a worker process,
+:func:`scores_over_log_in_worker`; docs/personalizer.md says why not the weights).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import numpy as np
 from bandit_core import BasePolicy
 from bandit_core.errors import BanditError
 from bandit_core.evaluation.lofo import JsonEvent, leave_one_feature_out
-from bandit_core.features import BucketNames, Featurizer, SparseRows
+from bandit_core.features import BucketNames, Featurizer, FeaturizerConfig, SparseRows
 from bandit_core.featurized import named_columns
 from bandit_core.importance import ColumnImportance, FeatureWeights, feature_importance, stack_rows
 from service.errors import InvalidRequest
@@ -83,51 +84,6 @@ class FeatureRanking:
             self.event_log.recent_decisions, name, self.settings.feature_importance_decisions
         )
         return await asyncio.to_thread(_report, runtime.info, runtime.policy, weights, logged, top)
-
-    def scores_over_log(self, info: PolicyInfo, since: float, until: float) -> FeatureScores:
-        """Feature scores of policy ``info`` over the rewarded decisions of its log in
-        ``[since, until)``, by leaving one feature out
-        (:func:`bandit_core.evaluation.lofo.leave_one_feature_out`; docs/personalizer.md
-        "Feature importances"): a fresh policy of ``info``'s config replays the range
-        with every feature and without each, and a feature's score is what the replay's
-        SNIPS value loses without it (0 when it loses nothing), divided by the largest
-        loss. Blocking (reads the log, one replay per feature): run it on a worker
-        thread. 422 for a policy without JSON ``features``."""
-        config = info.featurizer_config
-        if config is None:
-            raise InvalidRequest(
-                f"policy {info.name!r} takes float vectors; feature importance over a log "
-                "range needs a policy with JSON features",
-                ["path", "name"],
-            )
-        events = [
-            JsonEvent(
-                context=d.context,
-                arm_ids=[c["id"] for c in d.candidates],  # type: ignore[union-attr]  # read back: a list
-                actions=[c["features"] for c in d.candidates],  # type: ignore[union-attr]
-                arm_id=d.arm_id,
-                propensity=d.propensity,
-                reward=e.reward.value,
-                user_id=d.user_id,
-            )
-            for e in self.event_log.iter_events(info.name, since, until)
-            if e.reward is not None and not (d := e.decision).degraded
-        ]
-        spec = spec_of(info)
-        value, effects = leave_one_feature_out(lambda: build_policy(spec), Featurizer(config), events)
-        top = max((f.drop for f in effects), default=0.0)
-        return FeatureScores(
-            events=len(events),
-            value=value,
-            scores=[
-                FeatureScore(
-                    namespace=f.feature[0],
-                    name=f.feature[1],
-                    score=max(f.drop, 0.0) / top if top > 0 else 0.0,
-                )
-                for f in effects
-            ],
-        )
 
 
 @dataclass(frozen=True)
@@ -240,3 +196,73 @@ def _float_names(info: PolicyInfo, column: int) -> list[str]:
     """``feature_names`` name the context's (the first) columns; any other is ``x[i]``."""
     named = info.feature_names or []
     return [named[column]] if column < len(named) else [f"x[{column}]"]
+
+
+def log_range_featurizer(info: PolicyInfo) -> FeaturizerConfig:
+    """The featurizer :func:`scores_over_log` featurizes ``info``'s logged JSON with;
+    422 for a policy that takes float vectors."""
+    config = info.featurizer_config
+    if config is None:
+        raise InvalidRequest(
+            f"policy {info.name!r} takes float vectors; feature importance over a log "
+            "range needs a policy with JSON features",
+            ["path", "name"],
+        )
+    return config
+
+
+def scores_over_log(
+    event_log: EventLog, info: PolicyInfo, since: float, until: float
+) -> FeatureScores:
+    """Feature scores of policy ``info`` over the rewarded decisions of its log in
+    ``[since, until)``, by leaving one feature out
+    (:func:`bandit_core.evaluation.lofo.leave_one_feature_out`; docs/personalizer.md
+    "Feature importances"): a fresh policy of ``info``'s config replays the range with
+    every feature and without each, and a feature's score is what the replay's SNIPS
+    value loses without it (0 when it loses nothing), divided by the largest loss.
+    Blocking (reads the log, one replay per feature). 422 for a policy without JSON
+    ``features``."""
+    config = log_range_featurizer(info)
+    events = [
+        JsonEvent(
+            context=d.context,
+            arm_ids=[c["id"] for c in d.candidates],  # type: ignore[union-attr]  # read back: a list
+            actions=[c["features"] for c in d.candidates],  # type: ignore[union-attr]
+            arm_id=d.arm_id,
+            propensity=d.propensity,
+            reward=e.reward.value,
+            user_id=d.user_id,
+        )
+        for e in event_log.iter_events(info.name, since, until)
+        if e.reward is not None and not (d := e.decision).degraded
+    ]
+    spec = spec_of(info)
+    value, effects = leave_one_feature_out(lambda: build_policy(spec), Featurizer(config), events)
+    top = max((f.drop for f in effects), default=0.0)
+    return FeatureScores(
+        events=len(events),
+        value=value,
+        scores=[
+            FeatureScore(
+                namespace=f.feature[0],
+                name=f.feature[1],
+                score=max(f.drop, 0.0) / top if top > 0 else 0.0,
+            )
+            for f in effects
+        ],
+    )
+
+
+def scores_over_log_in_worker(
+    log_url: str, info_json: str, since: float, until: float
+) -> FeatureScores:
+    """Worker entry point (a spawned process): :func:`scores_over_log` over the event
+    log at ``log_url`` for the policy ``info_json`` (a ``PolicyInfo`` as JSON)."""
+    from service.storage.sql_log import SqlEventLog
+
+    event_log = SqlEventLog(log_url)
+    try:
+        info = PolicyInfo.model_validate_json(info_json)
+        return scores_over_log(event_log, info, since, until)
+    finally:
+        event_log.close()
