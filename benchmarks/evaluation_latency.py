@@ -10,6 +10,11 @@ a deployment with ``BANDIT_EVALUATION_WORKERS=1`` costs. Writes run ``--label`` 
 ``benchmarks/results/evaluation_latency.json``.
 
     python -m benchmarks.evaluation_latency
+
+``--job feature-importance`` measures the same while a feature-importance job (leave one
+feature out over the whole log; ``featureImportances``) runs instead: such a job cannot
+be stopped, so the ranks are measured in slices of 50 while it runs, then as many after
+it finished (run ``--label`` beside ``--job``'s default label).
 """
 
 from __future__ import annotations
@@ -40,7 +45,40 @@ def body(r) -> dict:
     }
 
 
-async def run(rounds: int, calls: int) -> dict:
+async def feature_importance_slices(
+    http: httpx.AsyncClient, pending: list, calls: int
+) -> tuple[list[float], list[float], int]:
+    """Rank latencies while one feature-importance job over the whole log runs (in
+    slices of 50, while it is still ``Running`` at the slice's end), then as many after
+    it finished; and how many slices ran during the job."""
+    path = "/personalizer/featureImportances/load?api-version=2022-09-01-preview"
+    created = await http.put(path, json={"name": "load", **WHOLE_LOG})
+    assert created.status_code == 200, created.text
+    busy: list[float] = []
+    slices = 0
+    for s in range(0, calls, 50):
+        times = await timed_ranks(http, pending[s : s + 50])
+        if (await http.get(path)).json()["status"] != "Running":
+            break
+        busy += times
+        slices += 1
+    while (await http.get(path)).json()["status"] == "Running":
+        await asyncio.sleep(0.1)
+    assert (await http.get(path)).json()["status"] == "Succeeded"
+    idle = await timed_ranks(http, pending[: max(len(busy), 50)])
+    return idle, busy, slices
+
+
+async def timed_ranks(http: httpx.AsyncClient, rounds: list) -> list[float]:
+    times = []
+    for r in rounds:
+        t = time.perf_counter()
+        await http.post("/personalizer/v1.0/rank", json=body(r))
+        times.append(time.perf_counter() - t)
+    return times
+
+
+async def run(rounds: int, calls: int, job: str = "evaluation") -> dict:
     rng = np.random.default_rng(0)
     shop = list(Storefront().rounds(rounds + calls, replace_at=None, rng=rng))
     with tempfile.TemporaryDirectory() as data:
@@ -63,7 +101,11 @@ async def run(rounds: int, calls: int) -> dict:
                 await asyncio.sleep(1.0)
                 idle, busy, evaluations = [], [], 0
                 pending = shop[rounds:]
-                for s in range(0, calls, 50):
+                if job == "feature-importance":
+                    idle, busy, evaluations = await feature_importance_slices(
+                        http, pending, calls
+                    )
+                for s in range(0, calls if job == "evaluation" else 0, 50):
                     slice_ = pending[s : s + 50]
                     running = (s // 50) % 2 == 1
                     if running:
@@ -90,11 +132,7 @@ async def run(rounds: int, calls: int) -> dict:
                                 break
                             await asyncio.sleep(0.05)
                         evaluations += 1
-                    times = []
-                    for r in slice_:
-                        t = time.perf_counter()
-                        await http.post("/personalizer/v1.0/rank", json=body(r))
-                        times.append(time.perf_counter() - t)
+                    times = await timed_ranks(http, slice_)
                     if running:
                         still = app.state.use_cases.evaluations.store.get(
                             "personalizer", created.json()["id"]
@@ -117,9 +155,10 @@ async def run(rounds: int, calls: int) -> dict:
         }
 
     return {
+        "job": job,
         "idle": stats(idle),
         "while_evaluating": stats(busy),
-        "evaluations_started": evaluations,
+        "evaluations_started" if job == "evaluation" else "slices_during_the_job": evaluations,
     }
 
 
@@ -133,9 +172,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--calls", type=int, default=600, help="rank calls measured (default %(default)s)"
     )
+    parser.add_argument(
+        "--job",
+        choices=["evaluation", "feature-importance"],
+        default="evaluation",
+        help="the background work ranks are measured beside (default %(default)s)",
+    )
     add_label_argument(parser, "evaluation_latency")
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args.rounds, args.calls))
+    result = asyncio.run(run(args.rounds, args.calls, args.job))
     for k in ("idle", "while_evaluating"):
         print(k, {m: round(v, 3) for m, v in result[k].items()})
     write_json("evaluation_latency", {"rounds": args.rounds, **result}, args.label)
