@@ -7,12 +7,12 @@ process, in a worker process of its own (spawned at the first job, kept for the 
 :func:`~service.usecases.importance.scores_over_log_in_worker`): the replays are Python,
 which a thread would run under the serving process's GIL, so ``rank`` neither waits on
 a job nor shares its interpreter. A job ends ``Succeeded`` with the feature scores or
-``Failed`` with the reason in ``description``. Jobs live in the state store beside the loop, in the namespace
-``<loop>#featureImportances`` (a ``#`` no policy name holds, so resetting or replacing the
-loop's model keeps them): one value per job (``job:<id>``, JSON) and an ``index`` of the
-ids in creation order, written together in one transaction. Every replica sees every job;
-a job whose process stopped before it finished stays ``Running`` (delete it and create
-it again).
+``Failed`` with the reason in ``description``. Jobs live in the state store beside the
+loop, in the namespace ``<loop>#featureImportances`` (a ``#`` no policy name holds, so
+resetting or replacing the loop's model keeps them): one value per job (``job:<id>``,
+JSON) and an ``index`` of the ids in creation order, written together in one
+transaction. Every replica sees every job; a job whose process stopped before it
+finished stays ``Running`` (delete it and create it again).
 """
 
 from __future__ import annotations
