@@ -173,14 +173,10 @@ class Recommender:
         finally:
             self._start_next_batch(name)
         for (req, future), result in zip(batch, results):
-            if future.done():  # its client went away
-                continue
             if result is None:  # served on its own, not holding up the next batch
                 self._spawn(_settle(future, self._recommend_one(req)))
-            elif isinstance(result, BaseException):
-                future.set_exception(result)
             else:
-                future.set_result(result)
+                _resolve(future, result)
 
     async def _recommend_one(
         self,
@@ -674,16 +670,19 @@ def _pending_event(served: _Served, runtime: Runtime, now: float) -> bytes:
     ).to_json()
 
 
+def _resolve(future: asyncio.Future[bytes], result: bytes | BaseException) -> None:
+    """Answer a waiting request with its response or error (unless its client went away)."""
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
 async def _settle(future: asyncio.Future[bytes], request: Awaitable[bytes]) -> None:
     """Resolve ``future`` with what ``request`` answers or fails with."""
-    try:
-        result = await request
-    except Exception as exc:  # noqa: BLE001 -- handed to the request's own handler
-        if not future.done():
-            future.set_exception(exc)
-        return
-    if not future.done():
-        future.set_result(result)
+    _resolve(future, await _outcome(request))
 
 
 async def _outcome(request: Awaitable[bytes]) -> bytes | BaseException:
