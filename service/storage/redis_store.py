@@ -61,18 +61,26 @@ T = TypeVar("T")
 _REDIS_CONNECTION_MODULE = "/redis/asyncio/connection.py"
 
 
+def _event_loop_frame(filename: str) -> bool:
+    """Whether a traceback frame is the event loop's own code (asyncio or uvloop)."""
+    return "/asyncio/" in filename or filename.startswith("uvloop/") or "/uvloop/" in filename
+
+
 def torn_connection_error(exc: BaseException) -> bool:
     """Whether ``exc`` is redis-py's asyncio connection writing to a transport closed
-    under it, which redis-py 8 raises as ``AttributeError`` / ``TypeError`` instead of
-    ``ConnectionError`` (redis/redis-py#4287; seen here when a cluster master dies and
-    the client disconnects a connection another command is about to write on): the
-    innermost frame outside asyncio's own modules is redis-py's connection module."""
-    if not isinstance(exc, (AttributeError, TypeError)):
+    under it (redis/redis-py#4287; seen here when a cluster master dies and the client
+    disconnects a connection another command is about to write on). redis-py 8 lets it
+    out as whatever the write raised instead of ``ConnectionError``: ``AttributeError``
+    or ``TypeError`` once the writer is gone, uvloop's ``RuntimeError`` ("the handler
+    is closed") while it is closing. It is one when the innermost frame outside the
+    event loop's own code (asyncio, uvloop) is redis-py's connection module."""
+    if not isinstance(exc, (AttributeError, TypeError, RuntimeError)):
         return False
     frames = [
         frame.filename
         for frame in traceback.extract_tb(exc.__traceback__)
-        if "/asyncio/" not in frame.filename or frame.filename.endswith(_REDIS_CONNECTION_MODULE)
+        if not _event_loop_frame(frame.filename)
+        or frame.filename.endswith(_REDIS_CONNECTION_MODULE)
     ]
     return bool(frames) and frames[-1].endswith(_REDIS_CONNECTION_MODULE)
 
@@ -84,7 +92,7 @@ async def store_unavailable(awaitable: Awaitable[T]) -> T:
         return await awaitable
     except (TimeoutError, RedisError, RedisClusterException, OSError) as exc:
         raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
-    except (AttributeError, TypeError) as exc:
+    except (AttributeError, TypeError, RuntimeError) as exc:
         if not torn_connection_error(exc):
             raise
         raise StoreUnavailableError(f"Redis: connection closed under a write: {exc}") from exc
