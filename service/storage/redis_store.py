@@ -33,6 +33,7 @@ Every failure of Redis (unreachable, timeout, error reply) is raised as
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 import traceback
@@ -59,11 +60,13 @@ from service.storage.redis_urls import redis_client
 T = TypeVar("T")
 
 _REDIS_CONNECTION_MODULE = "/redis/asyncio/connection.py"
+_ASYNCIO_DIRECTORY = os.path.dirname(asyncio.__file__) + os.sep
 
 
 def _event_loop_frame(filename: str) -> bool:
-    """Whether a traceback frame is the event loop's own code (asyncio or uvloop)."""
-    return "/asyncio/" in filename or filename.startswith("uvloop/") or "/uvloop/" in filename
+    """Whether a traceback frame is the event loop's own code: the standard library's
+    asyncio, or uvloop (its compiled frames are named ``uvloop/handles/...``)."""
+    return filename.startswith((_ASYNCIO_DIRECTORY, "uvloop/")) or "/uvloop/" in filename
 
 
 def torn_connection_error(exc: BaseException) -> bool:
@@ -76,12 +79,8 @@ def torn_connection_error(exc: BaseException) -> bool:
     event loop's own code (asyncio, uvloop) is redis-py's connection module."""
     if not isinstance(exc, (AttributeError, TypeError, RuntimeError)):
         return False
-    frames = [
-        frame.filename
-        for frame in traceback.extract_tb(exc.__traceback__)
-        if not _event_loop_frame(frame.filename)
-        or frame.filename.endswith(_REDIS_CONNECTION_MODULE)
-    ]
+    frames = [f.filename for f in traceback.extract_tb(exc.__traceback__)]
+    frames = [name for name in frames if not _event_loop_frame(name)]
     return bool(frames) and frames[-1].endswith(_REDIS_CONNECTION_MODULE)
 
 
