@@ -19,8 +19,9 @@ as per-period sums (:mod:`bandit_core.evaluation.progressive`, periods of
 intervals of any window follow.
 
 Runs never happen on the request path: :class:`Evaluations` queues them on a bounded
-process pool (``evaluation_workers`` spawned processes; a run is CPU-bound numpy and
-Python, which a thread would run under the server's GIL). The record lives in the
+:class:`~service.usecases.worker_pool.WorkerPool` (``evaluation_workers`` spawned
+processes; a run is CPU-bound numpy and Python, which a thread would run under the
+server's GIL). The record lives in the
 event-log database (:mod:`service.storage.evaluations`); the worker writes its progress
 and result there, so any replica answers, and one whose run's process died
 (restart, crash) sees its heartbeat age and runs it again.
@@ -31,13 +32,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import multiprocessing
 import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -82,6 +81,7 @@ from service.usecases.loops import (
     parse_vw_arguments,
     vw_arguments,
 )
+from service.usecases.worker_pool import WorkerPool
 
 log = logging.getLogger("bandit.service")
 
@@ -454,9 +454,10 @@ class Evaluations:
     clock: Callable[[], float] = time.time
     owner: str = field(default_factory=lambda: secrets.token_hex(8))
     store: EvaluationStore = field(init=False)
-    _pool: ProcessPoolExecutor | None = field(default=None, init=False)
+    _workers: WorkerPool = field(init=False)
 
     def __post_init__(self) -> None:
+        self._workers = WorkerPool(self.settings.evaluation_workers)
         self._engine = create_log_engine(self.settings.log_url)
         self.store = SqlEvaluationStore(self._engine)
 
@@ -510,30 +511,15 @@ class Evaluations:
         return record
 
     def _submit(self, loop: str, evaluation_id: str) -> None:
-        """Queue the run on the pool (made at the first run; made again when a worker
-        died, which breaks a process pool)."""
-        for attempt in range(2):
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.settings.evaluation_workers,
-                    mp_context=multiprocessing.get_context("spawn"),
-                )
-            try:
-                future = self._pool.submit(
-                    run_evaluation,
-                    self.settings.log_url,
-                    loop,
-                    evaluation_id,
-                    self.settings.evaluation_timeout_seconds,
-                )
-            except BrokenProcessPool:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-                if attempt:
-                    raise
-                continue
-            future.add_done_callback(_log_failure)
-            return
+        """Queue the run on the worker processes."""
+        future = self._workers.submit(
+            run_evaluation,
+            self.settings.log_url,
+            loop,
+            evaluation_id,
+            self.settings.evaluation_timeout_seconds,
+        )
+        future.add_done_callback(_log_failure)
 
     # ---- reading -------------------------------------------------------------------------
     async def get(self, loop: str, evaluation_id: str) -> EvaluationRecord:
@@ -610,8 +596,7 @@ class Evaluations:
         )
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown()
         self._engine.dispose()
 
 

@@ -3,7 +3,8 @@
 features --since``; docs/personalizer.md "Feature importances").
 
 A job is created ``Running`` and computed in the background, one job at a time per
-process, in a worker process of its own (spawned at the first job, kept for the next;
+process, in a worker process of its own (a :class:`~service.usecases.worker_pool.WorkerPool`
+of one, spawned at the first job and kept for the next;
 :func:`~service.usecases.importance.scores_over_log_in_worker`): the replays are Python,
 which a thread would run under the serving process's GIL, so ``rank`` neither waits on
 a job nor shares its interpreter. A job ends ``Succeeded`` with the feature scores or
@@ -20,11 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from service.errors import ApiError, Conflict, InvalidRequest, NotFound
@@ -32,6 +30,7 @@ from service.schemas import FeatureImportanceJob, PolicyInfo
 from service.settings import Settings
 from service.usecases.admin import PolicyAdmin
 from service.usecases.importance import log_range_featurizer, scores_over_log_in_worker
+from service.usecases.worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ class FeatureImportances:
     clock: Callable[[], float] = time.time
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _one_at_a_time: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
-    _pool: ProcessPoolExecutor | None = field(default=None, init=False)
+    _worker: WorkerPool = field(default_factory=lambda: WorkerPool(1), init=False)
 
     async def create(
         self,
@@ -104,13 +103,14 @@ class FeatureImportances:
         async with self._one_at_a_time:
             try:
                 log_range_featurizer(info)  # a 422 here, not pickled back from the worker
-                result = await asyncio.get_running_loop().run_in_executor(
-                    self._worker(),
-                    scores_over_log_in_worker,
-                    self.settings.log_url,
-                    info.model_dump_json(),
-                    job.start_time,
-                    job.end_time,
+                result = await asyncio.wrap_future(
+                    self._worker.submit(
+                        scores_over_log_in_worker,
+                        self.settings.log_url,
+                        info.model_dump_json(),
+                        job.start_time,
+                        job.end_time,
+                    )
                 )
                 description = (
                     f"leave-one-feature-out over {result.events} rewarded decisions; the "
@@ -126,8 +126,6 @@ class FeatureImportances:
             except ApiError as exc:  # a policy without JSON features
                 done = job.model_copy(update={"status": FAILED, "description": exc.message})
             except Exception as exc:  # the job's failure is reported, not raised anywhere
-                if isinstance(exc, BrokenProcessPool):  # the worker died: a new one next time
-                    self._pool = None
                 log.exception("feature importance %r of loop %r failed", job.id, loop)
                 done = job.model_copy(
                     update={"status": FAILED, "description": f"{type(exc).__name__}: {exc}"}
@@ -143,15 +141,6 @@ class FeatureImportances:
                 await self.admin.cache.store.transact(jobs_namespace(loop), [key], finish)
             except Exception:
                 log.exception("could not store feature importance %r of loop %r", job.id, loop)
-
-    def _worker(self) -> ProcessPoolExecutor:
-        """The job process (spawned: the serving process's threads and event loop are
-        not forked into it)."""
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn")
-            )
-        return self._pool
 
     async def get(self, loop: str, job_id: str) -> FeatureImportanceJob:
         """The job ``job_id`` of ``loop`` (404 when either is unknown)."""
@@ -196,6 +185,4 @@ class FeatureImportances:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        self._worker.shutdown()
