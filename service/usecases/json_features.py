@@ -60,23 +60,25 @@ class CachedFeaturizer:
         a replay makes of it; ``features`` themselves when orjson cannot write them).
         What was not seen before is also checked storable (:func:`check_loggable`, at
         the request's path by :func:`request_loc`)."""
+        key: bytes | None
         try:
             key = orjson.dumps(features, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):  # ints beyond 64 bits, deep nesting
             key = None
-        cacheable = key is not None and b"null" not in key
-        if cacheable:
-            cached = self._actions.get(key)  # type: ignore[arg-type]
+        if key is not None and b"null" in key:
+            key = None  # not cacheable (class docstring)
+        if key is not None:
+            cached = self._actions.get(key)
             if cached is not None:
-                self._actions.move_to_end(key)  # type: ignore[arg-type]
+                self._actions.move_to_end(key)
                 return cached
         hashed = self.featurizer.hash_features(features, ("actions", index))
         loc = request_loc(("actions", index), arm_index)
         check_loggable(features, loc, self.featurizer.config.limits.max_depth)
-        if not cacheable:
+        if key is None:
             return hashed, features
         entry = (hashed, orjson.Fragment(key))
-        self._actions[key] = entry  # type: ignore[index]
+        self._actions[key] = entry
         if len(self._actions) > self.max_size:
             self._actions.popitem(last=False)
         return entry
