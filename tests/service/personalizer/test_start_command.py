@@ -11,12 +11,11 @@ import shlex
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
-from tests.servers import ROOT, free_port
+from tests.servers import ROOT, free_port, wait_until_serving
 
 GUIDE = ROOT / "docs" / "personalizer.md"
 
@@ -58,15 +57,7 @@ def test_the_guides_start_command_serves_other_hosts_with_its_key(tmp_path: Path
     base = f"http://{network_address()}:{port}"
     key = env["BANDIT_API_KEYS"].split(",")[0]
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "did not start"
-            time.sleep(0.1)
+        wait_until_serving(server, f"{base}/healthz")
         with httpx.Client(base_url=f"{base}/personalizer/v1.0", timeout=10) as http:
             body = {
                 "contextFeatures": [{"user": {"tier": "gold"}}],
