@@ -93,6 +93,25 @@ def _validation(message: str, loc: Sequence[str | int] | None, kind: str) -> JSO
     )
 
 
+# The methods a 405's Allow may name: HTTP's (RFC 9110) less CONNECT and TRACE, which no
+# route serves.
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves on the request's path (a 405's ``Allow``):
+    each method is matched against the app's routes as the router matches a request.
+    Asking the routes whether they fully match, rather than reading their ``methods``,
+    also sees the routes of included routers, which FastAPI keeps inside one route object
+    per router."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+
+
 def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     """Register the mapping above on ``app``."""
 
@@ -106,13 +125,9 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400:  # a body that is not JSON (e.g. not UTF-8): like bad JSON
             return _validation(f"request body is not valid JSON: {exc.detail}", ["body"], "json_invalid")
-        if exc.status_code == 405:  # Allow must list every method of the path, not one route's
-            scope = {**request.scope, "method": ""}
-            allowed = sorted(
-                {m for r in request.app.router.routes if r.matches(scope)[0] == Match.PARTIAL
-                 for m in getattr(r, "methods", None) or ()}
-            )
-            return JSONResponse({"detail": exc.detail}, 405, headers={"Allow": ", ".join(allowed)})
+        if exc.status_code == 405:
+            allow = ", ".join(allowed_methods(request))
+            return JSONResponse({"detail": exc.detail}, 405, headers={"Allow": allow})
         return await http_exception_handler(request, exc)
 
     @app.exception_handler(ApiError)

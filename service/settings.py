@@ -19,11 +19,35 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bandit_core.errors import InvalidInputError
+
+
+def cors_origin(text: str) -> str:
+    """``text`` as the ``Origin`` a browser sends (``scheme://host[:port]``), which CORS
+    compares character for character: a trailing ``/`` is dropped and the scheme and host
+    lowercased; ``*`` stays; anything with a path, query, fragment or user, or without
+    an http(s) scheme and host, never matches and is refused naming the value."""
+    if text == "*":
+        return text
+    parts = urlsplit(text)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or "@" in parts.netloc
+    ):
+        raise ValueError(
+            f"{text!r} is not an origin; give scheme://host[:port] as a browser sends it, "
+            "e.g. https://shop.example"
+        )
+    return f"{parts.scheme}://{parts.netloc.lower()}"
 
 
 class Settings(BaseSettings):
@@ -47,8 +71,9 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description=(
-            "comma-separated origins (https://shop.example) whose browser pages may call the "
-            "API (CORS; '*': any origin); empty: no CORS headers, browsers refuse cross-origin calls"
+            "comma-separated origins (https://shop.example; a trailing / is dropped, a path "
+            "refused) whose browser pages may call the API (CORS; '*': any origin); empty: no "
+            "CORS headers, browsers refuse cross-origin calls"
         ),
     )
     recommend_requires_key: bool = Field(
@@ -190,6 +215,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [k.strip() for k in value.split(",") if k.strip()]
         return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, values: list[str]) -> list[str]:
+        return [cors_origin(v) for v in values]
 
     @field_validator("redis_url")
     @classmethod

@@ -38,6 +38,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_until_serving(proc: subprocess.Popen[Any], url: str, timeout: float = 60.0) -> None:
+    """Poll ``url`` until it answers 200 while ``proc`` (the server) runs, or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, f"the server exited with {proc.returncode}"
+        assert time.monotonic() < deadline, f"{url} did not answer 200 within {timeout:.0f}s"
+        time.sleep(0.1)
+
+
 def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:

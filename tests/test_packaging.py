@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -80,3 +81,19 @@ def test_a_missing_module_that_no_extra_provides_gets_no_hint() -> None:
         "bandit serve: needs the 'server' extra (module 'redis' is not installed); "
         "install it with: pip install 'bandit-service[server]'"
     )
+
+
+def test_the_server_extra_installs_what_the_commands_asking_a_server_need() -> None:
+    """``bandit model`` and ``bandit features`` (service.client: the client extra's
+    dependencies) work after the README's install and in the image, which both install the
+    server extra."""
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].lower() for req in requirements}
+
+    extras = PROJECT["optional-dependencies"]
+    assert names(extras["client"]) <= names(extras["server"])
+    assert 'pip install -e ".[server]"' in (ROOT / "README.md").read_text()
+    dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
+    installs = [line for line in dockerfile if "pip install" in line]
+    assert installs and all('".[server]"' in line for line in installs)

@@ -16,7 +16,9 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
@@ -49,16 +51,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmd.set_defaults(run=_features)
 
 
+# where the container image keeps the key it generated (deploy/docker/entrypoint.py)
+IMAGE_KEY_FILE = "api-key"
+
+
 def add_server_arguments(cmd: argparse.ArgumentParser) -> None:
     """``--policy``, ``--url`` and ``--api-key``: the options of a command that asks a
-    running server about one policy."""
+    running server about one policy (the key: :func:`api_key`)."""
     cmd.add_argument("--policy", required=True, help="policy name")
     cmd.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
     cmd.add_argument(
         "--api-key",
-        default=os.environ.get("BANDIT_API_KEY"),
-        help="API key (default: $BANDIT_API_KEY)",
+        help="API key; default: $BANDIT_API_KEY, else the first of $BANDIT_API_KEYS (the "
+        "server's comma-separated keys), else the key the container image generated in "
+        "$BANDIT_DATA_DIR/api-key, else none (a server without keys answers loopback clients)",
     )
+
+
+def api_key(given: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The key a command sends: ``given`` (``--api-key``), else ``$BANDIT_API_KEY``, else
+    the first of ``$BANDIT_API_KEYS`` (what the server reads), else the one in
+    ``$BANDIT_DATA_DIR/api-key`` (the image's generated key, for ``docker compose exec api
+    bandit ...``), else None."""
+    if given is not None:
+        return given
+    if environ.get("BANDIT_API_KEY"):
+        return environ["BANDIT_API_KEY"]
+    keys = [k.strip() for k in environ.get("BANDIT_API_KEYS", "").split(",") if k.strip()]
+    if keys:
+        return keys[0]
+    data_dir = environ.get("BANDIT_DATA_DIR")
+    key_file = Path(data_dir) / IMAGE_KEY_FILE if data_dir else None
+    if key_file is not None and key_file.is_file():
+        return key_file.read_text().strip() or None
+    return None
 
 
 def _moment(text: str) -> float:
@@ -100,7 +126,7 @@ def _features(args: argparse.Namespace) -> int:
     from service.client import BanditAPIError, BanditClient
 
     try:
-        with BanditClient(args.url, api_key=args.api_key) as client:
+        with BanditClient(args.url, api_key=api_key(args.api_key)) as client:
             if args.since is not None:
                 return _job(client, args)
             report = client.features(args.policy, args.top)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from service.cli.features import add_server_arguments
+from service.cli.features import add_server_arguments, api_key
 
 ACTIONS = ("export", "import", "reset", "properties")
 
@@ -50,7 +50,7 @@ def _model(args: argparse.Namespace) -> int:
         print(f"bandit model {args.action}: --file is required", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with BanditClient(args.url, api_key=args.api_key, timeout=600.0) as client:
+        with BanditClient(args.url, api_key=api_key(args.api_key), timeout=600.0) as client:
             if args.action == "export":
                 data = client.export_model(args.policy)
                 args.file.write_bytes(data)

@@ -222,6 +222,13 @@ def _partitions(args: argparse.Namespace) -> int:
         if not event_log.partitioned:
             print("the event log is not partitioned (SQLite keeps plain tables): nothing to do")
             return EXIT_OK
+        if args.explain is not None and args.explain not in event_log.policies():
+            print(
+                f"bandit partitions: error: --explain: policy {args.explain!r} is not in the "
+                "event log",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
         for name in event_log.prepare_partitions(datetime.now(UTC).timestamp(), days_ahead):
             print(f"created {name}")
         with event_log.engine.connect() as conn:

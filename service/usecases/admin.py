@@ -1,6 +1,7 @@
 """Policy administration (``/policies``): create, replace, list, delete, reset, arms
-and statistics. A change the engine sees (``engine_changed``) resets the learned state;
-every config change is recorded in the event log first, so a rebuild replays it."""
+and statistics. A change the engine sees (``engine_changed``) resets the learned state
+(the use cases' own records beside it, ``metrics:`` keys, are kept); every config change
+is recorded in the event log first, so a rebuild replays it."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from service.policies import (
 from service.schemas import ArmStatsOut, PolicyInfo, PolicySpec, PolicyStats
 from service.settings import Settings
 from service.storage.base import EventLog
-from service.usecases.policy_cache import ARM_PREFIX, PULLS_PREFIX, PolicyCache
+from service.usecases.policy_cache import ARM_PREFIX, METRICS_PREFIX, PULLS_PREFIX, PolicyCache
 
 
 def check_guardrails_allowed(spec: PolicySpec, settings: Settings) -> None:
@@ -80,8 +81,9 @@ class PolicyAdmin:
                 self.event_log.upsert_policy, name, info.model_dump(mode="json")
             )
         if old is not None and reset:
-            await self.cache.store.delete_policy(name)
-        await self._write_config(name, info)
+            await self._reset_state(name, info)
+        else:
+            await self._write_config(name, info)
         return info
 
     async def update_policy(self, name: str, changes: Mapping[str, Any]) -> PolicyInfo:
@@ -117,8 +119,7 @@ class PolicyAdmin:
         old = await self.get_policy(name)
         info = new_info(name, spec_of(old), self.clock(), old, reset=True)
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
-        await self.cache.store.delete_policy(name)
-        await self._write_config(name, info)
+        await self._reset_state(name, info)
         return info
 
     async def change_arms(
@@ -203,6 +204,18 @@ class PolicyAdmin:
             policy_stats=pstats,
         )
 
-    async def _write_config(self, name: str, info: PolicyInfo) -> None:
+    async def _write_config(
+        self, name: str, info: PolicyInfo, records: Mapping[str, bytes | None] | None = None
+    ) -> None:
         await self.cache.store.add_policy(name)
-        await self.cache.replace(name, {CONFIG_KEY: encode_info(info)})
+        await self.cache.replace(name, {CONFIG_KEY: encode_info(info), **(records or {})})
+
+    async def _reset_state(self, name: str, info: PolicyInfo) -> None:
+        """Delete everything stored for ``name`` (model, pending events, counters) and
+        write ``info``, keeping the records the use cases keep beside the model
+        (``metrics:`` keys, such as a loop's apprentice metrics): they count events that
+        happened, which a new model does not undo."""
+        kept = await self.cache.store.keys(name, [METRICS_PREFIX])
+        records = await self.cache.store.read(name, kept, {}) if kept else {}
+        await self.cache.store.delete_policy(name)
+        await self._write_config(name, info, {k: v.data for k, v in records.items()})

@@ -190,8 +190,16 @@ class Models:
 
     async def import_model(self, name: str, data: bytes) -> PolicyInfo:
         """Replace the model of ``name`` with an exported one (module docstring); returns
-        the new config. A bad file is a 400 and changes nothing."""
-        old = await self.admin.get_policy(name)
+        the new config. A bad file is a 400 and changes nothing; a policy that does not
+        exist is a 404 saying how to create it."""
+        try:
+            old = await self.admin.get_policy(name)
+        except NotFound:
+            raise NotFound(
+                f"policy {name!r} does not exist: create it first (PUT /policies/{name} with a "
+                'policy spec, docs/personalizer.md "Creating a loop"), then import the model '
+                "into it"
+            ) from None
         spec, policy = await asyncio.to_thread(
             decode_model, data, spec_of(old), self.admin.settings
         )

@@ -8,10 +8,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
+
+from tests.servers import wait_until_serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,15 +41,7 @@ def test_serve_on_a_fresh_machine(tmp_path: Path) -> None:
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_clean_env(), stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "bandit serve did not start"
-            time.sleep(0.1)
+        wait_until_serving(proc, f"{base}/readyz", timeout=30)
         dec = httpx.post(
             f"{base}/recommend", json={"policy": "demo", "context": [0.2, 0.1, 0.0, 0.7]}
         ).json()

@@ -204,10 +204,25 @@ def _partition_names(log: SqlEventLog) -> list[str]:
 
 def test_the_partitions_command_creates_lists_and_explains(url: str, tmp_path: Path) -> None:
     """``bandit partitions`` migrates, creates the days ahead, lists every partition and
-    prints a replay's plan; on SQLite it says there is nothing to do."""
+    prints a replay's plan; on SQLite it says there is nothing to do. On PostgreSQL
+    ``--explain`` of a policy the log does not know is a usage error (2) in one line,
+    before anything is created."""
     env = {**os.environ, "BANDIT_DATABASE_URL": url, "BANDIT_DATA_DIR": str(tmp_path / "data")}
     today = datetime.now(UTC).date()
     command_line = [sys.executable, "-m", "service.cli", "partitions", "--days-ahead", "1"]
+    if url.startswith("postgresql"):
+        missing = subprocess.run(
+            [*command_line, "--explain", "p"], env=env, capture_output=True, text=True, check=False
+        )
+        assert (missing.returncode, missing.stdout) == (2, "")
+        assert missing.stderr == (
+            "bandit partitions: error: --explain: policy 'p' is not in the event log\n"
+        )
+        log = SqlEventLog(url)  # migrated by the command
+        try:
+            log.upsert_policy("p", {"algorithm": "linucb"})
+        finally:
+            log.close()
     explain = ["--explain", "p", "--since", today.isoformat(), "--until", f"{today}T12:00"]
     done = subprocess.run(
         command_line + explain, env=env, capture_output=True, text=True, check=False
