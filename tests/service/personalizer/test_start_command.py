@@ -1,7 +1,8 @@
 """The migration guide's start command (docs/personalizer.md, "Starting the service"),
-run as written but on a free port: another host reaches it (it is called through this
-machine's network address, not the loopback one) and ranks and rewards with the key the
-command sets; without the key a reward from that host is 401."""
+run as written but on a free port: it listens beyond 127.0.0.1 (it is called at
+127.0.0.2, which a server bound to 127.0.0.1 refuses; the tests send traffic to loopback
+addresses only) and ranks and rewards with the key the command sets; without the key a
+reward is 401."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -30,13 +30,7 @@ def start_command() -> tuple[dict[str, str], list[str]]:
     return env, words[len(env) :]
 
 
-def network_address() -> str:
-    """This machine's address on its default route (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("192.0.2.1", 9))  # TEST-NET-1: only the route is looked up
-        address: str = s.getsockname()[0]
-    assert not address.startswith("127."), "the machine has no network address to test with"
-    return address
+OTHER_ADDRESS = "127.0.0.2"  # reached only by a server bound beyond 127.0.0.1
 
 
 def test_the_guides_start_command_serves_other_hosts_with_its_key(tmp_path: Path) -> None:
@@ -54,7 +48,7 @@ def test_the_guides_start_command_serves_other_hosts_with_its_key(tmp_path: Path
         env={**clean, **env, "PYTHONPATH": str(ROOT)},
         stderr=subprocess.DEVNULL,
     )
-    base = f"http://{network_address()}:{port}"
+    base = f"http://{OTHER_ADDRESS}:{port}"
     key = env["BANDIT_API_KEYS"].split(",")[0]
     try:
         wait_until_serving(server, f"{base}/healthz")
@@ -70,7 +64,7 @@ def test_the_guides_start_command_serves_other_hosts_with_its_key(tmp_path: Path
             ranked = http.post("/rank", json=body, headers=headers)
             assert ranked.status_code == 201, ranked.text
             reward = f"/events/{ranked.json()['eventId']}/reward"
-            assert http.post(reward, json={"value": 1.0}).status_code == 401  # not loopback
+            assert http.post(reward, json={"value": 1.0}).status_code == 401  # keys set: no key, no reward
             assert http.post(reward, json={"value": 1.0}, headers=headers).status_code == 204
     finally:
         server.terminate()
