@@ -147,10 +147,12 @@ async def test_hung_postgres_keeps_the_process_ready_and_probes_answer_in_time(
             paused = pg_cluster.pause()
             answered.add((await decide(client))[0]["event_id"])
             probes: list[float] = []
+            backlog: list[tuple[int, float]] = []
             for _ in range(5):
                 ready, took = await timed_get(client, "/readyz")
                 probes.append(took)
                 body = ready.json()
+                backlog.append((body["spool_depth"], body["log_lag_seconds"]))
                 assert ready.status_code == 200, body
                 assert body["status"] == "ready" and body["state_store"] == "ok", body
                 assert body["event_log"] == "degraded", body
@@ -175,7 +177,8 @@ async def test_hung_postgres_keeps_the_process_ready_and_probes_answer_in_time(
         print(
             f"hung postgres: /readyz and /health/dependencies in "
             f"{1000 * min(probes):.0f} to {1000 * max(probes):.0f} ms, ready with the event log "
-            f"degraded; {len(answered)} decisions answered meanwhile, all logged after SIGCONT"
+            f"degraded; {len(answered)} decisions answered meanwhile, all logged after SIGCONT; "
+            f"(spool depth, log lag s) seen: {backlog}"
         )
     finally:
         pg_cluster.resume(paused)
