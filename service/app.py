@@ -39,17 +39,22 @@ YOUNG_GC_THRESHOLD = 10_000  # allocations between young collections (CPython's 
 
 
 def make_store(settings: Settings) -> StateStore:
-    """Redis when ``redis_url`` is set, behind a circuit breaker whose state and
-    transitions are metrics; otherwise the in-process store."""
+    """Redis when ``redis_url`` is set, otherwise the in-process store. A single Redis or
+    a Sentinel group's master is behind a circuit breaker whose state and transitions
+    are metrics; a Redis Cluster is not (one breaker for every node would fail the
+    slots of the healthy masters when one master hangs)."""
     if settings.redis_url:
         from service.storage.redis_store import RedisStateStore
+        from service.storage.redis_urls import parse_redis_url
 
-        breaker = CircuitBreaker(
-            settings.store_breaker_failures,
-            settings.store_breaker_open_seconds,
-            on_change=_publish_breaker_change,
-        )
-        metrics.show_store_breaker(breaker.state, BreakerState)
+        breaker = None
+        if parse_redis_url(settings.redis_url).kind != "cluster":
+            breaker = CircuitBreaker(
+                settings.store_breaker_failures,
+                settings.store_breaker_open_seconds,
+                on_change=_publish_breaker_change,
+            )
+            metrics.show_store_breaker(breaker.state, BreakerState)
         return RedisStateStore(
             settings.redis_url, socket_timeout=settings.redis_timeout_seconds, breaker=breaker
         )

@@ -164,9 +164,9 @@ class Settings(BaseSettings):
         3,
         ge=1,
         description=(
-            "consecutive Redis calls that time out or find no connection before the "
-            "circuit breaker opens: calls then fail at once (decisions degraded, rewards "
-            "503) instead of each waiting redis_timeout_seconds"
+            "consecutive Redis calls that time out before the circuit breaker opens: "
+            "calls then fail at once (decisions degraded, rewards 503) instead of each "
+            "waiting redis_timeout_seconds (single Redis and Sentinel; not Redis Cluster)"
         ),
     )
     store_breaker_open_seconds: float = Field(

@@ -2,7 +2,7 @@
 
 A hung store (a SIGSTOPped Redis, a dead network path) costs each call its full socket
 timeout. The breaker stops paying it after ``failures`` consecutive calls failed that
-way:
+way (the caller says which failures count: the Redis store counts timeouts):
 
 - **closed**: calls go through; a call that failed because the store did not answer
   (the caller says which failures count) adds one to the count, any other outcome resets

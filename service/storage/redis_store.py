@@ -29,7 +29,7 @@ across replicas never mistake an old value for a new one.
 Every failure of Redis (unreachable, timeout, error reply) is raised as
 :class:`StoreUnavailableError` (:func:`store_unavailable`). Every call goes through the
 store's :class:`~service.storage.breaker.CircuitBreaker` when it has one: a call that
-timed out or found no connection counts as a failure, an error reply as an answer.
+timed out counts as a failure (:func:`no_answer`), any other outcome as an answer.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bandit_core.errors import InvalidInputError
 from service.storage.base import (
@@ -101,13 +102,11 @@ async def store_unavailable(awaitable: Awaitable[T]) -> T:
 
 
 def no_answer(exc: Exception) -> bool:
-    """Whether a redis-py call failed because Redis did not answer (a timeout, no
-    connection, a torn one), which counts toward opening the breaker; an error reply is
+    """Whether a redis-py call timed out (connecting, or waiting for the reply): Redis
+    hangs, and each call costs the whole timeout; such calls count toward opening the
+    breaker. A refused or lost connection fails at once already, and an error reply is
     an answer."""
-    if isinstance(exc, ResponseError):
-        return False
-    unreachable = (TimeoutError, RedisError, RedisClusterException, OSError)
-    return isinstance(exc, unreachable) or torn_connection_error(exc)
+    return isinstance(exc, (TimeoutError, RedisTimeoutError))
 
 
 # KEYS: versions hash, value keys...; ARGV[1]: the known version of each key, comma

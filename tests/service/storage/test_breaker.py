@@ -187,3 +187,24 @@ async def test_redis_store_fails_fast_while_redis_hangs(redis_server: RedisServe
         assert breaker.state is BreakerState.CLOSED
     finally:
         await store.close()
+
+
+async def test_a_refused_connection_fails_at_once_and_leaves_the_breaker_closed(
+    redis_server: RedisServer,
+) -> None:
+    """Redis down (not hung): each call fails at once by itself, so nothing is counted and
+    calls reach Redis again as soon as it is back."""
+    breaker = CircuitBreaker(2, 60.0)
+    store = RedisStateStore(redis_server.url, socket_timeout=0.3, breaker=breaker)
+    try:
+        await store.add_policy("p")
+        redis_server.stop()
+        for _ in range(5):
+            with pytest.raises(StoreUnavailableError) as caught:
+                await store.list_policies()
+            assert not isinstance(caught.value, BreakerOpenError)
+        assert breaker.state is BreakerState.CLOSED and breaker.consecutive_failures == 0
+        redis_server.start()
+        assert await store.list_policies() == []  # not persisted: a new, empty server
+    finally:
+        await store.close()
