@@ -54,7 +54,8 @@ class Monitor:
         timeout = self.settings.probe_timeout_seconds
         self.store_probe = Probe(self.store.ping, timeout)
         self.log_probe = Probe(lambda: asyncio.to_thread(self.event_log.ping), timeout)
-        # the conditions /readyz requires, by name: each a Probe raising when not met
+        # the conditions /readyz requires, by name: each a Probe whose check raises when
+        # the condition is not met
         self.readiness_checks = {STATE_STORE: self.store_probe}
 
     async def probe_dependencies(self) -> tuple[ProbeResult, ProbeResult]:
@@ -123,7 +124,7 @@ class Monitor:
 
     async def close(self) -> None:
         """Cancel the probes still running (at shutdown)."""
-        for probe in (self.store_probe, self.log_probe, *self.readiness_checks.values()):
+        for probe in {self.store_probe, self.log_probe, *self.readiness_checks.values()}:
             await probe.close()
 
     def sink_backlog(self) -> tuple[int, float]:
