@@ -162,9 +162,12 @@ def arm_label(arm: str, labelled: Container[str]) -> str:
 
 
 def show_store_breaker(state: str, states: Iterable[str]) -> None:
-    """Set ``bandit_store_breaker_state`` to 1 for ``state`` and 0 for the other ``states``."""
+    """Set ``bandit_store_breaker_state`` to 1 for ``state`` and 0 for the other ``states``;
+    each state's transition counter exists from then on (at 0 before its first
+    transition, so that ``increase()`` sees that one)."""
     for each in states:
         STORE_BREAKER_STATE.labels(each).set(float(each == state))
+        STORE_BREAKER_TRANSITIONS.labels(each)
 
 
 def render() -> tuple[bytes, str]:

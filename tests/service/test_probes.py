@@ -106,3 +106,8 @@ async def test_probe_routes_name_each_dependency(make_settings: Any, backend: st
         for dep in deps:
             assert dep["status"] == "ok" and dep["error"] is None
             assert 0 <= dep["latency_seconds"] < 1
+        if not embedded:  # every state's series exists before its first transition
+            text = (await http.get("/metrics")).text
+            assert 'bandit_store_breaker_state{state="closed"} 1.0' in text
+            for state in ("closed", "open", "half_open"):
+                assert f'bandit_store_breaker_transitions_total{{state="{state}"}}' in text
