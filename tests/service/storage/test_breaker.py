@@ -175,14 +175,15 @@ async def test_redis_store_fails_fast_while_redis_hangs(redis_server: RedisServe
             assert not isinstance(caught.value, BreakerOpenError)
             assert time.perf_counter() - started >= 0.25  # waited for the socket timeout
         assert breaker.state is BreakerState.OPEN
-        started = time.perf_counter()
+        opened = time.perf_counter()
         for _ in range(20):
+            started = time.perf_counter()
             with pytest.raises(BreakerOpenError):
                 await store.read("p", ["arm:a"], {})
-        refused = (time.perf_counter() - started) / 20
-        assert refused < 0.05, refused  # a generous bound: well below the 0.3 s timeout
+            refused = time.perf_counter() - started
+            assert refused < 0.15, refused  # generous: well below the 0.3 s timeout
         redis_server.resume()
-        await asyncio.sleep(1.0 - (time.perf_counter() - started) + 0.05)
+        await asyncio.sleep(1.0 - (time.perf_counter() - opened) + 0.05)
         assert await store.list_policies() == ["p"]  # the half-open probe call
         assert breaker.state is BreakerState.CLOSED
     finally:
