@@ -29,6 +29,7 @@ from service.rebuild import rebuild_policy
 from service.routers import decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
 from service.storage.base import StateStore, StoreUnavailableError
+from service.storage.breaker import BreakerState, CircuitBreaker
 from service.usecases import UseCases, build_use_cases
 from service.usecases.loops import DEFAULT_LOOP
 
@@ -38,14 +39,35 @@ YOUNG_GC_THRESHOLD = 10_000  # allocations between young collections (CPython's 
 
 
 def make_store(settings: Settings) -> StateStore:
-    """Redis when ``redis_url`` is set, otherwise the in-process store."""
+    """Redis when ``redis_url`` is set, otherwise the in-process store. A single Redis or
+    a Sentinel group's master is behind a circuit breaker whose state and transitions
+    are metrics; a Redis Cluster is not (one breaker for every node would fail the
+    slots of the healthy masters when one master hangs)."""
     if settings.redis_url:
         from service.storage.redis_store import RedisStateStore
+        from service.storage.redis_urls import parse_redis_url
 
-        return RedisStateStore(settings.redis_url, socket_timeout=settings.redis_timeout_seconds)
+        breaker = None
+        if parse_redis_url(settings.redis_url).kind != "cluster":
+            breaker = CircuitBreaker(
+                settings.store_breaker_failures,
+                settings.store_breaker_open_seconds,
+                on_change=_publish_breaker_change,
+            )
+            metrics.show_store_breaker(breaker.state, BreakerState)
+        return RedisStateStore(
+            settings.redis_url, socket_timeout=settings.redis_timeout_seconds, breaker=breaker
+        )
     from service.storage.memory_store import InProcessStateStore
 
     return InProcessStateStore()
+
+
+def _publish_breaker_change(state: BreakerState) -> None:
+    metrics.STORE_BREAKER_TRANSITIONS.labels(state).inc()
+    metrics.show_store_breaker(state, BreakerState)
+    level = logging.INFO if state is BreakerState.CLOSED else logging.WARNING
+    log.log(level, "state store circuit breaker %s", state)
 
 
 def make_event_log(settings: Settings) -> Any:
@@ -118,6 +140,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         use_cases = build_use_cases(store, writer, event_log, settings)
         app.state.use_cases = use_cases
         stack.push_async_callback(use_cases.feature_importances.close)
+        stack.push_async_callback(use_cases.monitor.close)
         stack.callback(use_cases.evaluations.close)
         await load_initial_policies(use_cases, settings)
         # Everything allocated so far (modules, schemas, engines) lives as long as the

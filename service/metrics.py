@@ -27,6 +27,8 @@ bandit_event_log_spool_depth             gauge      (none)                  reco
 bandit_event_log_dead_letters_total      counter    (none)                  records the event log rejected for good
 bandit_dependency_up                     gauge      dependency              1 if the last probe reached it (min)
 bandit_store_errors_total                counter    operation               state-store calls that failed
+bandit_store_breaker_state               gauge      state                   1 for the breaker's state, else 0 (max)
+bandit_store_breaker_transitions_total   counter    state                   times the breaker entered a state
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -46,7 +48,7 @@ state store) or ``database`` (the event log).
 from __future__ import annotations
 
 import os
-from collections.abc import Container
+from collections.abc import Container, Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -132,6 +134,17 @@ DEPENDENCY_UP = Gauge(
     multiprocess_mode="livemin",
 )
 STORE_ERRORS = Counter("bandit_store_errors", "State-store calls that failed", ["operation"])
+STORE_BREAKER_STATE = Gauge(
+    "bandit_store_breaker_state",
+    "1 for the state the state store's circuit breaker is in (closed, open, half_open), else 0",
+    ["state"],
+    multiprocess_mode="livemax",
+)
+STORE_BREAKER_TRANSITIONS = Counter(
+    "bandit_store_breaker_transitions",
+    "Times the state store's circuit breaker entered a state",
+    ["state"],
+)
 TRANSACTION_RETRIES = Counter(
     "bandit_store_transaction_retries",
     "State-store transactions redone on fresh values after a concurrent write to their keys",
@@ -146,6 +159,15 @@ def arm_label(arm: str, labelled: Container[str]) -> str:
     """The ``arm`` label value of ``arm``: itself when it is among the policy's
     ``labelled`` arms, else :data:`OTHER_ARMS` (see the module docstring)."""
     return arm if arm in labelled else OTHER_ARMS
+
+
+def show_store_breaker(state: str, states: Iterable[str]) -> None:
+    """Set ``bandit_store_breaker_state`` to 1 for ``state`` and 0 for the other ``states``;
+    each state's transition counter exists from then on (at 0 before its first
+    transition, so that ``increase()`` sees that one)."""
+    for each in states:
+        STORE_BREAKER_STATE.labels(each).set(float(each == state))
+        STORE_BREAKER_TRANSITIONS.labels(each)
 
 
 def render() -> tuple[bytes, str]:

@@ -185,6 +185,33 @@ class Settings(BaseSettings):
         2.0, gt=0, description="Redis socket timeout; past it a call counts as the store down"
     )
     redis_retry_after_seconds: int = Field(5, gt=0, description="Retry-After of 503 answers")
+    store_breaker_failures: int = Field(
+        3,
+        ge=1,
+        description=(
+            "consecutive Redis calls that time out before the circuit breaker opens: "
+            "calls then fail at once (decisions degraded, rewards 503) instead of each "
+            "waiting redis_timeout_seconds (single Redis and Sentinel; not Redis Cluster)"
+        ),
+    )
+    store_breaker_open_seconds: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "how long an open breaker fails Redis calls at once before it lets one call "
+            "through to probe (its success closes the breaker, its failure reopens it)"
+        ),
+    )
+    probe_timeout_seconds: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description=(
+            "longest /readyz, /health/dependencies and the gauge refresh wait for a "
+            "dependency's probe; a probe not answered by then reports the dependency "
+            "unavailable (one probe per dependency runs at a time, however many ask)"
+        ),
+    )
     metrics_refresh_seconds: float = Field(
         15.0,
         gt=0,

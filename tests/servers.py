@@ -106,6 +106,17 @@ class RedisServer:
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url)
 
+    def pause(self) -> None:
+        """SIGSTOP: the server hangs (connections are accepted by the kernel, nothing
+        answers) until :meth:`resume`."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause` (harmless otherwise)."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
 
 def _pg_bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
@@ -183,6 +194,33 @@ class PostgresCluster:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def processes(self) -> list[int]:
+        """The postmaster's pid and its children's (backends and background workers)."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                # the fields after the command name, which may hold spaces, closed by ')'
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == postmaster:
+                    children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def pause(self) -> list[int]:
+        """SIGSTOP the postmaster and every backend: the database hangs (connections are
+        accepted by the kernel, nothing answers). Returns the pids for :meth:`resume`."""
+        pids = self.processes()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    @staticmethod
+    def resume(pids: list[int]) -> None:
+        """SIGCONT the processes :meth:`pause` stopped (those still alive)."""
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 class AppProcess:

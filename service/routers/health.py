@@ -1,4 +1,5 @@
-"""``/healthz``, ``/readyz`` and ``/metrics``."""
+"""``/healthz`` (liveness), ``/readyz`` (readiness), ``/health/dependencies`` and
+``/metrics`` (docs/operations.md, "Probes")."""
 
 from __future__ import annotations
 
@@ -8,25 +9,35 @@ from fastapi.responses import JSONResponse
 from service import metrics
 from service.deps import MonitorDep
 from service.routers.json_route import JsonRoute
-from service.schemas import Health, Readiness
+from service.schemas import Dependencies, Health, Readiness
 
 router = APIRouter(tags=["health"], route_class=JsonRoute)
 
 
 @router.get("/healthz", response_model=Health)
 async def healthz() -> Health:
-    """The process is alive."""
+    """Liveness: the process serves HTTP. Touches no dependency."""
     return Health(status="ok")
 
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(monitor: MonitorDep) -> JSONResponse:
-    """Whether the state store and the event log are reachable (503 if either is not:
-    decisions are then degraded or spooled)."""
+    """Readiness: 200 when this process can serve decisions (every check of ``checks``
+    ok: the state store answers), else 503. An event-log outage is reported
+    (``event_log: degraded``) but is no unreadiness: records spool until it is back.
+    Answers within ``BANDIT_PROBE_TIMEOUT_SECONDS`` whatever hangs behind it."""
     report = await monitor.readiness()
     return JSONResponse(
         status_code=200 if report.status == "ready" else 503, content=report.model_dump()
     )
+
+
+@router.get("/health/dependencies", response_model=Dependencies)
+async def dependencies(monitor: MonitorDep) -> Dependencies:
+    """Each dependency's status, probe latency and error, the state store's circuit
+    breaker, the event log's spool depth and lag; always 200 (readiness is ``/readyz``).
+    Answers within ``BANDIT_PROBE_TIMEOUT_SECONDS`` whatever hangs behind it."""
+    return await monitor.dependencies()
 
 
 @router.get("/metrics", response_class=Response)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+
+if TYPE_CHECKING:
+    from service.storage.breaker import CircuitBreaker
 
 
 class StoreUnavailableError(RuntimeError):
@@ -214,6 +217,12 @@ class StateStore(Protocol):
 
     async def ping(self) -> None:
         """Raise :class:`StoreUnavailableError` if the store is unreachable."""
+        ...
+
+    @property
+    def breaker(self) -> CircuitBreaker | None:
+        """The circuit breaker the store's calls go through (``service.storage.breaker``);
+        None for a store whose calls cannot hang (in-process)."""
         ...
 
     async def close(self) -> None:

@@ -268,5 +268,10 @@ class InProcessStateStore:
     async def ping(self) -> None:
         """Always reachable."""
 
+    @property
+    def breaker(self) -> None:
+        """None: the store's calls cannot hang, no breaker guards them."""
+        return None
+
     async def close(self) -> None:
         """Nothing to release."""

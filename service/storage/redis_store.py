@@ -27,7 +27,9 @@ A policy's clock starts at the current time in microseconds, so versions after
 across replicas never mistake an old value for a new one.
 
 Every failure of Redis (unreachable, timeout, error reply) is raised as
-:class:`StoreUnavailableError` (:func:`store_unavailable`).
+:class:`StoreUnavailableError` (:func:`store_unavailable`). Every call goes through the
+store's :class:`~service.storage.breaker.CircuitBreaker` when it has one: a call that
+timed out counts as a failure (:func:`no_answer`), any other outcome as an answer.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bandit_core.errors import InvalidInputError
 from service.storage.base import (
@@ -54,6 +57,7 @@ from service.storage.base import (
     TransactionFn,
     VersionedValue,
 )
+from service.storage.breaker import CircuitBreaker
 from service.storage.checks import check_ttl, checked_writes
 from service.storage.redis_urls import redis_client
 
@@ -95,6 +99,14 @@ async def store_unavailable(awaitable: Awaitable[T]) -> T:
         if not torn_connection_error(exc):
             raise
         raise StoreUnavailableError(f"Redis: connection closed under a write: {exc}") from exc
+
+
+def no_answer(exc: Exception) -> bool:
+    """Whether a redis-py call timed out (connecting, or waiting for the reply): Redis
+    hangs, and each call costs the whole timeout; such calls count toward opening the
+    breaker. A refused or lost connection fails at once already, and an error reply is
+    an answer."""
+    return isinstance(exc, (TimeoutError, RedisTimeoutError))
 
 
 # KEYS: versions hash, value keys...; ARGV[1]: the known version of each key, comma
@@ -193,7 +205,7 @@ class RedisStateStore:
     ``url`` is a ``redis://`` / ``rediss://`` / ``unix://`` URL, or names a Redis
     Cluster or a Sentinel group (``service.storage.redis_urls``). ``max_attempts``,
     ``backoff_base`` and ``backoff_cap`` (seconds) bound the optimistic retries of
-    :meth:`transact`.
+    :meth:`transact`. ``breaker``: every call goes through it (None: none does).
     """
 
     POLICIES_KEY = "bandit:policies"
@@ -207,6 +219,7 @@ class RedisStateStore:
         backoff_base: float = 0.0005,
         backoff_cap: float = 0.05,
         max_connections: int = 64,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         if max_attempts < 1:
             raise InvalidInputError(f"max_attempts must be >= 1, but got {max_attempts}")
@@ -222,11 +235,17 @@ class RedisStateStore:
         self._max_attempts = max_attempts
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
+        self._breaker = breaker
 
     @property
     def client(self) -> aioredis.Redis | RedisCluster:
         """The redis-py client this store talks through (built from the URL's options)."""
         return self._redis
+
+    @property
+    def breaker(self) -> CircuitBreaker | None:
+        """The circuit breaker every call goes through, if any."""
+        return self._breaker
 
     @property
     def commit_script_sha(self) -> str:
@@ -242,6 +261,8 @@ class RedisStateStore:
         return f"bandit:{{{policy}}}:"
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
+        if self._breaker is not None:
+            awaitable = self._breaker.call(awaitable, no_answer)
         return await store_unavailable(awaitable)
 
     async def _pipeline(
@@ -372,11 +393,16 @@ class RedisStateStore:
         ttl_ms = max(1, round(claim.ttl_seconds * 1000))
         replies: list[Any]
         if isinstance(self._redis, RedisCluster):
-            replies = await asyncio.gather(
-                *(self._redis.set(key, policy, nx=True, px=ttl_ms) for key in claim_keys),
-                self._redis.evalsha(self._commit_script.sha, len(keys), *keys, *args),
-                return_exceptions=True,
-            )
+            cluster = self._redis
+
+            async def concurrently() -> list[Any]:
+                return await asyncio.gather(
+                    *(cluster.set(key, policy, nx=True, px=ttl_ms) for key in claim_keys),
+                    cluster.evalsha(self._commit_script.sha, len(keys), *keys, *args),
+                    return_exceptions=True,
+                )
+
+            replies = await self._call(concurrently())
         else:
 
             def queue(pipe: Any) -> None:

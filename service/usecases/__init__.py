@@ -12,7 +12,8 @@ module               use case (public surface)
 ``models``           ``Models``: the model file (export, import, reset, properties)
 ``importance``       ``FeatureRanking.features``: ``GET /policies/{name}/features``
 ``importance_jobs``  ``FeatureImportances``: feature-importance jobs over a log range
-``readiness``        ``Monitor``: ``/readyz``, ``/metrics`` backlog, the gauge refresh loop
+``readiness``        ``Monitor``: ``/readyz``, ``/health/dependencies``, backlog, gauges
+``probes``           ``Probe``: a dependency check answered within a bound, never queued
 ``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
 ``events``           ``PendingEvent`` and its ``EventState``
 ``candidates``       a request's candidate ids and feature rows

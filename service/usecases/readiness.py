@@ -1,19 +1,39 @@
-"""Readiness (``/readyz``) and the gauges: dependency probes, the event-log writer's
-backlog, and the periodic refresh of every policy's gauges without API calls."""
+"""Readiness (``/readyz``), the dependency report (``/health/dependencies``) and the
+gauges: dependency probes, the event-log writer's backlog, and the periodic refresh of
+every policy's gauges without API calls.
+
+Readiness is a set of named checks (:attr:`Monitor.readiness_checks`), each a
+:class:`~service.usecases.probes.Probe` that answers within
+``probe_timeout_seconds``; the process is ready when every one is ok. The event log is
+probed and reported but is no check: its outage is ridden out by the writer's spool.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from service import metrics
 from service.errors import NotFound
-from service.schemas import Readiness
+from service.schemas import Dependencies, DependencyReport, Readiness, ReadinessCheck
 from service.settings import Settings
-from service.storage.base import EventLog, LogSink, StateStore, StoreUnavailableError
+from service.storage.base import EventLog, LogSink, StateStore
+from service.storage.redis_urls import parse_redis_url
+from service.storage.schema import database_url
 from service.usecases.admin import PolicyAdmin
 from service.usecases.periodic import every
+from service.usecases.probes import Probe, ProbeResult
+
+STATE_STORE = "state_store"
+EVENT_LOG = "event_log"
+
+
+def _store_backend(settings: Settings) -> str:
+    """``redis``, ``redis-cluster``, ``redis-sentinel`` or ``in-process``."""
+    if settings.redis_url is None:
+        return "in-process"
+    kind = parse_redis_url(settings.redis_url).kind
+    return "redis" if kind == "single" else f"redis-{kind}"
 
 
 @dataclass
@@ -26,38 +46,86 @@ class Monitor:
     admin: PolicyAdmin
     settings: Settings
     _dead_letters_exported: int = field(default=0, init=False, repr=False)
+    store_probe: Probe = field(init=False)
+    log_probe: Probe = field(init=False)
+    readiness_checks: dict[str, Probe] = field(init=False)
 
-    async def probe_dependencies(self) -> tuple[bool, bool]:
-        """Ping the state store and the event log concurrently; ``(store_ok, log_ok)``,
-        also published as ``bandit_dependency_up{dependency="redis"|"database"}``."""
+    def __post_init__(self) -> None:
+        timeout = self.settings.probe_timeout_seconds
+        self.store_probe = Probe(self.store.ping, timeout)
+        self.log_probe = Probe(lambda: asyncio.to_thread(self.event_log.ping), timeout)
+        # the conditions /readyz requires, by name: each a Probe whose check raises when
+        # the condition is not met
+        self.readiness_checks = {STATE_STORE: self.store_probe}
 
-        async def reachable(ping: Awaitable[None]) -> bool:
-            try:
-                await ping
-            except StoreUnavailableError:
-                return False
-            return True
+    async def probe_dependencies(self) -> tuple[ProbeResult, ProbeResult]:
+        """Probe the state store and the event log concurrently (each answered within
+        ``probe_timeout_seconds``), also published as
+        ``bandit_dependency_up{dependency="redis"|"database"}``."""
+        store, log = await asyncio.gather(self.store_probe.run(), self.log_probe.run())
+        self._publish(store, log)
+        return store, log
 
-        store_ok, log_ok = await asyncio.gather(
-            reachable(self.store.ping()), reachable(asyncio.to_thread(self.event_log.ping))
-        )
-        if not store_ok:
+    def _publish(self, store: ProbeResult, log: ProbeResult) -> None:
+        if not store.ok:
             metrics.STORE_ERRORS.labels("ping").inc()
-        metrics.DEPENDENCY_UP.labels("redis").set(float(store_ok))
-        metrics.DEPENDENCY_UP.labels("database").set(float(log_ok))
-        return store_ok, log_ok
+        metrics.DEPENDENCY_UP.labels("redis").set(float(store.ok))
+        metrics.DEPENDENCY_UP.labels("database").set(float(log.ok))
 
     async def readiness(self) -> Readiness:
-        """Reachability of the state store and the event log, and the writer's backlog."""
-        store_ok, log_ok = await self.probe_dependencies()
+        """Every readiness check and the event log probed concurrently, and the writer's
+        backlog: ready when every check is ok, whatever the event log's state."""
+        probes = {**self.readiness_checks, EVENT_LOG: self.log_probe}
+        results = dict(zip(probes, await asyncio.gather(*(p.run() for p in probes.values()))))
+        log = results.pop(EVENT_LOG)
+        self._publish(results[STATE_STORE], log)
         spool, lag = self.sink_backlog()
         return Readiness(
-            status="ready" if store_ok and log_ok else "degraded",
-            state_store="ok" if store_ok else "unavailable",
-            event_log="ok" if log_ok else "unavailable",
+            status="ready" if all(r.ok for r in results.values()) else "not_ready",
+            checks={
+                name: ReadinessCheck(ok=r.ok, seconds=r.seconds, error=r.error)
+                for name, r in results.items()
+            },
+            state_store="ok" if results[STATE_STORE].ok else "unavailable",
+            event_log="ok" if log.ok else "degraded",
             spool_depth=spool,
             log_lag_seconds=lag,
         )
+
+    async def dependencies(self) -> Dependencies:
+        """Each dependency's probe (status, latency, error), the store's circuit breaker
+        and the event log's spool and lag."""
+        store, log = await self.probe_dependencies()
+        spool, lag = self.sink_backlog()
+        breaker = self.store.breaker
+        return Dependencies(
+            dependencies=[
+                DependencyReport(
+                    name=STATE_STORE,
+                    backend=_store_backend(self.settings),
+                    required=True,
+                    status="ok" if store.ok else "unavailable",
+                    latency_seconds=store.seconds,
+                    error=store.error,
+                    breaker=None if breaker is None else breaker.state.value,
+                ),
+                DependencyReport(
+                    name=EVENT_LOG,
+                    backend=database_url(self.settings.log_url).get_backend_name(),
+                    required=False,
+                    status="ok" if log.ok else "unavailable",
+                    latency_seconds=log.seconds,
+                    error=log.error,
+                    spool_depth=spool,
+                    log_lag_seconds=lag,
+                ),
+            ]
+        )
+
+    async def close(self) -> None:
+        """Cancel the probes still running (at shutdown)."""
+        for probe in {self.store_probe, self.log_probe, *self.readiness_checks.values()}:
+            await probe.close()
 
     def sink_backlog(self) -> tuple[int, float]:
         """``(spooled records, seconds the oldest unflushed record waited)``, also
@@ -76,9 +144,9 @@ class Monitor:
         :meth:`PolicyAdmin.stats` does, so dashboards and alerts see live values without
         API calls. A store outage is already published by the probe, so the per-policy
         part is skipped then."""
-        store_ok, _ = await self.probe_dependencies()
+        store, _ = await self.probe_dependencies()
         self.sink_backlog()
-        if not store_ok:
+        if not store.ok:
             return
         for name in await self.store.list_policies():
             try:
