@@ -75,7 +75,33 @@ class EngineInputError(InvalidRequest):
 
 
 class NotFound(ApiError):
+    """A 404; ``reason`` says what was not found (``policy``, ``event``, ``arm``,
+    ``evaluation``, ``job``), the label of ``bandit_not_found_total``."""
+
     status = 404
+
+    def __init__(
+        self,
+        message: str,
+        loc: Sequence[str | int] | None = None,
+        code: str | None = None,
+        *,
+        reason: str,
+    ) -> None:
+        super().__init__(message, loc, code)
+        self.reason = reason
+
+
+# The request scope's key under which an answered NotFound leaves its reason for the
+# request middleware (service.app), which counts every 404; a 404 without it found no route.
+NOT_FOUND_REASON = "bandit.not_found_reason"
+NO_ROUTE = "route"
+
+
+def note_not_found(request: Request, exc: ApiError) -> None:
+    """Leave the reason of ``exc``, if it is a :class:`NotFound`, in the request's scope."""
+    if isinstance(exc, NotFound):
+        request.scope[NOT_FOUND_REASON] = exc.reason
 
 
 class Conflict(ApiError):
@@ -117,6 +143,7 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        note_not_found(request, exc)
         if exc.status == 422:
             return _validation(exc.message, exc.loc, exc.kind)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
