@@ -27,6 +27,7 @@ bandit_event_log_spool_depth             gauge      (none)                  reco
 bandit_event_log_dead_letters_total      counter    (none)                  records the event log rejected for good
 bandit_dependency_up                     gauge      dependency              1 if the last probe reached it (min)
 bandit_store_errors_total                counter    operation               state-store calls that failed
+bandit_store_transaction_retries_total   counter    policy                  transactions redone after a conflict
 bandit_build_info                        gauge      version, commit         1, labelled with the running build
 bandit_http_requests_in_flight           gauge      (none)                  requests being answered (livesum)
 bandit_not_found_total                   counter    reason                  404 answers by what was not found (***)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,9 +21,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import sqlalchemy as sa
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+import service.metrics
 from service.settings import Settings
 from service.storage.base import EventLogUnavailableError
 from tests.databases import postgres_schema
@@ -286,3 +289,16 @@ def snapshot_times(event_log: Any, policy: str) -> list[float]:
             {"p": policy},
         )
         return [t for (t,) in rows]
+
+
+def test_the_operations_guide_lists_every_metric() -> None:
+    declared = {
+        metric._name + ("_total" if metric._type == "counter" else "")
+        for metric in vars(service.metrics).values()
+        if isinstance(metric, MetricWrapperBase)
+    }
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    listed = set(
+        re.findall(r"^\| `(bandit_\w+)` \| (?:counter|gauge|histogram) \|", guide, re.MULTILINE)
+    )
+    assert listed == declared
