@@ -302,3 +302,16 @@ def test_the_operations_guide_lists_every_metric() -> None:
         re.findall(r"^\| `(bandit_\w+)` \| (?:counter|gauge|histogram) \|", guide, re.MULTILINE)
     )
     assert listed == declared
+
+
+async def test_the_last_log_upkeep_and_a_given_build_commit_are_published(
+    make_settings: Any,
+) -> None:
+    settings = make_settings(build_commit="0123456789ab", log_upkeep_interval_seconds=0)
+    async with running(settings) as (app, http, _typed):
+        upkeep = app.state.use_cases.log_upkeep
+        upkeep.clock = lambda: 1_800_000_000.0
+        await upkeep.upkeep_once()
+        samples = await scrape(http)
+    assert value(samples, "bandit_log_upkeep_last_success_timestamp_seconds") == 1_800_000_000.0
+    assert value(samples, "bandit_build_info", commit="0123456789ab") == 1
