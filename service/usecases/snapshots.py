@@ -95,26 +95,29 @@ class Snapshots:
                 data=base64.b64decode(snap.data),
                 meta={"algorithm": snap.algorithm, "period": period},
             )
+            # one policy's failure must not skip the others'
             try:
-                await asyncio.to_thread(self._save_and_prune, record)
-            except Exception as exc:  # noqa: BLE001 -- one policy's failure must not skip the others'
+                await asyncio.to_thread(self.event_log.save_snapshot, record)
+            except Exception as exc:  # noqa: BLE001
                 metrics.SNAPSHOT_FAILURES.labels(name).inc()
                 count_unavailable(exc, "snapshots")
                 log.warning("snapshot of policy %r failed: %s", name, exc)
                 continue
             metrics.SNAPSHOT_LAST_SUCCESS.labels(name).set(record.created_at)
             saved += 1
+            try:
+                await asyncio.to_thread(self._prune, name, record.created_at)
+            except Exception as exc:  # noqa: BLE001
+                count_unavailable(exc, "snapshots")
+                log.warning("pruning the snapshots of policy %r failed: %s", name, exc)
         return saved
 
-    def _save_and_prune(self, record: LogSnapshot) -> int:
-        """Save ``record``, then delete the policy's snapshots past ``snapshot_keep`` and
-        ``snapshot_max_age_seconds``; how many were deleted."""
-        self.event_log.save_snapshot(record)
+    def _prune(self, name: str, newest: float) -> int:
+        """Delete the snapshots of ``name`` past ``snapshot_keep`` and, counted back from
+        the ``newest`` one's time, ``snapshot_max_age_seconds``; how many."""
         max_age = self.settings.snapshot_max_age_seconds
         return self.event_log.prune_snapshots(
-            record.policy,
-            self.settings.snapshot_keep,
-            record.created_at - max_age if max_age > 0 else None,
+            name, self.settings.snapshot_keep, newest - max_age if max_age > 0 else None
         )
 
     async def run(self, stop: asyncio.Event) -> None:
