@@ -38,7 +38,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from bandit_core.errors import BanditError, ModelError
-from service.storage.base import StoreUnavailableError, TransactionConflictError
+from service.storage.base import (
+    EventLogUnavailableError,
+    StoreUnavailableError,
+    TransactionConflictError,
+)
 
 log = logging.getLogger("bandit.service")
 
@@ -167,7 +171,7 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     async def _store_down(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         return JSONResponse(
             status_code=503,
-            content={"detail": f"state store unavailable, retry later: {exc}"},
+            content={"detail": f"{_unavailable(exc)} unavailable, retry later: {exc}"},
             headers={"Retry-After": str(retry_after_seconds)},
         )
 
@@ -178,6 +182,11 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
             content={"detail": f"state update contended, retry: {exc}"},
             headers={"Retry-After": "1"},
         )
+
+
+def _unavailable(exc: StoreUnavailableError) -> str:
+    """Which store ``exc`` says is down."""
+    return "event log" if isinstance(exc, EventLogUnavailableError) else "state store"
 
 
 def with_policy(exc: BanditError, name: str) -> BanditError:

@@ -116,7 +116,8 @@ async def test_store_and_event_log_latency_and_rows_written(make_settings: Any) 
 
 async def test_a_database_outage_counts_event_log_errors_not_store_errors(tmp_path: Path) -> None:
     """PostgreSQL cut off: the readiness probe and the writer's appends fail as
-    event-log errors; the state store (in process) has none."""
+    event-log errors, the state store (in process) has none, and a 503 names the event
+    log."""
     with proxied_postgres() as (proxy, url):
         settings = outage_settings(tmp_path, url, log_flush_seconds=0.02)
         async with running(settings) as (app, http, _typed):
@@ -131,6 +132,10 @@ async def test_a_database_outage_counts_event_log_errors_not_store_errors(tmp_pa
             samples = await scrape(http)
             with pytest.raises(EventLogUnavailableError):
                 app.state.use_cases.event_log.ping()
+            # a policy change needs the log: 503, naming the event log
+            refused = await http.put("/policies/q", json=POLICY)
+            assert refused.status_code == 503
+            assert refused.json()["detail"].startswith("event log unavailable, retry later")
 
     def added(name: str, **labels: str) -> float:
         return value(samples, name, **labels) - value(before, name, **labels)
