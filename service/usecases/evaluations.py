@@ -526,7 +526,9 @@ class Evaluations:
         await self.loops.admin.get_policy(loop)
         record = await asyncio.to_thread(self.store.get, loop, evaluation_id)
         if record is None:
-            raise NotFound(f"evaluation {evaluation_id!r} of {loop!r} not found", reason="evaluation")
+            raise NotFound(
+                f"evaluation {evaluation_id!r} of {loop!r} not found", reason="evaluation"
+            )
         return record
 
     async def list_evaluations(self, loop: str) -> list[EvaluationRecord]:
