@@ -33,6 +33,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     BANDIT_DATA_DIR=/data \
     PORT=8000 \
     WEB_CONCURRENCY=1
+# The commit the image is built from, shown by bandit_build_info:
+# docker compose build --build-arg GIT_COMMIT="$(git rev-parse --short=12 HEAD)" api
+ARG GIT_COMMIT=
+ENV BANDIT_BUILD_COMMIT=${GIT_COMMIT}
 RUN groupadd --system --gid 10001 bandit \
     && useradd --system --uid 10001 --gid bandit --home-dir /app --no-create-home \
        --shell /usr/sbin/nologin bandit \

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import metrics
 from service.auth import warn_if_open
-from service.errors import install_handlers
+from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
 from service.routers import decisions, evaluations, health, personalizer, policies
@@ -130,6 +130,7 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     warn_if_open(settings)
+    metrics.publish_build_info(settings.build_commit)
     async with AsyncExitStack() as stack:
         event_log = await asyncio.to_thread(make_event_log, settings)
         stack.push_async_callback(asyncio.to_thread, event_log.close)
@@ -172,8 +173,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 class BodyLimitAndTiming:
     """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (``max_model_bytes`` for
-    a model file, ``PUT .../model``; read before the app sees them) and the
-    request-latency histogram per route template."""
+    a model file, ``PUT .../model``; read before the app sees them), the
+    request-latency histogram per route template, the requests in flight and the 404s
+    by reason (:data:`service.errors.NOT_FOUND_REASON`)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, max_model_bytes: int) -> None:
         self.app = app
@@ -186,6 +188,7 @@ class BodyLimitAndTiming:
             return
         start = time.perf_counter()
         status = {"code": 500}
+        metrics.REQUESTS_IN_FLIGHT.inc()
 
         async def send_status(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -203,11 +206,14 @@ class BodyLimitAndTiming:
                 receive = _replay(body, receive)
             await self.app(scope, receive, send_status)
         finally:
+            metrics.REQUESTS_IN_FLIGHT.dec()
             route = scope.get("route")
             path = getattr(route, "path", "unmatched")
             metrics.REQUEST_LATENCY.labels(path, scope["method"], str(status["code"])).observe(
                 time.perf_counter() - start
             )
+            if status["code"] == 404:
+                metrics.NOT_FOUND.labels(scope.get(NOT_FOUND_REASON, NO_ROUTE)).inc()
 
     async def _read_body(self, receive: Receive, limit: int) -> bytes | None:
         chunks: list[bytes] = []

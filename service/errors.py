@@ -38,7 +38,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from bandit_core.errors import BanditError, ModelError
-from service.storage.base import StoreUnavailableError, TransactionConflictError
+from service.storage.base import (
+    EventLogUnavailableError,
+    StoreUnavailableError,
+    TransactionConflictError,
+)
 
 log = logging.getLogger("bandit.service")
 
@@ -75,7 +79,33 @@ class EngineInputError(InvalidRequest):
 
 
 class NotFound(ApiError):
+    """A 404; ``reason`` says what was not found (``policy``, ``event``, ``arm``,
+    ``evaluation``, ``job``), the label of ``bandit_not_found_total``."""
+
     status = 404
+
+    def __init__(
+        self,
+        message: str,
+        loc: Sequence[str | int] | None = None,
+        code: str | None = None,
+        *,
+        reason: str,
+    ) -> None:
+        super().__init__(message, loc, code)
+        self.reason = reason
+
+
+# The request scope's key under which an answered NotFound leaves its reason for the
+# request middleware (service.app), which counts every 404; a 404 without it found no route.
+NOT_FOUND_REASON = "bandit.not_found_reason"
+NO_ROUTE = "route"
+
+
+def note_not_found(request: Request, exc: ApiError) -> None:
+    """Leave the reason of ``exc``, if it is a :class:`NotFound`, in the request's scope."""
+    if isinstance(exc, NotFound):
+        request.scope[NOT_FOUND_REASON] = exc.reason
 
 
 class Conflict(ApiError):
@@ -132,6 +162,7 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        note_not_found(request, exc)
         if exc.status == 422:
             return _validation(exc.message, exc.loc, exc.kind)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
@@ -155,7 +186,7 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     async def _store_down(request: Request, exc: StoreUnavailableError) -> JSONResponse:
         return JSONResponse(
             status_code=503,
-            content={"detail": f"state store unavailable, retry later: {exc}"},
+            content={"detail": f"{_unavailable(exc)} unavailable, retry later: {exc}"},
             headers={"Retry-After": str(retry_after_seconds)},
         )
 
@@ -166,6 +197,11 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
             content={"detail": f"state update contended, retry: {exc}"},
             headers={"Retry-After": "1"},
         )
+
+
+def _unavailable(exc: StoreUnavailableError) -> str:
+    """Which store ``exc`` says is down."""
+    return "event log" if isinstance(exc, EventLogUnavailableError) else "state store"
 
 
 def with_policy(exc: BanditError, name: str) -> BanditError:

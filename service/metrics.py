@@ -29,6 +29,17 @@ bandit_dependency_up                     gauge      dependency              1 if
 bandit_store_errors_total                counter    operation               state-store calls that failed
 bandit_store_breaker_state               gauge      state                   1 for the breaker's state, else 0 (max)
 bandit_store_breaker_transitions_total   counter    state                   times the breaker entered a state
+bandit_store_transaction_retries_total   counter    policy                  transactions redone after a conflict
+bandit_build_info                        gauge      version, commit         1, labelled with the running build
+bandit_http_requests_in_flight           gauge      (none)                  requests being answered (livesum)
+bandit_not_found_total                   counter    reason                  404 answers by what was not found (***)
+bandit_store_operation_duration_seconds  histogram  operation               state-store read / transact latency
+bandit_event_log_operation_duration...   histogram  operation               event-log append latency (****)
+bandit_event_log_errors_total            counter    operation               event-log calls that failed
+bandit_event_log_rows_written_total      counter    table                   records appended to the event log
+bandit_snapshot_last_success_timestamp.. gauge      policy                  unix time of the last saved snapshot
+bandit_snapshot_failures_total           counter    policy                  periodic snapshots that failed
+bandit_log_upkeep_last_success_timest..  gauge      (none)                  unix time of the last upkeep round
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -37,7 +48,16 @@ every other arm, such as the ids of a catalog sent as candidates, is counted und
 ``arm="__other__"``. Per policy a metric has at most ``BANDIT_METRICS_ARM_SERIES + 1``
 arm values (times the ``source`` values), so new ids every hour add no series; a policy
 total is the sum over ``arm``. The per-arm numbers of every arm are in ``GET
-/policies/{name}/stats``. (**) Only labelled arms report their alpha.
+/policies/{name}/stats``. (**) Only labelled arms report their alpha. (***) ``reason``
+is ``policy``, ``event``, ``arm``, ``evaluation``, ``job`` (a feature-importance job) or
+``route`` (no route matches the path). (****) Full names:
+``bandit_event_log_operation_duration_seconds``,
+``bandit_snapshot_last_success_timestamp_seconds``,
+``bandit_log_upkeep_last_success_timestamp_seconds``.
+
+The series of a deleted policy leave ``/metrics``: :func:`render` drops every sample of
+the metrics in :data:`POLICY_FAMILIES` whose ``policy`` is not in the store's policy
+list (read at each scrape; kept when the store cannot be read), in every worker's files.
 
 The gauges are refreshed without any API call: every ``metrics_refresh_seconds`` by the
 lifespan's gauge loop (:meth:`service.usecases.readiness.Monitor.refresh_gauges`), and the
@@ -48,7 +68,10 @@ state store) or ``database`` (the event log).
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterable
+import subprocess
+from collections.abc import Container, Iterable, Iterator
+from importlib import metadata
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -60,6 +83,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 REQUEST_LATENCY = Histogram(
     "bandit_http_request_duration_seconds",
@@ -150,6 +175,73 @@ TRANSACTION_RETRIES = Counter(
     "State-store transactions redone on fresh values after a concurrent write to their keys",
     ["policy"],
 )
+BUILD_INFO = Gauge(
+    "bandit_build_info",
+    "1, labelled with the version and the git commit of the running build",
+    ["version", "commit"],
+    multiprocess_mode="max",
+)
+REQUESTS_IN_FLIGHT = Gauge(
+    "bandit_http_requests_in_flight",
+    "HTTP requests being answered",
+    multiprocess_mode="livesum",
+)
+NOT_FOUND = Counter("bandit_not_found", "404 answers by what was not found", ["reason"])
+STORE_LATENCY = Histogram(
+    "bandit_store_operation_duration_seconds",
+    "State-store call latency (a transaction includes the engine update inside it)",
+    ["operation"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
+)
+EVENT_LOG_LATENCY = Histogram(
+    "bandit_event_log_operation_duration_seconds",
+    "Event-log call latency",
+    ["operation"],
+    buckets=(0.005, 0.025, 0.1, 0.5, 2.5),
+)
+EVENT_LOG_ERRORS = Counter(
+    "bandit_event_log_errors", "Event-log (database) calls that failed", ["operation"]
+)
+EVENT_LOG_ROWS = Counter(
+    "bandit_event_log_rows_written", "Records appended to the event log", ["table"]
+)
+SNAPSHOT_LAST_SUCCESS = Gauge(
+    "bandit_snapshot_last_success_timestamp_seconds",
+    "Unix time of the policy's last periodic snapshot saved",
+    ["policy"],
+    multiprocess_mode="max",
+)
+SNAPSHOT_FAILURES = Counter(
+    "bandit_snapshot_failures", "Periodic snapshots that failed to be saved", ["policy"]
+)
+LOG_UPKEEP_LAST_SUCCESS = Gauge(
+    "bandit_log_upkeep_last_success_timestamp_seconds",
+    "Unix time of the last event-log upkeep round (partitions, retention) that succeeded",
+    multiprocess_mode="max",
+)
+
+# The metrics whose series :func:`render` drops for a policy that no longer exists.
+POLICY_FAMILIES = frozenset(
+    metric.describe()[0].name
+    for metric in (
+        DECISIONS,
+        DEGRADED_DECISIONS,
+        REWARDS,
+        REWARD_SUM,
+        GUARDRAIL_BLOCKS,
+        GUARDRAIL_ARGMAX_BLOCKED,
+        DELTA_G,
+        DELTA_G_LIMIT,
+        LNUCB_TA_ALPHA,
+        PENDING_EVENTS,
+        DEFAULT_REWARDS,
+        EXPIRED_EVENTS,
+        ARMS_FORGOTTEN,
+        TRANSACTION_RETRIES,
+        SNAPSHOT_LAST_SUCCESS,
+        SNAPSHOT_FAILURES,
+    )
+)
 
 
 OTHER_ARMS = "__other__"  # the arm label of every arm without its own series
@@ -170,13 +262,53 @@ def show_store_breaker(state: str, states: Iterable[str]) -> None:
         STORE_BREAKER_TRANSITIONS.labels(each)
 
 
-def render() -> tuple[bytes, str]:
-    """The exposition text of every metric (aggregated over workers in multi-process mode)."""
+class _LivePolicies(Collector):
+    """A collector over ``source`` without the :data:`POLICY_FAMILIES` samples of
+    policies not in ``live``."""
+
+    def __init__(self, source: Collector, live: Container[str]) -> None:
+        self.source = source
+        self.live = live
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.source.collect():
+            if family.name in POLICY_FAMILIES:
+                family.samples = [s for s in family.samples if s.labels["policy"] in self.live]
+            yield family
+
+
+def render(live_policies: Container[str] | None = None) -> tuple[bytes, str]:
+    """The exposition text of every metric (aggregated over workers in multi-process
+    mode); with ``live_policies``, without the series of any other policy."""
+    registry: Collector = REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
+    if live_policies is None:
         return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+    return generate_latest(_LivePolicies(registry, live_policies)), CONTENT_TYPE_LATEST
+
+
+def publish_build_info(commit: str | None) -> tuple[str, str]:
+    """Set ``bandit_build_info`` to 1 for this build: the installed distribution's
+    version and ``commit`` (unset: the commit of the git checkout the code runs from,
+    else ``unknown``); returns ``(version, commit)``."""
+    version = metadata.version("bandit-service")
+    if not commit:
+        try:
+            found = subprocess.run(
+                ["git", "rev-parse", "--short=12", "HEAD"],
+                check=False,
+                cwd=Path(__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
+            commit = found.stdout.strip() if found.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            commit = None
+    BUILD_INFO.labels(version, commit or "unknown").set(1)
+    return version, commit or "unknown"
 
 
 def process_exit() -> None:

@@ -148,6 +148,18 @@ class Settings(BaseSettings):
     snapshot_interval_seconds: float = Field(
         300.0, ge=0, description="0 disables periodic snapshots"
     )
+    snapshot_keep: int = Field(
+        24,
+        ge=0,
+        description="periodic snapshots kept per policy, the newest (0: no count limit); "
+        "older ones are deleted after each save",
+    )
+    snapshot_max_age_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="periodic snapshots older than this are deleted after each save, all "
+        "but the newest (0: no age limit)",
+    )
     evaluation_workers: int = Field(
         1, ge=1, le=64, description="processes running offline evaluations (each uses one core)"
     )
@@ -228,6 +240,11 @@ class Settings(BaseSettings):
             "arm label on the per-arm metrics; every other arm is counted under "
             "arm=\"__other__\", so the series count stays bounded whatever ids requests send"
         ),
+    )
+    build_commit: str | None = Field(
+        None,
+        description="git commit of the running build, a label of bandit_build_info; unset: "
+        "the commit of the git checkout the service runs from, else 'unknown'",
     )
     default_delta_g_limit: float = Field(
         0.05,

@@ -43,7 +43,8 @@ async def dependencies(monitor: MonitorDep) -> Dependencies:
 @router.get("/metrics", response_class=Response)
 async def prometheus(monitor: MonitorDep) -> Response:
     """Prometheus exposition of :mod:`service.metrics` (this worker's event-log backlog
-    refreshed first; every other gauge by the lifespan's refresh loop)."""
+    refreshed first; every other gauge by the lifespan's refresh loop), without the
+    series of deleted policies."""
     monitor.sink_backlog()
-    body, content_type = metrics.render()
+    body, content_type = metrics.render(await monitor.live_policies())
     return Response(content=body, media_type=content_type)

@@ -29,6 +29,11 @@ class StoreUnavailableError(RuntimeError):
     """The backing store could not be reached (the service degrades or answers 503)."""
 
 
+class EventLogUnavailableError(StoreUnavailableError):
+    """The event-log database could not be reached (records spool; counted in
+    ``bandit_event_log_errors_total``, not as a state-store error)."""
+
+
 class TransactionConflictError(RuntimeError):
     """An optimistic transaction kept conflicting after its retries."""
 
@@ -340,6 +345,12 @@ class EventLog(Protocol):
     def save_snapshot(self, snapshot: Snapshot) -> None: ...
 
     def latest_snapshot(self, policy: str) -> Snapshot | None: ...
+
+    def prune_snapshots(self, policy: str, keep: int, before: float | None) -> int:
+        """Delete the snapshots of ``policy`` beyond its newest ``keep`` (0: no count
+        limit) and those created before ``before`` (None: no age limit), never its newest
+        one; returns how many were deleted."""
+        ...
 
     def iter_events(
         self,

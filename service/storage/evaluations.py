@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from service.storage.base import StoreUnavailableError
+from service.storage.base import EventLogUnavailableError
 from service.storage.schema import evaluations
 
 UNFINISHED = ("pending", "running")
@@ -58,7 +58,7 @@ class EvaluationExistsError(RuntimeError):
 
 class EvaluationStore(Protocol):
     """Where evaluations are kept (module docstring). Every method may raise
-    :class:`StoreUnavailableError`."""
+    :class:`EventLogUnavailableError`."""
 
     def insert(self, record: EvaluationRecord) -> None:
         """Add ``record``; :class:`EvaluationExistsError` when its id is taken."""
@@ -95,7 +95,7 @@ class SqlEvaluationStore:
         except sa_exc.IntegrityError as exc:
             raise EvaluationExistsError(str(exc.orig or exc)) from exc
         except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
-            raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
+            raise EventLogUnavailableError(f"event log database: {exc.orig or exc}") from exc
 
     def insert(self, record: EvaluationRecord) -> None:
         self._run(evaluations.insert().values({f: getattr(record, f) for f in RECORD_FIELDS}))

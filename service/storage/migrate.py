@@ -16,7 +16,7 @@ from alembic.config import Config
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 
-from service.storage.base import StoreUnavailableError
+from service.storage.base import EventLogUnavailableError
 from service.storage.schema import create_log_engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def _run(url: str, action: str, revision: str) -> None:
             getattr(command, action)(config, revision)
             conn.commit()
     except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
-        raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
+        raise EventLogUnavailableError(f"event log database: {exc.orig or exc}") from exc
     finally:
         engine.dispose()
 

@@ -11,7 +11,7 @@ record is logged already, the batch is copied into a staging table and inserted 
 there with ``ON CONFLICT DO NOTHING`` (docs/performance.md "Event-log writes"); SQLite
 inserts the rows.
 ``iter_events`` streams with a server-side cursor on PostgreSQL. A database that cannot
-be reached raises :class:`StoreUnavailableError`.
+be reached raises :class:`EventLogUnavailableError` (a :class:`StoreUnavailableError`).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from sqlalchemy.engine import Connection, Engine
 from service.storage.base import (
     LATE_SOURCE,
     DecisionRecord,
+    EventLogUnavailableError,
     LoggedDecision,
     Retention,
     RewardRecord,
     Snapshot,
-    StoreUnavailableError,
 )
 from service.storage.partitions import create_partitions, drop_partitions_before
 from service.storage.schema import (
@@ -168,6 +168,32 @@ class SqlEventLog:
         with self._begin() as conn:
             row = conn.execute(query).first()
         return None if row is None else Snapshot(**row._mapping)
+
+    def prune_snapshots(self, policy: str, keep: int, before: float | None) -> int:
+        """Delete the snapshots of ``policy`` beyond its newest ``keep`` (0: no count
+        limit) and those created before ``before`` (None: no age limit), never its newest
+        one (order: time, then insertion); returns how many were deleted."""
+
+        def newest(n: int) -> sa.Select[Any]:
+            return (
+                sa.select(model_snapshots.c.id)
+                .where(model_snapshots.c.policy == policy)
+                .order_by(model_snapshots.c.created_at.desc(), model_snapshots.c.id.desc())
+                .limit(n)
+            )
+
+        expired = [] if before is None else [model_snapshots.c.created_at < before]
+        if keep > 0:
+            expired.append(model_snapshots.c.id.not_in(newest(keep)))
+        if not expired:
+            return 0
+        stmt = sa.delete(model_snapshots).where(
+            model_snapshots.c.policy == policy,
+            model_snapshots.c.id.not_in(newest(1)),
+            sa.or_(*expired),
+        )
+        with self._begin_write() as conn:
+            return conn.execute(stmt).rowcount
 
     def events_query(
         self, policy: str, since: float | None = None, until: float | None = None
@@ -322,7 +348,7 @@ class SqlEventLog:
         return None if first is None else (float(first), float(last))
 
     def ping(self) -> None:
-        """``SELECT 1``, or raise :class:`StoreUnavailableError`."""
+        """``SELECT 1``, or raise :class:`EventLogUnavailableError`."""
         with self._begin() as conn:
             conn.execute(sa.text("SELECT 1"))
 
@@ -354,11 +380,11 @@ class TurnLock:
 
 @contextmanager
 def _reachable() -> Iterator[None]:
-    """Raise :class:`StoreUnavailableError` for a database that cannot be reached."""
+    """Raise :class:`EventLogUnavailableError` for a database that cannot be reached."""
     try:
         yield
     except _UNAVAILABLE as exc:
-        raise StoreUnavailableError(f"event log database: {exc.orig or exc}") from exc
+        raise EventLogUnavailableError(f"event log database: {exc.orig or exc}") from exc
 
 
 def _rows(records: Sequence[Any], fields: list[str]) -> list[dict[str, Any]]:

@@ -33,7 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from service.storage.base import DecisionRecord, EventLog, RewardRecord, StoreUnavailableError
+from service import metrics
+from service.storage.base import (
+    LATE_SOURCE,
+    DecisionRecord,
+    EventLog,
+    RewardRecord,
+    StoreUnavailableError,
+)
 from service.storage.schema import json_dumps
 
 log = logging.getLogger(__name__)
@@ -382,9 +389,25 @@ class EventLogWriter:
         return []
 
     def _append(self, items: list[_Item]) -> None:
+        """``EventLog.append`` of ``items``, timed and counted in the metrics."""
         decisions = [r for _, r in items if isinstance(r, DecisionRecord)]
         rewards = [r for _, r in items if isinstance(r, RewardRecord)]
-        self._log.append(decisions, rewards)
+        start = time.perf_counter()
+        try:
+            self._log.append(decisions, rewards)
+        except Exception:
+            metrics.EVENT_LOG_ERRORS.labels("append").inc()
+            raise
+        finally:
+            metrics.EVENT_LOG_LATENCY.labels("append").observe(time.perf_counter() - start)
+        late = sum(r.source == LATE_SOURCE for r in rewards)
+        for table, rows in (
+            ("decisions", len(decisions)),
+            ("rewards", len(rewards) - late),
+            ("late_rewards", late),
+        ):
+            if rows:
+                metrics.EVENT_LOG_ROWS.labels(table).inc(rows)
 
     def _dead_letter(self, entries: list[dict[str, Any]]) -> None:
         log.error("event log: %d records set aside in dead-letter.jsonl", len(entries))

@@ -158,7 +158,8 @@ class PolicyAdmin:
         ]
         if unknown:
             raise NotFound(
-                f"arms {unknown} are neither registered arms of policy {name!r} nor have state"
+                f"arms {unknown} are neither registered arms of policy {name!r} nor have state",
+                reason="arm",
             )
 
     async def stats(self, name: str) -> PolicyStats:

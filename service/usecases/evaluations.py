@@ -526,7 +526,9 @@ class Evaluations:
         await self.loops.admin.get_policy(loop)
         record = await asyncio.to_thread(self.store.get, loop, evaluation_id)
         if record is None:
-            raise NotFound(f"evaluation {evaluation_id!r} of {loop!r} not found")
+            raise NotFound(
+                f"evaluation {evaluation_id!r} of {loop!r} not found", reason="evaluation"
+            )
         return record
 
     async def list_evaluations(self, loop: str) -> list[EvaluationRecord]:
@@ -554,7 +556,8 @@ class Evaluations:
         if not found:
             known = [p["name"] for p in record.result["policies"]]
             raise NotFound(
-                f"policyName {policy_name!r} is not in evaluation {evaluation_id!r}; it has {known}"
+                f"policyName {policy_name!r} is not in evaluation {evaluation_id!r}; it has {known}",
+                reason="evaluation",
             )
         chosen = found[0]
         if chosen["source"] in (BASELINE, RANDOM):

@@ -55,7 +55,7 @@ class EventAlreadyFinalError(Exception):
 def stored_event(event_id: str, data: bytes | None) -> PendingEvent:
     """The event stored as ``data``; 404 when it is gone (unknown or expired)."""
     if data is None:
-        raise NotFound(f"event_id {event_id!r} is unknown or expired")
+        raise NotFound(f"event_id {event_id!r} is unknown or expired", reason="event")
     return PendingEvent.from_json(data)
 
 

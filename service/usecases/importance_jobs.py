@@ -148,7 +148,7 @@ class FeatureImportances:
         key = JOB_PREFIX + job_id
         value = (await self.admin.cache.read(jobs_namespace(loop), [key], {}))[key].data
         if value is None:
-            raise NotFound(f"feature importance {job_id!r} does not exist")
+            raise NotFound(f"feature importance {job_id!r} does not exist", reason="job")
         return FeatureImportanceJob.model_validate_json(value)
 
     async def list_jobs(self, loop: str, top: int | None, skip: int) -> list[FeatureImportanceJob]:
@@ -173,7 +173,7 @@ class FeatureImportances:
 
         def remove(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             if values[key] is None:
-                raise NotFound(f"feature importance {job_id!r} does not exist")
+                raise NotFound(f"feature importance {job_id!r} does not exist", reason="job")
             ids = [i for i in json.loads(values[INDEX_KEY] or b"[]") if i != job_id]
             return {key: None, INDEX_KEY: json.dumps(ids).encode()}
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from service import metrics
 from service.schemas import LogProperties, PolicyInfo
 from service.settings import Settings
 from service.storage.base import EventLog, Retention
@@ -72,7 +73,8 @@ class LogUpkeep:
         )
 
     async def upkeep_once(self) -> Retention:
-        """One round: partitions ahead, then retention."""
+        """One round: partitions ahead, then retention; its end is the time in
+        ``bandit_log_upkeep_last_success_timestamp_seconds``."""
         created = await self.prepare_partitions()
         if created:
             log.info("event log: created partitions %s", ", ".join(created))
@@ -83,6 +85,7 @@ class LogUpkeep:
                 retention.dropped_partitions,
                 retention.deleted_rows,
             )
+        metrics.LOG_UPKEEP_LAST_SUCCESS.set(self.clock())
         return retention
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -97,7 +97,7 @@ async def read_whole_policy(cache: PolicyCache, name: str) -> WholePolicy:
     values = await cache.read(name, [CONFIG_KEY, *names], {})
     config = values[CONFIG_KEY].data
     if config is None:
-        raise NotFound(f"policy {name!r} does not exist")
+        raise NotFound(f"policy {name!r} does not exist", reason="policy")
     info = decode_info(config)
     policy = build_policy(spec_of(info))
     parts = {k: values[k].data for k in names if values[k].data is not None}

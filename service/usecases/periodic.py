@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from service import metrics
-from service.storage.base import StoreUnavailableError
+from service.storage.base import EventLogUnavailableError, StoreUnavailableError
 
 log = logging.getLogger("bandit.service")
 
@@ -43,15 +43,28 @@ async def each_period(
         await _sleep(stop, (period + 1) * seconds - clock())
 
 
+def count_unavailable(exc: BaseException, what: str) -> bool:
+    """Count ``exc`` in ``bandit_event_log_errors_total`` or ``bandit_store_errors_total``
+    (label ``what``) when it is an outage of the event log or the state store; whether it
+    was one."""
+    if isinstance(exc, EventLogUnavailableError):
+        metrics.EVENT_LOG_ERRORS.labels(what).inc()
+    elif isinstance(exc, StoreUnavailableError):
+        metrics.STORE_ERRORS.labels(what).inc()
+    else:
+        return False
+    return True
+
+
 async def _run_once(job: Callable[[], Awaitable[Any]], what: str, seconds: float) -> None:
     """``job()``; a failure is logged (the loop retries next round)."""
     try:
         await job()
-    except StoreUnavailableError as exc:
-        metrics.STORE_ERRORS.labels(what).inc()
-        log.warning("%s: state store unavailable: %s", what, exc)
-    except Exception:  # a background loop must survive one bad round
-        log.exception("%s failed; retrying in %.1fs", what, seconds)
+    except Exception as exc:  # a background loop must survive one bad round
+        if count_unavailable(exc, what):
+            log.warning("%s: %s", what, exc)
+        else:
+            log.exception("%s failed; retrying in %.1fs", what, seconds)
 
 
 async def _sleep(stop: asyncio.Event, seconds: float) -> None:

@@ -9,6 +9,7 @@ state through one :class:`PolicyCache`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -64,12 +65,16 @@ class PolicyCache:
     async def read(
         self, name: str, keys: Sequence[str], known: Mapping[str, int]
     ) -> dict[str, Any]:
-        """``store.read`` counting an unreachable store in ``bandit_store_errors_total``."""
+        """``store.read`` timed in ``bandit_store_operation_duration_seconds``, counting
+        an unreachable store in ``bandit_store_errors_total``."""
+        start = time.perf_counter()
         try:
             return await self.store.read(name, list(keys), known)
         except StoreUnavailableError:
             metrics.STORE_ERRORS.labels("read").inc()
             raise
+        finally:
+            metrics.STORE_LATENCY.labels("read").observe(time.perf_counter() - start)
 
     async def load(
         self,
@@ -91,7 +96,7 @@ class PolicyCache:
             info = runtime.info
         elif config is None or config.data is None:
             self._runtimes.pop(name, None)
-            raise NotFound(f"policy {name!r} does not exist")
+            raise NotFound(f"policy {name!r} does not exist", reason="policy")
         else:
             info = decode_info(config.data)
         if runtime is None or runtime.info.revision != info.revision:
@@ -140,7 +145,8 @@ class PolicyCache:
         values in the cached policy; their versions are recorded only if no concurrent
         load replaced cached parts meanwhile, and on failure the touched parts are
         reloaded next time. Attempts redone after a conflict count in
-        ``bandit_store_transaction_retries_total``."""
+        ``bandit_store_transaction_retries_total``; the call is timed in
+        ``bandit_store_operation_duration_seconds``."""
         mark = -1
         attempts = 0
 
@@ -152,6 +158,7 @@ class PolicyCache:
             return out
 
         parts = [k for k in keys if not k.startswith(NOT_PARTS) and k != CONFIG_KEY]
+        start = time.perf_counter()
         try:
             versions = await self.store.transact(name, keys, tracked, assumed, schedule, claim)
         except BaseException as exc:
@@ -161,6 +168,7 @@ class PolicyCache:
                 runtime.versions.pop(k, None)
             raise
         finally:
+            metrics.STORE_LATENCY.labels("transact").observe(time.perf_counter() - start)
             if attempts > 1:  # fn runs once per attempt: the others were conflicts
                 metrics.TRANSACTION_RETRIES.labels(name).inc(attempts - 1)
         for k in parts:

@@ -69,6 +69,8 @@ class Monitor:
     def _publish(self, store: ProbeResult, log: ProbeResult) -> None:
         if not store.ok:
             metrics.STORE_ERRORS.labels("ping").inc()
+        if not log.ok:
+            metrics.EVENT_LOG_ERRORS.labels("ping").inc()
         metrics.DEPENDENCY_UP.labels("redis").set(float(store.ok))
         metrics.DEPENDENCY_UP.labels("database").set(float(log.ok))
 
@@ -138,6 +140,14 @@ class Monitor:
         metrics.DEAD_LETTERS.inc(dead - self._dead_letters_exported)
         self._dead_letters_exported = dead
         return spool, lag
+
+    async def live_policies(self) -> set[str] | None:
+        """The policies in the store (``/metrics`` shows no other policy's series), or
+        None when the store cannot be read."""
+        try:
+            return set(await self.store.list_policies())
+        except StoreUnavailableError:
+            return None
 
     async def refresh_gauges(self) -> None:
         """Probe the dependencies, then publish the backlog and every policy's gauges as

@@ -48,7 +48,7 @@ class Rewards:
         """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""
         name = await self.cache.store.event_policy(req.event_id)
         if name is None:
-            raise NotFound(f"event_id {req.event_id!r} is unknown or expired")
+            raise NotFound(f"event_id {req.event_id!r} is unknown or expired", reason="event")
         runtime, _, raw = await self.cache.load(name, extra=[event_key(req.event_id)])
         event = stored_event(req.event_id, raw[event_key(req.event_id)])
         if req.arm_id is not None and req.arm_id != event.arm_id:
@@ -104,7 +104,7 @@ class Rewards:
         reward is due ``reward_wait_seconds`` from now)."""
         name = await self.cache.store.event_policy(event_id)
         if name is None:
-            raise NotFound(f"event_id {event_id!r} is unknown or expired")
+            raise NotFound(f"event_id {event_id!r} is unknown or expired", reason="event")
         runtime, _, raw = await self.cache.load(name, extra=[event_key(event_id)])
         key = event_key(event_id)
         stored_event(event_id, raw[key])

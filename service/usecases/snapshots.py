@@ -1,27 +1,32 @@
 """Whole-policy snapshots: export and import over the API (``/policies/{name}/snapshot``)
 and the periodic save of every policy into the event log, once per period across all
-replicas (docs/operations.md, "Several replicas")."""
+replicas (docs/operations.md, "Several replicas"), each save followed by the pruning of
+the policy's older snapshots (``snapshot_keep``, ``snapshot_max_age_seconds``)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import bandit_core
 from bandit_core import BanditError
+from service import metrics
 from service.errors import InvalidRequest, NotFound
 from service.schemas import Snapshot
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
 from service.usecases.models import read_whole_policy
-from service.usecases.periodic import each_period
+from service.usecases.periodic import count_unavailable, each_period
 from service.usecases.policy_cache import PolicyCache
 
 SNAPSHOT_JOB = "snapshot"  # the job name the periodic snapshots claim their periods under
+
+log = logging.getLogger("bandit.service")
 
 
 @dataclass
@@ -70,8 +75,10 @@ class Snapshots:
     async def snapshot_period(self, period: int) -> int:
         """Save a snapshot of every policy whose ``period`` (of
         ``snapshot_interval_seconds``) this process claims first in the store into the
-        event log; returns how many. A period whose save failed (the database down) has
-        no snapshot: the claim is not given back, so no replica saves it twice."""
+        event log, then prune that policy's snapshots; returns how many were saved. A
+        policy whose save fails (the database down) is logged and counted in
+        ``bandit_snapshot_failures_total`` and the others go on; its period has no
+        snapshot: the claim is not given back, so no replica saves it twice."""
         saved = 0
         store = self.cache.store
         for name in await store.list_policies():
@@ -88,9 +95,30 @@ class Snapshots:
                 data=base64.b64decode(snap.data),
                 meta={"algorithm": snap.algorithm, "period": period},
             )
-            await asyncio.to_thread(self.event_log.save_snapshot, record)
+            # one policy's failure must not skip the others'
+            try:
+                await asyncio.to_thread(self.event_log.save_snapshot, record)
+            except Exception as exc:  # noqa: BLE001
+                metrics.SNAPSHOT_FAILURES.labels(name).inc()
+                count_unavailable(exc, "snapshots")
+                log.warning("snapshot of policy %r failed: %s", name, exc)
+                continue
+            metrics.SNAPSHOT_LAST_SUCCESS.labels(name).set(record.created_at)
             saved += 1
+            try:
+                await asyncio.to_thread(self._prune, name, record.created_at)
+            except Exception as exc:  # noqa: BLE001
+                count_unavailable(exc, "snapshots")
+                log.warning("pruning the snapshots of policy %r failed: %s", name, exc)
         return saved
+
+    def _prune(self, name: str, newest: float) -> int:
+        """Delete the snapshots of ``name`` past ``snapshot_keep`` and, counted back from
+        the ``newest`` one's time, ``snapshot_max_age_seconds``; how many."""
+        max_age = self.settings.snapshot_max_age_seconds
+        return self.event_log.prune_snapshots(
+            name, self.settings.snapshot_keep, newest - max_age if max_age > 0 else None
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Save snapshots each ``snapshot_interval_seconds`` (0: never) until ``stop``."""

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bandit_core.errors import BanditError
 from service.auth import check_key
-from service.errors import ApiError
+from service.errors import ApiError, note_not_found
 from service.routers.json_route import JsonRoute
 from service.storage.base import StoreUnavailableError, TransactionConflictError
 
@@ -138,6 +138,7 @@ class PersonalizerRoute(JsonRoute):
                     str(exc.detail),
                 )
             except ApiError as exc:
+                note_not_found(request, exc)
                 field = _field(exc.loc) if exc.loc else None
                 if exc.status in (400, 422):
                     named = field is None or exc.message.startswith(field.split(".")[0])

@@ -173,6 +173,32 @@ def test_snapshots_latest_by_time(log: SqlEventLog) -> None:
     assert log.latest_snapshot("q") == Snapshot("q", 30.0, 1, b"q", {})
 
 
+def test_prune_snapshots_keeps_the_newest_by_count_and_age(log: SqlEventLog) -> None:
+    def times(policy: str) -> list[float]:
+        with log.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT created_at FROM model_snapshots WHERE policy = :p ORDER BY id"),
+                {"p": policy},
+            )
+            return [t for (t,) in rows]
+
+    for t in (10.0, 20.0, 30.0, 40.0, 50.0):  # saved out of order: age, not insertion, decides
+        log.save_snapshot(Snapshot("p", t, 1, b"p"))
+    log.save_snapshot(Snapshot("p", 5.0, 1, b"late"))
+    log.save_snapshot(Snapshot("q", 1.0, 1, b"q"))
+    log.save_snapshot(Snapshot("p#imported", 1.0, 1, b"i"))
+    assert log.prune_snapshots("p", 0, None) == 0
+    assert log.prune_snapshots("p", 4, None) == 2
+    assert sorted(times("p")) == [20.0, 30.0, 40.0, 50.0]
+    assert log.prune_snapshots("p", 0, 35.0) == 2
+    assert sorted(times("p")) == [40.0, 50.0]
+    assert log.prune_snapshots("p", 1, None) == 1
+    # the newest stays whatever its age; other policies are untouched
+    assert log.prune_snapshots("p", 5, 1e9) == 0
+    assert times("p") == [50.0] and times("q") == [1.0] and times("p#imported") == [1.0]
+    assert log.latest_snapshot("p") == Snapshot("p", 50.0, 1, b"p", {})
+
+
 def test_policies_upsert_and_delete(log: SqlEventLog) -> None:
     log.upsert_policy("p", {"algorithm": "linucb", "dimension": 3})
     log.upsert_policy("q", {"algorithm": "hare"})
