@@ -124,7 +124,7 @@ async def test_a_database_outage_counts_event_log_errors_not_store_errors(tmp_pa
             assert (await http.put("/policies/p", json=POLICY)).status_code == 200
             before = await scrape(http)
             proxy.stop()
-            assert (await http.get("/readyz")).json()["event_log"] == "unavailable"
+            assert (await http.get("/readyz")).json()["event_log"] == "degraded"
             decision = await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
             assert decision.status_code == 200
             writer = app.state.use_cases.sink
