@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -160,6 +160,11 @@ class Settings(BaseSettings):
         2.0, gt=0, description="Redis socket timeout; past it a call counts as the store down"
     )
     redis_retry_after_seconds: int = Field(5, gt=0, description="Retry-After of 503 answers")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="how bandit serve writes its log: text (readable lines) or json (one "
+        "object per line with the request id; docs/operations.md, Logs)",
+    )
     metrics_refresh_seconds: float = Field(
         15.0,
         gt=0,

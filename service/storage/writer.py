@@ -33,19 +33,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from service.storage.base import DecisionRecord, EventLog, RewardRecord, StoreUnavailableError
+from service.storage.base import (
+    AuditRecord,
+    DecisionRecord,
+    EventLog,
+    RewardRecord,
+    StoreUnavailableError,
+)
 from service.storage.schema import json_dumps
 
 log = logging.getLogger(__name__)
 
-Record = DecisionRecord | RewardRecord
+Record = DecisionRecord | RewardRecord | AuditRecord
 # (submitted at, record)
 _Item = tuple[float, Record]
+# the spool's name of each kind of record
+_KINDS: dict[str, type[Record]] = {
+    "decision": DecisionRecord,
+    "reward": RewardRecord,
+    "audit": AuditRecord,
+}
 
 
 def _encode(item: _Item) -> str:
     submitted, record = item
-    kind = "decision" if isinstance(record, DecisionRecord) else "reward"
+    kind = next(name for name, cls in _KINDS.items() if isinstance(record, cls))
     # the fields as they are (asdict would deep-copy them), by the log's own JSON writer:
     # a decision's candidates may come already encoded (an orjson.Fragment)
     fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
@@ -54,8 +66,7 @@ def _encode(item: _Item) -> str:
 
 def _decode(line: str) -> _Item:
     raw = json.loads(line)
-    cls = DecisionRecord if raw["kind"] == "decision" else RewardRecord
-    return float(raw["submitted"]), cls(**raw["record"])
+    return float(raw["submitted"]), _KINDS[raw["kind"]](**raw["record"])
 
 
 class _Spool:
@@ -231,6 +242,11 @@ class EventLogWriter:
         """Queue a reward for the log (never blocks on the database)."""
         self._submit(record)
 
+    def submit_audit(self, record: AuditRecord) -> None:
+        """Queue an audit record for the log (never blocks on the database): it lands
+        once, through the spool when the database is down, as decisions do."""
+        self._submit(record)
+
     def _submit(self, *records: Record) -> None:
         with self._cond:
             if self._stopping:
@@ -384,7 +400,8 @@ class EventLogWriter:
     def _append(self, items: list[_Item]) -> None:
         decisions = [r for _, r in items if isinstance(r, DecisionRecord)]
         rewards = [r for _, r in items if isinstance(r, RewardRecord)]
-        self._log.append(decisions, rewards)
+        audit = [r for _, r in items if isinstance(r, AuditRecord)]
+        self._log.append(decisions, rewards, audit)
 
     def _dead_letter(self, entries: list[dict[str, Any]]) -> None:
         log.error("event log: %d records set aside in dead-letter.jsonl", len(entries))

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 
-from service.storage.base import DecisionRecord, RewardRecord
+from service.storage.base import AuditRecord, DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.sql_log import SqlEventLog
 from service.storage.writer import EventLogWriter
@@ -50,8 +50,13 @@ class BatchRecorder:
         self.inner = inner
         self.batches: list[tuple[int, int]] = []
 
-    def append(self, decisions: Sequence[DecisionRecord], rewards: Sequence[RewardRecord]) -> None:
-        self.inner.append(decisions, rewards)
+    def append(
+        self,
+        decisions: Sequence[DecisionRecord],
+        rewards: Sequence[RewardRecord],
+        audit: Sequence[AuditRecord] = (),
+    ) -> None:
+        self.inner.append(decisions, rewards, audit)
         self.batches.append((len(decisions), len(rewards)))
 
 
