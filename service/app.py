@@ -24,9 +24,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service import metrics
 from service.auth import warn_if_open
 from service.errors import install_handlers
-from service.logs import REQUEST_ID_HEADER, RequestIds
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
+from service.request_context import REQUEST_ID_HEADER, RequestIds
 from service.routers import audit, decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
 from service.storage.base import StateStore, StoreUnavailableError

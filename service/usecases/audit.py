@@ -5,9 +5,8 @@ Who acts is :func:`current_actor`: the API key of the request (``key:`` and the 
 hex digits of its SHA-256, never the key), ``loopback`` (no keys configured, a loopback
 client), ``policies-file`` (the file's settings applied at start), ``cli`` (``bandit
 rebuild``) or ``system`` (the service's own jobs: retention, the demo policy, the
-rebuild at start). The auth
-dependency sets it per request (:func:`act_as`); a request's id comes with it
-(:data:`service.logs.REQUEST_ID`).
+rebuild at start). The auth dependency sets a request's (:func:`act_as`); the request's
+id comes with it (:mod:`service.request_context`).
 
 A record is made after its change is applied (a refused or failed change leaves none)
 and goes to the event log through the writer (``LogSink.submit_audit``): never blocking
@@ -31,8 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.errors import InvalidRequest
-from service.logs import REQUEST_ID
 from service.policies import spec_of
+from service.request_context import CURRENT_REQUEST, current_request_id
 from service.schemas import AuditEntry, AuditHistory, PolicyInfo
 from service.storage.base import AuditRecord, EventLog, LogSink
 
@@ -56,7 +55,8 @@ REBUILD = "rebuild"
 LOG_DELETE = "log_delete"
 RETENTION = "retention"
 
-_ACTOR: ContextVar[str] = ContextVar("bandit_actor", default=SYSTEM)
+# who acts outside a request (acting_as); None: the request's actor, else SYSTEM
+_ACTOR: ContextVar[str | None] = ContextVar("bandit_actor", default=None)
 # a page's cursor: the last record's time (repr of the float) and id
 _CURSOR = re.compile(r"([0-9.e+-]+)_([0-9a-f]{32})")
 
@@ -69,14 +69,15 @@ def key_actor(key: str) -> str:
 
 
 def act_as(actor: str) -> None:
-    """Make ``actor`` the one acting for the rest of the current task (a request: each
-    runs in its own context)."""
-    _ACTOR.set(actor)
+    """Make ``actor`` the one the request being served acts as."""
+    request = CURRENT_REQUEST.get()
+    if request is not None:
+        request.actor = actor
 
 
 @contextmanager
 def acting_as(actor: str) -> Iterator[None]:
-    """``actor`` acts inside the block."""
+    """``actor`` acts inside the block (outside a request: the policies file, the CLI)."""
     token = _ACTOR.set(actor)
     try:
         yield
@@ -85,8 +86,13 @@ def acting_as(actor: str) -> Iterator[None]:
 
 
 def current_actor() -> str:
-    """Who acts now (:data:`SYSTEM` outside a request)."""
-    return _ACTOR.get()
+    """Who acts now: the one of :func:`acting_as`, else the request's, else
+    :data:`SYSTEM`."""
+    actor = _ACTOR.get()
+    if actor is not None:
+        return actor
+    request = CURRENT_REQUEST.get()
+    return SYSTEM if request is None or request.actor is None else request.actor
 
 
 def settings_of(info: PolicyInfo) -> dict[str, Any]:
@@ -118,7 +124,7 @@ def audit_record(
         policy=policy,
         action=action,
         actor=current_actor(),
-        request_id=REQUEST_ID.get(),
+        request_id=current_request_id(),
         before=before,
         after=after,
         detail=detail,

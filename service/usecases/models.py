@@ -218,7 +218,11 @@ class Models:
         await self.admin.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, info.reset_at))
         before, after = changed_settings(old, info)
         self.admin.audit.record(
-            name, MODEL_IMPORT, before, after, {"arms": len(policy.arm_ids), "bytes": len(data)}
+            name,
+            MODEL_IMPORT,
+            before or None,
+            after or None,
+            {"arms": len(policy.arm_ids), "bytes": len(data)},
         )
         return info
 

@@ -154,6 +154,27 @@ def test_spooled_encoded_candidates_reach_the_log_as_written(
     assert [e.decision for e in sqlite_log.iter_events("p")] == [plain]
 
 
+def test_audit_records_spool_while_the_database_is_down(
+    sqlite_log: SqlEventLog, tmp_path: Path
+) -> None:
+    record = AuditRecord(
+        "a" * 32, 1000.5, "p", "delete", "system", None, {"epsilon": 0.1}, None, {"rows": 3}
+    )
+    down = SqlEventLog(CLOSED_PORT_URL, connect_timeout=1)
+    writer = EventLogWriter(down, tmp_path / "spool", retry_interval=0.05)
+    writer.submit_audit(record)
+    writer.submit_decision(decision(1))
+    assert writer.flush(timeout=20)
+    assert writer.spool_depth == 2
+    writer.close()
+    down.close()
+    writer = EventLogWriter(sqlite_log, tmp_path / "spool", retry_interval=0.05)
+    wait_until(lambda: writer.spool_depth == 0)
+    writer.close()
+    assert sqlite_log.audit_records() == [record]
+    assert sqlite_log.count("p") == (1, 0)
+
+
 def test_outage_and_recovery_of_postgres_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     with postgres_schema() as url:
         upgrade_head(url)
