@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.cli import main
+from service.settings import get_settings
 from service.storage.base import DecisionRecord
 from service.storage.partitions import DAY_SECONDS, day_partition
 from tests.service.conftest import API_KEY, POLICY, running
@@ -295,3 +297,31 @@ async def test_every_response_carries_a_request_id(make_settings: Any) -> None:
         assert len(set(ids)) == 3
         refused = await http.get("/policies/none", headers={"X-Request-ID": "lost-1"})
         assert (refused.status_code, refused.headers["X-Request-ID"]) == (404, "lost-1")
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_bandit_rebuild_is_recorded_as_the_cli(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings()
+    async with running(settings) as (app, http, _):
+        await http.put("/policies/p", json=POLICY)
+        for i in range(4):
+            body = {"policy": "p", "context": [1.0, 0.0, i / 4]}
+            event_id = (await http.post("/recommend", json=body)).json()["event_id"]
+            if i % 2:
+                await http.post("/reward", json={"event_id": event_id, "reward": 1.0})
+        assert await asyncio.to_thread(app.state.use_cases.sink.flush, 10)
+        event_log = app.state.use_cases.event_log
+        for name in ("redis_url", "database_url", "data_dir"):
+            monkeypatch.setenv(f"BANDIT_{name.upper()}", str(getattr(settings, name)))
+        get_settings.cache_clear()
+        try:
+            assert await asyncio.to_thread(main, ["rebuild", "--policy", "p"]) == 0
+        finally:
+            get_settings.cache_clear()
+        records = event_log.audit_records("p")
+    assert [(r.action, r.actor) for r in records] == [("create", ACTOR), ("rebuild", "cli")]
+    detail = records[-1].detail or {}
+    assert (detail["decisions"], detail["rewards"]) == (4, 2)
+    assert 1 <= detail["parts"] <= 3  # the rewarded arms' state parts
