@@ -27,6 +27,7 @@ bandit_event_log_spool_depth             gauge      (none)                  reco
 bandit_event_log_dead_letters_total      counter    (none)                  records the event log rejected for good
 bandit_dependency_up                     gauge      dependency              1 if the last probe reached it (min)
 bandit_store_errors_total                counter    operation               state-store calls that failed
+bandit_audit_records_total               counter    policy, action          changes recorded in the audit trail
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -136,6 +137,9 @@ TRANSACTION_RETRIES = Counter(
     "bandit_store_transaction_retries",
     "State-store transactions redone on fresh values after a concurrent write to their keys",
     ["policy"],
+)
+AUDIT_RECORDS = Counter(
+    "bandit_audit_records", "Changes recorded in the audit trail", ["policy", "action"]
 )
 
 

@@ -10,6 +10,8 @@ does an audit record the request makes, with the actor the auth dependency found
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import uuid
 from contextvars import ContextVar
@@ -35,12 +37,31 @@ class RequestContext:
 CURRENT_REQUEST: ContextVar[RequestContext | None] = ContextVar("bandit_request", default=None)
 
 
+class _IdSource:
+    """New request ids: 32 hex digits, a random prefix of the process and a counter (a
+    tenth of the cost of a uuid4 per request); a forked child draws its own prefix."""
+
+    def __init__(self) -> None:
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        self.prefix = uuid.uuid4().hex[:20]
+        self.counter = itertools.count(1).__next__
+
+    def new(self) -> str:
+        return f"{self.prefix}{self.counter() % 16**12:012x}"
+
+
+_ids = _IdSource()
+
+
 def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
-    """The request's id: its well-formed ``X-Request-ID``, else a new random one."""
+    """The request's id: its well-formed ``X-Request-ID``, else a new one."""
     for name, value in headers:
         if name == _HEADER_KEY and REQUEST_ID_PATTERN.fullmatch(value):
             return value.decode()
-    return uuid.uuid4().hex
+    return _ids.new()
 
 
 def current_request_id() -> str | None:

@@ -29,6 +29,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from service import metrics
 from service.errors import InvalidRequest
 from service.policies import spec_of
 from service.request_context import CURRENT_REQUEST, current_request_id
@@ -63,8 +64,8 @@ _CURSOR = re.compile(r"([0-9.e+-]+)_([0-9a-f]{32})")
 
 @functools.lru_cache(maxsize=64)
 def key_actor(key: str) -> str:
-    """The actor naming API key ``key``: ``key:`` and 12 hex digits of its SHA-256
-    (``printf %s "$KEY" | sha256sum | cut -c1-12`` tells which key it is)."""
+    """The actor naming API key ``key``: ``key:`` and the first 12 hex digits of its
+    SHA-256 (docs/operations.md, "Audit trail", tells which key it is)."""
     return "key:" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -175,15 +176,16 @@ class AuditTrail:
     ) -> AuditRecord:
         """Record ``action`` on ``policy``, made now by :func:`current_actor` (it goes
         to the log through the writer)."""
-        record = audit_record(policy, action, self.clock(), before, after, detail)
+        return self._submit(audit_record(policy, action, self.clock(), before, after, detail))
+
+    def _submit(self, record: AuditRecord) -> AuditRecord:
         self.sink.submit_audit(record)
+        metrics.AUDIT_RECORDS.labels(record.policy, record.action).inc()
         return record
 
     def rebuilt(self, report: RebuildReport) -> AuditRecord:
         """Record a replay of the log into the state (at start)."""
-        record = rebuild_record(report, self.clock())
-        self.sink.submit_audit(record)
-        return record
+        return self._submit(rebuild_record(report, self.clock()))
 
     def settings_change(
         self, old: PolicyInfo | None, new: PolicyInfo, detail: dict[str, Any] | None = None

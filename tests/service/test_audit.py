@@ -68,8 +68,18 @@ def settings_of(info: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in info.items() if k not in TIMES}
 
 
+def counted(metrics_text: str, policy: str, action: str) -> float:
+    """``bandit_audit_records_total`` of ``policy`` and ``action`` in a ``/metrics`` text."""
+    labels = f'{{action="{action}",policy="{policy}"}}'
+    for line in metrics_text.splitlines():
+        if line.startswith("bandit_audit_records_total" + labels):
+            return float(line.split()[-1])
+    return 0.0
+
+
 async def test_every_native_change_writes_one_record(make_settings: Any) -> None:
     async with running(make_settings()) as (app, http, _):
+        updates_before = counted((await http.get("/metrics")).text, "p", "update")
         trail = Trail(app, http, "p")
         created = await http.put("/policies/p", json=POLICY, headers=trail.headers())
         await trail.one("create", actor=ACTOR, before=None, after=settings_of(created.json()))
@@ -131,6 +141,8 @@ async def test_every_native_change_writes_one_record(make_settings: Any) -> None
         # the history outlives the policy; every record is the key's, in time order
         records = await trail.records()
         assert len(records) == 11
+        updates = counted((await http.get("/metrics")).text, "p", "update")
+        assert updates - updates_before == 4
         assert {r["actor"] for r in records} == {ACTOR}
         assert [r["created_at"] for r in records] == sorted(r["created_at"] for r in records)
 
