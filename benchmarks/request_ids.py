@@ -8,7 +8,11 @@ drawing an id), the context variable, the response header. The same pair around 
 ASGI app that only answers 200 gives the middleware's own cost in microseconds. Without
 ``--access-log`` no log line is written per request, in either log format.
 
-    python -m benchmarks.request_ids [--rounds 15] [--label latest]
+    python -m benchmarks.request_ids [--rounds 15] [--label latest] [--control]
+
+``--control`` keeps the middleware in both apps: the ratio then measures the setup's own
+bias (two apps in one process, created one after the other), against which a
+difference between them must stand out.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--arms", type=int, default=10, help="candidates per decision (default 10)")
     parser.add_argument("--dim", type=int, default=8, help="features per candidate (default 8)")
+    parser.add_argument(
+        "--control", action="store_true", help="keep the middleware in both apps (A/A)"
+    )
     h.add_label_argument(parser, BENCHMARK)
     args = parser.parse_args(argv)
 
@@ -110,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_upkeep_interval_seconds=0,
             )
             app = create_app(settings)
-            if name == "without":
+            if name == "without" and not args.control:
                 app.user_middleware = [m for m in app.user_middleware if m.cls is not RequestIds]
             loop.run_until_complete(stack.enter_async_context(app.router.lifespan_context(app)))
             apps[name] = app
@@ -135,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "arms": args.arms,
         "dim": args.dim,
         "rounds": args.rounds,
+        "control": args.control,
         "load_before": before,
         "load_after": after,
         "us_per_request_cpu": {name: round(1e6 / m.cpu_median, 1) for name, m in results.items()},
