@@ -26,11 +26,13 @@ from service.auth import warn_if_open
 from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
-from service.routers import decisions, evaluations, health, personalizer, policies
+from service.request_context import REQUEST_ID_HEADER, RequestIds
+from service.routers import audit, decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
 from service.storage.base import StateStore, StoreUnavailableError
 from service.storage.breaker import BreakerState, CircuitBreaker
 from service.usecases import UseCases, build_use_cases
+from service.usecases.audit import POLICIES_FILE, acting_as
 from service.usecases.loops import DEFAULT_LOOP
 
 log = logging.getLogger("bandit.service")
@@ -111,13 +113,16 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
     if rebuild:
         for name in await asyncio.to_thread(lambda: list(event_log.policies())):
             if name not in existing:
-                await rebuild_policy(event_log, store, name, replace=False)
+                report = await rebuild_policy(event_log, store, name, replace=False)
+                if report.written:
+                    use_cases.audit.rebuilt(report)
                 existing.add(name)
     if settings.policies_file is not None:
         for name, spec in load_policies_file(settings.policies_file).items():
             if name in existing and spec_of(await admin.get_policy(name)) == spec:
                 continue
-            await admin.put_policy(name, spec)
+            with acting_as(POLICIES_FILE):  # the audit trail records the override
+                await admin.put_policy(name, spec)
             existing.add(name)
     if not existing and settings.demo_policy:
         await admin.put_policy(DEMO_POLICY, DEMO_SPEC)
@@ -280,6 +285,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(policies.router)
     app.include_router(evaluations.router)
     app.include_router(health.router)
+    app.include_router(audit.router)
     for router in personalizer.routers():
         app.include_router(router)
     personalizer.install_handlers(app)
@@ -288,12 +294,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         max_model_bytes=settings.max_model_bytes,
     )
+    app.add_middleware(RequestIds)
     if settings.cors_origins:
         # outermost, so a preflight is answered before any other layer sees it
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "PUT", "DELETE"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["Authorization", "Content-Type", REQUEST_ID_HEADER],
+            expose_headers=[REQUEST_ID_HEADER],
         )
     return app

@@ -5,6 +5,8 @@
 logged. With no keys configured the protected routes accept only loopback clients
 (127.0.0.1, ::1) and answer 401 to everyone else; the server warns about it at start.
 ``/recommend`` needs a key only when ``BANDIT_RECOMMEND_REQUIRES_KEY`` is set.
+A request let in acts as its key (a hash of it) or as ``loopback`` in the audit trail
+(:mod:`service.usecases.audit`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.errors import Unauthorized
 from service.settings import Settings
+from service.usecases import audit
 
 log = logging.getLogger("bandit.auth")
 
@@ -44,11 +47,12 @@ def check(request: Request, credentials: HTTPAuthorizationCredentials | None) ->
 def check_key(request: Request, presented: str | None, header: str) -> None:
     """Raise :class:`Unauthorized` unless ``presented`` (the key a request carries in
     ``header``, None: no key) is a configured key, or no keys are configured and the
-    client is on loopback."""
+    client is on loopback; the request then acts as that key, or as ``loopback``."""
     settings: Settings = request.app.state.settings
     if not settings.api_keys:
         host = request.client.host if request.client else ""
         if host in LOOPBACK:
+            audit.act_as(audit.LOOPBACK)
             return
         raise Unauthorized(
             "no API keys are configured: protected routes accept only loopback clients"
@@ -57,6 +61,7 @@ def check_key(request: Request, presented: str | None, header: str) -> None:
         raise Unauthorized(f"missing {header}")
     if not key_matches(presented, settings.api_keys):
         raise Unauthorized("invalid API key")
+    audit.act_as(audit.key_actor(presented))
 
 
 async def require_key(

@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from service.auth import recommend_key, require_key
 from service.usecases import (
+    AuditTrail,
     Evaluations,
     FeatureImportances,
     FeatureRanking,
@@ -69,6 +70,10 @@ async def get_log_upkeep(request: Request) -> LogUpkeep:
     return request.app.state.use_cases.log_upkeep
 
 
+async def get_audit(request: Request) -> AuditTrail:
+    return request.app.state.use_cases.audit
+
+
 RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
 RewardsDep = Annotated[Rewards, Depends(get_rewards)]
 AdminDep = Annotated[PolicyAdmin, Depends(get_admin)]
@@ -80,5 +85,6 @@ ModelsDep = Annotated[Models, Depends(get_models)]
 FeatureImportancesDep = Annotated[FeatureImportances, Depends(get_feature_importances)]
 EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
 LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
+AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

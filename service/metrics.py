@@ -40,6 +40,7 @@ bandit_event_log_rows_written_total      counter    table                   reco
 bandit_snapshot_last_success_timestamp.. gauge      policy                  unix time of the last saved snapshot
 bandit_snapshot_failures_total           counter    policy                  periodic snapshots that failed
 bandit_log_upkeep_last_success_timest..  gauge      (none)                  unix time of the last upkeep round
+bandit_audit_records_total               counter    policy, action          changes recorded in the audit trail
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -241,6 +242,8 @@ POLICY_FAMILIES = frozenset(
         SNAPSHOT_LAST_SUCCESS,
         SNAPSHOT_FAILURES,
     )
+AUDIT_RECORDS = Counter(
+    "bandit_audit_records", "Changes recorded in the audit trail", ["policy", "action"]
 )
 
 

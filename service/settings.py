@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -223,6 +223,11 @@ class Settings(BaseSettings):
             "dependency's probe; a probe not answered by then reports the dependency "
             "unavailable (one probe per dependency runs at a time, however many ask)"
         ),
+    )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="how bandit serve writes its log: text (readable lines) or json (one "
+        "object per line with the request id; docs/operations.md, Logs)",
     )
     metrics_refresh_seconds: float = Field(
         15.0,

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--log-level",
         default="info",
         choices=("critical", "error", "warning", "info", "debug", "trace"),
-        help="uvicorn's log level (default info)",
+        help="log level (default info); BANDIT_LOG_FORMAT=json writes JSON lines with "
+        "each request's id",
     )
     # One log line per request costs about 3% of a /recommend's CPU (py-spy, K = 50):
     # off unless asked for; errors and start-up messages still log at --log-level.
@@ -137,6 +139,11 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Metrics of every worker land in one directory that /metrics aggregates.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bandit-metrics-")
+    from service.logs import json_log_config
+
+    log_config = (
+        {"log_config": json_log_config(args.log_level)} if settings.log_format == "json" else {}
+    )
     uvicorn.run(
         "service.app:create_app",
         factory=True,
@@ -145,6 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         access_log=args.access_log,
+        **log_config,
     )
     return EXIT_OK
 
@@ -153,6 +161,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     from service.app import make_event_log, make_store
     from service.rebuild import rebuild_policy
     from service.storage.base import StoreUnavailableError
+    from service.usecases.audit import CLI, acting_as, rebuild_record
 
     settings = _settings()
     if settings is None:
@@ -169,6 +178,8 @@ def _rebuild(args: argparse.Namespace) -> int:
         store = make_store(settings)
         try:
             report = await rebuild_policy(event_log, store, args.policy)
+            with acting_as(CLI):
+                event_log.append([], [], [rebuild_record(report, time.time())])
         except KeyError as exc:
             print(f"bandit rebuild: error: {exc.args[0]}", file=sys.stderr)
             return EXIT_USAGE

@@ -296,10 +296,41 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Retention:
-    """What one :meth:`EventLog.apply_retention` removed."""
+    """What one :meth:`EventLog.apply_retention` removed; ``by_policy``: each policy's
+    share of it (only policies that lost events)."""
 
     dropped_partitions: list[str]
     deleted_rows: int
+    by_policy: Mapping[str, PolicyRetention] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyRetention:
+    """What a retention removed of one policy's events: the day partitions dropped that
+    held some of them, and the rows deleted from the partitions that stay."""
+
+    dropped_partitions: list[str]
+    deleted_rows: int
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One change to a policy, its model or its log, as written to ``audit_log``
+    (:mod:`service.usecases.audit`): ``actor`` is who made it (``key:<hash>``,
+    ``loopback``, ``policies-file``, ``system``), never a key; ``before`` and ``after``
+    the changed settings (None where there is nothing), ``detail`` what else the action
+    says (rows deleted, a rebuild's counts). ``record_id`` is unique, so a record sent
+    twice is logged once."""
+
+    record_id: str
+    created_at: float
+    policy: str
+    action: str
+    actor: str
+    request_id: str | None = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    detail: dict[str, Any] | None = None
 
 
 class LogSink(Protocol):
@@ -311,6 +342,8 @@ class LogSink(Protocol):
     def submit_decisions(self, records: Sequence[DecisionRecord]) -> None: ...
 
     def submit_reward(self, record: RewardRecord) -> None: ...
+
+    def submit_audit(self, record: AuditRecord) -> None: ...
 
     @property
     def spool_depth(self) -> int: ...
@@ -329,9 +362,27 @@ class EventLog(Protocol):
     background writer thread, never on the request path.
     """
 
-    def append(self, decisions: Sequence[DecisionRecord], rewards: Sequence[RewardRecord]) -> None:
+    def append(
+        self,
+        decisions: Sequence[DecisionRecord],
+        rewards: Sequence[RewardRecord],
+        audit: Sequence[AuditRecord] = (),
+    ) -> None:
         """Write a batch in one transaction; idempotent on event id (a decision or a
-        reward already logged for that event id is not written twice)."""
+        reward already logged for that event id is not written twice) and on audit
+        record id."""
+        ...
+
+    def audit_records(
+        self,
+        policy: str | None = None,
+        since: float | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[AuditRecord]:
+        """Up to ``limit`` audit records in ``(created_at, record_id)`` order: of
+        ``policy`` (None: every policy), from ``since`` on, and after the record whose
+        ``(created_at, record_id)`` is ``after`` (the next page)."""
         ...
 
     def upsert_policy(self, name: str, config: dict[str, Any]) -> None: ...

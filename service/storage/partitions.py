@@ -142,15 +142,16 @@ def policies_in(conn: Connection, name: str) -> set[str]:
     return set(rows)
 
 
-def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> list[str]:
+def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> dict[str, set[str]]:
     """Drop the day partitions whose every row is older than its policy's cutoff
     (``cutoffs``: policy -> unix time; a policy absent keeps everything); returns the
-    names dropped. The rows older than a cutoff in partitions that stay are left to
-    :meth:`SqlEventLog.delete_events` (bounded batches)."""
+    names dropped, each with the policies whose rows it held. The rows older than a
+    cutoff in partitions that stay are left to :meth:`SqlEventLog.delete_events`
+    (bounded batches)."""
     if not cutoffs:
-        return []
+        return {}
     latest = max(cutoffs.values())
-    dropped = []
+    dropped: dict[str, set[str]] = {}
     for table in PARTITIONED_TABLES:
         with engine.connect() as conn:
             candidates = [
@@ -167,5 +168,5 @@ def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> list
                 owners = policies_in(conn, partition.name)
                 if all(cutoffs.get(p, -float("inf")) >= partition.end for p in owners):
                     conn.execute(sa.text(f"DROP TABLE {partition.name}"))
-                    dropped.append(partition.name)
+                    dropped[partition.name] = owners
     return dropped

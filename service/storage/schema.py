@@ -136,6 +136,25 @@ evaluations = sa.Table(
     sa.Index(None, "status", "heartbeat_at"),
 )
 
+# who changed a policy, its model or its log (service.usecases.audit); ``id`` is drawn by
+# the service, so a record the writer sends twice (docs/operations.md, "Audit trail")
+# lands once
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("policy", sa.Text, nullable=False),
+    sa.Column("action", sa.Text, nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("request_id", sa.Text, nullable=True),
+    sa.Column("before", Json, nullable=True),
+    sa.Column("after", Json, nullable=True),
+    sa.Column("detail", Json, nullable=True),
+    sa.Index(None, "policy", "created_at", "id"),
+    sa.Index(None, "created_at", "id"),
+)
+
 
 PARTITIONED_TABLES = ("decisions", "rewards")
 # decisions_default, decisions_p20261125, rewards_...: see service.storage.partitions

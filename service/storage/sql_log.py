@@ -31,15 +31,18 @@ from sqlalchemy.engine import Connection, Engine
 
 from service.storage.base import (
     LATE_SOURCE,
+    AuditRecord,
     DecisionRecord,
     EventLogUnavailableError,
     LoggedDecision,
+    PolicyRetention,
     Retention,
     RewardRecord,
     Snapshot,
 )
 from service.storage.partitions import create_partitions, drop_partitions_before
 from service.storage.schema import (
+    audit_log,
     create_log_engine,
     decisions,
     json_dumps,
@@ -53,6 +56,10 @@ _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutEr
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
 _REWARD_FIELDS = [f.name for f in dataclasses.fields(RewardRecord)]
 _LATE_FIELDS = [name for name in _REWARD_FIELDS if name != "source"]
+# AuditRecord field -> audit_log column
+_AUDIT_COLUMNS = {
+    f.name: "id" if f.name == "record_id" else f.name for f in dataclasses.fields(AuditRecord)
+}
 # the unique key of both tables (a partitioned table's keys contain its partition key)
 EVENT_KEY = ["event_id", "created_at"]
 # how much earlier than its decision a reward's time may read (replicas' clocks differ)
@@ -97,12 +104,15 @@ class SqlEventLog:
         return self._engine.dialect.name == "postgresql"
 
     def append(
-        self, decisions_: Sequence[DecisionRecord], rewards_: Sequence[RewardRecord]
+        self,
+        decisions_: Sequence[DecisionRecord],
+        rewards_: Sequence[RewardRecord],
+        audit: Sequence[AuditRecord] = (),
     ) -> None:
-        """Insert a batch in one transaction, skipping event ids already logged; rewards
-        of source ``late`` (received after the reward wait, never learned) go to
-        ``late_rewards``."""
-        if not decisions_ and not rewards_:
+        """Insert a batch in one transaction, skipping event ids (and audit record ids)
+        already logged; rewards of source ``late`` (received after the reward wait, never
+        learned) go to ``late_rewards``."""
+        if not decisions_ and not rewards_ and not audit:
             return
         late = [r for r in rewards_ if r.source == LATE_SOURCE]
         rewards_ = [r for r in rewards_ if r.source != LATE_SOURCE]
@@ -120,6 +130,35 @@ class SqlEventLog:
                     _copy_insert(conn, insert, table, records, fields)
                 else:
                     conn.execute(insert, _rows(records, fields))
+            if audit:
+                rows = [
+                    {column: getattr(r, name) for name, column in _AUDIT_COLUMNS.items()}
+                    for r in audit
+                ]
+                conn.execute(self._insert(audit_log).on_conflict_do_nothing(), rows)
+
+    def audit_records(
+        self,
+        policy: str | None = None,
+        since: float | None = None,
+        after: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> list[AuditRecord]:
+        """Audit records in ``(created_at, id)`` order (an index on each of ``(policy,
+        created_at, id)`` and ``(created_at, id)`` serves the page)."""
+        query = sa.select(*(audit_log.c[column] for column in _AUDIT_COLUMNS.values()))
+        if policy is not None:
+            query = query.where(audit_log.c.policy == policy)
+        if since is not None:
+            query = query.where(audit_log.c.created_at >= since)
+        if after is not None:
+            query = query.where(
+                sa.tuple_(audit_log.c.created_at, audit_log.c.id) > sa.tuple_(*after)
+            )
+        query = query.order_by(audit_log.c.created_at, audit_log.c.id).limit(limit)
+        with self._begin() as conn:
+            rows = conn.execute(query).all()
+        return [AuditRecord(*row) for row in rows]
 
     def upsert_policy(self, name: str, config: dict[str, Any]) -> None:
         """Insert or replace the config of ``name``."""
@@ -328,14 +367,25 @@ class SqlEventLog:
         time; policies absent keep everything): on PostgreSQL the day partitions holding
         only such events are dropped whole, then what is left (the boundary day, the
         default partition; everything on SQLite) goes in bounded batches."""
-        dropped: list[str] = []
+        dropped: dict[str, set[str]] = {}
         if self.partitioned:
             with _reachable():
                 dropped = drop_partitions_before(self._engine, cutoffs)
-        deleted = sum(
-            self.delete_events(policy, cutoff, batch_size) for policy, cutoff in cutoffs.items()
+        deleted = {
+            policy: self.delete_events(policy, cutoff, batch_size)
+            for policy, cutoff in cutoffs.items()
+        }
+        by_policy = {
+            policy: PolicyRetention(
+                [name for name, owners in dropped.items() if policy in owners], rows
+            )
+            for policy, rows in deleted.items()
+        }
+        return Retention(
+            list(dropped),
+            sum(deleted.values()),
+            {p: r for p, r in by_policy.items() if r.dropped_partitions or r.deleted_rows},
         )
-        return Retention(dropped, deleted)
 
     def time_range(self, policy: str) -> tuple[float, float] | None:
         """The times of the first and the last decision of ``policy`` logged, or None

@@ -36,6 +36,7 @@ from typing import IO, Any
 from service import metrics
 from service.storage.base import (
     LATE_SOURCE,
+    AuditRecord,
     DecisionRecord,
     EventLog,
     RewardRecord,
@@ -45,14 +46,20 @@ from service.storage.schema import json_dumps
 
 log = logging.getLogger(__name__)
 
-Record = DecisionRecord | RewardRecord
+Record = DecisionRecord | RewardRecord | AuditRecord
 # (submitted at, record)
 _Item = tuple[float, Record]
+# the spool's name of each kind of record
+_KINDS: dict[str, type[Record]] = {
+    "decision": DecisionRecord,
+    "reward": RewardRecord,
+    "audit": AuditRecord,
+}
 
 
 def _encode(item: _Item) -> str:
     submitted, record = item
-    kind = "decision" if isinstance(record, DecisionRecord) else "reward"
+    kind = next(name for name, cls in _KINDS.items() if isinstance(record, cls))
     # the fields as they are (asdict would deep-copy them), by the log's own JSON writer:
     # a decision's candidates may come already encoded (an orjson.Fragment)
     fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
@@ -61,8 +68,7 @@ def _encode(item: _Item) -> str:
 
 def _decode(line: str) -> _Item:
     raw = json.loads(line)
-    cls = DecisionRecord if raw["kind"] == "decision" else RewardRecord
-    return float(raw["submitted"]), cls(**raw["record"])
+    return float(raw["submitted"]), _KINDS[raw["kind"]](**raw["record"])
 
 
 class _Spool:
@@ -238,6 +244,11 @@ class EventLogWriter:
         """Queue a reward for the log (never blocks on the database)."""
         self._submit(record)
 
+    def submit_audit(self, record: AuditRecord) -> None:
+        """Queue an audit record for the log (never blocks on the database): it lands
+        once, through the spool when the database is down, as decisions do."""
+        self._submit(record)
+
     def _submit(self, *records: Record) -> None:
         with self._cond:
             if self._stopping:
@@ -392,9 +403,10 @@ class EventLogWriter:
         """``EventLog.append`` of ``items``, timed and counted in the metrics."""
         decisions = [r for _, r in items if isinstance(r, DecisionRecord)]
         rewards = [r for _, r in items if isinstance(r, RewardRecord)]
+        audit = [r for _, r in items if isinstance(r, AuditRecord)]
         start = time.perf_counter()
         try:
-            self._log.append(decisions, rewards)
+            self._log.append(decisions, rewards, audit)
         except Exception:
             metrics.EVENT_LOG_ERRORS.labels("append").inc()
             raise
@@ -405,6 +417,7 @@ class EventLogWriter:
             ("decisions", len(decisions)),
             ("rewards", len(rewards) - late),
             ("late_rewards", late),
+            ("audit_log", len(audit)),
         ):
             if rows:
                 metrics.EVENT_LOG_ROWS.labels(table).inc(rows)

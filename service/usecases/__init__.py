@@ -24,6 +24,7 @@ module               use case (public surface)
 ``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
+``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
+from service.usecases.audit import AuditTrail
 from service.usecases.evaluations import Evaluations
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
@@ -53,6 +55,7 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "AuditTrail",
     "Evaluations",
     "FeatureImportances",
     "FeatureRanking",
@@ -91,6 +94,7 @@ class UseCases:
     feature_importances: FeatureImportances
     evaluations: Evaluations
     log_upkeep: LogUpkeep
+    audit: AuditTrail
 
 
 def build_use_cases(
@@ -103,7 +107,8 @@ def build_use_cases(
     """Every use case over one shared :class:`PolicyCache` of ``store``."""
     cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock)
-    admin = PolicyAdmin(cache, event_log, settings, clock)
+    audit = AuditTrail(sink, event_log, clock)
+    admin = PolicyAdmin(cache, event_log, settings, audit, clock)
     recommender = Recommender(cache, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
     loops = Loops(admin, recommender, rewards)
@@ -116,7 +121,7 @@ def build_use_cases(
         rewards=rewards,
         sweeper=Sweeper(cache, rewards, settings, clock),
         admin=admin,
-        snapshots=Snapshots(cache, event_log, settings, clock),
+        snapshots=Snapshots(cache, event_log, settings, audit, clock),
         monitor=Monitor(store, sink, event_log, admin, settings),
         features=features,
         loops=loops,
@@ -124,4 +129,5 @@ def build_use_cases(
         feature_importances=FeatureImportances(admin, settings, clock),
         evaluations=Evaluations(loops, settings, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
+        audit=audit,
     )

@@ -26,6 +26,7 @@ from service.policies import (
 from service.schemas import ArmStatsOut, PolicyInfo, PolicySpec, PolicyStats
 from service.settings import Settings
 from service.storage.base import EventLog
+from service.usecases.audit import DELETE, RESET, RETIRE_ARMS, AuditTrail, settings_of
 from service.usecases.policy_cache import ARM_PREFIX, METRICS_PREFIX, PULLS_PREFIX, PolicyCache
 
 
@@ -50,6 +51,7 @@ class PolicyAdmin:
     cache: PolicyCache
     event_log: EventLog
     settings: Settings
+    audit: AuditTrail
     clock: Callable[[], float] = time.time
 
     async def get_policy(self, name: str) -> PolicyInfo:
@@ -66,7 +68,8 @@ class PolicyAdmin:
         return out
 
     async def put_policy(self, name: str, spec: PolicySpec, log_config: bool = True) -> PolicyInfo:
-        """Create or replace a policy; a change the engine sees resets its state."""
+        """Create or replace a policy; a change the engine sees resets its state. The
+        audit trail records the creation, or the settings changed."""
         check_guardrails_allowed(spec, self.settings)
         build_policy(spec)
         now = self.clock()
@@ -84,6 +87,7 @@ class PolicyAdmin:
             await self._reset_state(name, info)
         else:
             await self._write_config(name, info)
+        self.audit.settings_change(old, info, {"state_reset": True} if old and reset else None)
         return info
 
     async def update_policy(self, name: str, changes: Mapping[str, Any]) -> PolicyInfo:
@@ -109,10 +113,12 @@ class PolicyAdmin:
         return False
 
     async def delete_policy(self, name: str) -> None:
-        await self.get_policy(name)
+        """Delete the policy, its state and its log (the audit trail keeps its records)."""
+        old = await self.get_policy(name)
         await asyncio.to_thread(self.event_log.delete_policy, name)
         await self.cache.store.delete_policy(name)
         self.cache.forget(name)
+        self.audit.record(name, DELETE, before=settings_of(old))
 
     async def reset(self, name: str) -> PolicyInfo:
         """Forget everything learned (and the pending events); keeps the config."""
@@ -120,6 +126,7 @@ class PolicyAdmin:
         info = new_info(name, spec_of(old), self.clock(), old, reset=True)
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
         await self._reset_state(name, info)
+        self.audit.record(name, RESET, detail={"reset_at": info.reset_at})
         return info
 
     async def change_arms(
@@ -137,6 +144,7 @@ class PolicyAdmin:
         if retire:
             await self.cache.forget_arms(name, retire)
             if not set(retire) & set(registered):
+                self.audit.record(name, RETIRE_ARMS, detail={"retired_arms": retire})
                 return old
         arms = [a for a in registered if a not in retire] + [
             a for a in dict.fromkeys(add) if a not in registered
@@ -145,6 +153,7 @@ class PolicyAdmin:
         info = new_info(name, spec, self.clock(), old, reset=False)
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
         await self._write_config(name, info)
+        self.audit.settings_change(old, info, {"retired_arms": retire} if retire else None)
         return info
 
     async def _check_have_state(self, name: str, arms: Sequence[str]) -> None:

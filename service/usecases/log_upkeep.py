@@ -27,6 +27,7 @@ from service.settings import Settings
 from service.storage.base import EventLog, Retention
 from service.storage.partitions import DAY_SECONDS
 from service.usecases.admin import PolicyAdmin
+from service.usecases.audit import LOG_DELETE, RETENTION
 from service.usecases.periodic import every
 
 log = logging.getLogger("bandit.service")
@@ -66,11 +67,23 @@ class LogUpkeep:
         }
 
     async def apply_retention(self) -> Retention:
-        """Delete every policy's events past its retention."""
+        """Delete every policy's events past its retention; the audit trail records what
+        each policy lost."""
         cutoffs = await self.cutoffs()
-        return await asyncio.to_thread(
+        retention = await asyncio.to_thread(
             self.event_log.apply_retention, cutoffs, self.settings.log_delete_batch
         )
+        for policy, removed in retention.by_policy.items():
+            self.admin.audit.record(
+                policy,
+                RETENTION,
+                detail={
+                    "cutoff": cutoffs[policy],
+                    "dropped_partitions": removed.dropped_partitions,
+                    "deleted_rows": removed.deleted_rows,
+                },
+            )
+        return retention
 
     async def upkeep_once(self) -> Retention:
         """One round: partitions ahead, then retention; its end is the time in
@@ -100,9 +113,11 @@ class LogUpkeep:
         bounded batches; the rows deleted. Records still in the writer's queue or spool
         land afterwards."""
         await self.admin.get_policy(name)
-        return await asyncio.to_thread(
+        deleted = await asyncio.to_thread(
             self.event_log.delete_events, name, math.inf, self.settings.log_delete_batch
         )
+        self.admin.audit.record(name, LOG_DELETE, detail={"deleted_rows": deleted})
+        return deleted
 
     async def properties(self, name: str) -> LogProperties:
         """The times of the first and the last decision of ``name`` logged (None when

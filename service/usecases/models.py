@@ -54,6 +54,7 @@ from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
 from service.usecases.admin import PolicyAdmin, check_guardrails_allowed
+from service.usecases.audit import MODEL_IMPORT, changed_settings
 from service.usecases.policy_cache import PolicyCache
 
 MODEL_KIND = "bandit_model"
@@ -223,6 +224,14 @@ class Models:
         await self.admin.cache.replace(name, values)
         # the imported arms count as seen now (arm_idle_seconds runs from the import)
         await self.admin.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, info.reset_at))
+        before, after = changed_settings(old, info)
+        self.admin.audit.record(
+            name,
+            MODEL_IMPORT,
+            before or None,
+            after or None,
+            {"arms": len(policy.arm_ids), "bytes": len(data)},
+        )
         return info
 
     async def reset_model(self, name: str) -> PolicyInfo:

@@ -20,6 +20,7 @@ from service.schemas import Snapshot
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
+from service.usecases.audit import SNAPSHOT_RESTORE, AuditTrail
 from service.usecases.models import read_whole_policy
 from service.usecases.periodic import count_unavailable, each_period
 from service.usecases.policy_cache import PolicyCache
@@ -36,6 +37,7 @@ class Snapshots:
     cache: PolicyCache
     event_log: EventLog
     settings: Settings
+    audit: AuditTrail
     clock: Callable[[], float] = time.time
 
     async def export_snapshot(self, name: str) -> Snapshot:
@@ -70,6 +72,9 @@ class Snapshots:
         await self.cache.replace(name, policy.export_parts(policy.part_names()))
         # the imported arms count as seen now (arm_idle_seconds runs from the import)
         await self.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, self.clock()))
+        self.audit.record(
+            name, SNAPSHOT_RESTORE, detail={"arms": len(policy.arm_ids), "bytes": len(blob)}
+        )
         return await self.export_snapshot(name)
 
     async def snapshot_period(self, period: int) -> int:

@@ -19,7 +19,15 @@ from service.storage.migrate import ROOT, alembic_config, downgrade, upgrade_hea
 from service.storage.schema import create_log_engine, include_name, is_partition, metadata
 from tests.databases import database
 
-TABLES = {"policies", "decisions", "rewards", "late_rewards", "model_snapshots", "evaluations"}
+TABLES = {
+    "policies",
+    "decisions",
+    "rewards",
+    "late_rewards",
+    "model_snapshots",
+    "evaluations",
+    "audit_log",
+}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

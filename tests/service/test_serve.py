@@ -1,13 +1,18 @@
 """``bandit serve`` with no configuration at all: the embedded default in a fresh
-directory (in-process state, SQLite log under ./bandit-data, the demo policy); the exit
-statuses of ``serve`` and ``rebuild`` when what they need is missing or down."""
+directory (in-process state, SQLite log under ./bandit-data, the demo policy); its JSON
+log lines (``BANDIT_LOG_FORMAT=json``) naming each request's id; the exit statuses of
+``serve`` and ``rebuild`` when what they need is missing or down."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -24,36 +29,61 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-def test_serve_on_a_fresh_machine(tmp_path: Path) -> None:
+@dataclass
+class ServeRun:
+    """A running ``bandit serve``: its base URL; its standard error once stopped."""
+
+    base: str
+    stderr: str = ""
+
+
+@contextmanager
+def serving(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[ServeRun]:
+    """``bandit serve`` with ``args`` on a free port in ``tmp_path``, ready; terminated
+    after the block, its standard error then in ``ServeRun.stderr``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "service.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--log-level",
-        "info",
-    ]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_clean_env(), stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(port), *args]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env={**_clean_env(), **(env or {})}, stderr=subprocess.PIPE, text=True
+    )
+    run = ServeRun(f"http://127.0.0.1:{port}")
     try:
-        wait_until_serving(proc, f"{base}/readyz", timeout=30)
-        dec = httpx.post(
-            f"{base}/recommend", json={"policy": "demo", "context": [0.2, 0.1, 0.0, 0.7]}
-        ).json()
-        assert dec["arm_id"] in {"article-1", "article-2", "article-3"}
-        reward = httpx.post(f"{base}/reward", json={"event_id": dec["event_id"], "reward": 1})
-        assert reward.json()["status"] == "applied"
+        wait_until_serving(proc, f"{run.base}/readyz", timeout=30)
+        yield run
     finally:
         proc.terminate()
-        _, stderr = proc.communicate(timeout=20)
-    assert "BANDIT_API_KEYS is not set" in stderr  # said loudly at start
-    assert "POST /recommend" not in stderr  # no access log unless --access-log
+        _, run.stderr = proc.communicate(timeout=20)
+
+
+def test_serve_on_a_fresh_machine(tmp_path: Path) -> None:
+    with serving(tmp_path, "--log-level", "info") as run:
+        dec = httpx.post(
+            f"{run.base}/recommend", json={"policy": "demo", "context": [0.2, 0.1, 0.0, 0.7]}
+        ).json()
+        assert dec["arm_id"] in {"article-1", "article-2", "article-3"}
+        reward = httpx.post(f"{run.base}/reward", json={"event_id": dec["event_id"], "reward": 1})
+        assert reward.json()["status"] == "applied"
+    assert "BANDIT_API_KEYS is not set" in run.stderr  # said loudly at start
+    assert "POST /recommend" not in run.stderr  # no access log unless --access-log
     assert (tmp_path / "bandit-data" / "events.sqlite3").exists()
+
+
+def test_json_log_lines_name_the_request_they_were_written_for(tmp_path: Path) -> None:
+    env = {"BANDIT_LOG_FORMAT": "json"}
+    with serving(tmp_path, "--access-log", env=env) as run:
+        body = {"policy": "demo", "context": [0.2, 0.1, 0.0, 0.7]}
+        given = httpx.post(f"{run.base}/recommend", json=body, headers={"X-Request-ID": "rq-7"})
+        assert given.headers["X-Request-ID"] == "rq-7"
+        drawn = httpx.get(f"{run.base}/policies/none").headers["X-Request-ID"]
+    lines = [json.loads(line) for line in run.stderr.splitlines()]  # every line is JSON
+    assert {"time", "level", "logger", "message", "request_id"} <= set(lines[0])
+    by_request = {line["request_id"]: line for line in lines if line["request_id"]}
+    assert "POST /recommend" in by_request["rq-7"]["message"]
+    assert "404" in by_request[drawn]["message"]
+    warning = next(line for line in lines if "BANDIT_API_KEYS is not set" in line["message"])
+    assert (warning["level"], warning["request_id"]) == ("WARNING", None)  # at start
 
 
 def test_serve_access_log_is_an_option() -> None:
@@ -97,9 +127,16 @@ def test_rebuild_with_the_state_store_down_fails_with_one_line(tmp_path: Path) -
     event_log = make_event_log(Settings(data_dir=tmp_path, database_url=url))
     event_log.upsert_policy("p", new_info("p", PolicySpec(**POLICY), 0.0).model_dump(mode="json"))
     event_log.close()
-    env = {**_clean_env(), "BANDIT_REDIS_URL": "redis://127.0.0.1:1/0", "BANDIT_DATABASE_URL": url,
-           "BANDIT_DATA_DIR": str(tmp_path), "BANDIT_REDIS_TIMEOUT_SECONDS": "1"}
+    env = {
+        **_clean_env(),
+        "BANDIT_REDIS_URL": "redis://127.0.0.1:1/0",
+        "BANDIT_DATABASE_URL": url,
+        "BANDIT_DATA_DIR": str(tmp_path),
+        "BANDIT_REDIS_TIMEOUT_SECONDS": "1",
+    }
     cmd = [sys.executable, "-m", "service.cli", "rebuild", "--policy", "p"]
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("bandit rebuild: error:") and done.stderr.count("\n") == 1

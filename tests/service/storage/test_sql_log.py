@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from bandit_core.errors import ConfigError
 from service.storage.base import (
+    AuditRecord,
     DecisionRecord,
     LoggedDecision,
     RewardRecord,
@@ -213,6 +214,52 @@ def test_policies_upsert_and_delete(log: SqlEventLog) -> None:
     assert log.policies() == {"q": {"algorithm": "hare"}}
     assert log.count("p") == (0, 0) and log.latest_snapshot("p") is None
     assert log.count("q") == (1, 0)
+
+
+def audit(i: int, policy: str = "p", t: float | None = None) -> AuditRecord:
+    return AuditRecord(
+        record_id=f"{i:032x}",
+        created_at=1_700_000_000.5 + i if t is None else t,
+        policy=policy,
+        action="update",
+        actor="key:0123456789ab",
+        request_id=f"req-{i}",
+        before={"epsilon": 0.05, "arms": ["a", "b"]},
+        after={"epsilon": 0.1 + i, "arms": None},
+        detail={"deleted_rows": i} if i % 2 else None,
+    )
+
+
+def test_audit_records_round_trip_once_in_time_order(log: SqlEventLog) -> None:
+    records = [audit(i, t=1_700_000_000.0 + (i % 3)) for i in range(9)]
+    log.append([], [], records[4:])
+    log.append([decision(1)], [], records)  # sent again: each record once
+    ordered = sorted(records, key=lambda r: (r.created_at, r.record_id))
+    assert log.audit_records() == ordered
+    assert log.count() == (1, 0)
+
+
+def test_audit_records_filter_by_policy_and_time_and_page(log: SqlEventLog) -> None:
+    records = [audit(i, policy="p" if i % 2 else "q") for i in range(10)]
+    log.append([], [], records)
+    ps = [r for r in records if r.policy == "p"]
+    assert log.audit_records("p") == ps
+    assert log.audit_records("p", since=ps[2].created_at) == ps[2:]
+    pages, after = [], None
+    while page := log.audit_records("p", after=after, limit=2):
+        pages.append(page)
+        after = (page[-1].created_at, page[-1].record_id)
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert [r for p in pages for r in p] == ps
+    assert log.audit_records(limit=3) == records[:3]
+
+
+def test_deleting_a_policy_keeps_its_audit_records(log: SqlEventLog) -> None:
+    log.upsert_policy("p", {"algorithm": "linucb"})
+    log.append([decision(1)], [], [audit(1)])
+    log.delete_policy("p")
+    assert log.count("p") == (0, 0)
+    assert log.audit_records("p") == [audit(1)]
 
 
 def test_ping(log: SqlEventLog) -> None:

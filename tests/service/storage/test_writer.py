@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import pytest
 
-from service.storage.base import DecisionRecord, RewardRecord
+from service.storage.base import AuditRecord, DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.sql_log import SqlEventLog
 from service.storage.writer import EventLogWriter
@@ -50,8 +50,13 @@ class BatchRecorder:
         self.inner = inner
         self.batches: list[tuple[int, int]] = []
 
-    def append(self, decisions: Sequence[DecisionRecord], rewards: Sequence[RewardRecord]) -> None:
-        self.inner.append(decisions, rewards)
+    def append(
+        self,
+        decisions: Sequence[DecisionRecord],
+        rewards: Sequence[RewardRecord],
+        audit: Sequence[AuditRecord] = (),
+    ) -> None:
+        self.inner.append(decisions, rewards, audit)
         self.batches.append((len(decisions), len(rewards)))
 
 
@@ -147,6 +152,27 @@ def test_spooled_encoded_candidates_reach_the_log_as_written(
     wait_until(lambda: writer.spool_depth == 0)
     writer.close()
     assert [e.decision for e in sqlite_log.iter_events("p")] == [plain]
+
+
+def test_audit_records_spool_while_the_database_is_down(
+    sqlite_log: SqlEventLog, tmp_path: Path
+) -> None:
+    record = AuditRecord(
+        "a" * 32, 1000.5, "p", "delete", "system", None, {"epsilon": 0.1}, None, {"rows": 3}
+    )
+    down = SqlEventLog(CLOSED_PORT_URL, connect_timeout=1)
+    writer = EventLogWriter(down, tmp_path / "spool", retry_interval=0.05)
+    writer.submit_audit(record)
+    writer.submit_decision(decision(1))
+    assert writer.flush(timeout=20)
+    assert writer.spool_depth == 2
+    writer.close()
+    down.close()
+    writer = EventLogWriter(sqlite_log, tmp_path / "spool", retry_interval=0.05)
+    wait_until(lambda: writer.spool_depth == 0)
+    writer.close()
+    assert sqlite_log.audit_records() == [record]
+    assert sqlite_log.count("p") == (1, 0)
 
 
 def test_outage_and_recovery_of_postgres_lose_and_duplicate_nothing(tmp_path: Path) -> None:
