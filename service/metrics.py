@@ -220,6 +220,9 @@ LOG_UPKEEP_LAST_SUCCESS = Gauge(
     "Unix time of the last event-log upkeep round (partitions, retention) that succeeded",
     multiprocess_mode="max",
 )
+AUDIT_RECORDS = Counter(
+    "bandit_audit_records", "Changes recorded in the audit trail", ["policy", "action"]
+)
 
 # The metrics whose series :func:`render` drops for a policy that no longer exists.
 POLICY_FAMILIES = frozenset(
@@ -242,8 +245,6 @@ POLICY_FAMILIES = frozenset(
         SNAPSHOT_LAST_SUCCESS,
         SNAPSHOT_FAILURES,
     )
-AUDIT_RECORDS = Counter(
-    "bandit_audit_records", "Changes recorded in the audit trail", ["policy", "action"]
 )
 
 

@@ -17,7 +17,7 @@ from service import metrics
 from service.errors import NotFound
 from service.schemas import Dependencies, DependencyReport, Readiness, ReadinessCheck
 from service.settings import Settings
-from service.storage.base import EventLog, LogSink, StateStore
+from service.storage.base import EventLog, LogSink, StateStore, StoreUnavailableError
 from service.storage.redis_urls import parse_redis_url
 from service.storage.schema import database_url
 from service.usecases.admin import PolicyAdmin
