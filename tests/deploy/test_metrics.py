@@ -166,8 +166,9 @@ ARM_SERIES = 2  # BANDIT_METRICS_ARM_SERIES of the test app
 DISTINCT_ARMS = 10_000
 # Samples a policy may add to /metrics: decisions (total, created) for ARM_SERIES + 1 arm
 # values, rewards and reward sums (total, created) for each of those and the one source
-# used, and the pending-events gauge.
-MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 3 + 1
+# used, the pending-events gauge, and the audit record of the policy's creation (total,
+# created).
+MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 3 + 1 + 2
 
 
 @pytest.mark.anyio
