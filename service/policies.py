@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,22 @@ def spec_of(info: PolicyInfo) -> PolicySpec:
 def engine_changed(old: PolicySpec, new: PolicySpec) -> bool:
     """Whether going from ``old`` to ``new`` changes what the engine computes."""
     return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
+
+
+def setting_differences(
+    policy: Mapping[str, Any], other: Mapping[str, Any], fields: Sequence[str], source: str
+) -> list[str]:
+    """One ``field: the policy's <value>, the <source>'s <value>`` for each of ``fields``
+    whose value in ``other`` differs from the policy's, in the order of ``fields``."""
+    return [
+        f"{f}: the policy's {_setting(policy.get(f))}, the {source}'s {_setting(other.get(f))}"
+        for f in fields
+        if policy.get(f) != other.get(f)
+    ]
+
+
+def _setting(value: Any) -> str:
+    return "none" if value is None else json.dumps(value, sort_keys=True)
 
 
 def encode_info(info: PolicyInfo) -> bytes:
