@@ -28,6 +28,7 @@ from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
 from service.rebuild import rebuild_policy
 from service.routers import decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
+from service.startup import usable_directory
 from service.storage.base import StateStore, StoreUnavailableError
 from service.usecases import UseCases, build_use_cases
 from service.usecases.loops import DEFAULT_LOOP
@@ -51,19 +52,22 @@ def make_store(settings: Settings) -> StateStore:
 def make_event_log(settings: Settings) -> Any:
     """The SQLAlchemy event log, migrated to head and its day partitions prepared
     (PostgreSQL; docs/operations.md "Event-log partitions") when ``run_migrations``,
-    before the writer's first insert could wait for them."""
-    from service.storage.migrate import upgrade_head
+    before the writer's first insert could wait for them; otherwise a
+    :class:`~service.startup.StartupError` unless its schema is the code's."""
+    from service.storage.migrate import check_schema, upgrade_head
     from service.storage.sql_log import SqlEventLog
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    usable_directory(settings.data_dir, "BANDIT_DATA_DIR")
     event_log = SqlEventLog(settings.log_url)
-    if settings.run_migrations:
-        try:
+    try:
+        if settings.run_migrations:
             upgrade_head(settings.log_url)
             event_log.prepare_partitions(time.time(), settings.log_partition_days_ahead)
-        except StoreUnavailableError as exc:
-            # A database outage must not keep the service down: events spool until it is back.
-            log.warning("event log unreachable at start, migrations skipped, events will spool: %s", exc)
+        else:
+            check_schema(settings.log_url)
+    except StoreUnavailableError as exc:
+        # A database outage must not keep the service down: events spool until it is back.
+        log.warning("event log unreachable at start, schema not migrated or checked, events will spool: %s", exc)
     return event_log
 
 

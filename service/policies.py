@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from bandit_core import BasePolicy, ConfigError, make_policy
 from bandit_core.registry import policy_class
 from service.errors import InvalidRequest
 from service.schemas import TOP_LEVEL_SETTINGS, PolicyInfo, PolicySpec
+from service.startup import SettingError
 
 CONFIG_KEY = "config"
 ENGINE_FIELDS = (
@@ -143,16 +145,37 @@ def info_from_record(record: dict[str, Any]) -> PolicyInfo:
 
 def load_policies_file(path: Path) -> dict[str, PolicySpec]:
     """Policies declared in a YAML or JSON file: a mapping ``name -> spec`` (optionally
-    under a top-level ``policies`` key)."""
-    text = path.read_text()
-    raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    under a top-level ``policies`` key), each spec checked as ``PUT /policies/{name}``
+    checks it; a :class:`~service.startup.SettingError` naming the file, and the policy
+    and the field of a bad spec, otherwise."""
+    where = f"BANDIT_POLICIES_FILE={path}"
+    syntax = "JSON" if path.suffix == ".json" else "YAML"
+    try:
+        text = path.read_text()
+        raw = json.loads(text) if syntax == "JSON" else yaml.safe_load(text)
+    except OSError as exc:
+        raise SettingError(f"{where}: {exc.strerror or exc}") from None
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SettingError(f"{where}: not valid {syntax}: {exc}") from None
     if isinstance(raw, Mapping) and isinstance(raw.get("policies"), Mapping):
         raw = raw["policies"]
     if not isinstance(raw, Mapping):
-        raise TypeError(
-            f"{path}: expected a mapping of policy name -> spec, but got {type(raw).__name__}"
+        raise SettingError(
+            f"{where}: expected a mapping of policy name -> spec, but got {type(raw).__name__}"
         )
-    return {str(name): PolicySpec.model_validate(spec) for name, spec in raw.items()}
+    specs: dict[str, PolicySpec] = {}
+    for name, fields in raw.items():
+        try:
+            specs[str(name)] = spec = PolicySpec.model_validate(fields)
+            build_policy(spec)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in error["loc"]) or "spec"
+            raise SettingError(f"{where}: policy {name!r}: {field}: {error['msg']}") from None
+        except InvalidRequest as exc:
+            field = ".".join(str(p) for p in (exc.loc or ["body"])[1:]) or "spec"
+            raise SettingError(f"{where}: policy {name!r}: {field}: {exc.message}") from None
+    return specs
 
 
 @dataclass
