@@ -96,7 +96,8 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
                 await rebuild_policy(event_log, store, name, replace=False)
                 existing.add(name)
     if settings.policies_file is not None:
-        for name, spec in load_policies_file(settings.policies_file).items():
+        declared = load_policies_file(settings.policies_file, settings.allow_import_guardrails)
+        for name, spec in declared.items():
             if name in existing and spec_of(await admin.get_policy(name)) == spec:
                 continue
             await admin.put_policy(name, spec)

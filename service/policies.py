@@ -60,6 +60,18 @@ def hyperparameters(algorithm: str) -> list[str]:
     )
 
 
+IMPORT_GUARDRAILS_REFUSED = (
+    "guardrails of type 'import' load server-side code; the server must set "
+    "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them"
+)
+
+
+def loads_server_code(spec: PolicySpec) -> bool:
+    """Whether ``spec`` has guardrails of type ``import`` (building it loads server-side
+    code, so it is checked against ``BANDIT_ALLOW_IMPORT_GUARDRAILS`` first)."""
+    return any(g.get("type") == "import" for g in spec.guardrails or ())
+
+
 def build_policy(spec: PolicySpec) -> BasePolicy:
     """The engine policy a spec describes; an invalid combination is a 422 on ``params``
     (an unknown parameter on ``params.<name>``)."""
@@ -143,11 +155,12 @@ def info_from_record(record: dict[str, Any]) -> PolicyInfo:
     return PolicyInfo.model_validate(record)
 
 
-def load_policies_file(path: Path) -> dict[str, PolicySpec]:
+def load_policies_file(path: Path, allow_import_guardrails: bool = False) -> dict[str, PolicySpec]:
     """Policies declared in a YAML or JSON file: a mapping ``name -> spec`` (optionally
     under a top-level ``policies`` key), each spec checked as ``PUT /policies/{name}``
-    checks it; a :class:`~service.startup.SettingError` naming the file, and the policy
-    and the field of a bad spec, otherwise."""
+    checks it (guardrails of type ``import`` only when ``allow_import_guardrails``); a
+    :class:`~service.startup.SettingError` naming the file, and the policy and the field
+    of a bad spec, otherwise."""
     where = f"BANDIT_POLICIES_FILE={path}"
     syntax = "JSON" if path.suffix == ".json" else "YAML"
     try:
@@ -167,6 +180,8 @@ def load_policies_file(path: Path) -> dict[str, PolicySpec]:
     for name, fields in raw.items():
         try:
             specs[str(name)] = spec = PolicySpec.model_validate(fields)
+            if loads_server_code(spec) and not allow_import_guardrails:
+                raise InvalidRequest(IMPORT_GUARDRAILS_REFUSED, ["body", "guardrails"])
             build_policy(spec)
         except ValidationError as exc:
             error = exc.errors()[0]

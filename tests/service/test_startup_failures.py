@@ -10,11 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
 
-from service.storage.migrate import downgrade, head_revision, upgrade_head
+from service.storage.migrate import alembic_config, downgrade, head_revision, upgrade_head
+from tests.databases import database
 from tests.service.test_serve import _clean_env
 
-OLD_REVISION = "4e8b2c6d1a73"  # the revision before the head: a schema this code cannot use
+# the revision before the head: a schema this code cannot use
+OLD_REVISION = (
+    ScriptDirectory.from_config(alembic_config()).get_revision(head_revision()).down_revision
+)
 BAD_POLICY = """\
 policies:
   home:
@@ -25,6 +30,12 @@ policies:
     dimension: 2
     params:
       alpha: -1
+"""
+IMPORTING_POLICY = """\
+shop:
+  algorithm: guardrailed_linucb
+  dimension: 2
+  guardrails: [{type: import, path: "subprocess:Popen", params: {args: "true"}}]
 """
 
 
@@ -48,15 +59,6 @@ def _serve(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, list[s
         cmd, cwd=tmp_path, env=full, capture_output=True, text=True, timeout=120, check=False
     )
     return done.returncode, done.stderr.splitlines()
-
-
-def _old_schema(tmp_path: Path) -> Path:
-    data = tmp_path / "data"
-    url = f"sqlite:///{data / 'events.sqlite3'}"
-    data.mkdir()
-    upgrade_head(url)
-    downgrade(url, OLD_REVISION)
-    return data
 
 
 @pytest.mark.parametrize(
@@ -112,12 +114,12 @@ def _old_schema(tmp_path: Path) -> Path:
             ),
         ),
         (
-            {"BANDIT_RUN_MIGRATIONS": "false", "old_schema": ""},
-            1,
+            {"BANDIT_POLICIES_FILE": "{tmp}/importing.yaml"},
+            2,
             (
-                f"bandit serve: error: the event-log database is at schema revision {OLD_REVISION}, "
-                f"but this code needs {head_revision()} (the head of migrations/): run 'alembic "
-                "upgrade head' or set BANDIT_RUN_MIGRATIONS=true"
+                "bandit serve: error: BANDIT_POLICIES_FILE={tmp}/importing.yaml: policy 'shop': "
+                "guardrails: guardrails of type 'import' load server-side code; the server must "
+                "set BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them"
             ),
         ),
     ],
@@ -128,16 +130,15 @@ def _old_schema(tmp_path: Path) -> Path:
         "missing-policies-file",
         "bad-policy",
         "unusable-data-dir",
-        "old-schema",
+        "import-guardrail-not-allowed",
     ],
 )
 def test_a_failure_to_start_is_one_line_and_its_exit_status(
     tmp_path: Path, env: dict[str, str], status: int, line: str
 ) -> None:
     (tmp_path / "policies.yaml").write_text(BAD_POLICY)
+    (tmp_path / "importing.yaml").write_text(IMPORTING_POLICY)
     (tmp_path / "a-file").write_text("")
-    if env.pop("old_schema", None) is not None:
-        _old_schema(tmp_path)
     names = {"tmp": tmp_path, "closed": _free_port()}  # a port nothing listens on
     code, stderr = _serve(tmp_path, {k: v.format(**names) for k, v in env.items()})
     assert (code, stderr) == (status, [line.format(**names)])
@@ -172,3 +173,24 @@ def test_a_port_taken_is_a_failure(tmp_path: Path) -> None:
         code, stderr = _serve(tmp_path, {}, "--port", port)
     assert code == 1 and "Traceback" not in "\n".join(stderr)
     assert stderr[-1].endswith(f"('127.0.0.1', {port}): address already in use")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_an_old_schema_is_refused_naming_both_revisions(tmp_path: Path, kind: str) -> None:
+    """``BANDIT_RUN_MIGRATIONS=false`` over a database one migration behind: refused,
+    instead of serving and failing on the missing tables."""
+    with database(kind, tmp_path) as url:
+        upgrade_head(url)
+        downgrade(url, OLD_REVISION)
+        env = {"BANDIT_DATABASE_URL": url, "BANDIT_RUN_MIGRATIONS": "false"}
+        code, stderr = _serve(tmp_path, env)
+    assert (code, stderr) == (
+        1,
+        [
+            (
+                f"bandit serve: error: the event-log database is at schema revision {OLD_REVISION}, "
+                f"but this code needs {head_revision()} (the head of migrations/): run 'alembic "
+                "upgrade head' or set BANDIT_RUN_MIGRATIONS=true"
+            )
+        ],
+    )
