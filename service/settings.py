@@ -222,9 +222,7 @@ class Settings(BaseSettings):
             try:
                 database_url(value)
             except ArgumentError:
-                raise ValueError(
-                    f"BANDIT_DATABASE_URL must be a postgresql:// or sqlite:/// URL, but got {value!r}"
-                ) from None
+                raise ValueError(f"not a URL: {value!r}") from None
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
         return value
