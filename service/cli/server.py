@@ -194,9 +194,10 @@ async def _start(app: Any, stack: AsyncExitStack) -> None:
     held.hand_on(handlers)
 
 
-def _serve_one(settings: Settings, args: argparse.Namespace) -> None:
-    """Serve with one process: uvicorn's server entering the app's lifespan itself, so
-    that a failure to start is an exception of this call, not a logged traceback."""
+def _serve_one(settings: Settings, options: dict[str, Any]) -> None:
+    """Serve with one process (uvicorn's ``options``): uvicorn's server entering the
+    app's lifespan itself, so that a failure to start is an exception of this call, not
+    a logged traceback."""
     import uvicorn
 
     from service.app import create_app
@@ -215,14 +216,7 @@ def _serve_one(settings: Settings, args: argparse.Namespace) -> None:
             # before serve() ends: uvicorn then raises the signal that stopped it again
             await self.lifespan_stack.aclose()
 
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        lifespan="off",
-    )
+    config = uvicorn.Config(app, lifespan="off", **options)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C while starting
         Server(config).run()
 
@@ -256,22 +250,20 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Metrics of every worker land in one directory that /metrics aggregates.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bandit-metrics-")
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": args.log_level,
+        "access_log": args.access_log,
+    }
     try:
         if args.workers == 1:
-            _serve_one(settings, args)
+            _serve_one(settings, options)
             return EXIT_OK
         _check_start(settings)  # once here: a worker failing to start is a logged traceback
     except SystemExit as exc:  # uvicorn could not listen (the port taken): it logged why
         return EXIT_FAILURE if exc.code == STARTUP_FAILURE else int(exc.code or 0)
-    uvicorn.run(
-        "service.app:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        access_log=args.access_log,
-    )
+    uvicorn.run("service.app:create_app", factory=True, workers=args.workers, **options)
     return EXIT_OK
 
 
