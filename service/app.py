@@ -29,6 +29,7 @@ from service.rebuild import rebuild_policy
 from service.request_context import REQUEST_ID_HEADER, RequestIds
 from service.routers import audit, decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
+from service.startup import usable_directory
 from service.storage.base import StateStore, StoreUnavailableError
 from service.storage.breaker import BreakerState, CircuitBreaker
 from service.usecases import UseCases, build_use_cases
@@ -75,19 +76,22 @@ def _publish_breaker_change(state: BreakerState) -> None:
 def make_event_log(settings: Settings) -> Any:
     """The SQLAlchemy event log, migrated to head and its day partitions prepared
     (PostgreSQL; docs/operations.md "Event-log partitions") when ``run_migrations``,
-    before the writer's first insert could wait for them."""
-    from service.storage.migrate import upgrade_head
+    before the writer's first insert could wait for them; otherwise a
+    :class:`~service.startup.StartupError` unless its schema is the code's."""
+    from service.storage.migrate import check_schema, upgrade_head
     from service.storage.sql_log import SqlEventLog
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    usable_directory(settings.data_dir, "BANDIT_DATA_DIR")
     event_log = SqlEventLog(settings.log_url)
-    if settings.run_migrations:
-        try:
+    try:
+        if settings.run_migrations:
             upgrade_head(settings.log_url)
             event_log.prepare_partitions(time.time(), settings.log_partition_days_ahead)
-        except StoreUnavailableError as exc:
-            # A database outage must not keep the service down: events spool until it is back.
-            log.warning("event log unreachable at start, migrations skipped, events will spool: %s", exc)
+        else:
+            check_schema(settings.log_url)
+    except StoreUnavailableError as exc:
+        # A database outage must not keep the service down: events spool until it is back.
+        log.warning("event log unreachable at start, schema not migrated or checked, events will spool: %s", exc)
     return event_log
 
 
@@ -118,7 +122,8 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
                     use_cases.audit.rebuilt(report)
                 existing.add(name)
     if settings.policies_file is not None:
-        for name, spec in load_policies_file(settings.policies_file).items():
+        declared = load_policies_file(settings.policies_file, settings.allow_import_guardrails)
+        for name, spec in declared.items():
             if name in existing and spec_of(await admin.get_policy(name)) == spec:
                 continue
             with acting_as(POLICIES_FILE):  # the audit trail records the override

@@ -152,6 +152,11 @@ class _Requests:
 MODEL_HEADERS = {"Content-Type": "application/octet-stream"}
 
 
+def _import_params(replace_settings: bool) -> dict[str, str]:
+    """The query of ``PUT /policies/{name}/model``."""
+    return {"replace_settings": "true"} if replace_settings else {}
+
+
 def _parse(response: httpx.Response, model: type[M] | None) -> M | None:
     if response.status_code >= 400:
         try:
@@ -241,9 +246,15 @@ class BanditClient:
         _parse(response, None)
         return response.content
 
-    def import_model(self, name: str, data: bytes) -> PolicyInfo:
-        """``PUT /policies/{name}/model``: replace the model with an exported file."""
-        response = self._http.put(f"/policies/{name}/model", content=data, headers=MODEL_HEADERS)
+    def import_model(self, name: str, data: bytes, replace_settings: bool = False) -> PolicyInfo:
+        """``PUT /policies/{name}/model``: replace the model with an exported file (409
+        when its settings differ from the policy's, unless ``replace_settings``)."""
+        response = self._http.put(
+            f"/policies/{name}/model",
+            content=data,
+            headers=MODEL_HEADERS,
+            params=_import_params(replace_settings),
+        )
         return _parse(response, PolicyInfo)  # type: ignore[return-value]
 
     def model_properties(self, name: str) -> ModelProperties:
@@ -342,9 +353,14 @@ class AsyncBanditClient:
         _parse(response, None)
         return response.content
 
-    async def import_model(self, name: str, data: bytes) -> PolicyInfo:
+    async def import_model(
+        self, name: str, data: bytes, replace_settings: bool = False
+    ) -> PolicyInfo:
         response = await self._http.put(
-            f"/policies/{name}/model", content=data, headers=MODEL_HEADERS
+            f"/policies/{name}/model",
+            content=data,
+            headers=MODEL_HEADERS,
+            params=_import_params(replace_settings),
         )
         return _parse(response, PolicyInfo)  # type: ignore[return-value]
 

@@ -14,17 +14,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from bandit_core import BasePolicy, ConfigError, make_policy
 from bandit_core.registry import policy_class
 from service.errors import InvalidRequest
 from service.schemas import TOP_LEVEL_SETTINGS, PolicyInfo, PolicySpec
+from service.startup import SettingError
 
 CONFIG_KEY = "config"
 ENGINE_FIELDS = (
@@ -56,6 +58,18 @@ def hyperparameters(algorithm: str) -> list[str]:
     return sorted(
         f.name for f in dataclasses.fields(policy_class(algorithm).CONFIG) if f.name not in reserved
     )
+
+
+IMPORT_GUARDRAILS_REFUSED = (
+    "guardrails of type 'import' load server-side code; the server must set "
+    "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them"
+)
+
+
+def loads_server_code(spec: PolicySpec) -> bool:
+    """Whether ``spec`` has guardrails of type ``import`` (building it loads server-side
+    code, so it is checked against ``BANDIT_ALLOW_IMPORT_GUARDRAILS`` first)."""
+    return any(g.get("type") == "import" for g in spec.guardrails or ())
 
 
 def build_policy(spec: PolicySpec) -> BasePolicy:
@@ -104,6 +118,22 @@ def engine_changed(old: PolicySpec, new: PolicySpec) -> bool:
     return any(getattr(old, f) != getattr(new, f) for f in ENGINE_FIELDS)
 
 
+def setting_differences(
+    policy: Mapping[str, Any], other: Mapping[str, Any], fields: Sequence[str], source: str
+) -> list[str]:
+    """One ``field: the policy's <value>, the <source>'s <value>`` for each of ``fields``
+    whose value in ``other`` differs from the policy's, in the order of ``fields``."""
+    return [
+        f"{f}: the policy's {_setting(policy.get(f))}, the {source}'s {_setting(other.get(f))}"
+        for f in fields
+        if policy.get(f) != other.get(f)
+    ]
+
+
+def _setting(value: Any) -> str:
+    return "none" if value is None else json.dumps(value, sort_keys=True)
+
+
 def encode_info(info: PolicyInfo) -> bytes:
     return info.model_dump_json().encode()
 
@@ -125,18 +155,42 @@ def info_from_record(record: dict[str, Any]) -> PolicyInfo:
     return PolicyInfo.model_validate(record)
 
 
-def load_policies_file(path: Path) -> dict[str, PolicySpec]:
+def load_policies_file(path: Path, allow_import_guardrails: bool = False) -> dict[str, PolicySpec]:
     """Policies declared in a YAML or JSON file: a mapping ``name -> spec`` (optionally
-    under a top-level ``policies`` key)."""
-    text = path.read_text()
-    raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    under a top-level ``policies`` key), each spec checked as ``PUT /policies/{name}``
+    checks it (guardrails of type ``import`` only when ``allow_import_guardrails``); a
+    :class:`~service.startup.SettingError` naming the file, and the policy and the field
+    of a bad spec, otherwise."""
+    where = f"BANDIT_POLICIES_FILE={path}"
+    syntax = "JSON" if path.suffix == ".json" else "YAML"
+    try:
+        text = path.read_text()
+        raw = json.loads(text) if syntax == "JSON" else yaml.safe_load(text)
+    except OSError as exc:
+        raise SettingError(f"{where}: {exc.strerror or exc}") from None
+    except (ValueError, yaml.YAMLError) as exc:
+        raise SettingError(f"{where}: not valid {syntax}: {exc}") from None
     if isinstance(raw, Mapping) and isinstance(raw.get("policies"), Mapping):
         raw = raw["policies"]
     if not isinstance(raw, Mapping):
-        raise TypeError(
-            f"{path}: expected a mapping of policy name -> spec, but got {type(raw).__name__}"
+        raise SettingError(
+            f"{where}: expected a mapping of policy name -> spec, but got {type(raw).__name__}"
         )
-    return {str(name): PolicySpec.model_validate(spec) for name, spec in raw.items()}
+    specs: dict[str, PolicySpec] = {}
+    for name, fields in raw.items():
+        try:
+            specs[str(name)] = spec = PolicySpec.model_validate(fields)
+            if loads_server_code(spec) and not allow_import_guardrails:
+                raise InvalidRequest(IMPORT_GUARDRAILS_REFUSED, ["body", "guardrails"])
+            build_policy(spec)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in error["loc"]) or "spec"
+            raise SettingError(f"{where}: policy {name!r}: {field}: {error['msg']}") from None
+        except InvalidRequest as exc:
+            field = ".".join(str(p) for p in (exc.loc or ["body"])[1:]) or "spec"
+            raise SettingError(f"{where}: policy {name!r}: {field}: {exc.message}") from None
+    return specs
 
 
 @dataclass

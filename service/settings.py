@@ -289,6 +289,23 @@ class Settings(BaseSettings):
                 raise ValueError(str(exc)) from exc
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_supported(cls, value: str | None) -> str | None:
+        if value is not None:
+            from sqlalchemy.exc import ArgumentError
+
+            from bandit_core.errors import ConfigError
+            from service.storage.schema import database_url
+
+            try:
+                database_url(value)
+            except ArgumentError:
+                raise ValueError(f"not a URL: {value!r}") from None
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @property
     def embedded(self) -> bool:
         """True when no Redis is configured (state lives in this process)."""

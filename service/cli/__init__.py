@@ -10,7 +10,8 @@ import sys
 from collections.abc import Sequence
 
 from service.cli import bound, evaluate, features, model, offline, server
-from service.cli.exit_codes import EPILOG
+from service.cli.exit_codes import EPILOG, EXIT_FAILURE, EXIT_USAGE
+from service.startup import SettingError, StartupError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
+    except StartupError as exc:  # the service could not start (service/startup.py)
+        print(f"bandit {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, SettingError) else EXIT_FAILURE
     except ModuleNotFoundError as exc:
         message = missing_extra_message(args.command, exc)
         if message is None:

@@ -4,6 +4,7 @@ as Personalizer's ``model`` routes, docs/personalizer.md "Model export, import a
 
     bandit model export --policy shop --url http://127.0.0.1:8000 --file shop.model
     bandit model import --policy shop --url http://127.0.0.1:8000 --file shop.model
+    bandit model import --policy shop --url http://127.0.0.1:8000 --file other.model --replace-settings
     bandit model reset --policy shop --url http://127.0.0.1:8000
     bandit model properties --policy shop --url http://127.0.0.1:8000
 """
@@ -34,6 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("action", choices=ACTIONS)
     add_server_arguments(cmd)
     cmd.add_argument("--file", type=Path, help="the model file (export writes, import reads)")
+    cmd.add_argument(
+        "--replace-settings",
+        action="store_true",
+        help="import: give the policy the file's algorithm, dimension, features, guardrails "
+        "and safe arm where they differ (without it such a file is refused, naming each "
+        "difference, and nothing changes)",
+    )
     cmd.set_defaults(run=_model)
 
 
@@ -56,7 +64,9 @@ def _model(args: argparse.Namespace) -> int:
                 args.file.write_bytes(data)
                 print(f"wrote {len(data)} bytes to {args.file}")
             elif args.action == "import":
-                info = client.import_model(args.policy, args.file.read_bytes())
+                info = client.import_model(
+                    args.policy, args.file.read_bytes(), args.replace_settings
+                )
                 print(f"imported {args.file} into {info.name} ({info.algorithm})")
             elif args.action == "reset":
                 info = client.reset(args.policy)
@@ -67,9 +77,9 @@ def _model(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"bandit model {args.action}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BanditAPIError as exc:  # 404 unknown policy, 422 not a model file: usage
+    except BanditAPIError as exc:  # 404 unknown policy, 409 settings differ, 422 not a model file
         print(f"bandit model {args.action}: {exc}", file=sys.stderr)
-        return EXIT_USAGE if exc.status in (404, 413, 422) else EXIT_FAILURE
+        return EXIT_USAGE if exc.status in (404, 409, 413, 422) else EXIT_FAILURE
     except httpx.HTTPError as exc:
         print(f"bandit model {args.action}: cannot reach {args.url}: {exc}", file=sys.stderr)
         return EXIT_FAILURE

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
 import os
+import socket
 import sys
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
@@ -32,10 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
     )
-    serve.add_argument("--port", type=int, default=8000, help="TCP port to listen on (default 8000)")
+    serve.add_argument(
+        "--port", type=_port, default=8000, help="TCP port to listen on, 1-65535 (default 8000)"
+    )
     serve.add_argument(
         "--workers",
-        type=int,
+        type=_positive,
         default=1,
         help="worker processes (default 1); more than 1 needs BANDIT_REDIS_URL",
     )
@@ -53,6 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=False,
         help="log every request (uvicorn's access log; default off)",
+    )
+    serve.epilog = (
+        "A failure to start is one line on stderr naming the cause, and exit status 2 for a "
+        "setting naming something unusable (a data directory, the policies file or a policy "
+        "in it, a database URL) or 1 otherwise (Redis or the database unreachable, the "
+        "event-log schema not the code's). docs/operations.md, 'Start-up failures'."
     )
     serve.set_defaults(run=_serve)
 
@@ -123,8 +135,109 @@ def _settings() -> Settings | None:
         return None
 
 
+def _port(text: str) -> int:
+    """A TCP port to listen on (argparse type)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1-65535)")
+    return port
+
+
+def _positive(text: str) -> int:
+    """An integer of at least 1 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+class _HeldRecords(logging.Handler):
+    """The root logger's only handler while the service starts: keeps the records, which
+    :meth:`hand_on` gives to the root's own handlers (Python's last resort when it has
+    none) once the service has started. A failed start drops them: its one line says why."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def hand_on(self, handlers: list[logging.Handler]) -> None:
+        for record in self.records:
+            for handler in handlers or [logging.lastResort]:
+                if handler is not None and record.levelno >= handler.level:
+                    handler.handle(record)
+
+
+async def _start(app: Any, stack: AsyncExitStack) -> None:
+    """Enter the app's lifespan on ``stack``: a failure to start raised as a
+    :class:`~service.startup.StartupError` (an unreachable store or database included),
+    the start's log records held back until it has started."""
+    from service.app import lifespan
+    from service.startup import StartupError
+    from service.storage.base import StoreUnavailableError
+
+    root = logging.getLogger()
+    held = _HeldRecords()
+    handlers, root.handlers = root.handlers, [held]
+    try:
+        await stack.enter_async_context(lifespan(app))
+    except StoreUnavailableError as exc:
+        raise StartupError(f"cannot start: {exc}") from None
+    finally:
+        root.handlers = handlers
+    held.hand_on(handlers)
+
+
+def _serve_one(settings: Settings, options: dict[str, Any]) -> None:
+    """Serve with one process (uvicorn's ``options``): uvicorn's server entering the
+    app's lifespan itself, so that a failure to start is an exception of this call, not
+    a logged traceback."""
+    import uvicorn
+
+    from service.app import create_app
+
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            self.lifespan_stack = AsyncExitStack()
+            async with self.lifespan_stack:  # closed here when serving failed
+                await _start(app, self.lifespan_stack)
+                await super().serve(sockets)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().shutdown(sockets)
+            # before serve() ends: uvicorn then raises the signal that stopped it again
+            await self.lifespan_stack.aclose()
+
+    config = uvicorn.Config(app, lifespan="off", **options)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C while starting
+        Server(config).run()
+
+
+def _check_start(settings: Settings) -> None:
+    """Start the service once and stop it (what each of several workers does at start):
+    a failure to start raised as a :class:`~service.startup.StartupError`."""
+    from service.app import create_app
+
+    async def start_and_stop() -> None:
+        async with AsyncExitStack() as stack:
+            await _start(create_app(settings), stack)
+
+    asyncio.run(start_and_stop())
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     settings = _settings()
     if settings is None:
@@ -141,19 +254,22 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bandit-metrics-")
     from service.logs import json_log_config
 
-    log_config = (
-        {"log_config": json_log_config(args.log_level)} if settings.log_format == "json" else {}
-    )
-    uvicorn.run(
-        "service.app:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=args.log_level,
-        access_log=args.access_log,
-        **log_config,
-    )
+    options: dict[str, Any] = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": args.log_level,
+        "access_log": args.access_log,
+    }
+    if settings.log_format == "json":
+        options["log_config"] = json_log_config(args.log_level)
+    try:
+        if args.workers == 1:
+            _serve_one(settings, options)
+            return EXIT_OK
+        _check_start(settings)  # once here: a worker failing to start is a logged traceback
+    except SystemExit as exc:  # uvicorn could not listen (the port taken): it logged why
+        return EXIT_FAILURE if exc.code == STARTUP_FAILURE else int(exc.code or 0)
+    uvicorn.run("service.app:create_app", factory=True, workers=args.workers, **options)
     return EXIT_OK
 
 

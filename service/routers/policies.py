@@ -134,13 +134,31 @@ async def export_model(models: ModelsDep, name: str = Name) -> Response:
 @router.put(
     "/{name}/model",
     response_model=PolicyInfo,
-    responses={**_errors, 422: {"model": ErrorDetail, "description": "not a usable model file"}},
+    responses={
+        **_errors,
+        409: {
+            "model": ErrorDetail,
+            "description": "the file's algorithm, dimension, features, guardrails or safe arm "
+            "differ from the policy's (each difference named) and replace_settings is false",
+        },
+        422: {"model": ErrorDetail, "description": "not a usable model file"},
+    },
     openapi_extra={"requestBody": {"required": True, "content": MODEL_FILE}},
 )
-async def import_model(request: Request, models: ModelsDep, name: str = Name) -> PolicyInfo:
+async def import_model(
+    request: Request,
+    models: ModelsDep,
+    name: str = Name,
+    replace_settings: bool = Query(
+        False,
+        description="give the policy the file's algorithm, dimension, features, guardrails "
+        "and safe arm where they differ (false: such a file is a 409)",
+    ),
+) -> PolicyInfo:
     """Replace the model with a file from ``GET /policies/{name}/model`` (its engine
-    fields become the policy's); a bad file is a 422 and changes nothing."""
-    return await models.import_model(name, await request.body())
+    fields become the policy's); a bad file is a 422, a file whose settings differ from
+    the policy's a 409 unless ``replace_settings``; either changes nothing."""
+    return await models.import_model(name, await request.body(), replace_settings)
 
 
 @router.delete("/{name}/model", response_model=PolicyInfo, responses=_errors)

@@ -89,7 +89,7 @@ class SqlEventLog:
 
     @contextmanager
     def _begin(self) -> Iterator[Connection]:
-        with _reachable(), self._engine.begin() as conn:
+        with database_reachable(), self._engine.begin() as conn:
             yield conn
 
     @contextmanager
@@ -333,7 +333,7 @@ class SqlEventLog:
         :func:`service.storage.partitions.create_partitions`. Returns the names created."""
         if not self.partitioned:
             return []
-        with _reachable():
+        with database_reachable():
             return create_partitions(self._engine, now, days_ahead)
 
     def delete_events(self, policy: str, before: float, batch_size: int) -> int:
@@ -369,7 +369,7 @@ class SqlEventLog:
         default partition; everything on SQLite) goes in bounded batches."""
         dropped: dict[str, set[str]] = {}
         if self.partitioned:
-            with _reachable():
+            with database_reachable():
                 dropped = drop_partitions_before(self._engine, cutoffs)
         deleted = {
             policy: self.delete_events(policy, cutoff, batch_size)
@@ -429,7 +429,7 @@ class TurnLock:
 
 
 @contextmanager
-def _reachable() -> Iterator[None]:
+def database_reachable() -> Iterator[None]:
     """Raise :class:`EventLogUnavailableError` for a database that cannot be reached."""
     try:
         yield

@@ -17,9 +17,11 @@ from service import metrics
 from service.errors import InvalidRequest, NotFound
 from service.policies import (
     CONFIG_KEY,
+    IMPORT_GUARDRAILS_REFUSED,
     build_policy,
     encode_info,
     engine_changed,
+    loads_server_code,
     new_info,
     spec_of,
 )
@@ -34,14 +36,8 @@ def check_guardrails_allowed(spec: PolicySpec, settings: Settings) -> None:
     """422 for guardrails of type ``import`` (they load server-side code) unless the
     server allows them (``BANDIT_ALLOW_IMPORT_GUARDRAILS``); checked before the spec
     builds a policy."""
-    if not settings.allow_import_guardrails and any(
-        g.get("type") == "import" for g in spec.guardrails or ()
-    ):
-        raise InvalidRequest(
-            "guardrails of type 'import' load server-side code; the server must set "
-            "BANDIT_ALLOW_IMPORT_GUARDRAILS=true to accept them",
-            ["body", "guardrails"],
-        )
+    if not settings.allow_import_guardrails and loads_server_code(spec):
+        raise InvalidRequest(IMPORT_GUARDRAILS_REFUSED, ["body", "guardrails"])
 
 
 @dataclass

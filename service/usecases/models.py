@@ -16,7 +16,10 @@ the model's, as Personalizer kept them in the service configuration.
 Import checks everything before it writes anything: the container (magic, checksum,
 header), the format, the engine fields (a valid policy spec), the engine state (its own
 checks) and that the engine's config is the one the fields describe; any failure is a
-400 naming it. Then the imported state goes to the event log as a model snapshot of
+400 naming it. A usable file whose algorithm, feature layout (dimension, featurizer) or
+guardrails (and safe arm) differ from the policy's is a 409 naming each difference,
+unless the caller asks to replace the policy's settings (Personalizer's ``PUT model``
+always does, as Personalizer did). Then the imported state goes to the event log as a model snapshot of
 the policy's :func:`imported_model_record` at the new ``reset_at`` (so that ``bandit
 rebuild`` and the embedded default's start replay later rewards on top of it), the
 config (with the model's engine fields, ``reset_at`` now) to the event log, and, in one
@@ -39,7 +42,7 @@ import bandit_core
 from bandit_core import BanditError, BasePolicy, ModelError, StateFormatError
 from bandit_core.policy import ARM_PREFIX, SHARED_PART, USER_PREFIX
 from bandit_core.state import pack, unpack
-from service.errors import InvalidRequest, NotFound, with_policy
+from service.errors import Conflict, InvalidRequest, NotFound, with_policy
 from service.policies import (
     CONFIG_KEY,
     ENGINE_FIELDS,
@@ -47,6 +50,7 @@ from service.policies import (
     decode_info,
     encode_info,
     new_info,
+    setting_differences,
     spec_of,
 )
 from service.schemas import PolicyInfo, PolicySpec
@@ -62,6 +66,9 @@ MODEL_FORMAT = 1
 PART_PREFIXES = (ARM_PREFIX, USER_PREFIX, SHARED_PART)
 # config fields left out of the engine comparison: exploration is a serving setting
 SERVING_CONFIG = ("epsilon",)
+# engine fields an import keeps unless the caller asks to replace them: what the policy's
+# clients send (the feature layout) and what it must never serve (its guardrails)
+GUARDED_FIELDS = ("algorithm", "dimension", "features", "guardrails", "safe_arm")
 
 
 def imported_model_record(name: str) -> str:
@@ -189,10 +196,14 @@ class Models:
         whole = await read_whole_policy(self.admin.cache, name)
         return encode_model(whole, self.clock())
 
-    async def import_model(self, name: str, data: bytes) -> PolicyInfo:
+    async def import_model(
+        self, name: str, data: bytes, replace_settings: bool = False
+    ) -> PolicyInfo:
         """Replace the model of ``name`` with an exported one (module docstring); returns
-        the new config. A bad file is a 400 and changes nothing; a policy that does not
-        exist is a 404 saying how to create it."""
+        the new config. A bad file is a 400, and a file whose :data:`GUARDED_FIELDS`
+        differ from the policy's a 409 naming each difference unless ``replace_settings``;
+        either changes nothing. A policy that does not exist is a 404 saying how to create
+        it."""
         try:
             old = await self.admin.get_policy(name)
         except NotFound:
@@ -204,6 +215,15 @@ class Models:
         spec, policy = await asyncio.to_thread(
             decode_model, data, spec_of(old), self.admin.settings
         )
+        differences = setting_differences(
+            old.model_dump(mode="json"), spec.model_dump(mode="json"), GUARDED_FIELDS, "file"
+        )
+        if differences and not replace_settings:
+            raise Conflict(
+                f"the model file does not fit policy {name!r}: {'; '.join(differences)}; "
+                "import it with replace_settings=true (bandit model import --replace-settings) "
+                "to give the policy the file's settings"
+            )
         info = new_info(name, spec, self.clock(), old, reset=True)
         stored = await self.admin.cache.store.keys(name, PART_PREFIXES)
         parts = policy.export_parts(policy.part_names())

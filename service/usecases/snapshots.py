@@ -16,6 +16,7 @@ import bandit_core
 from bandit_core import BanditError
 from service import metrics
 from service.errors import InvalidRequest, NotFound
+from service.policies import setting_differences
 from service.schemas import Snapshot
 from service.settings import Settings
 from service.storage.base import EventLog
@@ -26,6 +27,7 @@ from service.usecases.periodic import count_unavailable, each_period
 from service.usecases.policy_cache import PolicyCache
 
 SNAPSHOT_JOB = "snapshot"  # the job name the periodic snapshots claim their periods under
+SNAPSHOT_FIELDS = ("algorithm", "dimension")  # what a snapshot's state must share with the policy
 
 log = logging.getLogger("bandit.service")
 
@@ -63,10 +65,15 @@ class Snapshots:
             raise InvalidRequest(
                 f"data is not an exported snapshot: {exc}", ["body", "data"]
             ) from exc
-        if policy.name != runtime.info.algorithm or policy.config.d != runtime.info.dimension:
+        differences = setting_differences(
+            runtime.info.model_dump(include=set(SNAPSHOT_FIELDS)),
+            {"algorithm": policy.name, "dimension": policy.config.d},
+            SNAPSHOT_FIELDS,
+            "snapshot",
+        )
+        if differences:
             raise InvalidRequest(
-                f"snapshot is {policy.name} with dimension {policy.config.d}, but policy {name!r} is "
-                f"{runtime.info.algorithm} with dimension {runtime.info.dimension}",
+                f"snapshot does not fit policy {name!r}: {'; '.join(differences)}",
                 ["body", "data"],
             )
         await self.cache.replace(name, policy.export_parts(policy.part_names()))

@@ -5,6 +5,8 @@ and a bad file is refused naming the problem with nothing changed."""
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import numpy as np
@@ -12,8 +14,10 @@ import pytest
 
 import bandit_core
 from bandit_core.state import pack, unpack
+from service.policies import load_policies_file
 from service.settings import Settings
-from tests.service.conftest import running, wait_for
+from tests.service.conftest import API_KEY, running, wait_for
+from tests.service.test_api import EXAMPLE_POLICIES
 
 pytestmark = pytest.mark.anyio
 
@@ -195,3 +199,77 @@ async def test_model_files_have_their_own_body_limit(make_settings: Any) -> None
         too_big = await http.put("/policies/p/model", content=model + b"\0" * 100_000)
         assert too_big.status_code == 413 and "100000 bytes" in too_big.text
         assert (await http.put("/policies/p/snapshot", content=b" " * 1000)).status_code == 413
+
+
+async def test_an_import_whose_settings_differ_is_refused_and_the_guardrail_holds(
+    make_settings: Any,
+) -> None:
+    """The documented example's ``home`` (LinUCB over 6 features) exported and imported
+    into ``drinks`` (guardrailed LinUCB over age and score, no beer under 18): a 409
+    naming each difference, nothing changed, and a minor is never served beer; asked
+    explicitly (``replace_settings``), the import replaces the settings; Personalizer's
+    ``PUT model`` replaces them as Personalizer did."""
+    specs = load_policies_file(EXAMPLE_POLICIES)
+    async with running(make_settings()) as (_app, http, typed):
+        for name in ("home", "drinks"):
+            await typed.put_policy(name, specs[name].model_dump())
+        await _train(http, "home", 20, 6, seed=6)
+        rng = np.random.default_rng(7)
+        for _ in range(40):  # beer pays with adults, so the model would pick it
+            context = {"age": float(rng.integers(18, 70)), "score": float(rng.random())}
+            dec = (
+                await http.post("/recommend", json={"policy": "drinks", "context": context})
+            ).json()
+            reward = {"event_id": dec["event_id"], "reward": float(dec["arm_id"] == "beer")}
+            assert (await http.post("/reward", json=reward)).status_code == 200
+        home_model = await typed.export_model("home")
+        before = await typed.get_policy("drinks")
+        drinks_model = await typed.export_model("drinks")
+
+        refused = await http.put("/policies/drinks/model", content=home_model)
+        assert refused.status_code == 409, refused.text
+        guardrails = json.dumps(specs["drinks"].guardrails, sort_keys=True)
+        assert refused.json()["detail"] == (
+            "the model file does not fit policy 'drinks': "
+            'algorithm: the policy\'s "guardrailed_linucb", the file\'s "linucb"; '
+            "dimension: the policy's 2, the file's 6; "
+            f"guardrails: the policy's {guardrails}, the file's none; "
+            "safe_arm: the policy's \"water\", the file's none; "
+            "import it with replace_settings=true (bandit model import --replace-settings) "
+            "to give the policy the file's settings"
+        )
+        assert await typed.get_policy("drinks") == before
+        assert _engine(await typed.export_model("drinks")) == _engine(drinks_model)
+        for _ in range(50):
+            minor = {"age": float(rng.integers(0, 18)), "score": float(rng.random())}
+            dec = (
+                await http.post("/recommend", json={"policy": "drinks", "context": minor})
+            ).json()
+            assert dec["arm_id"] != "beer"
+
+        replaced = await typed.import_model("drinks", home_model, replace_settings=True)
+        assert (replaced.algorithm, replaced.dimension, replaced.guardrails) == ("linucb", 6, None)
+        assert _engine(await typed.export_model("drinks")) == _engine(home_model)
+        loop = await http.put(
+            "/loops/home/personalizer/v1.0/model",
+            content=drinks_model,
+            headers={"Ocp-Apim-Subscription-Key": API_KEY},
+        )
+        assert loop.status_code == 204, loop.text
+        assert (await typed.get_policy("home")).algorithm == "guardrailed_linucb"
+
+
+async def test_a_snapshot_of_another_algorithm_or_dimension_is_refused_naming_both(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (_app, http, typed):
+        await typed.put_policy("p", LINUCB)
+        other = bandit_core.make_policy("epsilon_greedy", d=5).to_bytes()
+        body = {"data": base64.b64encode(other).decode()}
+        refused = await http.put("/policies/p/snapshot", json=body)
+        assert refused.status_code == 422
+        assert refused.json()["detail"][0]["msg"] == (
+            "snapshot does not fit policy 'p': "
+            'algorithm: the policy\'s "linucb", the snapshot\'s "epsilon_greedy"; '
+            "dimension: the policy's 3, the snapshot's 5"
+        )

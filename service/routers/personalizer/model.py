@@ -43,9 +43,10 @@ def make_model_router(
         openapi_extra={"requestBody": {"required": True, "content": MODEL_FILE}},
     )
     async def import_model(request: Request, models: ModelsDep, loop: str = Loop) -> Response:
-        """Replace the loop's model with a file from ``GET model``; a bad file is a 400
-        naming the problem and changes nothing."""
-        await models.import_model(loop, await request.body())
+        """Replace the loop's model (and its engine settings, as Personalizer did) with a
+        file from ``GET model``; a bad file is a 400 naming the problem and changes
+        nothing."""
+        await models.import_model(loop, await request.body(), replace_settings=True)
         return Response(status_code=204)
 
     @router.delete("/model", status_code=204)

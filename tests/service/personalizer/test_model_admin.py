@@ -309,6 +309,17 @@ def test_bandit_model_and_features_commands_drive_the_native_routes(
     (tmp_path / "bad.model").write_bytes(b"not a model")
     assert main(["model", "import", *common, "--file", str(tmp_path / "bad.model")]) == 2
     assert main(["model", "import", *common]) == 2  # no --file
+    other = {"algorithm": "linucb", "dimension": 3, "arms": ["a", "b"]}
+    assert httpx.put(f"{url}/policies/cli-other", json=other, headers=NATIVE).status_code == 200
+    into_other = ["--policy", "cli-other", "--url", url, "--api-key", API_KEY, "--file", str(file)]
+    capsys.readouterr()
+    assert main(["model", "import", *into_other]) == 2  # its settings differ from the file's
+    refused = capsys.readouterr().err
+    assert "HTTP 409: the model file does not fit policy 'cli-other': algorithm: " in refused
+    assert "--replace-settings" in refused
+    assert main(["model", "import", *into_other, "--replace-settings"]) == 0
+    replaced = httpx.get(f"{url}/policies/cli-other", headers=NATIVE).json()
+    assert replaced["algorithm"] == DEFAULT_LOOP_SPEC.algorithm
     unknown = ["--policy", "nope", "--url", url, "--api-key", API_KEY, "--file", str(file)]
     assert main(["model", "export", *unknown]) == 2
     capsys.readouterr()
