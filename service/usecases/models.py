@@ -210,7 +210,8 @@ class Models:
             raise NotFound(
                 f"policy {name!r} does not exist: create it first (PUT /policies/{name} with a "
                 'policy spec, docs/personalizer.md "Creating a loop"), then import the model '
-                "into it"
+                "into it",
+                reason="policy",
             ) from None
         spec, policy = await asyncio.to_thread(
             decode_model, data, spec_of(old), self.admin.settings
