@@ -90,11 +90,21 @@ class Sweeper:
         metrics.OVERDUE_PENDING.labels(name).set(_overdue(events.values(), now))
         if runtime.info.arm_idle_seconds is not None:
             await self.forget_idle_arms(name, runtime)
-        finalized = 0
-        for event_id, event in events.items():
+
+        async def sweep(event_id: str, event: PendingEvent | None) -> int:
             with self._isolated(name, event_id):
-                finalized += await self._sweep_event(runtime, name, event_id, event)
-        return finalized
+                return await self._sweep_event(runtime, name, event_id, event)
+            return 0
+
+        # together: their finalizations coalesce into a few transactions (Finalizations)
+        swept = await asyncio.gather(
+            *(sweep(event_id, event) for event_id, event in events.items()),
+            return_exceptions=True,
+        )
+        for result in swept:
+            if isinstance(result, BaseException):
+                raise result
+        return sum(swept)  # type: ignore[arg-type]
 
     @staticmethod
     def _isolated(name: str, event_id: str) -> AbstractContextManager[None]:
