@@ -96,6 +96,8 @@ class Sweeper:
                 return await self._sweep_event(runtime, name, event_id, event)
             return 0
 
+        if not self.settings.reward_batching:  # concurrent, they would conflict and retry
+            return sum([await sweep(event_id, event) for event_id, event in events.items()])
         # together: their finalizations coalesce into a few transactions (Finalizations)
         swept = await asyncio.gather(
             *(sweep(event_id, event) for event_id, event in events.items()),
