@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.rebuild import rebuild_policy
+from service.storage.base import StoreUnavailableError
 from service.usecases.events import PendingEvent, event_key
 from service.usecases.loops import DEFAULT_LOOP
 from tests.service.conftest import API_KEY, POLICY, running, wait_for
@@ -289,6 +290,43 @@ async def test_a_failure_after_the_reward_is_applied_answers_applied(
         assert await metric(http, "bandit_reward_record_errors_total", "p") == errors + 1
         stats = (await http.get("/policies/p/stats")).json()
         assert (stats["rewards"], learned(stats)) == (1, (1, -0.5))
+
+
+async def test_a_failed_retention_schedule_is_repaired_by_the_sweeper(
+    make_settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store dropping the connection when the applied reward's retention is scheduled:
+    the answer says applied, and when the event's old deadline comes the sweeper moves it
+    to the end of its retention instead of finding it due at every sweep."""
+    spec = {**SIGNED, "reward_wait_seconds": 0.3}
+    settings = make_settings(done_event_retention_seconds=3600.0)
+    async with running(settings) as (app, http, _):
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        ev = (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0.5]})).json()
+        store = app.state.use_cases.store
+
+        async def unreachable(*args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailableError("connection reset by peer")
+
+        errors = await metric(http, "bandit_reward_record_errors_total", "p")
+        store.schedule = unreachable
+        try:
+            with caplog.at_level(logging.ERROR, logger="bandit.service"):
+                r = await http.post("/reward", json={"event_id": ev["event_id"], "reward": -1.0})
+        finally:
+            del store.schedule
+        assert r.status_code == 200 and r.json()["status"] == "applied", r.text
+        assert f"event {ev['event_id']!r}: recording step 'schedule' failed" in caplog.text
+        assert await metric(http, "bandit_reward_record_errors_total", "p") == errors + 1
+
+        async def moved() -> bool:
+            return ev["event_id"] not in await store.due_events("p", time.time() + 60, 10)
+
+        await poll(moved, 10.0)  # its deadline passed: the sweeper moved it
+        repeat = await http.post("/reward", json={"event_id": ev["event_id"], "reward": -1.0})
+        assert repeat.json()["status"] == "already_rewarded"  # kept for its retention
+        stats = (await http.get("/policies/p/stats")).json()
+        assert learned(stats) == (1, -1.0)
 
 
 async def test_a_failing_due_event_is_reported_and_the_rest_of_the_batch_finalized(
