@@ -189,6 +189,8 @@ async def test_summed_rewards_of_any_sign(make_settings: Any) -> None:
         r = await configure_loop(http, rewardAggregation="sum", rewardWaitTime="PT1S")
         assert r.status_code == 200, r.text
         before = await metric_reward_sum(http, DEFAULT_LOOP)
+        sweeper = app.state.use_cases.sweeper
+        sweeper.clock = lambda: 0.0  # every wait lasts until the rewards are all sent
         sent = [[v] for v in VALUES] + [[-0.75, -0.75], [0.25, -0.5]]
         applied = [*VALUES, LOW, -0.25]  # -1.5 clipped to the range's min
         for rewards in [*sent, *([v] for v in OUTSIDE)]:
@@ -205,6 +207,7 @@ async def test_summed_rewards_of_any_sign(make_settings: Any) -> None:
                     assert r.status_code == 400 and "value" in r.json()["error"]["message"]
         stats = (await http.get(f"/policies/{DEFAULT_LOOP}/stats")).json()
         assert stats["rewards"] == 0  # nothing learned before the wait ends
+        sweeper.clock = lambda: time.time() + 1.0  # every wait has ended
 
         async def summed() -> bool:
             stats = (await http.get(f"/policies/{DEFAULT_LOOP}/stats")).json()
@@ -303,7 +306,8 @@ async def test_a_failed_retention_schedule_is_repaired_by_the_sweeper(
     async with running(settings) as (app, http, _):
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         ev = (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0.5]})).json()
-        store = app.state.use_cases.store
+        store, sweeper = app.state.use_cases.store, app.state.use_cases.sweeper
+        sweeper.clock = lambda: 0.0  # the event stays pending until it is rewarded
 
         async def unreachable(*args: Any, **kwargs: Any) -> None:
             raise StoreUnavailableError("connection reset by peer")
@@ -318,6 +322,7 @@ async def test_a_failed_retention_schedule_is_repaired_by_the_sweeper(
         assert r.status_code == 200 and r.json()["status"] == "applied", r.text
         assert f"event {ev['event_id']!r}: recording step 'schedule' failed" in caplog.text
         assert await metric(http, "bandit_reward_record_errors_total", "p") == errors + 1
+        sweeper.clock = time.time
 
         async def moved() -> bool:
             return ev["event_id"] not in await store.due_events("p", time.time() + 60, 10)
@@ -361,8 +366,11 @@ async def test_a_failing_due_event_is_reported_and_the_rest_of_the_batch_finaliz
         stats = (await http.get("/policies/p/stats")).json()
         assert (stats["default_rewards"], learned(stats)) == (29, (29, pytest.approx(-14.5)))
         assert await metric(http, "bandit_sweeper_errors_total", "p") > errors
-        await asyncio.sleep(0.3)  # the stuck event ages past its deadline, sweep after sweep
-        assert await metric(http, "bandit_overdue_pending_seconds", "p") > 0.2
+
+        async def overdue() -> bool:  # the stuck event ages past its deadline, sweep after sweep
+            return await metric(http, "bandit_overdue_pending_seconds", "p") > 0.5
+
+        await poll(overdue, 10.0)
         raw = await app.state.use_cases.store.read("p", [event_key(bad)], {})
         assert PendingEvent.from_json(raw[event_key(bad)].data).pending  # retried, not dropped
 
