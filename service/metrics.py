@@ -12,7 +12,8 @@ bandit_http_request_duration_seconds     histogram  route, method, status   requ
 bandit_decisions_total                   counter    policy, arm             decisions served, by served arm (*)
 bandit_degraded_decisions_total          counter    policy                  decisions served from cache (store down)
 bandit_rewards_total                     counter    policy, arm, source     rewards applied (source explicit/default) (*)
-bandit_reward_sum_total                  counter    policy, arm, source     sum of applied reward values (*)
+bandit_reward_positive_sum_total         counter    policy, arm, source     sum of the applied rewards above 0 (*)(***)
+bandit_reward_negative_sum_total         counter    policy, arm, source     sum of -r over applied rewards r < 0 (*)(***)
 bandit_guardrail_blocks_total            counter    policy, arm             candidates blocked by a guardrail (*)
 bandit_guardrail_argmax_blocked_total    counter    policy                  decisions whose UCB argmax was blocked
 bandit_guardrail_delta_g                 gauge      policy                  delta_G reported by the policy (max)
@@ -21,6 +22,9 @@ bandit_lnucb_ta_alpha                    gauge      policy, arm             LNUC
 bandit_pending_events                    gauge      policy                  events scheduled, waiting for a reward
 bandit_default_rewards_total             counter    policy                  default rewards applied by the sweeper
 bandit_expired_events_total              counter    policy                  deferred events never activated
+bandit_overdue_pending_seconds           gauge      policy                  oldest due pending event's age past its deadline (latest)
+bandit_sweeper_errors_total              counter    policy                  due events (or policy sweeps) the sweeper failed
+bandit_reward_record_errors_total        counter    policy, step            applied rewards whose log/metrics/schedule step failed
 bandit_arms_forgotten_total              counter    policy                  arm states forgotten after arm_idle_seconds
 bandit_event_log_lag_seconds             gauge      (none)                  age of the oldest unflushed record (max)
 bandit_event_log_spool_depth             gauge      (none)                  records spooled on disk (livesum)
@@ -59,6 +63,14 @@ is ``policy``, ``event``, ``arm``, ``evaluation``, ``job`` (a feature-importance
 The series of a deleted policy leave ``/metrics``: :func:`render` drops every sample of
 the metrics in :data:`POLICY_FAMILIES` whose ``policy`` is not in the store's policy
 list (read at each scrape; kept when the store cannot be read), in every worker's files.
+
+(***) Rewards may be negative (a Personalizer loop's range is [-1, 1]), and a Prometheus
+counter only grows, so the sum of the applied rewards is the pair of counters: the
+positive part and the magnitude of the negative part, both counted (one of them by 0) at
+every reward so their series exist together. The sum is ``positive - negative``, and
+``rate()``/``increase()`` still work on each part across restarts and workers, which a
+gauge would not give (a gauge's rate is not defined across a restart and its
+per-worker values do not add up in multi-process mode).
 
 The gauges are refreshed without any API call: every ``metrics_refresh_seconds`` by the
 lifespan's gauge loop (:meth:`service.usecases.readiness.Monitor.refresh_gauges`), and the
@@ -100,8 +112,15 @@ DEGRADED_DECISIONS = Counter(
     ["policy"],
 )
 REWARDS = Counter("bandit_rewards", "Rewards applied to the model", ["policy", "arm", "source"])
-REWARD_SUM = Counter(
-    "bandit_reward_sum", "Sum of applied reward values", ["policy", "arm", "source"]
+REWARD_POSITIVE_SUM = Counter(
+    "bandit_reward_positive_sum",
+    "Sum of the applied reward values above 0",
+    ["policy", "arm", "source"],
+)
+REWARD_NEGATIVE_SUM = Counter(
+    "bandit_reward_negative_sum",
+    "Sum of -r over the applied reward values r below 0 (the sum is positive - negative)",
+    ["policy", "arm", "source"],
 )
 GUARDRAIL_BLOCKS = Counter(
     "bandit_guardrail_blocks", "Candidates blocked by a guardrail", ["policy", "arm"]
@@ -136,6 +155,22 @@ DEFAULT_REWARDS = Counter(
     "bandit_default_rewards", "Default rewards applied by the sweeper", ["policy"]
 )
 EXPIRED_EVENTS = Counter("bandit_expired_events", "Deferred events never activated", ["policy"])
+OVERDUE_PENDING = Gauge(
+    "bandit_overdue_pending_seconds",
+    "How long past its deadline the oldest pending event the latest sweep found due was",
+    ["policy"],
+    multiprocess_mode="mostrecent",
+)
+SWEEPER_ERRORS = Counter(
+    "bandit_sweeper_errors",
+    "Due events the sweeper failed to finalize or delete (a failed policy sweep counts one)",
+    ["policy"],
+)
+REWARD_RECORD_ERRORS = Counter(
+    "bandit_reward_record_errors",
+    "Applied rewards or expiries whose logging, metrics or retention schedule failed afterwards",
+    ["policy", "step"],
+)
 ARMS_FORGOTTEN = Counter(
     "bandit_arms_forgotten",
     "Arm states forgotten by the sweeper after the policy's arm_idle_seconds",
@@ -231,7 +266,8 @@ POLICY_FAMILIES = frozenset(
         DECISIONS,
         DEGRADED_DECISIONS,
         REWARDS,
-        REWARD_SUM,
+        REWARD_POSITIVE_SUM,
+        REWARD_NEGATIVE_SUM,
         GUARDRAIL_BLOCKS,
         GUARDRAIL_ARGMAX_BLOCKED,
         DELTA_G,
@@ -240,6 +276,9 @@ POLICY_FAMILIES = frozenset(
         PENDING_EVENTS,
         DEFAULT_REWARDS,
         EXPIRED_EVENTS,
+        OVERDUE_PENDING,
+        SWEEPER_ERRORS,
+        REWARD_RECORD_ERRORS,
         ARMS_FORGOTTEN,
         TRANSACTION_RETRIES,
         SNAPSHOT_LAST_SUCCESS,
@@ -264,6 +303,13 @@ def show_store_breaker(state: str, states: Iterable[str]) -> None:
     for each in states:
         STORE_BREAKER_STATE.labels(each).set(float(each == state))
         STORE_BREAKER_TRANSITIONS.labels(each)
+
+
+def count_reward(policy: str, arm: str, source: str, value: float) -> None:
+    """Count one applied reward ``value`` (of any sign) of ``arm`` (an :func:`arm_label`)."""
+    REWARDS.labels(policy, arm, source).inc()
+    REWARD_POSITIVE_SUM.labels(policy, arm, source).inc(max(value, 0.0))
+    REWARD_NEGATIVE_SUM.labels(policy, arm, source).inc(max(-value, 0.0))
 
 
 class _LivePolicies(Collector):

@@ -33,8 +33,12 @@ holds (docs/performance.md, "Rewards in batches").
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from prometheus_client import Counter
 
 from service import metrics
 from service.errors import Conflict, NotFound
@@ -42,6 +46,8 @@ from service.policies import Runtime
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.learning_modes import APPRENTICE_METRICS_KEY, count_apprentice_event
 from service.usecases.policy_cache import PolicyCache, import_stored
+
+log = logging.getLogger("bandit.service")
 
 
 class EventAlreadyFinalError(Exception):
@@ -57,6 +63,22 @@ def stored_event(event_id: str, data: bytes | None) -> PendingEvent:
     if data is None:
         raise NotFound(f"event_id {event_id!r} is unknown or expired", reason="event")
     return PendingEvent.from_json(data)
+
+
+@contextmanager
+def contained(
+    what: str, counter: Counter, *labels: str, passing: tuple[type[Exception], ...] = ()
+) -> Iterator[None]:
+    """Run a step whose failure must not stop the steps after it (the work after a
+    finalization, one due event of the sweeper's batch): an exception other than
+    ``passing`` is logged with ``what`` and counted on ``counter`` with ``labels``."""
+    try:
+        yield
+    except passing:
+        raise
+    except Exception:
+        counter.labels(*labels).inc()
+        log.exception("%s failed", what)
 
 
 Outcome = Callable[[PendingEvent], tuple[float | None, EventState]]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from service import metrics
@@ -24,7 +25,12 @@ from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
-from service.usecases.finalizations import EventAlreadyFinalError, Finalizations, stored_event
+from service.usecases.finalizations import (
+    EventAlreadyFinalError,
+    Finalizations,
+    contained,
+    stored_event,
+)
 from service.usecases.policy_cache import PolicyCache
 
 
@@ -130,39 +136,49 @@ class Rewards:
     ) -> None:
         """Once an event left ``pending``: log the applied reward first (the model already
         holds it; ``source`` ``"explicit"`` or ``"default"``, None for an expiry), then the
-        retention schedule, the counters and (for an applied reward) the arm as seen."""
+        metrics, and the retention schedule, the counters and (for an applied reward) the
+        arm as seen. Never raises: the transition is done, so a failing step is logged
+        and counted (``bandit_reward_record_errors_total``) and the others still run; a
+        reward the log missed is logged again when the sweeper deletes the event."""
         now = self.clock()
         counters = {"pending": -1.0}
-        if source is None:
-            metrics.EXPIRED_EVENTS.labels(name).inc()
-        else:
-            arm, value = self.log_reward(name, event_id, event)
-            label = metrics.arm_label(arm, self.cache.labelled_arms(name))
-            metrics.REWARDS.labels(name, label, source).inc()
-            metrics.REWARD_SUM.labels(name, label, source).inc(value)
+
+        def step(which: str) -> AbstractContextManager[None]:
+            what = f"policy {name!r}, event {event_id!r}: recording step {which!r}"
+            return contained(what, metrics.REWARD_RECORD_ERRORS, name, which)
+
+        if source is not None:
             counters["rewards"] = 1.0
             if source == "default":
-                metrics.DEFAULT_REWARDS.labels(name).inc()
                 counters["default_rewards"] = 1.0
+            with step("log"):
+                self.log_reward(name, event_id, event)
+        with step("metrics"):
+            if source is None:
+                metrics.EXPIRED_EVENTS.labels(name).inc()
+            else:
+                label = metrics.arm_label(event.arm_id, self.cache.labelled_arms(name))
+                metrics.count_reward(name, label, source, float(event.reward))
+                if source == "default":
+                    metrics.DEFAULT_REWARDS.labels(name).inc()
         retention = now + self.settings.done_event_retention_seconds
         seen = None if source is None else {event.arm_id: now}  # the update saw the arm
-        await self.cache.store.schedule(name, event_id, retention, counters, seen)
+        with step("schedule"):
+            await self.cache.store.schedule(name, event_id, retention, counters, seen)
 
-    def log_reward(self, name: str, event_id: str, event: PendingEvent) -> tuple[str, float]:
+    def log_reward(self, name: str, event_id: str, event: PendingEvent) -> None:
         """Submit the reward of a finalized event to the log; safe to repeat (the log is
         idempotent on event id), which is how a reward applied by a process that died
         before logging it still reaches the log: on the client's repeat, or at the
         latest when the sweeper deletes the finished event."""
-        arm, value = event.arm_id, float(event.reward)
         source = "explicit" if event.state is EventState.REWARDED else "default"
         self.sink.submit_reward(
             RewardRecord(
                 event_id=event_id,
                 policy=name,
-                arm_id=arm,
-                value=value,
+                arm_id=event.arm_id,
+                value=float(event.reward),
                 source=source,
                 created_at=float(event.finalized_at),
             )
         )
-        return arm, value

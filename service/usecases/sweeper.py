@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 
 from service import metrics
@@ -25,7 +26,7 @@ from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import SOURCE_OF_STATE, EventState, PendingEvent, event_key
-from service.usecases.finalizations import EventAlreadyFinalError, Outcome
+from service.usecases.finalizations import EventAlreadyFinalError, Outcome, contained
 from service.usecases.loop_rewards import clipped
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
@@ -42,13 +43,21 @@ class Sweeper:
     clock: Callable[[], float] = time.time
 
     async def sweep_once(self) -> int:
-        """Finalize the due events of every policy; returns how many this call finalized."""
+        """Finalize the due events of every policy; returns how many this call finalized.
+        A policy whose sweep fails is logged and counted (``bandit_sweeper_errors_total``)
+        and the other policies are swept; an unreachable store ends the call."""
         done = 0
         for name in await self.cache.store.list_policies():
-            try:
+            with (
+                contained(
+                    f"sweeper: policy {name!r}",
+                    metrics.SWEEPER_ERRORS,
+                    name,
+                    passing=(StoreUnavailableError,),
+                ),
+                suppress(NotFound),  # deleted meanwhile
+            ):
                 done += await self._sweep_policy(name)
-            except NotFound:
-                continue
         return done
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -56,9 +65,12 @@ class Sweeper:
         await every(self.settings.sweeper_interval_seconds, stop, self.sweep_once, "sweeper")
 
     async def _sweep_policy(self, name: str) -> int:
+        """Finalize up to ``sweeper_batch`` due events of ``name``, oldest first; an event
+        that fails is logged with its id and counted, and the others go on."""
         store = self.cache.store
+        now = self.clock()
         due, counters = await asyncio.gather(
-            store.due_events(name, self.clock(), self.settings.sweeper_batch),
+            store.due_events(name, now, self.settings.sweeper_batch),
             store.counters(name),
         )
         metrics.PENDING_EVENTS.labels(name).set(counters.get("pending", 0.0))
@@ -67,31 +79,64 @@ class Sweeper:
         else:  # no store call for the config: the requests keep the cached one current
             cached, raw = self.cache.cached(name), {}
             if cached is None:
+                metrics.OVERDUE_PENDING.labels(name).set(0.0)
                 return 0
             runtime = cached
+        events: dict[str, PendingEvent | None] = {}
+        for event_id in due:
+            with self._isolated(name, event_id):
+                data = raw[event_key(event_id)]
+                events[event_id] = None if data is None else PendingEvent.from_json(data)
+        metrics.OVERDUE_PENDING.labels(name).set(_overdue(events.values(), now))
         if runtime.info.arm_idle_seconds is not None:
             await self.forget_idle_arms(name, runtime)
-        finalized = 0
-        for event_id in due:
-            data = raw[event_key(event_id)]
-            if data is None:
-                await store.unschedule(name, event_id)
-                continue
-            event = PendingEvent.from_json(data)
-            if not event.pending:
-                await self._delete_done(runtime, name, event_id)
-                continue
-            try:
-                applied = await self.rewards.finalizations.finalize(
-                    name, runtime, event_id, event, None, EventState.EXPIRED, self._outcome(runtime)
-                )
-            except (EventAlreadyFinalError, NotFound, Conflict):
-                continue
-            await self.rewards.record_final(
-                name, event_id, applied, SOURCE_OF_STATE.get(applied.state)
+
+        async def sweep(event_id: str, event: PendingEvent | None) -> int:
+            with self._isolated(name, event_id):
+                return await self._sweep_event(runtime, name, event_id, event)
+            return 0
+
+        if not self.settings.reward_batching:  # concurrent, they would conflict and retry
+            return sum([await sweep(event_id, event) for event_id, event in events.items()])
+        # together: their finalizations coalesce into a few transactions (Finalizations)
+        swept = await asyncio.gather(
+            *(sweep(event_id, event) for event_id, event in events.items()),
+            return_exceptions=True,
+        )
+        for result in swept:
+            if isinstance(result, BaseException):
+                raise result
+        return sum(swept)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _isolated(name: str, event_id: str) -> AbstractContextManager[None]:
+        """The work on one due event: its failure is logged and counted, not raised (an
+        unreachable store is: it ends the sweep)."""
+        return contained(
+            f"sweeper: policy {name!r}, event {event_id!r}",
+            metrics.SWEEPER_ERRORS,
+            name,
+            passing=(StoreUnavailableError,),
+        )
+
+    async def _sweep_event(
+        self, runtime: Runtime, name: str, event_id: str, event: PendingEvent | None
+    ) -> int:
+        """Finalize (1) or delete (0) the due event ``event_id`` (None: gone)."""
+        if event is None:
+            await self.cache.store.unschedule(name, event_id)
+            return 0
+        if not event.pending:
+            await self._delete_done(runtime, name, event_id)
+            return 0
+        try:
+            applied = await self.rewards.finalizations.finalize(
+                name, runtime, event_id, event, None, EventState.EXPIRED, self._outcome(runtime)
             )
-            finalized += 1
-        return finalized
+        except (EventAlreadyFinalError, NotFound, Conflict):
+            return 0
+        await self.rewards.record_final(name, event_id, applied, SOURCE_OF_STATE.get(applied.state))
+        return 1
 
     @staticmethod
     def _outcome(runtime: Runtime) -> Outcome:
@@ -143,28 +188,46 @@ class Sweeper:
     async def _delete_done(self, runtime: Runtime, name: str, event_id: str) -> None:
         key = event_key(event_id)
         deleted: list[PendingEvent] = []
-        retained: list[bool] = []
+        kept_until: list[float | None] = []
         now = self.clock()
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            retained.clear()
+            kept_until.clear()
             data = values[key]
             if data is None:
                 return {}
             event = PendingEvent.from_json(data)
             # a sweeper that listed the event while it was pending must not delete it
             # once another process finalized it: it is kept for its retention period
-            if event.pending or (
-                event.finalized_at + self.settings.done_event_retention_seconds > now
-            ):
-                retained.append(True)
+            if event.pending:
+                kept_until.append(None)
+                return {}
+            until = event.finalized_at + self.settings.done_event_retention_seconds
+            if until > now:
+                kept_until.append(until)
                 return {}
             deleted[:] = [event]
             return {key: None}
 
         await self.cache.transact(runtime, name, [key], fn)
-        if retained:
+        if kept_until:
+            if kept_until[0] is not None:
+                # still on its pending deadline (the finalizing process failed to schedule
+                # its retention): move it, or it would come due at every sweep
+                await self.cache.store.schedule(name, event_id, kept_until[0])
             return
         if deleted and deleted[0].state in (EventState.REWARDED, EventState.DEFAULTED):
             self.rewards.log_reward(name, event_id, deleted[0])
         await self.cache.store.unschedule(name, event_id)
+
+
+def _overdue(events: Iterable[PendingEvent | None], now: float) -> float:
+    """Seconds the oldest of the pending ``events`` is past its deadline at ``now`` (0: none)."""
+    return max(
+        (
+            now - e.deadline
+            for e in events
+            if e is not None and e.pending and e.deadline is not None
+        ),
+        default=0.0,
+    )

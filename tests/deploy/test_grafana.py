@@ -3,12 +3,15 @@ is well-formed, uses the provisioned datasource and shows what an operator must 
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.deploy import promql
+from tests.tools import system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
@@ -79,7 +82,8 @@ def test_the_policy_variable_filters_the_per_policy_panels() -> None:
         ("request rate per route", "bandit_http_request_duration_seconds_count"),
         ("latency percentiles per route", "bandit_http_request_duration_seconds_bucket"),
         ("decisions per policy and arm", "bandit_decisions_total"),
-        ("click-through / mean reward", "bandit_reward_sum_total"),
+        ("mean reward, positive part", "bandit_reward_positive_sum_total"),
+        ("mean reward, negative part", "bandit_reward_negative_sum_total"),
         ("exploration alpha per arm", "bandit_lnucb_ta_alpha"),
         ("guardrail blocks", "bandit_guardrail_blocks_total"),
         ("delta_G", "bandit_guardrail_delta_g"),
@@ -104,3 +108,53 @@ def test_latency_is_shown_as_p50_p95_p99_per_route() -> None:
         assert any(
             e.startswith(f"histogram_quantile({quantile}, sum by (route, le)") for e in exprs
         )
+
+
+def test_the_mean_reward_panels_show_a_loop_whose_rewards_are_negative(tmp_path: Path) -> None:
+    """The mean-reward queries, evaluated by promtool over the counters of a loop whose
+    rewards average -0.5 (positive part 1/s, negative part 3/s, 4 rewards/s), give -0.5."""
+    labels = {"policy": "loop", "arm": "a", "source": "explicit"}
+    rates = {
+        "bandit_reward_positive_sum_total": 60,
+        "bandit_reward_negative_sum_total": 180,
+        "bandit_rewards_total": 240,
+    }
+    exprs = [
+        expr
+        for expr in promql.dashboard_expressions().values()
+        if "bandit_reward_negative_sum_total" in expr
+    ]
+    assert len(exprs) == 2  # per policy and arm, per policy and source
+
+    def selector(names: list[str]) -> str:
+        return "{" + ", ".join(f'{name}="{labels[name]}"' for name in names) + "}"
+
+    cases = [
+        {
+            "expr": expr,
+            "eval_time": "10m",
+            "exp_samples": [
+                {
+                    "labels": selector(re.search(r"by \(([^)]*)\)", expr)[1].split(", ")),
+                    "value": -0.5,
+                }
+            ],
+        }
+        for expr in exprs
+    ]
+    series = [
+        {"series": name + selector(list(labels)), "values": f"0+{per_minute}x20"}
+        for name, per_minute in rates.items()
+    ]
+    tests = {"rule_files": [], "evaluation_interval": "1m"}
+    tests["tests"] = [{"interval": "1m", "input_series": series, "promql_expr_test": cases}]
+    (tmp_path / "mean_reward_test.yml").write_text(yaml.safe_dump(tests))
+    result = subprocess.run(
+        [system_tool("promtool"), "test", "rules", "mean_reward_test.yml"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

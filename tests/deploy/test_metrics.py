@@ -157,7 +157,8 @@ async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) 
     assert added("bandit_http_request_duration_seconds_count", route="/reward", status="200") == 5
     assert added("bandit_decisions_total", policy="demo") == 5
     assert added("bandit_rewards_total", policy="demo", source="explicit") == 5
-    assert added("bandit_reward_sum_total", policy="demo", source="explicit") == 5.0
+    assert added("bandit_reward_positive_sum_total", policy="demo", source="explicit") == 5.0
+    assert added("bandit_reward_negative_sum_total", policy="demo", source="explicit") == 0.0
 
 
 # ---- the per-arm label stays bounded (issue 18 item 7) ---------------------------------------
@@ -165,10 +166,10 @@ async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) 
 ARM_SERIES = 2  # BANDIT_METRICS_ARM_SERIES of the test app
 DISTINCT_ARMS = 10_000
 # Samples a policy may add to /metrics: decisions (total, created) for ARM_SERIES + 1 arm
-# values, rewards and reward sums (total, created) for each of those and the one source
-# used, the pending-events gauge, and the audit record of the policy's creation (total,
-# created).
-MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 3 + 1 + 2
+# values, rewards and the two parts of the reward sum (total, created) for each of those
+# and the one source used, the pending-events and overdue-pending gauges, and the audit
+# record of the policy's creation (total, created).
+MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 4 + 2 + 2
 
 
 @pytest.mark.anyio

@@ -147,8 +147,11 @@ async def test_concurrent_rewards_to_one_arm_across_two_processes(two_processes:
         text = (await clients[0].get("/metrics")).text
         assert 'bandit_rewards_total{arm="hot",policy="p",source="explicit"} 2000.0' in text
         assert (
-            f'bandit_reward_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}'
+            f'bandit_reward_positive_sum_total{{arm="hot",policy="p",source="explicit"}} {expected_sum}'
             in text
+        )
+        assert (
+            'bandit_reward_negative_sum_total{arm="hot",policy="p",source="explicit"} 0.0' in text
         )
         snap = (await clients[1].get("/policies/p/snapshot")).json()
         policy = policy_from_bytes(base64.b64decode(snap["data"]))

@@ -127,6 +127,39 @@ def test_rank_reward_activate_with_the_2022_sdk(endpoint: str) -> None:
     sdk.reward("never-ranked", {"value": 0.5})  # accepted, like Personalizer
 
 
+SIGNED_REWARDS = [-1.0, -0.37, 0.0, 0.5, 1.0]
+
+
+def test_rewards_of_any_sign_with_the_2022_sdk(endpoint: str) -> None:
+    """Rewards in the default loop's range [-1, 1], negative ones included: 204 each, and
+    the loop's counters, reward sum and model take every one."""
+    sdk = client(endpoint)
+    bearer = {"Authorization": f"Bearer {API_KEY}"}
+    stats_url = f"{endpoint}/policies/personalizer/stats"
+    model_url = f"{endpoint}/policies/personalizer/snapshot"
+    before = httpx.get(stats_url, headers=bearer).json()
+    models = [httpx.get(model_url, headers=bearer).json()["data"]]
+    for value in SIGNED_REWARDS:
+        ranked = sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS})
+        status = sdk.reward(
+            ranked["eventId"],
+            {"value": value},
+            cls=lambda response, _body, _headers: response.http_response.status_code,
+        )
+        assert status == 204, value
+        models.append(httpx.get(model_url, headers=bearer).json()["data"])
+    after = httpx.get(stats_url, headers=bearer).json()
+    assert after["rewards"] - before["rewards"] == len(SIGNED_REWARDS)
+    learned = after["policy_stats"]["reward_sum"] - before["policy_stats"].get("reward_sum", 0.0)
+    assert learned == pytest.approx(sum(SIGNED_REWARDS), abs=1e-9)
+    assert len(set(models)) == len(models)  # each reward, 0 included, changed the model
+    with pytest.raises(HttpResponseError) as below:
+        sdk.reward(
+            sdk.rank({"contextFeatures": CONTEXT, "actions": ACTIONS})["eventId"], {"value": -1.01}
+        )
+    assert below.value.status_code == 400 and "value" in below.value.error.message
+
+
 SLOTS = [
     {
         "id": "Main Article",
