@@ -283,6 +283,7 @@ POLICY_FAMILIES = frozenset(
         TRANSACTION_RETRIES,
         SNAPSHOT_LAST_SUCCESS,
         SNAPSHOT_FAILURES,
+        AUDIT_RECORDS,  # the audit trail keeps a deleted policy's records, GET /audit
     )
 )
 
