@@ -27,6 +27,8 @@ bandit_event_log_spool_depth             gauge      (none)                  reco
 bandit_event_log_dead_letters_total      counter    (none)                  records the event log rejected for good
 bandit_dependency_up                     gauge      dependency              1 if the last probe reached it (min)
 bandit_store_errors_total                counter    operation               state-store calls that failed
+bandit_policies_missing                  gauge      (none)                  policies the log has and the store lacks (max)
+bandit_policy_rebuilds_total             counter    outcome                 rebuilds from the log (rebuilt/failed/deleted)
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -132,6 +134,16 @@ DEPENDENCY_UP = Gauge(
     multiprocess_mode="livemin",
 )
 STORE_ERRORS = Counter("bandit_store_errors", "State-store calls that failed", ["operation"])
+POLICIES_MISSING = Gauge(
+    "bandit_policies_missing",
+    "Policies of the event log's policies table whose state the store lacks (being rebuilt)",
+    multiprocess_mode="livemax",
+)
+POLICY_REBUILDS = Counter(
+    "bandit_policy_rebuilds",
+    "Rebuilds from the event log of a policy missing from the store, by outcome",
+    ["outcome"],
+)
 TRANSACTION_RETRIES = Counter(
     "bandit_store_transaction_retries",
     "State-store transactions redone on fresh values after a concurrent write to their keys",

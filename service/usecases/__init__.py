@@ -23,6 +23,8 @@ module               use case (public surface)
 ``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
+``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
+``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -47,6 +49,7 @@ from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
+from service.usecases.recovery import Recovery
 from service.usecases.rewards import Rewards
 from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
@@ -62,6 +65,7 @@ __all__ = [
     "PolicyAdmin",
     "PolicyCache",
     "Recommender",
+    "Recovery",
     "Rewards",
     "Snapshots",
     "Sweeper",
@@ -90,6 +94,7 @@ class UseCases:
     feature_importances: FeatureImportances
     evaluations: Evaluations
     log_upkeep: LogUpkeep
+    recovery: Recovery
 
 
 def build_use_cases(
@@ -106,6 +111,7 @@ def build_use_cases(
     recommender = Recommender(cache, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
     loops = Loops(admin, recommender, rewards)
+    recovery = Recovery(cache, sink, event_log, settings)
     return UseCases(
         store=store,
         sink=sink,
@@ -116,11 +122,12 @@ def build_use_cases(
         sweeper=Sweeper(cache, rewards, settings, clock),
         admin=admin,
         snapshots=Snapshots(cache, event_log, settings, clock),
-        monitor=Monitor(store, sink, event_log, admin, settings),
+        monitor=Monitor(store, sink, event_log, admin, settings, recovery),
         features=features,
         loops=loops,
         models=Models(admin, event_log, clock),
         feature_importances=FeatureImportances(admin, settings, clock),
         evaluations=Evaluations(loops, settings, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
+        recovery=recovery,
     )

@@ -14,6 +14,7 @@ from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore, StoreUnavailableError
 from service.usecases.admin import PolicyAdmin
 from service.usecases.periodic import every
+from service.usecases.recovery import Recovery
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Monitor:
     event_log: EventLog
     admin: PolicyAdmin
     settings: Settings
+    recovery: Recovery
     _dead_letters_exported: int = field(default=0, init=False, repr=False)
 
     async def probe_dependencies(self) -> tuple[bool, bool]:
@@ -48,11 +50,14 @@ class Monitor:
         return store_ok, log_ok
 
     async def readiness(self) -> Readiness:
-        """Reachability of the state store and the event log, and the writer's backlog."""
+        """Reachability of the state store and the event log, the writer's backlog, and
+        the policies missing from the store (not ready while any is being rebuilt)."""
         store_ok, log_ok = await self.probe_dependencies()
         spool, lag = self.sink_backlog()
+        missing = self.recovery.missing()
         return Readiness(
-            status="ready" if store_ok and log_ok else "degraded",
+            status="ready" if store_ok and log_ok and not missing else "degraded",
+            policies_missing=missing,
             state_store="ok" if store_ok else "unavailable",
             event_log="ok" if log_ok else "unavailable",
             spool_depth=spool,

@@ -82,7 +82,7 @@ async def test_rebuild_at_start_keeps_the_state_another_replica_wrote(make_setti
     store is left as it is, counters not added again; a wiped one rebuilt by three
     replicas at once is written once, its counters added once."""
     rng = np.random.default_rng(4)
-    settings = make_settings()
+    settings = make_settings(rebuild_check_seconds=3600)  # the test's rebuilds only
     async with running(settings) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
         for _ in range(20):
