@@ -6,7 +6,8 @@ data").
   comes back from the PostgreSQL event log with the statistics it had (decisions and
   rewards per policy; pulls, rewards and reward sums per arm, exact), never re-created
   fresh (same ``reset_at``, a setting changed through the API kept); every decision
-  answered meanwhile is a 200, degraded while the policy was being rebuilt, never a 404.
+  answered meanwhile is a 200, degraded while the policy was being rebuilt, never a 404;
+  ``/readyz`` answers 503 naming the missing policies while the rebuild at start waits.
 - Redis flushed while PostgreSQL is down: the policy cannot be rebuilt, so its decisions
   stay degraded, ``/readyz`` answers 503 naming it and ``bandit_policies_missing`` is 1
   (the BanditPoliciesMissing alert's expression); PostgreSQL back, the next check
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psycopg
 import pytest
 import yaml
 
@@ -181,11 +183,23 @@ async def test_redis_flushed_under_traffic_then_the_api_restarted(
                 ), p
         app.stop()
 
-        # 2. Redis loses everything again while the api is down, then the api starts
+        # 2. Redis loses everything again while the api is down, then the api starts.
+        # The log's decisions are locked meanwhile, so the rebuild at start waits (its
+        # replay reads them) long enough to be seen; the migrations, which would wait on
+        # the lock too, ran at the first start.
         assert redis_client.flushall()
-        app.start()
+        app = AppProcess({**settings_env(settings), "BANDIT_RUN_MIGRATIONS": "false"})
         restarted = Traffic(app.url)
-        restarted.start(seed=2)
+        with psycopg.connect(db_url) as lock:
+            lock.execute("LOCK TABLE decisions IN ACCESS EXCLUSIVE MODE")
+            app.start()
+            restarted.start(seed=2)
+            async with httpx.AsyncClient(base_url=app.url, headers=HEADERS, timeout=10) as client:
+                await wait_until(lambda: restarted.degraded >= 20, 60, "degraded decisions")
+                ready = await client.get("/readyz")
+                assert ready.status_code == 503, ready.text
+                assert ready.json()["policies_missing"] == list(POLICIES)
+            lock.rollback()
         async with httpx.AsyncClient(base_url=app.url, headers=HEADERS, timeout=10) as client:
             await wait_until(lambda: _ready(client), 60, "policies rebuilt at start")
             await asyncio.sleep(0.5)
