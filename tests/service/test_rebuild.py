@@ -15,11 +15,29 @@ import redis
 from bandit_core import policy_from_bytes
 from service.cli import main
 from service.rebuild import rebuild_policy
-from service.settings import get_settings
+from service.settings import Settings, get_settings
 from service.storage.redis_store import RedisStateStore
 from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["redis_postgres"])]
+
+
+async def _cli(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, *arguments: list[str]
+) -> list[int]:
+    """The exit status of ``bandit rebuild <arguments>`` for each, run in this process
+    with the URLs of ``settings`` in the environment."""
+    for name, value in {
+        "REDIS_URL": settings.redis_url,
+        "DATABASE_URL": settings.database_url,
+        "DATA_DIR": str(settings.data_dir),
+    }.items():
+        monkeypatch.setenv(f"BANDIT_{name}", value)
+    get_settings.cache_clear()
+    try:
+        return [await asyncio.to_thread(main, ["rebuild", *args]) for args in arguments]
+    finally:
+        get_settings.cache_clear()
 
 
 def _model(snapshot: dict[str, Any]) -> Any:
@@ -49,19 +67,9 @@ async def test_rebuild_reconstructs_the_live_state(
         await wait_for(lambda: log.latest_snapshot("p") is not None)
 
     redis.Redis.from_url(settings.redis_url).flushdb()
-    for name, value in {
-        "REDIS_URL": settings.redis_url,
-        "DATABASE_URL": settings.database_url,
-        "DATA_DIR": str(settings.data_dir),
-    }.items():
-        monkeypatch.setenv(f"BANDIT_{name}", value)
-    get_settings.cache_clear()
-    try:
-        assert await asyncio.to_thread(main, ["rebuild", "--policy", "p"]) == 0
-        # a policy the log does not hold is a usage error, like every command's (exit 2)
-        assert await asyncio.to_thread(main, ["rebuild", "--policy", "missing"]) == 2
-    finally:
-        get_settings.cache_clear()
+    # a policy the log does not hold is a usage error, like every command's (exit 2)
+    statuses = await _cli(settings, monkeypatch, ["--policy", "p"], ["--policy", "missing"])
+    assert statuses == [0, 2]
 
     async with running(settings) as (_, http, _):
         rebuilt_stats = (await http.get("/policies/p/stats")).json()
@@ -141,17 +149,7 @@ async def test_rebuild_all_replaces_an_older_backup_counters_included(
         restored = (await http.get("/policies/p/stats")).json()
         assert restored["decisions"] == 21 and "zombie" in restored["arms"]
 
-    for name, value in {
-        "REDIS_URL": settings.redis_url,
-        "DATABASE_URL": settings.database_url,
-        "DATA_DIR": str(settings.data_dir),
-    }.items():
-        monkeypatch.setenv(f"BANDIT_{name}", value)
-    get_settings.cache_clear()
-    try:
-        assert await asyncio.to_thread(main, ["rebuild", "--all"]) == 0
-    finally:
-        get_settings.cache_clear()
+    assert await _cli(settings, monkeypatch, ["--all"]) == [0]
     assert capsys.readouterr().out.splitlines() == [
         f"rebuilt {name}: 30 rewards of 30 decisions replayed into 3 state parts"
         for name in ("p", "q")
