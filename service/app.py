@@ -100,7 +100,11 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
     if not existing and not missing and settings.demo_policy:
         await use_cases.admin.put_policy(DEMO_POLICY, DEMO_SPEC)
         log.info("no policy configured: created the demo policy %r", DEMO_POLICY)
-    if settings.personalizer_loop and await use_cases.loops.ensure_default_loop():
+    if (
+        settings.personalizer_loop
+        and DEFAULT_LOOP not in missing  # being rebuilt: it exists
+        and await use_cases.loops.ensure_default_loop()
+    ):
         log.info("created the default Personalizer loop %r", DEFAULT_LOOP)
 
 

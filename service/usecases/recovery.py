@@ -84,14 +84,17 @@ class Recovery:
         if runtime is not None:
             return runtime
         info = None if self._directory is None else self._directory.get(name)
-        if lost is None and info is None:
-            if self._directory is None:
-                raise StoreUnavailableError(
-                    f"policy {name!r} is not in the state store and the event log's "
-                    "policies table, which says whether it exists, could not be read yet"
-                )
+        if lost is not None:
+            runtime = lost
+        elif info is not None:
+            runtime = self.cache.new_runtime(info)
+        elif self._directory is None:
+            raise StoreUnavailableError(
+                f"policy {name!r} is not in the state store and the event log's "
+                "policies table, which says whether it exists, could not be read yet"
+            )
+        else:
             return None
-        runtime = lost or self.cache.new_runtime(info)  # type: ignore[arg-type]
         self._stand_ins[name] = runtime
         metrics.POLICIES_MISSING.set(len(self._stand_ins))
         log.warning("policy %r is missing from the state store: rebuilding it from the log", name)
