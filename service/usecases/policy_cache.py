@@ -9,7 +9,7 @@ state through one :class:`PolicyCache`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
@@ -43,9 +43,14 @@ class PolicyRebuilding(StoreUnavailableError):
         self.stand_in = stand_in
 
 
-StandIn = Callable[[str, Runtime | None], Runtime | None]
+StandIn = Callable[[str, Runtime | None], Awaitable[Runtime | None]]
 """``(name, the runtime this process had cached) -> the runtime to serve degraded
 decisions from while the policy is rebuilt``, or None when the policy does not exist."""
+
+
+async def no_stand_in(name: str, lost: Runtime | None) -> None:
+    """The :data:`StandIn` of a cache no one rebuilds for: a policy not in the store
+    does not exist."""
 
 
 def arms_of(parts: Sequence[str]) -> list[str]:
@@ -63,7 +68,7 @@ class PolicyCache:
         self.metric_arms = metric_arms
         self._runtimes: dict[str, Runtime] = {}
         # asked when a policy's config is not in the store (set by Recovery)
-        self.stand_in: StandIn = lambda name, lost: None
+        self.stand_in: StandIn = no_stand_in
 
     def new_runtime(self, info: PolicyInfo) -> Runtime:
         """An engine policy for ``info`` with no state loaded yet."""
@@ -118,7 +123,7 @@ class PolicyCache:
         if config is None and runtime is not None and CONFIG_KEY in known:
             info = runtime.info
         elif config is None or config.data is None:
-            stand_in = self.stand_in(name, self._runtimes.pop(name, None))
+            stand_in = await self.stand_in(name, self._runtimes.pop(name, None))
             if stand_in is None:
                 raise NotFound(f"policy {name!r} does not exist")
             raise PolicyRebuilding(name, stand_in)

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from service import metrics
 from service.policies import Runtime, info_from_record
@@ -54,6 +55,7 @@ class Recovery:
     _directory: dict[str, PolicyInfo] | None = field(default=None, init=False)  # None: unread
     _stand_ins: dict[str, Runtime] = field(default_factory=dict, init=False)
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _reading: asyncio.Future[dict[str, dict[str, Any]]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.cache.stand_in = self.stand_in
@@ -66,35 +68,64 @@ class Recovery:
     async def check(self) -> list[str]:
         """Read the log's ``policies`` table, start the rebuild of each policy the store
         does not list, and return :meth:`missing`."""
-        records = await asyncio.to_thread(self.event_log.policies)
-        self._directory = {name: info_from_record(r) for name, r in records.items()}
+        directory = await self._read_directory()
         present = set(await self.cache.store.list_policies())
-        for name in sorted(self._directory.keys() - present):
-            self.stand_in(name, None)
+        for name in sorted(directory.keys() - present):
+            if name not in self._stand_ins:
+                self._register(name, self.cache.new_runtime(directory[name]))
             self._start(name)
         return self.missing()
 
-    def stand_in(self, name: str, lost: Runtime | None) -> Runtime | None:
+    async def _read_directory(self) -> dict[str, PolicyInfo]:
+        """The log's ``policies`` table, read again (one read shared by the callers that
+        ask while it runs)."""
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(asyncio.to_thread(self.event_log.policies))
+        reading = self._reading
+        try:
+            records = await asyncio.shield(reading)
+        finally:
+            if self._reading is reading and reading.done():
+                self._reading = None
+        self._directory = {name: info_from_record(r) for name, r in records.items()}
+        return self._directory
+
+    async def stand_in(self, name: str, lost: Runtime | None) -> Runtime | None:
         """The runtime that serves degraded decisions of ``name`` while its state is
         rebuilt (``lost``: the one this process had cached, if any); a policy found
         missing now has its rebuild started (after a failed one, :meth:`check` starts the
-        next). None when neither the directory nor this process knew the policy (it does
-        not exist); 503 while the directory could not be read yet."""
+        next). None when the policy does not exist: neither this process nor the
+        directory knew it, or the log, read again, has no row for it (a policy deleted
+        through another replica); 503 while the directory could not be read yet."""
         runtime = self._stand_ins.get(name)
         if runtime is not None:
             return runtime
-        info = None if self._directory is None else self._directory.get(name)
-        if lost is not None:
-            runtime = lost
-        elif info is not None:
-            runtime = self.cache.new_runtime(info)
-        elif self._directory is None:
-            raise StoreUnavailableError(
-                f"policy {name!r} is not in the state store and the event log's "
-                "policies table, which says whether it exists, could not be read yet"
-            )
-        else:
+        known = self._directory is not None and name in self._directory
+        if lost is None and not known:
+            if self._directory is None:
+                raise StoreUnavailableError(
+                    f"policy {name!r} is not in the state store and the event log's "
+                    "policies table, which says whether it exists, could not be read yet"
+                )
             return None
+        try:  # deleted policies leave the log first: its row says whether it exists
+            info = (await self._read_directory()).get(name)
+            if info is None:
+                return None
+        except StoreUnavailableError:  # the log is down too: as the directory last said
+            info = None if self._directory is None else self._directory.get(name)
+        runtime = self._stand_ins.get(name)  # registered by a concurrent caller meanwhile
+        if runtime is not None:
+            return runtime
+        if lost is not None:
+            return self._register(name, lost)
+        if info is not None:
+            return self._register(name, self.cache.new_runtime(info))
+        return None
+
+    def _register(self, name: str, runtime: Runtime) -> Runtime:
+        """``runtime`` serves ``name``, missing from the store, until it is rebuilt;
+        the rebuild starts."""
         self._stand_ins[name] = runtime
         metrics.POLICIES_MISSING.set(len(self._stand_ins))
         log.warning("policy %r is missing from the state store: rebuilding it from the log", name)
