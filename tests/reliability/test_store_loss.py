@@ -216,10 +216,14 @@ async def test_redis_flushed_under_traffic_then_the_api_restarted(
                 )
             kept = (await client.get("/policies/p")).json()["personalizer"]
             assert kept == {"logRetentionDays": 30}
-            for p in POLICIES:  # the counters equal what the log says, once it caught up
-                arms = (await _stats(client, p))["arms"]
-                pulls = {a: s["pulls"] for a, s in arms.items()}
-                await wait_until(lambda p=p: _logged_pulls(db_url, p) == pulls, 30, "log")
+            counted = {
+                p: {a: s["pulls"] for a, s in (await _stats(client, p))["arms"].items()}
+                for p in POLICIES
+            }
+        # the counters equal what the log says, once it caught up
+        await wait_until(
+            lambda: all(_logged_pulls(db_url, p) == counted[p] for p in POLICIES), 30, "log"
+        )
     finally:
         app.stop()
     print(
