@@ -24,8 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service import metrics
 from service.auth import warn_if_open
 from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
-from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file, spec_of
-from service.rebuild import rebuild_policy
+from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file
 from service.request_context import REQUEST_ID_HEADER, RequestIds
 from service.routers import audit, decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
@@ -33,8 +32,8 @@ from service.startup import usable_directory
 from service.storage.base import StateStore, StoreUnavailableError
 from service.storage.breaker import BreakerState, CircuitBreaker
 from service.usecases import UseCases, build_use_cases
-from service.usecases.audit import POLICIES_FILE, acting_as
 from service.usecases.loops import DEFAULT_LOOP
+from service.usecases.policies_file import PoliciesFile
 
 log = logging.getLogger("bandit.service")
 
@@ -108,31 +107,35 @@ def make_writer(settings: Settings, event_log: Any) -> Any:
 
 
 async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None:
-    """Rebuild from the log (embedded default), then apply the policies file, then the
-    demo policy if there is still no policy at all, then the default Personalizer loop
-    (docs/personalizer.md) unless it exists."""
-    store, event_log, admin = use_cases.store, use_cases.event_log, use_cases.admin
-    existing = set(await store.list_policies())
-    rebuild = settings.embedded if settings.rebuild_on_start is None else settings.rebuild_on_start
-    if rebuild:
-        for name in await asyncio.to_thread(lambda: list(event_log.policies())):
-            if name not in existing:
-                report = await rebuild_policy(event_log, store, name, replace=False)
-                if report.written:
-                    use_cases.audit.rebuilt(report)
-                existing.add(name)
-    if settings.policies_file is not None:
-        declared = load_policies_file(settings.policies_file, settings.allow_import_guardrails)
-        for name, spec in declared.items():
-            if name in existing and spec_of(await admin.get_policy(name)) == spec:
-                continue
-            with acting_as(POLICIES_FILE):  # the audit trail records the override
-                await admin.put_policy(name, spec)
-            existing.add(name)
-    if not existing and settings.demo_policy:
-        await admin.put_policy(DEMO_POLICY, DEMO_SPEC)
+    """Start the rebuild of every policy of the event log the store lacks (its decisions
+    degraded meanwhile: service/usecases/recovery.py), apply the policies file (to a
+    policy being rebuilt once it is back), then the demo policy if there is no policy at
+    all, then the default Personalizer loop (docs/personalizer.md) unless it exists."""
+    recovery = use_cases.recovery
+    specs = (
+        load_policies_file(settings.policies_file, settings.allow_import_guardrails)
+        if settings.policies_file
+        else {}
+    )
+    policies_file = PoliciesFile(use_cases.admin, specs)
+    recovery.after_rebuild = policies_file.apply
+    try:
+        missing = set(await recovery.check())
+    except StoreUnavailableError as exc:  # checked again every rebuild_check_seconds
+        log.warning("policies missing from the state store not checked at start: %s", exc)
+        missing = set()
+    for name in specs:
+        if name not in missing:
+            await policies_file.apply(name)
+    existing = await use_cases.store.list_policies()
+    if not existing and not missing and settings.demo_policy:
+        await use_cases.admin.put_policy(DEMO_POLICY, DEMO_SPEC)
         log.info("no policy configured: created the demo policy %r", DEMO_POLICY)
-    if settings.personalizer_loop and await use_cases.loops.ensure_default_loop():
+    if (
+        settings.personalizer_loop
+        and DEFAULT_LOOP not in missing  # being rebuilt: it exists
+        and await use_cases.loops.ensure_default_loop()
+    ):
         log.info("created the default Personalizer loop %r", DEFAULT_LOOP)
 
 
@@ -170,6 +173,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             asyncio.create_task(use_cases.monitor.run(stop)),
             asyncio.create_task(use_cases.evaluations.run(stop)),
             asyncio.create_task(use_cases.log_upkeep.run(stop)),
+            asyncio.create_task(use_cases.recovery.run(stop)),
         ]
 
         async def stop_tasks() -> None:

@@ -45,6 +45,8 @@ bandit_snapshot_last_success_timestamp.. gauge      policy                  unix
 bandit_snapshot_failures_total           counter    policy                  periodic snapshots that failed
 bandit_log_upkeep_last_success_timest..  gauge      (none)                  unix time of the last upkeep round
 bandit_audit_records_total               counter    policy, action          changes recorded in the audit trail
+bandit_policies_missing                  gauge      (none)                  policies the log has and the store lacks (max)
+bandit_policy_rebuilds_total             counter    outcome                 rebuilds from the log (rebuilt/failed/deleted)
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -205,6 +207,16 @@ STORE_BREAKER_TRANSITIONS = Counter(
     "bandit_store_breaker_transitions",
     "Times the state store's circuit breaker entered a state",
     ["state"],
+)
+POLICIES_MISSING = Gauge(
+    "bandit_policies_missing",
+    "Policies of the event log's policies table whose state the store lacks (being rebuilt)",
+    multiprocess_mode="livemax",
+)
+POLICY_REBUILDS = Counter(
+    "bandit_policy_rebuilds",
+    "Rebuilds from the event log of a policy missing from the store, by outcome",
+    ["outcome"],
 )
 TRANSACTION_RETRIES = Counter(
     "bandit_store_transaction_retries",

@@ -98,13 +98,14 @@ def new_info(
     name: str, spec: PolicySpec, now: float, old: PolicyInfo | None = None, reset: bool = True
 ) -> PolicyInfo:
     """A config record for ``spec`` with a fresh revision; ``reset_at`` moves to ``now``
-    unless ``old`` exists and ``reset`` is False."""
+    unless ``old`` exists and ``reset`` is False; ``old``'s ``declared`` is kept."""
     return PolicyInfo(
         name=name,
         revision=secrets.token_hex(8),
         created_at=old.created_at if old else now,
         updated_at=now,
         reset_at=old.reset_at if old and not reset else now,
+        declared=old.declared if old else None,
         **spec.model_dump(),
     )
 

@@ -16,11 +16,15 @@ exception is an imported model (``PUT .../model``): it is saved in the log at th
 policy's ``reset_at`` (:func:`~service.usecases.models.imported_model_record`), so no
 reward of the policy's current model precedes it, and the replay starts from it.
 
-Several replicas started with ``BANDIT_REBUILD_ON_START`` may replay the same policy at
-once: with ``replace=False`` the state is written by one compare-and-set transaction
-that writes nothing when the policy's config is already in the store, so the first
-replica's replay is the one kept and the counters are added once
-(docs/operations.md, "Several replicas").
+The counters (decisions, rewards, default rewards, pulls per arm) are set to what the
+log says, whatever the store held (a request counted after the store lost the policy
+is in the log too); the pending events and their ``pending`` counter are kept. With
+``replace=True`` (``bandit rebuild``) the result replaces the whole state: stored parts
+the replay does not hold are deleted too. Several replicas that find the policy missing at
+once (:mod:`service.usecases.recovery`) replay it with ``replace=False``: the state is
+written by one compare-and-set transaction that writes nothing when the policy's config
+is already in the store, so the first replica's replay is the one kept and the counters
+are added once (docs/operations.md, "Several replicas").
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
 from service.usecases.json_features import logged_rows
 from service.usecases.learning_modes import LOGGING_ONLY, mode_at
-from service.usecases.models import imported_model_record
+from service.usecases.models import PART_PREFIXES, imported_model_record
+from service.usecases.policy_cache import PULLS_PREFIX
 
 
 @dataclass(frozen=True)
@@ -76,10 +81,10 @@ def _collect(
 async def rebuild_policy(
     event_log: EventLog, store: StateStore, name: str, replace: bool = True
 ) -> RebuildReport:
-    """Replay ``name``'s log into ``store`` (config and every learned part; counters too
-    when the store holds none for the policy). With ``replace=False`` nothing is written
-    when the store holds the policy's config already, checked atomically with the write
-    (another replica rebuilt it first). Raises KeyError for an unknown policy."""
+    """Replay ``name``'s log into ``store``: config, every learned part and the counters
+    (:func:`_set_counters`). With ``replace=False`` nothing is written when the store
+    holds the policy's config already, checked atomically with the write (another
+    replica rebuilt it first). Raises KeyError for an unknown policy."""
     configs = await asyncio.to_thread(event_log.policies)
     if name not in configs:
         raise KeyError(f"policy {name!r} is not in the event log; known: {sorted(configs)}")
@@ -113,24 +118,26 @@ async def rebuild_policy(
                 policy.forget_arm(arm)
             del seen[arm], pulls[arm]
     parts = policy.export_parts(policy.part_names())
-    payload = {CONFIG_KEY: encode_info(info), **parts}
+    payload: dict[str, bytes | None] = {CONFIG_KEY: encode_info(info), **parts}
+    if replace:  # the whole state: a stored part the replay does not hold goes
+        stored = await store.keys(name, PART_PREFIXES)
+        payload.update({k: None for k in stored if k not in payload})
 
     def write(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
         return {} if not replace and values[CONFIG_KEY] is not None else payload
 
-    # read before the commit: once the config is written, requests may add counters
-    had_counters = bool(await store.counters(name))
+    counters = {f"{PULLS_PREFIX}{arm}": float(n) for arm, n in pulls.items()}
+    counters.update(
+        decisions=float(n_decisions),
+        rewards=float(len(rewarded)),
+        default_rewards=float(sum(e.reward.source == "default" for e in rewarded)),  # type: ignore[union-attr]
+    )
+    # read before the commit: once the config is written, requests add to them
+    before = await store.counters(name)
     written = bool(await store.transact(name, list(payload), write))
     if written:
         await store.mark_seen(name, seen)
-    if written and not had_counters:
-        counters = {f"pulls:{arm}": float(n) for arm, n in pulls.items()}
-        counters.update(
-            decisions=float(n_decisions),
-            rewards=float(len(rewarded)),
-            default_rewards=float(sum(e.reward.source == "default" for e in rewarded)),  # type: ignore[union-attr]
-        )
-        await store.add_counters(name, counters)
+        await _set_counters(store, name, counters, before)
     await store.add_policy(name)  # last: the sweeper and snapshots find it complete
     return RebuildReport(
         policy=name,
@@ -139,3 +146,18 @@ async def rebuild_policy(
         parts=len(parts),
         written=written,
     )
+
+
+async def _set_counters(
+    store: StateStore, name: str, counters: dict[str, float], before: dict[str, float]
+) -> None:
+    """Make the counters of ``name``, which were ``before`` when the state was written,
+    equal ``counters`` plus what requests added since: increments of the difference, not
+    an overwrite. An arm's ``pulls:`` counter the log does not know is deleted, with the
+    arm's last-seen entry; ``pending`` is kept (it counts the pending events the store
+    holds)."""
+    increments = {k: v - before.get(k, 0.0) for k, v in counters.items()}
+    await store.add_counters(name, {k: d for k, d in increments.items() if d})
+    stale = [k for k in before if k.startswith(PULLS_PREFIX) and k not in counters]
+    if stale:
+        await store.forget(name, [k[len(PULLS_PREFIX) :] for k in stale], stale)

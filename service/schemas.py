@@ -417,6 +417,12 @@ class PolicyInfo(PolicySpec):
     created_at: float
     updated_at: float
     reset_at: float = Field(description="when the learned state last started from scratch")
+    declared: PolicySpec | None = Field(
+        None,
+        description="the settings the policies file (BANDIT_POLICIES_FILE) last applied; at "
+        "start a field the file changed since is applied, one changed through the API and "
+        "not in the file is kept (docs/operations.md); null: not declared by the file",
+    )
 
 
 class PolicyList(BaseModel):
@@ -571,6 +577,11 @@ class Readiness(BaseModel):
     )
     spool_depth: int
     log_lag_seconds: float
+    policies_missing: list[str] = Field(
+        default_factory=list,
+        description="policies of the event log whose state the store lacks, being rebuilt "
+        "from the log (decisions degraded meanwhile); any makes the status degraded",
+    )
 
 
 class DependencyReport(BaseModel):

@@ -4,8 +4,9 @@ environment variables when :func:`get_settings` is first called (never at import
 With nothing set the service runs on the *embedded default*: in-process state, an
 SQLite event log and spool under ``BANDIT_DATA_DIR`` and a demo policy, so
 ``bandit serve`` works on a fresh machine. At every start it rebuilds the model state
-from the SQLite log; events still waiting for a reward when the process stopped are not
-restored (their decisions stay in the log, unrewarded). ``--workers`` > 1 needs Redis.
+from the SQLite log (``service.usecases.recovery``, as for any store that lost a policy);
+events still waiting for a reward when the process stopped are not restored (their
+decisions stay in the log, unrewarded). ``--workers`` > 1 needs Redis.
 
 Authentication: ``BANDIT_API_KEYS`` (comma-separated) protects ``/reward``,
 ``/events/*`` and the policy administration routes with ``Authorization: Bearer
@@ -97,8 +98,11 @@ class Settings(BaseSettings):
         "docs/personalizer.md) at start when it does not exist",
     )
     run_migrations: bool = Field(True, description="run alembic upgrade head at start")
-    rebuild_on_start: bool | None = Field(
-        None, description="replay the event log into the state store at start; unset: only embedded"
+    rebuild_check_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="how often the state store is compared with the event log's policies "
+        "table; a policy the store lacks is rebuilt from the log (also checked at start)",
     )
     allow_import_guardrails: bool = Field(
         False, description="accept guardrail specs of type 'import' (they load server-side code)"

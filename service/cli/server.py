@@ -72,10 +72,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rebuild",
         help="reconstruct a policy's state from the event log",
         description="Replay a policy's logged decisions and rewards into the state store "
-        "(BANDIT_REDIS_URL and BANDIT_DATABASE_URL; the embedded default rebuilds at every start).",
+        "(BANDIT_REDIS_URL and BANDIT_DATABASE_URL) and replace its whole state with the "
+        "result: learned parts and counters (decisions, rewards, pulls per arm) equal what "
+        "the log says; pending events are kept. A running service rebuilds a policy missing "
+        "from the store by itself; this command is for a store restored from an older backup.",
     )
-    rebuild.add_argument(
-        "--policy", required=True, metavar="NAME", help="the policy whose state to rebuild"
+    which = rebuild.add_mutually_exclusive_group(required=True)
+    which.add_argument("--policy", metavar="NAME", help="the policy whose state to rebuild")
+    which.add_argument(
+        "--all", action="store_true", help="every policy of the event log's policies table"
     )
     rebuild.set_defaults(run=_rebuild)
 
@@ -293,9 +298,15 @@ def _rebuild(args: argparse.Namespace) -> int:
         event_log = make_event_log(settings)
         store = make_store(settings)
         try:
-            report = await rebuild_policy(event_log, store, args.policy)
-            with acting_as(CLI):
-                event_log.append([], [], [rebuild_record(report, time.time())])
+            names = sorted(event_log.policies()) if args.all else [args.policy]
+            for name in names:
+                report = await rebuild_policy(event_log, store, name)
+                with acting_as(CLI):
+                    event_log.append([], [], [rebuild_record(report, time.time())])
+                print(
+                    f"rebuilt {report.policy}: {report.rewards} rewards of {report.decisions} "
+                    f"decisions replayed into {report.parts} state parts"
+                )
         except KeyError as exc:
             print(f"bandit rebuild: error: {exc.args[0]}", file=sys.stderr)
             return EXIT_USAGE
@@ -305,10 +316,6 @@ def _rebuild(args: argparse.Namespace) -> int:
         finally:
             await store.close()
             event_log.close()
-        print(
-            f"rebuilt {report.policy}: {report.rewards} rewards of {report.decisions} decisions "
-            f"replayed into {report.parts} state parts"
-        )
         return EXIT_OK
 
     return asyncio.run(run())

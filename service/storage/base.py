@@ -345,6 +345,10 @@ class LogSink(Protocol):
 
     def submit_audit(self, record: AuditRecord) -> None: ...
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted so far is written or spooled; False on timeout."""
+        ...
+
     @property
     def spool_depth(self) -> int: ...
 

@@ -25,6 +25,8 @@ module               use case (public surface)
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
 ``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
+``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
+``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
 ===================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
@@ -50,6 +52,7 @@ from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
+from service.usecases.recovery import Recovery
 from service.usecases.rewards import Rewards
 from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
@@ -66,6 +69,7 @@ __all__ = [
     "PolicyAdmin",
     "PolicyCache",
     "Recommender",
+    "Recovery",
     "Rewards",
     "Snapshots",
     "Sweeper",
@@ -95,6 +99,7 @@ class UseCases:
     evaluations: Evaluations
     log_upkeep: LogUpkeep
     audit: AuditTrail
+    recovery: Recovery
 
 
 def build_use_cases(
@@ -112,6 +117,7 @@ def build_use_cases(
     recommender = Recommender(cache, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
     loops = Loops(admin, recommender, rewards)
+    recovery = Recovery(cache, sink, event_log, settings, audit)
     return UseCases(
         store=store,
         sink=sink,
@@ -122,7 +128,7 @@ def build_use_cases(
         sweeper=Sweeper(cache, rewards, settings, clock),
         admin=admin,
         snapshots=Snapshots(cache, event_log, settings, audit, clock),
-        monitor=Monitor(store, sink, event_log, admin, settings),
+        monitor=Monitor(store, sink, event_log, admin, settings, recovery),
         features=features,
         loops=loops,
         models=Models(admin, event_log, clock),
@@ -130,4 +136,5 @@ def build_use_cases(
         evaluations=Evaluations(loops, settings, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,
+        recovery=recovery,
     )

@@ -63,9 +63,16 @@ class PolicyAdmin:
                 continue
         return out
 
-    async def put_policy(self, name: str, spec: PolicySpec, log_config: bool = True) -> PolicyInfo:
-        """Create or replace a policy; a change the engine sees resets its state. The
-        audit trail records the creation, or the settings changed."""
+    async def put_policy(
+        self,
+        name: str,
+        spec: PolicySpec,
+        log_config: bool = True,
+        declared: PolicySpec | None = None,
+    ) -> PolicyInfo:
+        """Create or replace a policy; a change the engine sees resets its state.
+        ``declared``: what the policies file applies (kept from the old config if None).
+        The audit trail records the creation, or the settings changed."""
         check_guardrails_allowed(spec, self.settings)
         build_policy(spec)
         now = self.clock()
@@ -75,6 +82,8 @@ class PolicyAdmin:
             old = None
         reset = old is None or engine_changed(spec_of(old), spec)
         info = new_info(name, spec, now, old, reset=reset)
+        if declared is not None:
+            info.declared = declared
         if log_config:
             await asyncio.to_thread(
                 self.event_log.upsert_policy, name, info.model_dump(mode="json")

@@ -10,13 +10,14 @@ state through one :class:`PolicyCache`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
 from service import metrics
 from service.errors import NotFound, with_policy
 from service.policies import CONFIG_KEY, Runtime, build_policy, decode_info, spec_of
+from service.schemas import PolicyInfo
 from service.storage.base import (
     Claim,
     Schedule,
@@ -33,6 +34,26 @@ METRICS_PREFIX = "metrics:"  # a use case's own record beside the parts (metrics
 NOT_PARTS = (EVENT_PREFIX, METRICS_PREFIX)
 
 
+class PolicyRebuilding(StoreUnavailableError):
+    """The store lost the policy's state and it is being rebuilt from the event log
+    (:mod:`service.usecases.recovery`): a 503 to retry; decisions are served degraded
+    from ``stand_in``."""
+
+    def __init__(self, name: str, stand_in: Runtime) -> None:
+        super().__init__(f"policy {name!r} is being rebuilt from the event log")
+        self.stand_in = stand_in
+
+
+StandIn = Callable[[str, Runtime | None], Awaitable[Runtime | None]]
+"""``(name, the runtime this process had cached) -> the runtime to serve degraded
+decisions from while the policy is rebuilt``, or None when the policy does not exist."""
+
+
+async def no_stand_in(name: str, lost: Runtime | None) -> None:
+    """The :data:`StandIn` of a cache no one rebuilds for: a policy not in the store
+    does not exist."""
+
+
 def arms_of(parts: Sequence[str]) -> list[str]:
     """The arm ids among the part names ``parts``."""
     return [p[len(ARM_PREFIX) :] for p in parts if p.startswith(ARM_PREFIX)]
@@ -47,6 +68,16 @@ class PolicyCache:
         self.store = store
         self.metric_arms = metric_arms
         self._runtimes: dict[str, Runtime] = {}
+        # asked when a policy's config is not in the store (set by Recovery)
+        self.stand_in: StandIn = no_stand_in
+
+    def new_runtime(self, info: PolicyInfo) -> Runtime:
+        """An engine policy for ``info`` with no state loaded yet."""
+        return Runtime(
+            info=info,
+            policy=build_policy(spec_of(info)),
+            labelled_arms=frozenset((info.arms or [])[: self.metric_arms]),
+        )
 
     def labelled_arms(self, name: str) -> frozenset[str]:
         """The arms of the cached policy ``name`` with their own metric series (none
@@ -84,7 +115,9 @@ class PolicyCache:
     ) -> tuple[Runtime, list[str], dict[str, bytes | None]]:
         """Bring the cached policy ``name`` up to date for the parts ``parts_of(policy)``
         in one round trip (two when its config changed); return it, those parts and the
-        raw values of the ``extra`` keys. 404 if the policy does not exist."""
+        raw values of the ``extra`` keys. 404 if the policy does not exist;
+        :class:`PolicyRebuilding` if its config is missing from the store but the event
+        log has it."""
         runtime = self._runtimes.get(name)
         parts = parts_of(runtime.policy) if runtime else []
         known = {p: runtime.versions[p] for p in parts if runtime and p in runtime.versions}
@@ -95,16 +128,14 @@ class PolicyCache:
         if config is None and runtime is not None and CONFIG_KEY in known:
             info = runtime.info
         elif config is None or config.data is None:
-            self._runtimes.pop(name, None)
-            raise NotFound(f"policy {name!r} does not exist", reason="policy")
+            stand_in = await self.stand_in(name, self._runtimes.pop(name, None))
+            if stand_in is None:
+                raise NotFound(f"policy {name!r} does not exist", reason="policy")
+            raise PolicyRebuilding(name, stand_in)
         else:
             info = decode_info(config.data)
         if runtime is None or runtime.info.revision != info.revision:
-            runtime = Runtime(
-                info=info,
-                policy=build_policy(spec_of(info)),
-                labelled_arms=frozenset((info.arms or [])[: self.metric_arms]),
-            )
+            runtime = self.new_runtime(info)
             self._runtimes[name] = runtime
             parts = parts_of(runtime.policy)
             values.update(await self.read(name, parts, {}))

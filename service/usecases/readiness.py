@@ -6,6 +6,8 @@ Readiness is a set of named checks (:attr:`Monitor.readiness_checks`), each a
 :class:`~service.usecases.probes.Probe` that answers within
 ``probe_timeout_seconds``; the process is ready when every one is ok. The event log is
 probed and reported but is no check: its outage is ridden out by the writer's spool.
+One more condition is no probe: every policy of the event log is present in the store
+(``policies_present``; a policy missing is being rebuilt, :mod:`service.usecases.recovery`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from service.storage.schema import database_url
 from service.usecases.admin import PolicyAdmin
 from service.usecases.periodic import every
 from service.usecases.probes import Probe, ProbeResult
+from service.usecases.recovery import Recovery
 
 STATE_STORE = "state_store"
 EVENT_LOG = "event_log"
+POLICIES_PRESENT = "policies_present"
 
 
 def _store_backend(settings: Settings) -> str:
@@ -45,6 +49,7 @@ class Monitor:
     event_log: EventLog
     admin: PolicyAdmin
     settings: Settings
+    recovery: Recovery
     _dead_letters_exported: int = field(default=0, init=False, repr=False)
     store_probe: Probe = field(init=False)
     log_probe: Probe = field(init=False)
@@ -75,19 +80,28 @@ class Monitor:
         metrics.DEPENDENCY_UP.labels("database").set(float(log.ok))
 
     async def readiness(self) -> Readiness:
-        """Every readiness check and the event log probed concurrently, and the writer's
-        backlog: ready when every check is ok, whatever the event log's state."""
+        """Every readiness check and the event log probed concurrently, the writer's
+        backlog, and the policies missing from the store: ready when every check is ok
+        and no policy is missing (being rebuilt), whatever the event log's state."""
         probes = {**self.readiness_checks, EVENT_LOG: self.log_probe}
         results = dict(zip(probes, await asyncio.gather(*(p.run() for p in probes.values()))))
         log = results.pop(EVENT_LOG)
         self._publish(results[STATE_STORE], log)
         spool, lag = self.sink_backlog()
+        missing = self.recovery.missing()
+        checks = {
+            name: ReadinessCheck(ok=r.ok, seconds=r.seconds, error=r.error)
+            for name, r in results.items()
+        }
+        checks[POLICIES_PRESENT] = ReadinessCheck(
+            ok=not missing,
+            seconds=0.0,
+            error=f"being rebuilt from the event log: {', '.join(missing)}" if missing else None,
+        )
         return Readiness(
-            status="ready" if all(r.ok for r in results.values()) else "not_ready",
-            checks={
-                name: ReadinessCheck(ok=r.ok, seconds=r.seconds, error=r.error)
-                for name, r in results.items()
-            },
+            status="ready" if all(c.ok for c in checks.values()) else "not_ready",
+            checks=checks,
+            policies_missing=missing,
             state_store="ok" if results[STATE_STORE].ok else "unavailable",
             event_log="ok" if log.ok else "degraded",
             spool_depth=spool,

@@ -69,7 +69,13 @@ from service.usecases.learning_modes import (
     learning_mode,
     served_decision,
 )
-from service.usecases.policy_cache import PULLS_PREFIX, PolicyCache, arms_of, import_stored
+from service.usecases.policy_cache import (
+    PULLS_PREFIX,
+    PolicyCache,
+    PolicyRebuilding,
+    arms_of,
+    import_stored,
+)
 
 Candidates = tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any] | None]
 """Candidate ids, their rows ``X`` (sparse for a policy taking sparse rows), the named
@@ -389,10 +395,13 @@ class Recommender:
         """The up-to-date policy and the candidates of each of ``reqs`` (one policy's),
         or the error building them raised: one store round trip for the parts of all
         when the policy is cached and unchanged; from the cache, flagged degraded, when
-        the store is down."""
+        the store is down, and from the stand-in while the policy is rebuilt."""
         name = reqs[0].policy
         cached = self.cache.cached(name)
-        runtime = cached or (await self.cache.load(name))[0]
+        try:
+            runtime = cached or (await self.cache.load(name))[0]
+        except PolicyRebuilding as exc:
+            runtime = cached = exc.stand_in
         while True:
             candidates = [self._candidates_or_error(req, runtime) for req in reqs]
 
@@ -413,6 +422,11 @@ class Recommender:
 
             try:
                 fresh, _, _ = await self.cache.load(name, parts_of)
+            except PolicyRebuilding as exc:
+                if exc.stand_in is runtime:
+                    return runtime, candidates, True
+                runtime = exc.stand_in  # the candidates are built again for it
+                continue
             except StoreUnavailableError:
                 if cached is None:
                     raise

@@ -180,7 +180,6 @@ async def test_a_policy_is_restored_from_a_periodic_snapshot(
     settings = Settings(
         data_dir=tmp_path / "data",
         database_url=bandit_url(cluster),
-        rebuild_on_start=False,
         demo_policy=False,
         personalizer_loop=False,
         snapshot_interval_seconds=0,

@@ -112,7 +112,7 @@ def test_every_alert_has_a_runbook_row() -> None:
     [
         (
             "Backup and restore",
-            ["appendonly yes", "pg_dump", "pg_restore", "bandit rebuild --policy"],
+            ["appendonly yes", "pg_dump", "pg_restore", "bandit rebuild --all"],
         ),
         ("Upgrading", ["alembic", "upgrade head", "BANDIT_RUN_MIGRATIONS"]),
         ("Scaling out", ["--scale api=", "Redis Cluster", "PARTITION BY RANGE", "hash tag"]),
@@ -182,3 +182,5 @@ def test_the_rebuild_command_in_the_docs_parses() -> None:
 
     args = build_parser().parse_args(["rebuild", "--policy", "news"])
     assert args.command == "rebuild" and args.policy == "news"
+    args = build_parser().parse_args(["rebuild", "--all"])
+    assert args.command == "rebuild" and args.all and args.policy is None

@@ -2,8 +2,8 @@
 3-master Redis Cluster -- do their periodic jobs once between them
 (docs/operations.md, "Several replicas"):
 
-- **rebuild at start**: three replicas started together with ``BANDIT_REBUILD_ON_START``
-  on a wiped Redis replay the log; the model and the counters hold each logged
+- **rebuild at start**: three replicas started together on a wiped Redis each find the
+  policy missing and replay the log; the model and the counters hold each logged
   decision and reward once, not once per replica;
 - **default rewards**: decisions spread over the replicas get no explicit reward; the
   sweepers of all three give each one the default reward exactly once (counters, the
@@ -83,6 +83,11 @@ async def _stats(client: httpx.AsyncClient) -> dict:
     return r.json()
 
 
+async def _rebuilt(client: httpx.AsyncClient) -> bool:
+    r = await client.get("/readyz")
+    return r.json()["policies_missing"] == []
+
+
 async def _decide(client: httpx.AsyncClient, rng: np.random.Generator) -> dict:
     context = rng.normal(size=3).round(3).tolist()
     r = await client.post("/recommend", json={"policy": "p", "context": context})
@@ -104,7 +109,6 @@ async def test_replicas_rebuild_sweep_and_snapshot_once(
                         data_dir=tmp_path / f"data{i}",
                         redis_url=redis_url,
                         database_url=db_url,
-                        rebuild_on_start=True,
                         snapshot_interval_seconds=1.0,
                         sweeper_interval_seconds=0.1,
                         redis_timeout_seconds=5.0,
@@ -148,6 +152,8 @@ async def test_replicas_rebuild_sweep_and_snapshot_once(
                 httpx.AsyncClient(base_url=p.url, headers=HEADERS, timeout=30) for p in replicas
             ]
             try:
+                for c in clients:
+                    await wait_until(lambda c=c: _rebuilt(c), 60, "policy rebuilt")
                 stats = await _stats(clients[1])
                 assert (stats["decisions"], stats["rewards"]) == (SEEDED, SEEDED)
                 assert stats["default_rewards"] == SEEDED - len(explicit)

@@ -96,9 +96,11 @@ def _backend_urls(redis_url: str | None) -> Iterator[dict[str, Any]]:
 
 @asynccontextmanager
 async def running(settings: Settings, client_host: str = "127.0.0.1") -> AsyncIterator[Any]:
-    """The app with its lifespan running; yields ``(app, httpx client, typed client)``."""
+    """The app with its lifespan running and the policies the store lacked rebuilt from
+    the log; yields ``(app, httpx client, typed client)``."""
     app = create_app(settings)
     async with app.router.lifespan_context(app):
+        await app.state.use_cases.recovery.wait()
         transport = httpx.ASGITransport(app=app, client=(client_host, 50000))
         headers = {"Authorization": f"Bearer {API_KEY}"}
         async with httpx.AsyncClient(

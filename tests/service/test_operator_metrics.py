@@ -170,7 +170,6 @@ def outage_settings(tmp_path: Path, database_url: str, **overrides: Any) -> Sett
     fields: dict[str, Any] = {
         "data_dir": tmp_path / "data",
         "database_url": database_url,
-        "rebuild_on_start": False,
         "demo_policy": False,
         "personalizer_loop": False,
         "snapshot_interval_seconds": 0,

@@ -15,11 +15,29 @@ import redis
 from bandit_core import policy_from_bytes
 from service.cli import main
 from service.rebuild import rebuild_policy
-from service.settings import get_settings
+from service.settings import Settings, get_settings
 from service.storage.redis_store import RedisStateStore
 from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["redis_postgres"])]
+
+
+async def _cli(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, *arguments: list[str]
+) -> list[int]:
+    """The exit status of ``bandit rebuild <arguments>`` for each, run in this process
+    with the URLs of ``settings`` in the environment."""
+    for name, value in {
+        "REDIS_URL": settings.redis_url,
+        "DATABASE_URL": settings.database_url,
+        "DATA_DIR": str(settings.data_dir),
+    }.items():
+        monkeypatch.setenv(f"BANDIT_{name}", value)
+    get_settings.cache_clear()
+    try:
+        return [await asyncio.to_thread(main, ["rebuild", *args]) for args in arguments]
+    finally:
+        get_settings.cache_clear()
 
 
 def _model(snapshot: dict[str, Any]) -> Any:
@@ -49,19 +67,9 @@ async def test_rebuild_reconstructs_the_live_state(
         await wait_for(lambda: log.latest_snapshot("p") is not None)
 
     redis.Redis.from_url(settings.redis_url).flushdb()
-    for name, value in {
-        "REDIS_URL": settings.redis_url,
-        "DATABASE_URL": settings.database_url,
-        "DATA_DIR": str(settings.data_dir),
-    }.items():
-        monkeypatch.setenv(f"BANDIT_{name}", value)
-    get_settings.cache_clear()
-    try:
-        assert await asyncio.to_thread(main, ["rebuild", "--policy", "p"]) == 0
-        # a policy the log does not hold is a usage error, like every command's (exit 2)
-        assert await asyncio.to_thread(main, ["rebuild", "--policy", "missing"]) == 2
-    finally:
-        get_settings.cache_clear()
+    # a policy the log does not hold is a usage error, like every command's (exit 2)
+    statuses = await _cli(settings, monkeypatch, ["--policy", "p"], ["--policy", "missing"])
+    assert statuses == [0, 2]
 
     async with running(settings) as (_, http, _):
         rebuilt_stats = (await http.get("/policies/p/stats")).json()
@@ -82,7 +90,7 @@ async def test_rebuild_at_start_keeps_the_state_another_replica_wrote(make_setti
     store is left as it is, counters not added again; a wiped one rebuilt by three
     replicas at once is written once, its counters added once."""
     rng = np.random.default_rng(4)
-    settings = make_settings()
+    settings = make_settings(rebuild_check_seconds=3600)  # the test's rebuilds only
     async with running(settings) as (app, http, _):
         await http.put("/policies/p", json=POLICY)
         for _ in range(20):
@@ -113,3 +121,45 @@ async def test_rebuild_at_start_keeps_the_state_another_replica_wrote(make_setti
         assert {k: after[k] for k in ("decisions", "rewards", "arms")} == {
             k: before[k] for k in ("decisions", "rewards", "arms")
         }
+
+
+async def test_rebuild_all_replaces_an_older_backup_counters_included(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Redis restored from an older backup: counters behind the log, an arm's part and
+    pull count the log does not know. ``bandit rebuild --all`` makes every policy's state
+    what the log says: the counters equal the log's (decisions, rewards, pulls per arm)
+    and the unknown arm is gone."""
+    settings = make_settings(rebuild_check_seconds=3600)  # the command's rebuild only
+    rng = np.random.default_rng(8)
+    async with running(settings) as (app, http, _):
+        for name in ("p", "q"):
+            await http.put(f"/policies/{name}", json=POLICY)
+            for _ in range(30):
+                context = rng.normal(size=3).tolist()
+                dec = await http.post("/recommend", json={"policy": name, "context": context})
+                event_id = dec.json()["event_id"]
+                await http.post("/reward", json={"event_id": event_id, "reward": 0.25})
+        live = {n: (await http.get(f"/policies/{n}/stats")).json() for n in ("p", "q")}
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+        store = app.state.use_cases.store
+        await store.add_counters("p", {"decisions": -9.0, "rewards": -9.0, "pulls:zombie": 4.0})
+        a_part = (await store.read("p", ["arm:a"], {}))["arm:a"].data
+        await store.transact("p", ["arm:zombie"], lambda values: {"arm:zombie": a_part})
+        restored = (await http.get("/policies/p/stats")).json()
+        assert restored["decisions"] == 21 and "zombie" in restored["arms"]
+
+    assert await _cli(settings, monkeypatch, ["--all"]) == [0]
+    assert capsys.readouterr().out.splitlines() == [
+        f"rebuilt {name}: 30 rewards of 30 decisions replayed into 3 state parts"
+        for name in ("p", "q")
+    ]
+    async with running(settings) as (_, http, _):
+        rebuilt = {n: (await http.get(f"/policies/{n}/stats")).json() for n in ("p", "q")}
+    for name in ("p", "q"):
+        assert (rebuilt[name]["decisions"], rebuilt[name]["rewards"]) == (30, 30)
+        assert rebuilt[name]["arms"].keys() == live[name]["arms"].keys()
+        for arm, stats in rebuilt[name]["arms"].items():
+            want = live[name]["arms"][arm]
+            assert (stats["pulls"], stats["rewarded"]) == (want["pulls"], want["rewarded"])
+            assert stats["reward_sum"] == pytest.approx(want["reward_sum"], rel=1e-12)

@@ -1,0 +1,83 @@
+"""Policies the state store lost come back from the event log
+(service/usecases/recovery.py), on the embedded default and on Redis + PostgreSQL: the
+store emptied under a running app, and the embedded default's restart with the demo
+policy and the default Personalizer loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.service.conftest import POLICY, running
+
+pytestmark = pytest.mark.anyio
+
+
+async def _history(http: Any, name: str, n: int) -> None:
+    rng = np.random.default_rng(5)
+    for j in range(n):
+        context = rng.normal(size=3).tolist()
+        dec = (await http.post("/recommend", json={"policy": name, "context": context})).json()
+        reward = {"event_id": dec["event_id"], "reward": (j % 5) / 4}
+        assert (await http.post("/reward", json=reward)).status_code == 200
+
+
+async def test_a_store_emptied_under_a_running_app_is_rebuilt_never_404(
+    make_settings: Any,
+) -> None:
+    # no periodic check during the test: the request and the test's check find them
+    async with running(make_settings(rebuild_check_seconds=3600)) as (app, http, _):
+        for name in ("p", "q"):
+            assert (await http.put(f"/policies/{name}", json=POLICY)).status_code == 200
+            await _history(http, name, 40)
+        before = {n: (await http.get(f"/policies/{n}/stats")).json() for n in ("p", "q")}
+        use_cases = app.state.use_cases
+        await asyncio.to_thread(use_cases.sink.flush, 5.0)
+        for name in ("p", "q"):  # every key of both policies gone, as after FLUSHALL
+            await use_cases.store.delete_policy(name)
+        assert await use_cases.store.list_policies() == []
+
+        # the first request finds p gone: served degraded from the cached model
+        r = await http.post("/recommend", json={"policy": "p", "context": [0.1, 0.2, 0.3]})
+        assert r.status_code == 200 and r.json()["degraded"], r.text
+        await use_cases.recovery.wait()
+        assert (await use_cases.recovery.check()) == ["q"]  # the check finds q
+        await use_cases.recovery.wait()
+
+        ready = await http.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["policies_missing"] == []
+        listed = [p["name"] for p in (await http.get("/policies")).json()["policies"]]
+        assert listed == ["p", "q"]
+        for name in ("p", "q"):
+            after = (await http.get(f"/policies/{name}/stats")).json()
+            assert (after["decisions"], after["rewards"]) == (40, 40)
+            assert after["arms"] == before[name]["arms"]
+        r = await http.post("/recommend", json={"policy": "p", "context": [0.1, 0.2, 0.3]})
+        assert r.status_code == 200 and not r.json()["degraded"]
+        # a policy neither the store nor the log knows is still a 404
+        r = await http.post("/recommend", json={"policy": "nope", "context": [0.1, 0.2, 0.3]})
+        assert r.status_code == 404, r.text
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_the_embedded_default_restarts_with_its_demo_policy_and_loop(
+    make_settings: Any,
+) -> None:
+    settings = make_settings(demo_policy=True, personalizer_loop=True)
+    async with running(settings) as (_app, http, _):
+        infos = {p["name"]: p for p in (await http.get("/policies")).json()["policies"]}
+        dec = await http.post("/recommend", json={"policy": "demo", "context": [1, 0, 0, 0]})
+        reward = {"event_id": dec.json()["event_id"], "reward": 1.0}
+        assert (await http.post("/reward", json=reward)).status_code == 200
+        before = (await http.get("/policies/demo/stats")).json()
+    async with running(settings) as (_app, http, _):
+        again = {p["name"]: p for p in (await http.get("/policies")).json()["policies"]}
+        after = (await http.get("/policies/demo/stats")).json()
+    assert sorted(again) == sorted(infos) == ["demo", "personalizer"]
+    assert {n: i["reset_at"] for n, i in again.items()} == {
+        n: i["reset_at"] for n, i in infos.items()
+    }
+    assert after["arms"] == before["arms"] and after["rewards"] == 1
