@@ -24,7 +24,7 @@ from tests.service.conftest import API_KEY, POLICY, running
 
 pytestmark = pytest.mark.anyio
 ACTOR = "key:" + hashlib.sha256(API_KEY.encode()).hexdigest()[:12]
-TIMES = {"name", "revision", "created_at", "updated_at", "reset_at"}
+TIMES = {"name", "revision", "created_at", "updated_at", "reset_at", "declared"}
 
 
 class Trail:
@@ -200,7 +200,9 @@ async def test_policies_file_overrides_are_recorded_at_start(
             "/policies/home", json={"algorithm": "linucb", "dimension": 2, "epsilon": 0.2}
         )
         assert changed.status_code == 200
-    async with running(settings) as (app, http, _):  # the file undoes the API's change
+    # the file edited since it was last applied: its edit overrides the API's value
+    path.write_text(path.read_text().replace("epsilon: 0.05", "epsilon: 0.3"))
+    async with running(settings) as (app, http, _):
         records = await Trail(app, http, "home").records()
         # the embedded default rebuilds its state from the log first
         rebuilt = [("rebuild", "system")] if backend == "embedded" else []
@@ -212,10 +214,10 @@ async def test_policies_file_overrides_are_recorded_at_start(
         ]
         assert (records[-1]["before"], records[-1]["after"]) == (
             {"epsilon": 0.2},
-            {"epsilon": 0.05},
+            {"epsilon": 0.3},
         )
         assert records[-1]["request_id"] is None
-        assert (await http.get("/policies/home")).json()["epsilon"] == 0.05
+        assert (await http.get("/policies/home")).json()["epsilon"] == 0.3
 
 
 async def test_retention_drops_are_recorded_by_the_system(make_settings: Any, backend: str) -> None:

@@ -90,9 +90,10 @@ async def test_probe_routes_name_each_dependency(make_settings: Any, backend: st
         ready = await http.get("/readyz")
         assert ready.status_code == 200
         body = ready.json()
-        assert body["status"] == "ready" and list(body["checks"]) == ["state_store"]
-        assert body["checks"]["state_store"]["ok"] is True
-        assert body["checks"]["state_store"]["error"] is None
+        assert body["status"] == "ready"
+        assert list(body["checks"]) == ["state_store", "policies_present"]
+        assert all(c["ok"] and c["error"] is None for c in body["checks"].values())
+        assert body["policies_missing"] == []
         assert (body["state_store"], body["event_log"]) == ("ok", "ok")
         deps = (await http.get("/health/dependencies")).json()["dependencies"]
         store, log = deps
