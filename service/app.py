@@ -122,6 +122,8 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
     try:
         missing = set(await recovery.check())
     except StoreUnavailableError as exc:  # checked again every rebuild_check_seconds
+        if not await use_cases.store.list_policies():
+            raise  # a store with no policy serves nothing until the log is read
         log.warning("policies missing from the state store not checked at start: %s", exc)
         missing = set()
     for name in specs:
