@@ -26,7 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._harness import RESULTS, ROOT
+from benchmarks import _harness as h
+from benchmarks._harness import ROOT
 
 INSTRUMENTATION = """
 import time
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=Path, default=ROOT, help="code after")
     parser.add_argument("--rounds", type=int, default=6, help="before/after rounds (default 6)")
     parser.add_argument("--requests", type=int, default=2000, help="requests per round")
+    h.add_label_argument(parser, "request_metrics")
     args = parser.parse_args(argv)
 
     single = _run(INSTRUMENTATION, args.after)
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg(),
     }
     print(json.dumps(result, indent=2))
-    (RESULTS / "request_metrics.json").write_text(json.dumps(result, indent=2) + "\n")
+    h.write_json("request_metrics", result, args.label)
     return 0
 
 

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.deps import ApiKey, AuditDep
 from service.routers.json_route import JsonRoute
@@ -16,31 +19,36 @@ _errors = {
     422: {"model": ErrorDetail, "description": "a bad query parameter, named"},
     503: {"model": ErrorDetail, "description": "event log unavailable"},
 }
-Since = Query(None, ge=0, description="only records made at or after this time (unix seconds)")
-After = Query(None, max_length=200, description="the 'next' of the previous page")
-Limit = Query(100, ge=1, le=1000, description="most records in the page")
+
+
+class HistoryQuery(BaseModel):
+    """The page of a history; a query parameter it does not name is a 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: float | None = Field(
+        None, ge=0, description="only records made at or after this time (unix seconds)"
+    )
+    after: str | None = Field(None, max_length=200, description="the 'next' of the previous page")
+    limit: int = Field(100, ge=1, le=1000, description="most records in the page")
+
+
+class AuditQuery(HistoryQuery):
+    """A page of the whole audit trail, optionally of one policy."""
+
+    policy: str | None = Field(None, max_length=128, description="only this policy's records")
 
 
 @router.get("/audit", response_model=AuditHistory, responses=_errors)
-async def audit(
-    trail: AuditDep,
-    policy: str | None = Query(None, max_length=128, description="only this policy's records"),
-    since: float | None = Since,
-    after: str | None = After,
-    limit: int = Limit,
-) -> AuditHistory:
+async def audit(trail: AuditDep, query: Annotated[AuditQuery, Query()]) -> AuditHistory:
     """Changes to policies, their models and their logs, oldest first: who made each
     (a hash of the API key, never the key), what, when, the settings before and after."""
-    return await trail.history(policy, since, after, limit)
+    return await trail.history(query.policy, query.since, query.after, query.limit)
 
 
 @router.get("/policies/{name}/history", response_model=AuditHistory, responses=_errors)
 async def policy_history(
-    trail: AuditDep,
-    name: str = Name,
-    since: float | None = Since,
-    after: str | None = After,
-    limit: int = Limit,
+    trail: AuditDep, query: Annotated[HistoryQuery, Query()], name: str = Name
 ) -> AuditHistory:
     """The policy's audit trail, oldest first (also after the policy was deleted)."""
-    return await trail.history(name, since, after, limit)
+    return await trail.history(name, query.since, query.after, query.limit)

@@ -235,10 +235,12 @@ async def test_default_rewards_of_any_sign(make_settings: Any) -> None:
     per_policy = 3
     async with running(make_settings(personalizer_loop=True)) as (app, http, _):
         names = {f"d{i}": value for i, value in enumerate(VALUES)}
-        before = {name: await metric_reward_sum(http, name) for name in names}
+        before = {}
         for name, value in names.items():
             spec = {**SIGNED, "default_reward": value, "reward_wait_seconds": 0.3}
             assert (await http.put(f"/policies/{name}", json=spec)).status_code == 200
+            # read once the policy exists: /metrics shows no series of one that does not
+            before[name] = await metric_reward_sum(http, name)
             for _ in range(per_policy):
                 body = {"policy": name, "context": [1, 0, 0.5]}
                 assert (await http.post("/recommend", json=body)).status_code == 200
