@@ -29,8 +29,9 @@ from service.request_context import REQUEST_ID_HEADER, RequestIds
 from service.routers import audit, decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
 from service.startup import usable_directory
-from service.storage.base import StateStore, StoreUnavailableError
+from service.storage.base import StoreUnavailableError
 from service.storage.breaker import BreakerState, CircuitBreaker
+from service.storage.state_store import StateStore
 from service.usecases import UseCases, build_use_cases
 from service.usecases.loops import DEFAULT_LOOP
 from service.usecases.policies_file import PoliciesFile

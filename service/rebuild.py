@@ -33,6 +33,7 @@ import asyncio
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -40,11 +41,20 @@ from bandit_core import policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
-from service.storage.base import EventLog, LoggedDecision, StateStore
+from service.storage.base import EventLog, LoggedDecision
+from service.storage.state_store import CounterStore, LastSeenIndex, PartStore, PolicyDirectory
 from service.usecases.json_features import logged_rows
 from service.usecases.learning_modes import LOGGING_ONLY, mode_at
 from service.usecases.models import PART_PREFIXES, imported_model_record
 from service.usecases.policy_cache import PULLS_PREFIX
+
+
+class RebuiltCounters(CounterStore, LastSeenIndex, Protocol):
+    """The state store's roles that hold a policy's counters and last-seen arms."""
+
+
+class RebuildTarget(PartStore, RebuiltCounters, PolicyDirectory, Protocol):
+    """The state store's roles a rebuild writes (``service.storage.state_store``)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,7 @@ def _collect(
 
 
 async def rebuild_policy(
-    event_log: EventLog, store: StateStore, name: str, replace: bool = True
+    event_log: EventLog, store: RebuildTarget, name: str, replace: bool = True
 ) -> RebuildReport:
     """Replay ``name``'s log into ``store``: config, every learned part and the counters
     (:func:`_set_counters`). With ``replace=False`` nothing is written when the store
@@ -149,7 +159,7 @@ async def rebuild_policy(
 
 
 async def _set_counters(
-    store: StateStore, name: str, counters: dict[str, float], before: dict[str, float]
+    store: RebuiltCounters, name: str, counters: dict[str, float], before: dict[str, float]
 ) -> None:
     """Make the counters of ``name``, which were ``before`` when the state was written,
     equal ``counters`` plus what requests added since: increments of the difference, not

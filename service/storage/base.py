@@ -1,8 +1,10 @@
-"""The two storage interfaces of the service (and the writer's sink in front of the log).
+"""The storage contracts of the service: the state store's data types, the event log
+and the writer's sink in front of it.
 
-``StateStore`` keeps policy state *parts* as opaque bytes (the engine serializes them;
-see ``bandit_core.policy``), pending events, counters and the policy list, namespaced
-per policy (in Redis every key of a policy shares the hash tag ``bandit:{policy}:``).
+The state store (its role protocols in :mod:`service.storage.state_store`) keeps policy
+state *parts* as opaque bytes (the engine serializes them; see ``bandit_core.policy``),
+pending events, counters and the policy list, namespaced per policy (in Redis every key
+of a policy shares the hash tag ``bandit:{policy}:``).
 ``EventLog`` is the append-only record of decisions and rewards (PostgreSQL, or SQLite
 for the embedded default) and the source of truth that ``bandit rebuild`` replays.
 
@@ -10,19 +12,17 @@ Key names inside a policy's namespace are free-form strings chosen by the use ca
 (``service.usecases``): ``arm:<id>``, ``shared``, ``user:<id>``, ``event:<id>``, ``config``.
 Beside the keys, each policy has a *last-seen index* (name -> unix time; the service
 puts an arm there when it is served, updated or given state) from which
-:meth:`StateStore.take_idle` takes the names not seen since a time.
+:meth:`~service.storage.state_store.LastSeenIndex.take_idle` takes the names not seen
+since a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import orjson
-
-if TYPE_CHECKING:
-    from service.storage.breaker import CircuitBreaker
 
 
 class StoreUnavailableError(RuntimeError):
@@ -53,7 +53,7 @@ class VersionedValue:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A :meth:`StateStore.schedule` that a transaction's commit performs atomically
+    """A :meth:`~service.storage.state_store.DeadlineIndex.schedule` that a transaction's commit performs atomically
     with its writes: ``event_id`` on the deadline index at ``deadline`` (unix seconds),
     ``counters`` added and the ``seen`` names put on the last-seen index; ``more_events``
     (event id -> deadline) go on the deadline index too (a coalesced batch of decisions,
@@ -68,7 +68,7 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Claim:
-    """A :meth:`StateStore.register_event` of ``event_id`` and of each of ``more_ids``
+    """A :meth:`~service.storage.state_store.EventRegistry.register_event` of ``event_id`` and of each of ``more_ids``
     (for the transaction's policy, ``ttl_seconds``) sent with a transaction's first
     commit."""
 
@@ -84,155 +84,6 @@ class Claim:
 
 # fn(current values by key) -> new values by key (None deletes); may raise to abort.
 TransactionFn = Callable[[dict[str, bytes | None]], Mapping[str, bytes | None]]
-
-
-class StateStore(Protocol):
-    """Versioned key/value state of each policy with atomic multi-key transactions."""
-
-    async def read(
-        self, policy: str, keys: Sequence[str], known_versions: Mapping[str, int]
-    ) -> dict[str, VersionedValue]:
-        """Return the keys whose stored version differs from ``known_versions`` (a key
-        missing from ``known_versions`` is always returned), in one round trip."""
-        ...
-
-    async def transact(
-        self,
-        policy: str,
-        keys: Sequence[str],
-        fn: TransactionFn,
-        assumed: Mapping[str, VersionedValue] | None = None,
-        schedule: Callable[[], Schedule] | None = None,
-        claim: Claim | None = None,
-    ) -> dict[str, int]:
-        """Atomically read ``keys``, call ``fn`` with their values and write what it
-        returns (only keys among ``keys``), bumping each written key's version.
-
-        All-or-nothing across processes: on a concurrent write to any of ``keys`` the
-        whole step is retried with fresh values (``fn`` must be pure; it may run more
-        than once); an exception from ``fn`` aborts with nothing written and
-        propagates. Returns the new versions of the written keys.
-
-        ``assumed``: values the caller expects some keys to hold (e.g. ``VersionedValue(0,
-        None)`` for a key it is about to create); a store may give them to ``fn`` on the
-        first attempt instead of reading those keys. A wrong assumption is a conflict
-        like any other (the attempt is redone with fresh values), so it never changes
-        the outcome, only saves a read.
-
-        ``schedule``: called after each ``fn``; the commit does the :class:`Schedule` it
-        returns atomically with the writes (nothing when ``fn`` writes nothing or
-        raises): one round trip instead of two, and no moment where the writes are
-        visible but the schedule is not.
-
-        ``claim``: registered in the round trip of the first commit (one round trip
-        instead of two). If an id was taken, :class:`EventIdTakenError` is raised, on
-        a store that cannot make the two atomic (Redis: the registry lives outside the
-        policy's hash slot) after the transaction committed: claim only ids drawn at
-        random (128 bits never collide); register a client's id first.
-        """
-        ...
-
-    async def keys(self, policy: str, prefixes: Sequence[str]) -> list[str]:
-        """The sorted names of the policy's stored values starting with one of
-        ``prefixes`` (a whole-model export lists every ``arm:``, ``user:`` and ``shared``
-        part this way; not for the request path)."""
-        ...
-
-    async def add_counters(self, policy: str, increments: Mapping[str, float]) -> None:
-        """Add to named float counters of the policy (e.g. ``pulls:<arm>``)."""
-        ...
-
-    async def counters(self, policy: str) -> dict[str, float]:
-        """All counters of the policy."""
-        ...
-
-    async def register_event(self, event_id: str, policy: str, ttl_seconds: float) -> bool:
-        """Record which policy owns ``event_id``; False if the id is already taken."""
-        ...
-
-    async def register_events(
-        self, event_ids: Sequence[str], policy: str, ttl_seconds: float
-    ) -> list[bool]:
-        """:meth:`register_event` of each of ``event_ids`` in order, in one round trip:
-        whether each was registered (False: taken, also by an earlier id of the list)."""
-        ...
-
-    async def event_policy(self, event_id: str) -> str | None:
-        """The policy that owns ``event_id``, or None if unknown or expired."""
-        ...
-
-    async def schedule(
-        self,
-        policy: str,
-        event_id: str,
-        deadline: float,
-        counters: Mapping[str, float] | None = None,
-        seen: Mapping[str, float] | None = None,
-    ) -> None:
-        """Put ``event_id`` on the policy's deadline index (unix seconds), add
-        ``counters`` as :meth:`add_counters` does and ``seen`` as :meth:`mark_seen`
-        does, in one round trip."""
-        ...
-
-    async def mark_seen(self, policy: str, seen: Mapping[str, float]) -> None:
-        """Put each name of ``seen`` on the policy's last-seen index at its time (unix
-        seconds), replacing an earlier time (the service names arms by id)."""
-        ...
-
-    async def take_idle(self, policy: str, before: float, limit: int) -> list[str]:
-        """Atomically take up to ``limit`` names last seen at or before ``before`` off
-        the last-seen index, least recently seen first, and return them (two sweepers
-        never take the same name)."""
-        ...
-
-    async def forget(
-        self, policy: str, seen: Sequence[str] = (), counters: Sequence[str] = ()
-    ) -> None:
-        """Take the ``seen`` names off the last-seen index and delete the named
-        ``counters``, in one round trip (absent ones are skipped)."""
-        ...
-
-    async def unschedule(self, policy: str, event_id: str) -> None:
-        """Take ``event_id`` off the deadline index (no-op if absent)."""
-        ...
-
-    async def due_events(self, policy: str, now: float, limit: int) -> list[str]:
-        """Up to ``limit`` event ids whose deadline is <= ``now``, oldest first."""
-        ...
-
-    async def claim_period(self, policy: str, job: str, period: int) -> bool:
-        """True for exactly one caller of ``period`` of the policy's ``job``, and only if
-        no later period of that job was claimed before (a period is a number that grows
-        with time, e.g. the snapshot interval since the epoch). Several replicas run the
-        same periodic jobs; the one whose claim succeeds does the period's work
-        (docs/operations.md, "Several replicas"). Claims go with ``delete_policy``."""
-        ...
-
-    async def list_policies(self) -> list[str]:
-        """Names of the policies that exist in the store."""
-        ...
-
-    async def add_policy(self, policy: str) -> None:
-        """Add ``policy`` to the list of policies."""
-        ...
-
-    async def delete_policy(self, policy: str) -> None:
-        """Remove the policy from the list and delete every key of its namespace."""
-        ...
-
-    async def ping(self) -> None:
-        """Raise :class:`StoreUnavailableError` if the store is unreachable."""
-        ...
-
-    @property
-    def breaker(self) -> CircuitBreaker | None:
-        """The circuit breaker the store's calls go through (``service.storage.breaker``);
-        None for a store whose calls cannot hang (in-process)."""
-        ...
-
-    async def close(self) -> None:
-        """Release connections."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.settings import Settings
-from service.storage.base import EventLog, LogSink, StateStore
+from service.storage.base import EventLog, LogSink
+from service.storage.state_store import StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.evaluations import Evaluations

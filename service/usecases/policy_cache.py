@@ -21,11 +21,11 @@ from service.schemas import PolicyInfo
 from service.storage.base import (
     Claim,
     Schedule,
-    StateStore,
     StoreUnavailableError,
     TransactionFn,
     VersionedValue,
 )
+from service.storage.state_store import StateStore
 from service.usecases.events import EVENT_PREFIX
 
 ARM_PREFIX = "arm:"  # the engine's name of an arm's part: arm:<id>

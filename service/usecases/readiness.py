@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from service import metrics
 from service.errors import NotFound
 from service.schemas import Dependencies, DependencyReport, Readiness, ReadinessCheck
 from service.settings import Settings
-from service.storage.base import EventLog, LogSink, StateStore, StoreUnavailableError
+from service.storage.base import EventLog, LogSink, StoreUnavailableError
 from service.storage.redis_urls import parse_redis_url
 from service.storage.schema import database_url
+from service.storage.state_store import PolicyDirectory, StoreConnection
 from service.usecases.admin import PolicyAdmin
 from service.usecases.periodic import every
 from service.usecases.probes import Probe, ProbeResult
@@ -40,11 +42,16 @@ def _store_backend(settings: Settings) -> str:
     return "redis" if kind == "single" else f"redis-{kind}"
 
 
+class MonitoredStore(StoreConnection, PolicyDirectory, Protocol):
+    """The state store's roles readiness needs: its connection (probe, breaker) and the
+    policy list (``service.storage.state_store``)."""
+
+
 @dataclass
 class Monitor:
     """The readiness and gauge use cases; one per process."""
 
-    store: StateStore
+    store: MonitoredStore
     sink: LogSink
     event_log: EventLog
     admin: PolicyAdmin

@@ -18,13 +18,23 @@ from service.storage.base import (
     Claim,
     EventIdTakenError,
     Schedule,
-    StateStore,
     StoreUnavailableError,
     TransactionConflictError,
     VersionedValue,
 )
 from service.storage.memory_store import InProcessStateStore
 from service.storage.redis_store import RedisStateStore
+from service.storage.state_store import (
+    CounterStore,
+    DeadlineIndex,
+    EventRegistry,
+    LastSeenIndex,
+    PartStore,
+    PeriodClaims,
+    PolicyDirectory,
+    StateStore,
+    StoreConnection,
+)
 from tests.service.storage.conftest import DEPLOYMENTS, RedisDeployment, deployment
 
 pytestmark = pytest.mark.anyio
@@ -376,6 +386,24 @@ async def test_policies_and_delete_policy(
 
 async def test_ping(store: StateStore) -> None:
     await store.ping()
+
+
+ROLES = (
+    PartStore,
+    EventRegistry,
+    DeadlineIndex,
+    LastSeenIndex,
+    CounterStore,
+    PolicyDirectory,
+    PeriodClaims,
+    StoreConnection,
+)
+
+
+async def test_store_implements_every_role(store: StateStore) -> None:
+    """The store has the methods of each role (service/storage/state_store.py)."""
+    for role in ROLES:
+        assert isinstance(store, role), role.__name__
 
 
 ops = st.lists(
