@@ -27,7 +27,7 @@ Three sources (docs/algorithms.md section 6):
 
 Any iterable of :class:`LoggedEvent` in time order is a :class:`LogSource`, which is all
 the replay evaluators need. The service's own event log is one through
-``service.offline_source.EventLogSource`` (outside ``bandit_core``), which builds, for a
+``service.storage.offline_source.EventLogSource`` (outside ``bandit_core``), which builds, for a
 decision ``d`` and its reward ``r``::
 
     LoggedEvent.build([c["id"] for c in d.candidates], d.arm_id, r.value,

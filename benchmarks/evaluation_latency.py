@@ -31,7 +31,7 @@ import numpy as np
 
 from bandit_core.storefront import Storefront
 from benchmarks._harness import add_label_argument, write_json
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings
 
 WHOLE_LOG = {"startTime": "2020-01-01T00:00:00Z", "endTime": "2100-01-01T00:00:00Z"}

@@ -1,5 +1,5 @@
 """What the request ids cost ``POST /recommend``: the app with and without its
-``RequestIds`` middleware (service/request_context.py), interleaved in one process.
+``RequestIds`` middleware (service/observability/request_context.py), interleaved in one process.
 
 Both apps are the service on the embedded default (one policy, K candidates, d
 features), driven through their ASGI interface directly (no socket, no HTTP parser), so
@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_label_argument(parser, BENCHMARK)
     args = parser.parse_args(argv)
 
-    from service.app import create_app
-    from service.request_context import RequestIds
+    from service.api.app import create_app
+    from service.observability.request_context import RequestIds
     from service.settings import Settings
 
     spec = {"algorithm": "linucb", "dimension": args.dim, "epsilon": 0.0}

@@ -31,7 +31,7 @@ from benchmarks._harness import ROOT
 
 INSTRUMENTATION = """
 import time
-from service import metrics
+from service.observability import metrics
 n = 200_000
 start = time.process_time()
 for _ in range(n):
@@ -48,7 +48,7 @@ RECOMMEND = """
 import asyncio, sys, tempfile, time
 from pathlib import Path
 import httpx
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings
 
 async def main(n):

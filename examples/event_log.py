@@ -31,7 +31,7 @@ import httpx
 import numpy as np
 
 from bandit_core.storefront import Storefront
-from service.app import create_app
+from service.api.app import create_app
 from service.settings import Settings
 
 ARMS = ("a", "b", "c")

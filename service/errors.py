@@ -97,7 +97,7 @@ class NotFound(ApiError):
 
 
 # The request scope's key under which an answered NotFound leaves its reason for the
-# request middleware (service.app), which counts every 404; a 404 without it found no route.
+# request middleware (service.api.app), which counts every 404; a 404 without it found no route.
 NOT_FOUND_REASON = "bandit.not_found_reason"
 NO_ROUTE = "route"
 

@@ -1,6 +1,6 @@
 """Why the service cannot start, in one line.
 
-The start (the app's lifespan, ``service.app``) raises :class:`StartupError` for a cause
+The start (the app's lifespan, ``service.api.app``) raises :class:`StartupError` for a cause
 it names: the event-log schema is not the code's, a state store or database that cannot
 be reached; :class:`SettingError` when a setting names something unusable: a data
 directory, the policies file or a policy in it. ``bandit serve`` prints the message as

@@ -224,7 +224,7 @@ class PostgresCluster:
 
 
 class AppProcess:
-    """``uvicorn service.app:create_app --factory`` in a child process on a free port."""
+    """``uvicorn service.api.app:create_app --factory`` in a child process on a free port."""
 
     def __init__(
         self,
@@ -245,7 +245,7 @@ class AppProcess:
             sys.executable,
             "-m",
             "uvicorn",
-            "service.app:create_app",
+            "service.api.app:create_app",
             "--factory",
             "--host",
             "127.0.0.1",

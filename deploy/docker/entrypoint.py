@@ -85,7 +85,7 @@ def reset_multiproc_dir(env: Mapping[str, str]) -> Path | None:
 def migrate_once(env: MutableMapping[str, str]) -> bool:
     """Apply the Alembic migrations if the settings ask for it; return whether they ran.
 
-    Unlike the app's own start (``service.app.make_event_log``), which skips migrations
+    Unlike the app's own start (``service.api.app.make_event_log``), which skips migrations
     with a warning when the database is unreachable so a running fleet keeps serving,
     a failure here fails the container start: the orchestrator restarts it until the
     schema is in place. After running them, sets ``BANDIT_RUN_MIGRATIONS=false`` in

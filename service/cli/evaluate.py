@@ -118,8 +118,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from service.errors import ApiError
-    from service.evaluation_schemas import EvaluationPolicy
     from service.policies import info_from_record
+    from service.schemas.evaluations import EvaluationPolicy
     from service.storage.base import StoreUnavailableError
     from service.storage.sql_log import SqlEventLog
     from service.usecases.evaluations import evaluate, load_decisions, plan

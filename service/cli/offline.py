@@ -2,7 +2,7 @@
 ``bandit simulate`` and ``bandit compare`` (docs/algorithms.md section 6; the engine side is
 :mod:`bandit_core.evaluation` and :mod:`bandit_core.simulation`). Logs come from a news
 or JSON Lines file or from the service's own event log (``--format eventlog``, read
-through :class:`service.offline_source.EventLogSource`).
+through :class:`service.storage.offline_source.EventLogSource`).
 
 Every command prints a short summary, writes the full result as JSON with
 ``--json PATH`` and a PNG of the cumulative curves with ``--plot PATH``. Invalid
@@ -63,7 +63,7 @@ from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.schemas import MAX_DENSE_DIMENSION  # the offline commands keep rows dense
 
 if TYPE_CHECKING:
-    from service.offline_source import Featurize
+    from service.storage.offline_source import Featurize
 
 FORMATS = ("news", "jsonl", "eventlog")
 
@@ -384,8 +384,8 @@ def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from service.offline_source import EventLogSource, check_logged, default_reward
     from service.storage.base import StoreUnavailableError
+    from service.storage.offline_source import EventLogSource, check_logged, default_reward
     from service.storage.sql_log import SqlEventLog
 
     try:

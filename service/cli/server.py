@@ -185,7 +185,7 @@ async def _start(app: Any, stack: AsyncExitStack) -> None:
     """Enter the app's lifespan on ``stack``: a failure to start raised as a
     :class:`~service.startup.StartupError` (an unreachable store or database included),
     the start's log records held back until it has started."""
-    from service.app import lifespan
+    from service.api.app import lifespan
     from service.startup import StartupError
     from service.storage.base import StoreUnavailableError
 
@@ -207,7 +207,7 @@ def _serve_one(settings: Settings, options: dict[str, Any]) -> None:
     a logged traceback."""
     import uvicorn
 
-    from service.app import create_app
+    from service.api.app import create_app
 
     app = create_app(settings)
 
@@ -231,7 +231,7 @@ def _serve_one(settings: Settings, options: dict[str, Any]) -> None:
 def _check_start(settings: Settings) -> None:
     """Start the service once and stop it (what each of several workers does at start):
     a failure to start raised as a :class:`~service.startup.StartupError`."""
-    from service.app import create_app
+    from service.api.app import create_app
 
     async def start_and_stop() -> None:
         async with AsyncExitStack() as stack:
@@ -257,7 +257,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Metrics of every worker land in one directory that /metrics aggregates.
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="bandit-metrics-")
-    from service.logs import json_log_config
+    from service.observability.logs import json_log_config
 
     options: dict[str, Any] = {
         "host": args.host,
@@ -274,15 +274,15 @@ def _serve(args: argparse.Namespace) -> int:
         _check_start(settings)  # once here: a worker failing to start is a logged traceback
     except SystemExit as exc:  # uvicorn could not listen (the port taken): it logged why
         return EXIT_FAILURE if exc.code == STARTUP_FAILURE else int(exc.code or 0)
-    uvicorn.run("service.app:create_app", factory=True, workers=args.workers, **options)
+    uvicorn.run("service.api.app:create_app", factory=True, workers=args.workers, **options)
     return EXIT_OK
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from service.app import make_event_log, make_store
-    from service.rebuild import rebuild_policy
+    from service.api.app import make_event_log, make_store
     from service.storage.base import StoreUnavailableError
     from service.usecases.audit import CLI, acting_as, rebuild_record
+    from service.usecases.rebuild import rebuild_policy
 
     settings = _settings()
     if settings is None:
@@ -388,7 +388,7 @@ def _partitions(args: argparse.Namespace) -> int:
 
 def openapi_document() -> dict:
     """The OpenAPI document the app serves (no connection is opened)."""
-    from service.app import create_app
+    from service.api.app import create_app
     from service.settings import Settings
 
     return create_app(Settings()).openapi()

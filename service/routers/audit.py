@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.deps import ApiKey, AuditDep
+from service.api.deps import ApiKey, AuditDep
 from service.routers.json_route import JsonRoute
 from service.routers.policies import Name
 from service.schemas import AuditHistory, ErrorDetail

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Response
 
-from service.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
+from service.api.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
 from service.routers.json_route import JsonRoute
 from service.schemas import (
     ActivateResponse,

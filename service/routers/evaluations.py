@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.deps import ApiKey, EvaluationsDep
-from service.evaluation_schemas import EvaluationRequest, EvaluationView
+from service.api.deps import ApiKey, EvaluationsDep
 from service.personalizer_schemas import PersonalizerPolicy
 from service.routers.json_route import JsonRoute
 from service.schemas import ErrorDetail
+from service.schemas.evaluations import EvaluationRequest, EvaluationView
 from service.usecases.evaluation_views import native_view
 
 router = APIRouter(

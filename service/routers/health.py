@@ -6,8 +6,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from service import metrics
-from service.deps import MonitorDep
+from service.api.deps import MonitorDep
+from service.observability import metrics
 from service.routers.json_route import JsonRoute
 from service.schemas import Dependencies, Health, Readiness
 
@@ -42,7 +42,7 @@ async def dependencies(monitor: MonitorDep) -> Dependencies:
 
 @router.get("/metrics", response_class=Response)
 async def prometheus(monitor: MonitorDep) -> Response:
-    """Prometheus exposition of :mod:`service.metrics` (this worker's event-log backlog
+    """Prometheus exposition of :mod:`service.observability.metrics` (this worker's event-log backlog
     refreshed first; every other gauge by the lifespan's refresh loop), without the
     series of deleted policies."""
     monitor.sink_backlog()

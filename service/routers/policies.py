@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from service.deps import (
+from service.api.deps import (
     AdminDep,
     ApiKey,
     FeatureImportancesDep,

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from service import metrics
+from service.observability import metrics
 from service.storage.base import (
     LATE_SOURCE,
     AuditRecord,

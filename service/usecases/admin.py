@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service import metrics
 from service.errors import InvalidRequest, NotFound
+from service.observability import metrics
 from service.policies import (
     CONFIG_KEY,
     IMPORT_GUARDRAILS_REFUSED,

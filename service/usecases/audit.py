@@ -6,7 +6,7 @@ hex digits of its SHA-256, never the key), ``loopback`` (no keys configured, a l
 client), ``policies-file`` (the file's settings applied at start), ``cli`` (``bandit
 rebuild``) or ``system`` (the service's own jobs: retention, the demo policy, the
 rebuild at start). The auth dependency sets a request's (:func:`act_as`); the request's
-id comes with it (:mod:`service.request_context`).
+id comes with it (:mod:`service.observability.request_context`).
 
 A record is made after its change is applied (a refused or failed change leaves none)
 and goes to the event log through the writer (``LogSink.submit_audit``): never blocking
@@ -29,15 +29,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from service import metrics
 from service.errors import InvalidRequest
+from service.observability import metrics
+from service.observability.request_context import CURRENT_REQUEST, current_request_id
 from service.policies import spec_of
-from service.request_context import CURRENT_REQUEST, current_request_id
 from service.schemas import AuditEntry, AuditHistory, PolicyInfo
 from service.storage.base import AuditRecord, EventLog, LogSink
 
 if TYPE_CHECKING:
-    from service.rebuild import RebuildReport
+    from service.usecases.rebuild import RebuildReport
 
 SYSTEM = "system"
 POLICIES_FILE = "policies-file"

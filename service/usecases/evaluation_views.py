@@ -16,7 +16,7 @@ from typing import Any
 
 from bandit_core.evaluation import WindowSums
 from service.errors import InvalidRequest
-from service.evaluation_schemas import (
+from service.schemas.evaluations import (
     EvaluatedPolicy,
     EvaluationContent,
     EvaluationDetails,

@@ -57,10 +57,10 @@ from bandit_core.evaluation.progressive import SUM_FIELDS
 from bandit_core.features import SparseRows
 from bandit_core.featurized import featurized_rows
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.evaluation_schemas import EvaluationPolicy
 from service.personalizer_schemas import PersonalizerPolicy
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo, PolicySpec
+from service.schemas.evaluations import EvaluationPolicy
 from service.settings import Settings
 from service.storage.base import DecisionRecord, EventLog, LoggedDecision
 from service.storage.evaluations import (

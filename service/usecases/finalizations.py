@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import Counter
 
-from service import metrics
 from service.errors import Conflict, NotFound
+from service.observability import metrics
 from service.policies import Runtime
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.learning_modes import APPRENTICE_METRICS_KEY, count_apprentice_event

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from service import metrics
+from service.observability import metrics
 from service.schemas import LogProperties, PolicyInfo
 from service.settings import Settings
 from service.storage.base import EventLog, Retention

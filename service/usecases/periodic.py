@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from service import metrics
+from service.observability import metrics
 from service.storage.base import EventLogUnavailableError, StoreUnavailableError
 
 log = logging.getLogger("bandit.service")

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
-from service import metrics
 from service.errors import NotFound, with_policy
+from service.observability import metrics
 from service.policies import CONFIG_KEY, Runtime, build_policy, decode_info, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import (

@@ -16,8 +16,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from service import metrics
 from service.errors import NotFound
+from service.observability import metrics
 from service.schemas import Dependencies, DependencyReport, Readiness, ReadinessCheck
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StoreUnavailableError

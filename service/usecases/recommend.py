@@ -38,8 +38,8 @@ import numpy as np
 
 from bandit_core import BanditError, BasePolicy, Decision, ModelError, SelectRequest
 from bandit_core.features import SparseRows
-from service import metrics
 from service.errors import ApiError, Conflict, EngineInputError, with_policy
+from service.observability import metrics
 from service.policies import Runtime
 from service.schemas import RecommendRequest
 from service.settings import Settings

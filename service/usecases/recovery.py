@@ -3,7 +3,7 @@
 The event log's ``policies`` table is the directory of record: a policy with a row
 there and no config in the state store (Redis flushed, restarted without its data, or
 restored from a backup older than the policy) is rebuilt from the log
-(:func:`service.rebuild.rebuild_policy`), never created afresh. :meth:`Recovery.check`
+(:func:`service.usecases.rebuild.rebuild_policy`), never created afresh. :meth:`Recovery.check`
 compares the two at start and every ``rebuild_check_seconds``; a request that finds the
 config of a policy gone (:meth:`PolicyCache.load` asks :meth:`Recovery.stand_in`)
 starts the rebuild at once when the policy is in the directory as last read, or was
@@ -26,15 +26,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from service import metrics
+from service.observability import metrics
 from service.policies import Runtime, info_from_record
-from service.rebuild import rebuild_policy
 from service.schemas import PolicyInfo
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StoreUnavailableError
 from service.usecases.audit import SYSTEM, AuditTrail, acting_as
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
+from service.usecases.rebuild import rebuild_policy
 
 log = logging.getLogger("bandit.service")
 

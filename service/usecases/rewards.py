@@ -19,8 +19,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from service import metrics
 from service.errors import Conflict, InvalidRequest, NotFound
+from service.observability import metrics
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord

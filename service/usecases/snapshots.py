@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import bandit_core
 from bandit_core import BanditError
-from service import metrics
 from service.errors import InvalidRequest, NotFound
+from service.observability import metrics
 from service.policies import setting_differences
 from service.schemas import Snapshot
 from service.settings import Settings

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 
-from service import metrics
 from service.errors import Conflict, NotFound
+from service.observability import metrics
 from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError

@@ -200,7 +200,7 @@ def test_the_image_holds_what_the_migrations_and_the_entrypoint_need(app_dir: Pa
         "entrypoint.py",
         "alembic.ini",
         "migrations/env.py",
-        "service/app.py",
+        "service/api/app.py",
         "bandit_core",
         "pyproject.toml",
     ):

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-import service.metrics
-from service.app import create_app
+import service.observability.metrics
+from service.api.app import create_app
 from service.settings import Settings
 from tests.deploy import promql
 
@@ -30,9 +30,9 @@ _TARGET_LABELS = {"job", "instance"}
 
 
 def exported_series() -> dict[str, set[str]]:
-    """Sample name -> label names, for every metric declared in service.metrics."""
+    """Sample name -> label names, for every metric declared in service.observability.metrics."""
     series: dict[str, set[str]] = {}
-    for value in vars(service.metrics).values():
+    for value in vars(service.observability.metrics).values():
         if isinstance(value, MetricWrapperBase):
             for suffix in _SUFFIXES[value._type]:
                 labels = set(value._labelnames) | ({"le"} if suffix == "_bucket" else set())
@@ -75,7 +75,7 @@ def test_the_dashboard_shows_every_metric_the_app_exports() -> None:
     )
     families = {
         value._name
-        for value in vars(service.metrics).values()
+        for value in vars(service.observability.metrics).values()
         if isinstance(value, MetricWrapperBase)
     }
     unshown = {f for f in families if not any(name.startswith(f) for name in queried)}

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-import service.auth
-from service.auth import key_matches
+import service.api.auth
+from service.api.auth import key_matches
 from service.settings import Settings
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
 from tests.servers import API_KEY, ROOT, AppProcess, RedisServer, settings_env
@@ -60,7 +60,7 @@ def test_every_protected_route_is_in_the_document() -> None:
 
 
 def test_keys_are_compared_in_constant_time() -> None:
-    tree = ast.parse(inspect.getsource(service.auth))
+    tree = ast.parse(inspect.getsource(service.api.auth))
     calls = {
         f"{n.func.value.id}.{n.func.attr}"
         for n in ast.walk(tree)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from service.app import create_app
+from service.api.app import create_app
 from service.schemas import MAX_ABS_FEATURE, RecommendRequest, RewardRequest
 from service.settings import Settings
 from tests.reliability.traffic import HEADERS, spec

@@ -125,7 +125,7 @@ async def test_redis_lost_right_after_the_model_update(
     """The worst moment: Redis goes away after the reward's model transaction committed
     and before the event's bookkeeping. The reward is in the model, so it must reach the
     event log too, and the client's retry after recovery must not apply it again."""
-    from service.app import create_app
+    from service.api.app import create_app
 
     settings = make_settings(log_flush_seconds=0.02, sweeper_interval_seconds=0.05)
     db_url = settings.database_url

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import redis
 
-from service.app import create_app
+from service.api.app import create_app
 from service.client import AsyncBanditClient
 from service.settings import Settings
 from tests.databases import postgres_schema

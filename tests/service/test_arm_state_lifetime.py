@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from service.rebuild import rebuild_policy
 from service.storage.memory_store import InProcessStateStore
+from service.usecases.rebuild import rebuild_policy
 from tests.service.conftest import POLICY, running
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.auth import key_matches
+from service.api.auth import key_matches
 from tests.service.conftest import API_KEY, POLICY, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["embedded"])]

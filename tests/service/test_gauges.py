@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service import metrics
+from service.observability import metrics
 from service.storage.base import DecisionRecord
 from tests.databases import OWNED
 from tests.servers import RedisServer

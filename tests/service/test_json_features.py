@@ -18,12 +18,12 @@ from bandit_core import policy_from_bytes
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import Featurizer, FeaturizerConfig
 from bandit_core.featurized import featurized_rows
-from service.offline_source import EventLogSource
 from service.policies import build_policy
-from service.rebuild import rebuild_policy
 from service.schemas import PolicySpec
 from service.storage.memory_store import InProcessStateStore
+from service.storage.offline_source import EventLogSource
 from service.usecases.json_features import CachedFeaturizer, request_loc
+from service.usecases.rebuild import rebuild_policy
 from tests.service.conftest import running
 
 pytestmark = pytest.mark.anyio

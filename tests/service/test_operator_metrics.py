@@ -25,7 +25,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-import service.metrics
+import service.observability.metrics
 from service.settings import Settings
 from service.storage.base import EventLogUnavailableError
 from tests.databases import postgres_schema
@@ -204,7 +204,7 @@ def test_several_workers_files_drop_a_deleted_policy_too(tmp_path: Path) -> None
     script = textwrap.dedent(
         """
         import sys
-        from service import metrics
+        from service.observability import metrics
         if sys.argv[1] == "write":
             metrics.DECISIONS.labels("keep", "a").inc()
             metrics.DECISIONS.labels("gone", "a").inc(2)
@@ -304,7 +304,7 @@ def snapshot_times(event_log: Any, policy: str) -> list[float]:
 def test_the_operations_guide_lists_every_metric() -> None:
     declared = {
         metric._name + ("_total" if metric._type == "counter" else "")
-        for metric in vars(service.metrics).values()
+        for metric in vars(service.observability.metrics).values()
         if isinstance(metric, MetricWrapperBase)
     }
     guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()

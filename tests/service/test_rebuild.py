@@ -14,9 +14,9 @@ import redis
 
 from bandit_core import policy_from_bytes
 from service.cli import main
-from service.rebuild import rebuild_policy
 from service.settings import Settings, get_settings
 from service.storage.redis_store import RedisStateStore
+from service.usecases.rebuild import rebuild_policy
 from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["redis_postgres"])]

@@ -117,7 +117,7 @@ def test_serve_refuses_an_empty_redis_url(tmp_path: Path) -> None:
 
 def test_rebuild_with_the_state_store_down_fails_with_one_line(tmp_path: Path) -> None:
     """A valid command that cannot reach Redis is a failure (exit 1), not a traceback."""
-    from service.app import make_event_log
+    from service.api.app import make_event_log
     from service.policies import new_info
     from service.schemas import PolicySpec
     from service.settings import Settings

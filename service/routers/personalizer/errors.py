@@ -18,7 +18,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bandit_core.errors import BanditError
-from service.auth import check_key
+from service.api.auth import check_key
 from service.errors import ApiError, note_not_found
 from service.routers.json_route import JsonRoute
 from service.storage.base import StoreUnavailableError, TransactionConflictError
@@ -53,7 +53,7 @@ async def personalizer_key(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
     """Dependency of every Personalizer route: ``Ocp-Apim-Subscription-Key`` (or
-    ``Authorization: Bearer``) against the service's API keys (service/auth.py)."""
+    ``Authorization: Bearer``) against the service's API keys (service/api/auth.py)."""
     presented = (
         subscription_key
         if subscription_key is not None

@@ -12,8 +12,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from service.deps import EvaluationsDep
-from service.evaluation_schemas import (
+from service.api.deps import EvaluationsDep
+from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
+from service.routers.personalizer.routes import ERRORS
+from service.schemas.evaluations import (
     EvaluationDetails,
     EvaluationList,
     PersonalizerEvaluation,
@@ -21,8 +23,6 @@ from service.evaluation_schemas import (
     PolicyReference,
     PreviewEvaluation,
 )
-from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
-from service.routers.personalizer.routes import ERRORS
 from service.usecases.evaluation_views import preview_details, preview_evaluation, v1_evaluation
 
 EvaluationIdPath = Path(

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from service.deps import FeatureImportancesDep
+from service.api.deps import FeatureImportancesDep
 from service.personalizer_schemas import (
     PersonalizerFeatureImportance,
     PersonalizerFeatureImportanceContract,

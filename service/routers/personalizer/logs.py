@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from service.deps import LogUpkeepDep
+from service.api.deps import LogUpkeepDep
 from service.personalizer_schemas import (
     PersonalizerDateRange,
     PersonalizerErrorResponse,

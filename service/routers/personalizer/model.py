@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from service.deps import ModelsDep
+from service.api.deps import ModelsDep
 from service.personalizer_schemas import PersonalizerModelProperties
 from service.routers.personalizer.routes import personalizer_router
 from service.routers.policies import MODEL_FILE, MODEL_MEDIA_TYPE

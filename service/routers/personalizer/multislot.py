@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
 
-from service.deps import LoopsDep
+from service.api.deps import LoopsDep
 from service.personalizer_schemas import (
     PersonalizerMultiSlotRankRequest,
     PersonalizerMultiSlotRankResponse,

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Response
 
-from service.deps import LoopsDep
+from service.api.deps import LoopsDep
 from service.personalizer_schemas import (
     PersonalizerErrorResponse,
     PersonalizerPolicy,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.auth import recommend_key, require_key
+from service.api.auth import recommend_key, require_key
 from service.usecases import (
     AuditTrail,
     Evaluations,

@@ -1,7 +1,7 @@
 """The service's log format (``BANDIT_LOG_FORMAT``): ``text`` (the default) keeps
 uvicorn's readable lines; ``json`` writes one JSON object per line
 (:class:`JsonFormatter`) for a log collector, each naming the id of the request being
-served when it was written (:mod:`service.request_context`).
+served when it was written (:mod:`service.observability.request_context`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from service.request_context import current_request_id
+from service.observability.request_context import current_request_id
 from service.storage.schema import json_dumps
 
 

@@ -21,11 +21,11 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import metrics
-from service.auth import warn_if_open
+from service.api.auth import warn_if_open
 from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
+from service.observability import metrics
+from service.observability.request_context import REQUEST_ID_HEADER, RequestIds
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file
-from service.request_context import REQUEST_ID_HEADER, RequestIds
 from service.routers import audit, decisions, evaluations, health, personalizer, policies
 from service.settings import Settings, get_settings
 from service.startup import usable_directory

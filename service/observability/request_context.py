@@ -3,7 +3,7 @@
 :class:`RequestIds` gives every HTTP request a :class:`RequestContext` held in
 :data:`CURRENT_REQUEST` while it is served: its id is the client's ``X-Request-ID`` when
 well formed (:data:`REQUEST_ID_PATTERN`), else a new one, and the response carries it in
-``X-Request-ID``; every log line written meanwhile names it (:mod:`service.logs`), and so
+``X-Request-ID``; every log line written meanwhile names it (:mod:`service.observability.logs`), and so
 does an audit record the request makes, with the actor the auth dependency found
 (:mod:`service.usecases.audit`).
 """
@@ -28,7 +28,7 @@ _HEADER_KEY = REQUEST_ID_HEADER.lower().encode()
 @dataclass
 class RequestContext:
     """The request being served: its id, and who it acts as once its API key was
-    checked (None before; ``service.auth`` sets it)."""
+    checked (None before; ``service.api.auth`` sets it)."""
 
     request_id: str
     actor: str | None = None
