@@ -1,4 +1,4 @@
-"""Helpers shared by the two :class:`~service.storage.base.StateStore` implementations."""
+"""Helpers shared by the two :class:`~service.storage.state_store.StateStore` implementations."""
 
 from __future__ import annotations
 

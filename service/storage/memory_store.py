@@ -1,4 +1,4 @@
-"""In-process :class:`~service.storage.base.StateStore`: the embedded default.
+"""In-process :class:`~service.storage.state_store.StateStore`: the embedded default.
 
 Same semantics as :class:`~service.storage.redis_store.RedisStateStore` for one process:
 versioned values, all-or-nothing transactions, float counters, an event registry whose

@@ -1,17 +1,8 @@
-"""Redis :class:`~service.storage.base.StateStore` on ``redis.asyncio``.
+"""Redis :class:`~service.storage.state_store.StateStore` on ``redis.asyncio``.
 
-Key layout (every key of a policy shares the hash tag ``{<policy>}``, so a policy lives
-in one Redis Cluster slot and its Lua scripts touch a single slot)::
-
-    bandit:{p}:k:<key>     value bytes of the state part <key> (arm:<id>, shared, ...)
-    bandit:{p}:versions    hash <key> -> version of that value (absent: version 0)
-    bandit:{p}:clock       counter the versions are drawn from
-    bandit:{p}:counters    hash <name> -> float (HINCRBYFLOAT)
-    bandit:{p}:deadlines   sorted set event id -> deadline (unix seconds)
-    bandit:{p}:seen        sorted set name (arm id) -> last seen (unix seconds)
-    bandit:{p}:claimed     hash job -> the last period claimed (``claim_period``)
-    bandit:policies        set of policy names                 (global)
-    bandit:event:<id>      owning policy of an event, SET NX EX (global)
+Key layout: :mod:`service.storage.redis_scripts` (every key of a policy shares the hash
+tag ``{<policy>}``, so a policy lives in one Redis Cluster slot and its Lua scripts
+touch a single slot).
 
 ``read`` is one Lua script (one round trip) that compares versions server-side and
 returns only the values that changed. ``transact`` is optimistic: one atomic read of
@@ -27,25 +18,23 @@ A policy's clock starts at the current time in microseconds, so versions after
 across replicas never mistake an old value for a new one.
 
 Every failure of Redis (unreachable, timeout, error reply) is raised as
-:class:`StoreUnavailableError` (:func:`store_unavailable`). Every call goes through the
-store's :class:`~service.storage.breaker.CircuitBreaker` when it has one: a call that
-timed out counts as a failure (:func:`no_answer`), any other outcome as an answer.
+:class:`StoreUnavailableError` (:func:`~service.storage.redis_errors.store_unavailable`).
+Every call goes through the store's :class:`~service.storage.breaker.CircuitBreaker` when
+it has one: a call that timed out counts as a failure
+(:func:`~service.storage.redis_errors.no_answer`), any other outcome as an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import NoScriptError
 
 from bandit_core.errors import InvalidInputError
 from service.storage.base import (
@@ -59,144 +48,20 @@ from service.storage.base import (
 )
 from service.storage.breaker import CircuitBreaker
 from service.storage.checks import check_ttl, checked_writes
+from service.storage.redis_errors import no_answer, store_unavailable
+from service.storage.redis_scripts import (
+    CLAIM_PERIOD_SCRIPT,
+    COMMIT_SCRIPT,
+    DELETE_SCRIPT,
+    POLICIES_KEY,
+    READ_SCRIPT,
+    TAKE_IDLE_SCRIPT,
+    policy_prefix,
+    registry_key,
+)
 from service.storage.redis_urls import redis_client
 
 T = TypeVar("T")
-
-_REDIS_CONNECTION_MODULE = "/redis/asyncio/connection.py"
-_ASYNCIO_DIRECTORY = os.path.dirname(asyncio.__file__) + os.sep
-
-
-def _event_loop_frame(filename: str) -> bool:
-    """Whether a traceback frame is the event loop's own code: the standard library's
-    asyncio, or uvloop (its compiled frames are named ``uvloop/handles/...``)."""
-    return filename.startswith((_ASYNCIO_DIRECTORY, "uvloop/")) or "/uvloop/" in filename
-
-
-def torn_connection_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is redis-py's asyncio connection writing to a transport closed
-    under it (redis/redis-py#4287; seen here when a cluster master dies and the client
-    disconnects a connection another command is about to write on). redis-py 8 lets it
-    out as whatever the write raised instead of ``ConnectionError``: ``AttributeError``
-    or ``TypeError`` once the writer is gone, uvloop's ``RuntimeError`` ("the handler
-    is closed") while it is closing. It is one when the innermost frame outside the
-    event loop's own code (asyncio, uvloop) is redis-py's connection module."""
-    if not isinstance(exc, (AttributeError, TypeError, RuntimeError)):
-        return False
-    frames = [f.filename for f in traceback.extract_tb(exc.__traceback__)]
-    frames = [name for name in frames if not _event_loop_frame(name)]
-    return bool(frames) and frames[-1].endswith(_REDIS_CONNECTION_MODULE)
-
-
-async def store_unavailable(awaitable: Awaitable[T]) -> T:
-    """Await a redis-py call, raising every failure of Redis (unreachable, timeout,
-    error reply, a connection torn under a write) as :class:`StoreUnavailableError`."""
-    try:
-        return await awaitable
-    except (TimeoutError, RedisError, RedisClusterException, OSError) as exc:
-        raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
-    except (AttributeError, TypeError, RuntimeError) as exc:
-        if not torn_connection_error(exc):
-            raise
-        raise StoreUnavailableError(f"Redis: connection closed under a write: {exc}") from exc
-
-
-def no_answer(exc: Exception) -> bool:
-    """Whether a redis-py call timed out (connecting, or waiting for the reply): Redis
-    hangs, and each call costs the whole timeout; such calls count toward opening the
-    breaker. A refused or lost connection fails at once already, and an error reply is
-    an answer."""
-    return isinstance(exc, (TimeoutError, RedisTimeoutError))
-
-
-# KEYS: versions hash, value keys...; ARGV[1]: the known version of each key, comma
-# separated (-1: unknown). A key's field in the versions hash is its name after the
-# prefix ("<prefix>versions" / "<prefix>k:<field>"), so fields are not sent again: at
-# K = 50 the call packs 52 arguments instead of 154 (redis-py packs them in Python).
-# Returns flat triples (index, version, data) for the keys whose version differs.
-_READ = """
-local skip = #KEYS[1] - #'versions' + #'k:'
-local known = {}
-for v in string.gmatch(ARGV[1], '[^,]+') do known[#known + 1] = tonumber(v) end
-local out = {}
-for i = 2, #KEYS do
-  local v = tonumber(redis.call('HGET', KEYS[1], string.sub(KEYS[i], skip + 1)) or '0')
-  if v ~= known[i - 1] then
-    out[#out + 1] = i - 1
-    out[#out + 1] = v
-    out[#out + 1] = (v > 0 and redis.call('GET', KEYS[i])) or ''
-  end
-end
-return out
-"""
-
-# KEYS: versions hash, clock, deadlines, counters, seen, value keys...; ARGV: clock
-# seed, the event id to schedule ('' none), its deadline, the number c of counters, c
-# pairs (name, increment), the number s of seen names, s pairs (name, time), the number
-# e of more events to schedule, e pairs (deadline, event id), then per key its field, the version the transaction read, and an op ('' keep, 's' set, 'd'
-# delete), then the data of each 's' in key order. Returns the new version, or -1
-# (nothing written) when a version moved.
-_COMMIT = """
-local n = #KEYS - 5
-local c = tonumber(ARGV[4])
-local s = tonumber(ARGV[5 + 2 * c])
-local e = tonumber(ARGV[6 + 2 * c + 2 * s])
-local b = 6 + 2 * c + 2 * s + 2 * e
-for i = 1, n do
-  local v = tonumber(redis.call('HGET', KEYS[1], ARGV[b + 3 * i - 2]) or '0')
-  if v ~= tonumber(ARGV[b + 3 * i - 1]) then return -1 end
-end
-if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SET', KEYS[2], ARGV[1]) end
-local version = redis.call('INCR', KEYS[2])
-local d = b + 3 * n + 1
-for i = 1, n do
-  local op = ARGV[b + 3 * i]
-  if op == 's' then
-    redis.call('SET', KEYS[i + 5], ARGV[d])
-    redis.call('HSET', KEYS[1], ARGV[b + 3 * i - 2], version)
-    d = d + 1
-  elseif op == 'd' then
-    redis.call('DEL', KEYS[i + 5])
-    redis.call('HDEL', KEYS[1], ARGV[b + 3 * i - 2])
-  end
-end
-if ARGV[2] ~= '' then
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-  for j = 1, c do redis.call('HINCRBYFLOAT', KEYS[4], ARGV[3 + 2 * j], ARGV[4 + 2 * j]) end
-  for j = 1, s do redis.call('ZADD', KEYS[5], ARGV[5 + 2 * c + 2 * j], ARGV[4 + 2 * c + 2 * j]) end
-  local m = 6 + 2 * c + 2 * s
-  for j = 1, e do redis.call('ZADD', KEYS[3], ARGV[m + 2 * j - 1], ARGV[m + 2 * j]) end
-end
-return version
-"""
-
-# KEYS: versions, clock, counters, deadlines, seen, claimed; ARGV: the value-key prefix.
-_DELETE = """
-local fields = redis.call('HKEYS', KEYS[1])
-for _, f in ipairs(fields) do redis.call('DEL', ARGV[1] .. f) end
-return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
-"""
-
-# KEYS: the claims hash; ARGV: job, period. 1 (and the period recorded) if the period
-# is later than the job's last claimed one, else 0.
-_CLAIM_PERIOD = """
-local last = redis.call('HGET', KEYS[1], ARGV[1])
-if last and tonumber(last) >= tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-"""
-
-# KEYS: the last-seen index; ARGV: time, limit. Takes the names seen at or before the
-# time off the index, oldest first, and returns them.
-_TAKE_IDLE = """
-local names = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-for _, name in ipairs(names) do redis.call('ZREM', KEYS[1], name) end
-return names
-"""
-
-
-def _registry_key(event_id: str) -> str:
-    return f"bandit:event:{event_id}"
 
 
 class RedisStateStore:
@@ -207,8 +72,6 @@ class RedisStateStore:
     ``backoff_base`` and ``backoff_cap`` (seconds) bound the optimistic retries of
     :meth:`transact`. ``breaker``: every call goes through it (None: none does).
     """
-
-    POLICIES_KEY = "bandit:policies"
 
     def __init__(
         self,
@@ -227,11 +90,11 @@ class RedisStateStore:
             url, socket_timeout=socket_timeout, max_connections=max_connections
         )
         self._redis = self._client.redis
-        self._read_script = self._redis.register_script(_READ)
-        self._commit_script = self._redis.register_script(_COMMIT)
-        self._delete_script = self._redis.register_script(_DELETE)
-        self._take_idle_script = self._redis.register_script(_TAKE_IDLE)
-        self._claim_period_script = self._redis.register_script(_CLAIM_PERIOD)
+        self._read_script = self._redis.register_script(READ_SCRIPT)
+        self._commit_script = self._redis.register_script(COMMIT_SCRIPT)
+        self._delete_script = self._redis.register_script(DELETE_SCRIPT)
+        self._take_idle_script = self._redis.register_script(TAKE_IDLE_SCRIPT)
+        self._claim_period_script = self._redis.register_script(CLAIM_PERIOD_SCRIPT)
         self._max_attempts = max_attempts
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
@@ -251,14 +114,6 @@ class RedisStateStore:
     def commit_script_sha(self) -> str:
         """SHA1 of the compare-and-set script a transaction commits with (``EVALSHA``)."""
         return self._commit_script.sha
-
-    @staticmethod
-    def _prefix(policy: str) -> str:
-        if not policy or "{" in policy or "}" in policy:
-            raise InvalidInputError(
-                f"policy must be a non-empty name without braces, but got {policy!r}"
-            )
-        return f"bandit:{{{policy}}}:"
 
     async def _call(self, awaitable: Awaitable[T]) -> T:
         if self._breaker is not None:
@@ -281,7 +136,7 @@ class RedisStateStore:
     async def _read(
         self, policy: str, keys: Sequence[str], known: Mapping[str, int]
     ) -> dict[str, VersionedValue]:
-        prefix = self._prefix(policy)
+        prefix = policy_prefix(policy)
         known_csv = ",".join([str(known.get(key, -1)) for key in keys])
         flat = await self._call(
             self._read_script(
@@ -321,7 +176,7 @@ class RedisStateStore:
         if not keys:
             checked_writes(keys, fn({}))
             return {}
-        prefix = self._prefix(policy)
+        prefix = policy_prefix(policy)
         redis_keys = [
             prefix + "versions",
             prefix + "clock",
@@ -389,7 +244,7 @@ class RedisStateStore:
         the claims' keys live in other slots, often on other nodes: they are sent
         concurrently instead (its pipelines refuse EVALSHA)."""
         check_ttl(claim.ttl_seconds)
-        claim_keys = [_registry_key(event_id) for event_id in claim.event_ids]
+        claim_keys = [registry_key(event_id) for event_id in claim.event_ids]
         ttl_ms = max(1, round(claim.ttl_seconds * 1000))
         replies: list[Any]
         if isinstance(self._redis, RedisCluster):
@@ -426,7 +281,7 @@ class RedisStateStore:
         cursor = 0
         while True:
             cursor, fields = await self._call(
-                self._redis.hscan(self._prefix(policy) + "versions", cursor, count=1000)
+                self._redis.hscan(policy_prefix(policy) + "versions", cursor, count=1000)
             )
             found += [f.decode() for f in fields if f.decode().startswith(tuple(prefixes))]
             if cursor == 0:
@@ -436,7 +291,7 @@ class RedisStateStore:
         """HINCRBYFLOAT each increment, all in one MULTI/EXEC."""
         if not increments:
             return
-        key = self._prefix(policy) + "counters"
+        key = policy_prefix(policy) + "counters"
 
         def queue(pipe: Any) -> None:
             for name, delta in increments.items():
@@ -446,7 +301,7 @@ class RedisStateStore:
 
     async def counters(self, policy: str) -> dict[str, float]:
         """All counters of ``policy``."""
-        raw = await self._call(self._redis.hgetall(self._prefix(policy) + "counters"))
+        raw = await self._call(self._redis.hgetall(policy_prefix(policy) + "counters"))
         return {name.decode(): float(value) for name, value in raw.items()}
 
     async def register_event(self, event_id: str, policy: str, ttl_seconds: float) -> bool:
@@ -454,7 +309,7 @@ class RedisStateStore:
         check_ttl(ttl_seconds)
         ok = await self._call(
             self._redis.set(
-                _registry_key(event_id), policy, nx=True, px=max(1, round(ttl_seconds * 1000))
+                registry_key(event_id), policy, nx=True, px=max(1, round(ttl_seconds * 1000))
             )
         )
         return bool(ok)
@@ -469,13 +324,13 @@ class RedisStateStore:
 
         def queue(pipe: Any) -> None:
             for event_id in event_ids:
-                pipe.set(_registry_key(event_id), policy, nx=True, px=ttl_ms)
+                pipe.set(registry_key(event_id), policy, nx=True, px=ttl_ms)
 
         return [bool(ok) for ok in await self._pipeline(queue, False)] if event_ids else []
 
     async def event_policy(self, event_id: str) -> str | None:
         """Owner of ``event_id`` unless unknown or expired."""
-        raw = await self._call(self._redis.get(_registry_key(event_id)))
+        raw = await self._call(self._redis.get(registry_key(event_id)))
         return None if raw is None else raw.decode()
 
     async def schedule(
@@ -488,7 +343,7 @@ class RedisStateStore:
     ) -> None:
         """ZADD to the policy's deadline index, HINCRBYFLOAT each counter and ZADD the
         ``seen`` names to the last-seen index, in one MULTI/EXEC."""
-        prefix = self._prefix(policy)
+        prefix = policy_prefix(policy)
         if not counters and not seen:
             await self._call(self._redis.zadd(prefix + "deadlines", {event_id: deadline}))
             return
@@ -506,14 +361,14 @@ class RedisStateStore:
         """ZADD the names to the policy's last-seen index."""
         if seen:
             mapping = {name: float(t) for name, t in seen.items()}
-            await self._call(self._redis.zadd(self._prefix(policy) + "seen", mapping))
+            await self._call(self._redis.zadd(policy_prefix(policy) + "seen", mapping))
 
     async def take_idle(self, policy: str, before: float, limit: int) -> list[str]:
         """ZRANGEBYSCORE -inf..before and ZREM of those names, in one script."""
         if limit <= 0:
             return []
         raw = await self._call(
-            self._take_idle_script(keys=[self._prefix(policy) + "seen"], args=[before, limit])
+            self._take_idle_script(keys=[policy_prefix(policy) + "seen"], args=[before, limit])
         )
         return [name.decode() for name in raw]
 
@@ -521,7 +376,7 @@ class RedisStateStore:
         self, policy: str, seen: Sequence[str] = (), counters: Sequence[str] = ()
     ) -> None:
         """ZREM the ``seen`` names and HDEL the ``counters`` in one MULTI/EXEC."""
-        prefix = self._prefix(policy)
+        prefix = policy_prefix(policy)
         if not seen and not counters:
             return
 
@@ -535,7 +390,7 @@ class RedisStateStore:
 
     async def unschedule(self, policy: str, event_id: str) -> None:
         """ZREM from the policy's deadline index."""
-        await self._call(self._redis.zrem(self._prefix(policy) + "deadlines", event_id))
+        await self._call(self._redis.zrem(policy_prefix(policy) + "deadlines", event_id))
 
     async def due_events(self, policy: str, now: float, limit: int) -> list[str]:
         """ZRANGEBYSCORE -inf..now, oldest first."""
@@ -543,7 +398,7 @@ class RedisStateStore:
             return []
         raw = await self._call(
             self._redis.zrangebyscore(
-                self._prefix(policy) + "deadlines", "-inf", now, start=0, num=limit
+                policy_prefix(policy) + "deadlines", "-inf", now, start=0, num=limit
             )
         )
         return [member.decode() for member in raw]
@@ -552,25 +407,25 @@ class RedisStateStore:
         """Compare and set the job's field of ``bandit:{p}:claimed`` in one script."""
         claimed = await self._call(
             self._claim_period_script(
-                keys=[self._prefix(policy) + "claimed"], args=[job, int(period)]
+                keys=[policy_prefix(policy) + "claimed"], args=[job, int(period)]
             )
         )
         return bool(claimed)
 
     async def list_policies(self) -> list[str]:
         """Sorted names in ``bandit:policies``."""
-        raw = await self._call(self._redis.smembers(self.POLICIES_KEY))
+        raw = await self._call(self._redis.smembers(POLICIES_KEY))
         return sorted(member.decode() for member in raw)
 
     async def add_policy(self, policy: str) -> None:
         """SADD to ``bandit:policies``."""
-        self._prefix(policy)
-        await self._call(self._redis.sadd(self.POLICIES_KEY, policy))
+        policy_prefix(policy)
+        await self._call(self._redis.sadd(POLICIES_KEY, policy))
 
     async def delete_policy(self, policy: str) -> None:
         """SREM the name, then delete every key of the namespace in one script."""
-        prefix = self._prefix(policy)
-        await self._call(self._redis.srem(self.POLICIES_KEY, policy))
+        prefix = policy_prefix(policy)
+        await self._call(self._redis.srem(POLICIES_KEY, policy))
         await self._call(
             self._delete_script(
                 keys=[

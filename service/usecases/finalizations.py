@@ -9,7 +9,7 @@ when it is done the queue becomes the next batch. There is no timer: a finalizat
 that finds nothing in flight is applied at once, alone, as the unbatched path applies
 it, and a batch waits for nothing but the batch before it.
 
-A batch is one store transaction (:meth:`~service.storage.base.StateStore.transact`)
+A batch is one store transaction (:meth:`~service.storage.state_store.PartStore.transact`)
 over the event keys and the union of the parts their updates touch. Inside it the
 finalizations are applied in arrival order, each exactly as alone: the event checked
 ``pending`` (a second finalization of the same event in one batch sees the first's

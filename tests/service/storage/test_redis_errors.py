@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from service.storage.base import StoreUnavailableError
-from service.storage.redis_store import store_unavailable, torn_connection_error
+from service.storage.redis_errors import store_unavailable, torn_connection_error
 
 pytestmark = pytest.mark.anyio
 
