@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from service.startup import StartupError
 from service.storage.schema import create_log_engine
-from service.storage.sql_log import database_reachable
+from service.storage.sql_connection import database_reachable
 
 ROOT = Path(__file__).resolve().parents[2]
 # An arbitrary 64-bit key for pg_advisory_lock, shared by every process of the service.
