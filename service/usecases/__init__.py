@@ -21,11 +21,13 @@ module               use case (public surface)
 ``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
 ``learning_modes``   Personalizer's Online/Apprentice/LoggingOnly: ``served_decision``
 ``loop_rewards``     a Personalizer reward: ``earliest``, ``sum``, late rewards logged
-``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
+``evaluation_jobs``  ``Evaluations``: offline evaluations of a loop's log, run in worker processes
+``evaluations``      an evaluation's plan, replay and estimates (also ``bandit evaluate``)
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
 ``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
 ``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
+``rebuild``          ``rebuild_policy``: a policy's state replayed from the event log
 ``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
 ===================  =====================================================================
 
@@ -44,7 +46,7 @@ from service.storage.base import EventLog, LogSink
 from service.storage.state_store import StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
-from service.usecases.evaluations import Evaluations
+from service.usecases.evaluation_jobs import Evaluations
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.log_upkeep import LogUpkeep

@@ -18,27 +18,14 @@ as per-period sums (:mod:`bandit_core.evaluation.progressive`, periods of
 :data:`PERIOD_SECONDS`), from which the IPS and SNIPS estimates and their Gaussian
 intervals of any window follow.
 
-Runs never happen on the request path: :class:`Evaluations` queues them on a bounded
-:class:`~service.usecases.worker_pool.WorkerPool` (``evaluation_workers`` spawned
-processes; a run is CPU-bound numpy and Python, which a thread would run under the
-server's GIL). The record lives in the
-event-log database (:mod:`service.storage.evaluations`); the worker writes its progress
-and result there, so any replica answers, and one whose run's process died
-(restart, crash) sees its heartbeat age and runs it again.
+The runs, their records and their queue: :mod:`service.usecases.evaluation_jobs`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
-import secrets
-import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -56,34 +43,21 @@ from bandit_core.evaluation import (
 from bandit_core.evaluation.progressive import SUM_FIELDS
 from bandit_core.features import SparseRows
 from bandit_core.featurized import featurized_rows
-from service.errors import Conflict, InvalidRequest, NotFound
+from service.errors import InvalidRequest
 from service.personalizer_schemas import PersonalizerPolicy
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo, PolicySpec
 from service.schemas.evaluations import EvaluationPolicy
-from service.settings import Settings
 from service.storage.base import DecisionRecord, EventLog, LoggedDecision
-from service.storage.evaluations import (
-    FINAL,
-    EvaluationExistsError,
-    EvaluationRecord,
-    EvaluationStore,
-    SqlEvaluationStore,
-)
-from service.storage.schema import create_log_engine
 from service.usecases.json_features import CachedFeaturizer
 from service.usecases.loops import (
     DEFAULT_LOOP_SPEC,
     DEFAULT_POLICY_NAME,
     ENGINE_OF_VW,
     POLICY_NAME_KEY,
-    Loops,
     parse_vw_arguments,
     vw_arguments,
 )
-from service.usecases.worker_pool import WorkerPool
-
-log = logging.getLogger("bandit.service")
 
 PERIOD_SECONDS = 300.0
 """Length of the periods the estimates are summed over (Personalizer's 5 minutes)."""
@@ -350,13 +324,6 @@ def total(
     return out
 
 
-def evaluation_work(record: EvaluationRecord) -> int:
-    """Events x replayed settings, the unit of progress (an estimate of the run's cost)."""
-    request = record.request
-    replayed = sum(1 for c in request["candidates"] if c["spec"] is not None)
-    return replayed + len(request.get("grid", []))
-
-
 def load_decisions(
     event_log: EventLog, policy: str, start: float, end: float
 ) -> list[LoggedDecision]:
@@ -366,243 +333,3 @@ def load_decisions(
         for e in event_log.iter_events(policy, start, end)
         if e.reward is not None and not e.decision.degraded
     ]
-
-
-class EvaluationDeleted(Exception):
-    """The record went away while its run was going (DELETE): the run stops."""
-
-
-def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_seconds: float) -> str:
-    """Worker entry point (a spawned process): run the evaluation stored as ``(policy,
-    evaluation_id)`` and store its result; returns the final status."""
-    from service.storage.sql_log import SqlEventLog
-
-    event_log = SqlEventLog(log_url)
-    store = SqlEvaluationStore(event_log.engine)
-    started = time.monotonic()
-    try:
-        record = store.get(policy, evaluation_id)
-        if record is None or record.status in FINAL:
-            return "gone" if record is None else record.status
-        if not store.update(
-            policy, evaluation_id, status="running", progress=0.0, heartbeat_at=time.time()
-        ):
-            return "gone"
-        decisions = load_decisions(event_log, policy, record.start_time, record.end_time)
-        work = max(1, evaluation_work(record) * len(decisions))
-        done = [0, time.monotonic()]
-
-        def progress(k: int) -> None:
-            done[0] += k
-            now = time.monotonic()
-            if now - done[1] < PROGRESS_EVERY_SECONDS:
-                return
-            done[1] = now
-            if now - started > timeout_seconds:
-                raise TimeoutError
-            if not store.update(
-                policy, evaluation_id, progress=min(done[0] / work, 0.99), heartbeat_at=time.time()
-            ):
-                raise EvaluationDeleted
-
-        candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
-        grid = [PolicySpec.model_validate(g) for g in record.request.get("grid", [])]
-        try:
-            result = evaluate(decisions, candidates, grid, progress)
-        except TimeoutError:
-            store.update(
-                policy,
-                evaluation_id,
-                status="timeout",
-                progress=done[0] / work,
-                message=f"stopped after {timeout_seconds:g} s (evaluation_timeout_seconds)",
-            )
-            return "timeout"
-        status = "succeeded"
-        message = None if decisions else "no rewarded decision in [startTime, endTime)"
-        store.update(
-            policy,
-            evaluation_id,
-            status=status,
-            progress=1.0,
-            result=result,
-            message=message,
-            heartbeat_at=time.time(),
-        )
-        return status
-    except EvaluationDeleted:
-        return "gone"
-    except Exception as exc:  # reported on the record: the API answers it as Failed
-        log.exception("evaluation %s of %s failed", evaluation_id, policy)
-        store.update(policy, evaluation_id, status="failed", message=f"{type(exc).__name__}: {exc}")
-        return "failed"
-    finally:
-        event_log.close()
-
-
-# ---- the use case ----------------------------------------------------------------------------
-def _timestamp(value: datetime) -> float:
-    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-
-
-@dataclass
-class Evaluations:
-    """Submit, read, delete and apply evaluations (module docstring); one per process."""
-
-    loops: Loops
-    settings: Settings
-    clock: Callable[[], float] = time.time
-    owner: str = field(default_factory=lambda: secrets.token_hex(8))
-    store: EvaluationStore = field(init=False)
-    _workers: WorkerPool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._workers = WorkerPool(self.settings.evaluation_workers)
-        self._engine = create_log_engine(self.settings.log_url)
-        self.store = SqlEvaluationStore(self._engine)
-
-    # ---- submission ----------------------------------------------------------------------
-    async def create(
-        self,
-        loop: str,
-        name: str,
-        start: datetime,
-        end: datetime,
-        policies: Sequence[EvaluationPolicy | PersonalizerPolicy],
-        offline_experimentation: bool,
-        evaluation_id: str | None = None,
-        time_fields: tuple[str, str] = ("startTime", "endTime"),
-    ) -> EvaluationRecord:
-        """Store a new evaluation of ``loop`` and queue its run; a 400 names a bad field
-        (the range's by ``time_fields``, the API's names), 409 when ``evaluation_id`` is
-        taken."""
-        info = await self.loops.admin.get_policy(loop)
-        start_time, end_time = _timestamp(start), _timestamp(end)
-        if end_time <= start_time:
-            start_field, end_field = time_fields
-            raise InvalidRequest(f"{end_field} must be after {start_field}", ["body", end_field])
-        candidates, grid = plan(info, policies, offline_experimentation)
-        now = self.clock()
-        record = EvaluationRecord(
-            policy=loop,
-            evaluation_id=evaluation_id or str(uuid.uuid4()),
-            name=name,
-            status="pending",
-            created_at=now,
-            heartbeat_at=now,
-            start_time=start_time,
-            end_time=end_time,
-            progress=0.0,
-            owner=self.owner,
-            request={
-                "candidates": [c.to_json() for c in candidates],
-                "grid": [g.model_dump(mode="json") for g in grid],
-                "offline_experimentation": offline_experimentation,
-            },
-        )
-        try:
-            await asyncio.to_thread(self.store.insert, record)
-        except EvaluationExistsError:
-            raise Conflict(
-                f"evaluation {record.evaluation_id!r} of {loop!r} exists already",
-                code="EvaluationAlreadyExists",
-            ) from None
-        self._submit(loop, record.evaluation_id)
-        return record
-
-    def _submit(self, loop: str, evaluation_id: str) -> None:
-        """Queue the run on the worker processes."""
-        future = self._workers.submit(
-            run_evaluation,
-            self.settings.log_url,
-            loop,
-            evaluation_id,
-            self.settings.evaluation_timeout_seconds,
-        )
-        future.add_done_callback(_log_failure)
-
-    # ---- reading -------------------------------------------------------------------------
-    async def get(self, loop: str, evaluation_id: str) -> EvaluationRecord:
-        await self.loops.admin.get_policy(loop)
-        record = await asyncio.to_thread(self.store.get, loop, evaluation_id)
-        if record is None:
-            raise NotFound(
-                f"evaluation {evaluation_id!r} of {loop!r} not found", reason="evaluation"
-            )
-        return record
-
-    async def list_evaluations(self, loop: str) -> list[EvaluationRecord]:
-        await self.loops.admin.get_policy(loop)
-        return await asyncio.to_thread(self.store.list_for, loop)
-
-    async def delete(self, loop: str, evaluation_id: str) -> None:
-        """Delete (a running evaluation stops at its next progress update)."""
-        await self.get(loop, evaluation_id)
-        await asyncio.to_thread(self.store.delete, loop, evaluation_id)
-
-    # ---- applying --------------------------------------------------------------------------
-    async def apply(self, loop: str, evaluation_id: str, policy_name: str) -> PersonalizerPolicy:
-        """Make the learning setting ``policy_name`` of a succeeded evaluation the loop's
-        (``PUT configurations/policy`` with its arguments: what was learned starts over
-        when the engine changes); the evaluation's status becomes
-        ``optimal_policy_applied``, or ``online_policy_retained`` for the online setting."""
-        record = await self.get(loop, evaluation_id)
-        if record.result is None:
-            raise InvalidRequest(
-                f"evaluation {evaluation_id!r} has no result (status {record.status})",
-                ["body", "evaluationId"],
-            )
-        found = [p for p in record.result["policies"] if p["name"] == policy_name]
-        if not found:
-            known = [p["name"] for p in record.result["policies"]]
-            raise NotFound(
-                f"policyName {policy_name!r} is not in evaluation {evaluation_id!r}; it has {known}",
-                reason="evaluation",
-            )
-        chosen = found[0]
-        if chosen["source"] in (BASELINE, RANDOM):
-            raise InvalidRequest(
-                f"policyName {policy_name!r} is the {chosen['source']} policy, not a learning setting",
-                ["body", "policyName"],
-            )
-        arguments = chosen["arguments"]
-        if chosen["source"] == "OfflineExperimentation":
-            arguments = PolicySpec.model_validate(chosen["spec"]).model_dump_json(
-                exclude={"personalizer"}
-            )
-        applied, _ = await self.loops.update_policy_configuration(
-            loop, PersonalizerPolicy(name=policy_name, arguments=arguments)
-        )
-        status = (
-            "online_policy_retained" if chosen["source"] == ONLINE else "optimal_policy_applied"
-        )
-        await asyncio.to_thread(self.store.update, loop, evaluation_id, status=status)
-        return applied
-
-    # ---- background --------------------------------------------------------------------------
-    async def adopt_once(self) -> list[tuple[str, str]]:
-        """Refresh this process's heartbeats and run the evaluations whose process is gone."""
-        now = self.clock()
-        await asyncio.to_thread(self.store.heartbeat, self.owner, now)
-        stale_before = now - self.settings.evaluation_stale_seconds
-        claimed = await asyncio.to_thread(self.store.claim_stale, self.owner, now, stale_before)
-        for loop, evaluation_id in claimed:
-            log.info("evaluation %s of %s lost its process: running it again", evaluation_id, loop)
-            self._submit(loop, evaluation_id)
-        return claimed
-
-    async def run(self, stop: asyncio.Event) -> None:
-        from service.usecases.periodic import every
-
-        await every(
-            self.settings.evaluation_heartbeat_seconds, stop, self.adopt_once, "evaluations"
-        )
-
-    def close(self) -> None:
-        self._workers.shutdown()
-        self._engine.dispose()
-
-
-def _log_failure(future: Future[str]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.error("evaluation worker failed: %s", future.exception())
