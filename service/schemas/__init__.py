@@ -1,7 +1,8 @@
 """Request and response models of the HTTP API (the field names are the contract), one
 module per resource: ``decisions`` (recommend, reward, activate), ``policies``,
 ``model`` (feature importance, snapshots, log span), ``health``, ``audit``,
-``evaluations``; ``common`` holds the field types and limits they share. The names are
+``evaluations``; ``common`` holds the field types and limits they share. The names of
+all but ``evaluations`` (built on the Personalizer models, which build on these) are
 imported here, so ``from service.schemas import RecommendRequest`` is the one path.
 
 Every float is finite (NaN and infinities are refused with 422 naming the field).
