@@ -220,6 +220,20 @@ def add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
         "degraded) is skipped ('skip', the default) or counts with the policy's default_reward "
         "('default'); rewards the sweeper applied by default are logged and always count",
     )
+    _add_features_options(p)
+    if rejection:
+        p.add_argument(
+            "--rejection",
+            action="store_true",
+            help="rejection-sampling replay for logs with known non-uniform propensities "
+            "(every event needs a propensity; the service's event log has them); default: plain "
+            "replay, valid for uniformly random logs",
+        )
+
+
+def _add_features_options(p: argparse.ArgumentParser) -> None:
+    """``--features`` or ``--features-file``: the featurizer config to re-featurize a
+    logged policy's JSON under (docs/features.md)."""
     features = p.add_mutually_exclusive_group()
     features.add_argument(
         "--features",
@@ -236,14 +250,6 @@ def add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
         metavar="PATH",
         help="as --features, the config read from a JSON file",
     )
-    if rejection:
-        p.add_argument(
-            "--rejection",
-            action="store_true",
-            help="rejection-sampling replay for logs with known non-uniform propensities "
-            "(every event needs a propensity; the service's event log has them); default: plain "
-            "replay, valid for uniformly random logs",
-        )
 
 
 def clean_exit(

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bandit_core.datasets import LoggedEvent
-from bandit_core.evaluation import UnsupportedLogError, off_policy_estimates
+from bandit_core.evaluation import EstimateResult, UnsupportedLogError, off_policy_estimates
 from bandit_core.policy import BasePolicy
 from bandit_core.registry import make_policy
 from service.cli.arguments import (
@@ -74,23 +74,32 @@ def train_target(policy: BasePolicy, events: Sequence[LoggedEvent]) -> None:
         policy.update(e.chosen, e.X[e.action], e.reward, user_id=e.user_id)
 
 
+def _split(
+    events: list[LoggedEvent], train_fraction: float, folds: int
+) -> tuple[list[LoggedEvent], list[LoggedEvent]]:
+    """The earliest ``train_fraction`` of ``events`` to train on and the rest to evaluate,
+    at least ``folds`` of them."""
+    n_train = int(train_fraction * len(events))
+    evaluated = events[n_train:]
+    if len(evaluated) < folds:
+        raise CliError(
+            f"{len(evaluated)} event(s) left to evaluate after --train-fraction {train_fraction} of "
+            f"{len(events)}; --folds {folds} needs at least {folds}"
+        )
+    return events[:n_train], evaluated
+
+
 @clean_exit("estimate")
 def _run(args: argparse.Namespace) -> int:
     check_policy(args.policy)
     params = policy_params(args)
     spec = log_spec(args)
     log, d = load_log(spec, args.policy, params)
-    events = list(log)
-    n_train = int(args.train_fraction * len(events))
-    evaluated = events[n_train:]
-    if len(evaluated) < args.folds:
-        raise CliError(
-            f"{len(evaluated)} event(s) left to evaluate after --train-fraction {args.train_fraction} of "
-            f"{len(events)}; --folds {args.folds} needs at least {args.folds}"
-        )
+    training, evaluated = _split(list(log), args.train_fraction, args.folds)
+    n_train = len(training)
     started = time.perf_counter()
     target = make_policy(args.policy, d, **params, seed=args.seed)
-    train_target(target, events[:n_train])
+    train_target(target, training)
     head = {"policy": args.policy, "params": params, **source_fields(spec)}
     try:
         results = off_policy_estimates(
@@ -109,34 +118,42 @@ def _run(args: argparse.Namespace) -> int:
         write_json(args.json, {**head, "support": exc.support.to_dict(), "estimates": None})
         return EXIT_FAILURE
     logged = float(np.mean([e.reward for e in evaluated]))
+    _print_estimates(args.policy, params, results, n_train, len(evaluated), logged)
+    payload = {
+        **head,
+        **_details(args, n_train, len(evaluated), logged),
+        "support": next(iter(results.values())).support.to_dict(),
+        "estimates": {name: r.to_dict() for name, r in results.items()},
+        "seconds": time.perf_counter() - started,
+    }
+    write_json(args.json, payload)
+    return EXIT_OK
+
+
+def _print_estimates(
+    policy: str,
+    params: dict[str, Any],
+    results: dict[str, EstimateResult],
+    n_train: int,
+    n_evaluated: int,
+    logged: float,
+) -> None:
+    """The summary on stdout; a warning on stderr when the log does not support the target
+    (the estimates printed with ``--force``)."""
     diagnostic = next(iter(results.values())).support
-    if not diagnostic.supported:  # --force
+    if not diagnostic.supported:
         print(
             f"bandit estimate: WARNING: {diagnostic.message()} (docs/offline.md, Support)",
             file=sys.stderr,
         )
     print(
-        f"{args.policy} {format_params(params)} on {len(evaluated)} events (trained on {n_train}); "
+        f"{policy} {format_params(params)} on {n_evaluated} events (trained on {n_train}); "
         f"logging policy's mean reward {logged:.4f}"
     )
     for name, r in results.items():
         print(
             f"  {name:<5} {r.value:.4f}  [{r.ci_low:.4f}, {r.ci_high:.4f}] ({r.confidence:.0%} bootstrap)"
         )
-    details = _details(args, n_train, len(evaluated), logged)
-    estimates = {name: r.to_dict() for name, r in results.items()}
-    seconds = time.perf_counter() - started
-    write_json(
-        args.json,
-        {
-            **head,
-            **details,
-            "support": diagnostic.to_dict(),
-            "estimates": estimates,
-            "seconds": seconds,
-        },
-    )
-    return EXIT_OK
 
 
 def _details(
@@ -170,6 +187,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--policy", required=True, metavar="NAME", help=f"target policy, one of: {policy_names()}"
     )
     add_policy_params(p)
+    _add_estimator_options(p)
+    p.add_argument(
+        "--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH"
+    )
+    p.set_defaults(run=_run)
+
+
+def _add_estimator_options(p: argparse.ArgumentParser) -> None:
+    """The target's training share, the bootstrap, DR's reward model, the seed, ``--force``."""
     p.add_argument(
         "--train-fraction",
         type=fraction,
@@ -218,7 +244,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="print the estimates even when the log does not support the target "
         "(they are then biased; the warning still goes to stderr)",
     )
-    p.add_argument(
-        "--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH"
-    )
-    p.set_defaults(run=_run)
