@@ -9,7 +9,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from service.cli import bound, evaluate, features, model, offline, server
+from service.cli import (
+    bound,
+    compare,
+    estimate,
+    evaluate,
+    features,
+    model,
+    replay,
+    server,
+    simulate,
+)
 from service.cli.exit_codes import EPILOG, EXIT_FAILURE, EXIT_USAGE
 from service.startup import SettingError, StartupError
 
@@ -24,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     server.register(sub)
-    offline.register(sub)
+    for command in (replay, estimate, simulate, compare):
+        command.register(sub)
     evaluate.register(sub)
     bound.register(sub)
     features.register(sub)

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from service.cli.arguments import timestamp_argument
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from service.cli.offline import timestamp_argument
 
 
 class UsageError(Exception):

@@ -17,10 +17,10 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.cli.arguments import timestamp_argument
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -42,11 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     cmd.add_argument(
         "--since",
-        type=_moment,
+        type=timestamp_argument,
         help="run a leave-one-feature-out job over the log from this time (ISO 8601 or unix seconds)",
     )
     cmd.add_argument(
-        "--until", type=_moment, help="end of the job's range (ISO 8601 or unix seconds; default now)"
+        "--until",
+        type=timestamp_argument,
+        help="end of the job's range (ISO 8601 or unix seconds; default now)",
     )
     cmd.set_defaults(run=_features)
 
@@ -85,21 +87,6 @@ def api_key(given: str | None, environ: Mapping[str, str] = os.environ) -> str |
     if key_file is not None and key_file.is_file():
         return key_file.read_text().strip() or None
     return None
-
-
-def _moment(text: str) -> float:
-    """Unix seconds of ``text``: a number, or an ISO 8601 time (UTC without an offset)."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected unix seconds or an ISO 8601 time, but got {text!r}"
-        ) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def _job(client: BanditClient, args: argparse.Namespace) -> int:

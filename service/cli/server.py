@@ -16,6 +16,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.cli.arguments import timestamp_argument
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
@@ -101,10 +102,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     partitions.add_argument("--explain", metavar="POLICY", help="print a replay's query plan")
     partitions.add_argument(
-        "--since", type=_utc_time, metavar="TIME", help="ISO 8601 start of the replay (UTC)"
+        "--since",
+        type=timestamp_argument,
+        metavar="TIME",
+        help="start of the replay (ISO 8601, UTC unless it names an offset, or unix seconds)",
     )
     partitions.add_argument(
-        "--until", type=_utc_time, metavar="TIME", help="ISO 8601 end of the replay (UTC)"
+        "--until",
+        type=timestamp_argument,
+        metavar="TIME",
+        help="end of the replay (ISO 8601, UTC unless it names an offset, or unix seconds)",
     )
     partitions.set_defaults(run=_partitions)
 
@@ -319,17 +326,6 @@ def _rebuild(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return asyncio.run(run())
-
-
-def _utc_time(text: str) -> float:
-    """Unix seconds of an ISO 8601 time (UTC when it names no offset)."""
-    from datetime import UTC, datetime
-
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def _partitions(args: argparse.Namespace) -> int:

@@ -13,8 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.errors import InvalidRequest, NotFound
+from bandit_core.policy import ARM_PREFIX
 from service.observability import metrics
+from service.errors import InvalidRequest, NotFound
 from service.policies import (
     CONFIG_KEY,
     IMPORT_GUARDRAILS_REFUSED,
@@ -29,7 +30,7 @@ from service.schemas import ArmStatsOut, PolicyInfo, PolicySpec, PolicyStats
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.usecases.audit import DELETE, RESET, RETIRE_ARMS, AuditTrail, settings_of
-from service.usecases.policy_cache import ARM_PREFIX, METRICS_PREFIX, PULLS_PREFIX, PolicyCache
+from service.usecases.policy_cache import METRICS_PREFIX, PULLS_PREFIX, PolicyCache
 
 
 def check_guardrails_allowed(spec: PolicySpec, settings: Settings) -> None:

@@ -28,8 +28,8 @@ from service.schemas.evaluations import (
     PreviewEvaluation,
 )
 from service.storage.evaluations import EvaluationRecord
+from service.timeparse import format_duration
 from service.usecases.evaluations import total
-from service.usecases.loops import format_duration
 
 V1_STATUS = {
     "pending": "pending",

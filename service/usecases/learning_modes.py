@@ -21,15 +21,15 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Literal
 
-import isodate
 import numpy as np
 import orjson
 
 from bandit_core import Decision
 from service.schemas import PolicyInfo
+from service.timeparse import parse_duration
 from service.usecases.events import PendingEvent
 from service.usecases.policy_cache import METRICS_PREFIX
 
@@ -225,8 +225,10 @@ def count_apprentice_event(
 
 
 def _seconds(duration: str) -> float:
-    parsed = isodate.parse_duration(duration)
-    return parsed.total_seconds() if isinstance(parsed, timedelta) else 0.0
+    try:
+        return parse_duration(duration, "modelExportFrequency")
+    except ValueError:  # a policy's personalizer settings are not checked: no period
+        return 0.0
 
 
 def _utc(seconds: float) -> datetime:

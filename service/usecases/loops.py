@@ -23,12 +23,12 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-import isodate
 from pydantic import ValidationError
 
+from service import timeparse
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.personalizer_schemas import (
     PersonalizerPolicy,
@@ -91,26 +91,13 @@ IGNORED_FLAGS = frozenset({"--dsjson", "--quiet", "--json"})
 
 
 def parse_duration(value: str, field: str) -> float:
-    """Seconds of the ISO 8601 duration ``value`` (``PT10M``); a 400 naming ``field``
-    unless it parses to a fixed length (years and months have none)."""
+    """Seconds of the ISO 8601 duration ``value`` (``PT10M``,
+    :func:`service.timeparse.parse_duration`); a 400 naming ``field`` unless it parses to
+    a fixed length (years and months have none)."""
     try:
-        duration = isodate.parse_duration(value)
-    except (isodate.ISO8601Error, ValueError):
-        raise InvalidRequest(
-            f"{field} must be an ISO 8601 duration such as PT10M, but got {value!r}",
-            ["body", field],
-        ) from None
-    if not isinstance(duration, timedelta):
-        raise InvalidRequest(
-            f"{field} must use days or smaller units (years and months vary), but got {value!r}",
-            ["body", field],
-        )
-    return duration.total_seconds()
-
-
-def format_duration(seconds: float) -> str:
-    """The ISO 8601 duration of ``seconds`` (``600.0`` -> ``PT10M``)."""
-    return str(isodate.duration_isoformat(timedelta(seconds=seconds)))
+        return timeparse.parse_duration(value, field)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), ["body", field]) from None
 
 
 def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
@@ -252,7 +239,7 @@ class Loops:
                 "logRetentionDays": -1,
                 "rewardAggregation": EARLIEST,
                 **kept,
-                "rewardWaitTime": format_duration(info.reward_wait_seconds),
+                "rewardWaitTime": timeparse.format_duration(info.reward_wait_seconds),
                 "defaultReward": info.default_reward,
                 "explorationPercentage": info.epsilon or 0.0,
                 "learningMode": mode,

@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
-from service.errors import NotFound, with_policy
+from bandit_core.policy import ARM_PREFIX
 from service.observability import metrics
+from service.errors import NotFound, with_policy
 from service.policies import CONFIG_KEY, Runtime, build_policy, decode_info, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import (
@@ -28,7 +29,6 @@ from service.storage.base import (
 from service.storage.state_store import StateStore
 from service.usecases.events import EVENT_PREFIX
 
-ARM_PREFIX = "arm:"  # the engine's name of an arm's part: arm:<id>
 PULLS_PREFIX = "pulls:"  # the counter of an arm's decisions: pulls:<id>
 METRICS_PREFIX = "metrics:"  # a use case's own record beside the parts (metrics:apprentice)
 NOT_PARTS = (EVENT_PREFIX, METRICS_PREFIX)

@@ -7,9 +7,9 @@ import pytest
 
 from service.errors import InvalidRequest
 from service.policies import new_info
+from service.timeparse import format_duration
 from service.usecases.loops import (
     DEFAULT_LOOP_SPEC,
-    format_duration,
     parse_duration,
     parse_vw_arguments,
     vw_arguments,

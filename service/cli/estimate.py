@@ -1,0 +1,246 @@
+"""``bandit estimate``: off-policy estimates (IPS, SNIPS, DR, each with a bootstrap
+interval) of what a fixed target policy would earn on a log with propensities
+(docs/offline.md; the engine side is :func:`bandit_core.evaluation.off_policy_estimates`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bandit_core.datasets import LoggedEvent
+from bandit_core.evaluation import EstimateResult, UnsupportedLogError, off_policy_estimates
+from bandit_core.policy import BasePolicy
+from bandit_core.registry import make_policy
+from service.cli.arguments import (
+    REFEATURIZING,
+    CliError,
+    add_log_source,
+    add_policy_params,
+    at_least_two,
+    check_policy,
+    clean_exit,
+    confidence,
+    fraction,
+    policy_names,
+    policy_params,
+    positive_float,
+    positive_int,
+)
+from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK
+from service.cli.log_sources import load_log, log_spec, source_fields
+from service.cli.reports import format_params, write_json
+
+DESCRIPTION = (
+    "Off-policy estimates of what a fixed target policy would earn per decision, from a log whose\n"
+    "events carry the logging policy's propensities (the service's event log always does):\n"
+    "  IPS    (1/n) sum w_i r_i,  w_i = pi(a_i | x_i) / pscore_i\n"
+    "  SNIPS  sum w_i r_i / sum w_i\n"
+    "  DR     (1/n) sum [sum_a pi(a | x_i) q_hat(x_i, a) + w_i (r_i - q_hat(x_i, a_i))]\n"
+    "each with a percentile bootstrap interval (--bootstrap resamples of the events).\n\n"
+    "The target is --policy with its parameters: it learns from the first --train-fraction of the\n"
+    "events (every event's reward for its served arm), is then frozen and, on each later event,\n"
+    "serves greedily (explore=False; ties split evenly): pi is that choice. --train-fraction 0\n"
+    "evaluates the untrained policy. DR's q_hat is a per-arm ridge regression of reward on the\n"
+    "served arm's feature row (lambda --ridge-lambda), cross-fitted over --folds time-ordered\n"
+    "blocks of the evaluated events (each block predicted by the fit on the others).\n"
+    "logged_mean_reward is the logging policy's own mean reward on the evaluated events.\n\n"
+    "Support: the estimators need every action the target takes to have had a logging\n"
+    "probability > 0. When events were logged with propensity 1 (a policy with epsilon 0) and\n"
+    "the target chooses other arms there, the estimates are biased and disagree: the command\n"
+    "then prints a warning, no estimates, and exits with status 1 (--force prints them anyway).\n\n"
+    f"{REFEATURIZING}"
+    "Policies: {policies}.\n\n"
+    "JSON keys: policy, params, data, format (and log_policy, since, until, unrewarded, features for an\n"
+    "event log), protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
+    "support (n, deterministic_events, unsupported_mass, supported), estimates (ips, snips, dr:\n"
+    "estimator, value, ci_low, ci_high, confidence, n_bootstrap, n, support), seconds.\n\n"
+    "example: bandit estimate --format eventlog --data postgresql://postgres@127.0.0.1/bandit \\\n"
+    "             --log-policy home --policy linucb --alpha 0 --train-fraction 0.5 --json e.json"
+)
+
+
+def train_target(policy: BasePolicy, events: Sequence[LoggedEvent]) -> None:
+    """Fit ``policy`` on logged events: each event's reward is learned for its served arm
+    and feature row, whatever the logging policy was (no replay matching)."""
+    for e in events:
+        policy.add_arm(e.chosen)
+        policy.update(e.chosen, e.X[e.action], e.reward, user_id=e.user_id)
+
+
+def _split(
+    events: list[LoggedEvent], train_fraction: float, folds: int
+) -> tuple[list[LoggedEvent], list[LoggedEvent]]:
+    """The earliest ``train_fraction`` of ``events`` to train on and the rest to evaluate,
+    at least ``folds`` of them."""
+    n_train = int(train_fraction * len(events))
+    evaluated = events[n_train:]
+    if len(evaluated) < folds:
+        raise CliError(
+            f"{len(evaluated)} event(s) left to evaluate after --train-fraction {train_fraction} of "
+            f"{len(events)}; --folds {folds} needs at least {folds}"
+        )
+    return events[:n_train], evaluated
+
+
+@clean_exit("estimate")
+def _run(args: argparse.Namespace) -> int:
+    check_policy(args.policy)
+    params = policy_params(args)
+    spec = log_spec(args)
+    log, d = load_log(spec, args.policy, params)
+    training, evaluated = _split(list(log), args.train_fraction, args.folds)
+    n_train = len(training)
+    started = time.perf_counter()
+    target = make_policy(args.policy, d, **params, seed=args.seed)
+    train_target(target, training)
+    head = {"policy": args.policy, "params": params, **source_fields(spec)}
+    try:
+        results = off_policy_estimates(
+            target,
+            evaluated,
+            rng=np.random.default_rng([args.seed, 3]),
+            n_bootstrap=args.bootstrap,
+            confidence=args.confidence,
+            ridge_lambda=args.ridge_lambda,
+            folds=args.folds,
+            require_support=not args.force,
+        )
+    except UnsupportedLogError as exc:
+        print(f"bandit estimate: WARNING: {exc} (docs/offline.md, Support)", file=sys.stderr)
+        print("bandit estimate: no estimates printed; --force prints them anyway", file=sys.stderr)
+        write_json(args.json, {**head, "support": exc.support.to_dict(), "estimates": None})
+        return EXIT_FAILURE
+    logged = float(np.mean([e.reward for e in evaluated]))
+    _print_estimates(args.policy, params, results, n_train, len(evaluated), logged)
+    payload = {
+        **head,
+        **_details(args, n_train, len(evaluated), logged),
+        "support": next(iter(results.values())).support.to_dict(),
+        "estimates": {name: r.to_dict() for name, r in results.items()},
+        "seconds": time.perf_counter() - started,
+    }
+    write_json(args.json, payload)
+    return EXIT_OK
+
+
+def _print_estimates(
+    policy: str,
+    params: dict[str, Any],
+    results: dict[str, EstimateResult],
+    n_train: int,
+    n_evaluated: int,
+    logged: float,
+) -> None:
+    """The summary on stdout; a warning on stderr when the log does not support the target
+    (the estimates printed with ``--force``)."""
+    diagnostic = next(iter(results.values())).support
+    if not diagnostic.supported:
+        print(
+            f"bandit estimate: WARNING: {diagnostic.message()} (docs/offline.md, Support)",
+            file=sys.stderr,
+        )
+    print(
+        f"{policy} {format_params(params)} on {n_evaluated} events (trained on {n_train}); "
+        f"logging policy's mean reward {logged:.4f}"
+    )
+    for name, r in results.items():
+        print(
+            f"  {name:<5} {r.value:.4f}  [{r.ci_low:.4f}, {r.ci_high:.4f}] ({r.confidence:.0%} bootstrap)"
+        )
+
+
+def _details(
+    args: argparse.Namespace, n_train: int, n_evaluated: int, logged: float
+) -> dict[str, Any]:
+    """The JSON fields describing how the estimates were made."""
+    return {
+        "protocol": (
+            f"target trained on the first {n_train} events, then fixed and greedy (explore=False) on the "
+            f"{n_evaluated} later ones; DR's q_hat: per-arm ridge (lambda {args.ridge_lambda}) "
+            f"cross-fitted over {args.folds} time-ordered folds; percentile bootstrap, {args.bootstrap} resamples"
+        ),
+        "seed": args.seed,
+        "train_events": n_train,
+        "evaluated_events": n_evaluated,
+        "logged_mean_reward": logged,
+        "confidence": args.confidence,
+    }
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``estimate`` to ``subparsers``."""
+    p = subparsers.add_parser(
+        "estimate",
+        help="estimate a fixed policy's value from a log with propensities (IPS, SNIPS, DR)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION.format(policies=policy_names()),
+    )
+    add_log_source(p, rejection=False)
+    p.add_argument(
+        "--policy", required=True, metavar="NAME", help=f"target policy, one of: {policy_names()}"
+    )
+    add_policy_params(p)
+    _add_estimator_options(p)
+    p.add_argument(
+        "--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH"
+    )
+    p.set_defaults(run=_run)
+
+
+def _add_estimator_options(p: argparse.ArgumentParser) -> None:
+    """The target's training share, the bootstrap, DR's reward model, the seed, ``--force``."""
+    p.add_argument(
+        "--train-fraction",
+        type=fraction,
+        default=0.5,
+        metavar="F",
+        help="share of the events (the earliest) the target learns from before it is fixed (default 0.5)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=positive_int,
+        default=1000,
+        metavar="B",
+        help="bootstrap resamples per estimator (default 1000)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=confidence,
+        default=0.95,
+        metavar="C",
+        help="coverage of the bootstrap interval (default 0.95)",
+    )
+    p.add_argument(
+        "--ridge-lambda",
+        type=positive_float,
+        default=1.0,
+        metavar="L",
+        help="ridge penalty of DR's reward model (default 1)",
+    )
+    p.add_argument(
+        "--folds",
+        type=at_least_two,
+        default=2,
+        metavar="F",
+        help="cross-fitting blocks of DR's reward model (default 2)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="SEED",
+        help="seed of the target policy's RNG and of the bootstrap (default 0)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="print the estimates even when the log does not support the target "
+        "(they are then biased; the warning still goes to stderr)",
+    )

@@ -1,0 +1,240 @@
+"""The logs the offline-evaluation commands evaluate on (docs/offline.md): a news or
+JSON Lines file, or the service's own event log (``--format eventlog``, read through
+:class:`service.storage.offline_source.EventLogSource`), its logged JSON features re-featurized
+for the evaluated policy's layout when asked (docs/features.md). A log is read once per
+process (:func:`load_log` is cached per :class:`LogSpec`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bandit_core.datasets import JsonlLog, LoggedEvent, LogSource, load_news, news_dataset_path
+from bandit_core.errors import ConfigError
+from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
+from bandit_core.featurized import featurized_dimension, featurized_rows
+from bandit_core.registry import make_policy, policy_class
+from service.cli.arguments import CliError, CommandFailed
+from service.schemas import MAX_DENSE_DIMENSION  # the offline commands keep rows dense
+
+if TYPE_CHECKING:
+    from service.storage.offline_source import Featurize
+
+
+@dataclass(frozen=True)
+class LogSpec:
+    """Where a log comes from (hashable: logs are cached per process by it, and it is what
+    ``bandit compare`` sends to its workers)."""
+
+    data: str
+    fmt: str
+    log_policy: str | None = None
+    since: float | None = None
+    until: float | None = None
+    unrewarded: str = "skip"
+    features: str | None = None
+    """The featurizer config of --features / --features-file as canonical JSON (None: the
+    logged policy's own)."""
+
+
+def _features_option(args: argparse.Namespace) -> str | None:
+    """The featurizer config of ``--features`` or ``--features-file``, checked and written
+    as canonical JSON (hashable, for :class:`LogSpec`); None when neither is given."""
+    if args.features is not None:
+        option, text = "--features", args.features
+    elif args.features_file is not None:
+        option = f"--features-file {args.features_file}"
+        try:
+            text = args.features_file.read_text()
+        except OSError as exc:
+            raise CliError(f"{option}: {exc.strerror or exc}") from None
+    else:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{option}: not valid JSON ({exc})") from None
+    try:
+        config = FeaturizerConfig.from_dict(data)
+    except (ConfigError, TypeError) as exc:
+        raise CliError(f"{option}: {exc}") from None
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def log_spec(args: argparse.Namespace) -> LogSpec:
+    """The log the options of :func:`service.cli.arguments.add_log_source` name, checked
+    (an option that does not apply to the format is a :class:`CliError`)."""
+    data = args.data
+    if data is None:
+        if args.format != "news":
+            raise CliError(f"--format {args.format} needs --data")
+        data = str(news_dataset_path())
+    features = _features_option(args)
+    spec = LogSpec(
+        data, args.format, args.log_policy, args.since, args.until, args.unrewarded, features
+    )
+    if spec.fmt == "eventlog":
+        if spec.log_policy is None:
+            raise CliError("--format eventlog needs --log-policy NAME")
+    elif (
+        spec.log_policy is not None
+        or spec.since is not None
+        or spec.until is not None
+        or spec.unrewarded != "skip"
+    ):
+        raise CliError(
+            "--log-policy, --since, --until and --unrewarded apply to --format eventlog only"
+        )
+    elif features is not None:
+        raise CliError("--features and --features-file apply to --format eventlog only")
+    return spec
+
+
+def load_log(spec: LogSpec, policy: str, params: dict[str, Any]) -> tuple[LogSource, int]:
+    """The log and its feature length ``d`` for evaluating ``policy`` with ``params``: an
+    event log of JSON features is featurized for that policy's layout (and its
+    ``context_dim``), every other log is the same for every policy."""
+    if spec.fmt != "eventlog":
+        return _load_rows(spec, None, 0)
+    return _load_rows(spec, policy, int(params.get("context_dim", 0)))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[LogSource, int]:
+    """The log and its feature length ``d`` (cached per process)."""
+    if spec.fmt == "eventlog":
+        events = _load_event_log(spec, policy, context_dim)
+    else:
+        path = Path(spec.data)
+        if not path.is_file():
+            raise CliError(f"--data {path}: no such file")
+        if spec.fmt == "news":
+            log = load_news(path)
+            return log, log.d
+        events = list(JsonlLog(path))
+    if not events:
+        raise CliError(f"--data {spec.data}: the log holds no events")
+    widths = sorted({int(e.X.shape[1]) for e in events})
+    if len(widths) > 1:
+        raise CliError(
+            f"--data {spec.data}: events have feature lengths {widths}; one length is needed "
+            "(for an event log, pick a --since after the policy's dimension changed)"
+        )
+    return events, widths[0]
+
+
+def _featurizer_config(spec: LogSpec, logged: dict[str, Any] | None) -> FeaturizerConfig | None:
+    """The featurizer a replay of ``spec`` uses: --features, else the logged policy's own
+    ``features`` (``logged`` is its config in the event log, None when deleted)."""
+    if spec.features is not None:
+        return FeaturizerConfig.from_dict(json.loads(spec.features))
+    features = None if logged is None else logged.get("features")
+    return None if features is None else FeaturizerConfig.from_dict(features)
+
+
+def _refeaturize(
+    spec: LogSpec, config: FeaturizerConfig, policy: str, context_dim: int
+) -> Featurize:
+    """The rows ``policy`` (with ``context_dim``) takes for a logged decision's JSON under
+    ``config`` (``bandit_core.featurized.featurized_rows``, made dense). A decision that
+    logged float vectors is a :class:`CliError`."""
+    layout = policy_class(policy).FEATURE_LAYOUT
+    d = featurized_dimension(layout, config, context_dim)
+    if d > MAX_DENSE_DIMENSION:
+        raise CliError(
+            f"{policy} over features with bits {config.bits} takes rows of {d} entries; the offline "
+            f"commands keep rows dense, at most {MAX_DENSE_DIMENSION}: lower bits in --features"
+        )
+    extra = {"context_dim": context_dim} if context_dim else {}
+    shape = make_policy(policy, d, **extra)  # featurized_rows reads its layout and d only
+    featurizer = Featurizer(config)
+
+    def featurize(context: Any, actions: list[Any]) -> np.ndarray:
+        if any(_is_vector(f) for f in [context, *actions]):
+            raise CliError(
+                f"the event log of {spec.log_policy!r} holds float vectors, not JSON features: "
+                "--features applies to a policy that logged JSON features"
+            )
+        rows = featurized_rows(featurizer, shape, context, actions)
+        return rows.to_dense() if isinstance(rows, SparseRows) else rows
+
+    return featurize
+
+
+def _is_vector(value: Any) -> bool:
+    """A logged float vector (a non-empty list of numbers), as a policy without
+    ``features`` logs its rows."""
+    return type(value) is list and bool(value) and all(type(v) in (int, float) for v in value)
+
+
+def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list[LoggedEvent]:
+    """Every event of ``spec``'s policy and time range, read from the service's event log;
+    JSON features re-featurized for ``policy`` (:func:`_refeaturize`)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from service.storage.offline_source import EventLogSource, check_logged, default_reward
+    from service.storage.base import StoreUnavailableError
+    from service.storage.sql_log import SqlEventLog
+
+    try:
+        url = make_url(spec.data)
+    except ArgumentError:
+        raise CliError(
+            f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}"
+        ) from None
+    if url.get_backend_name() not in ("postgresql", "sqlite"):
+        raise CliError(
+            f"--data must be a postgresql:// or sqlite:/// URL with --format eventlog, but got {spec.data!r}"
+        )
+    if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
+        raise CliError(f"--data {spec.data}: no such SQLite file")
+    assert spec.log_policy is not None
+    event_log = SqlEventLog(spec.data)
+    try:
+        check_logged(event_log, spec.log_policy)
+        fill = default_reward(event_log, spec.log_policy) if spec.unrewarded == "default" else None
+        config = _featurizer_config(spec, event_log.policies().get(spec.log_policy))
+        featurize = None
+        if config is not None and policy is not None:
+            featurize = _refeaturize(spec, config, policy, context_dim)
+        source = EventLogSource(
+            event_log, spec.log_policy, spec.since, spec.until, unrewarded=fill, featurize=featurize
+        )
+        return list(source)
+    except StoreUnavailableError as exc:
+        message = " ".join(str(exc).split())  # a driver's message may span lines
+        raise CommandFailed(
+            f"--data {url.render_as_string(hide_password=True)}: {message}"
+        ) from None
+    finally:
+        event_log.close()
+
+
+def source_fields(spec: LogSpec) -> dict[str, Any]:
+    """The log's description in a JSON result (a URL's password hidden)."""
+    if spec.fmt != "eventlog":
+        return {"data": spec.data, "format": spec.fmt}
+    from sqlalchemy.engine import make_url
+
+    return {
+        "data": make_url(spec.data).render_as_string(hide_password=True),
+        "format": spec.fmt,
+        "log_policy": spec.log_policy,
+        "since": spec.since,
+        "until": spec.until,
+        "unrewarded": spec.unrewarded,
+        "features": None if spec.features is None else json.loads(spec.features),
+    }
+
+
+def source_title(spec: LogSpec) -> str:
+    """The log's name in a plot's title."""
+    return f"the event log of {spec.log_policy}" if spec.fmt == "eventlog" else Path(spec.data).name

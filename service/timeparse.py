@@ -1,0 +1,60 @@
+"""The one parser of ISO 8601 times and the one parser of ISO 8601 durations of the
+service: the command line's ``--since``/``--until`` options read times with
+:func:`parse_timestamp`; the Personalizer configuration's ``rewardWaitTime`` and
+``modelExportFrequency`` are durations read with :func:`parse_duration`
+(docs/personalizer.md, "Learning settings and the model").
+
+Both raise :class:`ValueError` with a message naming what was expected and what was
+given; each caller turns it into its own error naming the bad argument or field (an
+argparse error, a 400 with the field's location).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import isodate
+
+
+def parse_timestamp(text: str) -> float:
+    """Unix seconds of ``text``: a finite number of unix seconds, or an ISO 8601 date or
+    time (``2026-01-31``, ``2026-01-31T12:00``, ``2026-01-31T12:00:00+01:00``), in UTC
+    unless it names an offset."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(seconds):
+            return seconds
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"expected unix seconds or an ISO 8601 time such as 2026-01-31T12:00, but got {text!r}"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def parse_duration(text: str, name: str) -> float:
+    """Seconds of the ISO 8601 duration ``text`` (``PT10M`` -> 600.0). A text that is no
+    such duration, or one in years or months (which have no fixed length), is a
+    :class:`ValueError` whose message starts with ``name``."""
+    try:
+        duration = isodate.parse_duration(text)
+    except (isodate.ISO8601Error, ValueError):
+        raise ValueError(
+            f"{name} must be an ISO 8601 duration such as PT10M, but got {text!r}"
+        ) from None
+    if isinstance(duration, timedelta):
+        return duration.total_seconds()
+    raise ValueError(
+        f"{name} must use days or smaller units (years and months vary), but got {text!r}"
+    )
+
+
+def format_duration(seconds: float) -> str:
+    """The ISO 8601 duration of ``seconds`` (``600.0`` -> ``PT10M``), which
+    :func:`parse_duration` reads back."""
+    return str(isodate.duration_isoformat(timedelta(seconds=seconds)))
