@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike
 
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
-from bandit_core.linear import RidgeStack, cholesky_inverse, stacked_ucb_terms
+from bandit_core.linear import RidgeStack, stacked_ucb_terms
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_real, check_true
@@ -142,14 +142,14 @@ class DiscountedLinUCBConfig(PolicyConfig):
 
 @dataclass
 class DiscountedArmState(ArrayState):
-    """One arm's weighted ridge at its ``clock`` (section 10.1): ``M = sum w x x^T``,
-    ``M_sq = sum w^2 x x^T``, ``b = sum w r x`` with ``w = gamma^(clock - t_s)``, and from
-    them ``theta = V^-1 b`` and ``width_matrix = V^-1 V~ V^-1``. ``n`` counts rewards
-    applied, ``reward_sum`` sums them (undiscounted)."""
+    """One arm's weighted ridge at its ``clock`` (section 10.1): ``V = lambda*I + sum w x x^T``,
+    ``V_tilde = lambda*I + sum w^2 x x^T``, ``b = sum w r x`` with ``w = gamma^(clock - t_s)``,
+    and from them ``theta = V^-1 b`` and ``width_matrix = V^-1 V_tilde V^-1``. ``n`` counts
+    rewards applied, ``reward_sum`` sums them (undiscounted)."""
 
     KIND: ClassVar[str] = "discounted_arm"
-    M: np.ndarray
-    M_sq: np.ndarray
+    V: np.ndarray
+    V_tilde: np.ndarray
     b: np.ndarray
     theta: np.ndarray
     width_matrix: np.ndarray
@@ -159,10 +159,10 @@ class DiscountedArmState(ArrayState):
 
     @classmethod
     def prior(cls, d: int, ridge_lambda: float) -> DiscountedArmState:
-        """The state before any reward: ``V = V~ = lambda*I``, ``b = 0``."""
+        """The state before any reward: ``V = V_tilde = lambda*I``, ``b = 0``."""
         return cls(
-            M=np.zeros((d, d)),
-            M_sq=np.zeros((d, d)),
+            V=np.eye(d) * ridge_lambda,
+            V_tilde=np.eye(d) * ridge_lambda,
             b=np.zeros(d),
             theta=np.zeros(d),
             width_matrix=np.eye(d) / ridge_lambda,
@@ -172,45 +172,54 @@ class DiscountedArmState(ArrayState):
         self, x: np.ndarray, reward: float, at: float, log_decay: float, ridge_lambda: float
     ) -> None:
         """Add the observation ``(x, reward)`` made at clock ``at``: a later ``at`` moves
-        the clock on (decaying what was there), an earlier one enters with the weight of
-        its age."""
+        the clock on (decaying what was there by ``g = gamma^(at - clock)``), an earlier
+        one enters with the weight ``w`` of its age."""
         if at >= self.clock:
             g, w, clock = math.exp(log_decay * (at - self.clock)), 1.0, at
         else:
             g, w, clock = 1.0, math.exp(log_decay * (self.clock - at)), self.clock
-        xx = np.outer(x, x)
-        M = g * self.M + w * xx
-        M_sq = (g * g) * self.M_sq + (w * w) * xx
-        b = g * self.b + (w * reward) * x
-        if not (all_finite(M) and all_finite(b)):
+        # The three new arrays are rows of one buffer: one finiteness check covers them
+        # before any field changes. V <- g V + (1 - g) lambda I + w x x^T, and V_tilde
+        # likewise with g^2 and w^2 (the paper's rescaled recursion).
+        d = len(x)
+        new = np.empty((2 * d + 1, d))
+        V, V_tilde, b = new[:d], new[d:-1], new[-1]
+        xx = np.multiply.outer(x, x)
+        np.multiply(self.V, g, V)
+        V.ravel()[:: d + 1] += (1.0 - g) * ridge_lambda
+        V += xx if w == 1.0 else w * xx
+        np.multiply(self.V_tilde, g * g, V_tilde)
+        V_tilde.ravel()[:: d + 1] += (1.0 - g * g) * ridge_lambda
+        V_tilde += xx if w == 1.0 else (w * w) * xx
+        np.multiply(self.b, g, b)
+        b += (w * reward) * x
+        if not all_finite(new):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
             )
-        self.M, self.M_sq, self.b, self.clock = M, M_sq, b, clock
+        V_inv = np.linalg.inv(V)
+        self.V, self.V_tilde, self.b, self.clock = V, V_tilde, b, clock
+        self.theta = V_inv @ b
+        self.width_matrix = V_inv @ V_tilde @ V_inv
         self.n += 1
         self.reward_sum += reward
-        eye = ridge_lambda * np.eye(len(x))
-        V_inv = cholesky_inverse(M + eye)
-        self.theta = V_inv @ b
-        self.width_matrix = V_inv @ (M_sq + eye) @ V_inv
 
 
 def discounted_ucb_terms(
     states: Sequence[DiscountedArmState], X: np.ndarray, factors: np.ndarray, ridge_lambda: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(x^T theta, sqrt(x^T V^-1 V~ V^-1 x))`` of each arm with its state decayed by
-    ``factors`` (``g = gamma^Δ`` per arm, shape ``(K,)``; ``X`` shape ``(K, d)``), without
-    changing the states: ``V = lambda*I + g M``, ``V~ = lambda*I + g^2 M~``, ``b <- g b``."""
-    M = np.stack([s.M for s in states])
-    M_sq = np.stack([s.M_sq for s in states])
-    b = np.stack([s.b for s in states])
-    V = factors[:, None, None] * M + ridge_lambda * np.eye(X.shape[1])
+    """``(x^T theta, sqrt(x^T V^-1 V_tilde V^-1 x))`` of each arm with its clock moved on
+    by ``factors`` (``g = gamma^Δ`` per arm, shape ``(K,)``; ``X`` shape ``(K, d)``),
+    without changing the states: ``V <- g V + (1 - g) lambda I``,
+    ``V_tilde <- g^2 V_tilde + (1 - g^2) lambda I``, ``b <- g b``."""
+    eye = ridge_lambda * np.eye(X.shape[1])
+    g = factors[:, None, None]
+    V = g * np.stack([s.V for s in states]) + (1.0 - g) * eye
+    V_tilde = g**2 * np.stack([s.V_tilde for s in states]) + (1.0 - g**2) * eye
+    b = factors[:, None] * np.stack([s.b for s in states])
     Z = np.linalg.solve(V, X[..., None])[..., 0]  # V^-1 x per arm
-    mean = factors * np.einsum("kd,kd->k", Z, b)
-    quad = ridge_lambda * np.einsum("kd,kd->k", Z, Z) + factors**2 * np.einsum(
-        "kd,kde,ke->k", Z, M_sq, Z
-    )
-    return mean, np.sqrt(np.maximum(quad, 0.0))
+    quad = np.einsum("kd,kde,ke->k", Z, V_tilde, Z)
+    return np.einsum("kd,kd->k", Z, b), np.sqrt(np.maximum(quad, 0.0))
 
 
 class DiscountedLinUCB(ClockedPolicy):
@@ -337,52 +346,63 @@ class WindowArmState(ArrayState):
         window_seconds: float | None,
     ) -> None:
         """Add the observation ``(x, reward)`` made at ``at``, dropping the observations
-        that left the window (too old, or beyond the last ``window``)."""
+        that left the window: those no longer younger than ``window_seconds`` and, when
+        all ``window`` rows are taken, the oldest."""
         clock = max(self.clock, at)
-        keep = self.live(clock, window_seconds)
-        xs, rewards, times = (
-            self.xs[: self.size][keep],
-            self.rewards[: self.size][keep],
-            self.times[: self.size][keep],
-        )
-        A, b = self.A.copy(), self.b.copy()
-        dropped = ~keep
-        if dropped.any():
-            gone = self.xs[: self.size][dropped]
-            A -= gone.T @ gone
-            b -= gone.T @ self.rewards[: self.size][dropped]
+        rows = self._writable_rows()
+        A, b, size = self.A.copy(), self.b.copy(), self.size
+        if window_seconds is not None:
+            expired = self.times[:size] <= clock - window_seconds
+            if expired.any():
+                gone = self.xs[:size][expired]
+                A -= gone.T @ gone
+                b -= gone.T @ self.rewards[:size][expired]
+                kept = ~expired
+                new_size = int(kept.sum())
+                for array in rows:
+                    array[:new_size] = array[:size][kept]
+                    array[new_size:size] = 0.0
+                size = new_size
         young = window_seconds is None or at > clock - window_seconds
         if young:
-            if len(times) == len(self.times):  # full: the oldest observation leaves
-                oldest = int(np.argmin(times))
-                A -= np.outer(xs[oldest], xs[oldest])
-                b -= rewards[oldest] * xs[oldest]
-                xs, rewards, times = (np.delete(a, oldest, axis=0) for a in (xs, rewards, times))
-            xs, rewards, times = (
-                np.vstack([xs, x]),
-                np.append(rewards, reward),
-                np.append(times, at),
-            )
-            A += np.outer(x, x)
+            if size == len(self.times):  # full: the oldest observation leaves
+                i = int(np.argmin(self.times))
+                old = self.xs[i]
+                A -= np.multiply.outer(old, old)
+                b -= self.rewards[i] * old
+            else:
+                i, size = size, size + 1
+            A += np.multiply.outer(x, x)
             b += reward * x
         if not (all_finite(A) and all_finite(b)):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
             )
-        size = len(times)
-        self.xs[:size], self.rewards[:size], self.times[:size] = xs, rewards, times
-        self.xs[size:], self.rewards[size:], self.times[size:] = 0.0, 0.0, 0.0
+        if young:
+            self.xs[i], self.rewards[i], self.times[i] = x, reward, at
         self.size, self.clock = size, clock
         self.n += 1
         self.reward_sum += reward
         self.since_rebuild += 1
         if self.since_rebuild >= len(self.times):  # bound the drift of the running sums
+            xs = self.xs[:size]
             A = ridge_lambda * np.eye(len(x)) + xs.T @ xs
-            b = xs.T @ rewards
+            b = xs.T @ self.rewards[:size]
             self.since_rebuild = 0
         self.A, self.b = A, b
-        self.A_inv = cholesky_inverse(A)
+        self.A_inv = np.linalg.inv(A)
         self.theta = self.A_inv @ b
+
+    def _writable_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``xs``, ``rewards`` and ``times``, copied first if they are read-only views
+        (a state read from bytes)."""
+        if not self.xs.flags.writeable:
+            self.xs, self.rewards, self.times = (
+                self.xs.copy(),
+                self.rewards.copy(),
+                self.times.copy(),
+            )
+        return self.xs, self.rewards, self.times
 
 
 class SlidingWindowLinUCB(ClockedPolicy):

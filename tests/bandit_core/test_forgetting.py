@@ -67,8 +67,8 @@ def test_per_update_discounting_equals_the_weighted_ridge_from_scratch(obs, gamm
     n = len(rows)
     V, V_sq, b = _weighted_ridge(rows, gamma ** (n - 1 - np.arange(n)), 3)
     s = p.arm_state("a")
-    _close(s.M + LAMBDA * np.eye(3), V)
-    _close(s.M_sq + LAMBDA * np.eye(3), V_sq)
+    _close(s.V, V)
+    _close(s.V_tilde, V_sq)
     _close(s.b, b)
     _close(s.theta, np.linalg.solve(V, b))
     _close(s.width_matrix, np.linalg.inv(V) @ V_sq @ np.linalg.inv(V))
@@ -107,8 +107,8 @@ def test_half_life_discounting_equals_the_weighted_ridge_from_scratch_at_any_lat
     V, V_sq, b = _weighted_ridge(rows, 0.5 ** ((clock - np.array(times)) / half_life), 3)
     s = p.arm_state("a")
     assert s.clock == clock
-    _close(s.M + LAMBDA * np.eye(3), V)
-    _close(s.M_sq + LAMBDA * np.eye(3), V_sq)
+    _close(s.V, V)
+    _close(s.V_tilde, V_sq)
     _close(s.b, b)
 
 
@@ -135,7 +135,7 @@ def test_a_long_horizon_keeps_the_state_finite_and_exact() -> None:
     for _ in range(n):
         p.update("a", [1.0, 1.0], 1.0)
     total = (1 - gamma**n) / (1 - gamma)  # sum of gamma^k, k < n
-    _close(p.arm_state("a").M, total * np.ones((2, 2)))
+    _close(p.arm_state("a").V, LAMBDA * np.eye(2) + total * np.ones((2, 2)))
     _close(p.arm_state("a").b, total * np.ones(2))
 
 
@@ -177,8 +177,9 @@ def test_sliding_window_in_seconds_equals_the_ridge_over_the_young_observations(
     )
     p.add_arm("a")
     clock, kept = 0.0, []  # the observations in the window, oldest first
-    for x, r, gap, late in obs:
-        at = clock - gap if late else clock + gap
+    for k, (x, r, gap, late) in enumerate(obs):
+        # k * 1e-6 keeps the times distinct: which of two equally old rows leaves is not specified
+        at = (clock - gap if late else clock + gap) + k * 1e-6
         clock = max(clock, at)
         p.update("a", x, r, now=at)
         kept = [o for o in kept if o[2] > clock - seconds]
