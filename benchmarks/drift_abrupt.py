@@ -9,15 +9,19 @@ when outside it), reward ``a^T theta_t + N(0, 1)``, ``T = 6000`` rounds; ``theta
 tuning ``gamma = 1 - (B_T / (d T))^(2/3)`` and window ``tau = (d T / B_T)^(2/3)``.
 
 Contenders: LinUCB, D-LinUCB, SW-LinUCB, and LinUCB restarted at the true change points
-(the oracle). Each is the engine's state of its registered policy
-(:class:`bandit_core.linear.LinearArmState`, :class:`bandit_core.forgetting.DiscountedArmState`,
-:class:`bandit_core.forgetting.WindowArmState`) holding the one parameter every action
-shares, scored with the confidence radius ``beta_t`` of its paper (the registered
-policies score ``alpha`` times the same widths with a fixed ``alpha``). Dynamic regret:
+(the oracle), each holding the one parameter every action shares and scored with the
+confidence radius ``beta_t`` of its paper (the registered policies score ``alpha``
+times the same widths with a fixed ``alpha``). All runs advance together as stacked
+arrays (:class:`BatchedLearner`); the first ``--check-rounds`` rounds of run 0 are
+replayed through the engine's states of the registered policies
+(:class:`bandit_core.linear.LinearArmState`,
+:class:`bandit_core.forgetting.DiscountedArmState`,
+:class:`bandit_core.forgetting.WindowArmState`: :class:`Learner`) and the rounds in
+which they choose the same actions are reported. Dynamic regret:
 ``sum_t max_a a^T theta_t - a_t^T theta_t``.
 
 Run: ``python -m benchmarks.drift_abrupt [--seeds 100]``; prints the final regret of
-each (mean and the 5 % / 95 % quantiles over seeds), writes
+each (mean and the 5 % / 95 % quantiles over the runs), writes
 ``benchmarks/results/drift_abrupt.json`` and the figure ``docs/img/drift_abrupt.png``.
 """
 
@@ -26,7 +30,6 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from collections.abc import Callable
 
 import numpy as np
 
@@ -103,36 +106,116 @@ class Learner:
 NAMES = ["LinUCB", "D-LinUCB", "SW-LinUCB", "LinUCB-oracle"]
 
 
-def actions(rng: np.random.Generator) -> np.ndarray:
-    """K actions uniform in ``[-1, 1]^d``, those outside the unit disc scaled onto it."""
-    A = rng.uniform(-1.0, 1.0, size=(K, D))
-    norms = np.linalg.norm(A, axis=1)
-    A[norms > 1] /= norms[norms > 1, None]
-    return A
+class BatchedLearner:
+    """The same learner for ``runs`` independent runs at once, as stacked numpy arrays:
+    ``V``, ``V_tilde`` (equal but for D-LinUCB) and ``b`` per run, updated by the
+    recursions of docs/algorithms.md sections 1, 10.1 and 10.2; the width matrix is
+    ``V^-1 V_tilde V^-1`` (``V^-1`` when they are equal)."""
+
+    def __init__(self, name: str, runs: int) -> None:
+        self.name, self.runs = name, runs
+        self.reset()
+
+    def reset(self) -> None:
+        runs = self.runs
+        self.t = 0
+        self.V = np.broadcast_to(LAMBDA * np.eye(D), (runs, D, D)).copy()
+        self.V_tilde = self.V.copy()
+        self.b = np.zeros((runs, D))
+        self.rows = np.zeros(
+            (runs, WINDOW, D)
+        )  # SW-LinUCB's window (a ring: the oldest is replaced)
+        self.rewards = np.zeros((runs, WINDOW))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        V_inv = np.linalg.inv(self.V)
+        self.theta = np.einsum("rde,re->rd", V_inv, self.b)
+        self.width_matrix = V_inv @ self.V_tilde @ V_inv if self.name == "D-LinUCB" else V_inv
+
+    radius = Learner.radius
+
+    def choose(self, A: np.ndarray) -> np.ndarray:
+        """The UCB argmax of each run over its actions ``A (runs, K, d)``."""
+        width = np.sqrt(np.einsum("rkd,rde,rke->rk", A, self.width_matrix, A))
+        return np.argmax(np.einsum("rkd,rd->rk", A, self.theta) + self.radius() * width, axis=1)
+
+    def learn(self, a: np.ndarray, reward: np.ndarray) -> None:
+        self.t += 1
+        xx = a[:, :, None] * a[:, None, :]
+        eye = LAMBDA * np.eye(D)
+        if self.name == "D-LinUCB":
+            self.V = GAMMA * self.V + (1 - GAMMA) * eye + xx
+            self.V_tilde = GAMMA**2 * self.V_tilde + (1 - GAMMA**2) * eye + xx
+            self.b = GAMMA * self.b + reward[:, None] * a
+        else:
+            self.V = self.V + xx
+            self.b = self.b + reward[:, None] * a
+            if self.name == "SW-LinUCB":
+                slot = (self.t - 1) % WINDOW
+                if self.t > WINDOW:
+                    old, old_r = self.rows[:, slot], self.rewards[:, slot]
+                    self.V = self.V - old[:, :, None] * old[:, None, :]
+                    self.b = self.b - old_r[:, None] * old
+                self.rows[:, slot], self.rewards[:, slot] = a, reward
+            self.V_tilde = self.V
+        self._refresh()
 
 
-def run_seed(seed: int, on_round: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
-    """Cumulative dynamic regret of every contender over one seed's rounds; the actions
-    and noise are the same for all (one environment stream, one choice stream each)."""
-    env = np.random.default_rng([seed, 0])
-    learners = {name: Learner(name) for name in NAMES}
-    rngs = {name: np.random.default_rng([seed, 1 + i]) for i, name in enumerate(NAMES)}
-    regret = {name: np.zeros(T) for name in NAMES}
+def run(runs: int, seed: int = 0, check_rounds: int = 0) -> tuple[dict[str, np.ndarray], int]:
+    """Cumulative dynamic regret ``(runs, T)`` of every contender, all runs at once; the
+    actions and noise of a run are the same for every contender. The choices of the first
+    ``check_rounds`` rounds of run 0 are replayed through the engine's own states
+    (:class:`Learner`); returns the regret and the number of those rounds in which the
+    engine chose the same action."""
+    env = np.random.default_rng(seed)
+    learners = {name: BatchedLearner(name, runs) for name in NAMES}
+    regret = {name: np.zeros((runs, T)) for name in NAMES}
     theta = np.array(THETAS[0][1])
+    history: list[tuple[np.ndarray, float, dict[str, int]]] = []
+    every = np.arange(runs)
     for t in range(T):
         for start, value in THETAS:
             if t == start:
                 theta = np.array(value)
                 if t:
                     learners["LinUCB-oracle"].reset()
-        A = actions(env)
+        A = env.uniform(-1.0, 1.0, size=(runs, K, D))
+        norms = np.linalg.norm(A, axis=2)
+        A = np.where((norms > 1)[..., None], A / norms[..., None], A)
         means = A @ theta
-        noise = env.normal(0.0, SIGMA)
+        noise = env.normal(0.0, SIGMA, size=runs)
+        chosen = {}
         for name, learner in learners.items():
-            i = learner.choose(A, rngs[name])
-            regret[name][t] = means.max() - means[i]
-            learner.learn(A[i], float(means[i] + noise))
-    return {name: np.cumsum(r) for name, r in regret.items()}
+            i = learner.choose(A)
+            chosen[name] = int(i[0])
+            regret[name][:, t] = means.max(axis=1) - means[every, i]
+            learner.learn(A[every, i], means[every, i] + noise)
+        if t < check_rounds:
+            history.append((A[0], float(noise[0]), chosen))
+    return {name: np.cumsum(r, axis=1) for name, r in regret.items()}, _engine_agreement(history)
+
+
+def _engine_agreement(history: list[tuple[np.ndarray, float, dict[str, int]]]) -> int:
+    """Rounds of ``history`` (run 0's actions, noise and batched choices) in which every
+    engine-state learner chose what the batched one did."""
+    learners = {name: Learner(name) for name in NAMES}
+    rng = np.random.default_rng(0)  # tie-breaks only: continuous actions never tie
+    agree = 0
+    theta = np.array(THETAS[0][1])
+    for t, (A, noise, chosen) in enumerate(history):
+        for start, value in THETAS:
+            if t == start:
+                theta = np.array(value)
+                if t:
+                    learners["LinUCB-oracle"].reset()
+        same = True
+        for name, learner in learners.items():
+            i = learner.choose(A, rng)
+            same &= i == chosen[name]
+            learner.learn(A[chosen[name]], float(A[chosen[name]] @ theta + noise))
+        agree += same
+    return agree
 
 
 def plot(curves: dict[str, np.ndarray], n_seeds: int, path) -> None:
@@ -163,13 +246,21 @@ def plot(curves: dict[str, np.ndarray], n_seeds: int, path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--seeds", type=int, default=100, help="number of seeds (default %(default)s)"
+        "--seeds", type=int, default=100, help="independent runs (default %(default)s)"
+    )
+    parser.add_argument(
+        "--check-rounds",
+        type=int,
+        default=1200,
+        help="rounds of run 0 replayed through the engine's states (default %(default)s)",
     )
     add_label_argument(parser, "drift_abrupt", figure=True)
     args = parser.parse_args()
     started = time.perf_counter()
-    runs = [run_seed(seed) for seed in range(args.seeds)]
-    curves = {name: np.stack([r[name] for r in runs]) for name in NAMES}
+    curves, agreement = run(args.seeds, check_rounds=args.check_rounds)
+    print(
+        f"engine states chose as the batched learners in {agreement} of {args.check_rounds} rounds of run 0"
+    )
     summary = {}
     for name in NAMES:
         final = curves[name][:, -1]
@@ -204,6 +295,7 @@ def main() -> None:
                 "changes_at_round": [c + 1 for c in CHANGES],
             },
             "seeds": args.seeds,
+            "engine_agreement": {"rounds": args.check_rounds, "same_choices": agreement},
             "seconds": round(time.perf_counter() - started, 1),
             "results": summary,
             "final_over_oracle": ratios,
