@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,15 @@ def _radius(log_term: float) -> float:
     )
 
 
+def confidence_radius(name: str, t: int) -> float:
+    """``beta_t`` of learner ``name`` after ``t`` updates (since its last restart)."""
+    if name == "D-LinUCB":  # Russac et al., Theorem 1
+        return _radius((1 - GAMMA ** (2 * t)) / (D * LAMBDA * (1 - GAMMA**2)))
+    if name == "SW-LinUCB":  # the window holds min(t, tau) observations
+        return _radius(min(t, WINDOW) / (D * LAMBDA))
+    return _radius(t / (D * LAMBDA))  # Abbasi-Yadkori et al. 2011
+
+
 class Learner:
     """One contender: a state of the engine over the shared parameter and its radius."""
 
@@ -77,12 +87,7 @@ class Learner:
             self.state = LinearArmState.prior(D, LAMBDA)
 
     def radius(self) -> float:
-        t = self.t
-        if self.name == "D-LinUCB":  # Russac et al., Theorem 1
-            return _radius((1 - GAMMA ** (2 * t)) / (D * LAMBDA * (1 - GAMMA**2)))
-        if self.name == "SW-LinUCB":  # the window holds min(t, tau) observations
-            return _radius(min(t, WINDOW) / (D * LAMBDA))
-        return _radius(t / (D * LAMBDA))  # Abbasi-Yadkori et al. 2011
+        return confidence_radius(self.name, self.t)
 
     def choose(self, A: np.ndarray, rng: np.random.Generator) -> int:
         s = self.state
@@ -133,7 +138,8 @@ class BatchedLearner:
         self.theta = np.einsum("rde,re->rd", V_inv, self.b)
         self.width_matrix = V_inv @ self.V_tilde @ V_inv if self.name == "D-LinUCB" else V_inv
 
-    radius = Learner.radius
+    def radius(self) -> float:
+        return confidence_radius(self.name, self.t)
 
     def choose(self, A: np.ndarray) -> np.ndarray:
         """The UCB argmax of each run over its actions ``A (runs, K, d)``."""
@@ -261,7 +267,7 @@ def main() -> None:
     print(
         f"engine states chose as the batched learners in {agreement} of {args.check_rounds} rounds of run 0"
     )
-    summary = {}
+    summary: dict[str, dict[str, Any]] = {}
     for name in NAMES:
         final = curves[name][:, -1]
         low, high = np.percentile(final, QUANTILES)
