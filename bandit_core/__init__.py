@@ -2,7 +2,7 @@
 
 Policies (``make_policy(name, d, **params)``): ``linucb``, ``hybrid_linucb``,
 ``diag_linucb``, ``lnucb_ta``, ``guardrailed_linucb``, ``hare``, ``random``,
-``epsilon_greedy``. Every policy offers
+``epsilon_greedy``, ``discounted_linucb``, ``sliding_window_linucb``. Every policy offers
 ``select(arm_ids, X) -> Decision`` and ``update(arm_id, x, reward)`` over explicit state
 that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
 """

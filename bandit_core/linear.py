@@ -161,6 +161,10 @@ _UPDATES = operator.attrgetter("n")
 class RidgeStack:
     """Contiguous ``A_inv (K, d, d)`` and ``theta (K, d)`` of the last candidate list scored.
 
+    ``matrix`` names the state field stacked as ``A_inv``: the width of a score is
+    ``sqrt(x^T M x)`` for that matrix ``M`` (``"A_inv"`` for LinUCB; the discounted
+    models of :mod:`bandit_core.forgetting` stack ``V^-1 Ṽ V^-1``).
+
     Scoring K arms needs their matrices side by side; stacking them anew costs a copy of
     ``K d^2`` floats and K Python steps per decision. This cache keeps the stacks of the
     last candidate list and rewrites only the rows of arms whose state object was
@@ -179,7 +183,8 @@ class RidgeStack:
     True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, matrix: str = "A_inv") -> None:
+        self._matrix = operator.attrgetter(matrix)
         self._ids: list[str] = []
         self._rows: dict[str, int] = {}
         self._states: list[LinearArmState] = []
@@ -227,11 +232,11 @@ class RidgeStack:
         return changed
 
     def _rebuild(self) -> None:
-        self.A_inv = np.stack([s.A_inv for s in self._states])
+        self.A_inv = np.stack(list(map(self._matrix, self._states)))
         self.theta = np.stack([s.theta for s in self._states])
 
     def _write(self, i: int, state: LinearArmState) -> None:
-        self.A_inv[i] = state.A_inv
+        self.A_inv[i] = self._matrix(state)
         self.theta[i] = state.theta
 
     def ucb_terms(

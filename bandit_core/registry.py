@@ -7,6 +7,7 @@ from typing import Any
 from bandit_core.baselines import EpsilonGreedy, RandomPolicy
 from bandit_core.diag_linucb import DiagLinUCB
 from bandit_core.errors import ConfigError, StateFormatError
+from bandit_core.forgetting import DiscountedLinUCB, SlidingWindowLinUCB
 from bandit_core.guardrailed_linucb import GuardrailedLinUCB
 from bandit_core.hare import HARE
 from bandit_core.hybrid_linucb import HybridLinUCB
@@ -17,7 +18,18 @@ from bandit_core.state import unpack
 
 POLICIES: dict[str, type[BasePolicy]] = {
     cls.NAME: cls
-    for cls in (LinUCB, HybridLinUCB, DiagLinUCB, LNUCBTA, GuardrailedLinUCB, HARE, RandomPolicy, EpsilonGreedy)
+    for cls in (
+        LinUCB,
+        HybridLinUCB,
+        DiagLinUCB,
+        LNUCBTA,
+        GuardrailedLinUCB,
+        HARE,
+        RandomPolicy,
+        EpsilonGreedy,
+        DiscountedLinUCB,
+        SlidingWindowLinUCB,
+    )
 }
 
 

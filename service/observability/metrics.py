@@ -47,6 +47,8 @@ bandit_log_upkeep_last_success_timest..  gauge      (none)                  unix
 bandit_audit_records_total               counter    policy, action          changes recorded in the audit trail
 bandit_policies_missing                  gauge      (none)                  policies the log has and the store lacks (max)
 bandit_policy_rebuilds_total             counter    outcome                 rebuilds from the log (rebuilt/failed/deleted)
+bandit_drift_detections_total            counter    policy                  changes Page-Hinkley detected in the rewards
+bandit_drift_excursion                   gauge      policy                  the detector's excursion (threshold 50) (max)
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -271,6 +273,18 @@ AUDIT_RECORDS = Counter(
     "bandit_audit_records", "Changes recorded in the audit trail", ["policy", "action"]
 )
 
+DRIFT_DETECTIONS = Counter(
+    "bandit_drift_detections",
+    "Changes the Page-Hinkley detector found in the policy's applied rewards",
+    ["policy"],
+)
+DRIFT_EXCURSION = Gauge(
+    "bandit_drift_excursion",
+    "Page-Hinkley excursion of the policy's rewards since its last detection (a detection at 50)",
+    ["policy"],
+    multiprocess_mode="max",
+)
+
 # The metrics whose series :func:`render` drops for a policy that no longer exists.
 POLICY_FAMILIES = frozenset(
     metric.describe()[0].name
@@ -295,6 +309,8 @@ POLICY_FAMILIES = frozenset(
         TRANSACTION_RETRIES,
         SNAPSHOT_LAST_SUCCESS,
         SNAPSHOT_FAILURES,
+        DRIFT_DETECTIONS,
+        DRIFT_EXCURSION,
         AUDIT_RECORDS,  # the audit trail keeps a deleted policy's records, GET /audit
     )
 )

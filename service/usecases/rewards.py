@@ -24,6 +24,7 @@ from service.observability import metrics
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LogSink, RewardRecord
+from service.usecases.drift_watch import DriftWatch
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.finalizations import (
     EventAlreadyFinalError,
@@ -42,6 +43,7 @@ class Rewards:
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
+    drift: DriftWatch = field(default_factory=DriftWatch)
     finalizations: Finalizations = field(init=False)
 
     def __post_init__(self) -> None:
@@ -161,6 +163,7 @@ class Rewards:
                 metrics.count_reward(name, label, source, float(event.reward))
                 if source == "default":
                     metrics.DEFAULT_REWARDS.labels(name).inc()
+                self.drift.observe(name, float(event.reward))
         retention = now + self.settings.done_event_retention_seconds
         seen = None if source is None else {event.arm_id: now}  # the update saw the arm
         with step("schedule"):

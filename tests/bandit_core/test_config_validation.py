@@ -64,6 +64,12 @@ FIELDS: dict[str, tuple[tuple[Any, Any] | None, list[tuple[Any, str]]]] = {
     "l2": ((np.float64(0.0), 0.0), [(-1.0, "l2 must be a finite number >= 0, but got -1.0")]),
     "grad_clip": ((np.float64(np.inf), float("inf")), [(0.0, "grad_clip must be a number > 0, but got 0.0"),
                                                         (float("nan"), "grad_clip must be a number > 0, but got nan")]),
+    "gamma": ((np.float64(0.9), 0.9), [(1.0, r"gamma must be a finite number in \(0, 1\), but got 1.0"),
+                                      (True, r"gamma must be a finite number in \(0, 1\), but got True")]),
+    "half_life_seconds": ((np.float32(30.0), 30.0), [(0.0, "half_life_seconds must be a finite number > 0, but got 0.0")]),
+    "window": ((np.int64(10), 10), [(0, "window must be a positive int, but got 0"),
+                                    (2.5, "window must be a positive int, but got 2.5")]),
+    "window_seconds": ((np.float64(5.0), 5.0), [(-1.0, "window_seconds must be a finite number > 0, but got -1.0")]),
     "fit": (None, [("ridge", r"fit must be one of \['joint', 'per_feature'\], but got 'ridge'")]),
     "loss": (None, [("hinge", r"loss must be one of \('squared', 'logistic'\)|loss must be one of \['squared', 'logistic'\]")]),
 }

@@ -27,6 +27,8 @@ ARMS = ["a", "b", "c", "d", "e"]
 VARIANTS: dict[str, tuple[str, dict]] = {name: (name, {}) for name in POLICIES} | {
     "hybrid_linucb[context_dim=2]": ("hybrid_linucb", {"context_dim": 2}),
     "diag_linucb[fit=per_feature]": ("diag_linucb", {"fit": "per_feature"}),
+    "discounted_linucb[half_life_seconds=60]": ("discounted_linucb", {"half_life_seconds": 60.0}),
+    "sliding_window_linucb[window_seconds=60]": ("sliding_window_linucb", {"window": 8, "window_seconds": 60.0}),
 }
 NAMES = sorted(VARIANTS)
 
@@ -86,7 +88,7 @@ def _concrete_subclasses(cls: type) -> set[type]:
 
 
 def test_the_algorithms_and_baselines_are_registered() -> None:
-    algorithms = {"linucb", "hybrid_linucb", "diag_linucb", "lnucb_ta", "guardrailed_linucb", "hare"}
+    algorithms = {"linucb", "hybrid_linucb", "diag_linucb", "lnucb_ta", "guardrailed_linucb", "hare", "discounted_linucb", "sliding_window_linucb"}
     baselines = {"random", "epsilon_greedy"}
     assert set(POLICIES) == algorithms | baselines
     assert all(cls.NAME == name for name, cls in POLICIES.items())

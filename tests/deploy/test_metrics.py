@@ -167,9 +167,10 @@ ARM_SERIES = 2  # BANDIT_METRICS_ARM_SERIES of the test app
 DISTINCT_ARMS = 10_000
 # Samples a policy may add to /metrics: decisions (total, created) for ARM_SERIES + 1 arm
 # values, rewards and the two parts of the reward sum (total, created) for each of those
-# and the one source used, the pending-events and overdue-pending gauges, and the audit
-# record of the policy's creation (total, created).
-MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 4 + 2 + 2
+# and the one source used, the pending-events and overdue-pending gauges, the audit
+# record of the policy's creation (total, created), and the reward drift detector's
+# detections (total, created) and excursion.
+MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 4 + 2 + 2 + 3
 
 
 @pytest.mark.anyio

@@ -1,0 +1,457 @@
+"""Forgetting linear bandits for a world that changes (docs/algorithms.md section 10).
+
+Two disjoint per-arm models, each a ridge regression that weighs recent rewards more:
+
+* **D-LinUCB** (Russac, Vernade and Cappé, "Weighted Linear Bandits for Non-Stationary
+  Environments", NeurIPS 2019, Algorithm 1): an observation made ``Δ`` clock units before
+  the arm's clock weighs ``w = gamma^Δ``. With ``M = sum w x x^T``, ``M~ = sum w^2 x x^T``
+  and ``b = sum w r x``, the arm keeps ``V = lambda*I + M``, ``V~ = lambda*I + M~``,
+  ``theta = V^-1 b``, and scores ``x^T theta + alpha * sqrt(x^T V^-1 V~ V^-1 x)``
+  (section 10.1). The weights are kept relative to the arm's clock (the paper's rescaled
+  form), so every weight is at most 1 and no ``gamma^-t`` overflows at any horizon:
+  moving the clock on by ``Δ`` multiplies ``M`` by ``g = gamma^Δ``, ``M~`` by ``g^2`` and
+  ``b`` by ``g``, which is the paper's ``V <- gamma V + (1 - gamma) lambda I`` step.
+* **SW-LinUCB** (Cheung, Simchi-Levi and Zhu, "Learning to Optimize under
+  Non-Stationarity", AISTATS 2019): the ridge over the arm's last ``window`` observations
+  (and, with ``window_seconds``, only those younger than that), scored as LinUCB
+  (section 10.2). The window's observations are stored in the arm's part, so its memory
+  is bounded: ``8 * (window * (d + 2) + 2 d^2 + 2 d)`` bytes per arm.
+
+Two clocks. Per update (``gamma``; ``window``): the clock of an arm is its update count.
+Wall-clock (``half_life_seconds``, ``gamma = 0.5^(1 / half_life_seconds)`` per second;
+``window_seconds``): the time comes in as the ``now`` argument of
+:meth:`ClockedPolicy.select` and :meth:`ClockedPolicy.update` (seconds on any fixed
+origin, e.g. Unix time); nothing here reads a clock. The decay of an arm is applied when
+its part is written (an update at ``now``) and, without changing the part, when it is
+read (a selection at ``now`` scores every arm as of ``now``, so an arm nobody pulled
+loses weight as time passes). A selection or update without ``now`` uses each arm's own
+clock (its last update).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from bandit_core.errors import InvalidInputError
+from bandit_core.features import SparseRows
+from bandit_core.linear import RidgeStack, stacked_ucb_terms
+from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
+from bandit_core.state import ArrayState
+from bandit_core.validation import all_finite, check_int, check_real, check_true
+
+
+def _check_now(now: float | None) -> float | None:
+    if now is None:
+        return None
+    return check_real(now, "now", error=InvalidInputError)
+
+
+class ClockedPolicy(BasePolicy):
+    """A policy whose :meth:`select` and :meth:`update` take the time ``now`` (seconds)."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config)
+        self._now: float | None = None
+
+    def select(
+        self,
+        arm_ids: Sequence[str],
+        X: ArrayLike | SparseRows,
+        *,
+        user_id: str | None = None,
+        features: Mapping[str, float] | None = None,
+        explore: bool = True,
+        now: float | None = None,
+    ) -> Decision:
+        """:meth:`BasePolicy.select`, every arm scored as of ``now`` (see the module docstring)."""
+        self._now = _check_now(now)
+        try:
+            return super().select(arm_ids, X, user_id=user_id, features=features, explore=explore)
+        finally:
+            self._now = None
+
+    def update(
+        self,
+        arm_id: str,
+        x: ArrayLike | SparseRows,
+        reward: float,
+        *,
+        user_id: str | None = None,
+        now: float | None = None,
+    ) -> None:
+        """:meth:`BasePolicy.update` with the reward observed at ``now``."""
+        self._now = _check_now(now)
+        try:
+            super().update(arm_id, x, reward, user_id=user_id)
+        finally:
+            self._now = None
+
+
+# ---- D-LinUCB -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiscountedLinUCBConfig(PolicyConfig):
+    """D-LinUCB hyperparameters: ``ridge_lambda`` (the prior ``V = lambda*I``) and one
+    clock: ``gamma`` in ``(0, 1)``, the weight kept per update of the arm (0.99 when
+    neither is given), or ``half_life_seconds``, the age at which an observation weighs
+    half."""
+
+    ridge_lambda: float = 1.0
+    gamma: float | None = None
+    half_life_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(
+            self,
+            "ridge_lambda",
+            check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True),
+        )
+        check_true(
+            self.gamma is None or self.half_life_seconds is None,
+            f"give gamma or half_life_seconds, not both, but got gamma={self.gamma!r} "
+            f"and half_life_seconds={self.half_life_seconds!r}",
+        )
+        if self.half_life_seconds is None:
+            gamma = 0.99 if self.gamma is None else self.gamma
+            object.__setattr__(
+                self,
+                "gamma",
+                check_real(gamma, "gamma", low=0.0, high=1.0, low_open=True, high_open=True),
+            )
+        else:
+            half_life = check_real(
+                self.half_life_seconds, "half_life_seconds", low=0.0, low_open=True
+            )
+            object.__setattr__(self, "half_life_seconds", half_life)
+
+    @property
+    def log_decay(self) -> float:
+        """``ln gamma`` per clock unit (an update, or a second for ``half_life_seconds``)."""
+        if self.half_life_seconds is not None:
+            return -math.log(2.0) / self.half_life_seconds
+        return math.log(self.gamma)  # type: ignore[arg-type]
+
+
+@dataclass
+class DiscountedArmState(ArrayState):
+    """One arm's weighted ridge at its ``clock`` (section 10.1): ``V = lambda*I + sum w x x^T``,
+    ``V_tilde = lambda*I + sum w^2 x x^T``, ``b = sum w r x`` with ``w = gamma^(clock - t_s)``,
+    and from them ``theta = V^-1 b`` and ``width_matrix = V^-1 V_tilde V^-1``. ``n`` counts
+    rewards applied, ``reward_sum`` sums them (undiscounted)."""
+
+    KIND: ClassVar[str] = "discounted_arm"
+    V: np.ndarray
+    V_tilde: np.ndarray
+    b: np.ndarray
+    theta: np.ndarray
+    width_matrix: np.ndarray
+    clock: float = 0.0
+    n: int = 0
+    reward_sum: float = 0.0
+
+    @classmethod
+    def prior(cls, d: int, ridge_lambda: float) -> DiscountedArmState:
+        """The state before any reward: ``V = V_tilde = lambda*I``, ``b = 0``."""
+        return cls(
+            V=np.eye(d) * ridge_lambda,
+            V_tilde=np.eye(d) * ridge_lambda,
+            b=np.zeros(d),
+            theta=np.zeros(d),
+            width_matrix=np.eye(d) / ridge_lambda,
+        )
+
+    def add(
+        self, x: np.ndarray, reward: float, at: float, log_decay: float, ridge_lambda: float
+    ) -> None:
+        """Add the observation ``(x, reward)`` made at clock ``at``: a later ``at`` moves
+        the clock on (decaying what was there by ``g = gamma^(at - clock)``), an earlier
+        one enters with the weight ``w`` of its age."""
+        if at >= self.clock:
+            g, w, clock = math.exp(log_decay * (at - self.clock)), 1.0, at
+        else:
+            g, w, clock = 1.0, math.exp(log_decay * (self.clock - at)), self.clock
+        # The three new arrays are rows of one buffer: one finiteness check covers them
+        # before any field changes. V <- g V + (1 - g) lambda I + w x x^T, and V_tilde
+        # likewise with g^2 and w^2 (the paper's rescaled recursion).
+        d = len(x)
+        new = np.empty((2 * d + 1, d))
+        V, V_tilde, b = new[:d], new[d:-1], new[-1]
+        xx = np.multiply.outer(x, x)
+        np.multiply(self.V, g, V)
+        V.ravel()[:: d + 1] += (1.0 - g) * ridge_lambda
+        V += xx if w == 1.0 else w * xx
+        np.multiply(self.V_tilde, g * g, V_tilde)
+        V_tilde.ravel()[:: d + 1] += (1.0 - g * g) * ridge_lambda
+        V_tilde += xx if w == 1.0 else (w * w) * xx
+        np.multiply(self.b, g, b)
+        b += (w * reward) * x
+        if not all_finite(new):
+            raise InvalidInputError(
+                f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
+            )
+        V_inv = np.linalg.inv(V)
+        self.V, self.V_tilde, self.b, self.clock = V, V_tilde, b, clock
+        self.theta = V_inv @ b
+        self.width_matrix = V_inv @ V_tilde @ V_inv
+        self.n += 1
+        self.reward_sum += reward
+
+
+def discounted_ucb_terms(
+    states: Sequence[DiscountedArmState], X: np.ndarray, factors: np.ndarray, ridge_lambda: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(x^T theta, sqrt(x^T V^-1 V_tilde V^-1 x))`` of each arm with its clock moved on
+    by ``factors`` (``g = gamma^Δ`` per arm, shape ``(K,)``; ``X`` shape ``(K, d)``),
+    without changing the states: ``V <- g V + (1 - g) lambda I``,
+    ``V_tilde <- g^2 V_tilde + (1 - g^2) lambda I``, ``b <- g b``."""
+    eye = ridge_lambda * np.eye(X.shape[1])
+    g = factors[:, None, None]
+    V = g * np.stack([s.V for s in states]) + (1.0 - g) * eye
+    V_tilde = g**2 * np.stack([s.V_tilde for s in states]) + (1.0 - g**2) * eye
+    b = factors[:, None] * np.stack([s.b for s in states])
+    Z = np.linalg.solve(V, X[..., None])[..., 0]  # V^-1 x per arm
+    quad = np.einsum("kd,kde,ke->k", Z, V_tilde, Z)
+    return np.einsum("kd,kd->k", Z, b), np.sqrt(np.maximum(quad, 0.0))
+
+
+class DiscountedLinUCB(ClockedPolicy):
+    """D-LinUCB over per-arm discounted ridge states (:class:`DiscountedArmState`)."""
+
+    NAME: ClassVar[str] = "discounted_linucb"
+    CONFIG: ClassVar[type[PolicyConfig]] = DiscountedLinUCBConfig
+    ARM_STATE = DiscountedArmState
+    config: DiscountedLinUCBConfig
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config)
+        self._stack = RidgeStack(matrix="width_matrix")
+        self._wall_clock = self.config.half_life_seconds is not None
+
+    def _new_arm_state(self) -> DiscountedArmState:
+        return DiscountedArmState.prior(self.config.d, self.config.ridge_lambda)
+
+    def _score(
+        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
+        if self._wall_clock and self._now is not None:
+            elapsed = self._now - np.array([s.clock for s in states])
+            # an arm never rewarded has its prior at any time
+            stale = np.flatnonzero((elapsed > 0.0) & np.array([s.n > 0 for s in states]))
+            if stale.size:
+                factors = np.exp(self.config.log_decay * elapsed[stale])
+                mean[stale], width[stale] = discounted_ucb_terms(
+                    [states[i] for i in stale], X[stale], factors, self.config.ridge_lambda
+                )
+        return mean + self.config.alpha * width, width
+
+    def _score_batch(
+        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # Batched selections carry no time: every arm is scored at its own clock.
+        self._stack.sync(arm_ids, states, self._take_updated())
+        mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
+        return mean + self.config.alpha * width, width
+
+    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+        if not self._wall_clock:
+            at = state.n + 1.0
+        else:
+            at = state.clock if self._now is None else self._now
+        state.add(x, reward, at, self.config.log_decay, self.config.ridge_lambda)
+
+
+# ---- SW-LinUCB ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlidingWindowLinUCBConfig(PolicyConfig):
+    """SW-LinUCB hyperparameters: ``ridge_lambda`` (the prior ``A = lambda*I``),
+    ``window`` (the most observations an arm keeps: its last ``window`` updates) and
+    ``window_seconds`` (when given, only observations younger than that count)."""
+
+    ridge_lambda: float = 1.0
+    window: int = 1000
+    window_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(
+            self,
+            "ridge_lambda",
+            check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True),
+        )
+        object.__setattr__(self, "window", check_int(self.window, "window", low=1))
+        if self.window_seconds is not None:
+            seconds = check_real(self.window_seconds, "window_seconds", low=0.0, low_open=True)
+            object.__setattr__(self, "window_seconds", seconds)
+
+
+@dataclass
+class WindowArmState(ArrayState):
+    """One arm's ridge over its window (section 10.2): the first ``size`` rows of ``xs``,
+    ``rewards`` and ``times`` are the observations in it (capacity ``window``);
+    ``A = lambda*I + sum x x^T``, ``A_inv``, ``b = sum r x`` and ``theta = A^-1 b`` over
+    them. ``n`` counts rewards applied, ``reward_sum`` sums them; ``since_rebuild`` counts
+    updates since ``A`` and ``b`` were last summed anew from the rows."""
+
+    KIND: ClassVar[str] = "window_arm"
+    A: np.ndarray
+    A_inv: np.ndarray
+    b: np.ndarray
+    theta: np.ndarray
+    xs: np.ndarray
+    rewards: np.ndarray
+    times: np.ndarray
+    size: int = 0
+    clock: float = 0.0
+    n: int = 0
+    reward_sum: float = 0.0
+    since_rebuild: int = 0
+
+    @classmethod
+    def prior(cls, d: int, ridge_lambda: float, window: int) -> WindowArmState:
+        """The state before any reward: an empty window, ``A = lambda*I``, ``b = 0``."""
+        return cls(
+            A=np.eye(d) * ridge_lambda,
+            A_inv=np.eye(d) / ridge_lambda,
+            b=np.zeros(d),
+            theta=np.zeros(d),
+            xs=np.zeros((window, d)),
+            rewards=np.zeros(window),
+            times=np.zeros(window),
+        )
+
+    def live(self, now: float, window_seconds: float | None) -> np.ndarray:
+        """Mask over the first ``size`` rows of the observations still in the window at ``now``."""
+        times = self.times[: self.size]
+        if window_seconds is None:
+            return np.ones(self.size, dtype=bool)
+        return times > now - window_seconds
+
+    def add(
+        self,
+        x: np.ndarray,
+        reward: float,
+        at: float,
+        ridge_lambda: float,
+        window_seconds: float | None,
+    ) -> None:
+        """Add the observation ``(x, reward)`` made at ``at``, dropping the observations
+        that left the window: those no longer younger than ``window_seconds`` and, when
+        all ``window`` rows are taken, the oldest."""
+        clock = max(self.clock, at)
+        rows = self._writable_rows()
+        A, b, size = self.A.copy(), self.b.copy(), self.size
+        if window_seconds is not None:
+            expired = self.times[:size] <= clock - window_seconds
+            if expired.any():
+                gone = self.xs[:size][expired]
+                A -= gone.T @ gone
+                b -= gone.T @ self.rewards[:size][expired]
+                kept = ~expired
+                new_size = int(kept.sum())
+                for array in rows:
+                    array[:new_size] = array[:size][kept]
+                    array[new_size:size] = 0.0
+                size = new_size
+        young = window_seconds is None or at > clock - window_seconds
+        if young:
+            if size == len(self.times):  # full: the oldest observation leaves
+                i = int(np.argmin(self.times))
+                old = self.xs[i]
+                A -= np.multiply.outer(old, old)
+                b -= self.rewards[i] * old
+            else:
+                i, size = size, size + 1
+            A += np.multiply.outer(x, x)
+            b += reward * x
+        if not (all_finite(A) and all_finite(b)):
+            raise InvalidInputError(
+                f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
+            )
+        if young:
+            self.xs[i], self.rewards[i], self.times[i] = x, reward, at
+        self.size, self.clock = size, clock
+        self.n += 1
+        self.reward_sum += reward
+        self.since_rebuild += 1
+        if self.since_rebuild >= len(self.times):  # bound the drift of the running sums
+            xs = self.xs[:size]
+            A = ridge_lambda * np.eye(len(x)) + xs.T @ xs
+            b = xs.T @ self.rewards[:size]
+            self.since_rebuild = 0
+        self.A, self.b = A, b
+        self.A_inv = np.linalg.inv(A)
+        self.theta = self.A_inv @ b
+
+    def _writable_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``xs``, ``rewards`` and ``times``, copied first if they are read-only views
+        (a state read from bytes)."""
+        if not self.xs.flags.writeable:
+            self.xs, self.rewards, self.times = (
+                self.xs.copy(),
+                self.rewards.copy(),
+                self.times.copy(),
+            )
+        return self.xs, self.rewards, self.times
+
+
+class SlidingWindowLinUCB(ClockedPolicy):
+    """SW-LinUCB over per-arm windows (:class:`WindowArmState`)."""
+
+    NAME: ClassVar[str] = "sliding_window_linucb"
+    CONFIG: ClassVar[type[PolicyConfig]] = SlidingWindowLinUCBConfig
+    ARM_STATE = WindowArmState
+    config: SlidingWindowLinUCBConfig
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__(config)
+        self._stack = RidgeStack()
+
+    def _new_arm_state(self) -> WindowArmState:
+        return WindowArmState.prior(self.config.d, self.config.ridge_lambda, self.config.window)
+
+    def _score(
+        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
+        seconds, now = self.config.window_seconds, self._now
+        if seconds is not None and now is not None:
+            for i, state in enumerate(states):
+                live = state.live(now, seconds)
+                if not live.all():
+                    xs, rewards = state.xs[: state.size][live], state.rewards[: state.size][live]
+                    A = self.config.ridge_lambda * np.eye(self.config.d) + xs.T @ xs
+                    z = np.linalg.solve(A, X[i])
+                    mean[i], width[i] = z @ (xs.T @ rewards), math.sqrt(max(float(z @ X[i]), 0.0))
+        return mean + self.config.alpha * width, width
+
+    def _score_batch(
+        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # Batched selections carry no time: every window is taken at its arm's clock.
+        self._stack.sync(arm_ids, states, self._take_updated())
+        mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
+        return mean + self.config.alpha * width, width
+
+    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+        if self.config.window_seconds is None:
+            at = state.n + 1.0
+        else:
+            at = state.clock if self._now is None else self._now
+        state.add(x, reward, at, self.config.ridge_lambda, self.config.window_seconds)
+
+
+def window_memory_bytes(d: int, window: int) -> int:
+    """Bytes of float64 arrays one :class:`WindowArmState` holds:
+    ``8 * (window * (d + 2) + 2 d^2 + 2 d)``."""
+    return 8 * (window * (d + 2) + 2 * d * d + 2 * d)

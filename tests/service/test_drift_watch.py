@@ -1,0 +1,55 @@
+"""The service watches each policy's applied rewards for a change (docs/operations.md,
+"Drift detection"): a click rate that falls is detected and counted on /metrics; a
+policy whose rewards keep their rate counts none."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.anyio
+
+
+def _drift_samples(text: str, policy: str) -> dict[str, float]:
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name in ("bandit_drift_detections_total", "bandit_drift_excursion")
+        and s.labels["policy"] == policy
+    }
+
+
+async def test_a_fall_of_the_reward_rate_is_counted_and_a_steady_rate_is_not(
+    make_settings: Any,
+) -> None:
+    spec = {
+        "algorithm": "discounted_linucb",
+        "dimension": 2,
+        "arms": ["a"],
+        "params": {"gamma": 0.95},
+    }
+    # metrics are per process: names of their own keep other tests' series apart
+    changing_name, steady_name = (
+        f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("changing", "steady")
+    )
+    async with running(make_settings()) as (_app, http, client):
+        for name in (changing_name, steady_name):
+            assert (await http.put(f"/policies/{name}", json=spec)).status_code == 200
+        # every reward of the changing policy is 1 for 100 decisions, then 0; the steady one's alternate 1, 0
+        for i in range(400):
+            for name, reward in ((changing_name, float(i < 100)), (steady_name, float(i % 2))):
+                decision = await client.recommend(name, [1.0, 0.0])
+                assert (await client.reward(decision.event_id, reward)).applied
+        text = (await http.get("/metrics")).text
+    changing, steady = _drift_samples(text, changing_name), _drift_samples(text, steady_name)
+    # the detector (delta 0.005, threshold 50) sees the running mean fall from 1 toward
+    # 0: the excursion passes 50 within the 300 zeros, once
+    assert changing["bandit_drift_detections_total"] == 1.0
+    assert steady["bandit_drift_detections_total"] == 0.0
+    assert 0.0 <= steady["bandit_drift_excursion"] < 50.0
