@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bandit_core.drift import PageHinkley, PageHinkleyConfig
-from service import metrics
+from service.observability import metrics
 
 
 @dataclass
