@@ -59,8 +59,10 @@ from bandit_core.simulation import (
     simulate_run,
 )
 from bandit_core.validation import check_int, check_real
+from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.schemas import MAX_DENSE_DIMENSION  # the offline commands keep rows dense
+from service.usecases.offline_engine import OfflineEngineError
 
 if TYPE_CHECKING:
     from service.offline_source import Featurize
@@ -556,7 +558,7 @@ def _clean_exit(command: str) -> Callable[[Callable[[argparse.Namespace], int]],
         def run(args: argparse.Namespace) -> int:
             try:
                 return fn(args)
-            except CommandFailed as exc:
+            except (CommandFailed, OfflineEngineError) as exc:
                 print(f"bandit {command}: error: {exc}", file=sys.stderr)
                 return EXIT_FAILURE
             except (CliError, BanditError) as exc:
@@ -584,15 +586,20 @@ def _run_replay(args: argparse.Namespace) -> int:
     params = _params(args)
     seeds = _seeds(args)
     spec = _log_spec(args)
+    engine = engine_of(args)
     _load_log(spec, args.policy, params)
     total = args.rounds * len(seeds) if args.rounds else None
     results = []
     with _progress_bar(total, args.no_progress, "round") as bar:
-        for seed in seeds:
-            bar.set_description(f"{args.policy} seed {seed}")
-            results.append(
-                _replay_one(spec, args.policy, params, seed, args.rounds, args.rejection, bar.update)
-            )
+        if engine.kind == "local":
+            for seed in seeds:
+                bar.set_description(f"{args.policy} seed {seed}")
+                results.append(
+                    _replay_one(spec, args.policy, params, seed, args.rounds, args.rejection, bar.update)
+                )
+        else:
+            tasks = [(spec, args.policy, params, seed, args.rounds, args.rejection) for seed in seeds]
+            results = engine.map(_replay_task, tasks, lambda _, r: bar.update(r.matched))
     runs = SeedReplays(seeds=tuple(seeds), results=tuple(results))
     payload = {
         "policy": args.policy,
@@ -823,8 +830,8 @@ def _grid(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def _executor(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
-    if jobs == 1:
+def _executor(jobs: int, engine: str) -> Iterator[ProcessPoolExecutor | None]:
+    if jobs == 1 or engine != "local":
         yield None
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -856,8 +863,13 @@ def _run_compare(args: argparse.Namespace) -> int:
     tasks = [(i, s) for i in range(len(rows)) for s in seeds]
     results: dict[tuple[int, int], ReplayResult] = {}
     started = time.perf_counter()
-    with _progress_bar(len(tasks), args.no_progress, "run") as bar, _executor(args.jobs) as pool:
-        if pool is None:
+    engine = engine_of(args)
+    with _progress_bar(len(tasks), args.no_progress, "run") as bar, _executor(args.jobs, engine.kind) as pool:
+        if engine.kind == "ray":
+            runs = [(spec, rows[i].policy, rows[i].params, s, args.rounds, args.rejection) for i, s in tasks]
+            for (i, s), result in zip(tasks, engine.map(_replay_task, runs, lambda *_: bar.update(1)), strict=True):
+                results[i, s] = result
+        elif pool is None:
             for i, s in tasks:
                 r = rows[i]
                 results[i, s] = _replay_task(spec, r.policy, r.params, s, args.rounds, args.rejection)
@@ -883,11 +895,13 @@ def _run_compare(args: argparse.Namespace) -> int:
         "rounds": args.rounds,
         "seeds": seeds,
         "jobs": args.jobs,
+        "engine": engine.kind,
         "wall_seconds": wall,
         "results": summaries,
     }
     print(_table(summaries))
-    print(f"{len(tasks)} runs in {wall:.1f} s with {args.jobs} process(es)")
+    where = "on the Ray cluster" if engine.kind == "ray" else f"with {args.jobs} process(es)"
+    print(f"{len(tasks)} runs in {wall:.1f} s {where}")
     _write_json(args.json, payload)
     if args.plot:
         lines = [(row.label, runs.curves(), style) for row, runs, style in zip(rows, per_row, styles, strict=True)]
@@ -957,6 +971,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", required=True, metavar="NAME", help=f"policy to evaluate, one of: {names}")
     _add_policy_params(p)
     _add_common(p, rounds_default=None)
+    add_engine_options(p)
     p.set_defaults(run=_run_replay)
 
     p = subparsers.add_parser(
@@ -1057,7 +1072,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Re-featurizing: a policy with features logs its JSON as sent; --features JSON (or\n"
             "--features-file) replays the log under another featurizer config, the rows built for the\n"
             "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n\n"
-            "JSON keys: data, format, protocol, rounds, seeds, jobs, wall_seconds, results (one per row:\n"
+            "JSON keys: data, format, protocol, rounds, seeds, jobs, engine, wall_seconds, results (one per row:\n"
             "label, policy, params, cumulative_reward, cumulative_reward_std, mean_reward, matched,\n"
             "events_seen, seconds, cpu_seconds, spread, per_seed, curve).\n\n"
             "example: bandit compare --policy linucb --policy lnucb_ta \\\n"
@@ -1073,4 +1088,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="J",
                    help="worker processes (default: the number of CPUs; 1 runs in this process)")
     _add_common(p, rounds_default=None)
+    add_engine_options(p)
     p.set_defaults(run=_run_compare)
