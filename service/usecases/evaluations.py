@@ -81,6 +81,7 @@ from service.usecases.loops import (
     parse_vw_arguments,
     vw_arguments,
 )
+from service.usecases.offline_engine import OfflineEngine
 from service.usecases.worker_pool import WorkerPool
 
 log = logging.getLogger("bandit.service")
@@ -291,48 +292,132 @@ def evaluate(
     ``OfflineExperimentation``) its per-period sums, and the optimal policy (highest IPS
     estimate among the learning settings). ``progress`` gets 1 per event replayed."""
     arrays = LogArrays(decisions)
-    k_max = max(arrays.sizes, default=0)
-    results = []
+    periods = [
+        candidate_periods(decisions, arrays, c, progress)
+        for c in [*candidates, *grid_candidates_of(grid)]
+    ]
+    return evaluation_result(candidates, grid, periods, len(decisions))
 
-    def replay(spec: PolicySpec) -> list[list[float]]:
-        policy = build_policy(spec)
-        dist = progressive_distribution(
-            policy, logged_events(decisions, rows_function(spec)), k_max, progress
-        )
-        return arrays.periods(dist)
 
-    for c in candidates:
-        if c.source == BASELINE:
-            periods = arrays.periods(baseline_distribution(arrays.sizes))
-        elif c.source == RANDOM:
-            periods = arrays.periods(uniform_distribution(arrays.sizes))
-        else:
-            assert c.spec is not None
-            periods = replay(c.spec)
-        results.append(
-            {"name": c.name, "arguments": c.arguments, "source": c.source, "periods": periods}
-        )
+def grid_candidates_of(grid: Sequence[PolicySpec]) -> list[Candidate]:
+    """The grid's settings as candidates (replayed as any learning setting)."""
+    return [Candidate("", "", "OfflineExperimentation", spec) for spec in grid]
+
+
+def candidate_periods(
+    decisions: list[LoggedDecision],
+    arrays: LogArrays,
+    candidate: Candidate,
+    progress: Callable[[int], None] | None = None,
+) -> list[list[float]]:
+    """The per-period sums of one candidate over ``decisions`` (``arrays`` their
+    columns): Baseline, Random, or a learning setting replayed with progressive
+    validation (``progress`` gets 1 per event replayed)."""
+    if candidate.source == BASELINE:
+        return arrays.periods(baseline_distribution(arrays.sizes))
+    if candidate.source == RANDOM:
+        return arrays.periods(uniform_distribution(arrays.sizes))
+    assert candidate.spec is not None
+    policy = build_policy(candidate.spec)
+    events = logged_events(decisions, rows_function(candidate.spec))
+    return arrays.periods(
+        progressive_distribution(policy, events, max(arrays.sizes, default=0), progress)
+    )
+
+
+@dataclass(frozen=True)
+class DecisionQuery:
+    """The decisions an evaluation covers, as a query a worker runs itself: the
+    rewarded, non-degraded decisions of ``policy`` in ``[start, end)`` of the event log
+    at ``log_url`` (:func:`load_decisions`)."""
+
+    log_url: str
+    policy: str
+    start: float
+    end: float
+
+    def load(self) -> list[LoggedDecision]:
+        from service.storage.sql_log import SqlEventLog
+
+        event_log = SqlEventLog(self.log_url)
+        try:
+            return load_decisions(event_log, self.policy, self.start, self.end)
+        finally:
+            event_log.close()
+
+
+def candidate_task(
+    query: DecisionQuery, candidate: dict[str, Any]
+) -> tuple[int, list[list[float]]]:
+    """Task of an evaluation on an offline engine (one per candidate and grid setting):
+    the decisions of ``query`` read here, and the candidate's (as
+    :meth:`Candidate.to_json`) per-period sums over them, with their count."""
+    decisions = query.load()
+    periods = candidate_periods(decisions, LogArrays(decisions), Candidate.from_json(candidate))
+    return len(decisions), periods
+
+
+def evaluate_on(
+    engine: OfflineEngine,
+    query: DecisionQuery,
+    candidates: Sequence[Candidate],
+    grid: Sequence[PolicySpec],
+    progress: Callable[[float], None] | None = None,
+    check: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """:func:`evaluate` over the decisions of ``query``: local, here; on Ray, one task
+    per candidate and grid setting (:func:`candidate_task`), each reading the log
+    itself. Equal results either way. ``progress`` gets the share of the work done;
+    ``check`` runs while Ray tasks are pending (its exception stops them)."""
+    if engine.kind == "local":
+        decisions = query.load()
+        work = max(1, sum(c.spec is not None for c in candidates) + len(grid)) * len(decisions)
+        step = (lambda k: progress(k / work)) if progress is not None else None
+        return evaluate(decisions, candidates, grid, step)
+    tasks = [*candidates, *grid_candidates_of(grid)]
+
+    def done(_: int, __: tuple[int, list[list[float]]]) -> None:
+        if progress is not None:
+            progress(1 / len(tasks))
+
+    results = engine.map(candidate_task, [(query, c.to_json()) for c in tasks], done, check)
+    events = results[0][0] if results else 0
+    return evaluation_result(candidates, grid, [p for _, p in results], events)
+
+
+def evaluation_result(
+    candidates: Sequence[Candidate],
+    grid: Sequence[PolicySpec],
+    periods: Sequence[list[list[float]]],
+    events: int,
+) -> dict[str, Any]:
+    """The stored result of an evaluation from the per-period sums ``periods`` of each
+    candidate, then of each grid setting (in that order) over ``events`` decisions."""
+    results: list[dict[str, Any]] = [
+        {"name": c.name, "arguments": c.arguments, "source": c.source, "periods": p}
+        for c, p in zip(candidates, periods, strict=False)
+    ]
     if grid:
-        tried = [(spec, replay(spec)) for spec in grid]
-        best, periods = max(tried, key=lambda t: total(t[1]).ips)
+        tried = list(zip(grid, periods[len(candidates) :], strict=True))
+        best, best_periods = max(tried, key=lambda t: total(t[1]).ips)
         results.append(
             {
                 "name": "Offline experimentation",
                 "arguments": arguments_of("offline", best),
                 "source": "OfflineExperimentation",
                 "spec": best.model_dump(mode="json"),
-                "periods": periods,
+                "periods": best_periods,
             }
         )
     learning = [r for r in results if r["source"] not in (BASELINE, RANDOM)]
     optimal = (
         max(learning, key=lambda r: total(r["periods"]).ips)["name"]
-        if learning and decisions
+        if learning and events
         else None
     )
     return {
         "period_seconds": PERIOD_SECONDS,
-        "events": len(decisions),
+        "events": events,
         "sum_fields": list(SUM_FIELDS),
         "policies": results,
         "optimal_policy": optimal,
@@ -350,13 +435,6 @@ def total(
     return out
 
 
-def evaluation_work(record: EvaluationRecord) -> int:
-    """Events x replayed settings, the unit of progress (an estimate of the run's cost)."""
-    request = record.request
-    replayed = sum(1 for c in request["candidates"] if c["spec"] is not None)
-    return replayed + len(request.get("grid", []))
-
-
 def load_decisions(
     event_log: EventLog, policy: str, start: float, end: float
 ) -> list[LoggedDecision]:
@@ -372,9 +450,16 @@ class EvaluationDeleted(Exception):
     """The record went away while its run was going (DELETE): the run stops."""
 
 
-def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_seconds: float) -> str:
+def run_evaluation(
+    log_url: str,
+    policy: str,
+    evaluation_id: str,
+    timeout_seconds: float,
+    engine: OfflineEngine,
+) -> str:
     """Worker entry point (a spawned process): run the evaluation stored as ``(policy,
-    evaluation_id)`` and store its result; returns the final status."""
+    evaluation_id)`` on ``engine`` (:func:`evaluate_on`) and store its result; returns
+    the final status. A deleted record stops the run (on Ray, its tasks are cancelled)."""
     from service.storage.sql_log import SqlEventLog
 
     event_log = SqlEventLog(log_url)
@@ -388,12 +473,9 @@ def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_second
             policy, evaluation_id, status="running", progress=0.0, heartbeat_at=time.time()
         ):
             return "gone"
-        decisions = load_decisions(event_log, policy, record.start_time, record.end_time)
-        work = max(1, evaluation_work(record) * len(decisions))
-        done = [0, time.monotonic()]
+        done = [0.0, time.monotonic()]
 
-        def progress(k: int) -> None:
-            done[0] += k
+        def check() -> None:
             now = time.monotonic()
             if now - done[1] < PROGRESS_EVERY_SECONDS:
                 return
@@ -401,25 +483,30 @@ def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_second
             if now - started > timeout_seconds:
                 raise TimeoutError
             if not store.update(
-                policy, evaluation_id, progress=min(done[0] / work, 0.99), heartbeat_at=time.time()
+                policy, evaluation_id, progress=min(done[0], 0.99), heartbeat_at=time.time()
             ):
                 raise EvaluationDeleted
 
+        def progress(share: float) -> None:
+            done[0] += share
+            check()
+
         candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
         grid = [PolicySpec.model_validate(g) for g in record.request.get("grid", [])]
+        query = DecisionQuery(log_url, policy, record.start_time, record.end_time)
         try:
-            result = evaluate(decisions, candidates, grid, progress)
+            result = evaluate_on(engine, query, candidates, grid, progress, check)
         except TimeoutError:
             store.update(
                 policy,
                 evaluation_id,
                 status="timeout",
-                progress=done[0] / work,
+                progress=min(done[0], 0.99),
                 message=f"stopped after {timeout_seconds:g} s (evaluation_timeout_seconds)",
             )
             return "timeout"
         status = "succeeded"
-        message = None if decisions else "no rewarded decision in [startTime, endTime)"
+        message = None if result["events"] else "no rewarded decision in [startTime, endTime)"
         store.update(
             policy,
             evaluation_id,
@@ -511,15 +598,31 @@ class Evaluations:
         return record
 
     def _submit(self, loop: str, evaluation_id: str) -> None:
-        """Queue the run on the worker processes."""
+        """Queue the run on the worker processes (which, on Ray, drive its tasks there: a
+        lost cluster never takes the serving process with it)."""
         future = self._workers.submit(
             run_evaluation,
             self.settings.log_url,
             loop,
             evaluation_id,
             self.settings.evaluation_timeout_seconds,
+            OfflineEngine.from_settings(self.settings),
         )
-        future.add_done_callback(_log_failure)
+        future.add_done_callback(lambda f: self._worker_lost(loop, evaluation_id, f))
+
+    def _worker_lost(self, loop: str, evaluation_id: str, future: Future[str]) -> None:
+        """A run whose process died before it stored a final status ends ``failed`` with
+        the reason (it can be submitted again)."""
+        if future.cancelled() or future.exception() is None:
+            return
+        log.error("evaluation worker failed: %s", future.exception())
+        try:
+            record = self.store.get(loop, evaluation_id)
+            if record is not None and record.status not in FINAL:
+                message = f"the evaluation's worker process stopped: {future.exception()}"
+                self.store.update(loop, evaluation_id, status="failed", message=message)
+        except Exception:  # the log is unreachable: the stale-heartbeat rerun covers it
+            log.exception("could not record the failure of evaluation %s", evaluation_id)
 
     # ---- reading -------------------------------------------------------------------------
     async def get(self, loop: str, evaluation_id: str) -> EvaluationRecord:
@@ -601,8 +704,3 @@ class Evaluations:
     def close(self) -> None:
         self._workers.shutdown()
         self._engine.dispose()
-
-
-def _log_failure(future: Future[str]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.error("evaluation worker failed: %s", future.exception())

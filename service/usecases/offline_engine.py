@@ -70,10 +70,12 @@ class OfflineEngine:
         fn: Callable[..., T],
         tasks: Sequence[tuple[Any, ...]],
         done: Callable[[int, T], None] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> list[T]:
         """``[fn(*args) for args in tasks]``; ``done(i, result)`` is called as task ``i``
-        finishes (in that order locally, in completion order on Ray). An exception of
-        ``fn`` or ``done`` ends the map (on Ray, the tasks still pending are cancelled)."""
+        finishes (in that order locally, in completion order on Ray), ``check()`` on Ray
+        every ``poll_seconds`` while tasks are pending. An exception of ``fn``, ``done``
+        or ``check`` ends the map (on Ray, the tasks still pending are cancelled)."""
         if self.kind == "local":
             results = []
             for i, args in enumerate(tasks):
@@ -81,13 +83,14 @@ class OfflineEngine:
                 if done is not None:
                     done(i, results[-1])
             return results
-        return self._ray_map(fn, tasks, done)
+        return self._ray_map(fn, tasks, done, check)
 
     def _ray_map(
         self,
         fn: Callable[..., T],
         tasks: Sequence[tuple[Any, ...]],
         done: Callable[[int, T], None] | None,
+        check: Callable[[], None] | None,
     ) -> list[T]:
         import ray
         from ray.exceptions import RayError, RayTaskError
@@ -107,6 +110,8 @@ class OfflineEngine:
                     results[i] = ray.get(ref)
                     if done is not None:
                         done(i, results[i])
+                if check is not None:
+                    check()
                 if ready or self._head_answers():
                     silent_since = None
                     continue
