@@ -94,13 +94,23 @@ class RayCluster:
             command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
-    def start(self, timeout: float = 180.0) -> None:
-        """Start the nodes and wait until all of them are alive."""
+    def start(self, timeout: float = 180.0, attempts: int = 3) -> None:
+        """Start the nodes and wait until all of them are alive. A node gives up after
+        Ray's fixed 30 s wait for its raylet, which a loaded machine can exceed: it is
+        started again, up to ``attempts`` times."""
         self.dir.mkdir(exist_ok=True)
-        self.procs = [self._node(0)]
-        self._wait_nodes(1, timeout)
-        self.procs += [self._node(i) for i in range(1, self.nodes)]
-        self._wait_nodes(self.nodes, timeout)
+        self.procs = []
+        for index in range(self.nodes):
+            for attempt in range(attempts):
+                self.procs.append(self._node(index))
+                try:
+                    self._wait_nodes(index + 1, timeout)
+                    break
+                except RuntimeError:
+                    self.stop_node(index)
+                    self.procs.pop()
+                    if attempt == attempts - 1:
+                        raise
 
     def alive_nodes(self) -> int:
         """Nodes the head counts alive (asked from a separate process: a driver that
