@@ -1,5 +1,5 @@
 """A real Ray cluster on loopback that a test starts and removes itself: a head node and
-worker nodes, each ``ray start --block`` in a process group of its own (its GCS, raylet
+worker nodes, each ``ray start --block`` (``tests.ray_node``) in a process group of its own (its GCS, raylet
 and worker processes), with its own ports and temp dir, importing this checkout's
 ``service`` and ``bandit_core``. Ray missing skips the test with the install command,
 except under ``CI=true``, where it fails: CI never skips these tests."""
@@ -61,12 +61,15 @@ class RayCluster:
             "PYTHONPATH": str(ROOT),
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_AUTH_MODE": "disabled",
+            # a loaded machine starts a node's dashboard agent slower than the raylet's
+            # default wait for it, which the raylet ends by crashing
+            "RAY_agent_register_timeout_ms": "180000",
         }
 
     def _node(self, index: int) -> subprocess.Popen[bytes]:
         worker_ports = free_port()
         command = [
-            sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
+            sys.executable, "-m", "tests.ray_node", "start", "--block",
             "--node-ip-address", "127.0.0.1",
             "--num-cpus", str(self.cpus),
             "--num-gpus", "0",
