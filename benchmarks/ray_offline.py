@@ -73,7 +73,7 @@ def generate(url: str, decisions: int, days: int, arms: int, dimension: int, see
                         event_id=event_id,
                         policy=POLICY,
                         created_at=float(times[i]),
-                        context=None,
+                        context=[],
                         candidates=[
                             {"id": a, "features": X[i, k].tolist()} for k, a in enumerate(ids)
                         ],

@@ -97,7 +97,7 @@ class RayCluster:
             command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
-    def start(self, timeout: float = 180.0, attempts: int = 3) -> None:
+    def start(self, timeout: float = 400.0, attempts: int = 3) -> None:
         """Start the nodes and wait until all of them are alive. A node gives up after
         Ray's fixed 30 s wait for its raylet, which a loaded machine can exceed: it is
         started again, up to ``attempts`` times."""
@@ -122,14 +122,17 @@ class RayCluster:
             f"import ray; ray.init(address={self.address!r}, log_to_driver=False); "
             "print(sum(n['Alive'] for n in ray.nodes()))"
         )
-        result = subprocess.run(
-            [sys.executable, "-c", script],
-            check=False,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        try:
+            result = subprocess.run(
+                [sys.executable, "-c", script],
+                check=False,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired:  # a loaded machine: ask again
+            return 0
         return int(result.stdout.strip() or 0) if result.returncode == 0 else 0
 
     def _wait_nodes(self, count: int, timeout: float) -> None:
