@@ -30,6 +30,8 @@ from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
 
+pytestmark = pytest.mark.timeout(1800)  # a cluster's start on a loaded machine takes minutes
+
 EVENTS = 300
 WHOLE_LOG = {"start_time": "2020-01-01T00:00:00Z", "end_time": "2100-01-01T00:00:00Z"}
 TIMING = {"seconds", "cpu_seconds", "wall_seconds"}
