@@ -61,9 +61,11 @@ class RayCluster:
             "PYTHONPATH": str(ROOT),
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_AUTH_MODE": "disabled",
-            # a loaded machine starts a node's dashboard agent slower than the raylet's
-            # default wait for it, which the raylet ends by crashing
-            "RAY_agent_register_timeout_ms": "180000",
+            # a loaded machine starts a node's agents slower than the raylet waits for
+            # them by default (it then crashes), and its workers slower than it waits
+            "RAY_agent_register_timeout_ms": "300000",
+            "RAY_raylet_start_wait_time_s": "300",
+            "RAY_worker_register_timeout_seconds": "300",
         }
 
     def _node(self, index: int) -> subprocess.Popen[bytes]:
