@@ -99,10 +99,11 @@ class RayCluster:
             command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
-    def start(self, timeout: float = 400.0, attempts: int = 3) -> None:
-        """Start the nodes and wait until all of them are alive. A node gives up after
-        Ray's fixed 30 s wait for its raylet, which a loaded machine can exceed: it is
-        started again, up to ``attempts`` times."""
+    def start(self, timeout: float = 200.0, attempts: int = 3) -> None:
+        """Start the nodes and wait until all of them are alive. A loaded machine can
+        exceed Ray's fixed waits while a node starts (its raylet then crashes, and the
+        node exits or stays without one): a node not alive after ``timeout`` is started
+        again, up to ``attempts`` times."""
         self.dir.mkdir(exist_ok=True)
         self.procs = []
         for index in range(self.nodes):
@@ -111,7 +112,7 @@ class RayCluster:
                 try:
                     self._wait_nodes(index + 1, timeout)
                     break
-                except RuntimeError:
+                except (RuntimeError, TimeoutError):
                     self.stop_node(index)
                     self.procs.pop()
                     if attempt == attempts - 1:
