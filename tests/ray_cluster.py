@@ -136,7 +136,8 @@ class RayCluster:
             )
         except subprocess.TimeoutExpired:  # a loaded machine: ask again
             return 0
-        return int(result.stdout.strip() or 0) if result.returncode == 0 else 0
+        counts = [line for line in result.stdout.splitlines() if line.strip().isdigit()]
+        return int(counts[0]) if result.returncode == 0 and counts else 0
 
     def _wait_nodes(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
