@@ -176,6 +176,14 @@ def main() -> None:
     tasks = [c.to_json() for c in candidates(args.candidates, args.arms, args.dimension)]
     events = args.decisions * len(tasks)
 
+    setup = {
+        "decisions": args.decisions,
+        "candidates": len(tasks),
+        "days": args.days,
+        "arms": args.arms,
+        "dimension": args.dimension,
+        "generate_seconds": generate_seconds,
+    }
     runs: list[dict[str, Any]] = []
     reference: list[Any] | None = None
 
@@ -194,6 +202,7 @@ def main() -> None:
             }
         )
         print(f"{name}: {wall:.1f} s", flush=True)
+        write_json("ray_offline", {**setup, "runs": runs}, args.label)  # kept if a later run fails
 
     t = time.perf_counter()
     results = [measured_task(query, task) for task in tasks]
@@ -223,16 +232,7 @@ def main() -> None:
             ],
         )
     )
-    payload = {
-        "decisions": args.decisions,
-        "candidates": len(tasks),
-        "days": args.days,
-        "arms": args.arms,
-        "dimension": args.dimension,
-        "generate_seconds": generate_seconds,
-        "runs": runs,
-    }
-    print(write_json("ray_offline", payload, args.label))
+    print(write_json("ray_offline", {**setup, "runs": runs}, args.label))
 
 
 if __name__ == "__main__":
