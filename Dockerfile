@@ -13,6 +13,8 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # migrations/ next to the source tree, so the source stays in /app (the runtime stage
 # copies /app and /opt/venv to the same paths).
 FROM ${PYTHON_IMAGE} AS build
+# EXTRAS: the extras installed (docker-compose.ray.yml builds "server,distributed")
+ARG EXTRAS=server
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -22,7 +24,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY bandit_core/ bandit_core/
 COPY service/ service/
-RUN pip install --no-cache-dir --editable ".[server]"
+RUN pip install --no-cache-dir --editable ".[${EXTRAS}]"
 
 # ---- runtime: the venv, the source, the migrations and an unprivileged user -----------
 FROM ${PYTHON_IMAGE} AS runtime

@@ -167,6 +167,20 @@ class Settings(BaseSettings):
     evaluation_workers: int = Field(
         1, ge=1, le=64, description="processes running offline evaluations (each uses one core)"
     )
+    offline_engine: Literal["local", "ray"] = Field(
+        "local",
+        description=(
+            "where offline work runs (evaluations, feature-importance jobs; the default of "
+            "the offline commands' --engine): local (the evaluation_workers processes) or "
+            "ray (tasks on the Ray cluster at ray_address; needs the distributed extra; "
+            "docs/operations.md, Offline work on a Ray cluster)"
+        ),
+    )
+    ray_address: str | None = Field(
+        None,
+        description="host:port of the Ray cluster's head (offline_engine ray); unset: "
+        "RAY_ADDRESS, else the cluster started on this machine",
+    )
     evaluation_timeout_seconds: float = Field(
         3600.0, gt=0, description="an offline evaluation running longer stops with status Timeout"
     )
@@ -273,6 +287,17 @@ class Settings(BaseSettings):
     @classmethod
     def _origins(cls, values: list[str]) -> list[str]:
         return [cors_origin(v) for v in values]
+
+    @field_validator("offline_engine")
+    @classmethod
+    def _ray_installed(cls, value: str) -> str:
+        from service.usecases.offline_engine import RAY_EXTRA, ray_installed
+
+        if value == "ray" and not ray_installed():
+            raise ValueError(
+                f"BANDIT_OFFLINE_ENGINE=ray needs Ray, which is not installed: {RAY_EXTRA}"
+            )
+        return value
 
     @field_validator("redis_url")
     @classmethod

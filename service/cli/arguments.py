@@ -20,6 +20,7 @@ from bandit_core.registry import POLICIES
 from bandit_core.validation import check_int, check_real
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_USAGE
 from service.timeparse import parse_timestamp
+from service.usecases.offline_engine import OfflineEngineError
 
 FORMATS = ("news", "jsonl", "eventlog")
 REFEATURIZING = (
@@ -263,7 +264,7 @@ def clean_exit(
         def run(args: argparse.Namespace) -> int:
             try:
                 return fn(args)
-            except CommandFailed as exc:
+            except (CommandFailed, OfflineEngineError) as exc:
                 print(f"bandit {command}: error: {exc}", file=sys.stderr)
                 return EXIT_FAILURE
             except (CliError, BanditError) as exc:

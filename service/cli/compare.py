@@ -31,10 +31,12 @@ from service.cli.arguments import (
     positive_int,
     seeds_of,
 )
+from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_OK
 from service.cli.log_sources import LogSpec, load_log, log_spec, source_fields, source_title
 from service.cli.replay import replay_task
 from service.cli.reports import plot, progress_bar, protocol, replay_summary, write_json
+from service.usecases.offline_engine import OfflineEngine
 
 DESCRIPTION = (
     "Replay every combination of --policy and grid values for every seed on one log, in parallel\n"
@@ -43,7 +45,7 @@ DESCRIPTION = (
     "A --policy is [LABEL=]NAME[:KEY=VALUE,...], e.g. 'kNN-UCB=lnucb_ta:use_linear=false'.\n"
     "--alpha A1 A2 ... and --grid KEY=V1,V2 form a grid crossed with every policy.\n\n"
     f"{REFEATURIZING}"
-    "JSON keys: data, format, protocol, rounds, seeds, jobs, wall_seconds, results (one per row:\n"
+    "JSON keys: data, format, protocol, rounds, seeds, jobs, engine, wall_seconds, results (one per row:\n"
     "label, policy, params, cumulative_reward, cumulative_reward_std, mean_reward, matched,\n"
     "events_seen, seconds, cpu_seconds, spread, per_seed, curve).\n\n"
     "example: bandit compare --policy linucb --policy lnucb_ta \\\n"
@@ -122,8 +124,8 @@ def _rows(args: argparse.Namespace) -> tuple[list[Variant], list[dict[str, Any]]
 
 
 @contextmanager
-def _executor(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
-    if jobs == 1:
+def _executor(jobs: int, engine: str) -> Iterator[ProcessPoolExecutor | None]:
+    if jobs == 1 or engine != "local":
         yield None
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -131,13 +133,29 @@ def _executor(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
 
 
 def _replay_all(
-    args: argparse.Namespace, spec: LogSpec, rows: list[Variant], seeds: list[int]
+    args: argparse.Namespace,
+    spec: LogSpec,
+    rows: list[Variant],
+    seeds: list[int],
+    engine: OfflineEngine,
 ) -> list[SeedReplays]:
-    """The replays of every row for every seed, in ``--jobs`` processes (1: this one)."""
+    """The replays of every row for every seed, in ``--jobs`` processes (1: this one) or
+    on the Ray cluster (``--engine ray``)."""
     tasks = [(i, s) for i in range(len(rows)) for s in seeds]
     results: dict[tuple[int, int], ReplayResult] = {}
-    with progress_bar(len(tasks), args.no_progress, "run") as bar, _executor(args.jobs) as pool:
-        if pool is None:
+    with (
+        progress_bar(len(tasks), args.no_progress, "run") as bar,
+        _executor(args.jobs, engine.kind) as pool,
+    ):
+        if engine.kind == "ray":
+            runs = [
+                (spec, rows[i].policy, rows[i].params, s, args.rounds, args.rejection)
+                for i, s in tasks
+            ]
+            done = engine.map(replay_task, runs, lambda *_: bar.update(1))
+            for (i, s), result in zip(tasks, done, strict=True):
+                results[i, s] = result
+        elif pool is None:
             for i, s in tasks:
                 results[i, s] = replay_task(
                     spec, rows[i].policy, rows[i].params, s, args.rounds, args.rejection
@@ -173,8 +191,9 @@ def _run(args: argparse.Namespace) -> int:
     for row in rows:  # invalid parameters fail here, before any worker starts
         _, d = load_log(spec, row.policy, row.params)
         make_policy(row.policy, d, **row.params, seed=seeds[0])
+    engine = engine_of(args)
     started = time.perf_counter()
-    per_row = _replay_all(args, spec, rows, seeds)
+    per_row = _replay_all(args, spec, rows, seeds, engine)
     wall = time.perf_counter() - started
     summaries = [
         {"label": row.label, "policy": row.policy, "params": row.params, **replay_summary(runs)}
@@ -186,11 +205,13 @@ def _run(args: argparse.Namespace) -> int:
         "rounds": args.rounds,
         "seeds": seeds,
         "jobs": args.jobs,
+        "engine": engine.kind,
         "wall_seconds": wall,
         "results": summaries,
     }
     print(_table(summaries))
-    print(f"{len(rows) * len(seeds)} runs in {wall:.1f} s with {args.jobs} process(es)")
+    where = "on the Ray cluster" if engine.kind == "ray" else f"with {args.jobs} process(es)"
+    print(f"{len(rows) * len(seeds)} runs in {wall:.1f} s {where}")
     write_json(args.json, payload)
     if args.plot:
         lines = [
@@ -273,4 +294,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="worker processes (default: the number of CPUs; 1 runs in this process)",
     )
     add_run_options(p, rounds_default=None)
+    add_engine_options(p)
     p.set_defaults(run=_run)

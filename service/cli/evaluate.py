@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bandit_core.errors import ConfigError
 from service.cli.arguments import timestamp_argument
+from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from service.usecases.offline_engine import OfflineEngineError
 
 
 class UsageError(Exception):
@@ -101,15 +104,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-progress", action="store_true", help="do not draw the progress bar (on stderr)"
     )
+    add_engine_options(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         return _evaluate(args)
-    except UsageError as exc:
+    except (UsageError, ConfigError) as exc:
         print(f"bandit evaluate: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OfflineEngineError as exc:
+        print(f"bandit evaluate: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -122,7 +129,13 @@ def _evaluate(args: argparse.Namespace) -> int:
     from service.schemas.evaluations import EvaluationPolicy
     from service.storage.base import StoreUnavailableError
     from service.storage.sql_log import SqlEventLog
-    from service.usecases.evaluations import evaluate, load_decisions, plan
+    from service.usecases.evaluations import (
+        DecisionQuery,
+        evaluate,
+        evaluate_on,
+        load_decisions,
+        plan,
+    )
 
     try:
         url = make_url(args.data)
@@ -134,6 +147,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise UsageError(f"--data must be a postgresql:// or sqlite:/// URL, but got {args.data!r}")
     if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
         raise UsageError(f"--data {args.data}: no such SQLite file")
+    engine = engine_of(args)
     event_log = SqlEventLog(args.data)
     try:
         configs = event_log.policies()
@@ -149,7 +163,10 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise UsageError(f"--policy: {exc.message}") from None
         since = float("-inf") if args.since is None else args.since
         until = float("inf") if args.until is None else args.until
-        decisions = load_decisions(event_log, args.log_policy, since, until)
+        # on Ray, each task reads the decisions itself
+        decisions = (
+            [] if engine.kind == "ray" else load_decisions(event_log, args.log_policy, since, until)
+        )
     except StoreUnavailableError as exc:
         message = " ".join(str(exc).split())
         print(
@@ -159,13 +176,21 @@ def _evaluate(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     finally:
         event_log.close()
-    if not decisions:
-        raise UsageError(f"no rewarded decision of {args.log_policy!r} in the time range")
-    replayed = sum(c.spec is not None for c in candidates) + len(grid)
-    with tqdm(
-        total=replayed * len(decisions), disable=args.no_progress, unit="event", file=sys.stderr
-    ) as bar:
-        result = evaluate(decisions, candidates, grid, bar.update)
+    nothing = f"no rewarded decision of {args.log_policy!r} in the time range"
+    if engine.kind == "ray":
+        query = DecisionQuery(args.data, args.log_policy, since, until)
+        with tqdm(total=1.0, disable=args.no_progress, unit="", file=sys.stderr) as bar:
+            result = evaluate_on(engine, query, candidates, grid, bar.update)
+        if not result["events"]:
+            raise UsageError(nothing)
+    else:
+        if not decisions:
+            raise UsageError(nothing)
+        replayed = sum(c.spec is not None for c in candidates) + len(grid)
+        with tqdm(
+            total=replayed * len(decisions), disable=args.no_progress, unit="event", file=sys.stderr
+        ) as bar:
+            result = evaluate(decisions, candidates, grid, bar.update)
     rows = _rows(result)
     _print_table(rows, result)
     if args.json is not None:

@@ -180,8 +180,8 @@ def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from service.storage.offline_source import EventLogSource, check_logged, default_reward
     from service.storage.base import StoreUnavailableError
+    from service.storage.offline_source import EventLogSource, check_logged, default_reward
     from service.storage.sql_log import SqlEventLog
 
     try:

@@ -23,6 +23,7 @@ from service.cli.arguments import (
     policy_params,
     seeds_of,
 )
+from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_OK
 from service.cli.log_sources import LogSpec, load_log, log_spec, source_fields, source_title
 from service.cli.reports import (
@@ -90,15 +91,24 @@ def _run(args: argparse.Namespace) -> int:
     params = policy_params(args)
     seeds = seeds_of(args)
     spec = log_spec(args)
+    engine = engine_of(args)
     load_log(spec, args.policy, params)
     total = args.rounds * len(seeds) if args.rounds else None
-    results = []
+    results: list[ReplayResult] = []
     with progress_bar(total, args.no_progress, "round") as bar:
-        for seed in seeds:
-            bar.set_description(f"{args.policy} seed {seed}")
-            results.append(
-                replay_one(spec, args.policy, params, seed, args.rounds, args.rejection, bar.update)
-            )
+        if engine.kind == "local":
+            for seed in seeds:
+                bar.set_description(f"{args.policy} seed {seed}")
+                results.append(
+                    replay_one(
+                        spec, args.policy, params, seed, args.rounds, args.rejection, bar.update
+                    )
+                )
+        else:
+            tasks = [
+                (spec, args.policy, params, seed, args.rounds, args.rejection) for seed in seeds
+            ]
+            results = engine.map(replay_task, tasks, lambda _, r: bar.update(r.matched))
     runs = SeedReplays(seeds=tuple(seeds), results=tuple(results))
     payload = {
         "policy": args.policy,
@@ -145,4 +155,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_policy_params(p)
     add_run_options(p, rounds_default=None)
+    add_engine_options(p)
     p.set_defaults(run=_run)

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from bandit_core.policy import ARM_PREFIX
-from service.observability import metrics
 from service.errors import InvalidRequest, NotFound
+from service.observability import metrics
 from service.policies import (
     CONFIG_KEY,
     IMPORT_GUARDRAILS_REFUSED,

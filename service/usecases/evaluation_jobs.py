@@ -42,32 +42,33 @@ from service.usecases.evaluations import (
     PROGRESS_EVERY_SECONDS,
     RANDOM,
     Candidate,
-    evaluate,
-    load_decisions,
+    DecisionQuery,
+    evaluate_on,
     plan,
 )
 from service.usecases.loops import (
     Loops,
 )
+from service.usecases.offline_engine import OfflineEngine
 from service.usecases.worker_pool import WorkerPool
 
 log = logging.getLogger("bandit.service")
-
-
-def evaluation_work(record: EvaluationRecord) -> int:
-    """Events x replayed settings, the unit of progress (an estimate of the run's cost)."""
-    request = record.request
-    replayed = sum(1 for c in request["candidates"] if c["spec"] is not None)
-    return replayed + len(request.get("grid", []))
 
 
 class EvaluationDeleted(Exception):
     """The record went away while its run was going (DELETE): the run stops."""
 
 
-def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_seconds: float) -> str:
+def run_evaluation(
+    log_url: str,
+    policy: str,
+    evaluation_id: str,
+    timeout_seconds: float,
+    engine: OfflineEngine,
+) -> str:
     """Worker entry point (a spawned process): run the evaluation stored as ``(policy,
-    evaluation_id)`` and store its result; returns the final status."""
+    evaluation_id)`` on ``engine`` (:func:`evaluate_on`) and store its result; returns
+    the final status. A deleted record stops the run (on Ray, its tasks are cancelled)."""
     from service.storage.sql_log import SqlEventLog
 
     event_log = SqlEventLog(log_url)
@@ -81,12 +82,9 @@ def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_second
             policy, evaluation_id, status="running", progress=0.0, heartbeat_at=time.time()
         ):
             return "gone"
-        decisions = load_decisions(event_log, policy, record.start_time, record.end_time)
-        work = max(1, evaluation_work(record) * len(decisions))
-        done = [0, time.monotonic()]
+        done = [0.0, time.monotonic()]
 
-        def progress(k: int) -> None:
-            done[0] += k
+        def check() -> None:
             now = time.monotonic()
             if now - done[1] < PROGRESS_EVERY_SECONDS:
                 return
@@ -94,25 +92,30 @@ def run_evaluation(log_url: str, policy: str, evaluation_id: str, timeout_second
             if now - started > timeout_seconds:
                 raise TimeoutError
             if not store.update(
-                policy, evaluation_id, progress=min(done[0] / work, 0.99), heartbeat_at=time.time()
+                policy, evaluation_id, progress=min(done[0], 0.99), heartbeat_at=time.time()
             ):
                 raise EvaluationDeleted
 
+        def progress(share: float) -> None:
+            done[0] += share
+            check()
+
         candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
         grid = [PolicySpec.model_validate(g) for g in record.request.get("grid", [])]
+        query = DecisionQuery(log_url, policy, record.start_time, record.end_time)
         try:
-            result = evaluate(decisions, candidates, grid, progress)
+            result = evaluate_on(engine, query, candidates, grid, progress, check)
         except TimeoutError:
             store.update(
                 policy,
                 evaluation_id,
                 status="timeout",
-                progress=done[0] / work,
+                progress=min(done[0], 0.99),
                 message=f"stopped after {timeout_seconds:g} s (evaluation_timeout_seconds)",
             )
             return "timeout"
         status = "succeeded"
-        message = None if decisions else "no rewarded decision in [startTime, endTime)"
+        message = None if result["events"] else "no rewarded decision in [startTime, endTime)"
         store.update(
             policy,
             evaluation_id,
@@ -203,15 +206,31 @@ class Evaluations:
         return record
 
     def _submit(self, loop: str, evaluation_id: str) -> None:
-        """Queue the run on the worker processes."""
+        """Queue the run on the worker processes (which, on Ray, drive its tasks there: a
+        lost cluster never takes the serving process with it)."""
         future = self._workers.submit(
             run_evaluation,
             self.settings.log_url,
             loop,
             evaluation_id,
             self.settings.evaluation_timeout_seconds,
+            OfflineEngine.from_settings(self.settings),
         )
-        future.add_done_callback(_log_failure)
+        future.add_done_callback(lambda f: self._worker_lost(loop, evaluation_id, f))
+
+    def _worker_lost(self, loop: str, evaluation_id: str, future: Future[str]) -> None:
+        """A run whose process died before it stored a final status ends ``failed`` with
+        the reason (it can be submitted again)."""
+        if future.cancelled() or future.exception() is None:
+            return
+        log.error("evaluation worker failed: %s", future.exception())
+        try:
+            record = self.store.get(loop, evaluation_id)
+            if record is not None and record.status not in FINAL:
+                message = f"the evaluation's worker process stopped: {future.exception()}"
+                self.store.update(loop, evaluation_id, status="failed", message=message)
+        except Exception:  # the log is unreachable: the stale-heartbeat rerun covers it
+            log.exception("could not record the failure of evaluation %s", evaluation_id)
 
     # ---- reading -------------------------------------------------------------------------
     async def get(self, loop: str, evaluation_id: str) -> EvaluationRecord:
@@ -293,8 +312,3 @@ class Evaluations:
     def close(self) -> None:
         self._workers.shutdown()
         self._engine.dispose()
-
-
-def _log_failure(future: Future[str]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.error("evaluation worker failed: %s", future.exception())

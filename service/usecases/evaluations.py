@@ -58,6 +58,7 @@ from service.usecases.loops import (
     parse_vw_arguments,
     vw_arguments,
 )
+from service.usecases.offline_engine import OfflineEngine
 
 PERIOD_SECONDS = 300.0
 """Length of the periods the estimates are summed over (Personalizer's 5 minutes)."""
@@ -265,48 +266,132 @@ def evaluate(
     ``OfflineExperimentation``) its per-period sums, and the optimal policy (highest IPS
     estimate among the learning settings). ``progress`` gets 1 per event replayed."""
     arrays = LogArrays(decisions)
-    k_max = max(arrays.sizes, default=0)
-    results = []
+    periods = [
+        candidate_periods(decisions, arrays, c, progress)
+        for c in [*candidates, *grid_candidates_of(grid)]
+    ]
+    return evaluation_result(candidates, grid, periods, len(decisions))
 
-    def replay(spec: PolicySpec) -> list[list[float]]:
-        policy = build_policy(spec)
-        dist = progressive_distribution(
-            policy, logged_events(decisions, rows_function(spec)), k_max, progress
-        )
-        return arrays.periods(dist)
 
-    for c in candidates:
-        if c.source == BASELINE:
-            periods = arrays.periods(baseline_distribution(arrays.sizes))
-        elif c.source == RANDOM:
-            periods = arrays.periods(uniform_distribution(arrays.sizes))
-        else:
-            assert c.spec is not None
-            periods = replay(c.spec)
-        results.append(
-            {"name": c.name, "arguments": c.arguments, "source": c.source, "periods": periods}
-        )
+def grid_candidates_of(grid: Sequence[PolicySpec]) -> list[Candidate]:
+    """The grid's settings as candidates (replayed as any learning setting)."""
+    return [Candidate("", "", "OfflineExperimentation", spec) for spec in grid]
+
+
+def candidate_periods(
+    decisions: list[LoggedDecision],
+    arrays: LogArrays,
+    candidate: Candidate,
+    progress: Callable[[int], None] | None = None,
+) -> list[list[float]]:
+    """The per-period sums of one candidate over ``decisions`` (``arrays`` their
+    columns): Baseline, Random, or a learning setting replayed with progressive
+    validation (``progress`` gets 1 per event replayed)."""
+    if candidate.source == BASELINE:
+        return arrays.periods(baseline_distribution(arrays.sizes))
+    if candidate.source == RANDOM:
+        return arrays.periods(uniform_distribution(arrays.sizes))
+    assert candidate.spec is not None
+    policy = build_policy(candidate.spec)
+    events = logged_events(decisions, rows_function(candidate.spec))
+    return arrays.periods(
+        progressive_distribution(policy, events, max(arrays.sizes, default=0), progress)
+    )
+
+
+@dataclass(frozen=True)
+class DecisionQuery:
+    """The decisions an evaluation covers, as a query a worker runs itself: the
+    rewarded, non-degraded decisions of ``policy`` in ``[start, end)`` of the event log
+    at ``log_url`` (:func:`load_decisions`)."""
+
+    log_url: str
+    policy: str
+    start: float
+    end: float
+
+    def load(self) -> list[LoggedDecision]:
+        from service.storage.sql_log import SqlEventLog
+
+        event_log = SqlEventLog(self.log_url)
+        try:
+            return load_decisions(event_log, self.policy, self.start, self.end)
+        finally:
+            event_log.close()
+
+
+def candidate_task(
+    query: DecisionQuery, candidate: dict[str, Any]
+) -> tuple[int, list[list[float]]]:
+    """Task of an evaluation on an offline engine (one per candidate and grid setting):
+    the decisions of ``query`` read here, and the candidate's (as
+    :meth:`Candidate.to_json`) per-period sums over them, with their count."""
+    decisions = query.load()
+    periods = candidate_periods(decisions, LogArrays(decisions), Candidate.from_json(candidate))
+    return len(decisions), periods
+
+
+def evaluate_on(
+    engine: OfflineEngine,
+    query: DecisionQuery,
+    candidates: Sequence[Candidate],
+    grid: Sequence[PolicySpec],
+    progress: Callable[[float], None] | None = None,
+    check: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """:func:`evaluate` over the decisions of ``query``: local, here; on Ray, one task
+    per candidate and grid setting (:func:`candidate_task`), each reading the log
+    itself. Equal results either way. ``progress`` gets the share of the work done;
+    ``check`` runs while Ray tasks are pending (its exception stops them)."""
+    if engine.kind == "local":
+        decisions = query.load()
+        work = max(1, sum(c.spec is not None for c in candidates) + len(grid)) * len(decisions)
+        step = (lambda k: progress(k / work)) if progress is not None else None
+        return evaluate(decisions, candidates, grid, step)
+    tasks = [*candidates, *grid_candidates_of(grid)]
+
+    def done(_: int, __: tuple[int, list[list[float]]]) -> None:
+        if progress is not None:
+            progress(1 / len(tasks))
+
+    results = engine.map(candidate_task, [(query, c.to_json()) for c in tasks], done, check)
+    events = results[0][0] if results else 0
+    return evaluation_result(candidates, grid, [p for _, p in results], events)
+
+
+def evaluation_result(
+    candidates: Sequence[Candidate],
+    grid: Sequence[PolicySpec],
+    periods: Sequence[list[list[float]]],
+    events: int,
+) -> dict[str, Any]:
+    """The stored result of an evaluation from the per-period sums ``periods`` of each
+    candidate, then of each grid setting (in that order) over ``events`` decisions."""
+    results: list[dict[str, Any]] = [
+        {"name": c.name, "arguments": c.arguments, "source": c.source, "periods": p}
+        for c, p in zip(candidates, periods, strict=False)
+    ]
     if grid:
-        tried = [(spec, replay(spec)) for spec in grid]
-        best, periods = max(tried, key=lambda t: total(t[1]).ips)
+        tried = list(zip(grid, periods[len(candidates) :], strict=True))
+        best, best_periods = max(tried, key=lambda t: total(t[1]).ips)
         results.append(
             {
                 "name": "Offline experimentation",
                 "arguments": arguments_of("offline", best),
                 "source": "OfflineExperimentation",
                 "spec": best.model_dump(mode="json"),
-                "periods": periods,
+                "periods": best_periods,
             }
         )
     learning = [r for r in results if r["source"] not in (BASELINE, RANDOM)]
     optimal = (
         max(learning, key=lambda r: total(r["periods"]).ips)["name"]
-        if learning and decisions
+        if learning and events
         else None
     )
     return {
         "period_seconds": PERIOD_SECONDS,
-        "events": len(decisions),
+        "events": events,
         "sum_fields": list(SUM_FIELDS),
         "policies": results,
         "optimal_policy": optimal,

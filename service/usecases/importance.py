@@ -49,6 +49,7 @@ from service.schemas import (
 from service.settings import Settings
 from service.storage.base import DecisionRecord, EventLog
 from service.usecases.json_features import logged_rows
+from service.usecases.offline_engine import OfflineEngine
 from service.usecases.policy_cache import PolicyCache
 
 NO_TRAFFIC_METHOD = (
@@ -266,3 +267,11 @@ def scores_over_log_in_worker(
         return scores_over_log(event_log, info, since, until)
     finally:
         event_log.close()
+
+
+def scores_over_log_on(
+    engine: OfflineEngine, log_url: str, info_json: str, since: float, until: float
+) -> FeatureScores:
+    """Worker entry point (a spawned process): :func:`scores_over_log_in_worker` run on
+    ``engine`` (on Ray, as a task of the cluster that reads the log itself)."""
+    return engine.map(scores_over_log_in_worker, [(log_url, info_json, since, until)])[0]

@@ -5,7 +5,8 @@ features --since``; docs/personalizer.md "Feature importances").
 A job is created ``Running`` and computed in the background, one job at a time per
 process, in a worker process of its own (a :class:`~service.usecases.worker_pool.WorkerPool`
 of one, spawned at the first job and kept for the next;
-:func:`~service.usecases.importance.scores_over_log_in_worker`): the replays are Python,
+:func:`~service.usecases.importance.scores_over_log_on`, which runs it on the
+``offline_engine``: here, or as a task of the Ray cluster): the replays are Python,
 which a thread would run under the serving process's GIL, so ``rank`` neither waits on
 a job nor shares its interpreter. A job ends ``Succeeded`` with the feature scores or
 ``Failed`` with the reason in ``description``. Jobs live in the state store beside the
@@ -29,7 +30,8 @@ from service.errors import ApiError, Conflict, InvalidRequest, NotFound
 from service.schemas import FeatureImportanceJob, PolicyInfo
 from service.settings import Settings
 from service.usecases.admin import PolicyAdmin
-from service.usecases.importance import log_range_featurizer, scores_over_log_in_worker
+from service.usecases.importance import log_range_featurizer, scores_over_log_on
+from service.usecases.offline_engine import OfflineEngine
 from service.usecases.worker_pool import WorkerPool
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,8 @@ class FeatureImportances:
                 log_range_featurizer(info)  # a 422 here, not pickled back from the worker
                 result = await asyncio.wrap_future(
                     self._worker.submit(
-                        scores_over_log_in_worker,
+                        scores_over_log_on,
+                        OfflineEngine.from_settings(self.settings),
                         self.settings.log_url,
                         info.model_dump_json(),
                         job.start_time,

@@ -15,8 +15,8 @@ from typing import Any
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
 from bandit_core.policy import ARM_PREFIX
-from service.observability import metrics
 from service.errors import NotFound, with_policy
+from service.observability import metrics
 from service.policies import CONFIG_KEY, Runtime, build_policy, decode_info, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import (

@@ -30,8 +30,8 @@ from bandit_core.features import Featurizer, FeaturizerConfig
 from bandit_core.featurized import featurized_rows
 from service.cli import main
 from service.cli.estimate import train_target
-from service.storage.offline_source import EventLogSource
 from service.settings import Settings
+from service.storage.offline_source import EventLogSource
 from service.storage.sql_log import SqlEventLog
 from tests.databases import database
 from tests.service.conftest import API_KEY, running, wait_for

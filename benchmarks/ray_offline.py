@@ -1,0 +1,239 @@
+"""Offline evaluation throughput on the local engine and on Ray (docs/operations.md
+"Offline work on a Ray cluster").
+
+Generates a log of ``--decisions`` decisions of a float-vector policy (``--dimension``
+features per arm, ``--arms`` arms, uniform logging, Bernoulli rewards of a linear click
+rate) over ``--days`` days in a private PostgreSQL's day partitions, then evaluates
+``--candidates`` learning settings on it (LinUCB over a grid of alpha and epsilon,
+progressive validation as an evaluation of the service replays them) four ways, on the
+same two cores:
+
+* ``local x1``: the local engine in one process (all candidates one after the other);
+* ``local x2``: the same per-candidate tasks on a pool of two processes;
+* ``ray 1 node``: one Ray task per candidate on a one-node cluster of 2 CPUs;
+* ``ray 2 nodes``: the same on two nodes of 1 CPU each (this machine, loopback).
+
+Every task reads the decisions itself from PostgreSQL
+(:func:`service.usecases.evaluations.candidate_task`); the driver sends the query. The
+rate is events replayed (decisions x candidates) per second of wall time per core; Ray's
+overhead is its rate's shortfall from ``local x2`` (the same cores); ``worker MiB`` is the
+largest peak RSS of a process that ran a task. Every run's per-candidate sums are
+checked equal to ``local x1``'s. Writes run ``--label`` of
+``benchmarks/results/ray_offline.json``.
+
+    python -m benchmarks.ray_offline                         # the numbers of docs/operations.md
+    python -m benchmarks.ray_offline --decisions 10000000 --candidates 16   # the issue's size
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from benchmarks._harness import add_label_argument, table, write_json
+from service.schemas import PolicySpec
+from service.storage.base import DecisionRecord, RewardRecord
+from service.storage.migrate import upgrade_head
+from service.storage.partitions import create_partitions
+from service.storage.sql_log import SqlEventLog
+from service.usecases.evaluations import Candidate, DecisionQuery, candidate_task
+from service.usecases.offline_engine import OfflineEngine
+
+POLICY = "bench"
+DAY = 86_400.0
+START = 1_780_000_000.0
+
+
+def generate(url: str, decisions: int, days: int, arms: int, dimension: int, seed: int) -> None:
+    """Write the log (module docstring) in batches, then move it to day partitions."""
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(size=dimension) / np.sqrt(dimension)
+    event_log = SqlEventLog(url)
+    try:
+        batch = 20_000
+        for first in range(0, decisions, batch):
+            n = min(batch, decisions - first)
+            X = rng.random((n, arms, dimension))
+            chosen = rng.integers(arms, size=n)
+            mu = 0.1 + 0.8 / (1 + np.exp(-4 * (X[np.arange(n), chosen] @ theta)))
+            clicks = rng.random(n) < mu
+            times = START + (first + np.arange(n)) * (days * DAY / decisions)
+            records, rewards = [], []
+            for i in range(n):
+                event_id = uuid.UUID(int=int(rng.integers(2**63)) << 64 | first + i).hex
+                ids = [f"a{k}" for k in range(arms)]
+                records.append(
+                    DecisionRecord(
+                        event_id=event_id,
+                        policy=POLICY,
+                        created_at=float(times[i]),
+                        context=[],
+                        candidates=[
+                            {"id": a, "features": X[i, k].tolist()} for k, a in enumerate(ids)
+                        ],
+                        arm_id=ids[chosen[i]],
+                        propensity=1.0 / arms,
+                        scores=[0.0] * arms,
+                        model_version=0,
+                    )
+                )
+                rewards.append(
+                    RewardRecord(
+                        event_id=event_id,
+                        policy=POLICY,
+                        arm_id=ids[chosen[i]],
+                        value=float(clicks[i]),
+                        source="explicit",
+                        created_at=float(times[i]) + 1.0,
+                    )
+                )
+            event_log.append(records, rewards)
+        create_partitions(event_log.engine, START + days * DAY, 1)
+    finally:
+        event_log.close()
+
+
+def candidates(count: int, arms: int, dimension: int) -> list[Candidate]:
+    """``count`` LinUCB settings: alpha x epsilon, as many as asked."""
+    out = []
+    for i in range(count):
+        alpha, epsilon = (0.1, 0.3, 1.0, 3.0)[i % 4], (0.0, 0.05, 0.1, 0.2)[i // 4 % 4]
+        spec = PolicySpec.model_validate(
+            {
+                "algorithm": "linucb",
+                "dimension": dimension,
+                "arms": [f"a{k}" for k in range(arms)],
+                "params": {"alpha": alpha, "ridge_lambda": 1.0 + i // 16},
+                "epsilon": epsilon,
+                "reward_range": [0.0, 1.0],
+            }
+        )
+        out.append(Candidate(f"c{i}", "", "Custom", spec))
+    return out
+
+
+def measured_task(query: DecisionQuery, candidate: dict[str, Any]) -> tuple[Any, float]:
+    """:func:`candidate_task` and the peak RSS (MiB) of the process that ran it."""
+    result = candidate_task(query, candidate)
+    return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_local_pool(query: DecisionQuery, tasks: list[dict[str, Any]], processes: int) -> list[Any]:
+    with ProcessPoolExecutor(processes) as pool:
+        return list(pool.map(measured_task, [query] * len(tasks), tasks))
+
+
+def run_ray(
+    query: DecisionQuery, tasks: list[dict[str, Any]], nodes: int, cores: int
+) -> tuple[float, list[Any]]:
+    """Wall seconds (connecting included, the cluster's start not) and results on a
+    fresh cluster of ``nodes`` nodes sharing ``cores`` CPUs."""
+    from tests.ray_cluster import RayCluster
+
+    cluster = RayCluster(nodes=nodes, cpus=cores // nodes)
+    try:
+        cluster.start()
+        engine = OfflineEngine("ray", cluster.address)
+        started = time.perf_counter()
+        results = engine.map(measured_task, [(query, t) for t in tasks])
+        wall = time.perf_counter() - started
+        import ray
+
+        ray.shutdown()
+        return wall, results
+    finally:
+        cluster.destroy()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decisions", type=int, default=20_000)
+    parser.add_argument("--candidates", type=int, default=16)
+    parser.add_argument("--days", type=int, default=4)
+    parser.add_argument("--arms", type=int, default=4)
+    parser.add_argument("--dimension", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--database", help="a PostgreSQL URL to fill (default: a private server)")
+    add_label_argument(parser, "ray_offline")
+    args = parser.parse_args()
+
+    url = args.database
+    if url is None:
+        from tests.databases import OWNED
+
+        url = OWNED.postgres_url()
+    upgrade_head(url)
+    started = time.perf_counter()
+    generate(url, args.decisions, args.days, args.arms, args.dimension, args.seed)
+    generate_seconds = time.perf_counter() - started
+    query = DecisionQuery(url, POLICY, float("-inf"), float("inf"))
+    tasks = [c.to_json() for c in candidates(args.candidates, args.arms, args.dimension)]
+    events = args.decisions * len(tasks)
+
+    setup = {
+        "decisions": args.decisions,
+        "candidates": len(tasks),
+        "days": args.days,
+        "arms": args.arms,
+        "dimension": args.dimension,
+        "generate_seconds": generate_seconds,
+    }
+    runs: list[dict[str, Any]] = []
+    reference: list[Any] | None = None
+
+    def record(name: str, cores: int, wall: float, results: list[Any]) -> None:
+        nonlocal reference
+        sums = [r for r, _ in results]
+        reference = reference or sums
+        runs.append(
+            {
+                "engine": name,
+                "cores": cores,
+                "wall_seconds": wall,
+                "events_per_second_per_core": events / wall / cores,
+                "worker_peak_mib": max(m for _, m in results),
+                "equal_to_local": sums == reference,
+            }
+        )
+        print(f"{name}: {wall:.1f} s", flush=True)
+        write_json("ray_offline", {**setup, "runs": runs}, args.label)  # kept if a later run fails
+
+    t = time.perf_counter()
+    results = [measured_task(query, task) for task in tasks]
+    record("local x1", 1, time.perf_counter() - t, results)
+    t = time.perf_counter()
+    results = run_local_pool(query, tasks, 2)
+    record("local x2", 2, time.perf_counter() - t, results)
+    for name, nodes in (("ray 1 node", 1), ("ray 2 nodes", 2)):
+        wall, results = run_ray(query, tasks, nodes, 2)
+        record(name, 2, wall, results)
+    base = next(r for r in runs if r["engine"] == "local x2")["events_per_second_per_core"]
+    for r in runs:
+        r["overhead_vs_local_x2"] = (
+            1 - r["events_per_second_per_core"] / base if r["cores"] == 2 else None
+        )
+    print(
+        table(
+            runs,
+            [
+                "engine",
+                "cores",
+                "wall_seconds",
+                "events_per_second_per_core",
+                "overhead_vs_local_x2",
+                "worker_peak_mib",
+                "equal_to_local",
+            ],
+        )
+    )
+    print(write_json("ray_offline", {**setup, "runs": runs}, args.label))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Offline work on a real two-node Ray cluster on loopback (``tests.ray_cluster``, started
+and removed here): every offline command and the service's evaluation and
+feature-importance routes give, on Ray, exactly what the local engine gives; a node
+killed mid-run is survived by Ray's retries with the same result; a cluster stopped
+mid-evaluation fails it with a clear message, and the evaluation runs again once the
+cluster is back. The commands run on Ray in a subprocess (a driver whose cluster is
+gone is ended by Ray, which must not be the test process)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.cli import main
+from service.schemas import PolicySpec
+from service.storage.sql_log import SqlEventLog
+from service.usecases.evaluations import Candidate, evaluate, load_decisions
+from service.usecases.importance import scores_over_log_in_worker
+from tests.ray_cluster import RayCluster, _descendants, require_ray
+from tests.servers import ROOT
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.timeout(1800)  # a cluster's start on a loaded machine takes minutes
+
+EVENTS = 300
+WHOLE_LOG = {"start_time": "2020-01-01T00:00:00Z", "end_time": "2100-01-01T00:00:00Z"}
+TIMING = {"seconds", "cpu_seconds", "wall_seconds"}
+
+
+@pytest.fixture
+def backend() -> str:
+    """The embedded default only: the engine, not the state store, is under test."""
+    return "embedded"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayCluster]:
+    require_ray()
+    ray_cluster = RayCluster(nodes=2, cpus=1)
+    try:
+        ray_cluster.start()
+        yield ray_cluster
+    finally:
+        ray_cluster.destroy()
+
+
+@pytest.fixture(scope="module")
+def storefront_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = ROOT / "examples" / "event_log.py"
+    spec = importlib.util.spec_from_file_location("event_log", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    log = tmp_path_factory.mktemp("storefront") / "events.sqlite3"
+    assert asyncio.run(example.fill(f"sqlite:///{log}", EVENTS, 0, storefront=True)) == EVENTS
+    return log
+
+
+def _untimed(value: Any) -> Any:
+    """``value`` without its wall and CPU times (the only fields that differ by run)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in TIMING}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _local(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code = main([*argv, "--json", str(out), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    return json.loads(out.read_text())
+
+
+def _on_ray(argv: list[str], out: Path, cluster: RayCluster) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "service.cli", *argv, "--json", str(out), "--no-progress"]
+    command += ["--engine", "ray", "--ray-address", cluster.address]
+    return subprocess.Popen(
+        command, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _finished(proc: subprocess.Popen[str], out: Path) -> dict[str, Any]:
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    return json.loads(out.read_text())
+
+
+COMPARE = ["compare", "--format", "news", "--policy", "linucb", "--policy", "lnucb_ta"]
+
+
+def test_offline_commands_on_ray_equal_the_local_engine(
+    cluster: RayCluster, storefront_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    commands = {
+        "compare": [*COMPARE, "--alpha", "0.1", "1", "--rounds", "100", "--seeds", "2", "--jobs", "1"],
+        "replay": ["replay", "--format", "news", "--policy", "linucb", "--rounds", "100", "--seeds", "3"],
+        "evaluate": [
+            "evaluate", "--data", f"sqlite:///{storefront_log}", "--log-policy", "shop",
+            "--policy", "interactions=--cb_explore_adf --epsilon 0.2 -q ::",
+            "--offline-experimentation",
+        ],
+    }  # fmt: skip
+    remote = {
+        name: (_on_ray(argv, tmp_path / f"{name}-ray.json", cluster), tmp_path / f"{name}-ray.json")
+        for name, argv in commands.items()
+    }
+    for name, argv in commands.items():
+        local = _local(argv, tmp_path / f"{name}.json", capsys)
+        on_ray = _finished(*remote[name])
+        if name == "compare":
+            assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
+        assert _untimed(on_ray) == _untimed(local), name
+        assert local.get("results") or local.get("per_seed") or local.get("estimates")
+
+
+@pytest.mark.anyio
+async def test_service_evaluations_and_feature_importance_on_ray(
+    cluster: RayCluster, storefront_log: Path, tmp_path: Path, make_settings: Any
+) -> None:
+    log = tmp_path / "events.sqlite3"
+    shutil.copy(storefront_log, log)
+    url = f"sqlite:///{log}"
+    settings = make_settings(database_url=url, offline_engine="ray", ray_address=cluster.address)
+    async with running(settings) as (app, http, _):
+        body = {
+            "name": "on ray",
+            **WHOLE_LOG,
+            "policies": [{"name": "eps", "arguments": "--cb_explore_adf --epsilon 0.1"}],
+            "offline_experimentation": True,
+        }
+        created = await http.post("/policies/shop/evaluations", json=body)
+        assert created.status_code == 202, created.text
+        evaluation_id = created.json()["evaluation_id"]
+        record = await _finished_evaluation(app, evaluation_id)
+        assert record.status == "succeeded", record.message
+        assert record.result == _expected_evaluation(url, record)
+
+        job = await http.put(
+            "/policies/shop/feature-importances/j1", json={"since": 0, "until": 4e9}
+        )
+        assert job.status_code in (200, 201, 202), job.text
+        deadline = time.monotonic() + 180
+        while (view := (await http.get("/policies/shop/feature-importances/j1")).json())[
+            "status"
+        ] == "Running":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.5)
+        assert view["status"] == "Succeeded", view
+        info = (await app.state.use_cases.admin.get_policy("shop")).model_dump_json()
+        expected = scores_over_log_in_worker(url, info, 0, 4e9)
+        assert view["feature_scores"] == [s.model_dump(mode="json") for s in expected.scores]
+        assert expected.scores
+
+
+async def _finished_evaluation(app: Any, evaluation_id: str, timeout: float = 240) -> Any:
+    store = app.state.use_cases.evaluations.store
+    deadline = time.monotonic() + timeout
+    while (record := await asyncio.to_thread(store.get, "shop", evaluation_id)).status in (
+        "pending",
+        "running",
+    ):
+        assert time.monotonic() < deadline, record
+        await asyncio.sleep(0.5)
+    return record
+
+
+def _expected_evaluation(url: str, record: Any) -> Any:
+    """The local engine's result of ``record``'s request, as stored (JSON)."""
+    event_log = SqlEventLog(url)
+    try:
+        decisions = load_decisions(event_log, "shop", record.start_time, record.end_time)
+    finally:
+        event_log.close()
+    candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
+    grid = [PolicySpec.model_validate(g) for g in record.request["grid"]]
+    return json.loads(json.dumps(evaluate(decisions, candidates, grid)))
+
+
+def _wait_for_task(cluster: RayCluster, node: int, task: str, timeout: float = 120) -> None:
+    """Until a worker of ``node`` runs ``task`` (its process title names it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in _descendants(cluster.procs[node].pid):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if task in title:
+                return
+        assert time.monotonic() < deadline, f"no {task} on node {node}"
+        time.sleep(0.2)
+
+
+def test_a_node_killed_mid_run_is_retried_with_the_same_result(
+    cluster: RayCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*COMPARE, "--rounds", "600", "--seeds", "2", "--jobs", "1"]
+    proc = _on_ray(argv, tmp_path / "ray.json", cluster)
+    _wait_for_task(cluster, 1, "_replay_task")
+    cluster.stop_node(1)  # the worker node and its worker processes
+    on_ray = _finished(proc, tmp_path / "ray.json")
+    local = _local(argv, tmp_path / "local.json", capsys)
+    on_ray.pop("engine"), local.pop("engine")
+    assert _untimed(on_ray) == _untimed(local)
+
+
+@pytest.mark.anyio
+async def test_a_cluster_stopped_mid_evaluation_fails_it_and_a_rerun_succeeds(
+    cluster: RayCluster, storefront_log: Path, tmp_path: Path, make_settings: Any
+) -> None:
+    log = tmp_path / "events.sqlite3"
+    shutil.copy(storefront_log, log)
+    url = f"sqlite:///{log}"
+    settings = make_settings(database_url=url, offline_engine="ray", ray_address=cluster.address)
+    body = {"name": "lost", **WHOLE_LOG, "offline_experimentation": True}
+    async with running(settings) as (app, http, _):
+        created = await http.post("/policies/shop/evaluations", json=body)
+        assert created.status_code == 202, created.text
+        await asyncio.to_thread(_wait_for_task, cluster, 0, "candidate_task")
+        cluster.stop()
+        record = await _finished_evaluation(app, created.json()["evaluation_id"], timeout=120)
+        assert record.status == "failed"
+        assert f"the Ray cluster at {cluster.address}" in record.message, record.message
+        view = (await http.get(f"/policies/shop/evaluations/{record.evaluation_id}")).json()
+        assert view["status"] == "failed" and view["message"] == record.message
+
+        await asyncio.to_thread(cluster.start)
+        again = await http.post("/policies/shop/evaluations", json=body)
+        assert again.status_code == 202, again.text
+        record = await _finished_evaluation(app, again.json()["evaluation_id"])
+        assert record.status == "succeeded", record.message
+        assert record.result == _expected_evaluation(url, record)
