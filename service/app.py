@@ -24,15 +24,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service import metrics
 from service.auth import warn_if_open
 from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
+from service.personalizer import routers as personalizer
+from service.personalizer.loops import DEFAULT_LOOP
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file
 from service.request_context import REQUEST_ID_HEADER, RequestIds
-from service.routers import audit, decisions, evaluations, health, personalizer, policies
+from service.routers import audit, decisions, evaluations, health, policies
 from service.settings import Settings, get_settings
 from service.startup import usable_directory
 from service.storage.base import StateStore, StoreUnavailableError
 from service.storage.breaker import BreakerState, CircuitBreaker
 from service.usecases import UseCases, build_use_cases
-from service.usecases.loops import DEFAULT_LOOP
 from service.usecases.policies_file import PoliciesFile
 
 log = logging.getLogger("bandit.service")

@@ -38,11 +38,11 @@ import numpy as np
 
 from bandit_core import policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
+from service.personalizer.learning_modes import LOGGING_ONLY, mode_at
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision, StateStore
 from service.usecases.json_features import logged_rows
-from service.usecases.learning_modes import LOGGING_ONLY, mode_at
 from service.usecases.models import PART_PREFIXES, imported_model_record
 from service.usecases.policy_cache import PULLS_PREFIX
 

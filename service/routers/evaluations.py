@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.deps import ApiKey, EvaluationsDep
 from service.evaluation_schemas import EvaluationRequest, EvaluationView
-from service.personalizer_schemas import PersonalizerPolicy
+from service.personalizer.schemas import PersonalizerPolicy
 from service.routers.json_route import JsonRoute
 from service.schemas import ErrorDetail
 from service.usecases.evaluation_views import native_view

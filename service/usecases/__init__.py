@@ -18,18 +18,15 @@ module               use case (public surface)
 ``events``           ``PendingEvent`` and its ``EventState``
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
-``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
-``learning_modes``   Personalizer's Online/Apprentice/LoggingOnly: ``served_decision``
-``loop_rewards``     a Personalizer reward: ``earliest``, ``sum``, late rewards logged
 ``evaluations``      ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
-``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
 ``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
 ``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
 ``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
 ===================  =====================================================================
 
-Routers (``service.routers``) and any other API family call these public methods only;
+Routers (``service.routers``) and any other API family (the Personalizer adapter,
+:mod:`service.personalizer`) call these public methods only;
 :func:`build_use_cases` wires one set per process in the app's lifespan.
 """
 
@@ -39,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from service.personalizer.loops import Loops
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
@@ -47,7 +45,6 @@ from service.usecases.evaluations import Evaluations
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.log_upkeep import LogUpkeep
-from service.usecases.loops import Loops
 from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor

@@ -27,9 +27,9 @@ from service.evaluation_schemas import (
     PolicyTimeSeries,
     PreviewEvaluation,
 )
+from service.personalizer.loops import format_duration
 from service.storage.evaluations import EvaluationRecord
 from service.usecases.evaluations import total
-from service.usecases.loops import format_duration
 
 V1_STATUS = {
     "pending": "pending",

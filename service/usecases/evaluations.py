@@ -58,7 +58,16 @@ from bandit_core.features import SparseRows
 from bandit_core.featurized import featurized_rows
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.evaluation_schemas import EvaluationPolicy
-from service.personalizer_schemas import PersonalizerPolicy
+from service.personalizer.loops import (
+    DEFAULT_LOOP_SPEC,
+    DEFAULT_POLICY_NAME,
+    ENGINE_OF_VW,
+    POLICY_NAME_KEY,
+    Loops,
+    parse_vw_arguments,
+    vw_arguments,
+)
+from service.personalizer.schemas import PersonalizerPolicy
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo, PolicySpec
 from service.settings import Settings
@@ -72,15 +81,6 @@ from service.storage.evaluations import (
 )
 from service.storage.schema import create_log_engine
 from service.usecases.json_features import CachedFeaturizer
-from service.usecases.loops import (
-    DEFAULT_LOOP_SPEC,
-    DEFAULT_POLICY_NAME,
-    ENGINE_OF_VW,
-    POLICY_NAME_KEY,
-    Loops,
-    parse_vw_arguments,
-    vw_arguments,
-)
 from service.usecases.worker_pool import WorkerPool
 
 log = logging.getLogger("bandit.service")

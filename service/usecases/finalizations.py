@@ -42,9 +42,9 @@ from prometheus_client import Counter
 
 from service import metrics
 from service.errors import Conflict, NotFound
+from service.personalizer.learning_modes import APPRENTICE_METRICS_KEY, count_apprentice_event
 from service.policies import Runtime
 from service.usecases.events import EventState, PendingEvent, event_key
-from service.usecases.learning_modes import APPRENTICE_METRICS_KEY, count_apprentice_event
 from service.usecases.policy_cache import PolicyCache, import_stored
 
 log = logging.getLogger("bandit.service")

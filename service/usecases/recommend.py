@@ -40,6 +40,13 @@ from bandit_core import BanditError, BasePolicy, Decision, ModelError, SelectReq
 from bandit_core.features import SparseRows
 from service import metrics
 from service.errors import ApiError, Conflict, EngineInputError, with_policy
+from service.personalizer.learning_modes import (
+    ONLINE,
+    BaselineServing,
+    baseline_serving,
+    learning_mode,
+    served_decision,
+)
 from service.policies import Runtime
 from service.schemas import RecommendRequest
 from service.settings import Settings
@@ -62,13 +69,6 @@ from service.usecases.events import (
     stored_row,
 )
 from service.usecases.json_features import JsonCandidates, logged_candidates
-from service.usecases.learning_modes import (
-    ONLINE,
-    BaselineServing,
-    baseline_serving,
-    learning_mode,
-    served_decision,
-)
 from service.usecases.policy_cache import (
     PULLS_PREFIX,
     PolicyCache,
@@ -123,10 +123,10 @@ class Recommender:
         once here, and stored as is with the pending event for repeats); coalesced with
         the policy's other requests under load (see the module docstring). ``annotations``
         are fields added to that response, e.g. the slot ids a multi-slot event keeps on
-        its first slot (service/usecases/multislot.py). ``baseline``: the candidate the
+        its first slot (service/personalizer/multislot.py). ``baseline``: the candidate the
         application would show without the service, served instead of the model's choice
         when the policy is in Personalizer's Apprentice or LoggingOnly learning mode
-        (:mod:`service.usecases.learning_modes`). A request with annotations, or a
+        (:mod:`service.personalizer.learning_modes`). A request with annotations, or a
         baseline for a policy not known to be in the Online mode (where the baseline
         changes nothing), is served on its own."""
         if (

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from service import metrics
 from service.errors import Conflict, NotFound
+from service.personalizer.loop_rewards import clipped
 from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import SOURCE_OF_STATE, EventState, PendingEvent, event_key
 from service.usecases.finalizations import EventAlreadyFinalError, Outcome, contained
-from service.usecases.loop_rewards import clipped
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.rewards import Rewards

@@ -1,4 +1,4 @@
-"""Personalizer learning loops (``service.routers.personalizer``): Azure AI Personalizer's
+"""Personalizer learning loops (``service.personalizer.routers``): Azure AI Personalizer's
 rank, reward, activate and configuration calls translated onto the same use cases as the
 native API (one engine, one state store, one log; docs/personalizer.md).
 
@@ -30,17 +30,7 @@ import isodate
 from pydantic import ValidationError
 
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.personalizer_schemas import (
-    PersonalizerPolicy,
-    PersonalizerRankedAction,
-    PersonalizerRankRequest,
-    PersonalizerRankResponse,
-    PersonalizerServiceConfiguration,
-)
-from service.policies import spec_of
-from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
-from service.usecases.admin import PolicyAdmin
-from service.usecases.learning_modes import (
+from service.personalizer.learning_modes import (
     APPRENTICE,
     APPRENTICE_METRICS_KEY,
     DEFAULT_EXPORT_FREQUENCY,
@@ -50,7 +40,17 @@ from service.usecases.learning_modes import (
     mode_started,
     with_mode,
 )
-from service.usecases.loop_rewards import EARLIEST, reward_loop_event
+from service.personalizer.loop_rewards import EARLIEST, reward_loop_event
+from service.personalizer.schemas import (
+    PersonalizerPolicy,
+    PersonalizerRankedAction,
+    PersonalizerRankRequest,
+    PersonalizerRankResponse,
+    PersonalizerServiceConfiguration,
+)
+from service.policies import spec_of
+from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
+from service.usecases.admin import PolicyAdmin
 from service.usecases.recommend import Recommender
 from service.usecases.rewards import Rewards
 
@@ -422,7 +422,7 @@ class Loops:
 
     async def reward(self, loop: str, event_id: str, value: float) -> None:
         """Reward the event under the loop's ``rewardAggregation``
-        (:mod:`service.usecases.loop_rewards`). As in Personalizer, a reward for an
+        (:mod:`service.personalizer.loop_rewards`). As in Personalizer, a reward for an
         event this loop does not know or did not activate is accepted and not learned
         from; one after the reward wait is logged as late, not learned from."""
         info = await self.admin.get_policy(loop)
