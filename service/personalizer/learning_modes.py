@@ -19,7 +19,7 @@ served under a mode; the single-slot rank and each slot of a multi-slot rank cal
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -48,7 +48,9 @@ DEFAULT_EXPORT_FREQUENCY = "PT1M"
 
 @dataclass(frozen=True)
 class BaselineServing:
-    """A rank under ``mode`` (Apprentice or LoggingOnly) serves ``baseline``."""
+    """A rank under ``mode`` (Apprentice or LoggingOnly) serves ``baseline``: the serving
+    mode (``service.usecases.recommendation.ServingMode``) the core recommend use case
+    is given."""
 
     mode: LearningMode
     baseline: str
@@ -57,6 +59,10 @@ class BaselineServing:
     def learn(self) -> bool:
         """Whether the served event's reward is learned from (not in LoggingOnly)."""
         return self.mode != LOGGING_ONLY
+
+    def serve(self, greedy: Decision) -> tuple[Decision, bool | None]:
+        """:func:`served_decision` of the model's greedy choice."""
+        return served_decision(self.mode, greedy, self.baseline)
 
 
 def learning_mode(personalizer: Mapping[str, Any] | None) -> LearningMode:
@@ -68,6 +74,16 @@ def learning_mode(personalizer: Mapping[str, Any] | None) -> LearningMode:
 def baseline_serving(mode: LearningMode, baseline: str) -> BaselineServing | None:
     """How a rank under ``mode`` serves ``baseline``: None for Online (the model serves)."""
     return None if mode == ONLINE else BaselineServing(mode=mode, baseline=baseline)
+
+
+def serving_of(baseline: str) -> Callable[[PolicyInfo], BaselineServing | None]:
+    """The serving mode of a rank whose baseline is ``baseline`` under a loop's
+    configuration at the time of the decision (None in Online: the model serves)."""
+
+    def serving(info: PolicyInfo) -> BaselineServing | None:
+        return baseline_serving(learning_mode(info.personalizer), baseline)
+
+    return serving
 
 
 def served_decision(
@@ -222,6 +238,20 @@ def count_apprentice_event(
     frequency = (info.personalizer or {}).get("modelExportFrequency", DEFAULT_EXPORT_FREQUENCY)
     metrics.add(reward, event.imitated, now, _seconds(frequency))
     return {APPRENTICE_METRICS_KEY: metrics.to_json()}
+
+
+class ApprenticeTally:
+    """The apprentice metrics as the core counts them when it applies a reward
+    (``service.usecases.finalizations.ServedTally``)."""
+
+    key = APPRENTICE_METRICS_KEY
+
+    @staticmethod
+    def count(
+        info: PolicyInfo, stored: bytes | None, event: PendingEvent, reward: float, now: float
+    ) -> dict[str, bytes]:
+        """:func:`count_apprentice_event`."""
+        return count_apprentice_event(info, stored, event, reward, now)
 
 
 def _seconds(duration: str) -> float:

@@ -30,12 +30,6 @@ EARLIEST = "earliest"
 SUM = "sum"
 
 
-def clipped(total: float, reward_range: tuple[float, float]) -> float:
-    """``total`` clipped to ``reward_range``."""
-    low, high = reward_range
-    return min(max(total, low), high)
-
-
 def within_wait(event: PendingEvent, now: float, wait_seconds: float) -> bool:
     """Whether ``now`` is before the end of ``event``'s reward wait."""
     deadline = event.created_at + wait_seconds if event.deadline is None else event.deadline

@@ -18,7 +18,6 @@ policy is a Vowpal Wabbit argument string (what maps: ``--cb_explore_adf``,
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -38,6 +37,7 @@ from service.personalizer.learning_modes import (
     ApprenticeMetrics,
     learning_mode,
     mode_started,
+    serving_of,
     with_mode,
 )
 from service.personalizer.loop_rewards import EARLIEST, reward_loop_event
@@ -405,19 +405,19 @@ class Loops:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
         baseline = next(a for a in ids if a not in excluded)
         try:
-            decision = json.loads(
-                await self.recommender.recommend(request, annotations, baseline)
+            decision = await self.recommender.recommend(
+                request, annotations, serving_of(baseline)
             )
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
             loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
             raise InvalidRequest(_renamed(exc.message), loc) from exc
         ranking = [
-            PersonalizerRankedAction(id=r["arm_id"], probability=r["propensity"])
-            for r in decision["ranking"]
+            PersonalizerRankedAction(id=r.arm_id, probability=r.propensity)
+            for r in decision.ranking
         ]
         ranking += [PersonalizerRankedAction(id=a, probability=0.0) for a in excluded]
         return PersonalizerRankResponse(
-            ranking=ranking, event_id=decision["event_id"], reward_action_id=decision["arm_id"]
+            ranking=ranking, event_id=decision.event_id, reward_action_id=decision.arm_id
         )
 
     async def reward(self, loop: str, event_id: str, value: float) -> None:

@@ -3,7 +3,10 @@
 ===================  =====================================================================
 module               use case (public surface)
 ===================  =====================================================================
-``recommend``        ``Recommender.recommend``: ``POST /recommend``
+``recommend``        ``Recommender.recommend``: ``POST /recommend``, the plain path
+``recommend_batch``  ``Coalescer``: a policy's concurrent recommendations in batches
+``recommendation``   ``Recommendation`` (the typed answer), ``ServingMode``, ``ServedDecision``
+``event_ids``        ``EventIds``: a client's event id, a repeat answered the original
 ``rewards``          ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
 ``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
 ``finalizations``    ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
@@ -42,6 +45,7 @@ from service.storage.base import EventLog, LogSink, StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.evaluations import Evaluations
+from service.usecases.finalizations import ServedTally
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.log_upkeep import LogUpkeep
@@ -105,10 +109,13 @@ def build_use_cases(
     event_log: EventLog,
     settings: Settings,
     clock: Callable[[], float] = time.time,
+    tally: ServedTally | None = None,
 ) -> UseCases:
-    """Every use case over one shared :class:`PolicyCache` of ``store``."""
+    """Every use case over one shared :class:`PolicyCache` of ``store``; ``tally``: the
+    counts an API family keeps of events served other than by the model
+    (:class:`~service.usecases.finalizations.ServedTally`)."""
     cache = PolicyCache(store, settings.metrics_arm_series)
-    rewards = Rewards(cache, sink, settings, clock)
+    rewards = Rewards(cache, sink, settings, clock, tally)
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, event_log, settings, audit, clock)
     recommender = Recommender(cache, sink, settings, clock)

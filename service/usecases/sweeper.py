@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from service import metrics
 from service.errors import Conflict, NotFound
-from service.personalizer.loop_rewards import clipped
 from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
@@ -231,3 +230,10 @@ def _overdue(events: Iterable[PendingEvent | None], now: float) -> float:
         ),
         default=0.0,
     )
+
+
+def clipped(total: float, reward_range: tuple[float, float]) -> float:
+    """``total`` clipped to ``reward_range`` (a summed reward; the models' bounds assume
+    the range)."""
+    low, high = reward_range
+    return min(max(total, low), high)
