@@ -30,23 +30,24 @@ from pydantic import ValidationError
 
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.personalizer.learning_modes import (
-    APPRENTICE,
     APPRENTICE_METRICS_KEY,
-    DEFAULT_EXPORT_FREQUENCY,
-    ONLINE,
     ApprenticeMetrics,
-    learning_mode,
     mode_started,
     serving_of,
     with_mode,
 )
-from service.personalizer.loop_rewards import EARLIEST, reward_loop_event
+from service.personalizer.loop_rewards import reward_loop_event
 from service.personalizer.schemas import (
     PersonalizerPolicy,
     PersonalizerRankedAction,
     PersonalizerRankRequest,
     PersonalizerRankResponse,
     PersonalizerServiceConfiguration,
+)
+from service.personalizer.settings import (
+    APPRENTICE,
+    ONLINE,
+    LoopSettings,
 )
 from service.policies import spec_of
 from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
@@ -67,7 +68,6 @@ DEFAULT_LOOP_SPEC = PolicySpec(
     reward_wait_seconds=600.0,
     epsilon=DEFAULT_EPSILON,
 )
-DEFAULT_POLICY_NAME = "default"
 # the engine of a loop whose learning policy is given as VW arguments
 ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
 # Personalizer kept these (stored in PolicySpec.personalizer); only log_retention_days
@@ -236,10 +236,10 @@ class Loops:
         """The loop's settings as Personalizer's service configuration, with its latest
         apprentice metrics once Apprentice mode was turned on."""
         info = await self.admin.get_policy(loop)
-        kept = info.personalizer or {}
+        kept = LoopSettings.of(info)
         stored = await self.admin.cache.read(loop, [APPRENTICE_METRICS_KEY], {})
         data = stored[APPRENTICE_METRICS_KEY].data
-        mode = learning_mode(kept)
+        mode = kept.learning_mode
         if data is not None:
             metrics: ApprenticeMetrics | None = ApprenticeMetrics.from_json(data)
         elif mode == APPRENTICE:
@@ -248,10 +248,7 @@ class Loops:
             metrics = None
         return PersonalizerServiceConfiguration.model_validate(
             {
-                "modelExportFrequency": DEFAULT_EXPORT_FREQUENCY,
-                "logRetentionDays": -1,
-                "rewardAggregation": EARLIEST,
-                **kept,
+                **kept.model_dump(mode="json", by_alias=True),
                 "rewardWaitTime": format_duration(info.reward_wait_seconds),
                 "defaultReward": info.default_reward,
                 "explorationPercentage": info.epsilon or 0.0,
@@ -286,8 +283,8 @@ class Loops:
                 f"but got {config.default_reward}",
                 ["body", "defaultReward"],
             )
-        kept = info.personalizer or {}
-        old_mode = learning_mode(kept)
+        kept = LoopSettings.of(info)
+        old_mode = kept.learning_mode
         mode = config.learning_mode or old_mode
         if {old_mode, mode} == {ONLINE, APPRENTICE}:
             changed = [
@@ -297,7 +294,7 @@ class Loops:
                     ("rewardWaitTime", info.reward_wait_seconds, wait),
                     (
                         "rewardAggregation",
-                        kept.get("rewardAggregation", EARLIEST),
+                        kept.reward_aggregation,
                         config.reward_aggregation,
                     ),
                 )
@@ -324,7 +321,7 @@ class Loops:
                 "reward_wait_seconds": wait,
                 "default_reward": config.default_reward,
                 "epsilon": config.exploration_percentage,
-                "personalizer": with_mode({**kept, **settings}, mode, now),
+                "personalizer": with_mode(kept.updated(settings), mode, now).stored(),
             },
         )
         if mode == APPRENTICE and old_mode != APPRENTICE:
@@ -336,7 +333,7 @@ class Loops:
 
     async def policy_configuration(self, loop: str) -> PersonalizerPolicy:
         info = await self.admin.get_policy(loop)
-        name = (info.personalizer or {}).get(POLICY_NAME_KEY, DEFAULT_POLICY_NAME)
+        name = LoopSettings.of(info).policy_name
         return PersonalizerPolicy(name=name, arguments=vw_arguments(info))
 
     async def update_policy_configuration(
@@ -347,7 +344,7 @@ class Loops:
         the default shared model with their epsilon and interactions. What was learned is
         reset when the engine changes. Also returns the VW arguments ignored."""
         info = await self.admin.get_policy(loop)
-        kept = {**(info.personalizer or {}), POLICY_NAME_KEY: contract.name}
+        kept = LoopSettings.of(info).updated({POLICY_NAME_KEY: contract.name}).stored()
         if contract.arguments.lstrip().startswith("{"):
             try:
                 spec = PolicySpec.model_validate_json(contract.arguments)
@@ -365,7 +362,7 @@ class Loops:
     async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)
-        kept = {k: v for k, v in (info.personalizer or {}).items() if k != POLICY_NAME_KEY}
+        kept = LoopSettings.of(info).without(POLICY_NAME_KEY).stored()
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in (*ENGINE_OF_VW, "epsilon")}
         await self.admin.update_policy(loop, {**engine, "personalizer": kept})
         return await self.policy_configuration(loop)
@@ -426,7 +423,7 @@ class Loops:
         event this loop does not know or did not activate is accepted and not learned
         from; one after the reward wait is logged as late, not learned from."""
         info = await self.admin.get_policy(loop)
-        aggregation = (info.personalizer or {}).get("rewardAggregation", EARLIEST)
+        aggregation = LoopSettings.of(info).reward_aggregation
         await reward_loop_event(self.rewards, loop, event_id, value, aggregation)
 
     async def activate(self, loop: str, event_id: str) -> None:

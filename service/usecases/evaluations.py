@@ -60,14 +60,13 @@ from service.errors import Conflict, InvalidRequest, NotFound
 from service.evaluation_schemas import EvaluationPolicy
 from service.personalizer.loops import (
     DEFAULT_LOOP_SPEC,
-    DEFAULT_POLICY_NAME,
     ENGINE_OF_VW,
-    POLICY_NAME_KEY,
     Loops,
     parse_vw_arguments,
     vw_arguments,
 )
 from service.personalizer.schemas import PersonalizerPolicy
+from service.personalizer.settings import LoopSettings
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo, PolicySpec
 from service.settings import Settings
@@ -194,7 +193,7 @@ def plan(
     """What an evaluation of the policy ``info`` replays: the online setting, Baseline,
     Random and ``policies`` (a 400 names a bad one), and the grid when asked."""
     loop_spec = spec_of(info)
-    online = (info.personalizer or {}).get(POLICY_NAME_KEY, DEFAULT_POLICY_NAME)
+    online = LoopSettings.of(info).policy_name
     reserved = {online, BASELINE, RANDOM}
     names = [p.name for p in policies]
     for i, p in enumerate(policies):
