@@ -8,6 +8,7 @@ module                 what it is
 =====================  ===============================================================
 ``routers/``           the routes, error shape and key header of every API version
 ``schemas``            the pydantic contracts of Personalizer's bodies
+``settings``           ``LoopSettings``: a loop's Personalizer settings, typed
 ``loops``              ``Loops``: rank, reward, activate, configurations
 ``learning_modes``     Online / Apprentice / LoggingOnly as serving modes of a rank
 ``loop_rewards``       a reward under ``rewardAggregation`` (``earliest``, ``sum``)
