@@ -31,6 +31,7 @@ import numpy as np
 from bandit_core.evaluation import WindowSums, importance_weights, progressive_distribution
 from bandit_core.storefront import Storefront
 from benchmarks._harness import add_label_argument, table, write_json
+from service.personalizer.loops import DEFAULT_LOOP_SPEC
 from service.policies import build_policy
 from service.schemas import PolicySpec
 from service.storage.base import DecisionRecord, LoggedDecision, RewardRecord
@@ -42,7 +43,6 @@ from service.usecases.evaluations import (
     spec_from_arguments,
     total,
 )
-from service.usecases.loops import DEFAULT_LOOP_SPEC
 
 
 def loop_spec(arguments: str) -> PolicySpec:

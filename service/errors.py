@@ -50,7 +50,7 @@ log = logging.getLogger("bandit.service")
 class ApiError(Exception):
     """An error answered with ``status``; ``loc`` names the offending field for 422s and
     ``kind`` is their ``type``; ``code``, when set, is the error code the Personalizer
-    routes answer instead of their route's (``service.routers.personalizer.errors``)."""
+    routes answer instead of their route's (``service.personalizer.routers.errors``)."""
 
     status: int = 400
     kind: str = "invalid_input"

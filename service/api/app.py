@@ -25,15 +25,17 @@ from service.api.auth import warn_if_open
 from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
 from service.observability import metrics
 from service.observability.request_context import REQUEST_ID_HEADER, RequestIds
+from service.personalizer import routers as personalizer
+from service.personalizer.learning_modes import ApprenticeTally
+from service.personalizer.loops import DEFAULT_LOOP
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file
-from service.routers import audit, decisions, evaluations, health, personalizer, policies
+from service.routers import audit, decisions, evaluations, health, policies
 from service.settings import Settings, get_settings
 from service.startup import usable_directory
 from service.storage.base import StoreUnavailableError
 from service.storage.breaker import BreakerState, CircuitBreaker
 from service.storage.state_store import StateStore
 from service.usecases import UseCases, build_use_cases
-from service.usecases.loops import DEFAULT_LOOP
 from service.usecases.policies_file import PoliciesFile
 
 log = logging.getLogger("bandit.service")
@@ -154,7 +156,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(store.close)
         writer = make_writer(settings, event_log)
         stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
-        use_cases = build_use_cases(store, writer, event_log, settings)
+        use_cases = build_use_cases(store, writer, event_log, settings, tally=ApprenticeTally())
         app.state.use_cases = use_cases
         stack.push_async_callback(use_cases.feature_importances.close)
         stack.push_async_callback(use_cases.monitor.close)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 from fastapi import APIRouter, Path, Response
 
 from service.api.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
@@ -44,9 +45,10 @@ async def recommend(body: RecommendRequest, recommender: RecommenderDep) -> Resp
     """Choose an arm for a context. A repeated client ``event_id`` with the same body
     returns the original decision; with another body it is 409. When the state store is down the decision is served from this process's
     cached model and flagged ``degraded`` (it cannot be rewarded)."""
-    # The use case serializes the response itself (``response_model`` documents it): a
-    # returned model would be dumped, validated and serialized again by FastAPI.
-    return Response(await recommender.recommend(body), media_type="application/json")
+    # Serialized here from the plain dict (``response_model`` documents it): a returned
+    # model would be dumped, validated and serialized again by FastAPI.
+    recommendation = await recommender.recommend(body)
+    return Response(orjson.dumps(recommendation.as_response()), media_type="application/json")
 
 
 @router.post("/reward", response_model=RewardResponse, dependencies=[ApiKey], responses=_errors)

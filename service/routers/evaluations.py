@@ -7,7 +7,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.deps import ApiKey, EvaluationsDep
-from service.personalizer_schemas import PersonalizerPolicy
+from service.personalizer.schemas import PersonalizerPolicy
 from service.routers.json_route import JsonRoute
 from service.schemas import ErrorDetail
 from service.schemas.evaluations import EvaluationRequest, EvaluationView

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from service.personalizer_schemas import PersonalizerPolicy
+from service.personalizer.schemas import PersonalizerPolicy
 
 
 def _iso_time_only(value: object) -> object:

@@ -3,7 +3,10 @@
 ===================  =====================================================================
 module               use case (public surface)
 ===================  =====================================================================
-``recommend``        ``Recommender.recommend``: ``POST /recommend``
+``recommend``        ``Recommender.recommend``: ``POST /recommend``, the plain path
+``recommend_batch``  ``Coalescer``: a policy's concurrent recommendations in batches
+``recommendation``   ``Recommendation`` (the typed answer), ``ServingMode``, ``ServedDecision``
+``event_ids``        ``EventIds``: a client's event id, a repeat answered the original
 ``rewards``          ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
 ``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
 ``finalizations``    ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
@@ -18,20 +21,19 @@ module               use case (public surface)
 ``events``           ``PendingEvent`` and its ``EventState``
 ``candidates``       a request's candidate ids and feature rows
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
-``loops``            ``Loops``: the Personalizer-compatible routes over the use cases above
-``learning_modes``   Personalizer's Online/Apprentice/LoggingOnly: ``served_decision``
-``loop_rewards``     a Personalizer reward: ``earliest``, ``sum``, late rewards logged
 ``evaluation_jobs``  ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``evaluations``      an evaluation's plan, replay and estimates (also ``bandit evaluate``)
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
-``multislot``        ``MultiSlot``: Personalizer's multi-slot routes over ``Loops``
 ``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
 ``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
 ``rebuild``          ``rebuild_policy``: a policy's state replayed from the event log
 ``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
+``drift_watch``      ``DriftWatch``: each policy's applied rewards watched for a change
+``offline_engine``   ``OfflineEngine``: where offline work runs (this machine or Ray)
 ===================  =====================================================================
 
-Routers (``service.routers``) and any other API family call these public methods only;
+Routers (``service.routers``) and any other API family (the Personalizer adapter,
+:mod:`service.personalizer`) call these public methods only;
 :func:`build_use_cases` wires one set per process in the app's lifespan.
 """
 
@@ -41,16 +43,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from service.personalizer.loops import Loops
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink
 from service.storage.state_store import StateStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.evaluation_jobs import Evaluations
+from service.usecases.finalizations import ServedTally
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.log_upkeep import LogUpkeep
-from service.usecases.loops import Loops
 from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
@@ -111,10 +114,13 @@ def build_use_cases(
     event_log: EventLog,
     settings: Settings,
     clock: Callable[[], float] = time.time,
+    tally: ServedTally | None = None,
 ) -> UseCases:
-    """Every use case over one shared :class:`PolicyCache` of ``store``."""
+    """Every use case over one shared :class:`PolicyCache` of ``store``; ``tally``: the
+    counts an API family keeps of events served other than by the model
+    (:class:`~service.usecases.finalizations.ServedTally`)."""
     cache = PolicyCache(store, settings.metrics_arm_series)
-    rewards = Rewards(cache, sink, settings, clock)
+    rewards = Rewards(cache, sink, settings, clock, tally)
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, event_log, settings, audit, clock)
     recommender = Recommender(cache, sink, settings, clock)

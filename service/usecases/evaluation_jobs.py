@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.personalizer_schemas import PersonalizerPolicy
+from service.personalizer.loops import (
+    Loops,
+)
+from service.personalizer.schemas import PersonalizerPolicy
 from service.schemas import PolicySpec
 from service.schemas.evaluations import EvaluationPolicy
 from service.settings import Settings
@@ -45,9 +48,6 @@ from service.usecases.evaluations import (
     DecisionQuery,
     evaluate_on,
     plan,
-)
-from service.usecases.loops import (
-    Loops,
 )
 from service.usecases.offline_engine import OfflineEngine
 from service.usecases.worker_pool import WorkerPool

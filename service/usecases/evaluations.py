@@ -44,20 +44,19 @@ from bandit_core.evaluation.progressive import SUM_FIELDS
 from bandit_core.features import SparseRows
 from bandit_core.featurized import featurized_rows
 from service.errors import InvalidRequest
-from service.personalizer_schemas import PersonalizerPolicy
+from service.personalizer.loops import (
+    DEFAULT_LOOP_SPEC,
+    ENGINE_OF_VW,
+    parse_vw_arguments,
+    vw_arguments,
+)
+from service.personalizer.schemas import PersonalizerPolicy
+from service.personalizer.settings import LoopSettings
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo, PolicySpec
 from service.schemas.evaluations import EvaluationPolicy
 from service.storage.base import DecisionRecord, EventLog, LoggedDecision
 from service.usecases.json_features import CachedFeaturizer
-from service.usecases.loops import (
-    DEFAULT_LOOP_SPEC,
-    DEFAULT_POLICY_NAME,
-    ENGINE_OF_VW,
-    POLICY_NAME_KEY,
-    parse_vw_arguments,
-    vw_arguments,
-)
 from service.usecases.offline_engine import OfflineEngine
 
 PERIOD_SECONDS = 300.0
@@ -169,7 +168,7 @@ def plan(
     """What an evaluation of the policy ``info`` replays: the online setting, Baseline,
     Random and ``policies`` (a 400 names a bad one), and the grid when asked."""
     loop_spec = spec_of(info)
-    online = (info.personalizer or {}).get(POLICY_NAME_KEY, DEFAULT_POLICY_NAME)
+    online = LoopSettings.of(info).policy_name
     reserved = {online, BASELINE, RANDOM}
     names = [p.name for p in policies]
     for i, p in enumerate(policies):

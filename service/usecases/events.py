@@ -10,7 +10,7 @@ An event (state key ``event:<id>``, JSON) moves through the states of
 
 A Personalizer loop with ``rewardAggregation: sum`` adds each reward received within the
 wait to the pending event (``reward_sum``) and the sweeper applies the total when the wait
-ends (:mod:`service.usecases.loop_rewards`).
+ends (:mod:`service.personalizer.loop_rewards`).
 
 Every transition is one store transaction over the event key and the parts the update
 touches (:mod:`service.usecases.rewards`), so a reward and the sweepers of several
@@ -101,7 +101,7 @@ class PendingEvent:
     ``learn`` is False for an event served in Personalizer's LoggingOnly mode (its reward
     is logged, never learned); ``imitated`` is set for an event served in Apprentice mode:
     whether the model's own greedy choice was the baseline served
-    (:mod:`service.usecases.learning_modes`). ``reward_sum`` is the total of the rewards
+    (:mod:`service.personalizer.learning_modes`). ``reward_sum`` is the total of the rewards
     summed so far (``rewardAggregation: sum``), ``deadline`` when the reward wait ends.
     """
 

@@ -37,14 +37,15 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from prometheus_client import Counter
 
 from service.errors import Conflict, NotFound
 from service.observability import metrics
 from service.policies import Runtime
+from service.schemas import PolicyInfo
 from service.usecases.events import EventState, PendingEvent, event_key
-from service.usecases.learning_modes import APPRENTICE_METRICS_KEY, count_apprentice_event
 from service.usecases.policy_cache import PolicyCache, import_stored
 
 log = logging.getLogger("bandit.service")
@@ -119,14 +120,34 @@ class _PolicyQueue:
 _REFUSALS = (EventAlreadyFinalError, NotFound, Conflict)
 
 
+class ServedTally(Protocol):
+    """Counts an API family keeps of the applied rewards of events served other than by
+    the model's own decision (those with ``PendingEvent.imitated`` set; e.g.
+    Personalizer's apprentice metrics, service/personalizer/learning_modes.py), kept in
+    the policy's state under :attr:`key` and updated in the transaction that applies the
+    reward, so each event counts exactly once."""
+
+    @property
+    def key(self) -> str: ...
+
+    def count(
+        self, info: PolicyInfo, stored: bytes | None, event: PendingEvent, reward: float, now: float
+    ) -> dict[str, bytes]:
+        """What to write under :attr:`key` (``stored`` now) after ``event``'s ``reward``
+        was applied at ``now``; nothing when it does not count."""
+        ...
+
+
 @dataclass
 class Finalizations:
     """Applies finalizations one store transaction per batch (see the module docstring);
-    one per process, shared by the reward use case and the sweeper."""
+    one per process, shared by the reward use case and the sweeper; ``tally`` counts the
+    events served other than by the model's own decision."""
 
     cache: PolicyCache
     clock: Callable[[], float]
     coalesce: bool = True
+    tally: ServedTally | None = None
     _queues: dict[str, _PolicyQueue] = field(default_factory=dict, init=False, repr=False)
     _drains: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
@@ -211,8 +232,8 @@ class Finalizations:
         keys = list(dict.fromkeys(event_key(item.event_id) for item in batch))
         parts_of = [item.parts() for item in batch]
         parts = list(dict.fromkeys(p for item_parts in parts_of for p in item_parts))
-        if any(item.event.imitated is not None for item in batch):
-            parts.append(APPRENTICE_METRICS_KEY)  # Apprentice events count in its metrics
+        if self.tally is not None and any(item.event.imitated is not None for item in batch):
+            parts.append(self.tally.key)
         outcomes: list[PendingEvent | Exception] = []
         alphas: dict[str, float] = {}
 
@@ -284,9 +305,10 @@ class Finalizations:
                     return None
                 changed.update(dict.fromkeys(parts_of[i]))
             now = self.clock()
-            if value is not None and ev.imitated is not None:
-                stored = counted.get(APPRENTICE_METRICS_KEY, values.get(APPRENTICE_METRICS_KEY))
-                counted.update(count_apprentice_event(runtime.info, stored, ev, value, now))
+            if self.tally is not None and value is not None and ev.imitated is not None:
+                tally_key = self.tally.key
+                stored = counted.get(tally_key, values.get(tally_key))
+                counted.update(self.tally.count(runtime.info, stored, ev, value, now))
             ev.state, ev.reward, ev.finalized_at = state, value, now
             events[key] = ev
             results.append(ev)

@@ -39,12 +39,13 @@ import numpy as np
 
 from bandit_core import policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
+from service.personalizer.learning_modes import mode_at
+from service.personalizer.settings import LOGGING_ONLY, LoopSettings
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision
 from service.storage.state_store import CounterStore, LastSeenIndex, PartStore, PolicyDirectory
 from service.usecases.json_features import logged_rows
-from service.usecases.learning_modes import LOGGING_ONLY, mode_at
 from service.usecases.models import PART_PREFIXES, imported_model_record
 from service.usecases.policy_cache import PULLS_PREFIX
 
@@ -75,6 +76,7 @@ def _collect(
     rewarded: list[LoggedDecision] = []
     pulls: Counter[str] = Counter()
     seen: dict[str, float] = {}
+    settings = LoopSettings.of(info)
     for event in event_log.iter_events(info.name, since=info.reset_at):
         d = event.decision
         if d.degraded:
@@ -82,7 +84,7 @@ def _collect(
         pulls[d.arm_id] += 1
         last = d.created_at if event.reward is None else max(d.created_at, event.reward.created_at)
         seen[d.arm_id] = max(seen.get(d.arm_id, last), last)
-        if event.reward is not None and mode_at(info.personalizer, d.created_at) != LOGGING_ONLY:
+        if event.reward is not None and mode_at(settings, d.created_at) != LOGGING_ONLY:
             rewarded.append(event)
     rewarded.sort(key=lambda e: e.reward.created_at)  # type: ignore[union-attr]
     return rewarded, pulls, seen

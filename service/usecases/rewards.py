@@ -29,6 +29,7 @@ from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.finalizations import (
     EventAlreadyFinalError,
     Finalizations,
+    ServedTally,
     contained,
     stored_event,
 )
@@ -44,12 +45,13 @@ class Rewards:
     settings: Settings
     clock: Callable[[], float] = time.time
     drift: DriftWatch = field(default_factory=DriftWatch)
+    tally: ServedTally | None = None
     finalizations: Finalizations = field(init=False)
 
     def __post_init__(self) -> None:
         # the finalized events' time is this use case's clock, read when they finalize
         self.finalizations = Finalizations(
-            self.cache, lambda: self.clock(), self.settings.reward_batching
+            self.cache, lambda: self.clock(), self.settings.reward_batching, self.tally
         )
 
     async def reward(self, req: RewardRequest) -> RewardResponse:

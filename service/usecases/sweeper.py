@@ -27,7 +27,6 @@ from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import SOURCE_OF_STATE, EventState, PendingEvent, event_key
 from service.usecases.finalizations import EventAlreadyFinalError, Outcome, contained
-from service.usecases.loop_rewards import clipped
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.rewards import Rewards
@@ -231,3 +230,10 @@ def _overdue(events: Iterable[PendingEvent | None], now: float) -> float:
         ),
         default=0.0,
     )
+
+
+def clipped(total: float, reward_range: tuple[float, float]) -> float:
+    """``total`` clipped to ``reward_range`` (a summed reward; the models' bounds assume
+    the range)."""
+    low, high = reward_range
+    return min(max(total, low), high)

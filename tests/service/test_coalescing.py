@@ -9,11 +9,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 import pytest
 
 from service.errors import ApiError
 from service.schemas import RecommendRequest
+from service.usecases.recommendation import Recommendation
 from tests.service.conftest import counted_transactions, running
 
 pytestmark = pytest.mark.anyio
@@ -72,9 +72,9 @@ def _bodies(round_: int, prefix: str) -> list[dict[str, Any]]:
     return out
 
 
-async def _outcome(call: Awaitable[bytes]) -> Any:
+async def _outcome(call: Awaitable[Recommendation]) -> Any:
     try:
-        response = orjson.loads(await call)
+        response = (await call).as_response()
     except ApiError as exc:
         return type(exc).__name__, str(exc).replace("batched-", "plain-")
     # the store versions behind model_version count writes, which batches save
@@ -108,7 +108,7 @@ async def _serve(make_settings: Callable[..., Any], coalescing: bool) -> tuple[l
                 per_round.append({p: transactions[start:].count(prefix + p) for p in POLICIES})
                 outcomes += got
                 for i in (0, 2, 4):  # rewards to the same decisions in both runs
-                    event = orjson.loads(await recommender.recommend(requests[i]))["event_id"]
+                    event = (await recommender.recommend(requests[i])).event_id
                     r = await http.post("/reward", json={"event_id": event, "reward": 1.0})
                     assert r.status_code == 200 and r.json()["applied"], r.text
         await asyncio.to_thread(use_cases.sink.flush, 5.0)

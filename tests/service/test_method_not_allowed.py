@@ -11,7 +11,7 @@ import pytest
 from fastapi.routing import iter_route_contexts
 
 from service.errors import METHODS
-from service.routers.personalizer import PERSONALIZER_PATH
+from service.personalizer.routers import PERSONALIZER_PATH
 from tests.service.conftest import running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("backend", ["embedded"])]

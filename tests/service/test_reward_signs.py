@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.personalizer.loops import DEFAULT_LOOP
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import PendingEvent, event_key
-from service.usecases.loops import DEFAULT_LOOP
 from service.usecases.rebuild import rebuild_policy
 from tests.service.conftest import API_KEY, POLICY, running, wait_for
 

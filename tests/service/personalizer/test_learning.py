@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bandit_core.storefront import Storefront, StorefrontRound
-from service.usecases.loops import DEFAULT_LOOP, DEFAULT_LOOP_SPEC
+from service.personalizer.loops import DEFAULT_LOOP, DEFAULT_LOOP_SPEC
 from tests.service.conftest import running
 
 pytestmark = pytest.mark.anyio

@@ -1,19 +1,19 @@
 """The pure translations of the Personalizer loops: ISO 8601 durations and Vowpal Wabbit
-argument strings (service/usecases/loops.py)."""
+argument strings (service/personalizer/loops.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from service.errors import InvalidRequest
-from service.policies import new_info
-from service.timeparse import format_duration
-from service.usecases.loops import (
+from service.personalizer.loops import (
     DEFAULT_LOOP_SPEC,
     parse_duration,
     parse_vw_arguments,
     vw_arguments,
 )
+from service.policies import new_info
+from service.timeparse import format_duration
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Personalizer multi-slot (service/usecases/multislot.py, docs/algorithms.md section 9)
+"""Personalizer multi-slot (service/personalizer/multislot.py, docs/algorithms.md section 9)
 in process: the slots get distinct actions none excluded for them, baselines are validated
 as Personalizer did, each slot is one pending event rewarded once (earliest) or given the
 default reward by the sweeper, a refused request stores nothing, and the rewards reach
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.usecases.loops import DEFAULT_LOOP
-from service.usecases.multislot import slot_event_id
+from service.personalizer.loops import DEFAULT_LOOP
+from service.personalizer.multislot import slot_event_id
 from tests.service.conftest import API_KEY, running
 
 pytestmark = pytest.mark.anyio

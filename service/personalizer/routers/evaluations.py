@@ -13,8 +13,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from service.api.deps import EvaluationsDep
-from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
-from service.routers.personalizer.routes import ERRORS
+from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
+from service.personalizer.routers.routes import ERRORS
 from service.schemas.evaluations import (
     EvaluationDetails,
     EvaluationList,
@@ -37,7 +37,7 @@ def make_evaluations_router(
     prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
 ) -> APIRouter:
     """The evaluation routes under ``prefix`` (``loop_of`` and ``path_params`` as in
-    :func:`service.routers.personalizer.routes.make_router`)."""
+    :func:`service.personalizer.routers.routes.make_router`)."""
     router = APIRouter(
         prefix=prefix,
         tags=["personalizer"],

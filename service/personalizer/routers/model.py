@@ -12,8 +12,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.api.deps import ModelsDep
-from service.personalizer_schemas import PersonalizerModelProperties
-from service.routers.personalizer.routes import personalizer_router
+from service.personalizer.routers.routes import personalizer_router
+from service.personalizer.schemas import PersonalizerModelProperties
 from service.routers.policies import MODEL_FILE, MODEL_MEDIA_TYPE
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Response
 
 from service.api.deps import LoopsDep
-from service.personalizer_schemas import (
+from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
+from service.personalizer.schemas import (
     PersonalizerErrorResponse,
     PersonalizerPolicy,
     PersonalizerRankRequest,
@@ -16,7 +17,6 @@ from service.personalizer_schemas import (
     PersonalizerReward,
     PersonalizerServiceConfiguration,
 )
-from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {

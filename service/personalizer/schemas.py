@@ -1,5 +1,5 @@
 """Request and response models of the Personalizer-compatible routes
-(``service.routers.personalizer``): Azure AI Personalizer's JSON field names (camelCase)
+(``service.personalizer.routers``): Azure AI Personalizer's JSON field names (camelCase)
 over snake_case attributes. Unknown fields are ignored, as Personalizer did."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Personalizer's multi-slot rank, reward and activate over the single-slot rank of
-:class:`~service.usecases.loops.Loops` (docs/algorithms.md section 9, docs/personalizer.md
+:class:`~service.personalizer.loops.Loops` (docs/algorithms.md section 9, docs/personalizer.md
 "Multi-slot").
 
 The slots are filled in order: slot ``i`` chooses among the actions no earlier slot
@@ -25,7 +25,8 @@ from typing import Any
 
 from bandit_core.errors import InvalidFeatureError
 from service.errors import Conflict, InvalidRequest
-from service.personalizer_schemas import (
+from service.personalizer.loops import Loops
+from service.personalizer.schemas import (
     SLOT_EVENT_SEPARATOR,
     PersonalizerAction,
     PersonalizerMultiSlotRankRequest,
@@ -37,7 +38,6 @@ from service.personalizer_schemas import (
 from service.schemas import PolicyInfo
 from service.usecases.events import PendingEvent, event_key, request_digest
 from service.usecases.json_features import check_loggable
-from service.usecases.loops import Loops
 
 HEADER_ANNOTATION = "multislot"
 """The field of the first slot's stored response holding the multi-slot event's

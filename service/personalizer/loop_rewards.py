@@ -21,19 +21,11 @@ fails once the event left ``pending``.
 from __future__ import annotations
 
 from service.errors import Conflict, InvalidRequest, NotFound
+from service.personalizer.settings import SUM
 from service.schemas import RewardRequest
 from service.storage.base import LATE_SOURCE, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.rewards import EventAlreadyFinalError, Rewards, stored_event
-
-EARLIEST = "earliest"
-SUM = "sum"
-
-
-def clipped(total: float, reward_range: tuple[float, float]) -> float:
-    """``total`` clipped to ``reward_range``."""
-    low, high = reward_range
-    return min(max(total, low), high)
 
 
 def within_wait(event: PendingEvent, now: float, wait_seconds: float) -> bool:

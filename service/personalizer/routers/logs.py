@@ -9,12 +9,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from service.api.deps import LogUpkeepDep
-from service.personalizer_schemas import (
+from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
+from service.personalizer.schemas import (
     PersonalizerDateRange,
     PersonalizerErrorResponse,
     PersonalizerLogsProperties,
 )
-from service.routers.personalizer.errors import PersonalizerRoute, personalizer_key
 
 LOG_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": PersonalizerErrorResponse, "description": "missing or invalid key"},

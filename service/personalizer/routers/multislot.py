@@ -1,6 +1,6 @@
 """Personalizer's multi-slot routes of one loop family: ``multislot/rank`` and
 ``multislot/events/{eventId}/reward|activate``, thin over
-:class:`~service.usecases.multislot.MultiSlot` (docs/personalizer.md "Multi-slot")."""
+:class:`~service.personalizer.multislot.MultiSlot` (docs/personalizer.md "Multi-slot")."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Response
 
 from service.api.deps import LoopsDep
-from service.personalizer_schemas import (
+from service.personalizer.multislot import MultiSlot
+from service.personalizer.routers.routes import EventId, personalizer_router
+from service.personalizer.schemas import (
     PersonalizerMultiSlotRankRequest,
     PersonalizerMultiSlotRankResponse,
     PersonalizerMultiSlotReward,
 )
-from service.routers.personalizer.routes import EventId, personalizer_router
-from service.usecases.multislot import MultiSlot
 
 
 async def get_multislot(loops: LoopsDep) -> MultiSlot:

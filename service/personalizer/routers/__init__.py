@@ -15,15 +15,15 @@ from typing import Literal
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.routers.personalizer.errors import error_response
-from service.routers.personalizer.evaluations import make_evaluations_router
-from service.routers.personalizer.feature_importances import make_feature_importance_router
-from service.routers.personalizer.logs import make_logs_router
-from service.routers.personalizer.model import make_model_router
-from service.routers.personalizer.multislot import make_multislot_router
-from service.routers.personalizer.routes import make_router
+from service.personalizer.loops import DEFAULT_LOOP
+from service.personalizer.routers.errors import error_response
+from service.personalizer.routers.evaluations import make_evaluations_router
+from service.personalizer.routers.feature_importances import make_feature_importance_router
+from service.personalizer.routers.logs import make_logs_router
+from service.personalizer.routers.model import make_model_router
+from service.personalizer.routers.multislot import make_multislot_router
+from service.personalizer.routers.routes import make_router
 from service.schemas import PolicyName
-from service.usecases.loops import DEFAULT_LOOP
 
 PERSONALIZER_PATH = re.compile(r"^(/loops/[^/]+)?/personalizer(/|$)")
 Version = Literal["v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3"]

@@ -1,4 +1,4 @@
-"""Personalizer learning loops (``service.routers.personalizer``): Azure AI Personalizer's
+"""Personalizer learning loops (``service.personalizer.routers``): Azure AI Personalizer's
 rank, reward, activate and configuration calls translated onto the same use cases as the
 native API (one engine, one state store, one log; docs/personalizer.md).
 
@@ -18,7 +18,6 @@ policy is a Vowpal Wabbit argument string (what maps: ``--cb_explore_adf``,
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -30,27 +29,29 @@ from pydantic import ValidationError
 
 from service import timeparse
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.personalizer_schemas import (
+from service.personalizer.learning_modes import (
+    APPRENTICE_METRICS_KEY,
+    ApprenticeMetrics,
+    mode_started,
+    serving_of,
+    with_mode,
+)
+from service.personalizer.loop_rewards import reward_loop_event
+from service.personalizer.schemas import (
     PersonalizerPolicy,
     PersonalizerRankedAction,
     PersonalizerRankRequest,
     PersonalizerRankResponse,
     PersonalizerServiceConfiguration,
 )
+from service.personalizer.settings import (
+    APPRENTICE,
+    ONLINE,
+    LoopSettings,
+)
 from service.policies import spec_of
 from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
 from service.usecases.admin import PolicyAdmin
-from service.usecases.learning_modes import (
-    APPRENTICE,
-    APPRENTICE_METRICS_KEY,
-    DEFAULT_EXPORT_FREQUENCY,
-    ONLINE,
-    ApprenticeMetrics,
-    learning_mode,
-    mode_started,
-    with_mode,
-)
-from service.usecases.loop_rewards import EARLIEST, reward_loop_event
 from service.usecases.recommend import Recommender
 from service.usecases.rewards import Rewards
 
@@ -67,7 +68,6 @@ DEFAULT_LOOP_SPEC = PolicySpec(
     reward_wait_seconds=600.0,
     epsilon=DEFAULT_EPSILON,
 )
-DEFAULT_POLICY_NAME = "default"
 # the engine of a loop whose learning policy is given as VW arguments
 ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
 # Personalizer kept these (stored in PolicySpec.personalizer); only log_retention_days
@@ -223,10 +223,10 @@ class Loops:
         """The loop's settings as Personalizer's service configuration, with its latest
         apprentice metrics once Apprentice mode was turned on."""
         info = await self.admin.get_policy(loop)
-        kept = info.personalizer or {}
+        kept = LoopSettings.of(info)
         stored = await self.admin.cache.read(loop, [APPRENTICE_METRICS_KEY], {})
         data = stored[APPRENTICE_METRICS_KEY].data
-        mode = learning_mode(kept)
+        mode = kept.learning_mode
         if data is not None:
             metrics: ApprenticeMetrics | None = ApprenticeMetrics.from_json(data)
         elif mode == APPRENTICE:
@@ -235,10 +235,7 @@ class Loops:
             metrics = None
         return PersonalizerServiceConfiguration.model_validate(
             {
-                "modelExportFrequency": DEFAULT_EXPORT_FREQUENCY,
-                "logRetentionDays": -1,
-                "rewardAggregation": EARLIEST,
-                **kept,
+                **kept.model_dump(mode="json", by_alias=True),
                 "rewardWaitTime": timeparse.format_duration(info.reward_wait_seconds),
                 "defaultReward": info.default_reward,
                 "explorationPercentage": info.epsilon or 0.0,
@@ -273,8 +270,8 @@ class Loops:
                 f"but got {config.default_reward}",
                 ["body", "defaultReward"],
             )
-        kept = info.personalizer or {}
-        old_mode = learning_mode(kept)
+        kept = LoopSettings.of(info)
+        old_mode = kept.learning_mode
         mode = config.learning_mode or old_mode
         if {old_mode, mode} == {ONLINE, APPRENTICE}:
             changed = [
@@ -284,7 +281,7 @@ class Loops:
                     ("rewardWaitTime", info.reward_wait_seconds, wait),
                     (
                         "rewardAggregation",
-                        kept.get("rewardAggregation", EARLIEST),
+                        kept.reward_aggregation,
                         config.reward_aggregation,
                     ),
                 )
@@ -311,7 +308,7 @@ class Loops:
                 "reward_wait_seconds": wait,
                 "default_reward": config.default_reward,
                 "epsilon": config.exploration_percentage,
-                "personalizer": with_mode({**kept, **settings}, mode, now),
+                "personalizer": with_mode(kept.updated(settings), mode, now).stored(),
             },
         )
         if mode == APPRENTICE and old_mode != APPRENTICE:
@@ -323,7 +320,7 @@ class Loops:
 
     async def policy_configuration(self, loop: str) -> PersonalizerPolicy:
         info = await self.admin.get_policy(loop)
-        name = (info.personalizer or {}).get(POLICY_NAME_KEY, DEFAULT_POLICY_NAME)
+        name = LoopSettings.of(info).policy_name
         return PersonalizerPolicy(name=name, arguments=vw_arguments(info))
 
     async def update_policy_configuration(
@@ -334,7 +331,7 @@ class Loops:
         the default shared model with their epsilon and interactions. What was learned is
         reset when the engine changes. Also returns the VW arguments ignored."""
         info = await self.admin.get_policy(loop)
-        kept = {**(info.personalizer or {}), POLICY_NAME_KEY: contract.name}
+        kept = LoopSettings.of(info).updated({POLICY_NAME_KEY: contract.name}).stored()
         if contract.arguments.lstrip().startswith("{"):
             try:
                 spec = PolicySpec.model_validate_json(contract.arguments)
@@ -352,7 +349,7 @@ class Loops:
     async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)
-        kept = {k: v for k, v in (info.personalizer or {}).items() if k != POLICY_NAME_KEY}
+        kept = LoopSettings.of(info).without(POLICY_NAME_KEY).stored()
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in (*ENGINE_OF_VW, "epsilon")}
         await self.admin.update_policy(loop, {**engine, "personalizer": kept})
         return await self.policy_configuration(loop)
@@ -392,28 +389,28 @@ class Loops:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
         baseline = next(a for a in ids if a not in excluded)
         try:
-            decision = json.loads(
-                await self.recommender.recommend(request, annotations, baseline)
+            decision = await self.recommender.recommend(
+                request, annotations, serving_of(baseline)
             )
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
             loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
             raise InvalidRequest(_renamed(exc.message), loc) from exc
         ranking = [
-            PersonalizerRankedAction(id=r["arm_id"], probability=r["propensity"])
-            for r in decision["ranking"]
+            PersonalizerRankedAction(id=r.arm_id, probability=r.propensity)
+            for r in decision.ranking
         ]
         ranking += [PersonalizerRankedAction(id=a, probability=0.0) for a in excluded]
         return PersonalizerRankResponse(
-            ranking=ranking, event_id=decision["event_id"], reward_action_id=decision["arm_id"]
+            ranking=ranking, event_id=decision.event_id, reward_action_id=decision.arm_id
         )
 
     async def reward(self, loop: str, event_id: str, value: float) -> None:
         """Reward the event under the loop's ``rewardAggregation``
-        (:mod:`service.usecases.loop_rewards`). As in Personalizer, a reward for an
+        (:mod:`service.personalizer.loop_rewards`). As in Personalizer, a reward for an
         event this loop does not know or did not activate is accepted and not learned
         from; one after the reward wait is logged as late, not learned from."""
         info = await self.admin.get_policy(loop)
-        aggregation = (info.personalizer or {}).get("rewardAggregation", EARLIEST)
+        aggregation = LoopSettings.of(info).reward_aggregation
         await reward_loop_event(self.rewards, loop, event_id, value, aggregation)
 
     async def activate(self, loop: str, event_id: str) -> None:

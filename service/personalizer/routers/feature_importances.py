@@ -12,14 +12,14 @@ from typing import Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from service.api.deps import FeatureImportancesDep
-from service.personalizer_schemas import (
+from service.personalizer.routers.routes import personalizer_router
+from service.personalizer.schemas import (
     PersonalizerFeatureImportance,
     PersonalizerFeatureImportanceContract,
     PersonalizerFeatureImportanceDetails,
     PersonalizerFeatureImportances,
     PersonalizerFeatureScore,
 )
-from service.routers.personalizer.routes import personalizer_router
 from service.schemas import FeatureImportanceJob
 
 FeatureImportanceId = Path(alias="featureImportanceId", min_length=1, max_length=256)

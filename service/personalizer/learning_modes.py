@@ -19,36 +19,37 @@ served under a mode; the single-slot rank and each slot of a multi-slot rank cal
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import orjson
 
 from bandit_core import Decision
+from service.personalizer.settings import (
+    APPRENTICE,
+    LOGGING_ONLY,
+    ONLINE,
+    LearningMode,
+    LoopSettings,
+)
 from service.schemas import PolicyInfo
 from service.timeparse import parse_duration
 from service.usecases.events import PendingEvent
 from service.usecases.policy_cache import METRICS_PREFIX
 
-LearningMode = Literal["Online", "Apprentice", "LoggingOnly"]
-ONLINE: LearningMode = "Online"
-APPRENTICE: LearningMode = "Apprentice"
-LOGGING_ONLY: LearningMode = "LoggingOnly"
-# where a loop keeps its mode and when it changed (PolicySpec.personalizer)
-LEARNING_MODE_KEY = "learningMode"
-MODE_HISTORY_KEY = "learningModeHistory"
 MODE_HISTORY_LENGTH = 100
 # the state key of a loop's apprentice metrics (beside its model parts)
 APPRENTICE_METRICS_KEY = METRICS_PREFIX + "apprentice"
-DEFAULT_EXPORT_FREQUENCY = "PT1M"
 
 
 @dataclass(frozen=True)
 class BaselineServing:
-    """A rank under ``mode`` (Apprentice or LoggingOnly) serves ``baseline``."""
+    """A rank under ``mode`` (Apprentice or LoggingOnly) serves ``baseline``: the serving
+    mode (``service.usecases.recommendation.ServingMode``) the core recommend use case
+    is given."""
 
     mode: LearningMode
     baseline: str
@@ -58,16 +59,24 @@ class BaselineServing:
         """Whether the served event's reward is learned from (not in LoggingOnly)."""
         return self.mode != LOGGING_ONLY
 
-
-def learning_mode(personalizer: Mapping[str, Any] | None) -> LearningMode:
-    """The learning mode a loop's ``personalizer`` settings hold (default Online)."""
-    mode: LearningMode = (personalizer or {}).get(LEARNING_MODE_KEY, ONLINE)
-    return mode
+    def serve(self, greedy: Decision) -> tuple[Decision, bool | None]:
+        """:func:`served_decision` of the model's greedy choice."""
+        return served_decision(self.mode, greedy, self.baseline)
 
 
 def baseline_serving(mode: LearningMode, baseline: str) -> BaselineServing | None:
     """How a rank under ``mode`` serves ``baseline``: None for Online (the model serves)."""
     return None if mode == ONLINE else BaselineServing(mode=mode, baseline=baseline)
+
+
+def serving_of(baseline: str) -> Callable[[PolicyInfo], BaselineServing | None]:
+    """The serving mode of a rank whose baseline is ``baseline`` under a loop's
+    configuration at the time of the decision (None in Online: the model serves)."""
+
+    def serving(info: PolicyInfo) -> BaselineServing | None:
+        return baseline_serving(LoopSettings.of(info).learning_mode, baseline)
+
+    return serving
 
 
 def served_decision(
@@ -104,29 +113,25 @@ def served_decision(
     return served, (decision.arm_id == baseline_id) if mode == APPRENTICE else None
 
 
-def with_mode(
-    personalizer: Mapping[str, Any] | None, mode: LearningMode, now: float
-) -> dict[str, Any]:
-    """``personalizer`` settings switched to ``mode`` at ``now`` (the change goes on the
-    mode history, the last :data:`MODE_HISTORY_LENGTH` changes)."""
-    settings = dict(personalizer or {})
-    if learning_mode(settings) == mode:
+def with_mode(settings: LoopSettings, mode: LearningMode, now: float) -> LoopSettings:
+    """``settings`` switched to ``mode`` at ``now`` (the change goes on the mode history,
+    the last :data:`MODE_HISTORY_LENGTH` changes)."""
+    if settings.learning_mode == mode:
         return settings
-    history = [*settings.get(MODE_HISTORY_KEY, []), [now, mode]][-MODE_HISTORY_LENGTH:]
-    return {**settings, LEARNING_MODE_KEY: mode, MODE_HISTORY_KEY: history}
+    history = [*settings.learning_mode_history, (now, mode)][-MODE_HISTORY_LENGTH:]
+    return settings.updated({"learningMode": mode, "learningModeHistory": history})
 
 
-def mode_at(personalizer: Mapping[str, Any] | None, when: float) -> LearningMode:
+def mode_at(settings: LoopSettings, when: float) -> LearningMode:
     """The learning mode the loop had at unix time ``when`` (from its mode history)."""
-    history = (personalizer or {}).get(MODE_HISTORY_KEY, [])
+    history = settings.learning_mode_history
     i = bisect_right([t for t, _ in history], when)
-    mode: LearningMode = history[i - 1][1] if i else ONLINE
-    return mode
+    return history[i - 1][1] if i else ONLINE
 
 
-def mode_started(personalizer: Mapping[str, Any] | None) -> float | None:
+def mode_started(settings: LoopSettings) -> float | None:
     """When the loop entered its current mode (None: Online since it was created)."""
-    history = (personalizer or {}).get(MODE_HISTORY_KEY, [])
+    history = settings.learning_mode_history
     return float(history[-1][0]) if history else None
 
 
@@ -212,16 +217,30 @@ def count_apprentice_event(
     Apprentice ``event``'s applied ``reward`` at ``now``; nothing to write when the event
     was served before Apprentice mode was last turned on. Batches last the loop's
     ``modelExportFrequency``."""
+    settings = LoopSettings.of(info)
     if stored is None:
-        started = mode_started(info.personalizer)
+        started = mode_started(settings)
         metrics = ApprenticeMetrics(start_time=event.created_at if started is None else started)
     else:
         metrics = ApprenticeMetrics.from_json(stored)
     if event.created_at < metrics.start_time or event.imitated is None:
         return {}
-    frequency = (info.personalizer or {}).get("modelExportFrequency", DEFAULT_EXPORT_FREQUENCY)
-    metrics.add(reward, event.imitated, now, _seconds(frequency))
+    metrics.add(reward, event.imitated, now, _seconds(settings.model_export_frequency))
     return {APPRENTICE_METRICS_KEY: metrics.to_json()}
+
+
+class ApprenticeTally:
+    """The apprentice metrics as the core counts them when it applies a reward
+    (``service.usecases.finalizations.ServedTally``)."""
+
+    key = APPRENTICE_METRICS_KEY
+
+    @staticmethod
+    def count(
+        info: PolicyInfo, stored: bytes | None, event: PendingEvent, reward: float, now: float
+    ) -> dict[str, bytes]:
+        """:func:`count_apprentice_event`."""
+        return count_apprentice_event(info, stored, event, reward, now)
 
 
 def _seconds(duration: str) -> float:

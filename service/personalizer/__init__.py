@@ -1,0 +1,17 @@
+"""Azure AI Personalizer's API as an adapter over the core use cases (docs/personalizer.md).
+
+The core (:mod:`service.usecases`) knows nothing of Personalizer; this package translates
+Personalizer's requests onto it and its answers back:
+
+=====================  ===============================================================
+module                 what it is
+=====================  ===============================================================
+``routers/``           the routes, error shape and key header of every API version
+``schemas``            the pydantic contracts of Personalizer's bodies
+``settings``           ``LoopSettings``: a loop's Personalizer settings, typed
+``loops``              ``Loops``: rank, reward, activate, configurations
+``learning_modes``     Online / Apprentice / LoggingOnly as serving modes of a rank
+``loop_rewards``       a reward under ``rewardAggregation`` (``earliest``, ``sum``)
+``multislot``          ``MultiSlot``: a multi-slot rank as one event per slot
+=====================  ===============================================================
+"""
