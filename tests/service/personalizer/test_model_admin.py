@@ -33,7 +33,7 @@ from tests.service.personalizer.test_sdks import admin
 HEADERS = {"Ocp-Apim-Subscription-Key": API_KEY}
 NATIVE = {"Authorization": f"Bearer {API_KEY}"}
 BACKENDS = ("embedded", "redis_postgres")
-FI_ROUNDS = 2000
+FI_ROUNDS = 1000
 TABS = ("home", "deals", "search")
 """Values of ``session.tab``: a context feature the storefront's click model never reads."""
 
