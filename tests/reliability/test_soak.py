@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import TIMED
 from tests.servers import ROOT
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.timeout(150)
 @TIMED

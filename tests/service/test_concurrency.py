@@ -28,7 +28,7 @@ from tests.databases import postgres_schema
 from tests.servers import AppProcess
 from tests.service.conftest import API_KEY, ON_REDIS_CLUSTER, ON_REDIS_SENTINEL
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS, PER_CLIENT = 8, 250
 
