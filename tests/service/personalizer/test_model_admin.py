@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
 HEADERS = {"Ocp-Apim-Subscription-Key": API_KEY}
 NATIVE = {"Authorization": f"Bearer {API_KEY}"}
 BACKENDS = ("embedded", "redis_postgres")
-FI_ROUNDS = 1000
+FI_ROUNDS = 2000
 TABS = ("home", "deals", "search")
 """Values of ``session.tab``: a context feature the storefront's click model never reads."""
 
