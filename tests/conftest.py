@@ -9,6 +9,11 @@ import pytest
 
 from tests.databases import OWNED
 
+TIMED = pytest.mark.xdist_group("timed")
+"""The mark of a test that asserts how long something takes (a probe's answer, the
+breaker's refusal, the soak's pace): one xdist worker runs all of them, one at a time,
+so no two of them load the machine at once."""
+
 
 @pytest.fixture(scope="session", autouse=True)
 def owned_servers() -> Iterator[None]:

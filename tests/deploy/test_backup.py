@@ -29,6 +29,9 @@ from service.storage.sql_log import SqlEventLog
 from tests.servers import PostgresCluster, _pg_bin
 from tests.service.conftest import POLICY, running
 
+# One worker runs every test of this module, so its module-scoped servers start once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
+
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "operations.md"
 IN_CONTAINER = "docker compose exec -T postgres "

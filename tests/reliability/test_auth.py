@@ -23,7 +23,7 @@ from service.settings import Settings
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
 from tests.servers import API_KEY, ROOT, AppProcess, RedisServer, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120), pytest.mark.slow]
 WRONG = "wrong-key-that-must-not-be-logged-5f1c"
 BAD_HEADERS = [
     {},

@@ -19,7 +19,7 @@ from service.settings import Settings
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
 from tests.servers import AppProcess, apps, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180), pytest.mark.slow]
 PROCESSES, CLIENTS, PER_CLIENT = 3, 6, 60
 DEFAULT = 0.25
 

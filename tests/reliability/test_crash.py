@@ -37,7 +37,7 @@ from tests.reliability.traffic import (
 )
 from tests.servers import AppProcess, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180), pytest.mark.slow]
 FLUSH_SECONDS = 0.05
 RETENTION_SECONDS = 15.0
 

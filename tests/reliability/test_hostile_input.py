@@ -130,6 +130,7 @@ async def _settled(app: Any, db_url: str) -> tuple[int, int]:
     return await asyncio.to_thread(use_cases.event_log.count)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_generated_bodies_never_5xx_and_refusals_write_nothing(app_client: Any) -> None:
     client, app, db_url = app_client
@@ -170,6 +171,7 @@ def _padded(target: int) -> bytes:
     return body + b" " * (target - len(body))
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_bodies_at_and_over_the_limit(app_client: Any) -> None:
     client, app, db_url = app_client
@@ -200,6 +202,7 @@ async def test_bodies_at_and_over_the_limit(app_client: Any) -> None:
     assert await _settled(app, db_url) == (before[0] + 2, before[1])
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("depth", [50, 1000, 4000])
 async def test_deeply_nested_json(app_client: Any, depth: int) -> None:
@@ -216,6 +219,7 @@ async def test_deeply_nested_json(app_client: Any, depth: int) -> None:
     assert await _settled(app, db_url) == before
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize(
     ("context", "ok"),
@@ -268,6 +272,7 @@ UNICODE_IDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_unicode_ids_round_trip_through_model_and_log(app_client: Any) -> None:
     client, app, db_url = app_client

@@ -26,7 +26,7 @@ from tests.reliability.traffic import (
 )
 from tests.servers import AppProcess, PostgresCluster, RedisServer, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180), pytest.mark.slow]
 
 
 async def _ready(url: str) -> dict:

@@ -21,10 +21,11 @@ import httpx
 import pytest
 
 from service.settings import Settings
+from tests.conftest import TIMED
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
 from tests.servers import AppProcess, PostgresCluster, RedisServer, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180), TIMED, pytest.mark.slow]
 
 PROBE_BOUND = 1.0  # every probe route answers within this, whatever hangs behind it
 STORE_TIMEOUT = 1.0  # BANDIT_REDIS_TIMEOUT_SECONDS of these tests

@@ -20,7 +20,7 @@ from service.settings import Settings
 from tests.reliability.traffic import HEADERS, spec, wait_until
 from tests.servers import ROOT, AppProcess, RedisServer, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180), pytest.mark.slow]
 CONTEXTS = np.random.default_rng(99).normal(size=(40, 3)).round(4).tolist()
 
 

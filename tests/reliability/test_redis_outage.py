@@ -29,7 +29,7 @@ from tests.reliability.traffic import (
 )
 from tests.servers import AppProcess, RedisServer, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180), pytest.mark.slow]
 
 
 async def test_redis_outage_mid_traffic(

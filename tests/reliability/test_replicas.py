@@ -36,7 +36,7 @@ from tests.servers import (
     settings_env,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300), pytest.mark.slow]
 REPLICAS = 3
 DEFAULT = 0.25
 SEEDED, LATER = 40, 90  # decisions before the wipe, decisions across the replicas

@@ -29,6 +29,9 @@ from tests.servers import (
     settings_env,
 )
 
+# One worker runs every test of this module, so its module-scoped servers start once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
+
 schema = schemathesis.openapi.from_path(ROOT / "openapi" / "openapi.json")
 EXAMPLES = 25
 

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TIMED
 from tests.servers import ROOT
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(150)
+@TIMED
 def test_short_soak(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     run = subprocess.run(

@@ -32,7 +32,7 @@ from service.settings import Settings
 from tests.reliability.traffic import HEADERS, logged, spec, wait_until
 from tests.servers import AppProcess, PostgresCluster, RedisServer, settings_env
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240), pytest.mark.slow]
 POLICIES = ("p", "q")
 HISTORY = 120  # decisions, each rewarded, per policy before Redis loses its data
 

@@ -22,6 +22,11 @@ from tests.servers import RedisClusterServers, SentinelGroup
 
 API_KEY = "test-key-0123456789"
 BACKENDS = ["embedded", "redis_postgres"]
+# The marks of a test on the session's Redis Cluster (Sentinel group): starting one takes
+# seconds, so ``slow``; one xdist group each, so a parallel run starts one cluster and
+# one Sentinel group, on the worker that runs all of their tests.
+ON_REDIS_CLUSTER = [pytest.mark.slow, pytest.mark.xdist_group("redis_cluster")]
+ON_REDIS_SENTINEL = [pytest.mark.slow, pytest.mark.xdist_group("redis_sentinel")]
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,9 @@ from service.usecases.evaluations import (
     spec_from_arguments,
 )
 
+# One worker runs every test of this module, so its module-scoped servers start once.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 EVENTS = 600
 INTERACTIONS = "--cb_explore_adf --epsilon 0.2 -q ::"
 

@@ -18,6 +18,9 @@ import pytest
 from service.cli.features import api_key
 from tests.servers import ROOT, AppProcess
 
+# One worker runs every test of this module, so its module-scoped servers start once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
+
 ENTRYPOINT = ROOT / "deploy" / "docker" / "entrypoint.py"
 KEYS = "first-key,second-key"
 # the guide's "Creating a loop" spec

@@ -26,9 +26,9 @@ from bandit_core.featurized import featurized_rows
 from service.client import BanditAPIError, BanditClient
 from tests.databases import postgres_schema
 from tests.servers import AppProcess
-from tests.service.conftest import API_KEY
+from tests.service.conftest import API_KEY, ON_REDIS_CLUSTER, ON_REDIS_SENTINEL
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS, PER_CLIENT = 8, 250
 
@@ -38,8 +38,8 @@ CLIENTS, PER_CLIENT = 8, 250
         "redis",
         "redis-unbatched",
         "embedded",
-        pytest.param("cluster", marks=pytest.mark.slow),
-        pytest.param("sentinel", marks=pytest.mark.slow),
+        pytest.param("cluster", marks=ON_REDIS_CLUSTER),
+        pytest.param("sentinel", marks=ON_REDIS_SENTINEL),
     ]
 )
 def two_processes(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[str]]:

@@ -46,6 +46,7 @@ async def _train(http: Any, rounds: int, seed: int) -> None:
         assert r.status_code == 200, r.text
 
 
+@pytest.mark.slow
 async def test_a_trained_policy_ranks_the_feature_that_decides_the_reward_first(
     make_settings: Any,
 ) -> None:
@@ -96,6 +97,7 @@ async def test_errors_name_what_is_wrong(make_settings: Any) -> None:
             assert r.status_code == 422 and "top" in r.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["embedded"])
 def test_the_cli_prints_the_ranking_of_a_running_server(
     backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -135,6 +137,7 @@ def test_the_cli_prints_the_ranking_of_a_running_server(
 FAVOURITE = {"student": "books", "parent": "toys", "foodie": "food"}
 
 
+@pytest.mark.slow
 async def test_json_features_are_ranked_by_name_the_interaction_that_pays_above_the_noise(
     make_settings: Any,
 ) -> None:
@@ -190,6 +193,7 @@ async def _finished(http: Any, path: str) -> dict[str, Any]:
     raise AssertionError(f"{path} still running: {job}")
 
 
+@pytest.mark.slow
 async def test_feature_importance_jobs_leave_one_feature_out_over_a_log_range(
     make_settings: Any,
 ) -> None:

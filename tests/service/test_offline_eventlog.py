@@ -36,6 +36,9 @@ from service.storage.sql_log import SqlEventLog
 from tests.databases import database
 from tests.service.conftest import API_KEY, running, wait_for
 
+# One worker runs every test of this module, so its module-scoped servers start once.
+pytestmark = pytest.mark.xdist_group(__name__)
+
 ARMS = ("a", "b", "c")
 EPSILON = 0.3
 EVENTS = 800  # decisions per log

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from service.usecases.probes import Probe
+from tests.conftest import TIMED
 from tests.service.conftest import running
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, TIMED]
 
 
 async def test_an_answer_in_time_is_the_result() -> None:

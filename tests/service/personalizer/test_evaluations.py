@@ -62,6 +62,7 @@ async def logged(app: Any, decisions: int) -> None:
     await wait_for(lambda: log.count("personalizer") == (decisions, decisions), timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["embedded"])
 async def test_estimates_match_the_log_and_the_better_setting_raises_the_click_rate(
     make_settings: Any,
@@ -144,6 +145,7 @@ async def test_estimates_match_the_log_and_the_better_setting_raises_the_click_r
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["embedded"])
 async def test_an_evaluation_whose_process_died_runs_again_after_a_restart(
     make_settings: Any,

@@ -70,6 +70,7 @@ async def native_run(http: Any, rounds: list[StorefrontRound], draws: np.ndarray
     return chosen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["embedded"])
 async def test_default_loop_learns_the_storefront_and_matches_the_native_api(
     make_settings: Any,

@@ -30,6 +30,9 @@ from tests.servers import API_KEY, AppProcess, RedisServer
 from tests.service.personalizer.test_learning import personalizer_body
 from tests.service.personalizer.test_sdks import admin
 
+# One worker runs every test of this module, so its module-scoped servers start once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
+
 HEADERS = {"Ocp-Apim-Subscription-Key": API_KEY}
 NATIVE = {"Authorization": f"Bearer {API_KEY}"}
 BACKENDS = ("embedded", "redis_postgres")

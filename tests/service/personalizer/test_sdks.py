@@ -32,6 +32,9 @@ from msrest.authentication import CognitiveServicesCredentials
 from tests.databases import postgres_schema
 from tests.servers import API_KEY, ROOT, AppProcess, RedisServer
 
+# One worker runs every test of this module, so its module-scoped servers start once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
+
 ACTIONS = [
     {"id": "news", "features": [{"item": {"topic": "news", "length": 3}}]},
     {"id": "sports", "features": [{"item": {"topic": "sports"}}]},

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-# The Redis deployments every Redis test runs against; starting a cluster or a
-# Sentinel group takes seconds, so those are ``slow``.
+from tests.service.conftest import ON_REDIS_CLUSTER, ON_REDIS_SENTINEL
+
+# The Redis deployments every Redis test runs against.
 DEPLOYMENTS = [
     "redis",
-    pytest.param("cluster", marks=pytest.mark.slow),
-    pytest.param("sentinel", marks=pytest.mark.slow),
+    pytest.param("cluster", marks=ON_REDIS_CLUSTER),
+    pytest.param("sentinel", marks=ON_REDIS_SENTINEL),
 ]
 
 

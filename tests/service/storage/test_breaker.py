@@ -14,6 +14,7 @@ from bandit_core.errors import InvalidInputError
 from service.storage.base import StoreUnavailableError
 from service.storage.breaker import BreakerOpenError, BreakerState, CircuitBreaker
 from service.storage.redis_store import RedisStateStore
+from tests.conftest import TIMED
 from tests.servers import RedisServer
 
 pytestmark = pytest.mark.anyio
@@ -160,6 +161,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
+@TIMED
 async def test_redis_store_fails_fast_while_redis_hangs(redis_server: RedisServer) -> None:
     """A SIGSTOPped Redis: the first calls each wait the socket timeout, then the open
     breaker refuses at once; after SIGCONT the probe call closes it."""

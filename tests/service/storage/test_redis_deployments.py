@@ -78,6 +78,7 @@ def test_bad_urls_name_the_problem(url: str, match: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("redis_sentinel")
 async def test_sentinel_connections_pack_with_hiredis(redis_sentinel: SentinelGroup) -> None:
     store = RedisStateStore(redis_sentinel.url)
     try:
@@ -101,6 +102,7 @@ def _policies_on_every_master(cluster: RedisClusterServers) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("redis_cluster")
 async def test_policies_on_different_shards(redis_cluster: RedisClusterServers) -> None:
     """Registry, deadline index, counters, list and delete across the three masters."""
     policies = _policies_on_every_master(redis_cluster)
