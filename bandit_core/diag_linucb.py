@@ -59,7 +59,8 @@ import numpy as np
 from bandit_core.errors import InvalidInputError, StateFormatError
 from bandit_core.features import SparseRows
 from bandit_core.importance import FeatureWeights
-from bandit_core.policy import PolicyConfig, SelectContext, SharedModelPolicy
+from bandit_core.policy import PolicyConfig, SelectContext
+from bandit_core.shared_model import SharedModelPolicy
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_choice, check_real
 

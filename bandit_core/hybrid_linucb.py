@@ -41,7 +41,8 @@ from bandit_core.errors import InvalidInputError
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
-from bandit_core.policy import PolicyConfig, SelectContext, SharedModelPolicy
+from bandit_core.policy import PolicyConfig, SelectContext
+from bandit_core.shared_model import SharedModelPolicy
 from bandit_core.validation import all_finite, check_int
 
 
