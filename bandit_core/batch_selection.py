@@ -15,6 +15,7 @@ selection (module docstring of :mod:`bandit_core.policy`; docs/performance.md se
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
@@ -26,7 +27,7 @@ from bandit_core.selection import check_targets
 from bandit_core.validation import all_finite, check_arm_ids
 
 if TYPE_CHECKING:
-    from bandit_core.policy import Decision, PolicyConfig, SelectContext, SelectRequest
+    from bandit_core.policy import Decision, PolicyConfig, SelectContext
 
 BatchRows = np.ndarray | Sequence[ArrayLike]
 """``B`` feature matrices of shape ``(K, d)``, as an array ``(B, K, d)`` or a sequence."""
@@ -34,6 +35,18 @@ BatchRows = np.ndarray | Sequence[ArrayLike]
 PendingSelect = tuple[int, list[str], Any, "SelectContext", list[Any], tuple[str, ...]]
 """A checked selection :meth:`BatchSelection.select_batch` has yet to score and decide:
 its index, candidate ids, rows, context, states and cold-started arms."""
+
+
+@dataclass(frozen=True)
+class SelectRequest:
+    """The arguments of one ``select`` call, for
+    :meth:`BatchSelection.select_batch`."""
+
+    arm_ids: Sequence[str]
+    X: ArrayLike | SparseRows
+    user_id: str | None = None
+    features: Mapping[str, float] | None = None
+    explore: bool = True
 
 
 class SelectionSteps(Protocol):
@@ -104,6 +117,11 @@ class SelectionSteps(Protocol):
 
 class BatchSelection:
     """``select_batch``, ``select_until`` and ``batch_scores`` of every policy."""
+
+    # Rows select_until scores per _score_batch call: about one match's worth on a log
+    # of ~10 arms, so few rows past the match are scored in vain. None: all at once, for
+    # a policy whose _score_batch keeps the terms of rows it scores again (LNUCB-TA).
+    _SELECT_ROWS: ClassVar[int | None] = 16
 
     @property
     def batches_selections(self: SelectionSteps) -> bool:

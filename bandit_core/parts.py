@@ -10,6 +10,20 @@ are the layout of :meth:`BasePolicy.to_bytes <bandit_core.policy.BasePolicy.to_b
 the config, the RNG state, the retired arms and every part, in one
 :func:`bandit_core.state.pack` blob of kind ``"policy"``.
 
+Cache rules (the score caches of ridge policies)
+    Policies over ridge states (LinUCB, hybrid LinUCB, LNUCB-TA) score from stacked
+    copies of the candidates' arrays (:class:`bandit_core.linear.RidgeStack`) kept
+    between calls. Only the hooks of the owning policy write an arm's arrays, through
+    :meth:`LinearArmState.add <bandit_core.linear.LinearArmState.add>`, which bumps the
+    update count ``n`` the stack compares; nothing else writes them in place
+    (``arm_state`` and the other accessors are to read). A stack row is rewritten when
+    its arm's state *object* is replaced or its ``n`` moved; the whole stack is rebuilt
+    when the candidate list differs. ``update`` records the arm it changed; any change
+    to the arm *table* (cold start, ``add_arm``, ``retire_arm``, ``import_parts``) calls
+    ``_arm_table_changed``, after which every arm counts as changed and the
+    candidate-state lookup is redone. A hook that replaces a state object outside these
+    paths must call ``_arm_table_changed`` itself.
+
 >>> split_part_name("arm:a"), split_part_name("shared")
 (('arm', 'a'), ('shared', ''))
 """
@@ -18,8 +32,8 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -106,10 +120,31 @@ def unpack_policy(data: bytes, algorithm: str) -> PolicyRecord:
     )
 
 
-class ArmTable(Generic[ArmT, SharedT, UserT], abc.ABC):
+@dataclass
+class ArmStats:
+    """Learning counters of one arm: rewards applied, their sum and mean, and extras
+    (e.g. LNUCB-TA's exploration weight alpha_a)."""
+
+    rewarded: int
+    reward_sum: float
+    extras: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mean_reward(self) -> float:
+        return self.reward_sum / self.rewarded if self.rewarded else 0.0
+
+
+class RewardCounts(Protocol):
+    """What every arm state counts: the rewards applied and their sum."""
+
+    n: int
+    reward_sum: float
+
+
+class ArmTable(abc.ABC, Generic[ArmT, SharedT, UserT]):
     """The state parts of a policy: the arms' states, the retired arms, the ``"shared"``
     part and the users' parts, with the record of which arms changed that the score
-    caches read (module docstring of :mod:`bandit_core.policy`, "Cache rules").
+    caches read (module docstring, "Cache rules").
 
     Subclasses set ``ARM_STATE`` and, when they have them, ``SHARED_STATE`` and
     ``USER_STATE`` (the classes a part's bytes decode to), and implement the state

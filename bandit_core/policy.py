@@ -42,7 +42,8 @@ Class flags (set by ``__init_subclass__`` from the hooks a class overrides; neve
 by hand)
     ``_PLAIN_CHOICE``: neither ``_filter`` nor ``_choose`` is overridden, so
     :meth:`~BasePolicy.select` takes the argmax without building the full order.
-    ``_NO_EXTRAS``: ``_decision_extras`` is not overridden. ``_BATCHED``: a plain
+    ``_NO_EXTRAS``: ``_decision_extras`` is not overridden. ``_STATELESS_SELECT``: a
+    plain choice and the default ``_finish_select`` (``select_batch`` batches). ``_BATCHED``: a plain
     choice, the default ``_finish_select`` and a ``_score_batch``; only then does
     ``select_until`` score rows in batches. ``_SELECT_ROWS`` (set by hand): rows per
     ``_score_batch`` call, ``None`` for all at once.
@@ -50,66 +51,39 @@ by hand)
 Sparse rows
     ``SPARSE_ROWS`` (set by hand, default False) says the policy takes sparse rows, for
     feature spaces where a dense ``X`` cannot exist (``d = 2**20 + 1`` hashed buckets:
-    :mod:`bandit_core.diag_linucb`). :meth:`~BasePolicy.select` then takes ``X`` as a
-    :class:`~bandit_core.features.SparseRows` of ``K`` rows of length ``d`` (what the
-    featurizer makes) and :meth:`~BasePolicy.update` ``x`` as a one-row ``SparseRows``;
-    a dense ``X`` or ``x`` is still accepted, checked as before and turned into sparse
-    rows (:meth:`SparseRows.from_dense <bandit_core.features.SparseRows.from_dense>`), so
-    both forms of the same rows give the same decisions. Sparse input is checked in the
-    shared step (:func:`~bandit_core.validation.check_sparse_rows`: ``dim == d``, ``K``
-    rows, columns in ``[0, d)`` strictly increasing within a row, finite values) and
+    :mod:`bandit_core.diag_linucb`): ``select`` and ``update`` then take
+    :class:`~bandit_core.features.SparseRows` or dense rows, checked and turned into
+    sparse rows in the shared step (:func:`bandit_core.selection.sparse_matrix`), and
     ``_score`` and ``_update`` always receive ``SparseRows``. Such a policy has no
     ``_score_batch``: ``select_until`` loops over ``select``.
 
 Shared models
-    :class:`SharedModelPolicy` holds the steps of a policy whose ``"shared"`` part scores
-    any candidate from its features (hybrid LinUCB, diagonal LinUCB). When its
-    ``_keeps_arm_parts()`` is False (the default) arms carry no state: any arm id may be
-    served or rewarded without registration, the hooks get ``None`` as an arm's state,
-    the only state part is ``"shared"`` and :meth:`~BasePolicy.policy_stats` holds the
-    counts.
+    :class:`~bandit_core.shared_model.SharedModelPolicy` holds the steps of a policy whose
+    ``"shared"`` part scores any candidate from its features (hybrid LinUCB, diagonal
+    LinUCB), with or without per-arm parts.
 
 Select, update, select_until, select_batch
     :meth:`~BasePolicy.select` checks its inputs, cold-starts unseen arms, calls
     ``_score``, breaks ties uniformly (one random key per candidate), applies the
     guardrail hooks and the epsilon floor and logs the propensities (docs/algorithms.md
     section 5). :meth:`~BasePolicy.update` checks ``x`` and the reward and calls
-    ``_update``. :meth:`~BasePolicy.select_until` equals a loop of selections that
-    stops at a target arm, state and RNG included; it only batches when ``_BATCHED``,
-    ``epsilon = 0`` and ``select`` would accept every row, else it loops.
-    :meth:`~BasePolicy.select_batch` gives the decisions (or errors) of a list of
-    selections made one after another, bit for bit, scoring those over the same
-    candidates together when selecting changes no state (``_STATELESS_SELECT``:
-    :attr:`~BasePolicy.batches_selections`); the service's coalesced ``/recommend``
-    is built on it (docs/performance.md section 7).
+    ``_update``. ``select_until`` (a loop of selections that stops at a target arm) and
+    ``select_batch`` (selections made one after another, bit for bit, scored together
+    when selecting changes no state) are :mod:`bandit_core.batch_selection`.
 
 Cache rules
-    Policies over ridge states (LinUCB, hybrid LinUCB, LNUCB-TA) score from stacked copies of the
-    candidates' arrays (:class:`bandit_core.linear.RidgeStack`) kept between calls.
-    Only the hooks of the owning policy write an arm's arrays, through
-    :meth:`LinearArmState.add <bandit_core.linear.LinearArmState.add>`, which bumps the
-    update count ``n`` the stack compares; nothing else writes them in place
-    (:meth:`~BasePolicy.arm_state` and the other accessors are to read). A stack row
-    is rewritten when its arm's state *object* is replaced or its ``n`` moved; the
-    whole stack is rebuilt when the candidate list differs. :meth:`~BasePolicy.update`
-    records the arm it changed; any change to the arm *table* (cold start,
-    :meth:`~BasePolicy.add_arm`, :meth:`~BasePolicy.retire_arm`,
-    :meth:`~BasePolicy.import_parts`) calls ``_arm_table_changed``, after which every
-    arm counts as changed and the candidate-state lookup is redone. A hook that replaces
-    a state object outside these paths must call ``_arm_table_changed`` itself.
-    :class:`SelectContext` is frozen: calls without a user or features share one.
+    The score caches of ridge policies and who may write an arm's arrays:
+    :mod:`bandit_core.parts` (``_arm_table_changed``). :class:`SelectContext` is frozen:
+    calls without a user or features share one.
 
 State parts
-    State is explicit and split into *parts* so a store can load, update and save one
-    arm without touching the others: ``"arm:<id>"`` (one arm's model), ``"shared"``
-    (state common to all arms, e.g. HARE's projections or guardrail counters) and
-    ``"user:<id>"`` (per-user state, HARE). :meth:`BasePolicy.export_parts` and
-    :meth:`BasePolicy.import_parts` move parts in and out as bytes;
-    :meth:`BasePolicy.parts_for_select` and :meth:`BasePolicy.parts_for_update` name
-    the parts a call reads and writes, and ``Decision.state_changed`` the parts a
-    selection itself changed. :meth:`BasePolicy.to_bytes` holds the config, the RNG
-    state, the retired arms and every part; :func:`bandit_core.registry.policy_from_bytes`
-    rebuilds any registered policy from it.
+    State is split into parts (``"arm:<id>"``, ``"shared"``, ``"user:<id>"``) that a
+    store loads and saves one by one (:mod:`bandit_core.parts`): ``parts_for_select``
+    and ``parts_for_update`` name the parts a call reads and writes,
+    ``Decision.state_changed`` the parts a selection itself changed.
+    :meth:`BasePolicy.to_bytes` holds the config, the RNG state, the retired arms and
+    every part; :func:`bandit_core.registry.policy_from_bytes` rebuilds any registered
+    policy from it.
 """
 
 from __future__ import annotations
@@ -125,7 +99,7 @@ from typing import Any, ClassVar, Protocol, Self, cast, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bandit_core.batch_selection import BatchRows, BatchSelection
+from bandit_core.batch_selection import BatchRows, BatchSelection, SelectRequest
 from bandit_core.errors import ConfigError, StateFormatError
 from bandit_core.features import SparseRows
 from bandit_core.importance import FeatureWeights
@@ -133,15 +107,23 @@ from bandit_core.parts import (
     ARM_PREFIX,
     SHARED_PART,
     USER_PREFIX,
+    ArmStats,
     ArmT,
     ArmTable,
     PolicyRecord,
+    RewardCounts,
     SharedT,
     UserT,
     pack_policy,
     unpack_policy,
 )
-from bandit_core.selection import Ranking, non_finite_score_error, sparse_matrix, sparse_vector
+from bandit_core.selection import (
+    Ranking,
+    best_score,
+    non_finite_score_error,
+    sparse_matrix,
+    sparse_vector,
+)
 from bandit_core.validation import (
     check_arm_ids,
     check_int,
@@ -191,7 +173,9 @@ class PolicyConfig:
         object.__setattr__(self, "seed", check_int(self.seed, "seed", low=0, allow_none=True))
         rr = self.reward_range
         check_true(
-            isinstance(rr, (tuple, list)) and len(rr) == 2 and all(is_real(v) and math.isfinite(v) for v in rr)
+            isinstance(rr, (tuple, list))
+            and len(rr) == 2
+            and all(is_real(v) and math.isfinite(v) for v in rr)
             and rr[0] < rr[1],
             f"reward_range must be [low, high] with finite low < high, but got {self.reward_range!r}",
         )
@@ -259,39 +243,6 @@ class SelectContext:
     features: Mapping[str, float] | None = None
 
 
-@dataclass(frozen=True)
-class SelectRequest:
-    """The arguments of one :meth:`BasePolicy.select` call, for
-    :meth:`BasePolicy.select_batch`."""
-
-    arm_ids: Sequence[str]
-    X: ArrayLike | SparseRows
-    user_id: str | None = None
-    features: Mapping[str, float] | None = None
-    explore: bool = True
-
-
-@dataclass
-class ArmStats:
-    """Learning counters of one arm: rewards applied, their sum and mean, and extras
-    (e.g. LNUCB-TA's exploration weight alpha_a)."""
-
-    rewarded: int
-    reward_sum: float
-    extras: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def mean_reward(self) -> float:
-        return self.reward_sum / self.rewarded if self.rewarded else 0.0
-
-
-class RewardCounts(Protocol):
-    """What every arm state counts: the rewards applied and their sum."""
-
-    n: int
-    reward_sum: float
-
-
 @runtime_checkable
 class Policy(Protocol):
     """What every policy offers; see the module docstring for an example."""
@@ -309,10 +260,17 @@ class Policy(Protocol):
     ) -> Decision: ...
 
     def select_until(
-        self, arm_ids: Sequence[str], X_batch: BatchRows, targets: ArrayLike, *, user_id: str | None = None
+        self,
+        arm_ids: Sequence[str],
+        X_batch: BatchRows,
+        targets: ArrayLike,
+        *,
+        user_id: str | None = None,
     ) -> int: ...
 
-    def update(self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None) -> None: ...
+    def update(
+        self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None
+    ) -> None: ...
 
     def to_bytes(self) -> bytes: ...
 
@@ -321,14 +279,12 @@ class Policy(Protocol):
 
 
 class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
-    """Shared steps of every policy; subclasses implement the algorithm hooks (the
-    extension contract is the module docstring).
+    """Shared steps of every policy; subclasses set the class attributes and implement
+    the algorithm hooks (the extension contract is the module docstring).
 
     Generic over the classes of its state parts, ``BasePolicy[ArmT, SharedT, UserT]``
     (:mod:`bandit_core.parts`): the hooks receive the algorithm's own state types.
-    Subclasses set ``NAME`` (the registry name), ``CONFIG`` (their config class) and
-    ``ARM_STATE`` (their per-arm :class:`ArrayState` class), and optionally
-    ``SHARED_STATE`` and ``USER_STATE``. ``FEATURE_LAYOUT`` says how the policy reads
+    ``FEATURE_LAYOUT`` says how the policy reads
     featurized JSON (:mod:`bandit_core.featurized`): ``"context"`` (default, every row
     the hashed context), ``"actions_context"`` (``[z_a, x]``, shared models) or
     ``"context_item"`` (``[x, v_a]``, HARE).
@@ -337,19 +293,11 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
     CONFIG: ClassVar[type[PolicyConfig]] = PolicyConfig
     FEATURE_LAYOUT: ClassVar[str] = "context"
 
-    # Set per class from which selection hooks it overrides (__init_subclass__):
-    # _PLAIN_CHOICE, no guardrail filter and the default greedy choice; _NO_EXTRAS, no
-    # decision extras; _STATELESS_SELECT, a plain choice and the default _finish_select
-    # (a selection changes no state but by cold starts: select_batch batches);
-    # _BATCHED, that and a _score_batch (select_until may use it, see there).
+    # Set per class from the hooks it overrides (module docstring, "Class flags").
     _PLAIN_CHOICE: ClassVar[bool] = True
     _NO_EXTRAS: ClassVar[bool] = True
     _BATCHED: ClassVar[bool] = False
     _STATELESS_SELECT: ClassVar[bool] = True
-    # Rows select_until scores per _score_batch call: about one match's worth on a log
-    # of ~10 arms, so few rows past the match are scored in vain. None: all at once, for
-    # a policy whose _score_batch keeps the terms of rows it scores again (LNUCB-TA).
-    _SELECT_ROWS: ClassVar[int | None] = 16
     # Set by hand: the policy takes sparse rows (see the module docstring).
     SPARSE_ROWS: ClassVar[bool] = False
 
@@ -363,7 +311,9 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
 
     def __init__(self, config: PolicyConfig) -> None:
         if not isinstance(config, self.CONFIG):
-            raise ConfigError(f"{self.NAME} needs a {self.CONFIG.__name__}, but got {type(config).__name__}")
+            raise ConfigError(
+                f"{self.NAME} needs a {self.CONFIG.__name__}, but got {type(config).__name__}"
+            )
         self.config = config
         self._rng = np.random.default_rng(config.seed)
         super().__init__()  # the state parts; a shared prior may draw from the RNG (HARE)
@@ -468,7 +418,11 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         """The checked candidate ids, rows and context of one selection."""
         ids = self._checked_ids = check_arm_ids(arm_ids, self._checked_ids)
         K = len(ids)
-        rows = sparse_matrix(X, K, self.config.d) if self.SPARSE_ROWS else check_matrix(X, K, self.config.d)
+        rows = (
+            sparse_matrix(X, K, self.config.d)
+            if self.SPARSE_ROWS
+            else check_matrix(X, K, self.config.d)
+        )
         return ids, rows, self._context(user_id, features)
 
     def _context(self, user_id: str | None, features: Mapping[str, float] | None) -> SelectContext:
@@ -514,16 +468,9 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         keys = self._rng.random(K)
         epsilon = self.config.epsilon if explore else 0.0
         if self._PLAIN_CHOICE:
-            # No guardrails and the default choice: the greedy arm is the best score,
-            # the largest key among ties; the full order (and the tie mask, unless there
-            # is a tie to break) is left to the Decision.
+            # No guardrails and the default choice: the full order is left to the Ranking.
             order, eligible, outcome, changed, n_eligible = None, None, None, (), K
-            greedy = int(scores.argmax())
-            n_tied = listed.count(listed[greedy])
-            tied = None
-            if n_tied > 1:
-                tied = scores == scores[greedy]
-                greedy = int(np.where(tied, keys, -1.0).argmax())
+            greedy, n_tied, tied = best_score(scores, listed, keys)
         else:
             order = np.lexsort((-keys, -scores))
             eligible, outcome, changed = self._filter(ids, X, scores, widths, order, ctx)
@@ -541,7 +488,9 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
             served = int(self._rng.choice(candidates))
         else:
             served = greedy
-        plan = Ranking(ids, scores, widths, keys, order, eligible, served, tied, n_tied, n_eligible, epsilon)
+        plan = Ranking(
+            ids, scores, widths, keys, order, eligible, served, tied, n_tied, n_eligible, epsilon
+        )
         ranked = plan.ranked()
         decision = Decision(
             arm_id=ids[served],
@@ -561,17 +510,23 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         state (guardrail counters, HARE cluster assignments); by default nothing."""
         return decision
 
-    def _decision_extras(self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext) -> Mapping[str, Any]:
+    def _decision_extras(
+        self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext
+    ) -> Mapping[str, Any]:
         return {}
 
-    def update(self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None) -> None:
+    def update(
+        self, arm_id: str, x: ArrayLike | SparseRows, reward: float, *, user_id: str | None = None
+    ) -> None:
         """Learn from ``reward`` observed after serving ``arm_id`` with feature vector ``x``
         (a one-row :class:`~bandit_core.features.SparseRows` for a policy with ``SPARSE_ROWS``).
 
         ``arm_id`` must be known (seen by :meth:`select` or added with :meth:`add_arm`).
         """
         state = self._known_arm(arm_id)
-        row = sparse_vector(x, self.config.d) if self.SPARSE_ROWS else check_vector(x, self.config.d)
+        row = (
+            sparse_vector(x, self.config.d) if self.SPARSE_ROWS else check_vector(x, self.config.d)
+        )
         reward = check_reward(reward, self.config.reward_range)
         updated = self._updated_arms
         if updated is not None:
@@ -626,11 +581,15 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         try:
             policy = cls(cls.CONFIG(**record.config))
         except (TypeError, ConfigError) as exc:  # an unknown or missing field, or a bad value
-            raise StateFormatError(f"the policy state's config does not fit {cls.NAME}: {exc}") from None
+            raise StateFormatError(
+                f"the policy state's config does not fit {cls.NAME}: {exc}"
+            ) from None
         try:
             policy._rng.bit_generator.state = record.rng
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise StateFormatError(f"the policy state's rng is not a {type(policy._rng.bit_generator).__name__} state: {exc!r}") from None
+            raise StateFormatError(
+                f"the policy state's rng is not a {type(policy._rng.bit_generator).__name__} state: {exc!r}"
+            ) from None
         policy.import_parts(record.parts)
         policy._retired = set(record.retired)
         return policy

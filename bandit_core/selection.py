@@ -80,6 +80,21 @@ class Ranking:
         return propensity[ranked]
 
 
+def best_score(
+    scores: np.ndarray, listed: list[float], keys: np.ndarray
+) -> tuple[int, int, np.ndarray | None]:
+    """``(greedy, n_tied, tied)`` of a selection without guardrails: the greedy arm is the
+    best score, the largest tie-break key among ties; ``tied`` marks the arms sharing
+    that score, ``None`` when it is the only maximum. ``listed`` is ``scores.tolist()``."""
+    greedy = int(scores.argmax())
+    n_tied = listed.count(listed[greedy])
+    tied = None
+    if n_tied > 1:
+        tied = scores == scores[greedy]
+        greedy = int(np.where(tied, keys, -1.0).argmax())
+    return greedy, n_tied, tied
+
+
 def non_finite_score_error(
     algorithm: str, ids: Sequence[str], X: np.ndarray | SparseRows, scores: np.ndarray
 ) -> BanditError:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import ClassVar, cast
 
 from bandit_core.errors import UnknownArmError
-from bandit_core.parts import SHARED_PART, ArmT, SharedT, UserT
-from bandit_core.policy import ArmStats, BasePolicy, PolicyConfig, RewardCounts
+from bandit_core.parts import SHARED_PART, ArmStats, ArmT, RewardCounts, SharedT, UserT
+from bandit_core.policy import BasePolicy, PolicyConfig
 from bandit_core.validation import check_arm_ids
 
 
