@@ -15,13 +15,22 @@ from bandit_core.lnucb_ta import LNUCBTA
 from bandit_core.policy import BasePolicy
 from bandit_core.state import unpack
 
-POLICIES: dict[str, type[BasePolicy]] = {
+POLICIES: dict[str, type[BasePolicy[Any, Any, Any]]] = {
     cls.NAME: cls
-    for cls in (LinUCB, HybridLinUCB, DiagLinUCB, LNUCBTA, GuardrailedLinUCB, HARE, RandomPolicy, EpsilonGreedy)
+    for cls in (
+        LinUCB,
+        HybridLinUCB,
+        DiagLinUCB,
+        LNUCBTA,
+        GuardrailedLinUCB,
+        HARE,
+        RandomPolicy,
+        EpsilonGreedy,
+    )
 }
 
 
-def policy_class(name: str) -> type[BasePolicy]:
+def policy_class(name: str) -> type[BasePolicy[Any, Any, Any]]:
     """The policy class registered under ``name``."""
     try:
         return POLICIES[name]
@@ -29,7 +38,7 @@ def policy_class(name: str) -> type[BasePolicy]:
         raise ConfigError(f"unknown policy {name!r}; expected one of {sorted(POLICIES)}") from None
 
 
-def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
+def make_policy(name: str, d: int, **params: Any) -> BasePolicy[Any, Any, Any]:
     """Build the policy ``name`` for feature vectors of length ``d``.
 
     ``params`` are the fields of that policy's config dataclass (``alpha``,
@@ -46,7 +55,9 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
     fields = set(cls.CONFIG.__dataclass_fields__)
     for key in params:
         if key not in fields:
-            raise ConfigError(f"unknown parameter {key!r} for {name}; expected some of {sorted(fields)}")
+            raise ConfigError(
+                f"unknown parameter {key!r} for {name}; expected some of {sorted(fields)}"
+            )
     try:
         config = cls.CONFIG(d=d, **params)
     except TypeError as exc:
@@ -54,7 +65,7 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
     return cls(config)
 
 
-def policy_from_bytes(data: bytes) -> BasePolicy:
+def policy_from_bytes(data: bytes) -> BasePolicy[Any, Any, Any]:
     """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
     _, meta, _ = unpack(data, "policy")
     algorithm = meta.get("algorithm")
