@@ -69,6 +69,13 @@ class Ranking:
         """The probability of serving each candidate, in the order ``ranked``:
         ``(1 - eps) * 1[tied] / #tied + eps / K_eligible`` (0 for a blocked arm)."""
         eps = self.epsilon
+        order = self.order  # set by ranked()
+        if self.tied is None and order is not None:
+            # No arm blocked and a single best score: only the greedy arm, order[0], gets
+            # the greedy share; it is ranked first unless exploration served another arm.
+            propensity = np.full(len(self.ids), eps / self.n_eligible)
+            propensity[0 if ranked[0] == order[0] else 1] += (1.0 - eps) / self.n_tied
+            return propensity
         if self.eligible is None:
             propensity = np.full(len(self.ids), eps / self.n_eligible)
         else:
