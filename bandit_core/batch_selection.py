@@ -283,7 +283,7 @@ class BatchSelection:
                 return i
         return n_events
 
-    def _batch_input(self: SelectionSteps, ids: list[str], X_batch: ArrayLike) -> np.ndarray | None:
+    def _batch_input(self: SelectionSteps, ids: list[str], X_batch: BatchRows) -> np.ndarray | None:
         """``X_batch`` as a float array when :meth:`select_until` may score it in batches:
         a policy with batched scoring, no exploration, and rows :meth:`select` would
         accept; else ``None`` (see there)."""
@@ -316,7 +316,7 @@ class BatchSelection:
     def batch_scores(
         self: SelectionSteps,
         arm_ids: Sequence[str],
-        X_batch: ArrayLike,
+        X_batch: BatchRows,
         *,
         user_id: str | None = None,
     ) -> np.ndarray | None:

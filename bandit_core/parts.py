@@ -71,7 +71,7 @@ class PolicyRecord:
     """The fields of a serialized policy (:func:`unpack_policy`), checked for their types."""
 
     config: dict[str, Any]
-    rng: dict[str, Any]
+    rng: Mapping[str, Any]
     retired: list[str]
     parts: dict[str, bytes]
 

@@ -183,7 +183,8 @@ class PolicyConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of the configuration (inverse of ``type(config)(**dict)``)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        plain: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))
+        return plain
 
 
 @dataclass(frozen=True)
@@ -349,7 +350,7 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
     def _filter(
         self,
         arm_ids: list[str],
-        X: np.ndarray,
+        X: Any,
         scores: np.ndarray,
         widths: np.ndarray | None,
         order: np.ndarray,
@@ -373,7 +374,7 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
     def _choose(
         self,
         arm_ids: list[str],
-        X: np.ndarray,
+        X: Any,
         scores: np.ndarray,
         order: np.ndarray,
         eligible: np.ndarray,
@@ -467,6 +468,7 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         # among equal scores, the larger key ranks first.
         keys = self._rng.random(K)
         epsilon = self.config.epsilon if explore else 0.0
+        changed: tuple[str, ...]
         if self._PLAIN_CHOICE:
             # No guardrails and the default choice: the full order is left to the Ranking.
             order, eligible, outcome, changed, n_eligible = None, None, None, (), K
@@ -554,13 +556,13 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         return {}
 
     @property
-    def rng_state(self) -> dict[str, Any]:
+    def rng_state(self) -> Mapping[str, Any]:
         """The RNG's bit-generator state, as :meth:`to_bytes` stores it; assigning one
         makes later draws those of the policy it came from."""
         return self._rng.bit_generator.state
 
     @rng_state.setter
-    def rng_state(self, state: dict[str, Any]) -> None:
+    def rng_state(self, state: Mapping[str, Any]) -> None:
         self._rng.bit_generator.state = state
 
     # ---- whole-policy serialization ----------------------------------------------------------

@@ -84,7 +84,8 @@ class Ranking:
         if tied is None:  # no arm blocked and a single best score
             tied = self.scores == self.scores.max()
         propensity[tied] += (1.0 - eps) / self.n_tied
-        return propensity[ranked]
+        in_order: np.ndarray = propensity[ranked]
+        return in_order
 
 
 def best_score(
