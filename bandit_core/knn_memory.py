@@ -53,10 +53,14 @@ class LNUCBTAArmState(LinearArmState):
         """
         m = len(self.r_mem)
         if m < window:
-            spare = self.__dict__.get("_spare")
+            spare: tuple[int, np.ndarray, np.ndarray] | None = self.__dict__.get("_spare")
             # a copy of this state must not append into the same arrays: they are tied to id(self)
-            owned = spare is not None and spare[0] == id(self) and spare[1] is self.X_mem.base
-            if not (owned and spare[2] is self.r_mem.base and len(spare[2]) > m):
+            if spare is None or not (
+                spare[0] == id(self)
+                and spare[1] is self.X_mem.base
+                and spare[2] is self.r_mem.base
+                and len(spare[2]) > m
+            ):
                 X_buf, r_buf = (
                     np.empty((_capacity(m + 1, window), len(x))),
                     np.empty(_capacity(m + 1, window)),
@@ -140,12 +144,13 @@ def _capacity(points: int, window: int | None) -> int:
 
 def _ranks(rows: np.ndarray, head: int | np.ndarray) -> np.ndarray:
     """Recency ranks of ring rows ``rows`` with the oldest point at ``head`` (lower is newer)."""
-    return -(rows + _NEWER * (rows < head)).astype(np.float64)
+    result: np.ndarray = -(rows + _NEWER * (rows < head)).astype(np.float64)
+    return result
 
 
 def _rows(points: np.ndarray) -> np.ndarray:
     """The rows of points ``distance^2 + i * rank`` in their candidates' segments."""
-    rows = np.negative(points.imag).astype(np.intp)
+    rows: np.ndarray = np.negative(points.imag).astype(np.intp)
     rows &= _NEWER - 1
     return rows
 
@@ -402,7 +407,8 @@ def _sum_taken(v: np.ndarray, take: np.ndarray) -> np.ndarray:
     """``sum_j v[j]`` over the passes ``j`` with ``take[j]``, summed ``v[0] + (v[1] +
     ... )`` as ``np.add.reduce`` sums up to 9 terms, so a sum over a candidate's ``k``
     neighbours does not depend on the other candidates' ``k``."""
-    return v[0] + np.where(take[1:], v[1:], 0.0).sum(axis=0)
+    result: np.ndarray = v[0] + np.where(take[1:], v[1:], 0.0).sum(axis=0)
+    return result
 
 
 def knn_estimates(
@@ -426,4 +432,5 @@ def knn_estimates(
     >>> knn_estimates([s, s], np.array([[0.4], [2.9]]), np.array([2, 1])).tolist()
     [0.5, 1.0]
     """
-    return KnnMemory(states, ks).estimates(X[None], weights)[0]
+    result: np.ndarray = KnnMemory(states, ks).estimates(X[None], weights)[0]
+    return result

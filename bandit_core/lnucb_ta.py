@@ -71,7 +71,7 @@ that an approximate nearest-neighbour index per arm (e.g. HNSW) would replace
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 import numpy as np
 
@@ -155,18 +155,19 @@ class LNUCBTAStack(RidgeStack):
         self.scratch = Scratch()
         self.alpha: np.ndarray | None = None
         self.alpha_g = 0.0
-        self.kept: tuple[np.ndarray, ...] | None = None
+        self.kept: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self.appended: set[int] = set()
 
     def _rebuild(self) -> None:
         super()._rebuild()
-        cfg, states = self.config, self._states
+        cfg = self.config
+        states = cast(list[LNUCBTAArmState], self._states)  # this stack only holds LNUCB-TA arms
         factors = np.array([_attention_factors(s, cfg.alpha, cfg.kappa) for s in states])
         self.scale, self.own = factors[:, 0].copy(), factors[:, 1].copy()
         self.alpha = None
         if cfg.use_knn:
-            ks = adaptive_k(states, cfg.theta_min, cfg.theta_max, cfg.reward_range)  # type: ignore[arg-type]
-            self.knn = KnnMemory(states, ks, cfg.knn_window, self.scratch)  # type: ignore[arg-type]
+            ks = adaptive_k(states, cfg.theta_min, cfg.theta_max, cfg.reward_range)
+            self.knn = KnnMemory(states, ks, cfg.knn_window, self.scratch)
 
     def _write(self, i: int, state: LinearArmState) -> None:
         super()._write(i, state)
@@ -174,8 +175,9 @@ class LNUCBTAStack(RidgeStack):
         self.scale[i], self.own[i] = _attention_factors(state, cfg.alpha, cfg.kappa)
         self.alpha = None
         if self.knn is not None:
-            k = arm_k(state, cfg.theta_min, cfg.theta_max, cfg.reward_range)  # type: ignore[arg-type]
-            if self.knn.write(i, state, k):  # type: ignore[arg-type]
+            arm = cast(LNUCBTAArmState, state)  # this stack only holds LNUCB-TA arms
+            k = arm_k(arm, cfg.theta_min, cfg.theta_max, cfg.reward_range)
+            if self.knn.write(i, arm, k):
                 self.appended.add(i)
 
     def terms(
@@ -195,15 +197,19 @@ class LNUCBTAStack(RidgeStack):
         cfg, knn, kept, appended = self.config, self.knn, self.kept, self.appended
         self.kept, self.appended = None, set()
         B = len(X)
-        reuse = (
-            kept is not None
+        reused = (
+            kept
+            if kept is not None
             and written is not None
             and B <= len(kept[0])
             and np.array_equal(kept[0][len(kept[0]) - B :], X)
+            else None
         )
-        if reuse:
-            X, mean, width = (a[len(a) - B :] for a in kept[:3])  # type: ignore[index]
-            for i in written:  # type: ignore[union-attr]
+        rewritten = written if written is not None else []  # read only when reused
+        if reused is not None:
+            start = len(reused[0]) - B
+            X, mean, width = reused[0][start:], reused[1][start:], reused[2][start:]
+            for i in rewritten:
                 m, w = stacked_ucb_terms(
                     self.A_inv[i : i + 1], self.theta[i : i + 1], X[:, i : i + 1]
                 )
@@ -214,8 +220,9 @@ class LNUCBTAStack(RidgeStack):
         found = None
         if knn is not None:
             passes = knn.passes()
-            if reuse:
-                found = kept[3][:passes, len(kept[0]) - B :]  # type: ignore[index] # pass j needs no later pass
+            kept_found = None if reused is None else reused[3]  # not None: knn was on then too
+            if reused is not None and kept_found is not None:
+                found = kept_found[:passes, len(reused[0]) - B :]  # pass j needs no later pass
                 if len(found) < passes:
                     # only a written candidate needs the passes added (a k or a memory
                     # grew); the others' k stayed at most len(found): their added passes
@@ -223,7 +230,7 @@ class LNUCBTAStack(RidgeStack):
                     found = np.concatenate(
                         [found, np.full((passes - len(found), *found.shape[1:]), np.nan + 0j)]
                     )
-                for i in written:  # type: ignore[union-attr]
+                for i in rewritten:
                     column = found[:, :, i : i + 1]
                     column[...] = (
                         knn.with_newest(column, X, i) if i in appended else knn.search(X, i)
@@ -232,7 +239,9 @@ class LNUCBTAStack(RidgeStack):
                 found = knn.search(X)
         if keep:
             self.kept = (X, mean, width, found)
-        return mean, width, None if found is None else knn.estimates_from(found, cfg.knn_weights)  # type: ignore[union-attr]
+        if knn is None or found is None:
+            return mean, width, None
+        return mean, width, knn.estimates_from(found, cfg.knn_weights)
 
 
 @dataclass
@@ -250,7 +259,7 @@ class AttentionTotals(ArrayState):
     mean_sum: float = 0.0
 
 
-class LNUCBTA(BasePolicy):
+class LNUCBTA(BasePolicy[LNUCBTAArmState, AttentionTotals, None]):
     """LNUCB-TA over :class:`LNUCBTAArmState` (see the module docstring).
 
     ``g`` comes from the shared :class:`AttentionTotals` part; a selection that
@@ -281,7 +290,7 @@ class LNUCBTA(BasePolicy):
         """Forget ``arm_id`` and take it out of the totals behind ``g``."""
         state = self._known_arm(arm_id)
         self._shared.arms -= 1
-        self._shared.mean_sum -= _mean(state)  # type: ignore[arg-type]
+        self._shared.mean_sum -= _mean(state)
         super().retire_arm(arm_id)
 
     def global_attention(self) -> float:
@@ -320,18 +329,18 @@ class LNUCBTA(BasePolicy):
         return knn_estimates(states, X, ks, cfg.knn_weights)
 
     def _score(
-        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+        self, arm_ids: list[str], states: list[LNUCBTAArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         score, width = self._scores(arm_ids, states, X[None])
         return score[0], width[0]
 
     def _score_batch(
-        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+        self, arm_ids: list[str], states: list[LNUCBTAArmState], X_batch: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._scores(arm_ids, states, X_batch, keep=True)
 
     def _scores(
-        self, arm_ids: list[str], states: list, X: np.ndarray, keep: bool = False
+        self, arm_ids: list[str], states: list[LNUCBTAArmState], X: np.ndarray, keep: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scores and widths, each of shape ``(B, K)``, of B feature sets ``X`` (shape
         ``(B, K, d)``) against the same candidates; :meth:`_score` is the case ``B = 1``,
@@ -349,7 +358,7 @@ class LNUCBTA(BasePolicy):
             score = score + knn
         return score, width
 
-    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(self, arm_id: str, state: LNUCBTAArmState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         cfg = self.config
         target = reward
         if cfg.use_knn and cfg.linear_target == "residual":
@@ -361,7 +370,7 @@ class LNUCBTA(BasePolicy):
         if cfg.use_knn:
             state.remember(x, reward, cfg.knn_window)
 
-    def _arm_stats_extras(self, arm_id: str, state) -> dict[str, float]:
+    def _arm_stats_extras(self, arm_id: str, state: LNUCBTAArmState) -> dict[str, float]:
         cfg = self.config
         return {
             "alpha": float(self.exploration_weights([state])[0]),

@@ -72,9 +72,7 @@ Select, update, select_until, select_batch
     when selecting changes no state) are :mod:`bandit_core.batch_selection`.
 
 Cache rules
-    The score caches of ridge policies and who may write an arm's arrays:
-    :mod:`bandit_core.parts` (``_arm_table_changed``). :class:`SelectContext` is frozen:
-    calls without a user or features share one.
+    The score caches and who may write an arm's arrays: :mod:`bandit_core.parts`.
 
 State parts
     State is split into parts (``"arm:<id>"``, ``"shared"``, ``"user:<id>"``) that a
@@ -94,7 +92,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, Self, cast, runtime_checkable
+from typing import Any, ClassVar, Protocol, Self, TypeAlias, cast, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -139,6 +137,7 @@ __all__ = [
     "ARM_PREFIX",
     "SHARED_PART",
     "USER_PREFIX",
+    "AnyPolicy",
     "ArmStats",
     "BasePolicy",
     "Decision",
@@ -595,3 +594,7 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         policy.import_parts(record.parts)
         policy._retired = set(record.retired)
         return policy
+
+
+AnyPolicy: TypeAlias = BasePolicy[Any, Any, Any]
+"""A policy of any algorithm, for code that calls only the public API."""

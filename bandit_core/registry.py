@@ -12,10 +12,10 @@ from bandit_core.hare import HARE
 from bandit_core.hybrid_linucb import HybridLinUCB
 from bandit_core.linucb import LinUCB
 from bandit_core.lnucb_ta import LNUCBTA
-from bandit_core.policy import BasePolicy
+from bandit_core.policy import AnyPolicy
 from bandit_core.state import unpack
 
-POLICIES: dict[str, type[BasePolicy[Any, Any, Any]]] = {
+POLICIES: dict[str, type[AnyPolicy]] = {
     cls.NAME: cls
     for cls in (
         LinUCB,
@@ -30,7 +30,7 @@ POLICIES: dict[str, type[BasePolicy[Any, Any, Any]]] = {
 }
 
 
-def policy_class(name: str) -> type[BasePolicy[Any, Any, Any]]:
+def policy_class(name: str) -> type[AnyPolicy]:
     """The policy class registered under ``name``."""
     try:
         return POLICIES[name]
@@ -38,7 +38,7 @@ def policy_class(name: str) -> type[BasePolicy[Any, Any, Any]]:
         raise ConfigError(f"unknown policy {name!r}; expected one of {sorted(POLICIES)}") from None
 
 
-def make_policy(name: str, d: int, **params: Any) -> BasePolicy[Any, Any, Any]:
+def make_policy(name: str, d: int, **params: Any) -> AnyPolicy:
     """Build the policy ``name`` for feature vectors of length ``d``.
 
     ``params`` are the fields of that policy's config dataclass (``alpha``,
@@ -65,7 +65,7 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy[Any, Any, Any]:
     return cls(config)
 
 
-def policy_from_bytes(data: bytes) -> BasePolicy[Any, Any, Any]:
+def policy_from_bytes(data: bytes) -> AnyPolicy:
     """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
     _, meta, _ = unpack(data, "policy")
     algorithm = meta.get("algorithm")

@@ -36,7 +36,7 @@ import numpy as np
 
 from bandit_core.features import Featurizer
 from bandit_core.featurized import featurized_rows
-from bandit_core.policy import BasePolicy
+from bandit_core.policy import AnyPolicy
 
 Feature = tuple[str, str]
 """``(namespace, key)``."""
@@ -103,7 +103,7 @@ def _without(obj: Any, path: list[str], key: str) -> Any:
 
 
 def replay_value(
-    new_policy: Callable[[], BasePolicy],
+    new_policy: Callable[[], AnyPolicy],
     featurizer: Featurizer,
     events: Sequence[JsonEvent],
     dropped: Feature | None = None,
@@ -130,7 +130,7 @@ def replay_value(
 
 
 def leave_one_feature_out(
-    new_policy: Callable[[], BasePolicy], featurizer: Featurizer, events: Sequence[JsonEvent]
+    new_policy: Callable[[], AnyPolicy], featurizer: Featurizer, events: Sequence[JsonEvent]
 ) -> tuple[float, list[FeatureEffect]]:
     """The value with every feature and each feature's effect (one replay per feature
     found in the events' contexts and actions, plus one), by descending ``drop``, ties

@@ -270,7 +270,8 @@ class SeedReplays:
 
     def mean_curve(self) -> np.ndarray:
         """Mean cumulative-reward curve over seeds, shape ``(min matched,)``."""
-        return self.curves().mean(axis=0)
+        result: np.ndarray = self.curves().mean(axis=0)
+        return result
 
 
 def replay_seeds(
