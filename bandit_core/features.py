@@ -153,12 +153,13 @@ def _render(path: tuple[str | int, ...]) -> str:
 
 
 _JSON_TYPES = frozenset({str, bool, int, float, dict, list, type(None)})
+_JSON_CONVERSIONS: tuple[type[Any], ...] = (str, float, int, dict, list)
 
 
 def _exact_json(value: Any, path: tuple[str | int, ...]) -> Any:
     """A subclass of a JSON type (a numpy float is a float) as that type; anything else
     (a set, bytes, a numpy integer, a tuple...) is not JSON."""
-    for json_type in (str, float, int, dict, list):
+    for json_type in _JSON_CONVERSIONS:
         if isinstance(value, json_type) and not isinstance(value, bool):
             return json_type(value)
     raise _fail(
@@ -236,7 +237,7 @@ class Featurizer:
         return out
 
     def _walk(
-        self, obj: dict, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
+        self, obj: dict[str, Any], namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
     ) -> None:
         limits = self._limits
         if depth > limits.max_depth:
@@ -260,7 +261,7 @@ class Featurizer:
             inner = self._leaf(obj[key], prefix + key, namespace, path, key, out)
             if inner is None:
                 continue
-            if type(inner) is dict:
+            if isinstance(inner, dict):  # exact JSON types: a dict or a list
                 child = key if namespace == DEFAULT_NAMESPACE else f"{namespace}.{key}"
                 self._walk(inner, child, path + (key,), depth + 1, out)
             else:
@@ -268,7 +269,7 @@ class Featurizer:
 
     def _array(
         self,
-        arr: list,
+        arr: list[Any],
         stem: str,
         namespace: str,
         path: tuple[str | int, ...],
@@ -299,7 +300,7 @@ class Featurizer:
         path: tuple[str | int, ...],
         last: str | int,
         out: _Parsed,
-    ) -> dict | list | None:
+    ) -> dict[str, Any] | list[Any] | None:
         """Record the feature of the scalar ``value`` at ``path + (last,)``: a string is
         ``stem=value``, a number or ``true`` is ``stem`` (``stem[last]`` in an array, where
         ``last`` is the element's index);
@@ -329,7 +330,8 @@ class Featurizer:
         elif value is None:
             return None
         else:
-            return value
+            container: dict[str, Any] | list[Any] = value
+            return container
         out.namespaces.append(namespace)
         if len(out.names) > out.cap:
             raise _fail(path + (last,), f"at most {self._limits.max_features} features")

@@ -14,7 +14,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -60,6 +60,15 @@ class GuardrailContext:
     mean_rewards: np.ndarray | None = None
     judged: np.ndarray | None = None
     state: Mapping[str, Any] = field(default_factory=dict)
+
+    def per_arm(self, name: str) -> np.ndarray:
+        """The ``(K,)`` array ``name`` (``means``, ``widths``, ``pulls`` or
+        ``mean_rewards``) a rule reads; a context without it is an
+        :class:`InvalidInputError` naming it."""
+        value: np.ndarray | None = getattr(self, name)
+        if value is None:
+            raise InvalidInputError(f"the guardrail context has no {name!r}, which this guardrail reads")
+        return value
 
     @classmethod
     def build(
@@ -253,6 +262,11 @@ class Budget:
     def implied_scope(self) -> frozenset[str]:
         return frozenset(self.budgets)
 
+    @property
+    def costs(self) -> Mapping[str, float]:
+        """The cost per budgeted arm (``__post_init__`` turns a single cost into one per arm)."""
+        return cast(Mapping[str, float], self.cost)
+
     def initial_state(self) -> dict[str, Any]:
         return {"spent": {}}
 
@@ -264,14 +278,14 @@ class Budget:
     def evaluate(self, ctx: GuardrailContext) -> Verdicts:
         left = self.remaining(ctx.state)
         remaining = np.array([left.get(a, math.inf) for a in ctx.arm_ids])
-        cost = np.array([self.cost.get(a, 0.0) for a in ctx.arm_ids])  # type: ignore[union-attr]
+        cost = np.array([self.costs.get(a, 0.0) for a in ctx.arm_ids])
         allowed = remaining - cost >= -1e-12
         return _blocked(allowed, lambda i: f"remaining budget {remaining[i]:g} < cost {cost[i]:g}")
 
     def record(self, state: dict[str, Any], arm_id: str) -> None:
         if arm_id in self.budgets:
             spent = state["spent"]
-            spent[arm_id] = spent.get(arm_id, 0.0) + self.cost[arm_id]  # type: ignore[index]
+            spent[arm_id] = spent.get(arm_id, 0.0) + self.costs[arm_id]
 
 
 @dataclass(frozen=True)
@@ -306,9 +320,9 @@ class Conservative:
         k = len(ctx.arm_ids)
         if self.baseline not in ctx.arm_ids:
             return Verdicts(np.ones(k, dtype=bool), [""] * k)
-        lcb = ctx.means - ctx.alpha * ctx.widths
+        lcb = ctx.per_arm("means") - ctx.alpha * ctx.per_arm("widths")
         floor = lcb[list(ctx.arm_ids).index(self.baseline)] - self.margin
-        allowed = (lcb >= floor) | (ctx.pulls < self.min_pulls)
+        allowed = (lcb >= floor) | (ctx.per_arm("pulls") < self.min_pulls)
         return _blocked(
             allowed,
             lambda i: f"LCB {lcb[i]:.4g} < baseline {self.baseline} LCB - margin = {floor:.4g}",
@@ -335,13 +349,12 @@ class MinEstimate:
         check_choice(self.estimate, "min_estimate 'estimate'", ("mean_reward", "predicted"))
 
     def evaluate(self, ctx: GuardrailContext) -> Verdicts:
-        est = ctx.mean_rewards if self.estimate == "mean_reward" else ctx.means
-        allowed = (ctx.pulls < self.min_pulls) | (est >= self.min_value)
+        est = ctx.per_arm("mean_rewards" if self.estimate == "mean_reward" else "means")
+        pulls = ctx.per_arm("pulls")
+        allowed = (pulls < self.min_pulls) | (est >= self.min_value)
         return _blocked(
             allowed,
-            lambda i: (
-                f"{self.estimate} {est[i]:.4g} < {self.min_value:g} after {ctx.pulls[i]} pulls"
-            ),
+            lambda i: f"{self.estimate} {est[i]:.4g} < {self.min_value:g} after {pulls[i]} pulls",
         )
 
 
@@ -363,7 +376,7 @@ class PredicateGuardrail:
         reasons = [""] * k
         judged = np.ones(k, dtype=bool) if ctx.judged is None else ctx.judged
         for i in np.flatnonzero(judged):
-            v = self.fn(ctx.arm_ids[i], ctx.X[i], ctx, **self.params)
+            v = self.fn(ctx.arm_ids[int(i)], ctx.X[i], ctx, **self.params)
             if isinstance(v, Verdict):
                 allowed[i], reasons[i] = v.allowed, v.reason or "blocked"
             elif isinstance(v, (bool, np.bool_)):

@@ -62,7 +62,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 
@@ -113,7 +113,7 @@ __all__ = [
 # ---- loading specs ---------------------------------------------------------------------
 
 
-def load_object(path: str) -> Any:
+def load_object(path: object) -> Any:
     """Import ``"package.module:attr"`` (``attr`` may be dotted)."""
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
         raise ConfigError(
@@ -221,7 +221,7 @@ def build_guardrail(spec: Mapping[str, Any]) -> GuardrailEntry:
                 )
             path = params.get("path")
             guard = _from_user_object(load_object(path), params.get("params", {}), repr(path))
-            default_name = path.split(":")[1]
+            default_name = str(path).split(":")[1]  # load_object accepted it: a str
         else:
             if unknown:
                 raise ConfigError(
@@ -360,9 +360,9 @@ class GuardrailSet:
                     f"shape {allowed.shape} and {len(v.reasons)} reasons"
                 )
             blocked_by[g] = judged & ~allowed
-            for i in np.flatnonzero(blocked_by[g]):
-                reasons.setdefault(int(i), []).append(f"{e.name}: {v.reasons[i]}")
-        eligible = ~blocked_by.any(axis=0)
+            for i in np.flatnonzero(blocked_by[g]).tolist():
+                reasons.setdefault(i, []).append(f"{e.name}: {v.reasons[i]}")
+        eligible = cast(np.ndarray, ~blocked_by.any(axis=0))  # any over an axis of 2-d: an array
         if not eligible.any():
             detail = "; ".join(
                 f"{ctx.arm_ids[i]}: {', '.join(r)}" for i, r in sorted(reasons.items())
@@ -392,8 +392,10 @@ class GuardrailSet:
     def record(self, state: GuardrailState, arm_id: str) -> None:
         """Tell the stateful guardrails that ``arm_id`` was served."""
         for e in self.entries:
-            if hasattr(e.guard, "record"):
-                e.guard.record(state.guards.setdefault(e.name, e.guard.initial_state()), arm_id)
+            record = getattr(e.guard, "record", None)
+            if record is not None:
+                # the state screen starts: initial_state() or, without one, an empty dict
+                record(state.guards.setdefault(e.name, getattr(e.guard, "initial_state", dict)()), arm_id)
 
     def stats(self, state: GuardrailState) -> dict[str, float]:
         """delta_G overall and per guardrail, safe-arm share, and budgets left."""

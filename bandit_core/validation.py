@@ -192,7 +192,11 @@ def check_arm_ids(arm_ids: Sequence[str], known: list[str] | None = None) -> lis
         raise InvalidInputError(f"every arm id must be a non-empty str, but got {bad!r}")
     if len(unique) != len(ids):
         seen: set[str] = set()
-        dup = next(a for a in ids if a in seen or seen.add(a))  # type: ignore[func-returns-value]
+        dup = ids[0]
+        for dup in ids:  # stops at the first id seen before
+            if dup in seen:
+                break
+            seen.add(dup)
         raise InvalidInputError(f"arm_ids must be unique, but {dup!r} appears more than once")
     return ids
 

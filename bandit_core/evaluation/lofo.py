@@ -37,6 +37,7 @@ import numpy as np
 from bandit_core.features import Featurizer
 from bandit_core.featurized import featurized_rows
 from bandit_core.policy import AnyPolicy
+from bandit_core.sparse_rows import SparseRows
 
 Feature = tuple[str, str]
 """``(namespace, key)``."""
@@ -125,7 +126,9 @@ def replay_value(
         ratio = chosen.get(e.arm_id, 0.0) / e.propensity
         weighted += ratio * e.reward
         total += ratio
-        policy.update(e.arm_id, X[ids.index(e.arm_id)], e.reward, user_id=e.user_id)
+        served = ids.index(e.arm_id)
+        row = X.one_row(served) if isinstance(X, SparseRows) else X[served]
+        policy.update(e.arm_id, row, e.reward, user_id=e.user_id)
     return weighted / total if total > 0 else 0.0
 
 

@@ -223,7 +223,7 @@ def rejection_replay(
             raise InvalidInputError("rejection_replay needs a pscore on every event, but some have none")
         if not scores:
             raise InvalidInputError("source must hold at least one event, but got none")
-        min_pscore = min(scores)  # type: ignore[type-var]
+        min_pscore = min(p for p in scores if p is not None)  # every one is, checked above
     p_min = check_real(min_pscore, "min_pscore", low=0.0, high=1.0, low_open=True, error=InvalidInputError)
 
     def accept(event: LoggedEvent) -> bool:
