@@ -31,13 +31,15 @@ class CountArmState(ArrayState):
     reward_sum: float = 0.0
 
 
-class _CountingPolicy(BasePolicy):
+class _CountingPolicy(BasePolicy[CountArmState, None, None]):
     ARM_STATE = CountArmState
 
     def _new_arm_state(self) -> CountArmState:
         return CountArmState()
 
-    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self, arm_id: str, state: CountArmState, x: np.ndarray, reward: float, ctx: SelectContext
+    ) -> None:
         state.n += 1
         state.reward_sum += reward
 
@@ -47,7 +49,9 @@ class RandomPolicy(_CountingPolicy):
 
     NAME: ClassVar[str] = "random"
 
-    def _score(self, arm_ids, states, X, ctx) -> tuple[np.ndarray, None]:
+    def _score(
+        self, arm_ids: list[str], states: list[CountArmState], X: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, None]:
         return np.zeros(len(arm_ids)), None
 
 
@@ -64,6 +68,8 @@ class EpsilonGreedy(_CountingPolicy):
     NAME: ClassVar[str] = "epsilon_greedy"
     CONFIG: ClassVar[type[PolicyConfig]] = EpsilonGreedyConfig
 
-    def _score(self, arm_ids, states, X, ctx) -> tuple[np.ndarray, None]:
+    def _score(
+        self, arm_ids: list[str], states: list[CountArmState], X: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, None]:
         optimistic = self.config.reward_range[1]
         return np.array([s.reward_sum / s.n if s.n else optimistic for s in states]), None

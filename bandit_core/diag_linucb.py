@@ -59,7 +59,8 @@ import numpy as np
 from bandit_core.errors import InvalidInputError, StateFormatError
 from bandit_core.features import SparseRows
 from bandit_core.importance import FeatureWeights
-from bandit_core.policy import PolicyConfig, SelectContext, SharedModelPolicy
+from bandit_core.policy import PolicyConfig, SelectContext
+from bandit_core.shared_model import SharedModelPolicy
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_choice, check_real
 
@@ -134,7 +135,7 @@ class Entries(NamedTuple):
     w: np.ndarray
 
 
-class DiagLinUCB(SharedModelPolicy):
+class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
     """LinUCB with a per-feature (diagonal) precision over sparse rows; arms keep no
     state. See the module docstring."""
 
@@ -153,24 +154,24 @@ class DiagLinUCB(SharedModelPolicy):
 
     def weights(self, columns: np.ndarray) -> np.ndarray:
         """The weights ``w_i`` at ``columns`` (0 where no reward touched the column)."""
-        return self._shared.lookup(np.asarray(columns, dtype=np.int64)).w  # type: ignore[union-attr]
+        return self._shared.lookup(np.asarray(columns, dtype=np.int64)).w
 
     def precisions(self, columns: np.ndarray) -> np.ndarray:
         """The diagonal precisions ``A_ii = lambda + sum_t z_{t,i}^2`` at ``columns``."""
-        entries = self._shared.lookup(np.asarray(columns, dtype=np.int64))  # type: ignore[union-attr]
+        entries = self._shared.lookup(np.asarray(columns, dtype=np.int64))
         return self.config.ridge_lambda + entries.sum_sq
 
     def feature_weights(self) -> FeatureWeights:
         """The weights ``w`` at the columns a reward touched (every other weight is 0),
         one row counted by every reward."""
-        shared: DiagSharedState = self._shared  # type: ignore[assignment]
+        shared = self._shared
         return FeatureWeights(shared.index.copy(), shared.w[None, :].copy(), np.array([float(shared.n)]))
 
     def _score(
-        self, arm_ids: list[str], states: list, X: SparseRows, ctx: SelectContext
+        self, arm_ids: list[str], states: list[DiagSharedState], X: SparseRows, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         K = X.n_rows
-        _, _, sum_sq, w = self._shared.lookup(X.indices)  # type: ignore[union-attr]
+        _, _, sum_sq, w = self._shared.lookup(X.indices)
         precision = self.config.ridge_lambda + sum_sq
         z = X.values
         row = np.repeat(np.arange(K), np.diff(X.indptr))
@@ -180,8 +181,9 @@ class DiagLinUCB(SharedModelPolicy):
         width = np.sqrt(np.bincount(row, weights=z * z / precision, minlength=K))
         return mean + self.config.alpha * width, width
 
-    def _update(self, arm_id: str, state: None, x: SparseRows, reward: float, ctx: SelectContext) -> None:
-        shared: DiagSharedState = self._shared  # type: ignore[assignment]
+    def _update(self, arm_id: str, state: object, x: SparseRows, reward: float, ctx: SelectContext) -> None:
+        # state is None: diag_linucb keeps no per-arm part
+        shared = self._shared
         keep = x.values != 0.0
         columns, z = x.indices[keep], x.values[keep]
         at, found, old_sq, w = shared.lookup(columns)

@@ -59,15 +59,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import mmh3
 import numpy as np
 
+from bandit_core.bucket_names import BucketNames, NamedFeature
 from bandit_core.errors import ConfigError, InvalidFeatureError
-from bandit_core.validation import check_bool, check_choice, check_int, check_real
+from bandit_core.feature_config import FeatureLimits, FeaturizerConfig
+from bandit_core.feature_hashing import (
+    FEATURE_SEED,
+    feature_hash,
+    interaction_hash,
+    interaction_hash_scalar,
+    sort_stably,
+)
+from bandit_core.sparse_rows import SparseRows
 
 __all__ = [
     "BIAS_NAME",
@@ -89,275 +98,7 @@ DEFAULT_NAMESPACE = ""
 """Namespace of the scalars at the top level of a feature object."""
 BIAS_NAME = "bias"
 """Name of the constant feature (column ``2**bits``) in :meth:`Featurizer.describe`."""
-MAX_BITS = 30
-MAX_DENSE_BITS = 16
-"""Dense output is refused above this: a (K, 2**16 + 1) float64 matrix is 26 MB at K = 50."""
-AUTO_DENSE_MAX_BITS = 10
-"""``output="auto"`` means dense up to this many bits (full-matrix models), sparse above."""
-
-_FEATURE_SEED = 0
-_MIX_MULTIPLIER = np.uint32(0x9E3779B1)  # odd: c -> c * m is a bijection of uint32
-_FMIX_1 = np.uint32(0x85EBCA6B)
-_FMIX_2 = np.uint32(0xC2B2AE35)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def feature_hash(name: str) -> int:
-    """32-bit MurmurHash3 (seed 0, unsigned) of the UTF-8 bytes of ``name``.
-
-    The same value on every process, machine and release (no salt, unlike ``hash``).
-
-    >>> feature_hash("user|interest=tech") & 0xFF
-    150
-    """
-    return mmh3.hash(name, _FEATURE_SEED, signed=False)
-
-
-def interaction_hash(context_hashes: np.ndarray, action_hashes: np.ndarray) -> np.ndarray:
-    """32-bit hash of the interaction ``c ^ a`` from the hashes of ``c`` and ``a``.
-
-    ``fmix32(h_c * 0x9E3779B1 + h_a mod 2**32)`` (MurmurHash3's finalizer, so every
-    output bit depends on every input bit before the mask keeps the low ``bits``);
-    ordered, so ``c ^ a`` and ``a ^ c`` differ. Arrays of uint32 that broadcast against
-    each other; the result has their broadcast shape.
-
-    >>> int(interaction_hash(np.uint32([1]), np.uint32([2]))[0])
-    2117216093
-    """
-    mixed = np.asarray(context_hashes, dtype=np.uint32) * _MIX_MULTIPLIER + np.asarray(
-        action_hashes, dtype=np.uint32
-    )
-    mixed ^= mixed >> np.uint32(16)
-    mixed *= _FMIX_1
-    mixed ^= mixed >> np.uint32(13)
-    mixed *= _FMIX_2
-    mixed ^= mixed >> np.uint32(16)
-    return mixed
-
-
-def sort_stably(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(keys[order], order)`` with ``order = np.argsort(keys, kind="stable")``, for int64
-    ``keys`` in ``[0, bound)``.
-
-    When ``bound * len(keys)`` fits in an int64 this sorts ``keys * n + position`` with
-    one ``np.sort`` (no permutation to carry, several times cheaper than a stable
-    ``argsort`` at a request's few thousand entries) and splits the result; otherwise it
-    is the stable ``argsort``. Both give the same arrays.
-
-    >>> sort_stably(np.array([3, 1, 3, 0]), 4)
-    (array([0, 1, 3, 3]), array([3, 1, 0, 2]))
-    """
-    n = len(keys)
-    if bound * max(n, 1) < 1 << 63:
-        return np.divmod(np.sort(keys * n + np.arange(n)), n) if n else (keys, np.arange(0))
-    order = np.argsort(keys, kind="stable")
-    return keys[order], order
-
-
-def _interaction_hash_scalar(context_hash: int, action_hash: int) -> int:
-    """:func:`interaction_hash` of two Python ints, in plain integer arithmetic (the
-    reference the vectorised form is tested against, through :meth:`Featurizer.describe`)."""
-    h = (context_hash * 0x9E3779B1 + action_hash) & 0xFFFFFFFF
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    return h ^ (h >> 16)
-
-
-@dataclass(frozen=True)
-class FeatureLimits:
-    """What one request may hold (each breach is an :class:`InvalidFeatureError`).
-
-    ``max_depth``: nesting of objects and arrays, the feature object itself being
-    level 1 (``{"user": {"tags": ["a"]}}`` is 3 deep). ``max_features``: features of the
-    context, and of each action, before interactions. ``max_string_length``: characters
-    of a string value or a key. ``max_array_length``: elements of an array.
-    ``max_abs_value``: largest magnitude of a number (products of two stay far from
-    overflow). ``max_interactions``: context x action interaction features of one
-    request, over all its actions.
-    """
-
-    max_depth: int = 8
-    max_features: int = 1024
-    max_string_length: int = 1024
-    max_array_length: int = 1024
-    max_abs_value: float = 1e12
-    max_interactions: int = 250_000
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            if f.name == "max_abs_value":
-                v = check_real(self.max_abs_value, "limits.max_abs_value", low=0.0, high=1e100, low_open=True)
-                object.__setattr__(self, "max_abs_value", v)
-            else:
-                object.__setattr__(
-                    self, f.name, check_int(getattr(self, f.name), f"limits.{f.name}", low=1)
-                )
-
-
-@dataclass(frozen=True)
-class FeaturizerConfig:
-    """How a policy's JSON features become vectors (docs/algorithms.md section 7).
-
-    ``bits``: features hash into ``2**bits`` buckets (1 to 30); vectors have
-    ``dim = 2**bits + 1`` entries, the last the bias. ``interactions``: pairs
-    ``(context namespace pattern, action namespace pattern)``, ``*`` matching any run of
-    characters (dots included; ``"*"`` also matches the default namespace ``""``);
-    ``()`` turns interactions off. ``context_in_actions``: whether each action's vector
-    also holds the context's own features. ``output``: ``"dense"`` (numpy arrays, up to
-    ``bits`` = 16), ``"sparse"`` (:class:`SparseRows`) or ``"auto"``, resolved on
-    creation to dense up to ``bits`` = 10 and sparse above. ``limits``:
-    :class:`FeatureLimits` (a dict is accepted).
-
-    >>> FeaturizerConfig(bits=8).to_dict()["output"]
-    'dense'
-    >>> FeaturizerConfig(bits=40)
-    Traceback (most recent call last):
-    ...
-    bandit_core.errors.ConfigError: bits must be an int in [1, 30], but got 40
-    """
-
-    bits: int = 18
-    interactions: tuple[tuple[str, str], ...] = (("*", "*"),)
-    context_in_actions: bool = True
-    output: Literal["auto", "dense", "sparse"] = "auto"
-    limits: FeatureLimits = field(default_factory=FeatureLimits)
-
-    def __post_init__(self) -> None:
-        bits = check_int(self.bits, "bits", low=1, high=MAX_BITS)
-        object.__setattr__(self, "bits", bits)
-        pairs = self.interactions
-        if isinstance(pairs, (str, bytes)) or not isinstance(pairs, (list, tuple)):
-            raise ConfigError(
-                f"interactions must be a list of [context, action] namespace patterns, but got {pairs!r}"
-            )
-        checked = []
-        for pair in pairs:
-            if (
-                not isinstance(pair, (list, tuple))
-                or len(pair) != 2
-                or not all(isinstance(p, str) and len(p) <= 256 for p in pair)
-            ):
-                raise ConfigError(
-                    f"each interaction must be a pair of namespace patterns [context, action], but got {pair!r}"
-                )
-            checked.append((pair[0], pair[1]))
-        object.__setattr__(self, "interactions", tuple(dict.fromkeys(checked)))
-        object.__setattr__(self, "context_in_actions", check_bool(self.context_in_actions, "context_in_actions"))
-        output = check_choice(self.output, "output", ("auto", "dense", "sparse"))
-        if output == "auto":
-            output = "dense" if bits <= AUTO_DENSE_MAX_BITS else "sparse"
-        if output == "dense" and bits > MAX_DENSE_BITS:
-            raise ConfigError(
-                f"dense output needs bits <= {MAX_DENSE_BITS}, but got bits = {bits}; use 'sparse'"
-            )
-        object.__setattr__(self, "output", output)
-        limits = self.limits
-        if isinstance(limits, dict):
-            limits = _from_mapping(FeatureLimits, limits, "limits")
-        elif not isinstance(limits, FeatureLimits):
-            raise ConfigError(
-                f"limits must be a FeatureLimits or a dict, but got {type(limits).__name__}"
-            )
-        object.__setattr__(self, "limits", limits)
-
-    @property
-    def dim(self) -> int:
-        """Length of every vector: ``2**bits`` buckets and the bias."""
-        return (1 << self.bits) + 1
-
-    @property
-    def bias_index(self) -> int:
-        """Column of the constant feature, ``2**bits``."""
-        return 1 << self.bits
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of the configuration (inverse of :meth:`from_dict`)."""
-        return {
-            "bits": self.bits,
-            "interactions": [list(p) for p in self.interactions],
-            "context_in_actions": self.context_in_actions,
-            "output": self.output,
-            "limits": {f.name: getattr(self.limits, f.name) for f in fields(self.limits)},
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FeaturizerConfig:
-        """The configuration :meth:`to_dict` wrote; an unknown key is a :class:`ConfigError`.
-
-        >>> config = FeaturizerConfig(bits=12, interactions=[["user*", "item"]])
-        >>> FeaturizerConfig.from_dict(config.to_dict()) == config
-        True
-        """
-        return _from_mapping(cls, data, "featurizer")
-
-
-def _from_mapping(cls: type, data: Any, what: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} config must be an object, but got {type(data).__name__}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known, key=str)
-    if unknown:
-        raise ConfigError(
-            f"unknown {what} config key {unknown[0]!r}; expected some of {sorted(known)}"
-        )
-    return cls(**data)
-
-
-@dataclass(frozen=True)
-class SparseRows:
-    """Rows of ``dim``-long vectors in compressed sparse row form (numpy only).
-
-    Row ``i`` has ``values[indptr[i]:indptr[i+1]]`` at columns
-    ``indices[indptr[i]:indptr[i+1]]``, strictly increasing within a row; no stored value
-    is 0. Shapes: ``indptr`` (n_rows + 1,) int64, ``indices`` and ``values`` (nnz,) int64
-    and float64.
-    """
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    values: np.ndarray
-    dim: int
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.indptr) - 1
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n_rows, self.dim)
-
-    def row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(indices, values)`` of row ``i``."""
-        lo, hi = self.indptr[i], self.indptr[i + 1]
-        return self.indices[lo:hi], self.values[lo:hi]
-
-    def one_row(self, i: int) -> SparseRows:
-        """Row ``i`` alone, as a one-row :class:`SparseRows` (the ``x`` a sparse-rows
-        policy's ``update`` takes for the served candidate)."""
-        indices, values = self.row(i)
-        return SparseRows(np.array([0, len(indices)]), indices, values, self.dim)
-
-    @classmethod
-    def from_dense(cls, X: np.ndarray) -> SparseRows:
-        """The nonzero entries of the 2-d float64 array ``X``, row by row, columns
-        increasing (the inverse of :meth:`to_dense`).
-
-        >>> SparseRows.from_dense(np.array([[0.0, 2.0], [0.0, 0.0]])).indptr.tolist()
-        [0, 1, 1]
-        """
-        rows, columns = np.nonzero(X)
-        indptr = np.zeros(X.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=X.shape[0]), out=indptr[1:])
-        return cls(indptr=indptr, indices=columns.astype(np.int64), values=X[rows, columns], dim=X.shape[1])
-
-    def to_dense(self) -> np.ndarray:
-        """The rows as a dense float64 array of shape (n_rows, dim)."""
-        out = np.zeros((self.n_rows, self.dim))
-        rows = np.repeat(np.arange(self.n_rows), np.diff(self.indptr))
-        out[rows, self.indices] = self.values
-        return out
 
 
 @dataclass(frozen=True)
@@ -382,14 +123,6 @@ class HashedFeatures:
     hashes: np.ndarray
     values: np.ndarray
     namespaces: tuple[str, ...]
-
-
-class NamedFeature(NamedTuple):
-    """One feature of a vector by name (:meth:`Featurizer.describe`)."""
-
-    name: str
-    bucket: int
-    value: float
 
 
 class _Parsed:
@@ -420,12 +153,13 @@ def _render(path: tuple[str | int, ...]) -> str:
 
 
 _JSON_TYPES = frozenset({str, bool, int, float, dict, list, type(None)})
+_JSON_CONVERSIONS: tuple[type[Any], ...] = (str, float, int, dict, list)
 
 
 def _exact_json(value: Any, path: tuple[str | int, ...]) -> Any:
     """A subclass of a JSON type (a numpy float is a float) as that type; anything else
     (a set, bytes, a numpy integer, a tuple...) is not JSON."""
-    for json_type in (str, float, int, dict, list):
+    for json_type in _JSON_CONVERSIONS:
         if isinstance(value, json_type) and not isinstance(value, bool):
             return json_type(value)
     raise _fail(
@@ -503,7 +237,7 @@ class Featurizer:
         return out
 
     def _walk(
-        self, obj: dict, namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
+        self, obj: dict[str, Any], namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
     ) -> None:
         limits = self._limits
         if depth > limits.max_depth:
@@ -527,7 +261,7 @@ class Featurizer:
             inner = self._leaf(obj[key], prefix + key, namespace, path, key, out)
             if inner is None:
                 continue
-            if type(inner) is dict:
+            if isinstance(inner, dict):  # exact JSON types: a dict or a list
                 child = key if namespace == DEFAULT_NAMESPACE else f"{namespace}.{key}"
                 self._walk(inner, child, path + (key,), depth + 1, out)
             else:
@@ -535,7 +269,7 @@ class Featurizer:
 
     def _array(
         self,
-        arr: list,
+        arr: list[Any],
         stem: str,
         namespace: str,
         path: tuple[str | int, ...],
@@ -566,7 +300,7 @@ class Featurizer:
         path: tuple[str | int, ...],
         last: str | int,
         out: _Parsed,
-    ) -> dict | list | None:
+    ) -> dict[str, Any] | list[Any] | None:
         """Record the feature of the scalar ``value`` at ``path + (last,)``: a string is
         ``stem=value``, a number or ``true`` is ``stem`` (``stem[last]`` in an array, where
         ``last`` is the element's index);
@@ -596,7 +330,8 @@ class Featurizer:
         elif value is None:
             return None
         else:
-            return value
+            container: dict[str, Any] | list[Any] = value
+            return container
         out.namespaces.append(namespace)
         if len(out.names) > out.cap:
             raise _fail(path + (last,), f"at most {self._limits.max_features} features")
@@ -612,7 +347,7 @@ class Featurizer:
 
     def _hashes(self, parsed: _Parsed) -> np.ndarray:
         return np.fromiter(
-            (mmh3.hash(n, _FEATURE_SEED, signed=False) for n in parsed.names),
+            (mmh3.hash(n, FEATURE_SEED, signed=False) for n in parsed.names),
             dtype=np.uint32,
             count=len(parsed.names),
         )
@@ -645,31 +380,37 @@ class Featurizer:
         for k, action in enumerate(actions):
             ends.append(len(self._parse(action, ("actions", k), act).names))
         return self._batch(
-            HashedFeatures(self._hashes(ctx), np.asarray(ctx.values, dtype=np.float64), tuple(ctx.namespaces)),
+            HashedFeatures(
+                self._hashes(ctx), np.asarray(ctx.values, dtype=np.float64), tuple(ctx.namespaces)
+            ),
             self._hashes(act),
             np.asarray(act.values, dtype=np.float64),
             act.namespaces,
             np.diff(ends),
         )
 
-    def hash_features(self, obj: Any, path: tuple[str | int, ...] = ("actions", 0)) -> HashedFeatures:
+    def hash_features(
+        self, obj: Any, path: tuple[str | int, ...] = ("actions", 0)
+    ) -> HashedFeatures:
         """One feature object (or list of them) parsed and hashed, for
         :meth:`featurize_hashed`: a caller may keep the result of an object that recurs
         (a catalog item) and skip walking it again. ``path`` prefixes the error paths.
         Raises :class:`InvalidFeatureError` as :meth:`featurize` does."""
         parsed = self._parse(obj, path)
         return HashedFeatures(
-            self._hashes(parsed), np.asarray(parsed.values, dtype=np.float64), tuple(parsed.namespaces)
+            self._hashes(parsed),
+            np.asarray(parsed.values, dtype=np.float64),
+            tuple(parsed.namespaces),
         )
 
-    def featurize_hashed(self, context: HashedFeatures, actions: Sequence[HashedFeatures]) -> FeatureBatch:
+    def featurize_hashed(
+        self, context: HashedFeatures, actions: Sequence[HashedFeatures]
+    ) -> FeatureBatch:
         """:meth:`featurize` over objects already passed through :meth:`hash_features`
         (by this featurizer or one with the same ``limits``): the same vectors, bit for bit."""
         _check_actions(actions)
         counts = np.array([len(a.values) for a in actions], dtype=np.int64)
-        namespaces = (
-            None if self._every_pair else tuple(ns for a in actions for ns in a.namespaces)
-        )
+        namespaces = None if self._every_pair else tuple(ns for a in actions for ns in a.namespaces)
         return self._batch(
             context,
             np.concatenate([a.hashes for a in actions]),
@@ -801,7 +542,7 @@ class Featurizer:
         act = self._parse(action, ("actions", 0))
         act_hashes = [feature_hash(n) for n in act.names]
         interactions = [
-            NamedFeature(f"{cn} ^ {an}", _interaction_hash_scalar(ch, ah) & mask, cv * av)
+            NamedFeature(f"{cn} ^ {an}", interaction_hash_scalar(ch, ah) & mask, cv * av)
             for cn, ch, cv, cns in zip(ctx.names, ctx_hashes, ctx.values, ctx.namespaces)
             for an, ah, av, ans in zip(act.names, act_hashes, act.values, act.namespaces)
             if self.interacts(cns, ans)
@@ -831,93 +572,3 @@ def _kind(value: Any) -> str:
         if type(value).__module__ != "builtins"
         else f"a {type(value).__name__}"
     )
-
-
-@dataclass
-class BucketNames:
-    """Bounded map from bucket to the names of the features seen in it (state the
-    caller owns; docs/algorithms.md section 7: explain a model's weights by name).
-
-    At most ``max_names_per_bucket`` names per bucket (colliding features beyond it are
-    not kept) and ``max_names`` in all; the first names seen are the ones kept, and
-    ``dropped`` counts those that were not. ``buckets`` maps a bucket to its names in
-    the order first seen.
-
-    >>> names = BucketNames(max_names=2)
-    >>> names.observe([NamedFeature("a", 3, 1.0), NamedFeature("b", 3, 2.0), NamedFeature("c", 5, 1.0)])
-    >>> names.names(3), names.names(5), names.dropped
-    (('a', 'b'), (), 1)
-    """
-
-    max_names: int = 65_536
-    max_names_per_bucket: int = 4
-    buckets: dict[int, list[str]] = field(default_factory=dict)
-    dropped: int = 0
-
-    def __post_init__(self) -> None:
-        self.max_names = check_int(self.max_names, "max_names", low=1)
-        self.max_names_per_bucket = check_int(self.max_names_per_bucket, "max_names_per_bucket", low=1)
-        self.dropped = check_int(self.dropped, "dropped", low=0)
-        if not isinstance(self.buckets, dict):
-            raise ConfigError(
-                f"buckets must be a dict of bucket -> names, but got {type(self.buckets).__name__}"
-            )
-        buckets: dict[int, list[str]] = {}
-        for bucket, names in self.buckets.items():
-            b = int(bucket) if isinstance(bucket, str) and bucket.isdigit() else bucket
-            b = check_int(b, "bucket", low=0)
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise ConfigError(f"bucket {b} must map to a list of names, but got {names!r}")
-            if len(names) > self.max_names_per_bucket:
-                raise ConfigError(
-                    f"bucket {b} holds {len(names)} names, more than {self.max_names_per_bucket}"
-                )
-            buckets[b] = list(dict.fromkeys(names))
-        self.buckets = buckets
-        total = self.size
-        if total > self.max_names:
-            raise ConfigError(
-                f"the map holds {total} names, more than max_names = {self.max_names}"
-            )
-
-    @property
-    def size(self) -> int:
-        """Number of names held (never above ``max_names``)."""
-        return sum(len(v) for v in self.buckets.values())
-
-    def observe(self, features: Iterable[NamedFeature]) -> None:
-        """Record the names of ``features`` (e.g. :meth:`Featurizer.describe` of a served
-        action when its reward arrives) within the bounds."""
-        size = self.size
-        for name, bucket, _ in features:
-            held = self.buckets.get(bucket)
-            if held is not None and name in held:
-                continue
-            if size >= self.max_names or (
-                held is not None and len(held) >= self.max_names_per_bucket
-            ):
-                self.dropped += 1
-                continue
-            if held is None:
-                self.buckets[bucket] = [name]
-            else:
-                held.append(name)
-            size += 1
-
-    def names(self, bucket: int) -> tuple[str, ...]:
-        """Names seen in ``bucket`` (empty if none was recorded)."""
-        return tuple(self.buckets.get(bucket, ()))
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict (bucket keys as strings; inverse of :meth:`from_dict`)."""
-        return {
-            "max_names": self.max_names,
-            "max_names_per_bucket": self.max_names_per_bucket,
-            "buckets": {str(b): list(n) for b, n in sorted(self.buckets.items())},
-            "dropped": self.dropped,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BucketNames:
-        """The map :meth:`to_dict` wrote (validated: a :class:`ConfigError` if not)."""
-        return _from_mapping(cls, data, "bucket names")

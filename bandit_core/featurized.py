@@ -48,7 +48,7 @@ from bandit_core.features import (
 )
 
 if TYPE_CHECKING:
-    from bandit_core.policy import BasePolicy
+    from bandit_core.policy import AnyPolicy
 
 __all__ = [
     "LAYOUTS",
@@ -90,7 +90,7 @@ def _hashed(featurizer: Featurizer, obj: Any, path: tuple[str | int, ...]) -> Ha
 
 def featurized_rows(
     featurizer: Featurizer,
-    policy: BasePolicy,
+    policy: AnyPolicy,
     context: Any,
     actions: Sequence[Any],
 ) -> np.ndarray | SparseRows:
@@ -144,7 +144,7 @@ def featurized_rows(
 
 
 def named_columns(
-    featurizer: Featurizer, policy: BasePolicy, context: Any, action: Any
+    featurizer: Featurizer, policy: AnyPolicy, context: Any, action: Any
 ) -> list[NamedFeature]:
     """The features of the row ``policy`` takes for one action (:func:`featurized_rows`)
     by name, each with its *column* of that row in place of its bucket (what a

@@ -63,14 +63,13 @@ class GuardrailedLinUCBConfig(LinUCBConfig):
         GuardrailSet(self.guardrails, self.safe_arm)
 
 
-class GuardrailedLinUCB(LinUCB):
+class GuardrailedLinUCB(LinUCB[GuardrailState]):
     """Disjoint LinUCB with guardrail filtering, a safe arm and delta_G accounting."""
 
     NAME: ClassVar[str] = "guardrailed_linucb"
     CONFIG: ClassVar[type[PolicyConfig]] = GuardrailedLinUCBConfig
     SHARED_STATE = GuardrailState
     config: GuardrailedLinUCBConfig
-    _shared: GuardrailState
 
     @cached_property
     def guardrails(self) -> GuardrailSet:

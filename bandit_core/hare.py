@@ -194,7 +194,8 @@ def queries(sh: HARESharedState, Xc: np.ndarray, U: np.ndarray) -> np.ndarray:
     q = np.einsum("hkd,bd->bhk", sh.W_Qu, U)
     if Xc.shape[1]:
         q = np.einsum("hkd,bd->bhk", sh.W_Qx, Xc) + q
-    return q + sh.b_Q
+    result: np.ndarray = q + sh.b_Q
+    return result
 
 
 def projection_gradients(
@@ -247,7 +248,8 @@ def _sgd_step(sh: HARESharedState, grads: dict[str, np.ndarray], learning_rate: 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
     e = np.exp(logits - logits.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+    result: np.ndarray = e / e.sum(-1, keepdims=True)
+    return result
 
 
 @dataclass
@@ -261,7 +263,7 @@ class _Forward:
     z: np.ndarray  # (d_out,)
 
 
-class HARE(BasePolicy):
+class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
     """HARE over :class:`HAREArmState` (``arm:<id>``), :class:`HARESharedState`
     (``shared``) and a :class:`~bandit_core.linear.LinearArmState` per user (``user:<id>``)."""
 
@@ -357,7 +359,7 @@ class HARE(BasePolicy):
         return dataclasses.replace(decision, state_changed=changed)
 
     def _score(
-        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+        self, arm_ids: list[str], states: list[HAREArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         x, V = self._split_rows(X)
         self._assign_clusters(arm_ids, states, V)
@@ -409,7 +411,7 @@ class HARE(BasePolicy):
         }
 
     # ---- learning ----------------------------------------------------------------------
-    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(self, arm_id: str, state: HAREArmState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         c, sh = self.config, self._shared
         xc, v = x[: c.context_dim], x[c.context_dim :]
         self._assign_clusters([arm_id], [state], v[None])
@@ -432,8 +434,8 @@ class HARE(BasePolicy):
         state.n += 1
         state.reward_sum += reward
 
-    def _arm_stats_extras(self, arm_id: str, state: ArrayState) -> dict[str, float]:
-        return {"cluster": float(state.cluster)}  # type: ignore[attr-defined]
+    def _arm_stats_extras(self, arm_id: str, state: HAREArmState) -> dict[str, float]:
+        return {"cluster": float(state.cluster)}
 
     def fit_projections(
         self,

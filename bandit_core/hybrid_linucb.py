@@ -33,7 +33,7 @@ every hour) and the only state part is ``"shared"``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -41,7 +41,8 @@ from bandit_core.errors import InvalidInputError
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
-from bandit_core.policy import PolicyConfig, SelectContext, SharedModelPolicy
+from bandit_core.policy import PolicyConfig, SelectContext
+from bandit_core.shared_model import SharedModelPolicy
 from bandit_core.validation import all_finite, check_int
 
 
@@ -96,14 +97,15 @@ class HybridStack(RidgeStack):
 
     def _rebuild(self) -> None:
         super()._rebuild()
-        self.A_inv_B = np.matmul(self.A_inv, np.stack([s.B for s in self._states]))  # type: ignore[attr-defined]
+        # a HybridStack only ever stacks the states of hybrid arms
+        self.A_inv_B = np.matmul(self.A_inv, np.stack([cast(HybridArmState, s).B for s in self._states]))
 
     def _write(self, i: int, state: LinearArmState) -> None:
         super()._write(i, state)
-        np.matmul(state.A_inv, state.B, out=self.A_inv_B[i])  # type: ignore[attr-defined]
+        np.matmul(state.A_inv, cast(HybridArmState, state).B, out=self.A_inv_B[i])
 
 
-class HybridLinUCB(SharedModelPolicy):
+class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
     """Hybrid LinUCB (Li et al. 2010, Algorithm 2); with ``context_dim = 0`` a shared-matrix
     LinUCB whose arms keep no state. See the module docstring."""
 
@@ -131,7 +133,7 @@ class HybridLinUCB(SharedModelPolicy):
     @property
     def beta(self) -> np.ndarray:
         """The shared coefficients ``beta = A_0^-1 b_0`` (length ``shared_dim``), a copy."""
-        return self._shared.theta.copy()  # type: ignore[union-attr]
+        return self._shared.theta.copy()
 
     def theta(self, arm_id: str) -> np.ndarray:
         """The per-arm coefficients ``theta_a = A_a^-1 (b_a - B_a beta)`` of ``arm_id``
@@ -139,7 +141,8 @@ class HybridLinUCB(SharedModelPolicy):
         state = self._known_arm(arm_id)
         if state is None:
             return np.zeros(0)
-        return state.A_inv @ (state.b - state.B @ self._shared.theta)  # type: ignore[union-attr]
+        theta: np.ndarray = state.A_inv @ (state.b - state.B @ self._shared.theta)
+        return theta
 
     def feature_weights(self) -> FeatureWeights:
         """The weights of the score's mean ``z^T beta + x^T theta_a`` over the row
@@ -150,46 +153,46 @@ class HybridLinUCB(SharedModelPolicy):
         shared = self._shared
         arms = list(self._arms) if not self._arm_free else []
         if not arms:
-            row = np.concatenate([shared.theta, np.zeros(c.context_dim)])  # type: ignore[union-attr]
-            return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(shared.n)]))  # type: ignore[union-attr]
-        rows = [np.concatenate([shared.theta, self.theta(a)]) for a in arms]  # type: ignore[union-attr]
-        counts = [float(self._arms[a].n) for a in arms]  # type: ignore[attr-defined]
+            row = np.concatenate([shared.theta, np.zeros(c.context_dim)])
+            return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(shared.n)]))
+        rows = [np.concatenate([shared.theta, self.theta(a)]) for a in arms]
+        counts = [float(self._arms[a].n) for a in arms]
         return FeatureWeights(np.arange(c.d), np.array(rows), np.array(counts))
 
     def _score(
-        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+        self, arm_ids: list[str], states: list[HybridArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         shared = self._shared
         k = self.config.shared_dim
         Z = X[:, :k]
-        mean = Z @ shared.theta  # type: ignore[union-attr]
+        mean = Z @ shared.theta
         if self._arm_free:
-            quad = np.einsum("ij,ij->i", Z @ shared.A_inv, Z)  # type: ignore[union-attr]
+            quad = np.einsum("ij,ij->i", Z @ shared.A_inv, Z)
         else:
             stack = self._stack
             stack.sync(arm_ids, states, self._take_updated())
             x = X[:, k:]  # (K, d), d >= 1: no contraction below runs over an empty axis
             g = np.matmul(x[:, None, :], stack.A_inv_B)[:, 0]  # B_a' A_a^-1 x, (K, k)
             v = Z - g
-            theta = stack.theta - np.matmul(stack.A_inv_B, shared.theta)  # type: ignore[union-attr]
+            theta = stack.theta - np.matmul(stack.A_inv_B, shared.theta)
             mean += np.einsum("ij,ij->i", x, theta)
             # s = (z - B'A^-1 x)' A_0^-1 (z - B'A^-1 x) + x'A^-1 x: the paper's four terms,
             # the first, second and fourth of them gathered in one quadratic form.
-            quad = np.einsum("ij,ij->i", v @ shared.A_inv, v)  # type: ignore[union-attr]
+            quad = np.einsum("ij,ij->i", v @ shared.A_inv, v)
             quad += np.einsum("ij,ij->i", np.matmul(stack.A_inv, x[:, :, None])[:, :, 0], x)
         width = np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
         return mean + self.config.alpha * width, width
 
-    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(self, arm_id: str, state: HybridArmState | None, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
         c = self.config
-        shared: HybridSharedState = self._shared  # type: ignore[assignment]
+        shared = self._shared
         if state is None:  # no per-arm part: LinUCB over z (A_0 += z z', b_0 += r z)
             shared.add(x, reward, reward, c.refactor_every)
             return
         _hybrid_update(shared, state, x[: c.shared_dim], x[c.shared_dim :], reward, c.refactor_every)
 
 
-def _prior(dim: int, ridge_lambda: float) -> dict[str, np.ndarray]:
+def _prior(dim: int, ridge_lambda: float) -> dict[str, Any]:
     """Fields of a ridge part before any reward: ``A = lambda*I``, ``b = 0``."""
     return vars(LinearArmState.prior(dim, ridge_lambda))
 

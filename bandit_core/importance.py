@@ -89,11 +89,13 @@ class FeatureWeights:
     def mean_abs(self) -> np.ndarray:
         """``|w_i|`` per column: the mean of ``|w_{r,i}|`` over rows weighted by their
         rewards (uniform when no row learned from any; 0 without rows)."""
-        return self._row_shares() @ np.abs(self.weights)
+        result: np.ndarray = self._row_shares() @ np.abs(self.weights)
+        return result
 
     def mean(self) -> np.ndarray:
         """The signed weight per column, averaged over rows as :meth:`mean_abs` does."""
-        return self._row_shares() @ self.weights
+        result: np.ndarray = self._row_shares() @ self.weights
+        return result
 
 
 @dataclass(frozen=True)

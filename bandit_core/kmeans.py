@@ -23,7 +23,8 @@ def nearest(points: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     ``points``: ``(n, d)``; ``centroids``: ``(k, d)``; returns ``(n,)`` int64.
     """
     sq = (points**2).sum(1)[:, None] - 2.0 * points @ centroids.T + (centroids**2).sum(1)[None, :]
-    return np.argmin(sq, axis=1)
+    result: np.ndarray = np.argmin(sq, axis=1)
+    return result
 
 
 def kmeans(

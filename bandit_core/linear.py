@@ -121,7 +121,8 @@ def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The rank-one term ``(A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x)`` that
     :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``."""
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
-    return Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
+    result: np.ndarray = Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
+    return result
 
 
 def cholesky_inverse(A: np.ndarray) -> np.ndarray:
@@ -222,14 +223,14 @@ class RidgeStack:
         if all(map(operator.is_, states, cached)):
             if now == stamps:
                 return []
-            changed = list(itertools.compress(range(len(now)), map(operator.ne, now, stamps)))
+            moved = list(itertools.compress(range(len(now)), map(operator.ne, now, stamps)))
         else:
-            changed = [i for i, s in enumerate(states) if s is not cached[i] or now[i] != stamps[i]]
-        for i in changed:
+            moved = [i for i, s in enumerate(states) if s is not cached[i] or now[i] != stamps[i]]
+        for i in moved:
             s = cached[i] = states[i]
             stamps[i] = s.n
             self._write(i, s)
-        return changed
+        return moved
 
     def _rebuild(self) -> None:
         self.A_inv = np.stack(list(map(self._matrix, self._states)))

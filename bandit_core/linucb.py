@@ -22,6 +22,7 @@ import numpy as np
 
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
+from bandit_core.parts import SharedT
 from bandit_core.policy import BasePolicy, PolicyConfig, SelectContext
 from bandit_core.validation import check_int, check_real
 
@@ -36,12 +37,19 @@ class LinUCBConfig(PolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "ridge_lambda", check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True))
-        object.__setattr__(self, "refactor_every", check_int(self.refactor_every, "refactor_every", low=1))
+        object.__setattr__(
+            self,
+            "ridge_lambda",
+            check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True),
+        )
+        object.__setattr__(
+            self, "refactor_every", check_int(self.refactor_every, "refactor_every", low=1)
+        )
 
 
-class LinUCB(BasePolicy):
-    """Disjoint LinUCB over per-arm ridge states (:class:`LinearArmState`)."""
+class LinUCB(BasePolicy[LinearArmState, SharedT, None]):
+    """Disjoint LinUCB over per-arm ridge states (:class:`LinearArmState`); generic over
+    its ``"shared"`` part, which only a subclass adds (guardrail counters)."""
 
     NAME: ClassVar[str] = "linucb"
     CONFIG: ClassVar[type[PolicyConfig]] = LinUCBConfig
@@ -64,23 +72,29 @@ class LinUCB(BasePolicy):
         states = list(self._arms.values())
         return FeatureWeights(
             columns=np.arange(self.config.d),
-            weights=np.array([s.theta for s in states]).reshape(len(states), self.config.d),  # type: ignore[attr-defined]
-            rewards=np.array([float(s.n) for s in states]),  # type: ignore[attr-defined]
+            weights=np.array([s.theta for s in states]).reshape(len(states), self.config.d),
+            rewards=np.array([float(s.n) for s in states]),
         )
 
     def _new_arm_state(self) -> LinearArmState:
         return LinearArmState.prior(self.config.d, self.config.ridge_lambda)
 
     def _score(
-        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+        self, arm_ids: list[str], states: list[LinearArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
         return mean + self.config.alpha * width, width
 
     def _score_batch(
-        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+        self,
+        arm_ids: list[str],
+        states: list[LinearArmState],
+        X_batch: np.ndarray,
+        ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._score(arm_ids, states, X_batch, ctx)
 
-    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self, arm_id: str, state: LinearArmState, x: np.ndarray, reward: float, ctx: SelectContext
+    ) -> None:
         state.add(x, reward, reward, self.config.refactor_every)

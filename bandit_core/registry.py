@@ -13,10 +13,10 @@ from bandit_core.hare import HARE
 from bandit_core.hybrid_linucb import HybridLinUCB
 from bandit_core.linucb import LinUCB
 from bandit_core.lnucb_ta import LNUCBTA
-from bandit_core.policy import BasePolicy
+from bandit_core.policy import AnyPolicy
 from bandit_core.state import unpack
 
-POLICIES: dict[str, type[BasePolicy]] = {
+POLICIES: dict[str, type[AnyPolicy]] = {
     cls.NAME: cls
     for cls in (
         LinUCB,
@@ -33,7 +33,7 @@ POLICIES: dict[str, type[BasePolicy]] = {
 }
 
 
-def policy_class(name: str) -> type[BasePolicy]:
+def policy_class(name: str) -> type[AnyPolicy]:
     """The policy class registered under ``name``."""
     try:
         return POLICIES[name]
@@ -41,7 +41,7 @@ def policy_class(name: str) -> type[BasePolicy]:
         raise ConfigError(f"unknown policy {name!r}; expected one of {sorted(POLICIES)}") from None
 
 
-def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
+def make_policy(name: str, d: int, **params: Any) -> AnyPolicy:
     """Build the policy ``name`` for feature vectors of length ``d``.
 
     ``params`` are the fields of that policy's config dataclass (``alpha``,
@@ -58,7 +58,9 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
     fields = set(cls.CONFIG.__dataclass_fields__)
     for key in params:
         if key not in fields:
-            raise ConfigError(f"unknown parameter {key!r} for {name}; expected some of {sorted(fields)}")
+            raise ConfigError(
+                f"unknown parameter {key!r} for {name}; expected some of {sorted(fields)}"
+            )
     try:
         config = cls.CONFIG(d=d, **params)
     except TypeError as exc:
@@ -66,7 +68,7 @@ def make_policy(name: str, d: int, **params: Any) -> BasePolicy:
     return cls(config)
 
 
-def policy_from_bytes(data: bytes) -> BasePolicy:
+def policy_from_bytes(data: bytes) -> AnyPolicy:
     """Rebuild any registered policy from its :meth:`BasePolicy.to_bytes` output."""
     _, meta, _ = unpack(data, "policy")
     algorithm = meta.get("algorithm")

@@ -126,7 +126,8 @@ class ClassificationEnvironment:
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
-    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+    result: np.ndarray = v / np.linalg.norm(v, axis=-1, keepdims=True)
+    return result
 
 
 @dataclass(frozen=True)

@@ -187,12 +187,14 @@ class ArrayState:
     """
 
     KIND: ClassVar[str] = ""
+    # Declared for the type checker only: every subclass is a dataclass.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def to_bytes(self) -> bytes:
         """Serialize this state (layout in the module docstring)."""
         meta: dict[str, Any] = {}
         arrays: dict[str, np.ndarray] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, np.ndarray):
                 arrays[f.name] = value
@@ -209,13 +211,13 @@ class ArrayState:
         ``bool``, ``str``, ``dict``; an ``int`` for a ``float`` field is accepted).
         """
         _, meta, arrays = unpack(data, cls.KIND)
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = {f.name for f in dataclasses.fields(cls)}
         if set(meta) | set(arrays) != names or not set(meta).isdisjoint(arrays):
             raise StateFormatError(
                 f"{cls.KIND!r} state must have fields {sorted(names)} once each, "
                 f"but got {sorted(meta)} in meta and {sorted(arrays)} as arrays"
             )
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
             is_array = annotation in ("np.ndarray", "ndarray")
             if is_array != (f.name in arrays):

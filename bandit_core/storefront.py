@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -216,7 +216,7 @@ def shared_rows(featurizer: Featurizer) -> Encoder:
     """Rows of a shared model: each action's vector (context, action, interactions, bias;
     docs/algorithms.md section 7), in the featurizer's output form (sparse rows for a
     model of large hashed spaces, ``diag_linucb``)."""
-    return lambda context, actions: featurizer.featurize(context, actions).actions  # type: ignore[return-value]
+    return lambda context, actions: featurizer.featurize(context, actions).actions
 
 
 def context_rows(featurizer: Featurizer) -> Encoder:
@@ -224,8 +224,8 @@ def context_rows(featurizer: Featurizer) -> Encoder:
     featurizer's output must be dense."""
 
     def encode(context: dict[str, Any], actions: Sequence[dict[str, Any]]) -> np.ndarray:
-        x = featurizer.featurize_context(context)
-        return np.broadcast_to(x, (len(actions), x.size))  # type: ignore[union-attr]
+        x = cast(np.ndarray, featurizer.featurize_context(context))  # dense, as the docstring requires
+        return np.broadcast_to(x, (len(actions), x.size))
 
     return encode
 

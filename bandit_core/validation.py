@@ -192,12 +192,16 @@ def check_arm_ids(arm_ids: Sequence[str], known: list[str] | None = None) -> lis
         raise InvalidInputError(f"every arm id must be a non-empty str, but got {bad!r}")
     if len(unique) != len(ids):
         seen: set[str] = set()
-        dup = next(a for a in ids if a in seen or seen.add(a))  # type: ignore[func-returns-value]
+        dup = ids[0]
+        for dup in ids:  # stops at the first id seen before
+            if dup in seen:
+                break
+            seen.add(dup)
         raise InvalidInputError(f"arm_ids must be unique, but {dup!r} appears more than once")
     return ids
 
 
-def _as_real_array(value: ArrayLike, name: str, expected: str) -> np.ndarray:
+def _as_real_array(value: object, name: str, expected: str) -> np.ndarray:
     """``value`` as float64; booleans, ints and floats only (strings, complex and objects
     are rejected rather than parsed or truncated)."""
     try:
@@ -234,8 +238,9 @@ def all_finite(arr: np.ndarray) -> bool:
     return math.isfinite(total) or bool(np.isfinite(arr).all())
 
 
-def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray:
-    """Return ``X`` as a finite float64 array of shape ``(rows, d)``."""
+def check_matrix(X: object, rows: int, d: int, name: str = "X") -> np.ndarray:
+    """Return ``X`` as a finite float64 array of shape ``(rows, d)``; anything else is an
+    :class:`InvalidInputError`."""
     if type(X) is np.ndarray and X.dtype is _FLOAT64:
         arr = X  # the common case, already what _as_real_array returns
     else:
@@ -250,8 +255,9 @@ def check_matrix(X: ArrayLike, rows: int, d: int, name: str = "X") -> np.ndarray
     return arr
 
 
-def check_vector(x: ArrayLike, d: int, name: str = "x") -> np.ndarray:
-    """Return ``x`` as a finite float64 vector of length ``d``."""
+def check_vector(x: object, d: int, name: str = "x") -> np.ndarray:
+    """Return ``x`` as a finite float64 vector of length ``d``; anything else is an
+    :class:`InvalidInputError`."""
     if type(x) is np.ndarray and x.dtype is _FLOAT64:
         arr = x
     else:

@@ -83,7 +83,8 @@ def _check(
 
 
 def _weights(a: np.ndarray, p: np.ndarray, pi: np.ndarray) -> np.ndarray:
-    return pi[np.arange(a.size), a] / p
+    result: np.ndarray = pi[np.arange(a.size), a] / p
+    return result
 
 
 def _ips_terms(

@@ -36,7 +36,8 @@ import numpy as np
 
 from bandit_core.features import Featurizer
 from bandit_core.featurized import featurized_rows
-from bandit_core.policy import BasePolicy
+from bandit_core.policy import AnyPolicy
+from bandit_core.sparse_rows import SparseRows
 
 Feature = tuple[str, str]
 """``(namespace, key)``."""
@@ -103,7 +104,7 @@ def _without(obj: Any, path: list[str], key: str) -> Any:
 
 
 def replay_value(
-    new_policy: Callable[[], BasePolicy],
+    new_policy: Callable[[], AnyPolicy],
     featurizer: Featurizer,
     events: Sequence[JsonEvent],
     dropped: Feature | None = None,
@@ -125,12 +126,14 @@ def replay_value(
         ratio = chosen.get(e.arm_id, 0.0) / e.propensity
         weighted += ratio * e.reward
         total += ratio
-        policy.update(e.arm_id, X[ids.index(e.arm_id)], e.reward, user_id=e.user_id)
+        served = ids.index(e.arm_id)
+        row = X.one_row(served) if isinstance(X, SparseRows) else X[served]
+        policy.update(e.arm_id, row, e.reward, user_id=e.user_id)
     return weighted / total if total > 0 else 0.0
 
 
 def leave_one_feature_out(
-    new_policy: Callable[[], BasePolicy], featurizer: Featurizer, events: Sequence[JsonEvent]
+    new_policy: Callable[[], AnyPolicy], featurizer: Featurizer, events: Sequence[JsonEvent]
 ) -> tuple[float, list[FeatureEffect]]:
     """The value with every feature and each feature's effect (one replay per feature
     found in the events' contexts and actions, plus one), by descending ``drop``, ties

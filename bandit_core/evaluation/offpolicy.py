@@ -66,13 +66,13 @@ def ridge_q_hat(
     q = np.zeros((n, k))
     for f in range(folds):
         arms: dict[str, LinearArmState] = {}
-        for i in np.flatnonzero(fold != f):
+        for i in np.flatnonzero(fold != f).tolist():
             e = events[i]
             state = arms.get(e.chosen) or arms.setdefault(
                 e.chosen, LinearArmState.prior(e.X.shape[1], ridge_lambda)
             )
             state.add(e.X[e.action], e.reward, e.reward, refactor_every=1000)
-        for i in np.flatnonzero(fold == f):
+        for i in np.flatnonzero(fold == f).tolist():
             e = events[i]
             for j, a in enumerate(e.arm_ids):
                 if a in arms:

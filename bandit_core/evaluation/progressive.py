@@ -35,7 +35,7 @@ import numpy as np
 
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
-from bandit_core.policy import BasePolicy
+from bandit_core.policy import AnyPolicy
 from bandit_core.validation import check_real
 
 
@@ -161,7 +161,7 @@ def period_sums(period: np.ndarray, w: np.ndarray, r: np.ndarray) -> dict[int, W
 
 
 def progressive_distribution(
-    policy: BasePolicy,
+    policy: AnyPolicy,
     events: Iterable[LoggedEvent],
     k_max: int,
     progress: Callable[[int], None] | None = None,

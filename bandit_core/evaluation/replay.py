@@ -223,7 +223,7 @@ def rejection_replay(
             raise InvalidInputError("rejection_replay needs a pscore on every event, but some have none")
         if not scores:
             raise InvalidInputError("source must hold at least one event, but got none")
-        min_pscore = min(scores)  # type: ignore[type-var]
+        min_pscore = min(p for p in scores if p is not None)  # every one is, checked above
     p_min = check_real(min_pscore, "min_pscore", low=0.0, high=1.0, low_open=True, error=InvalidInputError)
 
     def accept(event: LoggedEvent) -> bool:
@@ -270,7 +270,8 @@ class SeedReplays:
 
     def mean_curve(self) -> np.ndarray:
         """Mean cumulative-reward curve over seeds, shape ``(min matched,)``."""
-        return self.curves().mean(axis=0)
+        result: np.ndarray = self.curves().mean(axis=0)
+        return result
 
 
 def replay_seeds(

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import bandit_core
-from bandit_core import lnucb_ta
-from bandit_core.lnucb_ta import KnnMemory, LNUCBTAArmState, adaptive_k, knn_estimates
+from bandit_core import knn_memory, lnucb_ta
+from bandit_core.knn_memory import KnnMemory, LNUCBTAArmState, adaptive_k, knn_estimates
 
 CONFIGS = [
     {"knn_window": 5},  # rings wrap every 5 points per arm
@@ -78,8 +78,8 @@ def test_batch_rows_are_bit_identical_to_single_rows(monkeypatch: pytest.MonkeyP
         memory = KnnMemory(states, ks)
         single = np.stack([memory.estimates(x[None], weights)[0] for x in X])
         np.testing.assert_array_equal(memory.estimates(X, weights), single)
-        monkeypatch.setattr(lnucb_ta, "_BATCH_POINTS", 100)  # a batch row or two at a time
-        monkeypatch.setattr(lnucb_ta, "_SPAN_FLOATS", 50)  # a few points at a time
+        monkeypatch.setattr(knn_memory, "_BATCH_POINTS", 100)  # a batch row or two at a time
+        monkeypatch.setattr(knn_memory, "_SPAN_FLOATS", 50)  # a few points at a time
         np.testing.assert_array_equal(memory.estimates(X, weights), single)
         monkeypatch.undo()
 
@@ -113,8 +113,8 @@ def test_one_candidate_and_one_new_point_give_the_whole_search(
     X = _features(rng, integer, (9, 5, 4))
     for small in (False, True):
         if small:
-            monkeypatch.setattr(lnucb_ta, "_BATCH_POINTS", 30)
-            monkeypatch.setattr(lnucb_ta, "_SPAN_FLOATS", 20)
+            monkeypatch.setattr(knn_memory, "_BATCH_POINTS", 30)
+            monkeypatch.setattr(knn_memory, "_SPAN_FLOATS", 20)
         whole = memory.search(X)
         assert whole.shape == (4, 9, 5)
         for i in range(5):

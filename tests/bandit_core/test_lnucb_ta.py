@@ -7,7 +7,8 @@ import pytest
 
 import bandit_core
 from bandit_core.errors import ConfigError
-from bandit_core.lnucb_ta import LNUCBTA, LNUCBTAArmState, LNUCBTAConfig, knn_estimates
+from bandit_core.knn_memory import LNUCBTAArmState, knn_estimates
+from bandit_core.lnucb_ta import LNUCBTA, LNUCBTAConfig
 from tests.bandit_core.conftest import select_scores, takes_batched_path
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import bandit_core
-from bandit_core.lnucb_ta import LNUCBTAArmState, knn_estimates
+from bandit_core.knn_memory import LNUCBTAArmState, knn_estimates
 
 GUARDS = {
     "guardrails": (

@@ -16,7 +16,7 @@ import pytest
 
 import bandit_core
 from bandit_core.linear import LinearArmState
-from bandit_core.policy import SharedModelPolicy
+from bandit_core.shared_model import SharedModelPolicy
 from service.api.app import YOUNG_GC_THRESHOLD
 from service.schemas import RankedArm, RecommendResponse
 from tests.service.conftest import POLICY, running, wait_for
