@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -53,8 +53,11 @@ def _storable(value: str) -> str:
 Text = Annotated[str, AfterValidator(_storable)]
 ArmId = Annotated[Text, Field(min_length=1, max_length=256)]
 PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
-# The registered engine policies, in registry order: the OpenAPI enum follows the registry.
-Algorithm = Literal[tuple(POLICIES)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # the registry is known at run time only: to mypy, an algorithm is a name
+    Algorithm = str
+else:
+    # The registered engine policies, in registry order: the OpenAPI enum follows the registry.
+    Algorithm = Literal[tuple(POLICIES)]
 
 
 JsonFeatures = dict[str, Any] | list[dict[str, Any]]
@@ -223,7 +226,10 @@ def default_epsilon(algorithm: str) -> float:
     """Epsilon of a policy that names none: :data:`DEFAULT_EPSILON`, or the algorithm's own
     default when larger (epsilon_greedy: 0.1)."""
     fields = {f.name: f for f in dataclasses.fields(policy_class(algorithm).CONFIG)}
-    return max(DEFAULT_EPSILON, float(fields["epsilon"].default))
+    epsilon = fields["epsilon"].default
+    if not isinstance(epsilon, (int, float)):
+        raise TypeError(f"{algorithm}'s epsilon has no numeric default: {epsilon!r}")
+    return max(DEFAULT_EPSILON, float(epsilon))
 
 
 def _same_setting(a: Any, b: Any) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Path, Response
 
 from service.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
@@ -16,7 +18,7 @@ from service.schemas import (
 )
 
 router = APIRouter(tags=["decisions"], route_class=JsonRoute)
-_errors = {
+_errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or event"},
     409: {
