@@ -64,7 +64,7 @@ def _recommend_body(
             ArmCandidate(id=a) if isinstance(a, str) else ArmCandidate.model_validate(a)
             for a in arms
         ]
-    body = RecommendRequest(policy=policy, context=context, arms=cands, **options)  # type: ignore[arg-type]
+    body = RecommendRequest(policy=policy, context=context, arms=cands, **options)
     return body.model_dump(mode="json", exclude_none=True)
 
 

@@ -273,7 +273,7 @@ AUDIT_RECORDS = Counter(
 
 # The metrics whose series :func:`render` drops for a policy that no longer exists.
 POLICY_FAMILIES = frozenset(
-    metric.describe()[0].name
+    next(iter(metric.describe())).name
     for metric in (
         DECISIONS,
         DEGRADED_DECISIONS,

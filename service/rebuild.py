@@ -40,7 +40,7 @@ from bandit_core import policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
-from service.storage.base import EventLog, LoggedDecision, StateStore
+from service.storage.base import DecisionRecord, EventLog, RewardRecord, StateStore
 from service.usecases.json_features import logged_rows
 from service.usecases.learning_modes import LOGGING_ONLY, mode_at
 from service.usecases.models import PART_PREFIXES, imported_model_record
@@ -58,11 +58,11 @@ class RebuildReport:
 
 def _collect(
     event_log: EventLog, info: PolicyInfo
-) -> tuple[list[LoggedDecision], Counter[str], dict[str, float]]:
+) -> tuple[list[tuple[DecisionRecord, RewardRecord]], Counter[str], dict[str, float]]:
     """Rewarded events in reward order (but those served while the loop was in
     Personalizer's LoggingOnly mode: logged, never learned), the decisions served per arm
     and when each arm was last served or rewarded."""
-    rewarded: list[LoggedDecision] = []
+    rewarded: list[tuple[DecisionRecord, RewardRecord]] = []
     pulls: Counter[str] = Counter()
     seen: dict[str, float] = {}
     for event in event_log.iter_events(info.name, since=info.reset_at):
@@ -73,8 +73,8 @@ def _collect(
         last = d.created_at if event.reward is None else max(d.created_at, event.reward.created_at)
         seen[d.arm_id] = max(seen.get(d.arm_id, last), last)
         if event.reward is not None and mode_at(info.personalizer, d.created_at) != LOGGING_ONLY:
-            rewarded.append(event)
-    rewarded.sort(key=lambda e: e.reward.created_at)  # type: ignore[union-attr]
+            rewarded.append((d, event.reward))
+    rewarded.sort(key=lambda pair: pair[1].created_at)
     return rewarded, pulls, seen
 
 
@@ -98,16 +98,16 @@ async def rebuild_policy(
     n_decisions = sum(pulls.values())
     config = info.featurizer_config
     featurizer = None if config is None else Featurizer(config)
-    for event in rewarded:
-        d = event.decision
+    for d, reward in rewarded:
         served = next(c for c in d.candidates if c["id"] == d.arm_id)
+        x: np.ndarray | SparseRows
         if featurizer is None:
             x = np.asarray(served["features"], dtype=np.float64)
         else:  # the log keeps JSON features as sent: featurize the served row again
             rows = logged_rows(featurizer, policy, d.context, [served])
             x = rows.one_row(0) if isinstance(rows, SparseRows) else rows[0]
         policy.add_arm(d.arm_id)
-        policy.update(d.arm_id, x, event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
+        policy.update(d.arm_id, x, reward.value, user_id=d.user_id)
     if info.arms:
         for arm in [a for a in policy.arm_ids if a not in info.arms]:
             policy.retire_arm(arm)
@@ -130,7 +130,7 @@ async def rebuild_policy(
     counters.update(
         decisions=float(n_decisions),
         rewards=float(len(rewarded)),
-        default_rewards=float(sum(e.reward.source == "default" for e in rewarded)),  # type: ignore[union-attr]
+        default_rewards=float(sum(reward.source == "default" for _, reward in rewarded)),
     )
     # read before the commit: once the config is written, requests add to them
     before = await store.counters(name)

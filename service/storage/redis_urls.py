@@ -96,7 +96,7 @@ def parse_redis_url(url: str) -> RedisTarget:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in SINGLE_SCHEMES:
         try:
-            return RedisTarget("single", url, options=parse_url(url))
+            return RedisTarget("single", url, options={**parse_url(url)})
         except ValueError as exc:
             raise InvalidInputError(f"BANDIT_REDIS_URL {url!r}: {exc}") from exc
     if scheme not in CLUSTER_SCHEMES and scheme not in SENTINEL_SCHEMES:
@@ -129,7 +129,7 @@ def parse_redis_url(url: str) -> RedisTarget:
     host, port = nodes[0]
     single = f"{base}://{auth}{host}:{port}/{db}" + (f"?{urlencode(query)}" if query else "")
     try:
-        options = parse_url(single)
+        options: dict[str, Any] = {**parse_url(single)}
     except ValueError as exc:
         raise InvalidInputError(f"BANDIT_REDIS_URL {url!r}: {exc}") from exc
     for key in ("host", "port"):

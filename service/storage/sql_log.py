@@ -434,7 +434,7 @@ def database_reachable() -> Iterator[None]:
     try:
         yield
     except _UNAVAILABLE as exc:
-        raise EventLogUnavailableError(f"event log database: {exc.orig or exc}") from exc
+        raise EventLogUnavailableError(f"event log database: {getattr(exc, 'orig', None) or exc}") from exc
 
 
 def _rows(records: Sequence[Any], fields: list[str]) -> list[dict[str, Any]]:

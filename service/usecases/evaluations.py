@@ -292,7 +292,7 @@ def evaluate(
     estimate among the learning settings). ``progress`` gets 1 per event replayed."""
     arrays = LogArrays(decisions)
     k_max = max(arrays.sizes, default=0)
-    results = []
+    results: list[dict[str, Any]] = []
 
     def replay(spec: PolicySpec) -> list[list[float]]:
         policy = build_policy(spec)

@@ -128,7 +128,7 @@ def _float_rows(logged: Sequence[DecisionRecord], d: int) -> list[SparseRows]:
     blocks: list[SparseRows] = []
     total = 0
     for decision in logged:
-        rows = [c.get("features") for c in decision.candidates]  # type: ignore[union-attr]  # read back: a list
+        rows = [c.get("features") for c in decision.candidates]
         if not rows or not all(isinstance(r, list) and len(r) == d for r in rows):
             continue
         block = SparseRows.from_dense(np.array(rows, dtype=np.float64))
@@ -226,8 +226,8 @@ def scores_over_log(
     events = [
         JsonEvent(
             context=d.context,
-            arm_ids=[c["id"] for c in d.candidates],  # type: ignore[union-attr]  # read back: a list
-            actions=[c["features"] for c in d.candidates],  # type: ignore[union-attr]
+            arm_ids=[c["id"] for c in d.candidates],
+            actions=[c["features"] for c in d.candidates],
             arm_id=d.arm_id,
             propensity=d.propensity,
             reward=e.reward.value,

@@ -77,7 +77,7 @@ from service.usecases.policy_cache import (
     import_stored,
 )
 
-Candidates = tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any] | None]
+Candidates = tuple[list[str], np.ndarray | SparseRows, Mapping[str, float] | None, list[Any] | None]
 """Candidate ids, their rows ``X`` (sparse for a policy taking sparse rows), the named
 context (guardrails) and, for a policy with ``features``, each candidate's features to
 log (``JsonCandidates.build``; None for float vectors)."""
@@ -95,6 +95,16 @@ class _Served:
     learn: bool = True
     imitated: bool | None = None
     digest: str | None = None  # the request's digest under a client's event id
+
+
+@dataclass
+class _Selected:
+    """The decision a pending-event transaction serves (redone inside it when the
+    selection changed stored state), its response and whether it imitated a baseline."""
+
+    decision: Decision
+    response: dict[str, Any]
+    imitated: bool | None
 
 
 @dataclass
@@ -213,14 +223,15 @@ class Recommender:
         if not degraded:
             ttl = self.settings.event_ttl_seconds
             args = (req, runtime, ids, X, features, decision, response, parts, now, digest)
-            args += ((serving, imitated),)
+            served = (serving, imitated)
             try:
                 if req.event_id is not None:  # a client's id may repeat: register it first
                     if not await store.register_event(event_id, req.policy, ttl):
                         return await self._wait_original(req.policy, event_id, digest)
-                    response, decision = await self._store_event(*args)
+                    response, decision = await self._store_event(*args, served)
                 else:  # 128 random bits never collide: claimed with the write
-                    response, decision = await self._store_event(*args, Claim(event_id, ttl))
+                    claim = Claim(event_id, ttl)
+                    response, decision = await self._store_event(*args, served, claim)
             except EventIdTakenError:
                 raise Conflict(f"generated event_id {event_id!r} collided; retry") from None
             except StoreUnavailableError:
@@ -441,7 +452,7 @@ class Recommender:
         ids: list[str],
         X: np.ndarray | SparseRows,
         req: RecommendRequest,
-        features: dict[str, float] | None,
+        features: Mapping[str, float] | None,
         serving: BaselineServing | None,
     ) -> tuple[Decision, bool | None]:
         """The decision to serve and, serving an Apprentice baseline, whether the model's
@@ -517,7 +528,7 @@ class Recommender:
         runtime: Runtime,
         ids: list[str],
         X: np.ndarray | SparseRows,
-        features: dict[str, float] | None,
+        features: Mapping[str, float] | None,
         decision: Decision,
         response: dict[str, Any],
         parts: list[str],
@@ -533,7 +544,7 @@ class Recommender:
         key = event_key(event_id)
         changed = list(decision.state_changed)
         serving, imitated = served
-        result = {"decision": decision, "response": response, "imitated": imitated}
+        result = _Selected(decision, response, imitated)
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             if values[key] is not None:
@@ -541,27 +552,27 @@ class Recommender:
             out: dict[str, bytes | None] = {}
             if changed:
                 import_stored(runtime, {p: values[p] for p in changed})
-                again, result["imitated"] = self._select(runtime, ids, X, req, features, serving)
-                result["decision"] = again
+                again, result.imitated = self._select(runtime, ids, X, req, features, serving)
+                result.decision = again
                 version = runtime.model_version(parts)
                 redone = self._response(req, runtime, again, event_id, version, False)
-                result["response"] = {**response, **redone}  # annotations kept
+                result.response = {**response, **redone}  # annotations kept
                 out.update(runtime.policy.export_parts(changed))
             event = _Served(
                 0,
                 req,
                 (ids, X, features, None),
-                result["decision"],
-                result["response"],
+                result.decision,
+                result.response,
                 learn=serving is None or serving.learn,
-                imitated=result["imitated"],
+                imitated=result.imitated,
                 digest=digest,
             )
             out[key] = _pending_event(event, runtime, now)
             return out
 
         def schedule() -> Schedule:
-            arm = result["decision"].arm_id
+            arm = result.decision.arm_id
             counters = {"decisions": 1.0, "pending": 1.0, f"{PULLS_PREFIX}{arm}": 1.0}
             # the served arm and every arm this selection gave stored state were seen now
             seen = dict.fromkeys([arm, *arms_of(changed)], now)
@@ -577,7 +588,7 @@ class Recommender:
             schedule,
             claim,
         )
-        return result["response"], result["decision"]
+        return result.response, result.decision
 
     async def _original_decision(
         self, name: str, event_id: str, digest: str | None
@@ -621,12 +632,17 @@ class Recommender:
         response: dict[str, Any],
         now: float,
     ) -> DecisionRecord:
+        if raw is None:
+            assert isinstance(X, np.ndarray)  # float vectors as sent: sparse rows are JSON's
+            candidates = candidates_json(ids, X)
+        else:
+            candidates = logged_candidates(ids, raw)
         return DecisionRecord(
             event_id=response["event_id"],
             policy=req.policy,
             created_at=now,
             context=req.context,
-            candidates=candidates_json(ids, X) if raw is None else logged_candidates(ids, raw),
+            candidates=candidates,
             arm_id=response["arm_id"],
             propensity=float(decision.propensity),
             scores=np.asarray(decision.scores, dtype=np.float64).tolist(),

@@ -202,6 +202,7 @@ class Sweeper:
             if event.pending:
                 kept_until.append(None)
                 return {}
+            assert event.finalized_at is not None  # set by the transition out of pending
             until = event.finalized_at + self.settings.done_event_retention_seconds
             if until > now:
                 kept_until.append(until)
