@@ -1,4 +1,4 @@
-"""Capacity of the scale-out path (issue 15): one Redis against a Redis Cluster, one
+"""Capacity of the scale-out path: one Redis against a Redis Cluster, one
 policy against eight, and the units of capacity planning (docs/operations.md,
 "Capacity planning").
 

@@ -1,4 +1,4 @@
-"""The JSON featurizer: bucket collisions against ``bits``, and its cost per request (issue 18).
+"""The JSON featurizer: bucket collisions against ``bits``, and its cost per request.
 
 Collisions. Two measures, with the features' real names hashed by
 :func:`bandit_core.features.feature_hash` (interactions by ``interaction_hash``):

@@ -1,4 +1,4 @@
-"""Offline replay throughput, events/s (issue 7, item 3).
+"""Offline replay throughput, events/s.
 
 Strict replay (Li et al. 2011; ``bandit_core.evaluation.replay``) of LinUCB and LNUCB-TA
 against the *straightforward per-arm-loop implementations* written in

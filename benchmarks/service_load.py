@@ -1,4 +1,4 @@
-"""Service throughput and latency under a loopback load generator (issue 7, item 4).
+"""Service throughput and latency under a loopback load generator.
 
 Starts ``python -m service.cli serve`` (uvicorn; uvloop and httptools come with
 ``uvicorn[standard]``) on a loopback port for each backend and worker count, creates a
