@@ -248,7 +248,7 @@ def _scripts(tmp: Path, body: str, pause_ms: int, event_ids: bool = False) -> tu
 
 def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], str]:
     """A hybrid_linucb policy over JSON features of ``bits`` and the request of the
-    issue's goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
+    performance goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
     50 candidates of 6 features, every context x action interaction). The same body on
     every request: the catalog repeats, so the server's cache of hashed candidates hits."""
     from benchmarks.featurizer import request
@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="BITS",
         help="also drive a shared model over JSON features hashed into 2**BITS "
-        "buckets with the issue's request (15 context features, 50 candidates x 6)",
+        "buckets with the goal's request (15 context features, 50 candidates x 6)",
     )
     parser.add_argument(
         "--event-ids",
