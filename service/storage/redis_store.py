@@ -362,10 +362,11 @@ class RedisStateStore:
                     args += [float(deadline), event_id]
             data: list[bytes] = []
             for key in keys:
-                op = "" if key not in writes else ("d" if writes[key] is None else "s")
+                value = writes.get(key)
+                op = "" if key not in writes else ("d" if value is None else "s")
                 args += [key, current[key].version, op]
-                if op == "s":
-                    data.append(writes[key])  # type: ignore[arg-type]
+                if value is not None:
+                    data.append(value)
             if claim is not None:
                 refused, version = await self._claim_and_commit(
                     claim, policy, redis_keys, args + data

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -153,7 +152,8 @@ def _json_rows(
     blocks: list[SparseRows] = []
     total = 0
     for decision in logged:
-        candidates: list[dict[str, Any]] = decision.candidates  # type: ignore[assignment]  # read back: a list
+        candidates = decision.candidates
+        assert isinstance(candidates, list)  # read back from the log: a list, never a Fragment
         served = next((c["features"] for c in candidates if c.get("id") == decision.arm_id), None)
         try:
             rows = logged_rows(featurizer, policy, decision.context, candidates)

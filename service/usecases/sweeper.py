@@ -103,10 +103,12 @@ class Sweeper:
             *(sweep(event_id, event) for event_id, event in events.items()),
             return_exceptions=True,
         )
+        total = 0
         for result in swept:
             if isinstance(result, BaseException):
                 raise result
-        return sum(swept)  # type: ignore[arg-type]
+            total += result
+        return total
 
     @staticmethod
     def _isolated(name: str, event_id: str) -> AbstractContextManager[None]:
