@@ -155,8 +155,9 @@ def measure_apis(
         cluster = RedisClusterServers()
         cluster.start()
         stack.callback(cluster.stop)
+        assert single.proc is not None  # started above
         masters = {
-            "redis": [single.proc.pid],  # type: ignore[union-attr]
+            "redis": [single.proc.pid],
             "cluster": [cluster.procs[cluster.ports.index(p)].pid for p in cluster.masters()],
         }
         servers = {}

@@ -150,8 +150,16 @@ def _request(method: str, url: str, body: dict[str, Any]) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
+def _matched(pattern: str, text: str, flags: int = 0) -> re.Match[str]:
+    """The first match of ``pattern`` in wrk's output; wrk printing something else is an error."""
+    match = re.search(pattern, text, flags)
+    if match is None:
+        raise ValueError(f"wrk output without {pattern!r}: {text!r}")
+    return match
+
+
 def _ms(text: str) -> float:
-    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    value, unit = _matched(r"^([\d.]+)(us|ms|s)$", text).groups()
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
 
@@ -207,7 +215,7 @@ def wrk(
     pct = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)\s*$", out, re.MULTILINE))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
-        "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
+        "requests_per_s": float(_matched(r"Requests/sec:\s+([\d.]+)", out).group(1)),
         "p50_ms": _ms(pct["50"]) if "50" in pct else None,
         "p90_ms": _ms(pct["90"]) if "90" in pct else None,
         "p99_ms": _ms(pct["99"]) if "99" in pct else None,
