@@ -1,4 +1,4 @@
-"""Benchmarks of the engine, the offline replay and the service (issue 7).
+"""Benchmarks of the engine, the offline replay and the service.
 
 Run each script as a module from the repository root, e.g.
 ``python -m benchmarks.engine``; results go to ``benchmarks/results/*.json`` and the

@@ -1,4 +1,4 @@
-"""Capacity of the scale-out path (issue 15): one Redis against a Redis Cluster, one
+"""Capacity of the scale-out path: one Redis against a Redis Cluster, one
 policy against eight, and the units of capacity planning (docs/operations.md,
 "Capacity planning").
 
@@ -155,8 +155,9 @@ def measure_apis(
         cluster = RedisClusterServers()
         cluster.start()
         stack.callback(cluster.stop)
+        assert single.proc is not None  # started above
         masters = {
-            "redis": [single.proc.pid],  # type: ignore[union-attr]
+            "redis": [single.proc.pid],
             "cluster": [cluster.procs[cluster.ports.index(p)].pid for p in cluster.masters()],
         }
         servers = {}

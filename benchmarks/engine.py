@@ -1,4 +1,4 @@
-"""Engine throughput per decision: select over K candidates, then one update (issue 7, item 1).
+"""Engine throughput per decision: select over K candidates, then one update.
 
 For each (K, d) it runs, interleaved in one process (see :mod:`benchmarks._harness`):
 

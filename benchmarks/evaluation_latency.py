@@ -1,4 +1,4 @@
-"""Rank latency while an offline evaluation runs (issue 14: evaluations never slow rank).
+"""Rank latency while an offline evaluation runs (the goal: evaluations never slow rank).
 
 An in-process app (embedded default) serves ``--rounds`` storefront rounds through
 Personalizer's ``rank`` and ``reward`` to fill its log, then measures the latency of

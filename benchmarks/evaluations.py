@@ -1,4 +1,4 @@
-"""Interval coverage of offline evaluations on the simulated storefront (issue 14, Show).
+"""Interval coverage of offline evaluations on the simulated storefront.
 
 For each seed, the default Personalizer loop *without* interactions (VW ``--cb_explore_adf
 --epsilon E``, no ``-q``) serves ``--rounds`` storefront rounds (bandit_core/storefront.py:

@@ -1,4 +1,4 @@
-"""Before/after CPU figures of the engine's hot paths (select + update), issue 4 and 7.
+"""Before/after CPU figures of the engine's hot paths (select + update).
 
 * the strict 800-matched-round news replay (``bandit_core.evaluation.replay``,
   alpha 1.0, seed 0) of LNUCB-TA and LinUCB: CPU seconds, median of ``--repeats``;

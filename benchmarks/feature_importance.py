@@ -52,7 +52,9 @@ def feature_of(name: str) -> tuple[str, str]:
 def log_traffic(rounds: int, seed: int) -> tuple[Featurizer, list[JsonEvent], dict[str, float]]:
     """The logged events of one seed and the weights ranking of the model that logged them."""
     rng = np.random.default_rng(seed)
-    featurizer = Featurizer(DEFAULT_LOOP_SPEC.featurizer_config)  # type: ignore[arg-type]
+    config = DEFAULT_LOOP_SPEC.featurizer_config
+    assert config is not None  # the default loop declares JSON features
+    featurizer = Featurizer(config)
     policy = build_policy(DEFAULT_LOOP_SPEC)
     names, rows, events = BucketNames(), [], []
     for r in Storefront().rounds(rounds, replace_at=None, rng=rng):
@@ -60,6 +62,7 @@ def log_traffic(rounds: int, seed: int) -> tuple[Featurizer, list[JsonEvent], di
         context.append({"session": {"tab": TABS[int(rng.integers(3))]}})
         actions = [[a] for a in r.actions]
         X = featurized_rows(featurizer, policy, context, actions)
+        assert isinstance(X, np.ndarray)  # the default loop's hybrid model takes dense rows
         decision = policy.select(r.item_ids, X)
         k = r.item_ids.index(decision.arm_id)
         click = float(rng.random() < r.mu[k])
@@ -69,7 +72,9 @@ def log_traffic(rounds: int, seed: int) -> tuple[Featurizer, list[JsonEvent], di
         events.append(
             JsonEvent(context, r.item_ids, actions, decision.arm_id, float(decision.propensity), click)
         )
-    ranked = feature_importance(policy.feature_weights(), np.vstack(rows))  # type: ignore[arg-type]
+    weights = policy.feature_weights()
+    assert weights is not None  # a linear model
+    ranked = feature_importance(weights, np.vstack(rows))
     totals: dict[str, float] = {}
     for column, importance in zip(ranked.columns.tolist(), ranked.importance, strict=True):
         seen = [n for n in names.names(column) if n != BIAS_NAME]

@@ -1,4 +1,4 @@
-"""The JSON featurizer: bucket collisions against ``bits``, and its cost per request (issue 18).
+"""The JSON featurizer: bucket collisions against ``bits``, and its cost per request.
 
 Collisions. Two measures, with the features' real names hashed by
 :func:`bandit_core.features.feature_hash` (interactions by ``interaction_hash``):
@@ -11,7 +11,7 @@ Collisions. Two measures, with the features' real names hashed by
   context values x 5,000 items' features gives up to millions of interactions), the share
   sharing a bucket with another one, next to the expectation ``1 - (1 - 2**-bits)**(n - 1)``.
 
-Cost. The request of the issue's performance goal: a context of 15 features in 3
+Cost. The request of the performance goal: a context of 15 features in 3
 namespaces (``user``, ``device``, ``session``; strings, numbers, booleans, a numeric
 and a string array) and 50 actions of 6 features each in namespace ``item``, every
 context namespace x every action namespace interacting (4,500 interactions). CPU per

@@ -1,4 +1,4 @@
-"""Decision + update cost of Hybrid LinUCB at K = 50 candidates (issue 18, item 2).
+"""Decision + update cost of Hybrid LinUCB at K = 50 candidates.
 
 For each shared dimension ``k`` it runs, interleaved in one process (see
 :mod:`benchmarks._harness`): ``hybrid_linucb`` without a per-arm part (``context_dim =

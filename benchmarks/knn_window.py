@@ -1,4 +1,4 @@
-"""LNUCB-TA against LinUCB as the kNN memories fill up to the 5000-point window (issue 7 goal).
+"""LNUCB-TA against LinUCB as the kNN memories fill up to the 5000-point window.
 
 For each (K, d) and each memory size m, every arm of an LNUCB-TA policy holds m points
 (one arm is taught m rewards through the public ``update``; its exported part is then

@@ -1,4 +1,4 @@
-"""State size per arm and per policy, in bytes (issue 7, memory goal).
+"""State size per arm and per policy, in bytes.
 
 For every registered algorithm at the given d: one arm part serialized
 (``export_parts``, what a store keeps per arm) and in process (ndarray buffers plus the

@@ -5,13 +5,13 @@ Nothing here is part of the product. Two kinds of reference:
 * :class:`NumpyLinUCBFloor` -- the *floor*: the least a LinUCB can do per decision in
   numpy (one batched matmul to score all K arms, one Sherman-Morrison update, state
   kept as contiguous ``(K, d, d)`` / ``(K, d)`` arrays, no validation, no ranking, no
-  propensities, no state parts). The engine cannot be faster than this; issue 7 asks
-  for at least 0.7x of it.
+  propensities, no state parts). The engine cannot be faster than this; the goal is
+  at least 0.7x of it.
 * :class:`LoopLinUCB` and :class:`LoopLNUCBTA` -- the *straightforward per-arm-loop
   implementations*, written the way tutorials and the paper's pseudo-code (Li et al.
   2010 Algorithm 1; LNUCB-TA Algorithms 1-3) read: a Python loop over arms, a fresh
   ``np.linalg.inv(A)`` per arm per step, a kNN memory held as a Python list. They are
-  the baseline of the replay-throughput benchmark (issue 7: at least 50x faster).
+  the baseline of the replay-throughput benchmark (the goal: at least 50x faster).
 """
 
 from __future__ import annotations

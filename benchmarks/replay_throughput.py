@@ -1,4 +1,4 @@
-"""Offline replay throughput, events/s (issue 7, item 3).
+"""Offline replay throughput, events/s.
 
 Strict replay (Li et al. 2011; ``bandit_core.evaluation.replay``) of LinUCB and LNUCB-TA
 against the *straightforward per-arm-loop implementations* written in
@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +64,12 @@ class ArrayLog:
     """A :class:`bandit_core.datasets.LogSource` over arrays ``(arms, rewards, X)``."""
 
     def __init__(self, arms: np.ndarray, rewards: np.ndarray, X: np.ndarray) -> None:
-        self.parts = [(arms, rewards, X)]
+        self.parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]] = [(arms, rewards, X)]
 
     @classmethod
     def chunked(cls, chunks: Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> ArrayLog:
         log = cls.__new__(cls)
-        log.parts = chunks  # type: ignore[assignment]
+        log.parts = chunks
         return log
 
     def __iter__(self) -> Iterator[Any]:

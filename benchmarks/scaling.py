@@ -1,4 +1,4 @@
-"""How the cost of one LinUCB decision grows with K and with d (issue 7, item 2).
+"""How the cost of one LinUCB decision grows with K and with d.
 
 Two sweeps, each point an interleaved comparison of the engine's LinUCB (public
 ``select`` + ``update``) with the numpy floor (:class:`benchmarks.reference.NumpyLinUCBFloor`):

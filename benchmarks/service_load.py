@@ -1,4 +1,4 @@
-"""Service throughput and latency under a loopback load generator (issue 7, item 4).
+"""Service throughput and latency under a loopback load generator.
 
 Starts ``python -m service.cli serve`` (uvicorn; uvloop and httptools come with
 ``uvicorn[standard]``) on a loopback port for each backend and worker count, creates a
@@ -150,8 +150,16 @@ def _request(method: str, url: str, body: dict[str, Any]) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
+def _matched(pattern: str, text: str, flags: int = 0) -> re.Match[str]:
+    """The first match of ``pattern`` in wrk's output; wrk printing something else is an error."""
+    match = re.search(pattern, text, flags)
+    if match is None:
+        raise ValueError(f"wrk output without {pattern!r}: {text!r}")
+    return match
+
+
 def _ms(text: str) -> float:
-    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    value, unit = _matched(r"^([\d.]+)(us|ms|s)$", text).groups()
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
 
 
@@ -207,7 +215,7 @@ def wrk(
     pct = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)\s*$", out, re.MULTILINE))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {
-        "requests_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
+        "requests_per_s": float(_matched(r"Requests/sec:\s+([\d.]+)", out).group(1)),
         "p50_ms": _ms(pct["50"]) if "50" in pct else None,
         "p90_ms": _ms(pct["90"]) if "90" in pct else None,
         "p99_ms": _ms(pct["99"]) if "99" in pct else None,
@@ -248,7 +256,7 @@ def _scripts(tmp: Path, body: str, pause_ms: int, event_ids: bool = False) -> tu
 
 def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], str]:
     """A hybrid_linucb policy over JSON features of ``bits`` and the request of the
-    issue's goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
+    performance goal (``benchmarks.featurizer.request``: 15 context features in 3 namespaces,
     50 candidates of 6 features, every context x action interaction). The same body on
     every request: the catalog repeats, so the server's cache of hashed candidates hits."""
     from benchmarks.featurizer import request
@@ -506,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         metavar="BITS",
         help="also drive a shared model over JSON features hashed into 2**BITS "
-        "buckets with the issue's request (15 context features, 50 candidates x 6)",
+        "buckets with the goal's request (15 context features, 50 candidates x 6)",
     )
     parser.add_argument(
         "--event-ids",

@@ -1,4 +1,4 @@
-"""The large-space shared model, diag_linucb (issue 18, item 3): cost and what it gives up.
+"""The large-space shared model, diag_linucb: cost and what it gives up.
 
 **Cost.** For each ``bits`` (2^12 to 2^20 buckets) the featurizer's sparse rows of the
 benchmark request of :mod:`benchmarks.featurizer` (15 context features in 3 namespaces,

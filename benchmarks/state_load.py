@@ -1,4 +1,4 @@
-"""Cost of the state format's CRC-32 on a part load (issue 16, item 11).
+"""Cost of the state format's CRC-32 on a part load.
 
 A LinUCB policy at (K, d) = (50, 32) learns from 500 decisions; its 50 arm parts (what a
 service process loads from Redis for a 50-candidate request on a cold cache) are then

@@ -1,4 +1,4 @@
-"""Click rate on a simulated storefront, before and after its catalog is replaced (issue 18, Show).
+"""Click rate on a simulated storefront, before and after its catalog is replaced.
 
 Runs, on :class:`bandit_core.storefront.Storefront` (JSON shoppers and items, closed-form
 click rates, every item replaced by one with a new id at ``--replace-at``), over several

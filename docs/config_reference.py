@@ -54,7 +54,7 @@ def type_name(annotation: Any) -> str:
 def default_text(field: FieldInfo) -> str:
     """The default as an operator would write it in the environment; "(required)" if none."""
     if field.default_factory is not None:
-        value = field.default_factory()  # type: ignore[call-arg]
+        value = field.get_default(call_default_factory=True, validated_data={})
     elif field.default is PydanticUndefined:
         return "(required)"
     else:

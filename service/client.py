@@ -12,7 +12,7 @@ A non-2xx answer raises :class:`BanditAPIError` carrying the status and ``detail
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, overload
 
 import httpx
 from pydantic import BaseModel
@@ -64,7 +64,7 @@ def _recommend_body(
             ArmCandidate(id=a) if isinstance(a, str) else ArmCandidate.model_validate(a)
             for a in arms
         ]
-    body = RecommendRequest(policy=policy, context=context, arms=cands, **options)  # type: ignore[arg-type]
+    body = RecommendRequest(policy=policy, context=context, arms=cands, **options)
     return body.model_dump(mode="json", exclude_none=True)
 
 
@@ -157,6 +157,12 @@ def _import_params(replace_settings: bool) -> dict[str, str]:
     return {"replace_settings": "true"} if replace_settings else {}
 
 
+@overload
+def _parse(response: httpx.Response, model: type[M]) -> M: ...
+@overload
+def _parse(response: httpx.Response, model: None) -> None: ...
+@overload
+def _parse(response: httpx.Response, model: type[M] | None) -> M | None: ...
 def _parse(response: httpx.Response, model: type[M] | None) -> M | None:
     if response.status_code >= 400:
         try:
@@ -255,7 +261,7 @@ class BanditClient:
             headers=MODEL_HEADERS,
             params=_import_params(replace_settings),
         )
-        return _parse(response, PolicyInfo)  # type: ignore[return-value]
+        return _parse(response, PolicyInfo)
 
     def model_properties(self, name: str) -> ModelProperties:
         return self._call(_Requests.model_properties(name))
@@ -362,7 +368,7 @@ class AsyncBanditClient:
             headers=MODEL_HEADERS,
             params=_import_params(replace_settings),
         )
-        return _parse(response, PolicyInfo)  # type: ignore[return-value]
+        return _parse(response, PolicyInfo)
 
     async def model_properties(self, name: str) -> ModelProperties:
         return await self._call(_Requests.model_properties(name))

@@ -206,5 +206,6 @@ def _unavailable(exc: StoreUnavailableError) -> str:
 
 def with_policy(exc: BanditError, name: str) -> BanditError:
     """Attach the policy an engine error happened in (read by the ModelError handler)."""
+    # an engine error has no policy field (bandit_core knows no service): the service tags it
     exc.service_policy = name  # type: ignore[attr-defined]
     return exc

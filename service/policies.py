@@ -88,6 +88,8 @@ def build_policy(spec: PolicySpec) -> BasePolicy:
         value = getattr(spec, name)
         if value is not None:
             params[name] = value
+    if spec.dimension is None:  # PolicySpec's validation derives or requires it
+        raise InvalidRequest("dimension is required", ["body", "dimension"])
     try:
         return make_policy(spec.algorithm, d=spec.dimension, **params)
     except ConfigError as exc:

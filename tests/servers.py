@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ def wait_until_serving(proc: subprocess.Popen[Any], url: str, timeout: float = 6
         time.sleep(0.1)
 
 
-def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(predicate: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(Exception):  # not up yet

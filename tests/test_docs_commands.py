@@ -226,7 +226,7 @@ def test_the_parser_finds_commands_and_examples_and_every_skip_has_a_reason() ->
     every = {document.name: steps(document) for document in DOCUMENTS}
     commands = [s.text for found in every.values() for s in found if s.kind == "command"]
     assert "bandit bound guardrail --d 128 --T 1e6 --delta-g 0.01 --r-max 100" in commands
-    assert "python -m pip install -e '.[dev]'" in commands
+    assert "python -m pip install -c requirements/dev.txt -e '.[dev]'" in commands
     assert any(s.kind == "python" for s in every["README.md"])
     assert all(reason for _, reason in EXCLUDED)
     run = [c for c in commands if not exclusion(c)]

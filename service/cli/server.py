@@ -183,8 +183,8 @@ class _HeldRecords(logging.Handler):
 
     def hand_on(self, handlers: list[logging.Handler]) -> None:
         for record in self.records:
-            for handler in handlers or [logging.lastResort]:
-                if handler is not None and record.levelno >= handler.level:
+            for handler in handlers or [h for h in [logging.lastResort] if h is not None]:
+                if record.levelno >= handler.level:
                     handler.handle(record)
 
 

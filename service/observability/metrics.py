@@ -287,7 +287,7 @@ DRIFT_EXCURSION = Gauge(
 
 # The metrics whose series :func:`render` drops for a policy that no longer exists.
 POLICY_FAMILIES = frozenset(
-    metric.describe()[0].name
+    next(iter(metric.describe())).name
     for metric in (
         DECISIONS,
         DEGRADED_DECISIONS,

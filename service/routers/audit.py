@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,7 +14,7 @@ from service.routers.policies import Name
 from service.schemas import AuditHistory, ErrorDetail
 
 router = APIRouter(tags=["audit"], dependencies=[ApiKey], route_class=JsonRoute)
-_errors = {
+_errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     422: {"model": ErrorDetail, "description": "a bad query parameter, named"},
     503: {"model": ErrorDetail, "description": "event log unavailable"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from fastapi import APIRouter, Path, Response
 
@@ -17,7 +19,7 @@ from service.schemas import (
 )
 
 router = APIRouter(tags=["decisions"], route_class=JsonRoute)
-_errors = {
+_errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or event"},
     409: {

@@ -3,6 +3,8 @@ docs/offline.md "Evaluations"): thin, each calls one :class:`Evaluations` method
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,7 +18,7 @@ from service.usecases.evaluation_views import native_view
 router = APIRouter(
     prefix="/policies", tags=["evaluations"], dependencies=[ApiKey], route_class=JsonRoute
 )
-_errors = {
+_errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or evaluation"},
     503: {"model": ErrorDetail, "description": "state store or event log unavailable"},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from service.api.deps import (
@@ -34,7 +36,7 @@ from service.schemas import (
 router = APIRouter(
     prefix="/policies", tags=["policies"], dependencies=[ApiKey], route_class=JsonRoute
 )
-_errors = {
+_errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or arm"},
     503: {"model": ErrorDetail, "description": "state store or event log unavailable"},
@@ -217,6 +219,9 @@ async def delete_feature_importance(
     jobs: FeatureImportancesDep, name: str = Name, job_id: str = JobId
 ) -> Response:
     await jobs.delete(name, job_id)
+    return Response(status_code=204)
+
+
 @router.get("/{name}/logs", response_model=LogProperties, responses=_errors)
 async def log_properties(upkeep: LogUpkeepDep, name: str = Name) -> LogProperties:
     """The span of the policy's event log: its first and last decision."""

@@ -35,7 +35,10 @@ def default_epsilon(algorithm: str) -> float:
     """Epsilon of a policy that names none: :data:`DEFAULT_EPSILON`, or the algorithm's own
     default when larger (epsilon_greedy: 0.1)."""
     fields = {f.name: f for f in dataclasses.fields(policy_class(algorithm).CONFIG)}
-    return max(DEFAULT_EPSILON, float(fields["epsilon"].default))
+    epsilon = fields["epsilon"].default
+    if not isinstance(epsilon, (int, float)):
+        raise TypeError(f"{algorithm}'s epsilon has no numeric default: {epsilon!r}")
+    return max(DEFAULT_EPSILON, float(epsilon))
 
 
 def _same_setting(a: Any, b: Any) -> bool:

@@ -89,8 +89,9 @@ class InProcessStateStore:
         """Read ``keys``, apply ``fn``, write its result with fresh versions and do the
         ``schedule``, atomically (reading here costs nothing: ``assumed`` is not needed
         and ignored). A taken ``claim`` raises before anything is written."""
-        for event_id in claim.event_ids if claim is not None else ():
-            if not await self.register_event(event_id, policy, claim.ttl_seconds):  # type: ignore[union-attr]
+        event_ids, ttl = (claim.event_ids, claim.ttl_seconds) if claim is not None else ((), 0)
+        for event_id in event_ids:
+            if not await self.register_event(event_id, policy, ttl):
                 raise EventIdTakenError(f"event id {event_id!r} is registered already")
         with self._lock:
             values = self._spaces.get(policy, _Namespace()).values

@@ -155,9 +155,11 @@ def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> dict
     for table in PARTITIONED_TABLES:
         with engine.connect() as conn:
             candidates = [
-                p for p in list_partitions(conn, table) if p.end is not None and p.end <= latest
+                (p, p.end)
+                for p in list_partitions(conn, table)
+                if p.end is not None and p.end <= latest
             ]
-        for partition in candidates:
+        for partition, end in candidates:
             with engine.begin() as conn:
                 _step(conn)
                 if (
@@ -166,7 +168,7 @@ def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> dict
                 ):
                     continue  # another replica dropped it
                 owners = policies_in(conn, partition.name)
-                if all(cutoffs.get(p, -float("inf")) >= partition.end for p in owners):
+                if all(cutoffs.get(p, -float("inf")) >= end for p in owners):
                     conn.execute(sa.text(f"DROP TABLE {partition.name}"))
                     dropped[partition.name] = owners
     return dropped

@@ -54,6 +54,7 @@ def packed_by_hiredis(base: type[C]) -> type[C]:
     15 us, the same bytes (tests/service/storage/test_redis_packing.py)."""
     serializer = HiredisRespSerializer()  # redis-py's own, which its sync client uses
 
+    # mypy cannot take a base class from a variable; the TypeVar keeps the callers typed
     class HiredisPacked(base):  # type: ignore[valid-type,misc]
         def pack_command(self, *args: Any) -> list[bytes]:
             return serializer.pack(*args)
@@ -96,7 +97,7 @@ def parse_redis_url(url: str) -> RedisTarget:
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in SINGLE_SCHEMES:
         try:
-            return RedisTarget("single", url, options=parse_url(url))
+            return RedisTarget("single", url, options={**parse_url(url)})
         except ValueError as exc:
             raise InvalidInputError(f"BANDIT_REDIS_URL {url!r}: {exc}") from exc
     if scheme not in CLUSTER_SCHEMES and scheme not in SENTINEL_SCHEMES:
@@ -129,7 +130,7 @@ def parse_redis_url(url: str) -> RedisTarget:
     host, port = nodes[0]
     single = f"{base}://{auth}{host}:{port}/{db}" + (f"?{urlencode(query)}" if query else "")
     try:
-        options = parse_url(single)
+        options: dict[str, Any] = {**parse_url(single)}
     except ValueError as exc:
         raise InvalidInputError(f"BANDIT_REDIS_URL {url!r}: {exc}") from exc
     for key in ("host", "port"):

@@ -164,7 +164,7 @@ PARTITION_NAME = re.compile(r"^(decisions|rewards)_(default|p\d{8})$")
 def is_partition(name: str | None) -> bool:
     """Whether ``name`` is a partition of a partitioned table: a table the service
     creates and drops at run time, which the metadata (and Alembic) leave out."""
-    return bool(name) and PARTITION_NAME.match(name) is not None
+    return name is not None and PARTITION_NAME.match(name) is not None
 
 
 def include_name(name: str | None, type_: str, _parents: Any) -> bool:

@@ -35,7 +35,8 @@ def candidate_arms(
         arms = [(a.id, a.features, i) for i, a in enumerate(req.arms)]
         seen: set[str] = set()
         registered = set(info.arms or ())
-        for arm_id, _, i in arms:
+        for i, arm in enumerate(req.arms):
+            arm_id = arm.id
             if arm_id in seen:
                 raise InvalidRequest(
                     f"arm id {arm_id!r} appears more than once", ["body", "arms", i, "id"]
@@ -86,17 +87,18 @@ def build_candidates(
         context = list(req.context)
     arms = candidate_arms(req, info, max_candidates)
     for _, own, i in arms:
-        if own is not None and is_json_features(own):
+        if own is not None and i is not None and is_json_features(own):
             raise InvalidRequest(
                 f"policy {info.name!r} declares no features; send arm features as floats",
                 ["body", "arms", i, "features"],
             )
     d = info.dimension
+    assert d is not None  # a stored policy's dimension is derived or required (PolicySpec)
     n_ctx = len(context)
     for arm_id, own, i in arms:
         n_own = len(own) if own else 0
         if n_ctx + n_own != d:
-            loc = (
+            loc: list[str | int] = (
                 ["body", "context"]
                 if i is None or own is None
                 else ["body", "arms", i, "features"]

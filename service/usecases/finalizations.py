@@ -181,7 +181,9 @@ class Finalizations:
             if self.coalesce:  # nothing in flight: apply alone, and queue what arrives
                 self._queues[name] = _PolicyQueue()
             try:
-                return (await self.apply(name, [item]))[0]
+                (outcome,) = await self.apply(name, [item])
+                assert isinstance(outcome, PendingEvent)  # alone, its error was raised
+                return outcome
             finally:
                 if self.coalesce:
                     self._next_batch(name)
@@ -223,7 +225,9 @@ class Finalizations:
                 _settle(item, asyncio.CancelledError())
             del self._queues[name]
 
-    async def apply(self, name: str, batch: list[Finalization]) -> list[PendingEvent]:
+    async def apply(
+        self, name: str, batch: list[Finalization]
+    ) -> list[PendingEvent | Exception]:
         """One transaction applying ``batch`` (finalizations made against one cached
         policy) in order; returns each finalized event. With one finalization its error
         is raised; with several, each failed one's error is in its place in the list
@@ -252,7 +256,7 @@ class Finalizations:
             raise outcomes[0]
         for arm, alpha in alphas.items():
             metrics.LNUCB_TA_ALPHA.labels(name, arm).set(alpha)
-        return outcomes  # type: ignore[return-value]
+        return outcomes
 
     def _attempt(
         self,

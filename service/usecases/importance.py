@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -129,7 +128,7 @@ def _float_rows(logged: Sequence[DecisionRecord], d: int) -> list[SparseRows]:
     blocks: list[SparseRows] = []
     total = 0
     for decision in logged:
-        rows = [c.get("features") for c in decision.candidates]  # type: ignore[union-attr]  # read back: a list
+        rows = [c.get("features") for c in decision.candidates]
         if not rows or not all(isinstance(r, list) and len(r) == d for r in rows):
             continue
         block = SparseRows.from_dense(np.array(rows, dtype=np.float64))
@@ -154,7 +153,8 @@ def _json_rows(
     blocks: list[SparseRows] = []
     total = 0
     for decision in logged:
-        candidates: list[dict[str, Any]] = decision.candidates  # type: ignore[assignment]  # read back: a list
+        candidates = decision.candidates
+        assert isinstance(candidates, list)  # read back from the log: a list, never a Fragment
         served = next((c["features"] for c in candidates if c.get("id") == decision.arm_id), None)
         try:
             rows = logged_rows(featurizer, policy, decision.context, candidates)
@@ -227,8 +227,8 @@ def scores_over_log(
     events = [
         JsonEvent(
             context=d.context,
-            arm_ids=[c["id"] for c in d.candidates],  # type: ignore[union-attr]  # read back: a list
-            actions=[c["features"] for c in d.candidates],  # type: ignore[union-attr]
+            arm_ids=[c["id"] for c in d.candidates],
+            actions=[c["features"] for c in d.candidates],
             arm_id=d.arm_id,
             propensity=d.propensity,
             reward=e.reward.value,

@@ -106,7 +106,7 @@ class JsonCandidates:
 
     def build(
         self, req: RecommendRequest, info: PolicyInfo, policy: BasePolicy, max_candidates: int
-    ) -> tuple[list[str], np.ndarray | SparseRows, dict[str, float] | None, list[Any]]:
+    ) -> tuple[list[str], np.ndarray | SparseRows, Mapping[str, float] | None, list[Any]]:
         """Candidate ids, their rows ``X`` for ``policy`` (:class:`SparseRows` for a
         policy taking sparse rows with the featurizer's sparse output), the context's features by name
         when the policy has guardrails (else None), and each candidate's features to
@@ -123,7 +123,7 @@ class JsonCandidates:
         raw: list[Any] = []
         for _, own, i in arms:
             # validated as floats or JSON features: a non-empty list of non-objects is floats
-            if type(own) is list and own and type(own[0]) is not dict:
+            if i is not None and type(own) is list and own and type(own[0]) is not dict:
                 raise InvalidRequest(
                     f"policy {info.name!r} declares features: send arm features as a JSON "
                     "feature object or a list of them",

@@ -161,6 +161,7 @@ class Rewards:
             if source is None:
                 metrics.EXPIRED_EVENTS.labels(name).inc()
             else:
+                assert event.reward is not None  # a finalized event with a source has one
                 label = metrics.arm_label(event.arm_id, self.cache.labelled_arms(name))
                 metrics.count_reward(name, label, source, float(event.reward))
                 if source == "default":
@@ -177,6 +178,8 @@ class Rewards:
         before logging it still reaches the log: on the client's repeat, or at the
         latest when the sweeper deletes the finished event."""
         source = "explicit" if event.state is EventState.REWARDED else "default"
+        # set together by the transition out of pending into either state
+        assert event.reward is not None and event.finalized_at is not None
         self.sink.submit_reward(
             RewardRecord(
                 event_id=event_id,

@@ -102,10 +102,12 @@ class Sweeper:
             *(sweep(event_id, event) for event_id, event in events.items()),
             return_exceptions=True,
         )
+        total = 0
         for result in swept:
             if isinstance(result, BaseException):
                 raise result
-        return sum(swept)  # type: ignore[arg-type]
+            total += result
+        return total
 
     @staticmethod
     def _isolated(name: str, event_id: str) -> AbstractContextManager[None]:
@@ -201,6 +203,7 @@ class Sweeper:
             if event.pending:
                 kept_until.append(None)
                 return {}
+            assert event.finalized_at is not None  # set by the transition out of pending
             until = event.finalized_at + self.settings.done_event_retention_seconds
             if until > now:
                 kept_until.append(until)

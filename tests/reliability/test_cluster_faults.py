@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -103,7 +104,7 @@ async def test_slot_migration_under_traffic(
 ) -> None:
     process, db_url = app
     ledger = Ledger()
-    measured: dict[str, object] = {}
+    measured: dict[str, Any] = {}
     async with httpx.AsyncClient(base_url=process.url, headers=HEADERS) as client:
         assert (await client.put("/policies/p", json=spec())).status_code == 200
 
@@ -142,8 +143,8 @@ async def test_slot_migration_under_traffic(
         await wait_until(log_complete, 30, "every decision and accepted reward logged")
         decisions, rewards, _ = logged(db_url, "p")
         assert decisions == set(ledger.decisions) and rewards == ledger.accepted
-        recommends, reward_answers, degraded = measured["during"]  # type: ignore[misc]
-        seconds = float(measured["seconds"])  # type: ignore[arg-type]
+        recommends, reward_answers, degraded = measured["during"]
+        seconds = float(measured["seconds"])
         print(
             f"slot migration: {measured['keys']} keys moved in {seconds:.1f}s; "
             f"during it {sum(recommends.values())} decisions ({degraded} degraded; "

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import numpy as np
@@ -145,19 +146,19 @@ async def drive(
     policy: str,
     dimension: int,
     workers: int,
-    script: Callable[[], object],
-    **kwargs: object,
+    script: Callable[[], Awaitable[object]],
+    **kwargs: Any,
 ) -> None:
     """Run ``workers`` workers while the coroutine ``script()`` injects faults; stop
     the workers when it returns."""
     stop = asyncio.Event()
     targets = urls() if callable(urls) else urls
     tasks = [
-        asyncio.create_task(worker(targets, ledger, stop, policy, dimension, seed=k, **kwargs))  # type: ignore[arg-type]
+        asyncio.create_task(worker(targets, ledger, stop, policy, dimension, seed=k, **kwargs))
         for k in range(workers)
     ]
     try:
-        await script()  # type: ignore[misc]
+        await script()
     finally:
         stop.set()
         await asyncio.gather(*tasks)

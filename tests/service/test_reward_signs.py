@@ -353,7 +353,9 @@ async def test_a_failing_due_event_is_reported_and_the_rest_of_the_batch_finaliz
         runtime, _, _ = await cache.load("p")
 
         def corrupt(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            event = PendingEvent.from_json(values[event_key(bad)])  # type: ignore[arg-type]
+            stored = values[event_key(bad)]
+            assert stored is not None
+            event = PendingEvent.from_json(stored)
             event.x = [1.0]
             return {event_key(bad): event.to_json()}
 

@@ -9,6 +9,7 @@ under ``/loops/{policy}``, each as ``/personalizer/...?api-version=...`` (the
 
 from __future__ import annotations
 
+import inspect
 import re
 from typing import Literal
 
@@ -58,7 +59,9 @@ def install_handlers(app: FastAPI) -> None:
     native = app.exception_handlers[StarletteHTTPException]
 
     async def handler(request: Request, exc: Exception) -> Response:
-        response = await native(request, exc)
+        response = native(request, exc)
+        if inspect.isawaitable(response):  # a handler may be sync or async
+            response = await response
         if not PERSONALIZER_PATH.match(request.url.path) or response.status_code not in (404, 405):
             return response
         if response.status_code == 404:

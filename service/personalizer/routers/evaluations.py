@@ -96,9 +96,12 @@ def make_evaluations_router(
             return v1_evaluation(record)
 
         @router.put(
-            "/evaluations/{evaluationId}", status_code=201, response_model=PersonalizerEvaluation
+            "/evaluations/{evaluationId}",
+            status_code=201,
+            response_model=PersonalizerEvaluation,
+            name="put_evaluation",
         )
-        async def put_evaluation(
+        async def put_v1_evaluation(
             body: PersonalizerEvaluationContract,
             evaluations: EvaluationsDep,
             loop: str = Loop,
@@ -107,14 +110,20 @@ def make_evaluations_router(
             """Submit an evaluation under the given id."""
             return v1_evaluation(await submit(evaluations, loop, body, evaluation_id))
 
-        @router.get("/evaluations/{evaluationId}", response_model=PersonalizerEvaluation)
-        async def get_evaluation(
+        @router.get(
+            "/evaluations/{evaluationId}",
+            response_model=PersonalizerEvaluation,
+            name="get_evaluation",
+        )
+        async def get_v1_evaluation(
             evaluations: EvaluationsDep, loop: str = Loop, evaluation_id: str = EvaluationIdPath
         ) -> PersonalizerEvaluation:
             return v1_evaluation(await evaluations.get(loop, evaluation_id))
 
-        @router.get("/evaluations", response_model=list[PersonalizerEvaluation])
-        async def list_evaluations(
+        @router.get(
+            "/evaluations", response_model=list[PersonalizerEvaluation], name="list_evaluations"
+        )
+        async def list_v1_evaluations(
             evaluations: EvaluationsDep, loop: str = Loop
         ) -> list[PersonalizerEvaluation]:
             return [v1_evaluation(r) for r in await evaluations.list_evaluations(loop)]

@@ -95,10 +95,10 @@ async def test_a_connection_torn_under_a_write_is_store_unavailable(
 
 async def test_other_attribute_type_and_runtime_errors_pass_through() -> None:
     async def own_bug() -> None:
-        None.writelines([])  # type: ignore[attr-defined]
+        raise AttributeError("'NoneType' object has no attribute 'writelines'")
 
     async def own_type_error() -> int:
-        return len(5)  # type: ignore[arg-type]
+        raise TypeError("object of type 'int' has no len()")
 
     async def own_runtime_error() -> None:
         await asyncio.sleep(0)
