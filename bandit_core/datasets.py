@@ -104,14 +104,20 @@ class LoggedEvent:
         """
         ids = tuple(check_arm_ids(arm_ids))
         if arm_id not in ids:
-            raise InvalidInputError(f"arm_id must be one of the candidates {list(ids)}, but got {arm_id!r}")
+            raise InvalidInputError(
+                f"arm_id must be one of the candidates {list(ids)}, but got {arm_id!r}"
+            )
         k = len(ids)
         ctx = np.zeros(0) if context is None else np.asarray(context, dtype=np.float64)
-        feats = np.zeros((k, 0)) if arm_features is None else np.asarray(arm_features, dtype=np.float64)
+        feats = (
+            np.zeros((k, 0)) if arm_features is None else np.asarray(arm_features, dtype=np.float64)
+        )
         if ctx.ndim != 1:
             raise InvalidInputError(f"context must be a vector, but got shape {ctx.shape}")
         if feats.ndim != 2 or feats.shape[0] != k:
-            raise InvalidInputError(f"arm_features must have shape ({k}, d_arm), but got {feats.shape}")
+            raise InvalidInputError(
+                f"arm_features must have shape ({k}, d_arm), but got {feats.shape}"
+            )
         X = np.concatenate([np.broadcast_to(ctx, (k, ctx.size)), feats], axis=1)
         if X.shape[1] == 0:
             raise InvalidInputError("an event needs a context or arm features, but got neither")
@@ -155,11 +161,15 @@ class BanditLog:
     def __post_init__(self) -> None:
         n, k = self.action.shape[0], len(self.arm_ids)
         if self.features.ndim != 3 or self.features.shape[:2] != (n, k):
-            raise InvalidInputError(f"features must have shape (n, K, d) = ({n}, {k}, d), but got {self.features.shape}")
+            raise InvalidInputError(
+                f"features must have shape (n, K, d) = ({n}, {k}, d), but got {self.features.shape}"
+            )
         if self.reward.shape != (n,):
             raise InvalidInputError(f"reward must have shape ({n},), but got {self.reward.shape}")
         if n and (self.action.min() < 0 or self.action.max() >= k):
-            raise InvalidInputError(f"action must index the {k} arms, but got values in [{self.action.min()}, {self.action.max()}]")
+            raise InvalidInputError(
+                f"action must index the {k} arms, but got values in [{self.action.min()}, {self.action.max()}]"
+            )
         if self.pscore is not None and self.pscore.shape != (n,):
             raise InvalidInputError(f"pscore must have shape ({n},), but got {self.pscore.shape}")
 
@@ -197,7 +207,9 @@ class BanditLog:
                 )
         known = [e.pscore is not None for e in evs]
         if any(known) and not all(known):
-            raise InvalidInputError(f"pscore must be given for every event or none, but event {known.index(False)} lacks it")
+            raise InvalidInputError(
+                f"pscore must be given for every event or none, but event {known.index(False)} lacks it"
+            )
         return cls(
             arm_ids=ids,
             features=np.stack([e.X for e in evs]),
@@ -230,10 +242,14 @@ def load_news(path: str | Path | None = None) -> BanditLog:
     try:
         raw = np.loadtxt(path, dtype=np.int64, ndmin=2)
     except (ValueError, EOFError, gzip.BadGzipFile) as exc:
-        raise InvalidInputError(f"{path}: not the news format (102 integers a line): {exc}") from exc
+        raise InvalidInputError(
+            f"{path}: not the news format (102 integers a line): {exc}"
+        ) from exc
     width = 2 + NEWS_ARMS * NEWS_FEATURES
     if raw.shape[1] != width:
-        raise InvalidInputError(f"{path}: the news format has {width} integers a line, but got {raw.shape[1]}")
+        raise InvalidInputError(
+            f"{path}: the news format has {width} integers a line, but got {raw.shape[1]}"
+        )
     if not np.isin(raw[:, 1], (0, 1)).all():
         raise InvalidInputError(f"{path}: column 1 (click) must be 0 or 1")
     n = raw.shape[0]
@@ -336,11 +352,15 @@ def load_classification_csv(path: str | Path, label_column: str) -> Classificati
     li = header.index(label_column)
     feat_cols = [i for i in range(len(header)) if i != li]
     if not feat_cols:
-        raise InvalidInputError(f"{path}: the CSV needs at least one feature column besides {label_column!r}")
+        raise InvalidInputError(
+            f"{path}: the CSV needs at least one feature column besides {label_column!r}"
+        )
     X = np.empty((len(body), len(feat_cols)))
     for r, row in enumerate(body):
         if len(row) != len(header):
-            raise InvalidInputError(f"{path}: row {r + 2} has {len(row)} fields, but the header has {len(header)}")
+            raise InvalidInputError(
+                f"{path}: row {r + 2} has {len(row)} fields, but the header has {len(header)}"
+            )
         for j, c in enumerate(feat_cols):
             try:
                 X[r, j] = float(row[c])
@@ -353,4 +373,6 @@ def load_classification_csv(path: str | Path, label_column: str) -> Classificati
     norms = np.linalg.norm(X, axis=1, keepdims=True)
     X = X / np.where(norms > 0, norms, 1.0)
     classes, labels = np.unique([row[li] for row in body], return_inverse=True)
-    return ClassificationData(X=X, labels=labels.astype(np.intp), classes=tuple(str(c) for c in classes))
+    return ClassificationData(
+        X=X, labels=labels.astype(np.intp), classes=tuple(str(c) for c in classes)
+    )

@@ -79,7 +79,11 @@ class DiagLinUCBConfig(PolicyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "ridge_lambda", check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True))
+        object.__setattr__(
+            self,
+            "ridge_lambda",
+            check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True),
+        )
         object.__setattr__(self, "fit", check_choice(self.fit, "fit", FITS))
 
 
@@ -100,7 +104,12 @@ class DiagSharedState(ArrayState):
 
     def __post_init__(self) -> None:
         m = self.index.shape
-        if len(m) != 1 or self.sum_sq.shape != m or self.w.shape != m or self.index.dtype.kind not in "iu":
+        if (
+            len(m) != 1
+            or self.sum_sq.shape != m
+            or self.w.shape != m
+            or self.index.dtype.kind not in "iu"
+        ):
             raise StateFormatError(f"{self.KIND!r} state needs index, sum_sq and w of one length m")
         if m[0] > 1 and not (np.diff(self.index) > 0).all():
             raise StateFormatError(f"{self.KIND!r} state index must be strictly increasing")
@@ -147,7 +156,9 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
     config: DiagLinUCBConfig
 
     def _new_arm_state(self) -> DiagSharedState:
-        raise NotImplementedError("diag_linucb keeps no per-arm state")  # SharedModelPolicy never asks
+        raise NotImplementedError(
+            "diag_linucb keeps no per-arm state"
+        )  # SharedModelPolicy never asks
 
     def _new_shared_state(self) -> DiagSharedState:
         return DiagSharedState.prior()
@@ -165,7 +176,9 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
         """The weights ``w`` at the columns a reward touched (every other weight is 0),
         one row counted by every reward."""
         shared = self._shared
-        return FeatureWeights(shared.index.copy(), shared.w[None, :].copy(), np.array([float(shared.n)]))
+        return FeatureWeights(
+            shared.index.copy(), shared.w[None, :].copy(), np.array([float(shared.n)])
+        )
 
     def _score(
         self, arm_ids: list[str], states: list[DiagSharedState], X: SparseRows, ctx: SelectContext
@@ -181,7 +194,9 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
         width = np.sqrt(np.bincount(row, weights=z * z / precision, minlength=K))
         return mean + self.config.alpha * width, width
 
-    def _update(self, arm_id: str, state: object, x: SparseRows, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self, arm_id: str, state: object, x: SparseRows, reward: float, ctx: SelectContext
+    ) -> None:
         # state is None: diag_linucb keeps no per-arm part
         shared = self._shared
         keep = x.values != 0.0
@@ -196,8 +211,12 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
             else:  # w_i = b_i / A_ii: b_i = w_i D_ii grows by r z_i
                 w = (w * before + reward * z) / (self.config.ridge_lambda + new_sq)
         if not (all_finite(new_sq) and all_finite(w)):
-            raise InvalidInputError(f"x with max |x| = {np.abs(z).max()} overflows the per-feature sums")
-        if not found.all():  # first reward on these columns: insert them in order (moves the later entries)
+            raise InvalidInputError(
+                f"x with max |x| = {np.abs(z).max()} overflows the per-feature sums"
+            )
+        if (
+            not found.all()
+        ):  # first reward on these columns: insert them in order (moves the later entries)
             new = ~found
             shared.index = np.insert(shared.index, at[new], columns[new])
             shared.sum_sq = np.insert(shared.sum_sq, at[new], 0.0)

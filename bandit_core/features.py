@@ -237,7 +237,12 @@ class Featurizer:
         return out
 
     def _walk(
-        self, obj: dict[str, Any], namespace: str, path: tuple[str | int, ...], depth: int, out: _Parsed
+        self,
+        obj: dict[str, Any],
+        namespace: str,
+        path: tuple[str | int, ...],
+        depth: int,
+        out: _Parsed,
     ) -> None:
         limits = self._limits
         if depth > limits.max_depth:

@@ -67,7 +67,9 @@ class GuardrailContext:
         :class:`InvalidInputError` naming it."""
         value: np.ndarray | None = getattr(self, name)
         if value is None:
-            raise InvalidInputError(f"the guardrail context has no {name!r}, which this guardrail reads")
+            raise InvalidInputError(
+                f"the guardrail context has no {name!r}, which this guardrail reads"
+            )
         return value
 
     @classmethod

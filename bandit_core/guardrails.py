@@ -395,7 +395,10 @@ class GuardrailSet:
             record = getattr(e.guard, "record", None)
             if record is not None:
                 # the state screen starts: initial_state() or, without one, an empty dict
-                record(state.guards.setdefault(e.name, getattr(e.guard, "initial_state", dict)()), arm_id)
+                record(
+                    state.guards.setdefault(e.name, getattr(e.guard, "initial_state", dict)()),
+                    arm_id,
+                )
 
     def stats(self, state: GuardrailState) -> dict[str, float]:
         """delta_G overall and per guardrail, safe-arm share, and budgets left."""

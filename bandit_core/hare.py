@@ -110,17 +110,26 @@ class HAREConfig(PolicyConfig):
         for name in ("heads", "key_dim", "value_dim", "n_clusters", "refactor_every"):
             object.__setattr__(self, name, check_int(getattr(self, name), name, low=1))
         # the item embedding needs a column: context_dim < d
-        object.__setattr__(self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1))
-        object.__setattr__(self, "out_dim", check_int(self.out_dim, "out_dim", low=1, allow_none=True))
-        for name in ("ridge_lambda", "sigma", "learning_rate"):
-            object.__setattr__(self, name, check_real(getattr(self, name), name, low=0.0, low_open=True))
         object.__setattr__(
-            self, "grad_clip", check_real(self.grad_clip, "grad_clip", low=0.0, low_open=True, allow_inf=True)
+            self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1)
+        )
+        object.__setattr__(
+            self, "out_dim", check_int(self.out_dim, "out_dim", low=1, allow_none=True)
+        )
+        for name in ("ridge_lambda", "sigma", "learning_rate"):
+            object.__setattr__(
+                self, name, check_real(getattr(self, name), name, low=0.0, low_open=True)
+            )
+        object.__setattr__(
+            self,
+            "grad_clip",
+            check_real(self.grad_clip, "grad_clip", low=0.0, low_open=True, allow_inf=True),
         )
         object.__setattr__(self, "l2", check_real(self.l2, "l2", low=0.0))
         check_choice(self.loss, "loss", LOSSES)
         check_true(
-            self.loss != "logistic" or (0.0 <= self.reward_range[0] and self.reward_range[1] <= 1.0),
+            self.loss != "logistic"
+            or (0.0 <= self.reward_range[0] and self.reward_range[1] <= 1.0),
             f"loss 'logistic' needs reward_range inside [0, 1], but got {self.reward_range}",
         )
         if self.clusters is not None:
@@ -131,7 +140,9 @@ class HAREConfig(PolicyConfig):
         try:
             out = tuple(sorted((str(a), c) for a, c in pairs))
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"clusters must map arm id -> cluster index, but got {clusters!r}") from exc
+            raise ConfigError(
+                f"clusters must map arm id -> cluster index, but got {clusters!r}"
+            ) from exc
         return tuple(
             (a, check_int(c, f"clusters[{a!r}]", low=0, high=self.n_clusters - 1)) for a, c in out
         )
@@ -239,7 +250,9 @@ def projection_gradients(
     return grads, float(data_loss) + penalty, q
 
 
-def _sgd_step(sh: HARESharedState, grads: dict[str, np.ndarray], learning_rate: float, grad_clip: float) -> None:
+def _sgd_step(
+    sh: HARESharedState, grads: dict[str, np.ndarray], learning_rate: float, grad_clip: float
+) -> None:
     norm = math.sqrt(sum(float((g**2).sum()) for g in grads.values()))
     scale = learning_rate * min(1.0, grad_clip / norm) if norm > 0 else 0.0
     for name, g in grads.items():
@@ -291,7 +304,14 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
     def _new_shared_state(self) -> HARESharedState:
         """Gaussian projections with standard deviation 1/sqrt(fan-in), ``Sigma_j = lambda*I``."""
         c = self.config
-        H, dk, dv, dx, di, C = c.heads, c.key_dim, c.value_dim, c.context_dim, c.d_item, c.n_clusters
+        H, dk, dv, dx, di, C = (
+            c.heads,
+            c.key_dim,
+            c.value_dim,
+            c.context_dim,
+            c.d_item,
+            c.n_clusters,
+        )
 
         def gauss(*shape: int) -> np.ndarray:
             return self._rng.standard_normal(shape) / math.sqrt(max(shape[-1], 1))
@@ -324,7 +344,9 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
         state = self._user_state(user_id, create=False)
         return np.zeros(self.config.d_item) if state is None else state.theta
 
-    def _assign_clusters(self, arm_ids: list[str], states: list[HAREArmState], V: np.ndarray) -> None:
+    def _assign_clusters(
+        self, arm_ids: list[str], states: list[HAREArmState], V: np.ndarray
+    ) -> None:
         """Give every arm without a cluster one: the configured mapping, else k-means on
         the first call (seeded by the policy's RNG), else the nearest centroid."""
         todo = [i for i, s in enumerate(states) if s.cluster < 0]
@@ -334,7 +356,9 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
             mapping = self.config.cluster_map
             missing = [arm_ids[i] for i in todo if arm_ids[i] not in mapping]
             if missing:
-                raise InvalidInputError(f"arm {missing[0]!r} has no cluster in the configured clusters mapping")
+                raise InvalidInputError(
+                    f"arm {missing[0]!r} has no cluster in the configured clusters mapping"
+                )
             labels = np.array([mapping[arm_ids[i]] for i in todo])
         else:
             sh = self._shared
@@ -393,13 +417,17 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
         mask = eligible.astype(np.float64)
         n = np.bincount(fw.clusters, weights=mask, minlength=C)
         s_sum = np.bincount(fw.clusters, weights=fw.s.mean(0) * mask, minlength=C)
-        value = np.where(n > 0, s_sum / np.maximum(n, 1.0) + self.config.alpha * fw.U.mean(0), -np.inf)
+        value = np.where(
+            n > 0, s_sum / np.maximum(n, 1.0) + self.config.alpha * fw.U.mean(0), -np.inf
+        )
         best = value.max()
         ranked = order[eligible[order]]
         j_star = next(fw.clusters[i] for i in ranked if value[fw.clusters[i]] == best)
         return int(next(i for i in ranked if fw.clusters[i] == j_star))
 
-    def _decision_extras(self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext) -> Mapping[str, Any]:
+    def _decision_extras(
+        self, arm_ids: list[str], ranked: np.ndarray, ctx: SelectContext
+    ) -> Mapping[str, Any]:
         fw = self._forward
         assert fw is not None
         return {
@@ -411,13 +439,17 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
         }
 
     # ---- learning ----------------------------------------------------------------------
-    def _update(self, arm_id: str, state: HAREArmState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self, arm_id: str, state: HAREArmState, x: np.ndarray, reward: float, ctx: SelectContext
+    ) -> None:
         c, sh = self.config, self._shared
         xc, v = x[: c.context_dim], x[c.context_dim :]
         self._assign_clusters([arm_id], [state], v[None])
         user = self._user_state(ctx.user_id, create=True)
         u = np.zeros(c.d_item) if user is None else user.theta
-        grads, _, q = projection_gradients(sh, xc[None], u[None], v[None], np.array([reward]), c.loss, c.l2)
+        grads, _, q = projection_gradients(
+            sh, xc[None], u[None], v[None], np.array([reward]), c.loss, c.l2
+        )
         j = state.cluster
         q = q[0]
         sh.Sigma[:, j] += q[:, :, None] * q[:, None, :]
@@ -463,7 +495,9 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
         c = self.config
         Xc = check_matrix(contexts, len(user_ids), c.context_dim, "contexts")
         V = check_matrix(items, len(user_ids), c.d_item, "items")
-        r = check_matrix(np.asarray(rewards, dtype=np.float64)[:, None], len(user_ids), 1, "rewards")[:, 0]
+        r = check_matrix(
+            np.asarray(rewards, dtype=np.float64)[:, None], len(user_ids), 1, "rewards"
+        )[:, 0]
         for value in r:
             check_reward(float(value), c.reward_range)
         epochs = check_int(epochs, "epochs", low=1, error=InvalidInputError)
@@ -471,7 +505,9 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
         if learning_rate is None:
             lr = c.learning_rate
         else:
-            lr = check_real(learning_rate, "learning_rate", low=0.0, low_open=True, error=InvalidInputError)
+            lr = check_real(
+                learning_rate, "learning_rate", low=0.0, low_open=True, error=InvalidInputError
+            )
         U = np.zeros_like(V)
         posteriors: dict[str, LinearArmState] = {}
         for t, uid in enumerate(user_ids):
@@ -486,7 +522,9 @@ class HARE(BasePolicy[HAREArmState, HARESharedState, LinearArmState]):
             total = 0.0
             for start in range(0, len(r), batch_size):
                 b = perm[start : start + batch_size]
-                grads, objective, _ = projection_gradients(self._shared, Xc[b], U[b], V[b], r[b], c.loss, c.l2)
+                grads, objective, _ = projection_gradients(
+                    self._shared, Xc[b], U[b], V[b], r[b], c.loss, c.l2
+                )
                 _sgd_step(self._shared, grads, lr, c.grad_clip)
                 total += objective * len(b)
             history[e] = total / len(r)

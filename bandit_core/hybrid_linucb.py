@@ -59,7 +59,9 @@ class HybridLinUCBConfig(LinUCBConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         # the row is [z, x] with at least one shared feature: context_dim < d
-        object.__setattr__(self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1))
+        object.__setattr__(
+            self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1)
+        )
 
     @property
     def shared_dim(self) -> int:
@@ -98,7 +100,9 @@ class HybridStack(RidgeStack):
     def _rebuild(self) -> None:
         super()._rebuild()
         # a HybridStack only ever stacks the states of hybrid arms
-        self.A_inv_B = np.matmul(self.A_inv, np.stack([cast(HybridArmState, s).B for s in self._states]))
+        self.A_inv_B = np.matmul(
+            self.A_inv, np.stack([cast(HybridArmState, s).B for s in self._states])
+        )
 
     def _write(self, i: int, state: LinearArmState) -> None:
         super()._write(i, state)
@@ -128,7 +132,9 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
 
     def _new_arm_state(self) -> HybridArmState:
         c = self.config
-        return HybridArmState(**_prior(c.context_dim, c.ridge_lambda), B=np.zeros((c.context_dim, c.shared_dim)))
+        return HybridArmState(
+            **_prior(c.context_dim, c.ridge_lambda), B=np.zeros((c.context_dim, c.shared_dim))
+        )
 
     @property
     def beta(self) -> np.ndarray:
@@ -183,13 +189,22 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
         width = np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
         return mean + self.config.alpha * width, width
 
-    def _update(self, arm_id: str, state: HybridArmState | None, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self,
+        arm_id: str,
+        state: HybridArmState | None,
+        x: np.ndarray,
+        reward: float,
+        ctx: SelectContext,
+    ) -> None:
         c = self.config
         shared = self._shared
         if state is None:  # no per-arm part: LinUCB over z (A_0 += z z', b_0 += r z)
             shared.add(x, reward, reward, c.refactor_every)
             return
-        _hybrid_update(shared, state, x[: c.shared_dim], x[c.shared_dim :], reward, c.refactor_every)
+        _hybrid_update(
+            shared, state, x[: c.shared_dim], x[c.shared_dim :], reward, c.refactor_every
+        )
 
 
 def _prior(dim: int, ridge_lambda: float) -> dict[str, Any]:
@@ -198,7 +213,12 @@ def _prior(dim: int, ridge_lambda: float) -> dict[str, Any]:
 
 
 def _hybrid_update(
-    shared: HybridSharedState, arm: HybridArmState, z: np.ndarray, x: np.ndarray, reward: float, refactor_every: int
+    shared: HybridSharedState,
+    arm: HybridArmState,
+    z: np.ndarray,
+    x: np.ndarray,
+    reward: float,
+    refactor_every: int,
 ) -> None:
     """One reward of arm ``a`` with shared features ``z`` and context ``x``: Algorithm 2,
     lines 17-22, in the paper's order (docs/algorithms.md section 8).
@@ -235,4 +255,3 @@ def _hybrid_update(
     arm.commit(A, P_new, b_new, reward, refactor_every)
     arm.B = B_new
     shared.commit(A0, A0_inv, b0, reward, refactor_every)
-

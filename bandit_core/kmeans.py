@@ -40,12 +40,16 @@ def kmeans(
     """
     n_distinct = len(np.unique(points, axis=0))
     if not 1 <= k <= n_distinct:
-        raise InvalidInputError(f"k must be in [1, {n_distinct}] (the distinct points), but got {k}")
+        raise InvalidInputError(
+            f"k must be in [1, {n_distinct}] (the distinct points), but got {k}"
+        )
     runs = [_lloyd(points, k, rng, max_iter) for _ in range(n_init)]
     return min(runs, key=lambda run: float(((points - run[0][run[1]]) ** 2).sum()))
 
 
-def _lloyd(points: np.ndarray, k: int, rng: np.random.Generator, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+def _lloyd(
+    points: np.ndarray, k: int, rng: np.random.Generator, max_iter: int
+) -> tuple[np.ndarray, np.ndarray]:
     centroids = np.empty((k, points.shape[1]))
     centroids[0] = points[rng.integers(len(points))]
     sq_dist = ((points - centroids[0]) ** 2).sum(1)

@@ -85,7 +85,9 @@ class LinearArmState(ArrayState):
             )
         self.commit(A, A_inv, b, reward, refactor_every)
 
-    def commit(self, A: np.ndarray, A_inv: np.ndarray, b: np.ndarray, reward: float, refactor_every: int) -> None:
+    def commit(
+        self, A: np.ndarray, A_inv: np.ndarray, b: np.ndarray, reward: float, refactor_every: int
+    ) -> None:
         """Take the checked ``A``, ``A^-1`` and ``b`` of one more observation: count its
         reward, re-derive ``A^-1`` when ``refactor_every`` updates have passed, and set
         ``theta = A^-1 b``."""
@@ -121,7 +123,9 @@ def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The rank-one term ``(A^-1 x)(A^-1 x)^T / (1 + x^T A^-1 x)`` that
     :func:`sherman_morrison` subtracts; shapes as there, result shaped like ``A_inv``."""
     Ax = np.matmul(A_inv, x[..., None])[..., 0]
-    result: np.ndarray = Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
+    result: np.ndarray = (
+        Ax[..., :, None] * Ax[..., None, :] / (1.0 + (x * Ax).sum(-1))[..., None, None]
+    )
     return result
 
 
@@ -132,17 +136,23 @@ def cholesky_inverse(A: np.ndarray) -> np.ndarray:
     return np.swapaxes(L_inv, -1, -2) @ L_inv
 
 
-def linear_ucb_terms(states: Sequence[LinearArmState], X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def linear_ucb_terms(
+    states: Sequence[LinearArmState], X: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Batched ``(x_a^T theta_a, sqrt(x_a^T A_a^-1 x_a))`` for all K candidates.
 
     ``X`` has shape ``(K, d)``; both results have shape ``(K,)``. One stacked matmul,
     no Python loop over the arithmetic. Policies that score the same candidates again
     and again keep the stacks in a :class:`RidgeStack` instead of re-stacking per call.
     """
-    return stacked_ucb_terms(np.stack([s.A_inv for s in states]), np.stack([s.theta for s in states]), X)
+    return stacked_ucb_terms(
+        np.stack([s.A_inv for s in states]), np.stack([s.theta for s in states]), X
+    )
 
 
-def stacked_ucb_terms(A_inv: np.ndarray, theta: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def stacked_ucb_terms(
+    A_inv: np.ndarray, theta: np.ndarray, X: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`linear_ucb_terms` from pre-stacked ``A_inv (K, d, d)`` and ``theta (K, d)``.
 
     ``X`` may also be a batch of shape ``(B, K, d)`` (results ``(B, K)``): every row is
@@ -194,7 +204,10 @@ class RidgeStack:
         self.theta = np.zeros((0, 0))
 
     def sync(
-        self, arm_ids: list[str], states: Sequence[LinearArmState], changed: Collection[str] | None = None
+        self,
+        arm_ids: list[str],
+        states: Sequence[LinearArmState],
+        changed: Collection[str] | None = None,
     ) -> list[int] | None:
         """Bring the stacks up to date with ``states`` (aligned with ``arm_ids``).
 

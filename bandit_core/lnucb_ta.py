@@ -335,7 +335,11 @@ class LNUCBTA(BasePolicy[LNUCBTAArmState, AttentionTotals, None]):
         return score[0], width[0]
 
     def _score_batch(
-        self, arm_ids: list[str], states: list[LNUCBTAArmState], X_batch: np.ndarray, ctx: SelectContext
+        self,
+        arm_ids: list[str],
+        states: list[LNUCBTAArmState],
+        X_batch: np.ndarray,
+        ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._scores(arm_ids, states, X_batch, keep=True)
 
@@ -358,7 +362,9 @@ class LNUCBTA(BasePolicy[LNUCBTAArmState, AttentionTotals, None]):
             score = score + knn
         return score, width
 
-    def _update(self, arm_id: str, state: LNUCBTAArmState, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self, arm_id: str, state: LNUCBTAArmState, x: np.ndarray, reward: float, ctx: SelectContext
+    ) -> None:
         cfg = self.config
         target = reward
         if cfg.use_knn and cfg.linear_target == "residual":

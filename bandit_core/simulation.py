@@ -65,7 +65,9 @@ class SyntheticEnvironment:
 
     def __post_init__(self) -> None:
         if self.theta.ndim != 1 or not np.isclose(np.linalg.norm(self.theta), 1.0):
-            raise InvalidInputError(f"theta must be a unit vector, but got shape {self.theta.shape}")
+            raise InvalidInputError(
+                f"theta must be a unit vector, but got shape {self.theta.shape}"
+            )
         if self.n_arms < 2:
             raise InvalidInputError(f"n_arms must be >= 2, but got {self.n_arms}")
         if self.link not in ("linear", "nonlinear"):
@@ -104,7 +106,9 @@ class ClassificationEnvironment:
 
     def __post_init__(self) -> None:
         if len(self.data.classes) < 2:
-            raise InvalidInputError(f"a classification bandit needs >= 2 classes, but got {len(self.data.classes)}")
+            raise InvalidInputError(
+                f"a classification bandit needs >= 2 classes, but got {len(self.data.classes)}"
+            )
 
     @property
     def arm_ids(self) -> tuple[str, ...]:
@@ -218,7 +222,9 @@ def simulate(
     if not seeds:
         raise InvalidInputError("seeds must hold at least one seed, but got none")
     runs = tuple(
-        simulate_run(make_policy(s), env, rounds, np.random.default_rng([s, 2]), seed=s, progress=progress)
+        simulate_run(
+            make_policy(s), env, rounds, np.random.default_rng([s, 2]), seed=s, progress=progress
+        )
         for s in seeds
     )
     return SimulationResult(runs=runs)

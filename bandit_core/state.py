@@ -78,7 +78,9 @@ def pack(kind: str, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> byte
         separators=(",", ":"),
         default=_json_scalar,
     ).encode()
-    body = b"".join([_UINT32.pack(len(header)), header] + [a.tobytes() for a in contiguous.values()])
+    body = b"".join(
+        [_UINT32.pack(len(header)), header] + [a.tobytes() for a in contiguous.values()]
+    )
     return b"".join([MAGIC, _UINT32.pack(zlib.crc32(body)), body])
 
 
@@ -90,7 +92,9 @@ def _body(data: bytes | bytearray | memoryview) -> memoryview:
     magic = bytes(view[:4])
     if magic == MAGIC:
         if len(view) < 12:
-            raise StateFormatError(f"state bytes end inside the {len(view)}-byte preamble (12 bytes)")
+            raise StateFormatError(
+                f"state bytes end inside the {len(view)}-byte preamble (12 bytes)"
+            )
         (stored,) = _UINT32.unpack_from(view, 4)
         body = view[8:]
         if zlib.crc32(body) != stored:
@@ -98,24 +102,32 @@ def _body(data: bytes | bytearray | memoryview) -> memoryview:
         return body
     if magic == MAGIC_V1:
         return view[4:]
-    raise StateFormatError(f"state bytes must start with the magic {MAGIC!r} (or {MAGIC_V1!r}), but got {magic!r}")
+    raise StateFormatError(
+        f"state bytes must start with the magic {MAGIC!r} (or {MAGIC_V1!r}), but got {magic!r}"
+    )
 
 
 def _array_spec(entry: Any, seen: set[str]) -> tuple[str, np.dtype, tuple[int, ...], int]:
     """``(name, dtype, shape, byte size)`` of one checked ``[name, dtype, shape]`` header entry."""
     if not (isinstance(entry, list) and len(entry) == 3):
-        raise StateFormatError(f"every header array must be [name, dtype, shape], but got {entry!r}")
+        raise StateFormatError(
+            f"every header array must be [name, dtype, shape], but got {entry!r}"
+        )
     name, dtype_str, shape = entry
     if not isinstance(name, str) or name in seen:
         raise StateFormatError(f"header array names must be unique strs, but got {name!r}")
     if not isinstance(dtype_str, str) or dtype_str[:1] not in ("<", ">", "|"):
-        raise StateFormatError(f"array {name!r} needs a dtype with its byte order, but got {dtype_str!r}")
+        raise StateFormatError(
+            f"array {name!r} needs a dtype with its byte order, but got {dtype_str!r}"
+        )
     try:
         dtype = np.dtype(dtype_str)
     except TypeError:
         raise StateFormatError(f"array {name!r} has the unknown dtype {dtype_str!r}") from None
     if dtype.kind not in _ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        raise StateFormatError(f"array {name!r} must have a numeric or bool dtype, but got {dtype_str!r}")
+        raise StateFormatError(
+            f"array {name!r} must have a numeric or bool dtype, but got {dtype_str!r}"
+        )
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_NDIM
@@ -130,7 +142,9 @@ def _array_spec(entry: Any, seen: set[str]) -> tuple[str, np.dtype, tuple[int, .
     return name, dtype, tuple(shape), count * dtype.itemsize
 
 
-def unpack(data: bytes, kind: str | None = None) -> tuple[str, dict[str, Any], dict[str, np.ndarray]]:
+def unpack(
+    data: bytes, kind: str | None = None
+) -> tuple[str, dict[str, Any], dict[str, np.ndarray]]:
     """Inverse of :func:`pack`; returns ``(kind, meta, arrays)``.
 
     Arrays are writable copies, so callers may update them in place. Every check of the
@@ -145,16 +159,26 @@ def unpack(data: bytes, kind: str | None = None) -> tuple[str, dict[str, Any], d
         raise StateFormatError("state bytes end before the header length")
     (header_len,) = _UINT32.unpack_from(body, 0)
     if 4 + header_len > len(body):
-        raise StateFormatError(f"the header declares {header_len} bytes, but only {len(body) - 4} follow")
+        raise StateFormatError(
+            f"the header declares {header_len} bytes, but only {len(body) - 4} follow"
+        )
     try:
         header = json.loads(bytes(body[4 : 4 + header_len]))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise StateFormatError(f"the state header is not JSON: {exc}") from None
     if not (isinstance(header, dict) and set(header) == {"kind", "meta", "arrays"}):
-        raise StateFormatError("the state header must be an object with exactly 'kind', 'meta' and 'arrays'")
+        raise StateFormatError(
+            "the state header must be an object with exactly 'kind', 'meta' and 'arrays'"
+        )
     found_kind, meta, entries = header["kind"], header["meta"], header["arrays"]
-    if not isinstance(found_kind, str) or not isinstance(meta, dict) or not isinstance(entries, list):
-        raise StateFormatError("the state header needs a str 'kind', a dict 'meta' and a list 'arrays'")
+    if (
+        not isinstance(found_kind, str)
+        or not isinstance(meta, dict)
+        or not isinstance(entries, list)
+    ):
+        raise StateFormatError(
+            "the state header needs a str 'kind', a dict 'meta' and a list 'arrays'"
+        )
     if kind is not None and found_kind != kind:
         raise StateFormatError(f"expected a {kind!r} state, but got a {found_kind!r} state")
     offset = 4 + header_len
@@ -162,9 +186,13 @@ def unpack(data: bytes, kind: str | None = None) -> tuple[str, dict[str, Any], d
     for entry in entries:
         name, dtype, shape, size = _array_spec(entry, set(arrays))
         if offset + size > len(body):
-            raise StateFormatError(f"state bytes end inside array {name!r} (declared shape {list(shape)})")
+            raise StateFormatError(
+                f"state bytes end inside array {name!r} (declared shape {list(shape)})"
+            )
         count = size // dtype.itemsize
-        arrays[name] = np.frombuffer(body, dtype=dtype, count=count, offset=offset).reshape(shape).copy()
+        arrays[name] = (
+            np.frombuffer(body, dtype=dtype, count=count, offset=offset).reshape(shape).copy()
+        )
         offset += size
     if offset != len(body):
         raise StateFormatError(f"state bytes have {len(body) - offset} trailing bytes")
@@ -226,8 +254,15 @@ class ArrayState:
                 )
             expected = _META_TYPES.get(annotation.split("[", 1)[0])
             value = meta.get(f.name)
-            if expected is not None and not is_array and (
-                not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
+            if (
+                expected is not None
+                and not is_array
+                and (
+                    not isinstance(value, expected)
+                    or (isinstance(value, bool) and bool not in expected)
+                )
             ):
-                raise StateFormatError(f"{cls.KIND!r} field {f.name!r} must be {annotation}, but got {value!r}")
+                raise StateFormatError(
+                    f"{cls.KIND!r} field {f.name!r} must be {annotation}, but got {value!r}"
+                )
         return cls(**meta, **arrays)

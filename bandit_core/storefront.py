@@ -73,7 +73,13 @@ PRICE_SENSITIVITY: dict[str, float] = {"student": 1.5, "parent": 0.8, "foodie": 
 """Logit lost per 100 of price."""
 TENURE_SLOPE = 0.1
 DEVICE_OFFSET: dict[str, float] = {"mobile": -0.2, "desktop": 0.0, "tablet": -0.1}
-CATEGORY_PRICE: dict[str, float] = {"books": 15.0, "food": 12.0, "electronics": 150.0, "toys": 30.0, "garden": 40.0}
+CATEGORY_PRICE: dict[str, float] = {
+    "books": 15.0,
+    "food": 12.0,
+    "electronics": 150.0,
+    "toys": 30.0,
+    "garden": 40.0,
+}
 CATEGORY_TAGS: dict[str, tuple[str, ...]] = {
     "books": ("new", "sale", "premium", "kids"),
     "food": ("vegan", "new", "sale", "premium", "eco"),
@@ -96,7 +102,10 @@ class Shopper:
     device: str
 
     def features(self) -> dict[str, Any]:
-        return {"user": {"segment": self.segment, "tenureYears": self.tenure_years}, "device": {"type": self.device}}
+        return {
+            "user": {"segment": self.segment, "tenureYears": self.tenure_years},
+            "device": {"type": self.device},
+        }
 
 
 @dataclass(frozen=True)
@@ -190,12 +199,18 @@ class Storefront:
             category = CATEGORIES[rng.integers(len(CATEGORIES))]
             price = round(CATEGORY_PRICE[category] * math.exp(0.5 * rng.standard_normal()), 2)
             pool = CATEGORY_TAGS[category]
-            tags = tuple(t for t, keep in zip(pool, rng.random(len(pool)) < TAG_PROBABILITY, strict=True) if keep)
+            tags = tuple(
+                t
+                for t, keep in zip(pool, rng.random(len(pool)) < TAG_PROBABILITY, strict=True)
+                if keep
+            )
             quality = self.quality_sd * float(rng.standard_normal())
             items.append(Item(f"c{generation}-{j}", category, price, tags, quality))
         return tuple(items)
 
-    def rounds(self, n: int, replace_at: int | None, rng: np.random.Generator) -> Iterator[StorefrontRound]:
+    def rounds(
+        self, n: int, replace_at: int | None, rng: np.random.Generator
+    ) -> Iterator[StorefrontRound]:
         """``n`` rounds; from round ``replace_at`` (0-based) on, a new catalog (generation
         1, ids ``c1-*``) replaces the first (``c0-*``). ``rng`` draws everything."""
         catalog = self.draw_catalog(0, rng)
@@ -203,8 +218,12 @@ class Storefront:
             if t == replace_at:
                 catalog = self.draw_catalog(1, rng)
             shopper = self.draw_shopper(rng)
-            items = tuple(catalog[j] for j in rng.choice(self.catalog_size, size=self.offered, replace=False))
-            yield StorefrontRound(shopper, items, np.array([self.click_probability(shopper, i) for i in items]))
+            items = tuple(
+                catalog[j] for j in rng.choice(self.catalog_size, size=self.offered, replace=False)
+            )
+            yield StorefrontRound(
+                shopper, items, np.array([self.click_probability(shopper, i) for i in items])
+            )
 
 
 Encoder = Callable[[dict[str, Any], Sequence[dict[str, Any]]], np.ndarray | SparseRows]
@@ -224,7 +243,9 @@ def context_rows(featurizer: Featurizer) -> Encoder:
     featurizer's output must be dense."""
 
     def encode(context: dict[str, Any], actions: Sequence[dict[str, Any]]) -> np.ndarray:
-        x = cast(np.ndarray, featurizer.featurize_context(context))  # dense, as the docstring requires
+        x = cast(
+            np.ndarray, featurizer.featurize_context(context)
+        )  # dense, as the docstring requires
         return np.broadcast_to(x, (len(actions), x.size))
 
     return encode

@@ -66,7 +66,9 @@ def _range_text(low: float | None, high: float | None, low_open: bool, high_open
     return ""
 
 
-def _in_range(v: float, low: float | None, high: float | None, low_open: bool, high_open: bool) -> bool:
+def _in_range(
+    v: float, low: float | None, high: float | None, low_open: bool, high_open: bool
+) -> bool:
     if low is not None and not (v > low if low_open else v >= low):
         return False
     return high is None or (v < high if high_open else v <= high)
@@ -94,7 +96,11 @@ def check_int(
     if value is None and allow_none:
         return None
     if not is_int(value) or not _in_range(value, low, high, False, False):
-        kind = "a positive int" if (low, high) == (1, None) else "an int" + _range_text(low, high, False, False)
+        kind = (
+            "a positive int"
+            if (low, high) == (1, None)
+            else "an int" + _range_text(low, high, False, False)
+        )
         raise error(f"{name} must be {kind}{' or None' if allow_none else ''}, but got {value!r}")
     return int(value)
 
@@ -113,11 +119,16 @@ def check_real(
     """``value`` as a Python float after checking it is a real number (numpy scalars
     included, bools not), finite (unless ``allow_inf``) and inside the bounds
     (``low_open``/``high_open`` exclude the bound itself)."""
-    if not is_real(value) or not _in_range(value, low, high, low_open, high_open) or math.isnan(value) or (
-        not allow_inf and not math.isfinite(value)
+    if (
+        not is_real(value)
+        or not _in_range(value, low, high, low_open, high_open)
+        or math.isnan(value)
+        or (not allow_inf and not math.isfinite(value))
     ):
         kind = "a number" if allow_inf else "a finite number"
-        raise error(f"{name} must be {kind}{_range_text(low, high, low_open, high_open)}, but got {value!r}")
+        raise error(
+            f"{name} must be {kind}{_range_text(low, high, low_open, high_open)}, but got {value!r}"
+        )
     return float(value)
 
 
@@ -135,7 +146,9 @@ def check_bool(value: Any, name: str, *, error: type[BanditError] = ConfigError)
     return bool(value)
 
 
-def check_choice(value: T, name: str, choices: Collection[T], *, error: type[BanditError] = ConfigError) -> T:
+def check_choice(
+    value: T, name: str, choices: Collection[T], *, error: type[BanditError] = ConfigError
+) -> T:
     """``value`` after checking it is one of ``choices``.
 
     >>> check_choice("cosine", "knn_weights", ("uniform", "distance"))
@@ -174,13 +187,19 @@ def check_arm_ids(arm_ids: Sequence[str], known: list[str] | None = None) -> lis
         except TypeError:
             pass  # a non-str equal to a known id: the full check names it
     if isinstance(arm_ids, (str, bytes)):
-        raise InvalidInputError(f"arm_ids must be a sequence of str, but got a single {type(arm_ids).__name__}")
+        raise InvalidInputError(
+            f"arm_ids must be a sequence of str, but got a single {type(arm_ids).__name__}"
+        )
     try:
         ids = list(arm_ids)
     except TypeError:
-        raise InvalidInputError(f"arm_ids must be a sequence of str, but got {type(arm_ids).__name__}") from None
+        raise InvalidInputError(
+            f"arm_ids must be a sequence of str, but got {type(arm_ids).__name__}"
+        ) from None
     if not ids:
-        raise InvalidInputError("arm_ids must hold at least one candidate arm, but got an empty list")
+        raise InvalidInputError(
+            "arm_ids must hold at least one candidate arm, but got an empty list"
+        )
     try:
         "".join(ids)  # C-level pass: TypeError on a non-str
         unique = set(ids)
@@ -209,7 +228,9 @@ def _as_real_array(value: object, name: str, expected: str) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"{name} must be {expected}: {exc}") from exc
     if raw.dtype.kind not in "biuf":
-        raise InvalidInputError(f"{name} must be {expected} of real numbers, but got dtype {raw.dtype}")
+        raise InvalidInputError(
+            f"{name} must be {expected} of real numbers, but got dtype {raw.dtype}"
+        )
     return raw.astype(np.float64, copy=False)
 
 
@@ -246,7 +267,9 @@ def check_matrix(X: object, rows: int, d: int, name: str = "X") -> np.ndarray:
     else:
         arr = _as_real_array(X, name, f"a numeric array of shape ({rows}, {d})")
     if arr.shape != (rows, d):
-        raise InvalidInputError(f"{name} must have shape (K, d) = ({rows}, {d}), but got {arr.shape}")
+        raise InvalidInputError(
+            f"{name} must have shape (K, d) = ({rows}, {d}), but got {arr.shape}"
+        )
     if not all_finite(arr):
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise InvalidInputError(
@@ -272,17 +295,27 @@ def check_vector(x: object, d: int, name: str = "x") -> np.ndarray:
 
 def check_reward(reward: float, reward_range: tuple[float, float]) -> float:
     """Return ``reward`` as a float after checking it is finite and inside ``reward_range``."""
-    if isinstance(reward, _BOOLS) or not isinstance(reward, _REALS):  # is_real, inline: every update
+    if isinstance(reward, _BOOLS) or not isinstance(
+        reward, _REALS
+    ):  # is_real, inline: every update
         raise InvalidInputError(f"reward must be a number, but got {type(reward).__name__}")
     value = float(reward)
     low, high = reward_range
     if not math.isfinite(value) or not low <= value <= high:
-        raise InvalidInputError(f"reward must be a finite number in [{low}, {high}], but got {value}")
+        raise InvalidInputError(
+            f"reward must be a finite number in [{low}, {high}], but got {value}"
+        )
     return value
 
 
 def check_sparse_rows(
-    indptr: ArrayLike, indices: ArrayLike, values: ArrayLike, dim: Any, rows: int, d: int, name: str = "X"
+    indptr: ArrayLike,
+    indices: ArrayLike,
+    values: ArrayLike,
+    dim: Any,
+    rows: int,
+    d: int,
+    name: str = "X",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return the arrays of ``rows`` sparse rows of length ``d`` in compressed sparse row
     form (:class:`bandit_core.features.SparseRows`) as ``(indptr, indices, values)``,
@@ -299,7 +332,9 @@ def check_sparse_rows(
     bandit_core.errors.InvalidInputError: X row 0 must have strictly increasing column indices, but column 1 repeats or goes back
     """
     if not is_int(dim) or dim != d:
-        raise InvalidInputError(f"{name} must have shape (K, d) = ({rows}, {d}), but got dim {dim!r}")
+        raise InvalidInputError(
+            f"{name} must have shape (K, d) = ({rows}, {d}), but got dim {dim!r}"
+        )
     ptr = np.asarray(indptr)
     if ptr.dtype.kind not in "iu" or ptr.shape != (rows + 1,):
         raise InvalidInputError(
@@ -308,21 +343,29 @@ def check_sparse_rows(
         )
     cols = np.asarray(indices)
     if cols.dtype.kind not in "iu" or cols.ndim != 1:
-        raise InvalidInputError(f"{name}.indices must be a 1-d int array, but got shape {cols.shape} and dtype {cols.dtype}")
+        raise InvalidInputError(
+            f"{name}.indices must be a 1-d int array, but got shape {cols.shape} and dtype {cols.dtype}"
+        )
     vals = _as_real_array(values, f"{name}.values", "a 1-d array")
     if vals.shape != cols.shape:
-        raise InvalidInputError(f"{name}.values must match {name}.indices' shape {cols.shape}, but got {vals.shape}")
+        raise InvalidInputError(
+            f"{name}.values must match {name}.indices' shape {cols.shape}, but got {vals.shape}"
+        )
     ptr, cols = ptr.astype(np.int64, copy=False), cols.astype(np.int64, copy=False)
     counts = np.diff(ptr)
     if ptr[0] != 0 or ptr[-1] != len(cols) or (counts < 0).any():
         shown = ptr.tolist() if len(ptr) <= 8 else f"{ptr[:8].tolist()[:-1]}..."
-        raise InvalidInputError(f"{name}.indptr must rise from 0 to the {len(cols)} stored entries, but got {shown}")
+        raise InvalidInputError(
+            f"{name}.indptr must rise from 0 to the {len(cols)} stored entries, but got {shown}"
+        )
     if len(cols):
         row_of = np.repeat(np.arange(rows), counts)
         outside = (cols < 0) | (cols >= d)
         if outside.any():
             i = int(np.argmax(outside))
-            raise InvalidInputError(f"{name} row {row_of[i]} has column {cols[i]}, outside [0, {d})")
+            raise InvalidInputError(
+                f"{name} row {row_of[i]} has column {cols[i]}, outside [0, {d})"
+            )
         back = np.diff(cols) <= 0
         back &= row_of[1:] == row_of[:-1]  # only within a row
         if back.any():
@@ -333,5 +376,7 @@ def check_sparse_rows(
             )
         if not all_finite(vals):
             i = int(np.argmin(np.isfinite(vals)))
-            raise InvalidInputError(f"{name} must be finite, but {name}[{row_of[i]}, {cols[i]}] is {vals[i]}")
+            raise InvalidInputError(
+                f"{name} must be finite, but {name}[{row_of[i]}, {cols[i]}] is {vals[i]}"
+            )
     return ptr, cols, vals

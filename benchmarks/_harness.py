@@ -168,11 +168,15 @@ def write_json(benchmark: str, payload: Mapping[str, Any], label: str = LATEST) 
     return path
 
 
-def add_label_argument(parser: argparse.ArgumentParser, benchmark: str, figure: bool = False) -> None:
+def add_label_argument(
+    parser: argparse.ArgumentParser, benchmark: str, figure: bool = False
+) -> None:
     """``--label``: the run of ``benchmarks/results/<benchmark>.json`` a script writes
     (see :func:`write_json`); with ``figure``, also the name of its plot
     (:func:`figure_path`)."""
-    text = f"label of this run in results/{benchmark}.json; a run replaces the one of the same label"
+    text = (
+        f"label of this run in results/{benchmark}.json; a run replaces the one of the same label"
+    )
     if figure:
         text += f"; the plot is docs/img/{benchmark}.png for {LATEST}, docs/img/{benchmark}_<label>.png otherwise"
     parser.add_argument("--label", default=LATEST, help=text + " (default %(default)s)")
@@ -180,7 +184,12 @@ def add_label_argument(parser: argparse.ArgumentParser, benchmark: str, figure: 
 
 def figure_path(benchmark: str, label: str) -> Path:
     """``docs/img/<benchmark>.png`` for the latest run, ``<benchmark>_<label>.png`` otherwise."""
-    return ROOT / "docs" / "img" / (f"{benchmark}.png" if label == LATEST else f"{benchmark}_{label}.png")
+    return (
+        ROOT
+        / "docs"
+        / "img"
+        / (f"{benchmark}.png" if label == LATEST else f"{benchmark}_{label}.png")
+    )
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:

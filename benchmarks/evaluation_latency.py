@@ -102,9 +102,7 @@ async def run(rounds: int, calls: int, job: str = "evaluation") -> dict:
                 idle, busy, evaluations = [], [], 0
                 pending = shop[rounds:]
                 if job == "feature-importance":
-                    idle, busy, evaluations = await feature_importance_slices(
-                        http, pending, calls
-                    )
+                    idle, busy, evaluations = await feature_importance_slices(http, pending, calls)
                 for s in range(0, calls if job == "evaluation" else 0, 50):
                     slice_ = pending[s : s + 50]
                     running = (s // 50) % 2 == 1

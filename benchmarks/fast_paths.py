@@ -30,7 +30,9 @@ def _cpu(fn, *args) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="repeats / rounds (default 5)")
-    parser.add_argument("--decisions", type=int, default=2000, help="decisions per round at (50, 32)")
+    parser.add_argument(
+        "--decisions", type=int, default=2000, help="decisions per round at (50, 32)"
+    )
     parser.add_argument("--engine-path", default="", help="import bandit_core from this checkout")
     args = parser.parse_args(argv)
     if args.engine_path:
@@ -48,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             _cpu(replay, bandit_core.make_policy(name, d=10, alpha=1.0, seed=0), news, 800)
             for _ in range(args.repeats)
         ]
-        print(f"news replay, 800 matched rounds, {name}: CPU median {np.median(cpu):.3f} s ({args.repeats} runs)")
+        print(
+            f"news replay, 800 matched rounds, {name}: CPU median {np.median(cpu):.3f} s ({args.repeats} runs)"
+        )
 
     K, d = 50, 32
     pool = Workload.make(K, d)
@@ -86,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: float(np.median(v)) for k, v in rates.items()}
     print(f"(K, d) = ({K}, {d}), {n} decisions x {args.repeats} rounds, CPU decisions/s (median):")
     for label, v in med.items():
-        print(f"  {label:12s} {v:10.0f}  x floor {v / med['numpy floor']:.2f}  linucb/this {med['linucb'] / v:.2f}")
+        print(
+            f"  {label:12s} {v:10.0f}  x floor {v / med['numpy floor']:.2f}  linucb/this {med['linucb'] / v:.2f}"
+        )
     return 0
 
 

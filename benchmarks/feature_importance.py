@@ -70,7 +70,9 @@ def log_traffic(rounds: int, seed: int) -> tuple[Featurizer, list[JsonEvent], di
         rows.append(X)
         names.observe(named_columns(featurizer, policy, context, actions[k]))
         events.append(
-            JsonEvent(context, r.item_ids, actions, decision.arm_id, float(decision.propensity), click)
+            JsonEvent(
+                context, r.item_ids, actions, decision.arm_id, float(decision.propensity), click
+            )
         )
     weights = policy.feature_weights()
     assert weights is not None  # a linear model
@@ -84,7 +86,11 @@ def log_traffic(rounds: int, seed: int) -> tuple[Featurizer, list[JsonEvent], di
                 key = ".".join(feature_of(side))
                 totals[key] = totals.get(key, 0.0) + float(importance) / len(seen) / len(sides)
     top = max(totals.values())
-    return featurizer, events, {k: v / top for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+    return (
+        featurizer,
+        events,
+        {k: v / top for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,9 +22,13 @@ K = 50
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shared-dims", default="32,128,512", help="comma-separated k (default: %(default)s)")
+    parser.add_argument(
+        "--shared-dims", default="32,128,512", help="comma-separated k (default: %(default)s)"
+    )
     parser.add_argument("--context-dim", type=int, default=8, help="per-arm part's d (default 8)")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per k (default 7)")
+    parser.add_argument(
+        "--rounds", type=int, default=7, help="interleaved rounds per k (default 7)"
+    )
     parser.add_argument("--slice", type=float, default=0.1, help="seconds per contender per round")
     add_label_argument(parser, "hybrid_linucb")
     args = parser.parse_args(argv)
@@ -59,9 +63,32 @@ def main(argv: list[str] | None = None) -> int:
             for name, meas in m.items()
         ]
         print(f"\nK = {K}, k = {k}   load before {before['loadavg']} after {after['loadavg']}")
-        print(h.table(rows, ["contender", "us/decision+update (cpu)", "decisions/s (cpu)", "x linucb time (cpu)"]))
-        results.append({"K": K, "k": k, "context_dim": c, "load_before": before, "load_after": after, "rows": rows})
-    path = h.write_json("hybrid_linucb", {"rounds": args.rounds, "slice_s": args.slice, "configs": results}, args.label)
+        print(
+            h.table(
+                rows,
+                [
+                    "contender",
+                    "us/decision+update (cpu)",
+                    "decisions/s (cpu)",
+                    "x linucb time (cpu)",
+                ],
+            )
+        )
+        results.append(
+            {
+                "K": K,
+                "k": k,
+                "context_dim": c,
+                "load_before": before,
+                "load_after": after,
+                "rows": rows,
+            }
+        )
+    path = h.write_json(
+        "hybrid_linucb",
+        {"rounds": args.rounds, "slice_s": args.slice, "configs": results},
+        args.label,
+    )
     print(f"\nwrote {path.relative_to(h.ROOT)}")
     return 0
 

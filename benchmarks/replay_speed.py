@@ -41,7 +41,9 @@ PAPER_SECONDS = {  # (policy, alpha) -> (Table 3: 800 rounds, Table 7: 7500 step
 }
 
 
-def _time(name: str, alpha: float, log: BanditLog, rounds: int | None, repeats: int) -> dict[str, float]:
+def _time(
+    name: str, alpha: float, log: BanditLog, rounds: int | None, repeats: int
+) -> dict[str, float]:
     """Median and min wall seconds and median CPU seconds (process time: robust to other
     processes sharing the machine) of ``repeats`` replays."""
     wall, cpu, result = [], [], None
@@ -62,16 +64,35 @@ def _time(name: str, alpha: float, log: BanditLog, rounds: int | None, repeats: 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, default=ROOT / "bandit_core" / "data" / "news_dataset.txt.gz",
-                        help="news data set (default: bandit_core/data/news_dataset.txt.gz, shipped with the package)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per row; the median is reported (default 5)")
-    parser.add_argument("--alpha", type=float, nargs="+", default=[0.1, 1.0, 10.0], help="alphas (default 0.1 1 10)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=ROOT / "bandit_core" / "data" / "news_dataset.txt.gz",
+        help="news data set (default: bandit_core/data/news_dataset.txt.gz, shipped with the package)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed runs per row; the median is reported (default 5)",
+    )
+    parser.add_argument(
+        "--alpha", type=float, nargs="+", default=[0.1, 1.0, 10.0], help="alphas (default 0.1 1 10)"
+    )
     parser.add_argument("--json", type=Path, help="write the rows as JSON to this path")
     args = parser.parse_args()
 
     full = load_news(args.data)
-    first = BanditLog(full.arm_ids, full.features[:7500], full.action[:7500], full.reward[:7500], full.pscore[:7500])
+    first = BanditLog(
+        full.arm_ids,
+        full.features[:7500],
+        full.action[:7500],
+        full.reward[:7500],
+        full.pscore[:7500],
+    )
     policies = [p for p in ("linucb", "lnucb_ta") if p in bandit_core.POLICIES]
     rows = []
     for name in policies:
@@ -79,11 +100,17 @@ def main() -> int:
             for workload, log, rounds in (("800 matched", full, 800), ("7500 events", first, None)):
                 t = _time(name, alpha, log, rounds, args.repeats)
                 paper = PAPER_SECONDS.get((name, alpha), (None, None))[0 if rounds else 1]
-                rows.append({
-                    "policy": name, "alpha": alpha, "workload": workload, **t,
-                    "us_per_event": 1e6 * t["median_seconds"] / t["events_seen"], "paper_seconds": paper,
-                    "speedup_vs_paper": None if paper is None else paper / t["median_seconds"],
-                })
+                rows.append(
+                    {
+                        "policy": name,
+                        "alpha": alpha,
+                        "workload": workload,
+                        **t,
+                        "us_per_event": 1e6 * t["median_seconds"] / t["events_seen"],
+                        "paper_seconds": paper,
+                        "speedup_vs_paper": None if paper is None else paper / t["median_seconds"],
+                    }
+                )
     header = (
         f"{'policy':9} {'alpha':>5} {'workload':12} {'events':>6} {'reward':>6} {'median s':>9} {'min s':>7} "
         f"{'cpu s':>7} {'us/event':>8} {'paper s':>8} {'x faster':>8}"
@@ -93,16 +120,23 @@ def main() -> int:
     for r in rows:
         paper = "-" if r["paper_seconds"] is None else f"{r['paper_seconds']:.2f}"
         speed = "-" if r["speedup_vs_paper"] is None else f"{r['speedup_vs_paper']:.0f}"
-        print(f"{r['policy']:9} {r['alpha']:>5g} {r['workload']:12} {r['events_seen']:>6} "
-              f"{r['cumulative_reward']:>6g} {r['median_seconds']:>9.3f} {r['min_seconds']:>7.3f} "
-              f"{r['median_cpu_seconds']:>7.3f} {r['us_per_event']:>8.1f} {paper:>8} {speed:>8}")
+        print(
+            f"{r['policy']:9} {r['alpha']:>5g} {r['workload']:12} {r['events_seen']:>6} "
+            f"{r['cumulative_reward']:>6g} {r['median_seconds']:>9.3f} {r['min_seconds']:>7.3f} "
+            f"{r['median_cpu_seconds']:>7.3f} {r['us_per_event']:>8.1f} {paper:>8} {speed:>8}"
+        )
     missing = sorted({"linucb", "lnucb_ta"} - set(policies))
     if missing:
         print(f"not registered, skipped: {', '.join(missing)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine(),
-                "processor": platform.processor(), "repeats": args.repeats}
+        meta = {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+            "repeats": args.repeats,
+        }
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     return 0
 

@@ -275,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument(
-        "--data", type=Path, default=None,
+        "--data",
+        type=Path,
+        default=None,
         help="news data set (default <repo>/bandit_core/data/news_dataset.txt.gz)",
     )
     parser.add_argument(

@@ -117,9 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         "--engine-path", default="", help="import bandit_core from this checkout instead"
     )
     add_label_argument(parser, "scaling", figure=True)
-    parser.add_argument("--overlay", default="", help="label of another run in results/scaling.json to draw beside")
+    parser.add_argument(
+        "--overlay", default="", help="label of another run in results/scaling.json to draw beside"
+    )
     parser.add_argument("--overlay-label", default="engine, other run")
-    parser.add_argument("--replot", action="store_true", help="only redraw run --label from results/scaling.json")
+    parser.add_argument(
+        "--replot", action="store_true", help="only redraw run --label from results/scaling.json"
+    )
     args = parser.parse_args(argv)
     if args.engine_path:
         sys.path.insert(0, str(Path(args.engine_path).resolve()))

@@ -264,7 +264,9 @@ def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], 
     context, actions = request(0)
     spec = {"algorithm": algorithm, "features": {"bits": bits}}
     arms = [{"id": a["item"]["id"], "features": a} for a in actions]
-    return spec, json.dumps({"policy": policy, "context": context, "arms": arms}, separators=(",", ":"))
+    return spec, json.dumps(
+        {"policy": policy, "context": context, "arms": arms}, separators=(",", ":")
+    )
 
 
 def _drive(
@@ -303,7 +305,9 @@ def _transaction_retries(base: str) -> float:
     worker: ``bandit_store_transaction_retries_total`` of ``/metrics``)."""
     with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
         text = resp.read().decode()
-    found = re.findall(r"^bandit_store_transaction_retries_total\{[^}]*\} (\S+)$", text, re.MULTILINE)
+    found = re.findall(
+        r"^bandit_store_transaction_retries_total\{[^}]*\} (\S+)$", text, re.MULTILINE
+    )
     return sum(float(v) for v in found)
 
 
@@ -412,7 +416,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     spec, body = (
                         _json_load(policy, args.json_bits, args.json_algorithm)
                         if policy == "bench_json"
-                        else ({"algorithm": "linucb", "dimension": d, "arms": [f"arm{i}" for i in range(K)]}, _body(policy, d))
+                        else (
+                            {
+                                "algorithm": "linucb",
+                                "dimension": d,
+                                "arms": [f"arm{i}" for i in range(K)],
+                            },
+                            _body(policy, d),
+                        )
                     )
                     _request("PUT", f"{server.base}/policies/{policy}", spec)
                     label = {

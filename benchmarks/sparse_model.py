@@ -57,10 +57,15 @@ def reward_comparison(rounds: int, replace_at: int, span: int, seeds: int) -> li
     from bandit_core.storefront import Storefront, run_storefront, shared_rows
 
     shop = Storefront()
-    phases = {"before": (replace_at - span, replace_at), "after": (replace_at, replace_at + span),
-              "end": (rounds - span, rounds)}
-    featurizers = {8: Featurizer(FeaturizerConfig(bits=8, output="dense")),
-                   18: Featurizer(FeaturizerConfig(bits=18, output="sparse"))}
+    phases = {
+        "before": (replace_at - span, replace_at),
+        "after": (replace_at, replace_at + span),
+        "end": (rounds - span, rounds),
+    }
+    featurizers = {
+        8: Featurizer(FeaturizerConfig(bits=8, output="dense")),
+        18: Featurizer(FeaturizerConfig(bits=18, output="sparse")),
+    }
     out: list[dict[str, Any]] = []
     for label, algorithm, bits, params in CONTENDERS:
         featurizer = featurizers[bits]
@@ -68,18 +73,31 @@ def reward_comparison(rounds: int, replace_at: int, span: int, seeds: int) -> li
         best: dict[str, list[float]] = {n: [] for n in phases}
         t0 = time.process_time()
         for seed in range(seeds):
-            policy = bandit_core.make_policy(algorithm, d=featurizer.config.dim, seed=seed, **params)
-            run = run_storefront(policy, shared_rows(featurizer), shop, rounds, replace_at, np.random.default_rng(seed))
+            policy = bandit_core.make_policy(
+                algorithm, d=featurizer.config.dim, seed=seed, **params
+            )
+            run = run_storefront(
+                policy,
+                shared_rows(featurizer),
+                shop,
+                rounds,
+                replace_at,
+                np.random.default_rng(seed),
+            )
             for n, (lo, hi) in phases.items():
                 per_phase[n].append(float(run.chosen_mu[lo:hi].mean()))
                 best[n].append(float(run.best_mu[lo:hi].mean()))
-        out.append({
-            "contender": label,
-            **{n: float(np.mean(v)) for n, v in per_phase.items()},
-            "ms/round with featurizing (cpu)": 1e3 * (time.process_time() - t0) / (rounds * seeds),
-            "per seed": per_phase,
-            "best offered": {n: float(np.mean(v)) for n, v in best.items()},
-        })
+        out.append(
+            {
+                "contender": label,
+                **{n: float(np.mean(v)) for n, v in per_phase.items()},
+                "ms/round with featurizing (cpu)": 1e3
+                * (time.process_time() - t0)
+                / (rounds * seeds),
+                "per seed": per_phase,
+                "best offered": {n: float(np.mean(v)) for n, v in best.items()},
+            }
+        )
     rand, full = out[-1], out[0]
     for row in out:
         for n in phases:
@@ -100,7 +118,9 @@ def cost_runner(bits: int):
     policy = bandit_core.make_policy("diag_linucb", d=featurizer.config.dim, alpha=0.5, seed=0)
     rng = np.random.default_rng(bits)
     for i in range(WARM_UPDATES):  # a state with the touched entries of many rewards
-        policy.update("warm", pool[i % POOL].one_row(int(rng.integers(K))), float(rng.uniform() < 0.1))
+        policy.update(
+            "warm", pool[i % POOL].one_row(int(rng.integers(K))), float(rng.uniform() < 0.1)
+        )
     served = [rows.one_row(k) for rows in pool for k in range(K)]
     step = [0]
 
@@ -108,7 +128,9 @@ def cost_runner(bits: int):
         for _ in range(n):
             i = step[0] = step[0] + 1
             dec = policy.select(ids, pool[i % POOL])
-            policy.update(dec.arm_id, served[(i % POOL) * K + ids.index(dec.arm_id)], float(i % 10 == 0))
+            policy.update(
+                dec.arm_id, served[(i % POOL) * K + ids.index(dec.arm_id)], float(i % 10 == 0)
+            )
 
     return run, policy
 
@@ -144,12 +166,23 @@ def state_cost(policy: Any, bits: int, repeats: int = 20) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--bits", default="12,14,16,18,20", help="comma-separated bits (default: %(default)s)")
+    parser.add_argument(
+        "--bits", default="12,14,16,18,20", help="comma-separated bits (default: %(default)s)"
+    )
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument("--slice", type=float, default=0.1, help="seconds per contender per round")
-    parser.add_argument("--steps", type=int, default=4000, help="storefront rounds per seed (default 4000)")
-    parser.add_argument("--replace-at", type=int, default=2000, help="round of the catalog replacement (default 2000)")
-    parser.add_argument("--span", type=int, default=500, help="rounds of each phase of the table (default 500)")
+    parser.add_argument(
+        "--steps", type=int, default=4000, help="storefront rounds per seed (default 4000)"
+    )
+    parser.add_argument(
+        "--replace-at",
+        type=int,
+        default=2000,
+        help="round of the catalog replacement (default 2000)",
+    )
+    parser.add_argument(
+        "--span", type=int, default=500, help="rounds of each phase of the table (default 500)"
+    )
     parser.add_argument("--seeds", type=int, default=3, help="storefront seeds (default 3)")
     add_label_argument(parser, "sparse_model")
     args = parser.parse_args(argv)
@@ -159,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     bits_list = [int(v) for v in args.bits.split(",")]
     built = {b: cost_runner(b) for b in bits_list}
     before = h.load()
-    m = h.interleave({f"bits {b}": built[b][0] for b in bits_list}, rounds=args.rounds, slice_s=args.slice)
+    m = h.interleave(
+        {f"bits {b}": built[b][0] for b in bits_list}, rounds=args.rounds, slice_s=args.slice
+    )
     after = h.load()
     first = m[f"bits {bits_list[0]}"]
     cost_rows = [
@@ -172,21 +207,61 @@ def main(argv: list[str] | None = None) -> int:
         }
         for b in bits_list
     ]
-    print(f"\ndiag_linucb, K = {K}, ~110 nonzeros a row   load before {before['loadavg']} after {after['loadavg']}")
-    print(h.table(cost_rows, ["bits", "us/decision+update (cpu)", f"x bits {bits_list[0]} time (cpu)",
-                              "touched entries", "sparse part bytes", "sparse to_bytes us", "dense part bytes",
-                              "dense to_bytes us"]))
+    print(
+        f"\ndiag_linucb, K = {K}, ~110 nonzeros a row   load before {before['loadavg']} after {after['loadavg']}"
+    )
+    print(
+        h.table(
+            cost_rows,
+            [
+                "bits",
+                "us/decision+update (cpu)",
+                f"x bits {bits_list[0]} time (cpu)",
+                "touched entries",
+                "sparse part bytes",
+                "sparse to_bytes us",
+                "dense part bytes",
+                "dense to_bytes us",
+            ],
+        )
+    )
     reward_rows = reward_comparison(args.steps, args.replace_at, args.span, args.seeds)
-    print(f"\nstorefront: {args.seeds} seeds x {args.steps} rounds, catalog replaced at {args.replace_at}; "
-          f"expected click rate of the chosen item over {args.span} rounds")
-    print(h.table(reward_rows, ["contender", "before", "after", "end", "share of full-matrix lift, before",
-                                "share of full-matrix lift, after", "share of full-matrix lift, end",
-                                "ms/round with featurizing (cpu)"]))
+    print(
+        f"\nstorefront: {args.seeds} seeds x {args.steps} rounds, catalog replaced at {args.replace_at}; "
+        f"expected click rate of the chosen item over {args.span} rounds"
+    )
+    print(
+        h.table(
+            reward_rows,
+            [
+                "contender",
+                "before",
+                "after",
+                "end",
+                "share of full-matrix lift, before",
+                "share of full-matrix lift, after",
+                "share of full-matrix lift, end",
+                "ms/round with featurizing (cpu)",
+            ],
+        )
+    )
     path = h.write_json(
         "sparse_model",
-        {"K": K, "rounds": args.rounds, "slice_s": args.slice, "load_before": before, "load_after": after,
-         "cost": cost_rows, "storefront": {"steps": args.steps, "replace_at": args.replace_at, "span": args.span,
-                                            "seeds": args.seeds, "rows": reward_rows}},
+        {
+            "K": K,
+            "rounds": args.rounds,
+            "slice_s": args.slice,
+            "load_before": before,
+            "load_after": after,
+            "cost": cost_rows,
+            "storefront": {
+                "steps": args.steps,
+                "replace_at": args.replace_at,
+                "span": args.span,
+                "seeds": args.seeds,
+                "rows": reward_rows,
+            },
+        },
         args.label,
     )
     print(f"\nwrote {path.relative_to(h.ROOT)}")

@@ -88,13 +88,24 @@ def plot(result: dict[str, Any], path: Path) -> None:
         curves = np.array([r["click_rate_per_window"] for r in runs])
         x = window * (np.arange(curves.shape[1]) + 0.5)
         mean, std = curves.mean(axis=0), curves.std(axis=0, ddof=1) if len(curves) > 1 else 0.0
-        style = "--" if label.startswith("per-arm") else ("-" if label.startswith("shared") else ":")
+        style = (
+            "--" if label.startswith("per-arm") else ("-" if label.startswith("shared") else ":")
+        )
         (line,) = ax.plot(x, mean, style, label=label, linewidth=1.5)
         ax.fill_between(x, mean - std, mean + std, alpha=0.15, color=line.get_color())
     oracle = np.array([r["best_mu_per_window"] for r in next(iter(result["contenders"].values()))])
-    ax.plot(x, oracle.mean(axis=0), ":", color="black", label="oracle (best offered item, expected)")
+    ax.plot(
+        x, oracle.mean(axis=0), ":", color="black", label="oracle (best offered item, expected)"
+    )
     ax.axvline(replace_at, color="red", alpha=0.6)
-    ax.text(replace_at, ax.get_ylim()[1] * 0.97, " catalog replaced (new ids)", color="red", va="top", fontsize=9)
+    ax.text(
+        replace_at,
+        ax.get_ylim()[1] * 0.97,
+        " catalog replaced (new ids)",
+        color="red",
+        va="top",
+        fontsize=9,
+    )
     ax.set_xlabel("round")
     ax.set_ylabel(f"click rate per window of {window} rounds")
     ax.set_ylim(bottom=0)
@@ -117,32 +128,77 @@ def table(result: dict[str, Any]) -> str:
     lift over random kept in the first rounds after the replacement."""
     names = list(result["phases"])
     rows = result["summary"]
-    head = "| policy | " + " | ".join(f"{n} {result['phases'][n]}" for n in names) + " | lift over random kept after |"
+    head = (
+        "| policy | "
+        + " | ".join(f"{n} {result['phases'][n]}" for n in names)
+        + " | lift over random kept after |"
+    )
     out = [head, "|" + "---|" * (len(names) + 2)]
     for label, s in rows.items():
         cells = [f"{s[n]['mean']:.3f} +- {s[n]['std']:.3f}" for n in names]
         kept = s.get("lift_kept")
-        out.append(f"| {label} | " + " | ".join(cells) + f" | {'' if kept is None else f'{kept:.0%}'} |")
+        out.append(
+            f"| {label} | " + " | ".join(cells) + f" | {'' if kept is None else f'{kept:.0%}'} |"
+        )
     oracle = result["oracle"]
-    out.append("| oracle (expected, best offered) | " + " | ".join(f"{oracle[n]:.3f}" for n in names) + " | |")
+    out.append(
+        "| oracle (expected, best offered) | "
+        + " | ".join(f"{oracle[n]:.3f}" for n in names)
+        + " | |"
+    )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=6000, help="rounds per run (default %(default)s)")
-    parser.add_argument("--replace-at", type=int, default=3000,
-                        help="round at which every item is replaced by a new id (default %(default)s)")
-    parser.add_argument("--catalog-size", type=int, default=100, help="items in a catalog (default %(default)s)")
-    parser.add_argument("--offered", type=int, default=10, help="items offered per round (default %(default)s)")
-    parser.add_argument("--window", type=int, default=250, help="rounds per point of the curves (default %(default)s)")
-    parser.add_argument("--span", type=int, default=500,
-                        help="rounds of each phase of the table (default %(default)s)")
-    parser.add_argument("--bits", type=int, default=8, help="hash bits of the shared model's featurizer (default %(default)s)")
-    parser.add_argument("--context-bits", type=int, default=6,
-                        help="hash bits of the per-arm models' context featurizer (default %(default)s)")
-    parser.add_argument("--alpha", type=float, default=0.5, help="UCB width of the UCB contenders (default %(default)s)")
+    parser.add_argument(
+        "--rounds", type=int, default=6000, help="rounds per run (default %(default)s)"
+    )
+    parser.add_argument(
+        "--replace-at",
+        type=int,
+        default=3000,
+        help="round at which every item is replaced by a new id (default %(default)s)",
+    )
+    parser.add_argument(
+        "--catalog-size", type=int, default=100, help="items in a catalog (default %(default)s)"
+    )
+    parser.add_argument(
+        "--offered", type=int, default=10, help="items offered per round (default %(default)s)"
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=250,
+        help="rounds per point of the curves (default %(default)s)",
+    )
+    parser.add_argument(
+        "--span",
+        type=int,
+        default=500,
+        help="rounds of each phase of the table (default %(default)s)",
+    )
+    parser.add_argument(
+        "--bits",
+        type=int,
+        default=8,
+        help="hash bits of the shared model's featurizer (default %(default)s)",
+    )
+    parser.add_argument(
+        "--context-bits",
+        type=int,
+        default=6,
+        help="hash bits of the per-arm models' context featurizer (default %(default)s)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.5,
+        help="UCB width of the UCB contenders (default %(default)s)",
+    )
     add_label_argument(parser, "storefront", figure=True)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
@@ -162,26 +218,50 @@ def main(argv: list[str] | None = None) -> int:
     spans = phases(args.rounds, args.replace_at, args.span)
     runs: dict[str, list[dict[str, Any]]] = {}
     todo = contenders(args.alpha)
-    with tqdm(total=len(todo) * len(seeds) * args.rounds, unit="round", disable=args.no_progress,
-              file=sys.stderr, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(todo) * len(seeds) * args.rounds,
+        unit="round",
+        disable=args.no_progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
         for c in todo:
             featurizer = shared if c.shared else per_arm
             encode = shared_rows(featurizer) if c.shared else context_rows(featurizer)
             for seed in seeds:
                 bar.set_description(f"{c.label}, seed {seed}")
-                policy = bandit_core.make_policy(c.algorithm, d=featurizer.config.dim, seed=seed, **c.params)
-                run = run_storefront(policy, encode, shop, args.rounds, args.replace_at,
-                                     np.random.default_rng(seed), progress=bar.update)
-                runs.setdefault(c.label, []).append({
-                    "seed": seed,
-                    "regret": run.regret,
-                    "click_rate": {n: float(run.clicks[a:b].mean()) for n, (a, b) in spans.items()},
-                    "expected_click_rate": {n: float(run.chosen_mu[a:b].mean()) for n, (a, b) in spans.items()},
-                    "oracle": {n: float(run.best_mu[a:b].mean()) for n, (a, b) in spans.items()},
-                    "click_rate_per_window": window_means(run.clicks, args.window).tolist(),
-                    "expected_click_rate_per_window": window_means(run.chosen_mu, args.window).tolist(),
-                    "best_mu_per_window": window_means(run.best_mu, args.window).tolist(),
-                })
+                policy = bandit_core.make_policy(
+                    c.algorithm, d=featurizer.config.dim, seed=seed, **c.params
+                )
+                run = run_storefront(
+                    policy,
+                    encode,
+                    shop,
+                    args.rounds,
+                    args.replace_at,
+                    np.random.default_rng(seed),
+                    progress=bar.update,
+                )
+                runs.setdefault(c.label, []).append(
+                    {
+                        "seed": seed,
+                        "regret": run.regret,
+                        "click_rate": {
+                            n: float(run.clicks[a:b].mean()) for n, (a, b) in spans.items()
+                        },
+                        "expected_click_rate": {
+                            n: float(run.chosen_mu[a:b].mean()) for n, (a, b) in spans.items()
+                        },
+                        "oracle": {
+                            n: float(run.best_mu[a:b].mean()) for n, (a, b) in spans.items()
+                        },
+                        "click_rate_per_window": window_means(run.clicks, args.window).tolist(),
+                        "expected_click_rate_per_window": window_means(
+                            run.chosen_mu, args.window
+                        ).tolist(),
+                        "best_mu_per_window": window_means(run.best_mu, args.window).tolist(),
+                    }
+                )
 
     def spread(label: str, phase: str) -> dict[str, float]:
         v = np.array([r["click_rate"][phase] for r in runs[label]])
@@ -197,7 +277,11 @@ def main(argv: list[str] | None = None) -> int:
             s["lift_kept"] = lift_after / lift_before if lift_before > 0 else None
     first = runs["random"]
     result = {
-        "storefront": {"catalog_size": shop.catalog_size, "offered": shop.offered, "quality_sd": shop.quality_sd},
+        "storefront": {
+            "catalog_size": shop.catalog_size,
+            "offered": shop.offered,
+            "quality_sd": shop.quality_sd,
+        },
         "shared_featurizer": shared.config.to_dict(),
         "per_arm_featurizer": per_arm.config.to_dict(),
         "rounds": args.rounds,

@@ -54,12 +54,17 @@ STOREFRONT_SPEC = {
 }
 
 
-async def _serve(http: httpx.AsyncClient, body: dict[str, Any], mu: dict[str, float], rng: np.random.Generator) -> None:
+async def _serve(
+    http: httpx.AsyncClient, body: dict[str, Any], mu: dict[str, float], rng: np.random.Generator
+) -> None:
     """One ``/recommend`` and its ``/reward``: a click with the served arm's ``mu``."""
     answer = await http.post("/recommend", json=body)
     answer.raise_for_status()
     decision = answer.json()
-    reward = {"event_id": decision["event_id"], "reward": float(rng.random() < mu[decision["arm_id"]])}
+    reward = {
+        "event_id": decision["event_id"],
+        "reward": float(rng.random() < mu[decision["arm_id"]]),
+    }
     (await http.post("/reward", json=reward)).raise_for_status()
 
 
@@ -119,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database", default="sqlite:///events.sqlite3", help="event log URL")
     parser.add_argument("--events", type=int, default=2000, help="decisions to serve")
     parser.add_argument("--seed", type=int, default=0, help="environment and reward seed")
-    parser.add_argument("--storefront", action="store_true",
-                        help="log policy 'shop' (JSON features) on the simulated storefront")
+    parser.add_argument(
+        "--storefront",
+        action="store_true",
+        help="log policy 'shop' (JSON features) on the simulated storefront",
+    )
     args = parser.parse_args(argv)
     logged = asyncio.run(fill(args.database, args.events, args.seed, args.storefront))
     policy = STOREFRONT_POLICY if args.storefront else POLICY

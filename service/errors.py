@@ -154,7 +154,9 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400:  # a body that is not JSON (e.g. not UTF-8): like bad JSON
-            return _validation(f"request body is not valid JSON: {exc.detail}", ["body"], "json_invalid")
+            return _validation(
+                f"request body is not valid JSON: {exc.detail}", ["body"], "json_invalid"
+            )
         if exc.status_code == 405:
             allow = ", ".join(allowed_methods(request))
             return JSONResponse({"detail": exc.detail}, 405, headers={"Allow": allow})
@@ -177,9 +179,14 @@ def install_handlers(app: FastAPI, retry_after_seconds: int) -> None:
     @app.exception_handler(ModelError)
     async def _model_error(request: Request, exc: ModelError) -> JSONResponse:
         policy = getattr(exc, "service_policy", None)
-        log.error("policy %r: model error on %s %s: %s", policy, request.method, request.url.path, exc)
+        log.error(
+            "policy %r: model error on %s %s: %s", policy, request.method, request.url.path, exc
+        )
         return JSONResponse(
-            status_code=500, content={"detail": f"policy {policy!r} failed (a model error, not the request's): {exc}"}
+            status_code=500,
+            content={
+                "detail": f"policy {policy!r} failed (a model error, not the request's): {exc}"
+            },
         )
 
     @app.exception_handler(StoreUnavailableError)

@@ -261,7 +261,7 @@ class Settings(BaseSettings):
         description=(
             "per policy, the most registered arms (in registration order) with their own "
             "arm label on the per-arm metrics; every other arm is counted under "
-            "arm=\"__other__\", so the series count stays bounded whatever ids requests send"
+            'arm="__other__", so the series count stays bounded whatever ids requests send'
         ),
     )
     build_commit: str | None = Field(

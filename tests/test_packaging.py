@@ -43,7 +43,12 @@ def test_importing_all_of_bandit_core_loads_no_optional_dependency() -> None:
         "print(' '.join(sorted({n.split('.')[0] for n in sys.modules})))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     loaded = set(out.stdout.split())
     assert {"bandit_core", "numpy", "mmh3"} <= loaded
@@ -54,14 +59,30 @@ def test_importing_all_of_bandit_core_loads_no_optional_dependency() -> None:
     ("argv", "blocked", "extra"),
     [
         (["serve"], "uvicorn", "server"),
-        (["replay", "--format", "eventlog", "--data", "sqlite:///unused.sqlite3", "--log-policy", "p",
-          "--policy", "linucb"], "sqlalchemy", "server"),
+        (
+            [
+                "replay",
+                "--format",
+                "eventlog",
+                "--data",
+                "sqlite:///unused.sqlite3",
+                "--log-policy",
+                "p",
+                "--policy",
+                "linucb",
+            ],
+            "sqlalchemy",
+            "server",
+        ),
         (["replay", "--policy", "linucb", "--rounds", "5"], "tqdm", "offline"),
     ],
 )
 def test_a_missing_extra_is_named_in_one_line_with_status_2(
-    argv: list[str], blocked: str, extra: str,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    blocked: str,
+    extra: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     for name in [n for n in sys.modules if n == blocked or n.startswith(blocked + ".")]:
         monkeypatch.delitem(sys.modules, name)

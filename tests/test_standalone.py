@@ -61,10 +61,14 @@ def test_every_citation_of_the_algorithm_notes_names_one_of_their_sections() -> 
     cited = {
         (path.relative_to(ROOT), number)
         for path, text in _text_files()
-        for number in re.findall(r"docs/algorithms\.md,?`? sections? (\d+(?:\.\d+)?)", " ".join(text.split()))
+        for number in re.findall(
+            r"docs/algorithms\.md,?`? sections? (\d+(?:\.\d+)?)", " ".join(text.split())
+        )
     }
     assert len(cited) > 20  # the engine's modules, tests and docs cite it
-    missing = sorted(f"{path}: section {number}" for path, number in cited if number not in headings)
+    missing = sorted(
+        f"{path}: section {number}" for path, number in cited if number not in headings
+    )
     assert not missing, missing
 
 
@@ -75,7 +79,9 @@ def _documented_commands() -> list[str]:
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         lines = iter(doc.read_text().splitlines())
         for line in lines:
-            m = re.match(r"\s*(?:\$ )?(bandit (?:replay|compare|estimate|simulate|bound)\b.*)", line)
+            m = re.match(
+                r"\s*(?:\$ )?(bandit (?:replay|compare|estimate|simulate|bound)\b.*)", line
+            )
             if not m:
                 continue
             command = m.group(1)
@@ -89,7 +95,9 @@ COMMANDS = _documented_commands()
 
 
 def test_the_docs_document_the_offline_commands() -> None:
-    assert len(COMMANDS) >= 8 and any(c.startswith("bandit compare --format news") for c in COMMANDS)
+    assert len(COMMANDS) >= 8 and any(
+        c.startswith("bandit compare --format news") for c in COMMANDS
+    )
 
 
 @pytest.mark.parametrize("command", COMMANDS)

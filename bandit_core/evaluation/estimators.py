@@ -48,7 +48,11 @@ Terms = tuple[np.ndarray, np.ndarray]
 
 
 def _check(
-    reward: ArrayLike, action: ArrayLike, pscore: ArrayLike, action_dist: ArrayLike, q_hat: ArrayLike | None
+    reward: ArrayLike,
+    action: ArrayLike,
+    pscore: ArrayLike,
+    action_dist: ArrayLike,
+    q_hat: ArrayLike | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     r = np.asarray(reward, dtype=np.float64)
     if r.ndim != 1 or r.size == 0:
@@ -56,7 +60,9 @@ def _check(
     n = r.size
     a = np.asarray(action)
     if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer):
-        raise InvalidInputError(f"action must be an int array of shape ({n},), but got {a.dtype} of shape {a.shape}")
+        raise InvalidInputError(
+            f"action must be an int array of shape ({n},), but got {a.dtype} of shape {a.shape}"
+        )
     p = np.asarray(pscore, dtype=np.float64)
     if p.shape != (n,):
         raise InvalidInputError(f"pscore must have shape ({n},), but got {p.shape}")
@@ -67,10 +73,16 @@ def _check(
     if not np.isfinite(r).all():
         raise InvalidInputError("reward must be finite")
     if a.min() < 0 or a.max() >= k:
-        raise InvalidInputError(f"action must lie in [0, {k}), but got values in [{a.min()}, {a.max()}]")
+        raise InvalidInputError(
+            f"action must lie in [0, {k}), but got values in [{a.min()}, {a.max()}]"
+        )
     if not (np.isfinite(p).all() and (p > 0).all() and (p <= 1).all()):
-        raise InvalidInputError(f"pscore must lie in (0, 1], but got values in [{p.min()}, {p.max()}]")
-    if not (np.isfinite(pi).all() and (pi >= 0).all() and np.allclose(pi.sum(axis=1), 1.0, atol=1e-6)):
+        raise InvalidInputError(
+            f"pscore must lie in (0, 1], but got values in [{p.min()}, {p.max()}]"
+        )
+    if not (
+        np.isfinite(pi).all() and (pi >= 0).all() and np.allclose(pi.sum(axis=1), 1.0, atol=1e-6)
+    ):
         raise InvalidInputError("action_dist must hold non-negative rows that each sum to 1")
     q = None
     if q_hat is not None:
@@ -110,13 +122,19 @@ def _dr_terms(
     return direct + w * (r - q[np.arange(a.size), a]), np.ones_like(r)
 
 
-_TERMS: dict[str, Callable[..., Terms]] = {"ips": _ips_terms, "snips": _snips_terms, "dr": _dr_terms}
+_TERMS: dict[str, Callable[..., Terms]] = {
+    "ips": _ips_terms,
+    "snips": _snips_terms,
+    "dr": _dr_terms,
+}
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> float:
     total = den.sum()
     if total <= 0:
-        raise InvalidInputError("snips is undefined: the target policy gives weight 0 to every logged action")
+        raise InvalidInputError(
+            "snips is undefined: the target policy gives weight 0 to every logged action"
+        )
     return float(num.sum() / total)
 
 
@@ -130,7 +148,13 @@ def snips(reward: ArrayLike, action: ArrayLike, pscore: ArrayLike, action_dist: 
     return _ratio(*_snips_terms(*_check(reward, action, pscore, action_dist, None)))
 
 
-def dr(reward: ArrayLike, action: ArrayLike, pscore: ArrayLike, action_dist: ArrayLike, q_hat: ArrayLike) -> float:
+def dr(
+    reward: ArrayLike,
+    action: ArrayLike,
+    pscore: ArrayLike,
+    action_dist: ArrayLike,
+    q_hat: ArrayLike,
+) -> float:
     """Doubly robust estimate (Dudik et al. 2011; module docstring)."""
     return _ratio(*_dr_terms(*_check(reward, action, pscore, action_dist, q_hat)))
 
@@ -250,7 +274,13 @@ def estimate(
     check_choice(estimator, "estimator", sorted(_TERMS), error=InvalidInputError)
     n_bootstrap = check_int(n_bootstrap, "n_bootstrap", low=1, error=InvalidInputError)
     confidence = check_real(
-        confidence, "confidence", low=0.0, high=1.0, low_open=True, high_open=True, error=InvalidInputError
+        confidence,
+        "confidence",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        high_open=True,
+        error=InvalidInputError,
     )
     checked = _check(reward, action, pscore, action_dist, q_hat)
     num, den = _TERMS[estimator](*checked)

@@ -122,7 +122,9 @@ def replay_value(
         ids = list(e.arm_ids)
         X = featurized_rows(featurizer, policy, context, actions)
         decision = policy.select(ids, X, user_id=e.user_id, explore=False)
-        chosen = dict(zip(decision.ranking, np.asarray(decision.propensities).tolist(), strict=True))
+        chosen = dict(
+            zip(decision.ranking, np.asarray(decision.propensities).tolist(), strict=True)
+        )
         ratio = chosen.get(e.arm_id, 0.0) / e.propensity
         weighted += ratio * e.reward
         total += ratio

@@ -61,7 +61,9 @@ def ridge_q_hat(
     candidate's reward (module docstring; ``A = lambda I + sum x x^T``, ``theta = A^-1 b``)."""
     n, k = len(events), _k_max(events)
     folds = check_int(folds, "folds", low=2, high=n, error=InvalidInputError)
-    ridge_lambda = check_real(ridge_lambda, "ridge_lambda", low=0.0, low_open=True, error=InvalidInputError)
+    ridge_lambda = check_real(
+        ridge_lambda, "ridge_lambda", low=0.0, low_open=True, error=InvalidInputError
+    )
     fold = np.arange(n) * folds // n
     q = np.zeros((n, k))
     for f in range(folds):

@@ -186,7 +186,11 @@ def _run(
 
 
 def replay(
-    policy: Policy, source: LogSource, n_rounds: int | None = None, *, progress: Progress | None = None
+    policy: Policy,
+    source: LogSource,
+    n_rounds: int | None = None,
+    *,
+    progress: Progress | None = None,
 ) -> ReplayResult:
     """Replay ``policy`` on a uniformly random log (strict protocol, module docstring).
 
@@ -220,15 +224,21 @@ def rejection_replay(
     if min_pscore is None:
         scores = [e.pscore for e in source]
         if any(p is None for p in scores):
-            raise InvalidInputError("rejection_replay needs a pscore on every event, but some have none")
+            raise InvalidInputError(
+                "rejection_replay needs a pscore on every event, but some have none"
+            )
         if not scores:
             raise InvalidInputError("source must hold at least one event, but got none")
         min_pscore = min(p for p in scores if p is not None)  # every one is, checked above
-    p_min = check_real(min_pscore, "min_pscore", low=0.0, high=1.0, low_open=True, error=InvalidInputError)
+    p_min = check_real(
+        min_pscore, "min_pscore", low=0.0, high=1.0, low_open=True, error=InvalidInputError
+    )
 
     def accept(event: LoggedEvent) -> bool:
         if event.pscore is None:
-            raise InvalidInputError("rejection_replay needs a pscore on every event, but one has none")
+            raise InvalidInputError(
+                "rejection_replay needs a pscore on every event, but one has none"
+            )
         if event.pscore < p_min:
             raise InvalidInputError(f"pscore {event.pscore} is below min_pscore {p_min}")
         return bool(rng.random() < p_min / event.pscore)

@@ -32,4 +32,6 @@ class Spread:
         if v.ndim != 1 or v.size == 0:
             raise InvalidInputError(f"values must be a non-empty vector, but got shape {v.shape}")
         std = float(v.std(ddof=1)) if v.size > 1 else 0.0
-        return cls(mean=float(v.mean()), std=std, min=float(v.min()), max=float(v.max()), n=int(v.size))
+        return cls(
+            mean=float(v.mean()), std=std, min=float(v.min()), max=float(v.max()), n=int(v.size)
+        )

@@ -93,7 +93,10 @@ def make_event_log(settings: Settings) -> Any:
             check_schema(settings.log_url)
     except StoreUnavailableError as exc:
         # A database outage must not keep the service down: events spool until it is back.
-        log.warning("event log unreachable at start, schema not migrated or checked, events will spool: %s", exc)
+        log.warning(
+            "event log unreachable at start, schema not migrated or checked, events will spool: %s",
+            exc,
+        )
     return event_log
 
 

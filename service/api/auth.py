@@ -41,7 +41,9 @@ def check(request: Request, credentials: HTTPAuthorizationCredentials | None) ->
     """Raise :class:`Unauthorized` unless the request may use a protected route."""
     if credentials is not None and credentials.scheme.lower() != "bearer":
         credentials = None
-    check_key(request, credentials.credentials if credentials else None, "Authorization: Bearer <api key>")
+    check_key(
+        request, credentials.credentials if credentials else None, "Authorization: Bearer <api key>"
+    )
 
 
 def check_key(request: Request, presented: str | None, header: str) -> None:

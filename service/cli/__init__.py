@@ -47,8 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
 # installs them (bandit_core itself needs numpy only).
 EXTRA_OF_MODULE = {
     **dict.fromkeys(
-        ("fastapi", "starlette", "uvicorn", "pydantic", "pydantic_settings", "redis", "hiredis",
-         "sqlalchemy", "alembic", "psycopg", "prometheus_client", "yaml", "orjson"),
+        (
+            "fastapi",
+            "starlette",
+            "uvicorn",
+            "pydantic",
+            "pydantic_settings",
+            "redis",
+            "hiredis",
+            "sqlalchemy",
+            "alembic",
+            "psycopg",
+            "prometheus_client",
+            "yaml",
+            "orjson",
+        ),
         "server",
     ),
     **dict.fromkeys(("tqdm", "matplotlib"), "offline"),

@@ -35,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "variables (docs/operations.md); with none set it runs on the embedded default.",
     )
     serve.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only)",
     )
     serve.add_argument(
         "--port", type=_port, default=8000, help="TCP port to listen on, 1-65535 (default 8000)"
@@ -402,7 +404,9 @@ def _export_openapi(args: argparse.Namespace) -> int:
     try:
         args.output.write_text(render_openapi())
     except OSError as exc:
-        print(f"bandit openapi: error: --output {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        print(
+            f"bandit openapi: error: --output {args.output}: {exc.strerror or exc}", file=sys.stderr
+        )
         return EXIT_USAGE
     print(f"wrote {args.output}", file=sys.stderr)
     return EXIT_OK

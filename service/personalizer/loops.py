@@ -389,9 +389,7 @@ class Loops:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
         baseline = next(a for a in ids if a not in excluded)
         try:
-            decision = await self.recommender.recommend(
-                request, annotations, serving_of(baseline)
-            )
+            decision = await self.recommender.recommend(request, annotations, serving_of(baseline))
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
             loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
             raise InvalidRequest(_renamed(exc.message), loc) from exc

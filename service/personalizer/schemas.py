@@ -197,7 +197,9 @@ class PersonalizerModelProperties(_Camel):
     last_modified_time: datetime
 
 
-FeatureImportanceStatus = Literal["Succeeded", "Running", "Failed", "NotSubmitted", "Timeout", "Canceled"]
+FeatureImportanceStatus = Literal[
+    "Succeeded", "Running", "Failed", "NotSubmitted", "Timeout", "Canceled"
+]
 
 
 class PersonalizerFeatureImportanceContract(_Camel):

@@ -113,7 +113,9 @@ async def export_snapshot(snapshots: SnapshotsDep, name: str = Name) -> Snapshot
 
 
 @router.put("/{name}/snapshot", response_model=Snapshot, responses=_errors)
-async def import_snapshot(body: SnapshotImport, snapshots: SnapshotsDep, name: str = Name) -> Snapshot:
+async def import_snapshot(
+    body: SnapshotImport, snapshots: SnapshotsDep, name: str = Name
+) -> Snapshot:
     """Replace the learned state with an exported snapshot of the same algorithm and dimension."""
     return await snapshots.import_snapshot(name, body.data)
 
@@ -204,9 +206,7 @@ async def get_feature_importance(
     return await jobs.get(name, job_id)
 
 
-@router.get(
-    "/{name}/feature-importances", response_model=FeatureImportanceJobs, responses=_errors
-)
+@router.get("/{name}/feature-importances", response_model=FeatureImportanceJobs, responses=_errors)
 async def list_feature_importances(
     jobs: FeatureImportancesDep, name: str = Name
 ) -> FeatureImportanceJobs:

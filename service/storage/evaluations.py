@@ -95,7 +95,9 @@ class SqlEvaluationStore:
         except sa_exc.IntegrityError as exc:
             raise EvaluationExistsError(str(exc.orig or exc)) from exc
         except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
-            raise EventLogUnavailableError(f"event log database: {getattr(exc, 'orig', None) or exc}") from exc
+            raise EventLogUnavailableError(
+                f"event log database: {getattr(exc, 'orig', None) or exc}"
+            ) from exc
 
     def insert(self, record: EvaluationRecord) -> None:
         self._run(evaluations.insert().values({f: getattr(record, f) for f in RECORD_FIELDS}))

@@ -66,7 +66,8 @@ def build_candidates(
     features: dict[str, float] | None = None
     if is_json_features(req.context):
         raise InvalidRequest(
-            f"policy {info.name!r} declares no features; send context as floats", ["body", "context"]
+            f"policy {info.name!r} declares no features; send context as floats",
+            ["body", "context"],
         )
     if isinstance(req.context, dict):
         if not info.feature_names:
@@ -99,9 +100,7 @@ def build_candidates(
         n_own = len(own) if own else 0
         if n_ctx + n_own != d:
             loc: list[str | int] = (
-                ["body", "context"]
-                if i is None or own is None
-                else ["body", "arms", i, "features"]
+                ["body", "context"] if i is None or own is None else ["body", "arms", i, "features"]
             )
             raise InvalidRequest(
                 f"the feature vector of arm {arm_id!r} (context {n_ctx} + arm features "

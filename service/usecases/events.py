@@ -131,7 +131,9 @@ class PendingEvent:
         if isinstance(x, dict):
             indices = np.array(x["indices"], dtype=np.int64)
             values = np.array(x["values"], dtype=np.float64)
-            return SparseRows(np.array([0, len(indices)], dtype=np.int64), indices, values, int(x["dim"]))
+            return SparseRows(
+                np.array([0, len(indices)], dtype=np.int64), indices, values, int(x["dim"])
+            )
         return np.asarray(x)
 
     def to_json(self) -> bytes:

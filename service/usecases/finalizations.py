@@ -225,9 +225,7 @@ class Finalizations:
                 _settle(item, asyncio.CancelledError())
             del self._queues[name]
 
-    async def apply(
-        self, name: str, batch: list[Finalization]
-    ) -> list[PendingEvent | Exception]:
+    async def apply(self, name: str, batch: list[Finalization]) -> list[PendingEvent | Exception]:
         """One transaction applying ``batch`` (finalizations made against one cached
         policy) in order; returns each finalized event. With one finalization its error
         is raised; with several, each failed one's error is in its place in the list

@@ -93,7 +93,10 @@ class FeatureImportances:
                     code="FeatureImportanceAlreadyExists",
                 )
             ids = json.loads(values[INDEX_KEY] or b"[]")
-            return {key: job.model_dump_json().encode(), INDEX_KEY: json.dumps([*ids, job_id]).encode()}
+            return {
+                key: job.model_dump_json().encode(),
+                INDEX_KEY: json.dumps([*ids, job_id]).encode(),
+            }
 
         await self.admin.cache.store.transact(jobs_namespace(loop), [INDEX_KEY, key], add)
         task = asyncio.create_task(self._run(loop, info.model_copy(), job))

@@ -128,4 +128,3 @@ class LogUpkeep:
             return LogProperties(policy=name, first=None, last=None)
         first, last = (datetime.fromtimestamp(t, UTC) for t in span)
         return LogProperties(policy=name, first=first, last=last)
-

@@ -244,9 +244,7 @@ class PolicyCache:
         if runtime is None:
             return 0
         versions = runtime.versions
-        gone = [
-            ARM_PREFIX + a for a in runtime.policy.arm_ids if not versions.get(ARM_PREFIX + a)
-        ]
+        gone = [ARM_PREFIX + a for a in runtime.policy.arm_ids if not versions.get(ARM_PREFIX + a)]
         if gone:
             runtime.policy.import_parts(dict.fromkeys(gone))
             for part in gone:

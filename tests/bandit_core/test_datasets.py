@@ -38,7 +38,9 @@ def test_news_columns_map_to_arm_features() -> None:
     assert first.chosen == str(raw[0, 0]) and first.reward == raw[0, 1]
 
 
-def test_the_packaged_news_data_set_is_the_default_and_reads_like_its_plain_text(tmp_path: Path) -> None:
+def test_the_packaged_news_data_set_is_the_default_and_reads_like_its_plain_text(
+    tmp_path: Path,
+) -> None:
     assert NEWS.name == "news_dataset.txt.gz" and NEWS.is_file()
     plain = tmp_path / "news_dataset.txt"
     with gzip.open(NEWS, "rb") as fh:
@@ -51,7 +53,11 @@ def test_the_packaged_news_data_set_is_the_default_and_reads_like_its_plain_text
 
 
 def test_jsonl_log_reads_gzip(tmp_path: Path) -> None:
-    line = {"candidates": [{"id": "a", "features": [1.0]}, {"id": "b", "features": [2.0]}], "arm_id": "b", "reward": 1}
+    line = {
+        "candidates": [{"id": "a", "features": [1.0]}, {"id": "b", "features": [2.0]}],
+        "arm_id": "b",
+        "reward": 1,
+    }
     path = tmp_path / "log.jsonl.gz"
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
@@ -118,13 +124,27 @@ def test_jsonl_propensity_is_optional(tmp_path: Path) -> None:
         ({"candidates": [], "arm_id": "a"}, r"log.jsonl:1: an event needs the key 'reward'"),
         (_event("z"), "arm_id must be one of the candidates"),
         (_event(propensity=0.0), r"pscore must be in \(0, 1\]"),
-        ({**_event(), "candidates": [{"id": "a", "features": [1]}, {"id": "b"}]}, "every candidate or none"),
-        ({"candidates": [{"id": "a"}, {"id": "b"}], "arm_id": "a", "reward": 1}, "needs a context or arm features"),
-        ({**_event(), "candidates": [{"id": "a", "features": [1]}, {"id": "a", "features": [2]}], "arm_id": "a"},
-         "must be unique"),
+        (
+            {**_event(), "candidates": [{"id": "a", "features": [1]}, {"id": "b"}]},
+            "every candidate or none",
+        ),
+        (
+            {"candidates": [{"id": "a"}, {"id": "b"}], "arm_id": "a", "reward": 1},
+            "needs a context or arm features",
+        ),
+        (
+            {
+                **_event(),
+                "candidates": [{"id": "a", "features": [1]}, {"id": "a", "features": [2]}],
+                "arm_id": "a",
+            },
+            "must be unique",
+        ),
     ],
 )
-def test_jsonl_rejects_bad_events_with_line_numbers(tmp_path: Path, event: dict, match: str) -> None:
+def test_jsonl_rejects_bad_events_with_line_numbers(
+    tmp_path: Path, event: dict, match: str
+) -> None:
     path = tmp_path / "log.jsonl"
     path.write_text(json.dumps(event) + "\n")
     with pytest.raises(InvalidInputError, match=match):
@@ -185,7 +205,9 @@ def test_classification_shuffle_is_seeded_and_keeps_rows_with_labels(tmp_path: P
         ("f1,y\ninf,a\n", "y", "finite"),
     ],
 )
-def test_classification_csv_rejects_bad_files(tmp_path: Path, text: str, label: str, match: str) -> None:
+def test_classification_csv_rejects_bad_files(
+    tmp_path: Path, text: str, label: str, match: str
+) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(InvalidInputError, match=match):

@@ -104,8 +104,16 @@ def test_sparse_and_dense_rows_give_bit_identical_decisions(fit: str) -> None:
     segments, categories = ["a", "b", "c"], ["food", "books", "toys", "garden"]
     for t in range(150):
         context = {"user": {"segment": segments[t % 3], "age": int(rng.integers(18, 70))}}
-        actions = [{"item": {"category": str(rng.choice(categories)), "price": float(rng.uniform(1, 50)),
-                             "tags": ["new"] if rng.uniform() < 0.5 else []}} for _ in range(6)]
+        actions = [
+            {
+                "item": {
+                    "category": str(rng.choice(categories)),
+                    "price": float(rng.uniform(1, 50)),
+                    "tags": ["new"] if rng.uniform() < 0.5 else [],
+                }
+            }
+            for _ in range(6)
+        ]
         ids = [f"sku-{t}-{k}" for k in range(6)]
         X = dense_f.featurize(context, actions).actions
         rows = sparse_f.featurize(context, actions).actions
@@ -164,15 +172,36 @@ def _rows(indptr, indices, values, dim=10) -> SparseRows:
 @pytest.mark.parametrize(
     ("rows", "match"),
     [
-        (_rows([0, 1, 2], [1, 2], [1.0, 1.0], dim=11), r"X must have shape \(K, d\) = \(3, 10\), but got dim 11"),
+        (
+            _rows([0, 1, 2], [1, 2], [1.0, 1.0], dim=11),
+            r"X must have shape \(K, d\) = \(3, 10\), but got dim 11",
+        ),
         (_rows([0, 1, 2], [1, 2], [1.0, 1.0]), r"indptr must be 4 ints, but got shape \(3,\)"),
-        (_rows([0, 1, 2, 3], [1, 2, 10], [1.0, 1.0, 1.0]), r"X row 2 has column 10, outside \[0, 10\)"),
+        (
+            _rows([0, 1, 2, 3], [1, 2, 10], [1.0, 1.0, 1.0]),
+            r"X row 2 has column 10, outside \[0, 10\)",
+        ),
         (_rows([0, 1, 2, 3], [1, -2, 3], [1.0, 1.0, 1.0]), r"X row 1 has column -2, outside"),
-        (_rows([0, 2, 2, 3], [4, 4, 1], [1.0, 1.0, 1.0]), "X row 0 must have strictly increasing column indices"),
-        (_rows([0, 1, 2, 3], [1, 2, 3], [1.0, np.nan, 1.0]), r"X must be finite, but X\[1, 2\] is nan"),
-        (_rows([0, 2, 1, 3], [1, 2, 3], [1.0, 1.0, 1.0]), "X.indptr must rise from 0 to the 3 stored entries"),
-        (_rows([0, 1, 2, 3], [1, 2, 3], [1.0, 1.0]), r"X.values must match X.indices' shape \(3,\), but got \(2,\)"),
-        (SparseRows(np.array([0, 1, 2, 3]), np.array([1.0, 2.0, 3.0]), np.ones(3), 10), "X.indices must be a 1-d int array"),
+        (
+            _rows([0, 2, 2, 3], [4, 4, 1], [1.0, 1.0, 1.0]),
+            "X row 0 must have strictly increasing column indices",
+        ),
+        (
+            _rows([0, 1, 2, 3], [1, 2, 3], [1.0, np.nan, 1.0]),
+            r"X must be finite, but X\[1, 2\] is nan",
+        ),
+        (
+            _rows([0, 2, 1, 3], [1, 2, 3], [1.0, 1.0, 1.0]),
+            "X.indptr must rise from 0 to the 3 stored entries",
+        ),
+        (
+            _rows([0, 1, 2, 3], [1, 2, 3], [1.0, 1.0]),
+            r"X.values must match X.indices' shape \(3,\), but got \(2,\)",
+        ),
+        (
+            SparseRows(np.array([0, 1, 2, 3]), np.array([1.0, 2.0, 3.0]), np.ones(3), 10),
+            "X.indices must be a 1-d int array",
+        ),
     ],
 )
 def test_invalid_sparse_rows_are_refused_and_change_nothing(rows: SparseRows, match: str) -> None:
@@ -188,7 +217,9 @@ def test_an_invalid_or_overflowing_update_changes_nothing() -> None:
     p = make_policy("diag_linucb", d=10, seed=0)
     p.update("a", np.eye(10)[3], 1.0)
     before = p.to_bytes()
-    with pytest.raises(InvalidInputError, match=r"x must have shape \(K, d\) = \(1, 10\), but got dim 9"):
+    with pytest.raises(
+        InvalidInputError, match=r"x must have shape \(K, d\) = \(1, 10\), but got dim 9"
+    ):
         p.update("a", _rows([0, 1], [2], [1.0], dim=9), 1.0)
     with pytest.raises(InvalidInputError, match="overflows the per-feature sums"):
         p.update("a", _rows([0, 2], [2, 3], [1.0, 1e200]), 1.0)
@@ -206,7 +237,9 @@ def test_on_the_storefront_sparse_rows_learn_and_new_items_start_warm() -> None:
 
     def mu(name: str, featurizer: Featurizer, seed: int, **params: float) -> np.ndarray:
         policy = make_policy(name, d=featurizer.config.dim, seed=seed, **params)
-        run = run_storefront(policy, shared_rows(featurizer), shop, 1000, 800, np.random.default_rng(seed))
+        run = run_storefront(
+            policy, shared_rows(featurizer), shop, 1000, 800, np.random.default_rng(seed)
+        )
         return np.array([run.chosen_mu[600:800].mean(), run.chosen_mu[800:].mean()])
 
     diag = np.mean([mu("diag_linucb", sparse, s, alpha=0.5) for s in (0, 1)], axis=0)
@@ -218,7 +251,9 @@ def test_on_the_storefront_sparse_rows_learn_and_new_items_start_warm() -> None:
 def test_a_sparse_row_whose_values_overflow_is_blamed_on_the_input() -> None:
     p = make_policy("diag_linucb", d=10, seed=0)
     before = p.to_bytes()
-    with pytest.raises(InvalidInputError, match=r"X\[1\] gives the non-finite score inf .* overflow float64"):
+    with pytest.raises(
+        InvalidInputError, match=r"X\[1\] gives the non-finite score inf .* overflow float64"
+    ):
         p.select(["a", "b"], _rows([0, 1, 2], [3, 4], [1.0, 1e200]))
     assert p.to_bytes() == before
 

@@ -78,10 +78,15 @@ def test_replay_runs_to_the_end_of_a_short_log(news: BanditLog) -> None:
 def test_rejection_replay_equals_replay_on_a_uniform_log(news: BanditLog) -> None:
     plain = replay(bandit_core.make_policy("linucb", d=10, alpha=1.0, seed=4), news, 300)
     rej = rejection_replay(
-        bandit_core.make_policy("linucb", d=10, alpha=1.0, seed=4), news, np.random.default_rng(9), 300
+        bandit_core.make_policy("linucb", d=10, alpha=1.0, seed=4),
+        news,
+        np.random.default_rng(9),
+        300,
     )
     assert (rej.cumulative_reward, rej.matched, rej.events_seen) == (
-        plain.cumulative_reward, plain.matched, plain.events_seen,
+        plain.cumulative_reward,
+        plain.matched,
+        plain.events_seen,
     )
     np.testing.assert_array_equal(rej.curve, plain.curve)
 
@@ -93,10 +98,17 @@ def test_rejection_replay_corrects_non_uniform_logging() -> None:
     rng = np.random.default_rng(0)
     n, p_log, means = 20_000, np.array([0.7, 0.2, 0.1]), np.array([0.1, 0.5, 0.9])
     action = rng.choice(3, size=n, p=p_log)
-    log = BanditLog(("0", "1", "2"), np.ones((n, 3, 1)), action, (rng.random(n) < means[action]).astype(float),
-                    p_log[action])
+    log = BanditLog(
+        ("0", "1", "2"),
+        np.ones((n, 3, 1)),
+        action,
+        (rng.random(n) < means[action]).astype(float),
+        p_log[action],
+    )
     plain = replay(bandit_core.make_policy("random", d=1, seed=0), log)
-    rej = rejection_replay(bandit_core.make_policy("random", d=1, seed=0), log, np.random.default_rng(1))
+    rej = rejection_replay(
+        bandit_core.make_policy("random", d=1, seed=0), log, np.random.default_rng(1)
+    )
     # Standard errors: about 0.008 (plain, ~6700 matches) and 0.016 (rejection, ~2000 accepted).
     assert abs(plain.mean_reward - 0.26) < 0.03
     assert abs(rej.mean_reward - 0.5) < 0.05
@@ -107,16 +119,24 @@ def test_rejection_replay_needs_propensities() -> None:
     log = [LoggedEvent.build(["a", "b"], "a", 1.0, context=[1.0])]
     with pytest.raises(InvalidInputError, match="needs a pscore on every event"):
         rejection_replay(bandit_core.make_policy("random", d=1), log, np.random.default_rng(0))
-    with pytest.raises(InvalidInputError, match=r"min_pscore must be a finite number in \(0, 1\], but got"):
-        rejection_replay(bandit_core.make_policy("random", d=1), log, np.random.default_rng(0), min_pscore=0.0)
+    with pytest.raises(
+        InvalidInputError, match=r"min_pscore must be a finite number in \(0, 1\], but got"
+    ):
+        rejection_replay(
+            bandit_core.make_policy("random", d=1), log, np.random.default_rng(0), min_pscore=0.0
+        )
     with pytest.raises(InvalidInputError, match="n_rounds must be a positive int"):
         replay(bandit_core.make_policy("random", d=1), log, 0)
 
 
 def test_replay_seeds_reports_mean_and_spread(news: BanditLog) -> None:
-    runs = replay_seeds(lambda s: bandit_core.make_policy("random", d=10, seed=s), news, [0, 1, 2], 100)
+    runs = replay_seeds(
+        lambda s: bandit_core.make_policy("random", d=10, seed=s), news, [0, 1, 2], 100
+    )
     values = [r.cumulative_reward for r in runs.results]
-    assert runs.seeds == (0, 1, 2) and len(set(values)) > 1  # seeds change the random policy's picks
+    assert (
+        runs.seeds == (0, 1, 2) and len(set(values)) > 1
+    )  # seeds change the random policy's picks
     assert runs.cumulative_reward.mean == pytest.approx(np.mean(values))
     assert runs.cumulative_reward.std == pytest.approx(np.std(values, ddof=1))
     assert runs.mean_curve().shape == (100,)
@@ -144,7 +164,9 @@ def problem() -> dict[str, np.ndarray]:
     return {"q": q, "logging": logging, "target": target, "value": float((target * q).sum() / N)}
 
 
-def _draw_log(problem: dict[str, np.ndarray], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _draw_log(
+    problem: dict[str, np.ndarray], seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     u = rng.random((N, 1))
     action = (u > np.cumsum(problem["logging"], axis=1)).sum(axis=1)
@@ -153,14 +175,24 @@ def _draw_log(problem: dict[str, np.ndarray], seed: int) -> tuple[np.ndarray, np
 
 
 @pytest.mark.parametrize("name", ["ips", "dr", "snips"])
-def test_estimators_are_unbiased_and_intervals_cover(problem: dict[str, np.ndarray], name: str) -> None:
+def test_estimators_are_unbiased_and_intervals_cover(
+    problem: dict[str, np.ndarray], name: str
+) -> None:
     seeds = 100
     noisy_q = np.clip(problem["q"] + np.random.default_rng(7).normal(0, 0.2, (N, K)), 0, 1)
     values, covered = [], 0
     for seed in range(seeds):
         r, a, p = _draw_log(problem, seed)
-        res = estimate(name, r, a, p, problem["target"], noisy_q if name == "dr" else None,
-                       rng=np.random.default_rng(seed), n_bootstrap=200)
+        res = estimate(
+            name,
+            r,
+            a,
+            p,
+            problem["target"],
+            noisy_q if name == "dr" else None,
+            rng=np.random.default_rng(seed),
+            n_bootstrap=200,
+        )
         values.append(res.value)
         covered += res.ci_low <= problem["value"] <= res.ci_high
     values_arr = np.array(values)
@@ -175,7 +207,9 @@ def test_dr_with_perfect_q_hat_is_exact(problem: dict[str, np.ndarray]) -> None:
     # Deterministic rewards equal to q: the correction term vanishes, DR = direct method.
     r, a, p = _draw_log(problem, 0)
     r = problem["q"][np.arange(N), a]
-    assert dr(r, a, p, problem["target"], problem["q"]) == pytest.approx(problem["value"], abs=1e-12)
+    assert dr(r, a, p, problem["target"], problem["q"]) == pytest.approx(
+        problem["value"], abs=1e-12
+    )
     assert abs(ips(r, a, p, problem["target"]) - problem["value"]) > 1e-6
 
 
@@ -209,7 +243,9 @@ def test_estimator_identities(log: tuple[np.ndarray, np.ndarray, np.ndarray, np.
     assert snips(reward, action, pscore, logging) == pytest.approx(reward.mean(), abs=1e-9)
     # DR with q_hat = 0 is IPS; SNIPS is a weighted mean of the rewards.
     target = np.roll(logging, 1, axis=1)
-    assert dr(reward, action, pscore, target, np.zeros((n, k))) == pytest.approx(ips(reward, action, pscore, target))
+    assert dr(reward, action, pscore, target, np.zeros((n, k))) == pytest.approx(
+        ips(reward, action, pscore, target)
+    )
     assert reward.min() - 1e-9 <= snips(reward, action, pscore, target) <= reward.max() + 1e-9
 
 
@@ -225,7 +261,9 @@ def test_bootstrap_is_seeded_and_narrows_with_more_data(problem: dict[str, np.nd
     one = estimate("snips", r, a, p, pi, rng=np.random.default_rng(5), n_bootstrap=300)
     two = estimate("snips", r, a, p, pi, rng=np.random.default_rng(5), n_bootstrap=300)
     assert one == two and one.ci_low < one.value < one.ci_high and one.n == N
-    small = estimate("snips", r[:100], a[:100], p[:100], pi[:100], rng=np.random.default_rng(5), n_bootstrap=300)
+    small = estimate(
+        "snips", r[:100], a[:100], p[:100], pi[:100], rng=np.random.default_rng(5), n_bootstrap=300
+    )
     assert small.ci_high - small.ci_low > 2 * (one.ci_high - one.ci_low)
 
 
@@ -265,7 +303,9 @@ def test_estimate_rejects_bad_options() -> None:
         dr(**GOOD, q_hat=np.zeros((2, 3)))
     with pytest.raises(InvalidInputError, match="n_bootstrap must be a positive int"):
         estimate("ips", **GOOD, rng=rng, n_bootstrap=0)
-    with pytest.raises(InvalidInputError, match=r"confidence must be a finite number in \(0, 1\), but got"):
+    with pytest.raises(
+        InvalidInputError, match=r"confidence must be a finite number in \(0, 1\), but got"
+    ):
         estimate("ips", **GOOD, rng=rng, confidence=1.0)
     with pytest.raises(InvalidInputError, match="snips is undefined"):
         snips(np.ones(2), np.array([0, 0]), np.full(2, 0.5), np.array([[0.0, 1.0], [0.0, 1.0]]))
@@ -279,12 +319,22 @@ def _deterministic_log(problem: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
     return r, action, np.ones(N)
 
 
-def test_a_deterministic_log_is_reported_as_not_supporting_the_target(problem: dict[str, np.ndarray]) -> None:
+def test_a_deterministic_log_is_reported_as_not_supporting_the_target(
+    problem: dict[str, np.ndarray],
+) -> None:
     r, a, p = _deterministic_log(problem)
     target = problem["target"]
     results = {
-        name: estimate(name, r, a, p, target, problem["q"] if name == "dr" else None,
-                       rng=np.random.default_rng(0), n_bootstrap=200)
+        name: estimate(
+            name,
+            r,
+            a,
+            p,
+            target,
+            problem["q"] if name == "dr" else None,
+            rng=np.random.default_rng(0),
+            n_bootstrap=200,
+        )
         for name in ("ips", "snips", "dr")
     }
     expected_mass = float(np.mean(1.0 - target[np.arange(N), a]))
@@ -309,6 +359,10 @@ def test_support_counts_only_target_mass_away_from_a_deterministic_action() -> N
     # event 0: deterministic, target agrees; event 1: deterministic, target half elsewhere;
     # event 2: logged with 0.5, whatever the target does is not known to lack support
     diag = support([0, 1, 0], [1.0, 1.0, 0.5], [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]])
-    assert (diag.n, diag.deterministic_events, diag.unsupported_mass) == (3, 2, pytest.approx(0.5 / 3))
+    assert (diag.n, diag.deterministic_events, diag.unsupported_mass) == (
+        3,
+        2,
+        pytest.approx(0.5 / 3),
+    )
     # a single candidate served with certainty is fully supported
     assert support([0], [1.0], [[1.0]]).supported

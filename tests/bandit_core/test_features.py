@@ -589,7 +589,10 @@ def test_config_defaults_and_auto_output() -> None:
         ({"interactions": [["user", 3]]}, "a pair of namespace patterns"),
         ({"context_in_actions": 1}, "context_in_actions must be a bool"),
         ({"limits": {"max_depth": 0}}, r"limits.max_depth must be a positive int, but got 0"),
-        ({"limits": {"max_abs_value": math.inf}}, r"limits.max_abs_value must be a finite number in \(0, 1e\+100\], but got inf"),
+        (
+            {"limits": {"max_abs_value": math.inf}},
+            r"limits.max_abs_value must be a finite number in \(0, 1e\+100\], but got inf",
+        ),
         ({"limits": {"max_nesting": 3}}, "unknown limits config key 'max_nesting'"),
         ({"limits": 3}, "limits must be a FeatureLimits or a dict"),
     ],

@@ -529,7 +529,11 @@ CONFIG_ERRORS = [
     ([{**FT, "value": "18"}], None, r"'value' must be a finite number, but got '18'"),
     ([{**FT, "treshold": 1}], None, r"unknown keys \['treshold'\]; expected some of"),
     ([{"type": "feature_threshold", "feature": "age", "op": "<"}], None, r"needs keys \['value'\]"),
-    ([{**FT, "on_missing": "maybe"}], None, r"'on_missing' must be one of \['block', 'allow'\], but got 'maybe'"),
+    (
+        [{**FT, "on_missing": "maybe"}],
+        None,
+        r"'on_missing' must be one of \['block', 'allow'\], but got 'maybe'",
+    ),
     ([{**FT, "arms": "beer"}], None, r"'arms' must be a list of arm ids or null, but got 'beer'"),
     (
         [{**FT, "arms": ["safe", "beer"]}],
@@ -567,7 +571,11 @@ CONFIG_ERRORS = [
         "safe",
         r"safe_arm 'safe' is judged by guardrail 'budget'",
     ),
-    ([{"type": "conservative", "baseline": "b", "margin": -0.1}], None, r"'margin' must be a finite number >= 0, but got -0.1"),
+    (
+        [{"type": "conservative", "baseline": "b", "margin": -0.1}],
+        None,
+        r"'margin' must be a finite number >= 0, but got -0.1",
+    ),
     (
         [{"type": "conservative", "baseline": "b", "arms": ["safe"]}],
         "safe",
@@ -689,7 +697,8 @@ def test_guardrail_state_travels_in_the_shared_part() -> None:
     # Dropping the shared part resets counters and guardrail state.
     fresh.import_parts({"shared": None})
     assert (
-        fresh.policy_stats()["decisions"] == 0.0 and fresh.shared_state.guards["budget"]["spent"] == {}
+        fresh.policy_stats()["decisions"] == 0.0
+        and fresh.shared_state.guards["budget"]["spent"] == {}
     )
 
 

@@ -22,7 +22,16 @@ from benchmarks.hare_regret import (
 
 
 def _policy(**params) -> HARE:
-    base = {"d": 5, "context_dim": 2, "key_dim": 3, "heads": 2, "value_dim": 2, "n_clusters": 2, "seed": 3, "alpha": 0.7}
+    base = {
+        "d": 5,
+        "context_dim": 2,
+        "key_dim": 3,
+        "heads": 2,
+        "value_dim": 2,
+        "n_clusters": 2,
+        "seed": 3,
+        "alpha": 0.7,
+    }
     base.update(params)
     return make_policy("hare", **base)  # type: ignore[return-value]
 
@@ -105,7 +114,9 @@ def test_cluster_covariance_and_user_posterior_match_direct_computation() -> Non
     np.testing.assert_allclose(sh.Sigma_inv, np.linalg.inv(Sigma), rtol=1e-9, atol=1e-12)
     V, r = np.array(V_u), np.array(r_u)
     P = np.eye(3) + V.T @ V / 0.25
-    np.testing.assert_allclose(p.user_state("u").theta, np.linalg.solve(P, V.T @ r / 0.25), rtol=1e-9)
+    np.testing.assert_allclose(
+        p.user_state("u").theta, np.linalg.solve(P, V.T @ r / 0.25), rtol=1e-9
+    )
     assert sh.cluster_n.sum() == 230
 
 
@@ -138,8 +149,18 @@ def test_update_takes_one_clipped_sgd_step() -> None:
     ids = ["a", "b", "c"]
     X = _rows(rng, 3, rng.standard_normal(2))
     p.select(ids, X)
-    before = {n: getattr(p.shared_state, n).copy() for n in ("W_Qx", "W_Qu", "b_Q", "W_K", "W_V", "W_O")}
-    grads, _, _ = projection_gradients(p.shared_state, X[:1, :2], np.zeros((1, 3)), X[:1, 2:], np.array([4.0]), "squared", p.config.l2)
+    before = {
+        n: getattr(p.shared_state, n).copy() for n in ("W_Qx", "W_Qu", "b_Q", "W_K", "W_V", "W_O")
+    }
+    grads, _, _ = projection_gradients(
+        p.shared_state,
+        X[:1, :2],
+        np.zeros((1, 3)),
+        X[:1, 2:],
+        np.array([4.0]),
+        "squared",
+        p.config.l2,
+    )
     norm = math.sqrt(sum(float((g**2).sum()) for g in grads.values()))
     assert norm > 1e-3
     p.update("a", X[0], 4.0)
@@ -155,8 +176,16 @@ def test_update_takes_one_clipped_sgd_step() -> None:
 
 def _one_hot_policy(alpha: float, epsilon: float = 0.0) -> HARE:
     """Items are one-hot embeddings and W_K = I, so ``s_i = b_Q[i] / sqrt(4)``."""
-    p = make_policy("hare", d=4, key_dim=4, n_clusters=2, alpha=alpha, epsilon=epsilon,
-                    clusters={"a": 0, "b": 0, "c": 1, "d": 1}, seed=0)
+    p = make_policy(
+        "hare",
+        d=4,
+        key_dim=4,
+        n_clusters=2,
+        alpha=alpha,
+        epsilon=epsilon,
+        clusters={"a": 0, "b": 0, "c": 1, "d": 1},
+        seed=0,
+    )
     p.shared_state.W_K[0] = np.eye(4)
     p.shared_state.b_Q[0] = 2.0 * np.array([3.0, -3.0, 1.0, 0.9])
     return p  # type: ignore[return-value]
@@ -201,7 +230,9 @@ def test_round_trip_gives_bit_identical_decisions() -> None:
         user = ("u1", "u9", None)[t % 3]
         d1, d2 = p.select(ids, X, user_id=user), q.select(ids, X, user_id=user)
         assert d1.ranking == d2.ranking and d1.explored == d2.explored
-        assert np.array_equal(d1.scores, d2.scores) and np.array_equal(d1.extras["z"], d2.extras["z"])
+        assert np.array_equal(d1.scores, d2.scores) and np.array_equal(
+            d1.extras["z"], d2.extras["z"]
+        )
         for pol, dec in ((p, d1), (q, d2)):
             pol.update(dec.arm_id, X[ids.index(dec.arm_id)], 0.5, user_id=user)
     assert q.to_bytes() == p.to_bytes()
@@ -215,15 +246,27 @@ def test_round_trip_gives_bit_identical_decisions() -> None:
     n_clusters=st.integers(1, 3),
     seed=st.integers(0, 2**31),
 )
-def test_round_trip_property(heads: int, key_dim: int, context_dim: int, n_clusters: int, seed: int) -> None:
+def test_round_trip_property(
+    heads: int, key_dim: int, context_dim: int, n_clusters: int, seed: int
+) -> None:
     rng = np.random.default_rng(seed)
-    p = make_policy("hare", d=context_dim + 3, context_dim=context_dim, heads=heads, key_dim=key_dim,
-                    n_clusters=n_clusters, seed=seed, epsilon=0.1)
+    p = make_policy(
+        "hare",
+        d=context_dim + 3,
+        context_dim=context_dim,
+        heads=heads,
+        key_dim=key_dim,
+        n_clusters=n_clusters,
+        seed=seed,
+        epsilon=0.1,
+    )
     ids = [f"a{i}" for i in range(4)]
     X = _rows(rng, 4, rng.standard_normal(context_dim))
     for t in range(5):
         dec = p.select(ids, X, user_id=("u", None)[t % 2])
-        p.update(dec.arm_id, X[ids.index(dec.arm_id)], float(rng.random()), user_id=("u", None)[t % 2])
+        p.update(
+            dec.arm_id, X[ids.index(dec.arm_id)], float(rng.random()), user_id=("u", None)[t % 2]
+        )
     q = policy_from_bytes(p.to_bytes())
     d1, d2 = p.select(ids, X, user_id="u"), q.select(ids, X, user_id="u")
     assert d1.ranking == d2.ranking and np.array_equal(d1.scores, d2.scores)
@@ -291,8 +334,9 @@ def test_fit_projections_reduces_the_objective_and_the_regret() -> None:
     mu = np.einsum("md,md->m", env.contexts[users] @ env.M + env.m0, env.items[items])
     rewards = mu + 0.1 * rng.standard_normal(M)
     p = hare_policy(env, alpha=0.0, seed=0)
-    history = p.fit_projections(env.contexts[users], [None] * M, env.items[items], rewards,
-                                epochs=8, batch_size=32)
+    history = p.fit_projections(
+        env.contexts[users], [None] * M, env.items[items], rewards, epochs=8, batch_size=32
+    )
     assert history.shape == (8,) and history[-1] < 0.2 * history[0]
     cold = hare_policy(env, alpha=0.0, seed=0)
     assert run_regret(env, p, 300, seed=0)[-1] < 0.25 * run_regret(env, cold, 300, seed=0)[-1]
@@ -324,7 +368,9 @@ def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
     T, checkpoints = 3000, [300, 1000, 3000]
     hare = run_regret(env, hare_policy(env, alpha=1.0, seed=seed), T, seed=seed)
     greedy = run_regret(env, hare_policy(env, alpha=0.0, seed=seed), T, seed=seed)
-    uniform = run_regret(env, make_policy("random", d=10, seed=seed, reward_range=(-5.0, 5.0)), T, seed=seed)
+    uniform = run_regret(
+        env, make_policy("random", d=10, seed=seed, reward_range=(-5.0, 5.0)), T, seed=seed
+    )
     assert loglog_slope(hare, checkpoints) < 0.85
     assert hare[-1] < greedy[-1] and hare[-1] < 0.5 * uniform[-1]
 
@@ -337,7 +383,10 @@ def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
         ({"heads": 0}, "heads must be a positive int"),
         ({"key_dim": 2.5}, "key_dim must be a positive int"),
         ({"loss": "hinge"}, "loss must be one of"),
-        ({"loss": "logistic", "reward_range": (-1.0, 1.0)}, "loss 'logistic' needs reward_range inside"),
+        (
+            {"loss": "logistic", "reward_range": (-1.0, 1.0)},
+            "loss 'logistic' needs reward_range inside",
+        ),
         ({"clusters": {"a": 4}, "n_clusters": 4}, r"clusters\['a'\] must be an int in \[0, 3\]"),
         ({"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
         ({"l2": -1.0}, "l2 must be a finite number >= 0"),
@@ -354,15 +403,24 @@ def test_invalid_inputs() -> None:
     good = np.array([[1.0, 2.0, 0.0, 1.0], [1.0, 2.0, 1.0, 0.0]])
     bad_context = good.copy()
     bad_context[1, 0] = 9.0
-    with pytest.raises(InvalidInputError, match=r"X\[:, :2\] \(the user context\) must be identical in every row, but row 1"):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"X\[:, :2\] \(the user context\) must be identical in every row, but row 1",
+    ):
         p.select(["a", "b"], bad_context)
-    with pytest.raises(InvalidInputError, match="arm 'c' has no cluster in the configured clusters mapping"):
+    with pytest.raises(
+        InvalidInputError, match="arm 'c' has no cluster in the configured clusters mapping"
+    ):
         p.select(["a", "c"], good)
-    with pytest.raises(InvalidInputError, match=r"must have shape \(K, d\) = \(2, 4\), but got \(2, 3\)"):
+    with pytest.raises(
+        InvalidInputError, match=r"must have shape \(K, d\) = \(2, 4\), but got \(2, 3\)"
+    ):
         p.select(["a", "b"], good[:, :3])
     with pytest.raises(InvalidInputError, match=r"items must have shape \(K, d\) = \(2, 2\)"):
         p.fit_projections(good[:, :2], ["u", "v"], good, [0.0, 1.0])
-    with pytest.raises(InvalidInputError, match=r"reward must be a finite number in \[0.0, 1.0\], but got 3.0"):
+    with pytest.raises(
+        InvalidInputError, match=r"reward must be a finite number in \[0.0, 1.0\], but got 3.0"
+    ):
         p.fit_projections(good[:, :2], ["u", "v"], good[:, 2:], [0.0, 3.0])
 
 

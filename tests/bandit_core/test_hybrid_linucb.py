@@ -23,15 +23,21 @@ def _policy(k: int, d: int, **params) -> HybridLinUCB:
     return policy
 
 
-def _parts(policy: HybridLinUCB, arm_id: str | None = None) -> tuple[HybridSharedState, HybridArmState | None]:
+def _parts(
+    policy: HybridLinUCB, arm_id: str | None = None
+) -> tuple[HybridSharedState, HybridArmState | None]:
     """The shared part and, when named and present, an arm's part, decoded from bytes."""
     names = policy.parts_for_update(arm_id) if arm_id else ["shared"]
     parts = policy.export_parts(names)
     arm = parts.get(f"arm:{arm_id}")
-    return HybridSharedState.from_bytes(parts["shared"]), None if arm is None else HybridArmState.from_bytes(arm)
+    return HybridSharedState.from_bytes(
+        parts["shared"]
+    ), None if arm is None else HybridArmState.from_bytes(arm)
 
 
-def _stacked_ridge(k: int, d: int, lam: float, log: list[tuple[int, np.ndarray, float]]) -> np.ndarray:
+def _stacked_ridge(
+    k: int, d: int, lam: float, log: list[tuple[int, np.ndarray, float]]
+) -> np.ndarray:
     """``[beta, theta_arm0, theta_arm1, ...]``: the ridge solution of the stacked design
     whose row for an update of arm ``i`` is ``[z, 0, .., x (block i), .., 0]``."""
     W = np.zeros((len(log), k + d * len(ARMS)))
@@ -70,13 +76,19 @@ def test_parameters_equal_the_stacked_ridge_solution(k, d, lam, refactor_every, 
     solution = _stacked_ridge(k, d, lam, log)
     np.testing.assert_allclose(policy.beta, solution[:k], rtol=0, atol=1e-9)
     for i, a in enumerate(ARMS):
-        np.testing.assert_allclose(policy.theta(a), solution[k + i * d : k + (i + 1) * d], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(
+            policy.theta(a), solution[k + i * d : k + (i + 1) * d], rtol=0, atol=1e-9
+        )
     shared, _ = _parts(policy)
     np.testing.assert_allclose(shared.A_inv @ shared.A, np.eye(k), rtol=0, atol=1e-9)
-    assert shared.n == len(updates) and shared.reward_sum == pytest.approx(sum(r for _, _, r in updates))
+    assert shared.n == len(updates) and shared.reward_sum == pytest.approx(
+        sum(r for _, _, r in updates)
+    )
 
 
-def _naive_scores(policy: HybridLinUCB, arm_ids: list[str], X: np.ndarray, alpha: float) -> np.ndarray:
+def _naive_scores(
+    policy: HybridLinUCB, arm_ids: list[str], X: np.ndarray, alpha: float
+) -> np.ndarray:
     """``z'beta + x'theta_a + alpha sqrt(s)`` with the paper's four-term ``s`` and fresh inverses."""
     k = policy.config.shared_dim
     out = []
@@ -103,12 +115,16 @@ def test_scores_equal_the_papers_formula_computed_naively(k: int, d: int) -> Non
     policy = _policy(k, d, alpha=alpha, seed=3, refactor_every=5)
     rng = np.random.default_rng(k * 10 + d)
     for _ in range(60):
-        subset = sorted(rng.choice(ARMS, size=3, replace=False).tolist())  # the stacked cache sees new lists
+        subset = sorted(
+            rng.choice(ARMS, size=3, replace=False).tolist()
+        )  # the stacked cache sees new lists
         X = rng.normal(size=(3, k + d))
         X[:, k:] = rng.normal(size=d)  # one context for every candidate
         dec = policy.select(subset, X, explore=False)
         by_arm = dict(zip(dec.ranking, dec.scores.tolist()))
-        np.testing.assert_allclose([by_arm[a] for a in subset], _naive_scores(policy, subset, X, alpha), atol=1e-9)
+        np.testing.assert_allclose(
+            [by_arm[a] for a in subset], _naive_scores(policy, subset, X, alpha), atol=1e-9
+        )
         policy.update(dec.arm_id, X[subset.index(dec.arm_id)], float(rng.integers(0, 2)))
 
 
@@ -203,7 +219,9 @@ def test_epsilon_greedy_at_20_percent_with_alpha_0() -> None:
         means = Z @ policy.beta
         tied = means == means.max()  # all tied before the first reward (beta = 0)
         expected = dict(zip(ids, eps / K + (1 - eps) * tied / tied.sum(), strict=True))
-        np.testing.assert_allclose(dec.propensities, [expected[a] for a in dec.ranking], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            dec.propensities, [expected[a] for a in dec.ranking], rtol=0, atol=1e-12
+        )
         assert dec.explored or tied[ids.index(dec.arm_id)]
         explored += dec.explored
         policy.update(dec.arm_id, Z[ids.index(dec.arm_id)], float(Z[ids.index(dec.arm_id), 0] > 0))
@@ -252,4 +270,6 @@ def test_a_new_arm_id_scores_sensibly_at_once_where_per_arm_linucb_cannot() -> N
         gains["best"].append(p.max() - p.mean())
     lift = {name: float(np.mean(v)) for name, v in gains.items()}
     assert lift["hybrid"] > 0.8 * lift["best"]  # near the best item of every new catalog
-    assert abs(lift["per_arm"]) < 0.25 * lift["best"]  # no better than random: nothing learned transfers
+    assert (
+        abs(lift["per_arm"]) < 0.25 * lift["best"]
+    )  # no better than random: nothing learned transfers

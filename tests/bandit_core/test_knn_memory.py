@@ -42,7 +42,11 @@ def test_kept_layout_equals_a_layout_from_scratch(params: dict, integer: bool) -
     policy = bandit_core.make_policy("lnucb_ta", d=d, seed=3, **params)
     pool = [f"a{i}" for i in range(7)]
     for t in range(400):
-        ids = pool[:5] if t % 50 < 45 else list(rng.choice(pool, size=int(rng.integers(1, 8)), replace=False))
+        ids = (
+            pool[:5]
+            if t % 50 < 45
+            else list(rng.choice(pool, size=int(rng.integers(1, 8)), replace=False))
+        )
         X = _features(rng, integer, (len(ids), d))
         dec = policy.select(ids, X)
         kept = policy.score_cache.knn.estimates(X[None], policy.config.knn_weights)[0]
@@ -61,7 +65,9 @@ def test_kept_layout_equals_a_layout_from_scratch(params: dict, integer: bool) -
             for x in _features(rng, integer, (9, d)):
                 other.update(pool[2], x, 1.0)
             policy.import_parts(other.export_parts([f"arm:{pool[2]}"]))
-    assert max(len(s.r_mem) for s in map(policy.arm_state, policy.arm_ids)) == min(params["knn_window"], 60)
+    assert max(len(s.r_mem) for s in map(policy.arm_state, policy.arm_ids)) == min(
+        params["knn_window"], 60
+    )
 
 
 def test_batch_rows_are_bit_identical_to_single_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +129,9 @@ def test_one_candidate_and_one_new_point_give_the_whole_search(
         i = t % 5
         before = memory.search(X, i)
         s = states[i]
-        new = [X[t % 9, i], s.X_mem[0] if len(s.r_mem) else X[0, i], _features(rng, integer, (4,))][t % 3]
+        new = [X[t % 9, i], s.X_mem[0] if len(s.r_mem) else X[0, i], _features(rng, integer, (4,))][
+            t % 3
+        ]
         s.remember(new.copy(), float(rng.random() < 0.5), window=30)
         s.n += 1  # as LNUCBTAArmState.add does with each point remembered
         assert memory.write(i, s, int(ks[i]))

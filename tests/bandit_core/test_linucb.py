@@ -30,7 +30,9 @@ def test_linucb_equals_closed_form_ridge_solution() -> None:
     expected = x_new[0] @ theta + alpha * np.sqrt(x_new[0] @ np.linalg.solve(A, x_new[0]))
     assert dec.scores[0] == pytest.approx(expected, rel=1e-10)
     assert dec.widths is not None
-    assert dec.widths[0] == pytest.approx(np.sqrt(x_new[0] @ np.linalg.solve(A, x_new[0])), rel=1e-10)
+    assert dec.widths[0] == pytest.approx(
+        np.sqrt(x_new[0] @ np.linalg.solve(A, x_new[0])), rel=1e-10
+    )
 
 
 def test_batched_scores_equal_per_arm_formula() -> None:
@@ -46,7 +48,9 @@ def test_batched_scores_equal_per_arm_formula() -> None:
     dec = policy.select(ids, X)
     for arm, score in zip(dec.ranking, dec.scores):
         s, x = policy.arm_state(arm), X[ids.index(arm)]
-        assert score == pytest.approx(x @ s.theta + 1.3 * np.sqrt(x @ np.linalg.inv(s.A) @ x), rel=1e-9)
+        assert score == pytest.approx(
+            x @ s.theta + 1.3 * np.sqrt(x @ np.linalg.inv(s.A) @ x), rel=1e-9
+        )
 
 
 def test_sherman_morrison_inverse_stays_within_1e_9_after_1e5_updates() -> None:
@@ -103,7 +107,9 @@ def test_finite_values_whose_sum_overflows_are_accepted() -> None:
     assert check_matrix(np.full((2, 2), 1e308), 2, 2).shape == (2, 2)
     with pytest.raises(bandit_core.InvalidInputError, match=r"x must be finite, but x\[1\] is nan"):
         check_vector(np.array([1e308, np.nan]), 2)
-    with pytest.raises(bandit_core.InvalidInputError, match=r"X must be finite, but X\[1, 0\] is -inf"):
+    with pytest.raises(
+        bandit_core.InvalidInputError, match=r"X must be finite, but X\[1, 0\] is -inf"
+    ):
         check_matrix(np.array([[1.0, 2.0], [-np.inf, 0.0]]), 2, 2)
 
 

@@ -32,10 +32,17 @@ def _brute_knn(xs: np.ndarray, rs: np.ndarray, x: np.ndarray, k: int) -> float:
 def test_registered_under_lnucb_ta() -> None:
     p = bandit_core.make_policy("lnucb_ta", d=10, alpha=1.0, seed=0)
     assert isinstance(p, LNUCBTA)
-    assert (p.config.theta_min, p.config.theta_max, p.config.kappa, p.config.knn_window) == (1, 5, 0.5, 5000)
+    assert (p.config.theta_min, p.config.theta_max, p.config.kappa, p.config.knn_window) == (
+        1,
+        5,
+        0.5,
+        5000,
+    )
 
 
-@pytest.mark.parametrize("rewards", [[1.0], [0.0, 1.0], [0.0, 0.0, 1.0, 1.0, 1.0], [0.2, 0.9, 0.4, 0.4]])
+@pytest.mark.parametrize(
+    "rewards", [[1.0], [0.0, 1.0], [0.0, 0.0, 1.0, 1.0, 1.0], [0.2, 0.9, 0.4, 0.4]]
+)
 def test_k_follows_algorithm_2_on_population_variance(rewards: list[float]) -> None:
     p = _policy(theta_min=1, theta_max=9)
     _feed(p, "a", np.ones((len(rewards), 3)), np.array(rewards))
@@ -62,7 +69,9 @@ def test_knn_mean_equals_brute_force(k: int, window: int) -> None:
     queries = rng.integers(0, 3, size=(6, 3)).astype(float)
     got = knn_estimates([state] * 6, queries, np.full(6, k))
     kept_x, kept_r = xs[-window:], rs[-window:]
-    np.testing.assert_allclose(got, [_brute_knn(kept_x, kept_r, q, k) for q in queries], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        got, [_brute_knn(kept_x, kept_r, q, k) for q in queries], rtol=0, atol=1e-12
+    )
 
 
 def test_knn_estimates_mix_arms_with_and_without_enough_points() -> None:
@@ -76,7 +85,9 @@ def test_knn_estimates_mix_arms_with_and_without_enough_points() -> None:
         states.append(s)
         data.append((xs, rs))
     X, ks = rng.normal(size=(4, 2)), np.array([1, 3, 2, 5])
-    expected = [_brute_knn(xs, rs, x, k) if len(rs) >= k else 0.0 for (xs, rs), x, k in zip(data, X, ks)]
+    expected = [
+        _brute_knn(xs, rs, x, k) if len(rs) >= k else 0.0 for (xs, rs), x, k in zip(data, X, ks)
+    ]
     np.testing.assert_allclose(knn_estimates(states, X, ks), expected, rtol=0, atol=1e-12)
 
 
@@ -130,7 +141,9 @@ def test_alpha_follows_eq_4_with_running_global_average() -> None:
     p.add_arm("c")  # known, never pulled: n_c = 0
     g = (0.75 + 0.5 + 0.0) / 3
     assert p.global_attention() == pytest.approx(g, rel=1e-12)
-    assert p.arm_stats("a").extras["alpha"] == pytest.approx(2.0 / 5 * (0.3 * g + 0.7 * 0.75), rel=1e-12)
+    assert p.arm_stats("a").extras["alpha"] == pytest.approx(
+        2.0 / 5 * (0.3 * g + 0.7 * 0.75), rel=1e-12
+    )
     assert p.arm_stats("c").extras["alpha"] == pytest.approx(2.0 / 1 * (0.3 * g), rel=1e-12)
     # the score uses that alpha: ucb = x.mu + f + alpha_a * width
     X = np.array([[1.0, 0.5, 0.0]])
@@ -138,7 +151,9 @@ def test_alpha_follows_eq_4_with_running_global_average() -> None:
     s = p.arm_state("a")
     f = knn_estimates([s], X, np.array([p.arm_stats("a").extras["k"]]))[0]
     width = np.sqrt(X[0] @ np.linalg.inv(s.A) @ X[0])
-    assert dec.scores[0] == pytest.approx(X[0] @ s.theta + f + p.arm_stats("a").extras["alpha"] * width, rel=1e-10)
+    assert dec.scores[0] == pytest.approx(
+        X[0] @ s.theta + f + p.arm_stats("a").extras["alpha"] * width, rel=1e-10
+    )
 
 
 def test_global_attention_lives_in_the_shared_part() -> None:
@@ -184,7 +199,9 @@ def test_residual_target_fits_reward_minus_knn_estimate() -> None:
         targets.append(r - f)
         p.update("a", x, float(r))
     A = np.eye(3) + xs.T @ xs
-    np.testing.assert_allclose(p.arm_state("a").theta, np.linalg.solve(A, xs.T @ np.array(targets)), rtol=1e-9)
+    np.testing.assert_allclose(
+        p.arm_state("a").theta, np.linalg.solve(A, xs.T @ np.array(targets)), rtol=1e-9
+    )
     assert p.arm_state("a").reward_sum == pytest.approx(rs.sum())
 
 
@@ -195,7 +212,9 @@ def test_ablation_without_linear_part_drops_the_ridge_mean() -> None:
     q = _policy(use_knn=False, temporal_attention=False, alpha=0.0)
     _feed(q, "a", np.ones((3, 3)), np.array([1.0, 1.0, 1.0]))
     assert q.arm_state("a").r_mem.shape == (0,)
-    assert q.select(["a"], np.ones((1, 3))).scores[0] == pytest.approx(9.0 / 10.0)  # 1^T (I + 3 11^T)^-1 3*1
+    assert q.select(["a"], np.ones((1, 3))).scores[0] == pytest.approx(
+        9.0 / 10.0
+    )  # 1^T (I + 3 11^T)^-1 3*1
 
 
 @pytest.mark.parametrize(
@@ -205,8 +224,14 @@ def test_ablation_without_linear_part_drops_the_ridge_mean() -> None:
         ({"theta_min": 4, "theta_max": 2}, "theta_max must be >= theta_min"),
         ({"kappa": 1.5}, r"kappa must be a finite number in \[0, 1\], but got 1.5"),
         ({"knn_window": 0}, "knn_window must be a positive int"),
-        ({"linear_target": "rewards"}, r"linear_target must be one of \['reward', 'residual'\], but got 'rewards'"),
-        ({"knn_weights": "cosine"}, r"knn_weights must be one of \['uniform', 'distance'\], but got 'cosine'"),
+        (
+            {"linear_target": "rewards"},
+            r"linear_target must be one of \['reward', 'residual'\], but got 'rewards'",
+        ),
+        (
+            {"knn_weights": "cosine"},
+            r"knn_weights must be one of \['uniform', 'distance'\], but got 'cosine'",
+        ),
         ({"use_knn": "yes"}, "use_knn must be a bool"),
         ({"ridge_lambda": 0.0}, "ridge_lambda must be a finite number > 0, but got 0.0"),
     ],

@@ -21,7 +21,9 @@ ITEMS = {"x": {"item": {"kind": "x"}}, "y": {"item": {"kind": "y"}}}
 
 
 def policy() -> bandit_core.BasePolicy:
-    return bandit_core.make_policy("hybrid_linucb", d=FEATURIZER.config.dim, alpha=0.0, context_dim=0)
+    return bandit_core.make_policy(
+        "hybrid_linucb", d=FEATURIZER.config.dim, alpha=0.0, context_dim=0
+    )
 
 
 def uniform_log(n: int, seed: int) -> list[JsonEvent]:

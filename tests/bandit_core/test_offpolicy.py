@@ -132,20 +132,32 @@ def _logged_by(epsilon: float, n: int = 300) -> list[LoggedEvent]:
         j = "abc".index(dec.arm_id)
         r = float(rng.random() < 1 / (1 + np.exp(-X[j] @ theta[j])))
         logger.update(dec.arm_id, X[j], r)
-        out.append(LoggedEvent.build(["a", "b", "c"], dec.arm_id, r, arm_features=X, pscore=dec.propensity))
+        out.append(
+            LoggedEvent.build(["a", "b", "c"], dec.arm_id, r, arm_features=X, pscore=dec.propensity)
+        )
     return out
 
 
 def test_a_deterministic_logger_cannot_evaluate_another_policy_and_epsilon_fixes_it() -> None:
-    target = bandit_core.make_policy("linucb", d=2, alpha=5.0, seed=0)  # explores what the logger did not
+    target = bandit_core.make_policy(
+        "linucb", d=2, alpha=5.0, seed=0
+    )  # explores what the logger did not
     deterministic = _logged_by(0.0)
     assert sum(e.pscore == 1.0 for e in deterministic) > 0.9 * len(deterministic)
     with pytest.raises(UnsupportedLogError, match="does not support the target policy") as exc:
-        off_policy_estimates(target, deterministic, rng=np.random.default_rng(0), n_bootstrap=20,
-                             require_support=True)
+        off_policy_estimates(
+            target,
+            deterministic,
+            rng=np.random.default_rng(0),
+            n_bootstrap=20,
+            require_support=True,
+        )
     assert exc.value.support.unsupported_mass > 0
-    loose = off_policy_estimates(target, deterministic, rng=np.random.default_rng(0), n_bootstrap=20)
+    loose = off_policy_estimates(
+        target, deterministic, rng=np.random.default_rng(0), n_bootstrap=20
+    )
     assert not loose["ips"].support.supported  # without require_support: reported, not raised
-    exploring = off_policy_estimates(target, _logged_by(0.05), rng=np.random.default_rng(0), n_bootstrap=20,
-                                     require_support=True)
+    exploring = off_policy_estimates(
+        target, _logged_by(0.05), rng=np.random.default_rng(0), n_bootstrap=20, require_support=True
+    )
     assert all(r.support.supported for r in exploring.values())

@@ -28,7 +28,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {name: (name, {}) for name in POLICIES} 
     "hybrid_linucb[context_dim=2]": ("hybrid_linucb", {"context_dim": 2}),
     "diag_linucb[fit=per_feature]": ("diag_linucb", {"fit": "per_feature"}),
     "discounted_linucb[half_life_seconds=60]": ("discounted_linucb", {"half_life_seconds": 60.0}),
-    "sliding_window_linucb[window_seconds=60]": ("sliding_window_linucb", {"window": 8, "window_seconds": 60.0}),
+    "sliding_window_linucb[window_seconds=60]": (
+        "sliding_window_linucb",
+        {"window": 8, "window_seconds": 60.0},
+    ),
 }
 NAMES = sorted(VARIANTS)
 
@@ -88,11 +91,22 @@ def _concrete_subclasses(cls: type) -> set[type]:
 
 
 def test_the_algorithms_and_baselines_are_registered() -> None:
-    algorithms = {"linucb", "hybrid_linucb", "diag_linucb", "lnucb_ta", "guardrailed_linucb", "hare", "discounted_linucb", "sliding_window_linucb"}
+    algorithms = {
+        "linucb",
+        "hybrid_linucb",
+        "diag_linucb",
+        "lnucb_ta",
+        "guardrailed_linucb",
+        "hare",
+        "discounted_linucb",
+        "sliding_window_linucb",
+    }
     baselines = {"random", "epsilon_greedy"}
     assert set(POLICIES) == algorithms | baselines
     assert all(cls.NAME == name for name, cls in POLICIES.items())
-    engine = {c for c in _concrete_subclasses(BasePolicy) if c.__module__.startswith("bandit_core.")}
+    engine = {
+        c for c in _concrete_subclasses(BasePolicy) if c.__module__.startswith("bandit_core.")
+    }
     assert engine == set(POLICIES.values())  # every policy of the engine is registered
 
 
@@ -146,7 +160,9 @@ def test_propensities_follow_the_epsilon_formula(name: str) -> None:
             continue
         eligible = _eligible(dec)
         tied = eligible & (dec.scores == dec.scores[0])
-        expected = np.where(eligible, eps / eligible.sum(), 0.0) + np.where(tied, (1 - eps) / tied.sum(), 0.0)
+        expected = np.where(eligible, eps / eligible.sum(), 0.0) + np.where(
+            tied, (1 - eps) / tied.sum(), 0.0
+        )
         np.testing.assert_allclose(dec.propensities, expected, rtol=0, atol=1e-12)
         checked += 1
     assert checked > 0 and explored > 0  # P(no exploration in 60 draws at eps=0.3) ~ 5e-10
@@ -154,8 +170,10 @@ def test_propensities_follow_the_epsilon_formula(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_same_seed_same_decisions(name: str) -> None:
-    _same(_decisions(_make(name, seed=7, epsilon=0.2), 5),
-          _decisions(_make(name, seed=7, epsilon=0.2), 5))
+    _same(
+        _decisions(_make(name, seed=7, epsilon=0.2), 5),
+        _decisions(_make(name, seed=7, epsilon=0.2), 5),
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -184,7 +202,9 @@ def test_exported_parts_reproduce_scores_in_a_fresh_policy(name: str) -> None:
     for _ in range(5):
         X = _X(rng)
         da, db = policy.select(ARMS, X, explore=False), fresh.select(ARMS, X, explore=False)
-        assert dict(zip(da.ranking, da.scores.tolist())) == dict(zip(db.ranking, db.scores.tolist()))
+        assert dict(zip(da.ranking, da.scores.tolist())) == dict(
+            zip(db.ranking, db.scores.tolist())
+        )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -205,7 +225,9 @@ def test_cold_start_of_new_arms(name: str) -> None:
     new = ["a", "b", "new-1", "new-2"]
     dec = policy.select(new, _X(rng, 4))
     assert sorted(dec.ranking) == sorted(new)
-    if not _keeps_arm_parts(policy):  # a shared model: new ids are scored and learned from, statelessly
+    if not _keeps_arm_parts(
+        policy
+    ):  # a shared model: new ids are scored and learned from, statelessly
         assert not any(p.startswith("arm:") for p in (*dec.state_changed, *policy.part_names()))
         before = policy.export_parts(policy.part_names())
         policy.update("new-1", _X(rng, 1)[0], 1.0)
@@ -261,10 +283,14 @@ def test_explore_false_serves_the_greedy_arm(name: str) -> None:
         assert not greedy.explored
         eligible = _eligible(greedy)
         tied = eligible & (greedy.scores == greedy.scores[0])
-        np.testing.assert_allclose(greedy.propensities, np.where(tied, 1.0 / tied.sum(), 0.0), atol=1e-12)
+        np.testing.assert_allclose(
+            greedy.propensities, np.where(tied, 1.0 / tied.sum(), 0.0), atol=1e-12
+        )
         explored = policy.select(ARMS, X)
         assert explored.explored
-        np.testing.assert_allclose(explored.propensities, np.where(_eligible(explored), 1 / eligible.sum(), 0.0))
+        np.testing.assert_allclose(
+            explored.propensities, np.where(_eligible(explored), 1 / eligible.sum(), 0.0)
+        )
 
 
 def _invalid_calls():
@@ -275,31 +301,97 @@ def _invalid_calls():
     inf_x = x_ok.copy()
     inf_x[3] = np.inf
     return [
-        ("X wrong dimension", lambda p: p.select(["a", "b", "c"], np.zeros((3, D + 1))), InvalidInputError,
-         rf"X must have shape \(K, d\) = \(3, {D}\), but got \(3, {D + 1}\)"),
-        ("X wrong rows", lambda p: p.select(["a", "b", "c"], np.zeros((2, D))), InvalidInputError,
-         r"X must have shape \(K, d\) = \(3, "),
-        ("X NaN", lambda p: p.select(["a", "b", "c"], nan_X), InvalidInputError, r"X must be finite, but X\[1, 2\] is nan"),
-        ("X strings", lambda p: p.select(["a"], [["1"] * D]), InvalidInputError, "X must be .* of real numbers"),
-        ("x inf", lambda p: p.update("a", inf_x, 1.0), InvalidInputError, r"x must be finite, but x\[3\] is inf"),
-        ("x wrong dimension", lambda p: p.update("a", np.zeros(D - 1), 1.0), InvalidInputError,
-         rf"x must have shape \({D},\), but got \({D - 1},\)"),
-        ("empty candidates", lambda p: p.select([], np.zeros((0, D))), InvalidInputError,
-         "arm_ids must hold at least one candidate arm"),
-        ("duplicate ids", lambda p: p.select(["a", "b", "a"], X_ok), InvalidInputError, "'a' appears more than once"),
-        ("single str ids", lambda p: p.select("abc", X_ok), InvalidInputError, "arm_ids must be a sequence of str"),
-        ("non-str id", lambda p: p.select(["a", 2, "c"], X_ok), InvalidInputError, "every arm id must be a non-empty str"),
-        ("unknown arm in update", lambda p: p.update("zzz", x_ok, 1.0), UnknownArmError,
-         "arm 'zzz' is not known to this policy"),
-        ("reward out of range", lambda p: p.update("a", x_ok, 1.5), InvalidInputError,
-         r"reward must be a finite number in \[0.0, 1.0\], but got 1.5"),
-        ("reward NaN", lambda p: p.update("a", x_ok, float("nan")), InvalidInputError, "reward must be a finite number"),
-        ("reward not a number", lambda p: p.update("a", x_ok, "1"), InvalidInputError, "reward must be a number, but got str"),
+        (
+            "X wrong dimension",
+            lambda p: p.select(["a", "b", "c"], np.zeros((3, D + 1))),
+            InvalidInputError,
+            rf"X must have shape \(K, d\) = \(3, {D}\), but got \(3, {D + 1}\)",
+        ),
+        (
+            "X wrong rows",
+            lambda p: p.select(["a", "b", "c"], np.zeros((2, D))),
+            InvalidInputError,
+            r"X must have shape \(K, d\) = \(3, ",
+        ),
+        (
+            "X NaN",
+            lambda p: p.select(["a", "b", "c"], nan_X),
+            InvalidInputError,
+            r"X must be finite, but X\[1, 2\] is nan",
+        ),
+        (
+            "X strings",
+            lambda p: p.select(["a"], [["1"] * D]),
+            InvalidInputError,
+            "X must be .* of real numbers",
+        ),
+        (
+            "x inf",
+            lambda p: p.update("a", inf_x, 1.0),
+            InvalidInputError,
+            r"x must be finite, but x\[3\] is inf",
+        ),
+        (
+            "x wrong dimension",
+            lambda p: p.update("a", np.zeros(D - 1), 1.0),
+            InvalidInputError,
+            rf"x must have shape \({D},\), but got \({D - 1},\)",
+        ),
+        (
+            "empty candidates",
+            lambda p: p.select([], np.zeros((0, D))),
+            InvalidInputError,
+            "arm_ids must hold at least one candidate arm",
+        ),
+        (
+            "duplicate ids",
+            lambda p: p.select(["a", "b", "a"], X_ok),
+            InvalidInputError,
+            "'a' appears more than once",
+        ),
+        (
+            "single str ids",
+            lambda p: p.select("abc", X_ok),
+            InvalidInputError,
+            "arm_ids must be a sequence of str",
+        ),
+        (
+            "non-str id",
+            lambda p: p.select(["a", 2, "c"], X_ok),
+            InvalidInputError,
+            "every arm id must be a non-empty str",
+        ),
+        (
+            "unknown arm in update",
+            lambda p: p.update("zzz", x_ok, 1.0),
+            UnknownArmError,
+            "arm 'zzz' is not known to this policy",
+        ),
+        (
+            "reward out of range",
+            lambda p: p.update("a", x_ok, 1.5),
+            InvalidInputError,
+            r"reward must be a finite number in \[0.0, 1.0\], but got 1.5",
+        ),
+        (
+            "reward NaN",
+            lambda p: p.update("a", x_ok, float("nan")),
+            InvalidInputError,
+            "reward must be a finite number",
+        ),
+        (
+            "reward not a number",
+            lambda p: p.update("a", x_ok, "1"),
+            InvalidInputError,
+            "reward must be a number, but got str",
+        ),
     ]
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("case", "call", "error", "match"), _invalid_calls(), ids=[c[0] for c in _invalid_calls()])
+@pytest.mark.parametrize(
+    ("case", "call", "error", "match"), _invalid_calls(), ids=[c[0] for c in _invalid_calls()]
+)
 def test_invalid_input_is_rejected(name: str, case: str, call, error: type, match: str) -> None:
     policy = _make(name, seed=0)
     policy.select(["a", "b", "c"], np.random.default_rng(0).normal(size=(3, D)))
@@ -310,7 +402,9 @@ def test_invalid_input_is_rejected(name: str, case: str, call, error: type, matc
         return
     with pytest.raises(error, match=match):
         call(policy)
-    assert policy.to_bytes() == before  # a rejected call changes no state and draws no random number
+    assert (
+        policy.to_bytes() == before
+    )  # a rejected call changes no state and draws no random number
 
 
 @pytest.mark.parametrize("name", NAMES)

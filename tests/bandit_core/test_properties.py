@@ -34,7 +34,9 @@ class _Demo(ArrayState):
 
 
 _dtypes = st.sampled_from([np.float64, np.float32, np.int64, np.uint8, np.bool_])
-_arrays = _dtypes.flatmap(lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)))
+_arrays = _dtypes.flatmap(
+    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
+)
 
 
 @SETTINGS
@@ -86,7 +88,9 @@ _finite = st.floats(-1e3, 1e3, allow_nan=False)
     name=st.sampled_from(NAMES),
     seed=st.integers(0, 2**32),
     epsilon=st.sampled_from([0.0, 0.25]),
-    steps=st.lists(st.tuples(_ids, st.floats(0.0, 1.0), st.integers(0, 2**16)), min_size=1, max_size=8),
+    steps=st.lists(
+        st.tuples(_ids, st.floats(0.0, 1.0), st.integers(0, 2**16)), min_size=1, max_size=8
+    ),
 )
 def test_policy_round_trip_gives_identical_later_decisions(name, seed, epsilon, steps) -> None:
     policy = make_policy(name, d=D, seed=seed, epsilon=epsilon)
@@ -141,7 +145,9 @@ def test_non_finite_input_raises_invalid_input_error(X, where, bad) -> None:
 def test_mis_shaped_input_raises_invalid_input_error(shape, rows) -> None:
     arr = np.zeros(shape)
     if shape != (rows, D):
-        with pytest.raises(InvalidInputError, match=rf"X must have shape \(K, d\) = \({rows}, {D}\)"):
+        with pytest.raises(
+            InvalidInputError, match=rf"X must have shape \(K, d\) = \({rows}, {D}\)"
+        ):
             check_matrix(arr, rows, D)
     if shape != (D,):
         with pytest.raises(InvalidInputError, match=rf"x must have shape \({D},\)"):
@@ -149,7 +155,14 @@ def test_mis_shaped_input_raises_invalid_input_error(shape, rows) -> None:
 
 
 _junk = st.recursive(
-    st.one_of(st.none(), st.text(max_size=3), st.complex_numbers(), st.floats(), st.integers(), st.booleans()),
+    st.one_of(
+        st.none(),
+        st.text(max_size=3),
+        st.complex_numbers(),
+        st.floats(),
+        st.integers(),
+        st.booleans(),
+    ),
     lambda inner: st.lists(inner, max_size=4),
     max_leaves=12,
 )
@@ -168,7 +181,9 @@ def test_arbitrary_python_values_never_raise_a_numpy_error(value) -> None:
 
 @SETTINGS
 @given(
-    xs=hnp.arrays(np.float64, st.tuples(st.integers(1, 40), st.just(5)), elements=st.floats(-10, 10)),
+    xs=hnp.arrays(
+        np.float64, st.tuples(st.integers(1, 40), st.just(5)), elements=st.floats(-10, 10)
+    ),
     lam=st.floats(0.1, 10.0),
 )
 def test_sherman_morrison_equals_the_inverse(xs, lam) -> None:

@@ -30,20 +30,31 @@ CASES = [
 
 
 def _same(a: bandit_core.Decision, b: bandit_core.Decision) -> None:
-    assert (a.arm_id, a.ranking, a.explored, a.state_changed) == (b.arm_id, b.ranking, b.explored, b.state_changed)
+    assert (a.arm_id, a.ranking, a.explored, a.state_changed) == (
+        b.arm_id,
+        b.ranking,
+        b.explored,
+        b.state_changed,
+    )
     np.testing.assert_array_equal(a.scores, b.scores)
     np.testing.assert_array_equal(a.propensities, b.propensities)
     if a.widths is not None:
         np.testing.assert_array_equal(a.widths, b.widths)
 
 
-@pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("name", "params"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)]
+)
 def test_cached_scoring_decides_like_a_fresh_copy(name: str, params: dict) -> None:
     d, rng = 4, np.random.default_rng(7)
     policy = bandit_core.make_policy(name, d=d, seed=1, **params)
     pool = [f"a{i}" for i in range(9)]
     for t in range(160):
-        ids = pool[:6] if t % 3 else list(rng.choice(pool, size=int(rng.integers(1, 9)), replace=False))
+        ids = (
+            pool[:6]
+            if t % 3
+            else list(rng.choice(pool, size=int(rng.integers(1, 9)), replace=False))
+        )
         X = np.round(rng.normal(size=(len(ids), d)))  # coarse values: tied distances and scores
         fresh = type(policy).from_bytes(policy.to_bytes())
         dec = policy.select(ids, X)
@@ -60,7 +71,9 @@ def test_cached_scoring_decides_like_a_fresh_copy(name: str, params: dict) -> No
             policy.import_parts(other.export_parts([f"arm:{pool[1]}"]))
 
 
-def _brute(states: list[LNUCBTAArmState], X: np.ndarray, ks: np.ndarray, weights: str) -> np.ndarray:
+def _brute(
+    states: list[LNUCBTAArmState], X: np.ndarray, ks: np.ndarray, weights: str
+) -> np.ndarray:
     out = np.zeros(len(states))
     for i, (s, x, k) in enumerate(zip(states, X, ks)):
         m = len(s.r_mem)
@@ -90,7 +103,9 @@ def test_knn_search_matches_a_sort_by_distance_then_age(weights: str, seed: int)
         states.append(s)
     X = rng.integers(0, 3, (6, 2)).astype(float)
     ks = rng.integers(1, 6, 6)
-    np.testing.assert_allclose(knn_estimates(states, X, ks, weights), _brute(states, X, ks, weights), rtol=1e-12)
+    np.testing.assert_allclose(
+        knn_estimates(states, X, ks, weights), _brute(states, X, ks, weights), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("name", ["linucb", "lnucb_ta"])
@@ -110,7 +125,9 @@ def test_select_looks_states_up_again_after_the_arm_table_changes(name: str) -> 
     steps = [
         lambda p: (p.retire_arm("a"), p.add_arm("a")),
         lambda p: p.import_parts(prior.export_parts(["arm:a"])),
-        lambda p: p.select_until(["a", "b", "c", "e"], X[None].repeat(2, 0)[:, [0, 1, 2, 2]], [3, 3]),
+        lambda p: p.select_until(
+            ["a", "b", "c", "e"], X[None].repeat(2, 0)[:, [0, 1, 2, 2]], [3, 3]
+        ),
     ]
     for step in steps:
         policy.select(list(ids), X)

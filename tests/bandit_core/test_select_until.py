@@ -79,7 +79,9 @@ def test_linucb_without_exploration_takes_the_batched_path() -> None:
     assert takes_batched_path(p, ARMS, np.ones((3, len(ARMS), D)))
     for name in ("guardrailed_linucb", "hare", "random"):
         assert not takes_batched_path(make_policy(name, d=D), ARMS, np.ones((3, len(ARMS), D)))
-    assert not takes_batched_path(_trained("linucb", integer=True, epsilon=0.1), ARMS, np.ones((3, len(ARMS), D)))
+    assert not takes_batched_path(
+        _trained("linucb", integer=True, epsilon=0.1), ARMS, np.ones((3, len(ARMS), D))
+    )
 
 
 @pytest.mark.parametrize("integer", [False, True], ids=["normal", "integer"])
@@ -301,7 +303,11 @@ def test_lnucb_ta_select_until_on_the_rest_of_its_rows_equals_one_select_per_row
             assert p.to_bytes() == q.to_bytes()
             pos += i + 1
             if pos <= 60:
-                reward = float(rng.integers(0, 3)) if "reward_range" in params else float(rng.integers(0, 2))
+                reward = (
+                    float(rng.integers(0, 3))
+                    if "reward_range" in params
+                    else float(rng.integers(0, 2))
+                )
                 for s in (p, q):
                     s.update(ARMS[targets[pos - 1]], X[pos - 1, targets[pos - 1]], reward)
             if rep == 2 and pos < 60:

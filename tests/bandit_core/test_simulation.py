@@ -28,7 +28,9 @@ def test_synthetic_expected_rewards_follow_the_link(link: str) -> None:
 
 
 def _regret(name: str, env: SyntheticEnvironment, rounds: int) -> np.ndarray:
-    res = simulate(lambda s: bandit_core.make_policy(name, d=env.d, alpha=0.5, seed=s), env, rounds, [0, 1, 2])
+    res = simulate(
+        lambda s: bandit_core.make_policy(name, d=env.d, alpha=0.5, seed=s), env, rounds, [0, 1, 2]
+    )
     return res.regret_curves
 
 
@@ -60,8 +62,15 @@ def test_classification_regret_counts_the_mistakes() -> None:
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 3, 300)
     X = np.eye(3)[labels] + 0.05 * rng.random((300, 3))
-    env = ClassificationEnvironment(ClassificationData(X / np.linalg.norm(X, axis=1, keepdims=True), labels, ("a", "b", "c")))
-    run = simulate_run(bandit_core.make_policy("linucb", d=3, alpha=0.1, seed=0), env, 600, np.random.default_rng(1))
+    env = ClassificationEnvironment(
+        ClassificationData(X / np.linalg.norm(X, axis=1, keepdims=True), labels, ("a", "b", "c"))
+    )
+    run = simulate_run(
+        bandit_core.make_policy("linucb", d=3, alpha=0.1, seed=0),
+        env,
+        600,
+        np.random.default_rng(1),
+    )
     assert run.cumulative_regret + run.cumulative_reward == pytest.approx(600)
     assert run.cumulative_regret < 100  # separable classes: LinUCB stops erring quickly
 
@@ -84,12 +93,30 @@ def test_same_seeds_give_the_same_curves() -> None:
         (lambda: SyntheticEnvironment(theta=np.ones(3), n_arms=3), "theta must be a unit vector"),
         (lambda: SyntheticEnvironment(theta=np.eye(3)[0], n_arms=1), "n_arms must be >= 2"),
         (lambda: SyntheticEnvironment(theta=np.eye(3)[0], n_arms=2, link="cubic"), "link must be"),
-        (lambda: ClassificationEnvironment(ClassificationData(np.ones((2, 1)), np.zeros(2, int), ("a",))),
-         ">= 2 classes"),
-        (lambda: simulate(lambda s: bandit_core.make_policy("random", d=3), SyntheticEnvironment(np.eye(3)[0], 2), 0, [0]),
-         "rounds must be a positive int"),
-        (lambda: simulate(lambda s: bandit_core.make_policy("random", d=3), SyntheticEnvironment(np.eye(3)[0], 2), 5, []),
-         "seeds must hold at least one seed"),
+        (
+            lambda: ClassificationEnvironment(
+                ClassificationData(np.ones((2, 1)), np.zeros(2, int), ("a",))
+            ),
+            ">= 2 classes",
+        ),
+        (
+            lambda: simulate(
+                lambda s: bandit_core.make_policy("random", d=3),
+                SyntheticEnvironment(np.eye(3)[0], 2),
+                0,
+                [0],
+            ),
+            "rounds must be a positive int",
+        ),
+        (
+            lambda: simulate(
+                lambda s: bandit_core.make_policy("random", d=3),
+                SyntheticEnvironment(np.eye(3)[0], 2),
+                5,
+                [],
+            ),
+            "seeds must hold at least one seed",
+        ),
     ],
 )
 def test_invalid_simulations_are_rejected(build, match: str) -> None:  # type: ignore[no-untyped-def]

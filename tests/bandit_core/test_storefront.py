@@ -32,7 +32,9 @@ def test_click_probability_is_the_documented_logistic_of_segment_x_item() -> Non
     # BASE -3, books +1.5, sale +0.8, premium -0.8, kids 0 (not a student's taste),
     # price -1.5 * 20/100, tenure 0.1 * 2, mobile -0.2, quality 0.1
     logit = -3 + 1.5 + 0.8 - 0.8 + 0 - 0.3 + 0.2 - 0.2 + 0.1
-    assert Storefront.click_probability(shopper, item) == pytest.approx(1 / (1 + math.exp(-logit)), abs=1e-15)
+    assert Storefront.click_probability(shopper, item) == pytest.approx(
+        1 / (1 + math.exp(-logit)), abs=1e-15
+    )
     # the ranking depends on who asks: a foodie prefers vegan food, a student cheap books
     food = Item("y", "food", price=12.0, tags=("vegan",), quality=0.0)
     foodie = Shopper("foodie", tenure_years=2, device="mobile")
@@ -49,7 +51,10 @@ def test_each_round_offers_distinct_catalog_items_with_their_closed_form_rates()
             "user": {"segment": r.shopper.segment, "tenureYears": r.shopper.tenure_years},
             "device": {"type": r.shopper.device},
         }
-        assert r.actions == [{"item": {"category": i.category, "price": i.price, "tags": list(i.tags)}} for i in r.items]
+        assert r.actions == [
+            {"item": {"category": i.category, "price": i.price, "tags": list(i.tags)}}
+            for i in r.items
+        ]
 
 
 def test_shoppers_follow_the_segment_weights() -> None:
@@ -66,7 +71,9 @@ def test_shoppers_follow_the_segment_weights() -> None:
 def test_realized_clicks_match_the_expected_rates() -> None:
     shop = Storefront(catalog_size=20, offered=4)
     policy = bandit_core.make_policy("random", d=1, seed=0)
-    run = run_storefront(policy, lambda c, a: np.zeros((len(a), 1)), shop, 2000, None, np.random.default_rng(2))
+    run = run_storefront(
+        policy, lambda c, a: np.zeros((len(a), 1)), shop, 2000, None, np.random.default_rng(2)
+    )
     expected, var = run.chosen_mu.sum(), (run.chosen_mu * (1 - run.chosen_mu)).sum()
     assert abs(run.clicks.sum() - expected) < 4 * math.sqrt(var)  # Bernoulli(mu) per round
     assert run.regret == pytest.approx(float((run.best_mu - run.chosen_mu).sum()))
@@ -84,8 +91,12 @@ def test_a_seed_fixes_everything_and_the_storefront_draws_do_not_depend_on_the_p
     featurizer = Featurizer(FeaturizerConfig(bits=5, output="dense"))
     runs = [
         run_storefront(
-            bandit_core.make_policy(name, d=featurizer.config.dim, seed=3), shared_rows(featurizer),
-            shop, 300, 150, np.random.default_rng(4),
+            bandit_core.make_policy(name, d=featurizer.config.dim, seed=3),
+            shared_rows(featurizer),
+            shop,
+            300,
+            150,
+            np.random.default_rng(4),
         )
         for name in ("hybrid_linucb", "hybrid_linucb", "random")
     ]
@@ -108,15 +119,23 @@ def test_catalog_replacement_brings_new_ids_with_the_same_kinds_of_features() ->
         for i in catalog.values():
             assert i.price > 0 and set(i.tags) <= set(CATEGORY_TAGS[i.category])
             assert set(i.features()["item"]) == {"category", "price", "tags"}
-    assert {i.price for i in old.values()}.isdisjoint({i.price for i in new.values()})  # fresh draws
+    assert {i.price for i in old.values()}.isdisjoint(
+        {i.price for i in new.values()}
+    )  # fresh draws
 
 
 def test_shape_is_checked() -> None:
     with pytest.raises(InvalidInputError, match="offered"):
         Storefront(catalog_size=5, offered=6)
     with pytest.raises(InvalidInputError, match="rounds"):
-        run_storefront(bandit_core.make_policy("random", d=1), lambda c, a: np.zeros((len(a), 1)),
-                       Storefront(), 0, None, np.random.default_rng(0))
+        run_storefront(
+            bandit_core.make_policy("random", d=1),
+            lambda c, a: np.zeros((len(a), 1)),
+            Storefront(),
+            0,
+            None,
+            np.random.default_rng(0),
+        )
 
 
 def test_the_shared_model_keeps_its_lift_when_every_item_gets_a_new_id() -> None:
@@ -129,13 +148,19 @@ def test_the_shared_model_keeps_its_lift_when_every_item_gets_a_new_id() -> None
     shared = Featurizer(FeaturizerConfig(bits=6, output="dense"))
     context = Featurizer(FeaturizerConfig(bits=4, interactions=(), output="dense"))
 
-    def mu(name: str, featurizer: Featurizer, encode, seed: int, **params: float) -> tuple[float, float]:
+    def mu(
+        name: str, featurizer: Featurizer, encode, seed: int, **params: float
+    ) -> tuple[float, float]:
         policy = bandit_core.make_policy(name, d=featurizer.config.dim, seed=seed, **params)
-        run = run_storefront(policy, encode(featurizer), shop, 1000, 800, np.random.default_rng(seed))
+        run = run_storefront(
+            policy, encode(featurizer), shop, 1000, 800, np.random.default_rng(seed)
+        )
         return float(run.chosen_mu[600:800].mean()), float(run.chosen_mu[800:].mean())
 
     seeds = (0, 1)
-    hybrid = np.mean([mu("hybrid_linucb", shared, shared_rows, s, alpha=0.0, epsilon=0.2) for s in seeds], axis=0)
+    hybrid = np.mean(
+        [mu("hybrid_linucb", shared, shared_rows, s, alpha=0.0, epsilon=0.2) for s in seeds], axis=0
+    )
     per_arm = np.mean([mu("linucb", context, context_rows, s, alpha=0.5) for s in seeds], axis=0)
     random = np.mean([mu("random", context, context_rows, s) for s in seeds], axis=0)
     before, after = 0, 1

@@ -163,8 +163,7 @@ def test_the_architecture_page_names_existing_files_and_every_use_case_module() 
     text = (ROOT / "docs" / "architecture.md").read_text()
     named = set(re.findall(r"`((?:bandit_core|service|migrations|openapi|tests)/[\w./-]+)`", text))
     named |= {
-        "service/" + path
-        for path in re.findall(r"`((?:usecases|storage|routers)/[\w./-]+)`", text)
+        "service/" + path for path in re.findall(r"`((?:usecases|storage|routers)/[\w./-]+)`", text)
     }
     assert "bandit_core/registry.py" in named
     missing = sorted(path for path in named if not (ROOT / path).exists())

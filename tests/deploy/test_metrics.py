@@ -203,7 +203,9 @@ async def test_ten_thousand_arm_ids_add_a_bounded_number_of_series(tmp_path: Pat
 
             for start in range(0, DISTINCT_ARMS, 100):  # every 10th arm rewarded too
                 arms = range(start, start + 100)
-                await asyncio.gather(*(serve("open-catalog", f"item-{i}", i % 10 == 0) for i in arms))
+                await asyncio.gather(
+                    *(serve("open-catalog", f"item-{i}", i % 10 == 0) for i in arms)
+                )
             for arm in ("a", "b", "c"):
                 await serve("registered", arm, True)
             text = (await http.get("/metrics")).text

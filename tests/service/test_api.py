@@ -268,7 +268,9 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
             assert dec.algorithm == algorithm
             assert (await client.reward(dec.event_id, float(i % 2))).applied
         stats = await client.stats("p")
-        if issubclass(bandit_core.POLICIES[algorithm], SharedModelPolicy):  # no per-arm part: policy-wide counters
+        if issubclass(
+            bandit_core.POLICIES[algorithm], SharedModelPolicy
+        ):  # no per-arm part: policy-wide counters
             assert stats.policy_stats == {"rewarded": 20.0, "reward_sum": 10.0}
         else:
             assert sum(a.rewarded for a in stats.arms.values()) == 20
@@ -287,10 +289,17 @@ async def test_every_registered_algorithm_serves_learns_and_round_trips(
         assert restored.policy_stats == stats.policy_stats
 
 
-async def test_hybrid_linucb_updates_the_arm_and_the_shared_part_together(make_settings: Any) -> None:
+async def test_hybrid_linucb_updates_the_arm_and_the_shared_part_together(
+    make_settings: Any,
+) -> None:
     """With a per-arm part a reward writes ``arm:<id>`` and ``shared`` in one transaction:
     the per-arm and the policy-wide counters agree."""
-    spec = {"algorithm": "hybrid_linucb", "dimension": 3, "params": {"context_dim": 1}, "arms": ["a", "b"]}
+    spec = {
+        "algorithm": "hybrid_linucb",
+        "dimension": 3,
+        "params": {"context_dim": 1},
+        "arms": ["a", "b"],
+    }
     async with running(make_settings()) as (_app, http, client):
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         for i in range(12):
@@ -298,7 +307,11 @@ async def test_hybrid_linucb_updates_the_arm_and_the_shared_part_together(make_s
             assert (await client.reward(dec.event_id, float(i % 3 == 0))).applied
         stats = await client.stats("p")
         assert sum(a.rewarded for a in stats.arms.values()) == 12 == stats.policy_stats["rewarded"]
-        assert sum(a.reward_sum for a in stats.arms.values()) == 4.0 == stats.policy_stats["reward_sum"]
+        assert (
+            sum(a.reward_sum for a in stats.arms.values())
+            == 4.0
+            == stats.policy_stats["reward_sum"]
+        )
 
 
 async def test_guardrailed_policy(make_settings: Any) -> None:
@@ -346,7 +359,11 @@ async def test_guardrailed_policy(make_settings: Any) -> None:
         # answered 422 naming the candidates field and the engine error's class.
         r = await http.post(
             "/recommend",
-            json={"policy": "g", "context": {"age": 16, "score": 1.0}, "arms": [{"id": "beer"}, {"id": "juice"}]},
+            json={
+                "policy": "g",
+                "context": {"age": 16, "score": 1.0},
+                "arms": [{"id": "beer"}, {"id": "juice"}],
+            },
         )
         assert r.status_code == 422
         (detail,) = r.json()["detail"]
@@ -611,17 +628,29 @@ async def test_a_setting_given_in_params_is_decided_once_and_shown_where_it_appl
         "feature_names": ["age", "score", "bias"],
         "params": {"alpha": 0.5, "safe_arm": "water", "epsilon": 0.2},
         "guardrails": [
-            {"type": "feature_threshold", "feature": "age", "op": "<", "value": 18, "arms": ["juice"]}
+            {
+                "type": "feature_threshold",
+                "feature": "age",
+                "op": "<",
+                "value": 18,
+                "arms": ["juice"],
+            }
         ],
     }
     async with running(make_settings()) as (_app, http, _):
         r = await http.put("/policies/g", json=guarded)
         assert r.status_code == 200, r.text
         shown = (await http.get("/policies/g")).json()
-        assert (shown["safe_arm"], shown["epsilon"], shown["params"]) == ("water", 0.2, {"alpha": 0.5})
+        assert (shown["safe_arm"], shown["epsilon"], shown["params"]) == (
+            "water",
+            0.2,
+            {"alpha": 0.5},
+        )
         minor = {"policy": "g", "context": {"age": 16, "score": 1.0, "bias": 1.0}}
         served = (await http.post("/recommend", json=minor)).json()
-        assert served["guardrail"]["safe_arm_served"] is True  # the shown safe arm is the applied one
+        assert (
+            served["guardrail"]["safe_arm_served"] is True
+        )  # the shown safe arm is the applied one
         # the same setting in both places, agreeing, is one setting
         same = {**POLICY, "epsilon": 0.3, "params": {"alpha": 0.5, "epsilon": 0.3}}
         assert (await http.put("/policies/p", json=same)).json()["epsilon"] == 0.3
@@ -717,14 +746,18 @@ async def test_cors_answers_preflights_of_configured_origins_only(
         assert "authorization" in r.headers["access-control-allow-headers"].lower()
         served = await http.post("/recommend", json=_recommend(), headers={"Origin": shop})
         assert served.status_code == 200 and served.headers["access-control-allow-origin"] == shop
-        other = await http.options("/recommend", headers={"Origin": "https://evil.example", **PREFLIGHT})
+        other = await http.options(
+            "/recommend", headers={"Origin": "https://evil.example", **PREFLIGHT}
+        )
         assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
     async with running(make_settings()) as (_app, http, _):  # default: off
         r = await http.options("/recommend", headers={"Origin": shop, **PREFLIGHT})
         assert r.status_code == 405 and "access-control-allow-origin" not in r.headers
 
 
-async def test_a_policy_that_names_no_epsilon_logs_evaluable_propensities(make_settings: Any) -> None:
+async def test_a_policy_that_names_no_epsilon_logs_evaluable_propensities(
+    make_settings: Any,
+) -> None:
     """Default exploration (epsilon 0.05): no served arm is logged with propensity 1, so
     the log supports offline evaluation of other policies; the demo policy too."""
     async with running(make_settings(demo_policy=True)) as (app, http, _):

@@ -88,7 +88,11 @@ async def test_native_evaluations(make_settings: Any) -> None:
             0,
             "arguments",
         ]
-        backwards = {**body, "start_time": "2030-01-01T00:00:00Z", "end_time": "2020-01-01T00:00:00Z"}
+        backwards = {
+            **body,
+            "start_time": "2030-01-01T00:00:00Z",
+            "end_time": "2020-01-01T00:00:00Z",
+        }
         reversed_range = await http.post("/policies/home/evaluations", json=backwards)
         assert reversed_range.status_code == 422
         assert reversed_range.json()["detail"][0]["loc"] == ["body", "end_time"]

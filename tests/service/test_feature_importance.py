@@ -227,7 +227,9 @@ async def test_feature_importance_jobs_leave_one_feature_out_over_a_log_range(
         assert max(scores, key=scores.__getitem__) in (("user", "likes"), ("item", "kind"))
         assert scores[("user", "likes")] > 0.5 and scores[("session", "coin")] < 0.2, scores
         assert "over 300 rewarded decisions" in job["description"]
-        assert (await http.put("/policies/shop/feature-importances/j1", json=range_)).status_code == 409
+        assert (
+            await http.put("/policies/shop/feature-importances/j1", json=range_)
+        ).status_code == 409
 
         assert (await http.put("/policies/p", json=NAMED)).status_code == 200
         range_ = {"since": 0, "until": time.time()}

@@ -303,7 +303,10 @@ def test_cli_estimate_matches_the_library(
     ("extra", "message"),
     [
         (["--format", "eventlog"], "needs --log-policy"),
-        (["--format", "eventlog", "--log-policy", "nope"], "'nope' has no decisions in the event log"),
+        (
+            ["--format", "eventlog", "--log-policy", "nope"],
+            "'nope' has no decisions in the event log",
+        ),
         (["--format", "news", "--log-policy", "x"], "apply to --format eventlog only"),
         (
             ["--format", "eventlog", "--log-policy", "x", "--data", "sqlite:///no/such.db"],
@@ -344,14 +347,21 @@ async def test_a_deleted_policys_logged_decisions_replay(
     its config is gone; replay reads them (and says why --unrewarded default cannot)."""
     url = f"sqlite:///{tmp_path / 'events.sqlite3'}"
     settings = Settings(
-        data_dir=tmp_path / "data", api_keys=[API_KEY], demo_policy=False, database_url=url,
-        log_flush_seconds=60.0, snapshot_interval_seconds=0,
+        data_dir=tmp_path / "data",
+        api_keys=[API_KEY],
+        demo_policy=False,
+        database_url=url,
+        log_flush_seconds=60.0,
+        snapshot_interval_seconds=0,
     )
     async with running(settings) as (app, http, _):
         assert (await http.put("/policies/gone", json=_spec())).status_code == 200
         for t in range(20):
-            body = {"policy": "gone", "context": [1.0, float(t % 2)],
-                    "arms": [{"id": a, "features": [0.5]} for a in ARMS]}
+            body = {
+                "policy": "gone",
+                "context": [1.0, float(t % 2)],
+                "arms": [{"id": a, "features": [0.5]} for a in ARMS],
+            }
             dec = (await http.post("/recommend", json=body)).json()
             await http.post("/reward", json={"event_id": dec["event_id"], "reward": 1.0})
         assert (await http.delete("/policies/gone")).status_code == 204
@@ -384,7 +394,9 @@ def storefront_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     url = f"sqlite:///{tmp_path_factory.mktemp('storefront') / 'events.sqlite3'}"
-    assert asyncio.run(example.fill(url, STOREFRONT_EVENTS, 0, storefront=True)) == STOREFRONT_EVENTS
+    assert (
+        asyncio.run(example.fill(url, STOREFRONT_EVENTS, 0, storefront=True)) == STOREFRONT_EVENTS
+    )
     return url
 
 
@@ -395,11 +407,14 @@ def _featurized_events(url: str, features: dict[str, Any], policy: BasePolicy) -
     try:
         return [
             LoggedEvent.build(
-                [c["id"] for c in d.candidates], d.arm_id, e.reward.value,
+                [c["id"] for c in d.candidates],
+                d.arm_id,
+                e.reward.value,
                 arm_features=featurized_rows(
                     featurizer, policy, d.context, [c["features"] for c in d.candidates]
                 ),
-                pscore=d.propensity, user_id=d.user_id,
+                pscore=d.propensity,
+                user_id=d.user_id,
             )
             for e in log.iter_events("shop")
             if (d := e.decision) and e.reward is not None
@@ -425,14 +440,19 @@ def test_refeaturized_replay_equals_an_engine_replay_over_the_same_featurizer(
         code, _, err = _cli([*argv, "--no-progress", "--json", str(js)], capsys)
         assert code == 0, err
         got = json.loads(js.read_text())
-        assert got["features"] == (FeaturizerConfig.from_dict(features).to_dict() if option else None)
+        assert got["features"] == (
+            FeaturizerConfig.from_dict(features).to_dict() if option else None
+        )
         d = 65
         direct = replay(
             make_policy(name, d=d, seed=3, **params),
             _featurized_events(storefront_url, features, make_policy(name, d=d)),
         )
         assert got["events_seen"] == direct.events_seen == STOREFRONT_EVENTS
-        assert (got["cumulative_reward"], got["matched"]) == (direct.cumulative_reward, direct.matched)
+        assert (got["cumulative_reward"], got["matched"]) == (
+            direct.cumulative_reward,
+            direct.matched,
+        )
         assert got["curve"] == direct.curve.tolist()
 
 
@@ -470,7 +490,15 @@ def test_interactions_score_higher_on_the_storefront_log(
     values = {}
     for label, features in (("on", INTERACTIONS), ("off", NO_INTERACTIONS)):
         js = tmp_path / f"{label}.json"
-        argv = ["estimate", "--format", "eventlog", "--data", storefront_url, "--log-policy", "shop"]
+        argv = [
+            "estimate",
+            "--format",
+            "eventlog",
+            "--data",
+            storefront_url,
+            "--log-policy",
+            "shop",
+        ]
         argv += ["--features", json.dumps(features), "--policy", "hybrid_linucb", "--alpha", "0"]
         argv += ["--bootstrap", "100", "--json", str(js)]
         code, _, err = _cli(argv, capsys)
@@ -486,7 +514,10 @@ def test_interactions_score_higher_on_the_storefront_log(
         (["--features", "{bits: 8"], "--features: not valid JSON"),
         (["--features", '{"bits": 40}'], "--features: bits must be an int in [1, 30]"),
         (["--features", '{"bits": 8, "colour": 1}'], "--features: "),
-        (["--features-file", "/no/such/file.json"], "--features-file /no/such/file.json: No such file"),
+        (
+            ["--features-file", "/no/such/file.json"],
+            "--features-file /no/such/file.json: No such file",
+        ),
         (["--features", '{"bits": 12}'], "at most 4096: lower bits in --features"),
     ],
 )
@@ -503,7 +534,9 @@ def test_features_need_a_log_of_json_features(
 ) -> None:
     log = logs[0]
     argv = ["compare", "--format", "eventlog", "--data", log.url, "--log-policy", log.policy]
-    code, _, err = _cli([*argv, "--features", '{"bits": 4}', "--policy", "linucb", "--jobs", "1"], capsys)
+    code, _, err = _cli(
+        [*argv, "--features", '{"bits": 4}', "--policy", "linucb", "--jobs", "1"], capsys
+    )
     assert code == 2 and "holds float vectors, not JSON features" in err, err
     code, _, err = _cli(["replay", "--features", '{"bits": 4}', "--policy", "linucb"], capsys)
     assert code == 2 and "apply to --format eventlog only" in err, err

@@ -39,7 +39,11 @@ POLICIES: dict[str, tuple[dict[str, Any], Any]] = {
         lambda j: {"context": CONTEXT, "arms": _items(j)},
     ),
     "hybrid_per_arm": (
-        {"algorithm": "hybrid_linucb", "features": JSON, "params": {"alpha": 0.3, "context_dim": 9}},
+        {
+            "algorithm": "hybrid_linucb",
+            "features": JSON,
+            "params": {"alpha": 0.3, "context_dim": 9},
+        },
         lambda j: {"context": CONTEXT, "arms": _items(j % 2)},
     ),
     "diag_linucb": (
@@ -51,7 +55,10 @@ POLICIES: dict[str, tuple[dict[str, Any], Any]] = {
 
 def _items(j: int) -> list[dict[str, Any]]:
     return [
-        {"id": f"i{j}-{k}", "features": {"item": {"cat": ("x", "y", "z")[(j + k) % 3], "price": k + j % 4}}}
+        {
+            "id": f"i{j}-{k}",
+            "features": {"item": {"cat": ("x", "y", "z")[(j + k) % 3], "price": k + j % 4}},
+        }
         for k in range(3)
     ]
 
@@ -82,7 +89,9 @@ def _nobody() -> PendingEvent:
 
 
 async def _parts(app: Any, policy: str, events: list[str]) -> list[str]:
-    runtime, _, raw = await app.state.use_cases.cache.load(policy, extra=[event_key(e) for e in events])
+    runtime, _, raw = await app.state.use_cases.cache.load(
+        policy, extra=[event_key(e) for e in events]
+    )
     arms = {PendingEvent.from_json(raw[event_key(e)]).arm_id for e in events}
     return sorted({p for a in arms for p in runtime.policy.parts_for_update(a)})
 
@@ -124,7 +133,9 @@ async def test_a_coalesced_batch_leaves_the_state_of_one_transaction_per_reward(
 
         finalizations.coalesce = False
         for event_id in (e for b in applied for e in b):  # the same order, one at a time
-            r = await http.post("/reward", json={"event_id": same[event_id], "reward": value_of[event_id]})
+            r = await http.post(
+                "/reward", json={"event_id": same[event_id], "reward": value_of[event_id]}
+            )
             assert r.status_code == 200 and r.json()["applied"], r.text
 
         parts = await _parts(app, "batched", batched)
@@ -132,12 +143,19 @@ async def test_a_coalesced_batch_leaves_the_state_of_one_transaction_per_reward(
         assert await _stored(app, "batched", parts) == await _stored(app, "single", parts)
 
 
-async def test_a_failing_reward_fails_alone_and_the_rest_of_its_batch_commits(make_settings: Any) -> None:
+async def test_a_failing_reward_fails_alone_and_the_rest_of_its_batch_commits(
+    make_settings: Any,
+) -> None:
     """One batch: two good rewards, the same event twice, an unknown event, an event of
     a decision made before a reset, and an event whose stored row overflows the update.
     The good ones commit (state equal to applying them alone), each other one gets its
     own error, nothing of theirs is written."""
-    spec = {"algorithm": "linucb", "dimension": 2, "params": {"alpha": 0.3}, "arms": ["a", "b", "c"]}
+    spec = {
+        "algorithm": "linucb",
+        "dimension": 2,
+        "params": {"alpha": 0.3},
+        "arms": ["a", "b", "c"],
+    }
     body = POLICIES["linucb"][1]
     async with running(make_settings()) as (app, http, _):
         finalizations = app.state.use_cases.rewards.finalizations
@@ -181,7 +199,9 @@ async def test_a_failing_reward_fails_alone_and_the_rest_of_its_batch_commits(ma
                 "q", *(await _single(app, "q", event_id)), value, EventState.REWARDED
             )
         with pytest.raises(EventAlreadyFinalError):
-            await finalizations.finalize("q", *(await _single(app, "q", ref_twice)), 0.25, EventState.REWARDED)
+            await finalizations.finalize(
+                "q", *(await _single(app, "q", ref_twice)), 0.25, EventState.REWARDED
+            )
         parts = await _parts(app, "p", [good1, good2, twice])
         assert parts == await _parts(app, "q", [ref1, ref2, ref_twice])
         assert await _stored(app, "p", parts) == await _stored(app, "q", parts)
@@ -224,7 +244,9 @@ async def test_one_reward_alone_is_one_transaction_and_the_queue_is_left_empty(
         r = await http.post("/reward", json={"event_id": event_id, "reward": 1.0})
         assert r.json()["status"] == "already_rewarded" and sizes == [1, 1]
         assert finalizations.idle
-        assert np.isfinite((await http.get("/policies/p/stats")).json()["arms"][r.json()["arm_id"]]["reward_sum"])
+        assert np.isfinite(
+            (await http.get("/policies/p/stats")).json()["arms"][r.json()["arm_id"]]["reward_sum"]
+        )
 
 
 async def test_a_caller_that_stops_waiting_does_not_stall_the_queue(make_settings: Any) -> None:
@@ -240,7 +262,9 @@ async def test_a_caller_that_stops_waiting_does_not_stall_the_queue(make_setting
         items = [await _finalization(app, "p", e, 1.0) for e in events]
         tasks = [
             asyncio.create_task(
-                finalizations.finalize("p", item.runtime, item.event_id, item.event, 1.0, EventState.REWARDED)
+                finalizations.finalize(
+                    "p", item.runtime, item.event_id, item.event, 1.0, EventState.REWARDED
+                )
             )
             for item in items
         ]
@@ -282,5 +306,7 @@ async def test_a_transaction_redone_after_a_conflict_is_counted(make_settings: A
 
 async def _retries(http: Any) -> float:
     text = (await http.get("/metrics")).text
-    found = re.findall(r'^bandit_store_transaction_retries_total\{policy="p"\} (\S+)$', text, re.MULTILINE)
+    found = re.findall(
+        r'^bandit_store_transaction_retries_total\{policy="p"\} (\S+)$', text, re.MULTILINE
+    )
     return float(found[0]) if found else 0.0

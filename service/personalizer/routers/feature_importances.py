@@ -77,9 +77,7 @@ def make_feature_importance_router(
         return PersonalizerFeatureImportance(
             **_details(job),
             feature_scores=[
-                PersonalizerFeatureScore(
-                    namespace=s.namespace, feature_name=s.name, score=s.score
-                )
+                PersonalizerFeatureScore(namespace=s.namespace, feature_name=s.name, score=s.score)
                 for s in job.feature_scores
             ],
             description=job.description,

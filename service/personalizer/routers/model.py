@@ -32,7 +32,9 @@ def make_model_router(
     async def export_model(
         models: ModelsDep,
         loop: str = Loop,
-        signed: bool = Query(False, description="accepted; the file carries a CRC-32, no signature"),
+        signed: bool = Query(
+            False, description="accepted; the file carries a CRC-32, no signature"
+        ),
     ) -> Response:
         """The loop's whole model as one file (importable with ``PUT model``)."""
         return Response(await models.export_model(loop), media_type=MODEL_MEDIA_TYPE)

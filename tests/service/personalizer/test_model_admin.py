@@ -233,7 +233,8 @@ def test_feature_importance_ranks_a_feature_the_storefront_uses_above_one_it_ign
     for backend in BACKENDS:
         start, end = spans[backend]
         admin(f"{servers[backend]}/loops/shop").create_feature_importance(
-            "fi-1", {"name": "storefront", "startTime": start.isoformat(), "endTime": end.isoformat()}
+            "fi-1",
+            {"name": "storefront", "startTime": start.isoformat(), "endTime": end.isoformat()},
         )
     for backend in BACKENDS:
         check_feature_importances(f"{servers[backend]}/loops/shop", *spans[backend])

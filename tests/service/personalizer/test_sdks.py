@@ -279,7 +279,9 @@ def test_log_properties_and_delete_logs_with_the_2022_sdk(endpoint: str) -> None
         missing = http.delete("/loops/nope/personalizer/logs")
         assert missing.status_code == 404
         assert missing.json()["error"]["code"] == "ResourceNotFound"
-        wrong = http.get("/personalizer/logs/properties", headers={"Ocp-Apim-Subscription-Key": "x"})
+        wrong = http.get(
+            "/personalizer/logs/properties", headers={"Ocp-Apim-Subscription-Key": "x"}
+        )
         assert wrong.status_code == 401
 
 
@@ -633,7 +635,13 @@ def test_offline_evaluations_with_the_2022_sdk(endpoint: str) -> None:
     custom = {"name": "no-interactions", "arguments": "--cb_explore_adf --epsilon 0.2"}
     settings.create_evaluation(
         evaluation_id,
-        {"name": "sdk", "startTime": begin, "endTime": end, "policies": [custom], "enablePolicyOptimization": True},
+        {
+            "name": "sdk",
+            "startTime": begin,
+            "endTime": end,
+            "policies": [custom],
+            "enablePolicyOptimization": True,
+        },
     )
     deadline = time.monotonic() + 180
     while True:

@@ -64,7 +64,9 @@ def test_the_guides_start_command_serves_other_hosts_with_its_key(tmp_path: Path
             ranked = http.post("/rank", json=body, headers=headers)
             assert ranked.status_code == 201, ranked.text
             reward = f"/events/{ranked.json()['eventId']}/reward"
-            assert http.post(reward, json={"value": 1.0}).status_code == 401  # keys set: no key, no reward
+            assert (
+                http.post(reward, json={"value": 1.0}).status_code == 401
+            )  # keys set: no key, no reward
             assert http.post(reward, json={"value": 1.0}, headers=headers).status_code == 204
     finally:
         server.terminate()
