@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
 from bandit_core.linear import RidgeStack, stacked_ucb_terms
+from bandit_core.parts import ArmT
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_real, check_true
@@ -52,7 +53,7 @@ def _check_now(now: float | None) -> float | None:
     return check_real(now, "now", error=InvalidInputError)
 
 
-class ClockedPolicy(BasePolicy):
+class ClockedPolicy(BasePolicy[ArmT, None, None]):
     """A policy whose :meth:`select` and :meth:`update` take the time ``now`` (seconds)."""
 
     def __init__(self, config: PolicyConfig) -> None:
@@ -222,7 +223,7 @@ def discounted_ucb_terms(
     return np.einsum("kd,kd->k", Z, b), np.sqrt(np.maximum(quad, 0.0))
 
 
-class DiscountedLinUCB(ClockedPolicy):
+class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
     """D-LinUCB over per-arm discounted ridge states (:class:`DiscountedArmState`)."""
 
     NAME: ClassVar[str] = "discounted_linucb"
@@ -232,14 +233,18 @@ class DiscountedLinUCB(ClockedPolicy):
 
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
-        self._stack = RidgeStack(matrix="width_matrix")
+        self._stack: RidgeStack[DiscountedArmState] = RidgeStack(matrix="width_matrix")
         self._wall_clock = self.config.half_life_seconds is not None
 
     def _new_arm_state(self) -> DiscountedArmState:
         return DiscountedArmState.prior(self.config.d, self.config.ridge_lambda)
 
     def _score(
-        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+        self,
+        arm_ids: list[str],
+        states: list[DiscountedArmState],
+        X: np.ndarray,
+        ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
         mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
         if self._wall_clock and self._now is not None:
@@ -254,14 +259,25 @@ class DiscountedLinUCB(ClockedPolicy):
         return mean + self.config.alpha * width, width
 
     def _score_batch(
-        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+        self,
+        arm_ids: list[str],
+        states: list[DiscountedArmState],
+        X_batch: np.ndarray,
+        ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
         # Batched selections carry no time: every arm is scored at its own clock.
         self._stack.sync(arm_ids, states, self._take_updated())
         mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
         return mean + self.config.alpha * width, width
 
-    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self,
+        arm_id: str,
+        state: DiscountedArmState,
+        x: np.ndarray,
+        reward: float,
+        ctx: SelectContext,
+    ) -> None:
         if not self._wall_clock:
             at = state.n + 1.0
         else:
@@ -405,7 +421,7 @@ class WindowArmState(ArrayState):
         return self.xs, self.rewards, self.times
 
 
-class SlidingWindowLinUCB(ClockedPolicy):
+class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
     """SW-LinUCB over per-arm windows (:class:`WindowArmState`)."""
 
     NAME: ClassVar[str] = "sliding_window_linucb"
@@ -415,13 +431,13 @@ class SlidingWindowLinUCB(ClockedPolicy):
 
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
-        self._stack = RidgeStack()
+        self._stack: RidgeStack[WindowArmState] = RidgeStack()
 
     def _new_arm_state(self) -> WindowArmState:
         return WindowArmState.prior(self.config.d, self.config.ridge_lambda, self.config.window)
 
     def _score(
-        self, arm_ids: list[str], states: list, X: np.ndarray, ctx: SelectContext
+        self, arm_ids: list[str], states: list[WindowArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
         seconds, now = self.config.window_seconds, self._now
@@ -436,14 +452,20 @@ class SlidingWindowLinUCB(ClockedPolicy):
         return mean + self.config.alpha * width, width
 
     def _score_batch(
-        self, arm_ids: list[str], states: list, X_batch: np.ndarray, ctx: SelectContext
+        self,
+        arm_ids: list[str],
+        states: list[WindowArmState],
+        X_batch: np.ndarray,
+        ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
         # Batched selections carry no time: every window is taken at its arm's clock.
         self._stack.sync(arm_ids, states, self._take_updated())
         mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
         return mean + self.config.alpha * width, width
 
-    def _update(self, arm_id: str, state, x: np.ndarray, reward: float, ctx: SelectContext) -> None:
+    def _update(
+        self, arm_id: str, state: WindowArmState, x: np.ndarray, reward: float, ctx: SelectContext
+    ) -> None:
         if self.config.window_seconds is None:
             at = state.n + 1.0
         else:

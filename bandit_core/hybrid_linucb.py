@@ -88,7 +88,7 @@ class HybridArmState(LinearArmState):
     B: np.ndarray
 
 
-class HybridStack(RidgeStack):
+class HybridStack(RidgeStack[LinearArmState]):
     """:class:`RidgeStack` of hybrid arms: besides ``A_inv`` and ``theta`` (``A_a^-1 b_a``)
     it keeps ``A_inv_B`` (K, d, k), ``A_a^-1 B_a``, which every score of the arm needs and
     which changes only when the arm is updated."""

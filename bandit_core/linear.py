@@ -16,7 +16,7 @@ import itertools
 import operator
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -169,7 +169,18 @@ def stacked_ucb_terms(
 _UPDATES = operator.attrgetter("n")
 
 
-class RidgeStack:
+class RidgeState(Protocol):
+    """What :class:`RidgeStack` reads of an arm's state: its update count ``n`` and its
+    ``theta`` (and the matrix field it was told to stack)."""
+
+    n: int
+    theta: np.ndarray
+
+
+RidgeStateT = TypeVar("RidgeStateT", bound=RidgeState)
+
+
+class RidgeStack(Generic[RidgeStateT]):
     """Contiguous ``A_inv (K, d, d)`` and ``theta (K, d)`` of the last candidate list scored.
 
     ``matrix`` names the state field stacked as ``A_inv``: the width of a score is
@@ -198,7 +209,7 @@ class RidgeStack:
         self._matrix = operator.attrgetter(matrix)
         self._ids: list[str] = []
         self._rows: dict[str, int] = {}
-        self._states: list[LinearArmState] = []
+        self._states: list[RidgeStateT] = []
         self._stamps: list[int] = []
         self.A_inv = np.zeros((0, 0, 0))
         self.theta = np.zeros((0, 0))
@@ -206,7 +217,7 @@ class RidgeStack:
     def sync(
         self,
         arm_ids: list[str],
-        states: Sequence[LinearArmState],
+        states: Sequence[RidgeStateT],
         changed: Collection[str] | None = None,
     ) -> list[int] | None:
         """Bring the stacks up to date with ``states`` (aligned with ``arm_ids``).
@@ -249,14 +260,14 @@ class RidgeStack:
         self.A_inv = np.stack(list(map(self._matrix, self._states)))
         self.theta = np.stack([s.theta for s in self._states])
 
-    def _write(self, i: int, state: LinearArmState) -> None:
+    def _write(self, i: int, state: RidgeStateT) -> None:
         self.A_inv[i] = self._matrix(state)
         self.theta[i] = state.theta
 
     def ucb_terms(
         self,
         arm_ids: list[str],
-        states: Sequence[LinearArmState],
+        states: Sequence[RidgeStateT],
         X: np.ndarray,
         changed: Collection[str] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -58,10 +58,10 @@ class LinUCB(BasePolicy[LinearArmState, SharedT, None]):
 
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
-        self._stack = RidgeStack()
+        self._stack: RidgeStack[LinearArmState] = RidgeStack()
 
     @property
-    def score_cache(self) -> RidgeStack:
+    def score_cache(self) -> RidgeStack[LinearArmState]:
         """The stacked arrays of the last candidate list scored, to read (the cache
         rules are in :mod:`bandit_core.policy`)."""
         return self._stack

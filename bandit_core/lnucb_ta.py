@@ -71,7 +71,7 @@ that an approximate nearest-neighbour index per arm (e.g. HNSW) would replace
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, cast
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -139,7 +139,7 @@ def _attention_factors(state: LinearArmState, alpha: float, kappa: float) -> tup
     return alpha / (state.n + 1.0), (1.0 - kappa) * _mean(state)
 
 
-class LNUCBTAStack(RidgeStack):
+class LNUCBTAStack(RidgeStack[LNUCBTAArmState]):
     """:class:`~bandit_core.linear.RidgeStack` plus, for the candidates, the factors of
     ``alpha_a`` that depend on the arm alone (:func:`_attention_factors`, shape
     ``(K,)`` each) and their :class:`KnnMemory` (with ``use_knn``); like the ridge
@@ -161,7 +161,7 @@ class LNUCBTAStack(RidgeStack):
     def _rebuild(self) -> None:
         super()._rebuild()
         cfg = self.config
-        states = cast(list[LNUCBTAArmState], self._states)  # this stack only holds LNUCB-TA arms
+        states = self._states
         factors = np.array([_attention_factors(s, cfg.alpha, cfg.kappa) for s in states])
         self.scale, self.own = factors[:, 0].copy(), factors[:, 1].copy()
         self.alpha = None
@@ -169,13 +169,13 @@ class LNUCBTAStack(RidgeStack):
             ks = adaptive_k(states, cfg.theta_min, cfg.theta_max, cfg.reward_range)
             self.knn = KnnMemory(states, ks, cfg.knn_window, self.scratch)
 
-    def _write(self, i: int, state: LinearArmState) -> None:
+    def _write(self, i: int, state: LNUCBTAArmState) -> None:
         super()._write(i, state)
         cfg = self.config
         self.scale[i], self.own[i] = _attention_factors(state, cfg.alpha, cfg.kappa)
         self.alpha = None
         if self.knn is not None:
-            arm = cast(LNUCBTAArmState, state)  # this stack only holds LNUCB-TA arms
+            arm = state
             k = arm_k(arm, cfg.theta_min, cfg.theta_max, cfg.reward_range)
             if self.knn.write(i, arm, k):
                 self.appended.add(i)

@@ -180,7 +180,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     if engine.kind == "ray":
         query = DecisionQuery(args.data, args.log_policy, since, until)
         with tqdm(total=1.0, disable=args.no_progress, unit="", file=sys.stderr) as bar:
-            result = evaluate_on(engine, query, candidates, grid, bar.update)
+
+            def advance_share(share: float) -> None:
+                bar.update(share)
+
+            result = evaluate_on(engine, query, candidates, grid, advance_share)
         if not result["events"]:
             raise UsageError(nothing)
     else:
@@ -190,7 +194,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         with tqdm(
             total=replayed * len(decisions), disable=args.no_progress, unit="event", file=sys.stderr
         ) as bar:
-            result = evaluate(decisions, candidates, grid, bar.update)
+
+            def advance(events: int) -> None:
+                bar.update(events)
+
+            result = evaluate(decisions, candidates, grid, advance)
     rows = _rows(result)
     _print_table(rows, result)
     if args.json is not None:
@@ -256,6 +264,7 @@ def _plot(path: Path, result: dict[str, Any], log_policy: str) -> None:
     from datetime import UTC, datetime
 
     import matplotlib.pyplot as plt
+    from matplotlib.dates import date2num
 
     from bandit_core.evaluation import WindowSums
 
@@ -270,8 +279,10 @@ def _plot(path: Path, result: dict[str, Any], log_policy: str) -> None:
             values.append(so_far.ips)
             lows.append(so_far.ips - half)
             highs.append(so_far.ips + half)
-        (line,) = ax.plot(times, values, label=f"{p['name']} ({p['source']})", linewidth=1.4)
-        ax.fill_between(times, lows, highs, alpha=0.15, color=line.get_color())
+        days = date2num(times)
+        (line,) = ax.plot(days, values, label=f"{p['name']} ({p['source']})", linewidth=1.4)
+        ax.fill_between(days, lows, highs, alpha=0.15, color=line.get_color())
+    ax.xaxis_date(UTC)
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("IPS estimate of the reward per decision, up to then")
     ax.grid(alpha=0.3)

@@ -64,6 +64,16 @@ from service.storage.redis_urls import redis_client
 T = TypeVar("T")
 
 
+def _text(value: object) -> str:
+    """A member, field or value the client returned: bytes (the connection does not decode
+    responses), typed by redis-py as any of its response types."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"unexpected Redis response item {value!r}")
+
+
 class RedisStateStore:
     """State of every policy in Redis; safe to share between app processes.
 
@@ -283,7 +293,7 @@ class RedisStateStore:
             cursor, fields = await self._call(
                 self._redis.hscan(policy_prefix(policy) + "versions", cursor, count=1000)
             )
-            found += [f.decode() for f in fields if f.decode().startswith(tuple(prefixes))]
+            found += [_text(f) for f in fields if _text(f).startswith(tuple(prefixes))]
             if cursor == 0:
                 return sorted(found)
 
@@ -302,7 +312,7 @@ class RedisStateStore:
     async def counters(self, policy: str) -> dict[str, float]:
         """All counters of ``policy``."""
         raw = await self._call(self._redis.hgetall(policy_prefix(policy) + "counters"))
-        return {name.decode(): float(value) for name, value in raw.items()}
+        return {_text(name): float(value) for name, value in raw.items()}
 
     async def register_event(self, event_id: str, policy: str, ttl_seconds: float) -> bool:
         """``SET bandit:event:<id> <policy> NX PX <ttl>``."""
@@ -331,7 +341,7 @@ class RedisStateStore:
     async def event_policy(self, event_id: str) -> str | None:
         """Owner of ``event_id`` unless unknown or expired."""
         raw = await self._call(self._redis.get(registry_key(event_id)))
-        return None if raw is None else raw.decode()
+        return None if raw is None else _text(raw)
 
     async def schedule(
         self,
@@ -370,7 +380,7 @@ class RedisStateStore:
         raw = await self._call(
             self._take_idle_script(keys=[policy_prefix(policy) + "seen"], args=[before, limit])
         )
-        return [name.decode() for name in raw]
+        return [_text(name) for name in raw]
 
     async def forget(
         self, policy: str, seen: Sequence[str] = (), counters: Sequence[str] = ()
@@ -401,7 +411,7 @@ class RedisStateStore:
                 policy_prefix(policy) + "deadlines", "-inf", now, start=0, num=limit
             )
         )
-        return [member.decode() for member in raw]
+        return [_text(member) for member in raw]
 
     async def claim_period(self, policy: str, job: str, period: int) -> bool:
         """Compare and set the job's field of ``bandit:{p}:claimed`` in one script."""
@@ -415,7 +425,7 @@ class RedisStateStore:
     async def list_policies(self) -> list[str]:
         """Sorted names in ``bandit:policies``."""
         raw = await self._call(self._redis.smembers(POLICIES_KEY))
-        return sorted(member.decode() for member in raw)
+        return sorted(_text(member) for member in raw)
 
     async def add_policy(self, policy: str) -> None:
         """SADD to ``bandit:policies``."""

@@ -42,4 +42,6 @@ def database_reachable() -> Iterator[None]:
     try:
         yield
     except UNAVAILABLE as exc:
-        raise EventLogUnavailableError(f"event log database: {exc.orig or exc}") from exc
+        raise EventLogUnavailableError(
+            f"event log database: {getattr(exc, 'orig', None) or exc}"
+        ) from exc

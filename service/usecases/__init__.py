@@ -120,7 +120,7 @@ def build_use_cases(
     counts an API family keeps of events served other than by the model
     (:class:`~service.usecases.finalizations.ServedTally`)."""
     cache = PolicyCache(store, settings.metrics_arm_series)
-    rewards = Rewards(cache, sink, settings, clock, tally)
+    rewards = Rewards(cache, sink, settings, clock, tally=tally)
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, event_log, settings, audit, clock)
     recommender = Recommender(cache, sink, settings, clock)

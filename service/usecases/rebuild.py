@@ -113,6 +113,7 @@ async def rebuild_policy(
     for event in rewarded:
         d = event.decision
         served = next(c for c in d.candidates if c["id"] == d.arm_id)
+        x: np.ndarray | SparseRows
         if featurizer is None:
             x = np.asarray(served["features"], dtype=np.float64)
         else:  # the log keeps JSON features as sent: featurize the served row again

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import orjson
 
 from bandit_core import Decision
 from bandit_core.features import SparseRows
@@ -31,7 +32,7 @@ class Candidates(NamedTuple):
     ids: list[str]
     rows: np.ndarray | SparseRows
     """``X``: one row per candidate (sparse for a policy taking sparse rows)."""
-    context: dict[str, float] | None
+    context: Mapping[str, float] | None
     """The named context (guardrails)."""
     logged: list[Any] | None
     """For a policy with ``features``, each candidate's features as sent, to log
@@ -236,18 +237,23 @@ class ServedDecision:
             deadline=now + runtime.info.reward_wait_seconds,
         ).to_json()
 
+    def _candidates_json(self) -> orjson.Fragment:
+        """The log's ``candidates`` column: float vectors as sent, or the JSON features."""
+        ids, X, _, logged = self.candidates
+        if logged is not None:
+            return logged_candidates(ids, logged)
+        assert isinstance(X, np.ndarray)  # float vectors as sent: sparse rows are JSON's
+        return candidates_json(ids, X)
+
     def record(self, now: float) -> DecisionRecord:
         """The event-log record of the decision."""
-        ids, X, _, logged = self.candidates
         rec = self.recommendation
         return DecisionRecord(
             event_id=rec.event_id,
             policy=self.req.policy,
             created_at=now,
             context=self.req.context,
-            candidates=candidates_json(ids, X)
-            if logged is None
-            else logged_candidates(ids, logged),
+            candidates=self._candidates_json(),
             arm_id=rec.arm_id,
             propensity=float(self.decision.propensity),
             scores=np.asarray(self.decision.scores, dtype=np.float64).tolist(),
