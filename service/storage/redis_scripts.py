@@ -23,6 +23,16 @@ POLICIES_KEY = "bandit:policies"
 """The set of policy names (global)."""
 
 
+def reply_text(value: object) -> str:
+    """A member, field or value a Redis reply holds, as text: bytes (the store's
+    connection does not decode responses), typed by redis-py as any of its reply types."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"unexpected Redis reply item {value!r}")
+
+
 def policy_prefix(policy: str) -> str:
     """The prefix of every key of ``policy``: ``bandit:{<policy>}:`` (one hash tag, one
     cluster slot); a name with braces would break the tag and is refused."""

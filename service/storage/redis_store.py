@@ -58,20 +58,11 @@ from service.storage.redis_scripts import (
     TAKE_IDLE_SCRIPT,
     policy_prefix,
     registry_key,
+    reply_text,
 )
 from service.storage.redis_urls import redis_client
 
 T = TypeVar("T")
-
-
-def _text(value: object) -> str:
-    """A member, field or value the client returned: bytes (the connection does not decode
-    responses), typed by redis-py as any of its response types."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, str):
-        return value
-    raise TypeError(f"unexpected Redis response item {value!r}")
 
 
 class RedisStateStore:
@@ -293,7 +284,7 @@ class RedisStateStore:
             cursor, fields = await self._call(
                 self._redis.hscan(policy_prefix(policy) + "versions", cursor, count=1000)
             )
-            found += [_text(f) for f in fields if _text(f).startswith(tuple(prefixes))]
+            found += [reply_text(f) for f in fields if reply_text(f).startswith(tuple(prefixes))]
             if cursor == 0:
                 return sorted(found)
 
@@ -312,7 +303,7 @@ class RedisStateStore:
     async def counters(self, policy: str) -> dict[str, float]:
         """All counters of ``policy``."""
         raw = await self._call(self._redis.hgetall(policy_prefix(policy) + "counters"))
-        return {_text(name): float(value) for name, value in raw.items()}
+        return {reply_text(name): float(value) for name, value in raw.items()}
 
     async def register_event(self, event_id: str, policy: str, ttl_seconds: float) -> bool:
         """``SET bandit:event:<id> <policy> NX PX <ttl>``."""
@@ -341,7 +332,7 @@ class RedisStateStore:
     async def event_policy(self, event_id: str) -> str | None:
         """Owner of ``event_id`` unless unknown or expired."""
         raw = await self._call(self._redis.get(registry_key(event_id)))
-        return None if raw is None else _text(raw)
+        return None if raw is None else reply_text(raw)
 
     async def schedule(
         self,
@@ -380,7 +371,7 @@ class RedisStateStore:
         raw = await self._call(
             self._take_idle_script(keys=[policy_prefix(policy) + "seen"], args=[before, limit])
         )
-        return [_text(name) for name in raw]
+        return [reply_text(name) for name in raw]
 
     async def forget(
         self, policy: str, seen: Sequence[str] = (), counters: Sequence[str] = ()
@@ -411,7 +402,7 @@ class RedisStateStore:
                 policy_prefix(policy) + "deadlines", "-inf", now, start=0, num=limit
             )
         )
-        return [_text(member) for member in raw]
+        return [reply_text(member) for member in raw]
 
     async def claim_period(self, policy: str, job: str, period: int) -> bool:
         """Compare and set the job's field of ``bandit:{p}:claimed`` in one script."""
@@ -425,7 +416,7 @@ class RedisStateStore:
     async def list_policies(self) -> list[str]:
         """Sorted names in ``bandit:policies``."""
         raw = await self._call(self._redis.smembers(POLICIES_KEY))
-        return sorted(_text(member) for member in raw)
+        return sorted(reply_text(member) for member in raw)
 
     async def add_policy(self, policy: str) -> None:
         """SADD to ``bandit:policies``."""
