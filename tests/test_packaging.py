@@ -21,7 +21,7 @@ def test_the_base_install_is_numpy_and_mmh3_and_every_optional_module_has_its_ex
     assert PROJECT["dependencies"] == ["numpy>=1.26", "mmh3>=4.0"]
     extras = PROJECT["optional-dependencies"]
     assert {"server", "offline", "client", "dev"} <= set(extras)
-    assert extras["dev"][0] == "bandit-service[server,offline,client]"
+    assert extras["dev"][0] == "bandit-service[server,offline,client,distributed]"
     assert {"tqdm>=4.66", "matplotlib>=3.8"} == set(extras["offline"])
     assert any(req.startswith("httpx") for req in extras["client"])
     assert not any(req.startswith(("fastapi", "redis", "sqlalchemy")) for req in extras["client"])
@@ -117,4 +117,6 @@ def test_the_server_extra_installs_what_the_commands_asking_a_server_need() -> N
     assert 'pip install -e ".[server]"' in (ROOT / "README.md").read_text()
     dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
     installs = [line for line in dockerfile if "pip install" in line]
-    assert installs and all('".[server]"' in line for line in installs)
+    # the image's extras are a build argument whose default is the server extra
+    assert "ARG EXTRAS=server" in dockerfile
+    assert installs and all('".[${EXTRAS}]"' in line for line in installs)

@@ -55,7 +55,8 @@ def test_a_build_stage_and_a_slim_runtime_stage() -> None:
     # dependencies are installed in the build stage only; the runtime copies the venv
     assert any("pip install" in i.args for i in stages[0].all("RUN"))
     # the service's dependencies are the server extra (bandit_core alone needs numpy only)
-    assert any('--editable ".[server]"' in i.args for i in stages[0].all("RUN"))
+    assert any('--editable ".[${EXTRAS}]"' in i.args for i in stages[0].all("RUN"))
+    assert "EXTRAS=server" in [i.args for i in stages[0].all("ARG")]
     assert not any("pip install" in i.args for i in FINAL.all("RUN"))
     assert ("build", ["/opt/venv"], "/opt/venv") in [
         dockerfile.copy_parts(i) for i in FINAL.all("COPY")

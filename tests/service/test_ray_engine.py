@@ -186,8 +186,9 @@ def _expected_evaluation(url: str, record: Any) -> Any:
     return json.loads(json.dumps(evaluate(decisions, candidates, grid)))
 
 
-def _wait_for_task(cluster: RayCluster, node: int, task: str, timeout: float = 120) -> None:
-    """Until a worker of ``node`` runs ``task`` (its process title names it)."""
+def _wait_for_task(cluster: RayCluster, node: int, task: str, timeout: float = 600) -> None:
+    """Until a worker of ``node`` runs ``task`` (its process title names it); the deadline
+    covers the driver's start and its connection to the cluster, minutes on a loaded machine."""
     deadline = time.monotonic() + timeout
     while True:
         for pid in _descendants(cluster.procs[node].pid):
