@@ -207,7 +207,7 @@ def test_a_node_killed_mid_run_is_retried_with_the_same_result(
 ) -> None:
     argv = [*COMPARE, "--rounds", "600", "--seeds", "2", "--jobs", "1"]
     proc = _on_ray(argv, tmp_path / "ray.json", cluster)
-    _wait_for_task(cluster, 1, "_replay_task")
+    _wait_for_task(cluster, 1, "replay_task")
     cluster.stop_node(1)  # the worker node and its worker processes
     on_ray = _finished(proc, tmp_path / "ray.json")
     local = _local(argv, tmp_path / "local.json", capsys)
