@@ -30,10 +30,11 @@ clock (its last update).
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -41,7 +42,6 @@ from numpy.typing import ArrayLike
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
 from bandit_core.linear import RidgeStack, stacked_ucb_terms
-from bandit_core.parts import ArmT
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_real, check_true
@@ -53,12 +53,44 @@ def _check_now(now: float | None) -> float | None:
     return check_real(now, "now", error=InvalidInputError)
 
 
-class ClockedPolicy(BasePolicy[ArmT, None, None]):
-    """A policy whose :meth:`select` and :meth:`update` take the time ``now`` (seconds)."""
+# the arm states of the clocked policies (defined below)
+ClockedArmT = TypeVar("ClockedArmT", "DiscountedArmState", "WindowArmState")
+
+
+class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
+    """A policy whose :meth:`select` and :meth:`update` take the time ``now`` (seconds).
+
+    Its arms' states are stacked in a :class:`~bandit_core.linear.RidgeStack` over the
+    field ``WIDTH_MATRIX`` (the matrix of the width ``sqrt(x^T M x)`` at the arm's clock).
+    """
+
+    WIDTH_MATRIX: ClassVar[str] = "A_inv"
 
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
         self._now: float | None = None
+        self._stack: RidgeStack[ClockedArmT] = RidgeStack(matrix=self.WIDTH_MATRIX)
+        self._wall_clock = self.uses_wall_clock()
+
+    @abc.abstractmethod
+    def uses_wall_clock(self) -> bool:
+        """Whether the arms' clock is wall time in seconds (``now``) rather than their update count."""
+
+    def _observation_time(self, n: int, clock: float) -> float:
+        """The clock reading of the observation an update adds to an arm that has had
+        ``n`` updates and is at ``clock``: ``n + 1`` on the per-update clock, else ``now``
+        (the arm's own clock when the update carries no time)."""
+        if not self._wall_clock:
+            return n + 1.0
+        return clock if self._now is None else self._now
+
+    def _score_batch(
+        self, arm_ids: list[str], states: list[ClockedArmT], X_batch: np.ndarray, ctx: SelectContext
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # Batched selections carry no time: every arm is scored at its own clock.
+        self._stack.sync(arm_ids, states, self._take_updated())
+        mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
+        return mean + self.config.alpha * width, width
 
     def select(
         self,
@@ -229,12 +261,12 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
     NAME: ClassVar[str] = "discounted_linucb"
     CONFIG: ClassVar[type[PolicyConfig]] = DiscountedLinUCBConfig
     ARM_STATE = DiscountedArmState
+    WIDTH_MATRIX: ClassVar[str] = "width_matrix"
     config: DiscountedLinUCBConfig
 
-    def __init__(self, config: PolicyConfig) -> None:
-        super().__init__(config)
-        self._stack: RidgeStack[DiscountedArmState] = RidgeStack(matrix="width_matrix")
-        self._wall_clock = self.config.half_life_seconds is not None
+    def uses_wall_clock(self) -> bool:
+        """True with ``half_life_seconds``, False with ``gamma``."""
+        return self.config.half_life_seconds is not None
 
     def _new_arm_state(self) -> DiscountedArmState:
         return DiscountedArmState.prior(self.config.d, self.config.ridge_lambda)
@@ -258,18 +290,6 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
                 )
         return mean + self.config.alpha * width, width
 
-    def _score_batch(
-        self,
-        arm_ids: list[str],
-        states: list[DiscountedArmState],
-        X_batch: np.ndarray,
-        ctx: SelectContext,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        # Batched selections carry no time: every arm is scored at its own clock.
-        self._stack.sync(arm_ids, states, self._take_updated())
-        mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
-        return mean + self.config.alpha * width, width
-
     def _update(
         self,
         arm_id: str,
@@ -278,10 +298,7 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
         reward: float,
         ctx: SelectContext,
     ) -> None:
-        if not self._wall_clock:
-            at = state.n + 1.0
-        else:
-            at = state.clock if self._now is None else self._now
+        at = self._observation_time(state.n, state.clock)
         state.add(x, reward, at, self.config.log_decay, self.config.ridge_lambda)
 
 
@@ -429,9 +446,9 @@ class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
     ARM_STATE = WindowArmState
     config: SlidingWindowLinUCBConfig
 
-    def __init__(self, config: PolicyConfig) -> None:
-        super().__init__(config)
-        self._stack: RidgeStack[WindowArmState] = RidgeStack()
+    def uses_wall_clock(self) -> bool:
+        """True with ``window_seconds``, False with ``window`` alone."""
+        return self.config.window_seconds is not None
 
     def _new_arm_state(self) -> WindowArmState:
         return WindowArmState.prior(self.config.d, self.config.ridge_lambda, self.config.window)
@@ -451,25 +468,10 @@ class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
                     mean[i], width[i] = z @ (xs.T @ rewards), math.sqrt(max(float(z @ X[i]), 0.0))
         return mean + self.config.alpha * width, width
 
-    def _score_batch(
-        self,
-        arm_ids: list[str],
-        states: list[WindowArmState],
-        X_batch: np.ndarray,
-        ctx: SelectContext,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        # Batched selections carry no time: every window is taken at its arm's clock.
-        self._stack.sync(arm_ids, states, self._take_updated())
-        mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
-        return mean + self.config.alpha * width, width
-
     def _update(
         self, arm_id: str, state: WindowArmState, x: np.ndarray, reward: float, ctx: SelectContext
     ) -> None:
-        if self.config.window_seconds is None:
-            at = state.n + 1.0
-        else:
-            at = state.clock if self._now is None else self._now
+        at = self._observation_time(state.n, state.clock)
         state.add(x, reward, at, self.config.ridge_lambda, self.config.window_seconds)
 
 
