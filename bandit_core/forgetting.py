@@ -20,11 +20,12 @@ Two disjoint per-arm models, each a ridge regression that weighs recent rewards 
 Two clocks. Per update (``gamma``; ``window``): the clock of an arm is its update count.
 Wall-clock (``half_life_seconds``, ``gamma = 0.5^(1 / half_life_seconds)`` per second;
 ``window_seconds``): the time comes in as the ``now`` argument of
-:meth:`ClockedPolicy.select` and :meth:`ClockedPolicy.update` (seconds on any fixed
-origin, e.g. Unix time); nothing here reads a clock. The decay of an arm is applied when
+:meth:`ClockedPolicy.select` and :meth:`ClockedPolicy.update`, or for every call in a
+block from :func:`clock_at` (seconds on any fixed origin, e.g. Unix time); nothing here
+reads a clock. The decay of an arm is applied when
 its part is written (an update at ``now``) and, without changing the part, when it is
 read (a selection at ``now`` scores every arm as of ``now``, so an arm nobody pulled
-loses weight as time passes). A selection or update without ``now`` uses each arm's own
+loses weight as time passes). A selection or update without a time uses each arm's own
 clock (its last update).
 """
 
@@ -32,7 +33,8 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -87,10 +89,24 @@ class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
     def _score_batch(
         self, arm_ids: list[str], states: list[ClockedArmT], X_batch: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        # Batched selections carry no time: every arm is scored at its own clock.
+        if self._wall_clock and self._now is not None:  # each row scored as of now
+            scores, widths = np.empty(X_batch.shape[:2]), np.empty(X_batch.shape[:2])
+            for i, X in enumerate(X_batch):
+                scores[i], widths[i] = self._score(arm_ids, states, X, ctx)
+            return scores, widths
         self._stack.sync(arm_ids, states, self._take_updated())
         mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
         return mean + self.config.alpha * width, width
+
+    @contextmanager
+    def at(self, now: float) -> Iterator[None]:
+        """Within the block, every selection (``select``, ``select_batch``,
+        ``select_until``) and update that names no ``now`` of its own runs at ``now``."""
+        before, self._now = self._now, _check_now(now)
+        try:
+            yield
+        finally:
+            self._now = before
 
     def select(
         self,
@@ -103,11 +119,9 @@ class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
         now: float | None = None,
     ) -> Decision:
         """:meth:`BasePolicy.select`, every arm scored as of ``now`` (see the module docstring)."""
-        self._now = _check_now(now)
-        try:
-            return super().select(arm_ids, X, user_id=user_id, features=features, explore=explore)
-        finally:
-            self._now = None
+        select = super().select
+        with nullcontext() if now is None else self.at(now):
+            return select(arm_ids, X, user_id=user_id, features=features, explore=explore)
 
     def update(
         self,
@@ -119,11 +133,19 @@ class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
         now: float | None = None,
     ) -> None:
         """:meth:`BasePolicy.update` with the reward observed at ``now``."""
-        self._now = _check_now(now)
-        try:
-            super().update(arm_id, x, reward, user_id=user_id)
-        finally:
-            self._now = None
+        update = super().update
+        with nullcontext() if now is None else self.at(now):
+            update(arm_id, x, reward, user_id=user_id)
+
+
+@contextmanager
+def clock_at(policy: object, now: float) -> Iterator[None]:
+    """Within the block, ``policy``'s selections and updates run at ``now`` (seconds)
+    when it is a :class:`ClockedPolicy` (:meth:`ClockedPolicy.at`); any other policy
+    has no clock and is unaffected. How a caller that knows the time of each decision
+    and reward (the service) hands it to whichever policy it serves."""
+    with policy.at(now) if isinstance(policy, ClockedPolicy) else nullcontext():
+        yield
 
 
 # ---- D-LinUCB -------------------------------------------------------------------------

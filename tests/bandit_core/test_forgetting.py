@@ -5,6 +5,7 @@ recomputed from scratch; the window's memory is bounded; a changed world is foll
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 
 from bandit_core import make_policy, policy_from_bytes
 from bandit_core.errors import ConfigError, InvalidInputError
-from bandit_core.forgetting import WindowArmState, window_memory_bytes
+from bandit_core.forgetting import WindowArmState, clock_at, window_memory_bytes
+from bandit_core.policy import Decision, SelectRequest
 
 LAMBDA = 0.5
 TOL = 1e-9
@@ -276,3 +278,48 @@ def test_configs_name_the_bad_field() -> None:
     p = make_policy("discounted_linucb", d=2, half_life_seconds=10.0)
     with pytest.raises(InvalidInputError, match="now must be a finite number, but got nan"):
         p.select(["a"], np.ones((1, 2)), now=float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "params"),
+    [
+        ("discounted_linucb", {"half_life_seconds": 10.0}),
+        ("sliding_window_linucb", {"window": 8, "window_seconds": 6.0}),
+    ],
+)
+def test_clock_at_times_batched_selections_and_updates_like_now(
+    algorithm: str, params: dict
+) -> None:
+    """Inside ``clock_at(policy, t)`` a ``select_batch`` decides what ``select(now=t)``
+    decides row by row, and an update lands as ``update(now=t)`` does."""
+    timed, blocked = (make_policy(algorithm, d=2, seed=5, **params) for _ in range(2))
+    rng = np.random.default_rng(4)
+    arms = ["a", "b", "c"]
+    for p in (timed, blocked):
+        for arm in arms:
+            p.add_arm(arm)
+    for t in range(20):
+        x, r = rng.normal(size=2), float(rng.uniform())
+        timed.update(arms[t % 3], x, r, now=float(t))
+        with clock_at(blocked, float(t)):
+            blocked.update(arms[t % 3], x, r)
+    assert blocked.to_bytes() == timed.to_bytes()
+    rows = rng.normal(size=(4, 3, 2))
+    with clock_at(blocked, 27.0):
+        batch = blocked.select_batch([SelectRequest(arms, X) for X in rows])
+    one_by_one = [timed.select(arms, X, now=27.0) for X in rows]
+    untimed = [timed.select(arms, X) for X in rows]
+    assert [d.ranking for d in batch] == [d.ranking for d in one_by_one]
+    for got, want, stale in zip(batch, one_by_one, untimed):
+        assert isinstance(got, Decision)
+        np.testing.assert_array_equal(got.scores, want.scores)
+        assert not np.array_equal(got.scores, stale.scores)  # the arms aged since t = 19
+
+
+def test_clock_at_leaves_a_policy_without_a_clock_alone() -> None:
+    plain, timed = make_policy("linucb", d=2), make_policy("linucb", d=2)
+    for p, context in ((plain, nullcontext()), (timed, clock_at(timed, 1e9))):
+        p.add_arm("a")
+        with context:
+            p.update("a", [1.0, 0.5], 1.0)
+    assert plain.to_bytes() == timed.to_bytes()
