@@ -4,7 +4,8 @@ Policies (``make_policy(name, d, **params)``): ``linucb``, ``hybrid_linucb``,
 ``diag_linucb``, ``lnucb_ta``, ``guardrailed_linucb``, ``hare``, ``random``,
 ``epsilon_greedy``, ``discounted_linucb``, ``sliding_window_linucb``. Every policy offers
 ``select(arm_ids, X) -> Decision`` and ``update(arm_id, x, reward)`` over explicit state
-that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle.
+that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle; ``clock_at(policy,
+now)`` runs them at a time, for the policies that forget by wall-clock time.
 """
 
 from bandit_core.errors import (
@@ -17,6 +18,7 @@ from bandit_core.errors import (
     StateFormatError,
     UnknownArmError,
 )
+from bandit_core.forgetting import clock_at
 from bandit_core.policy import (
     ArmStats,
     BasePolicy,
@@ -45,6 +47,7 @@ __all__ = [
     "SelectRequest",
     "StateFormatError",
     "UnknownArmError",
+    "clock_at",
     "make_policy",
     "policy_class",
     "policy_from_bytes",

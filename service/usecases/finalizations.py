@@ -41,6 +41,7 @@ from typing import Protocol
 
 from prometheus_client import Counter
 
+from bandit_core import clock_at
 from service.errors import Conflict, NotFound
 from service.observability import metrics
 from service.policies import Runtime
@@ -299,7 +300,8 @@ class Finalizations:
                     imported = True
                 try:
                     policy.add_arm(ev.arm_id)
-                    policy.update(ev.arm_id, ev.row(), value, user_id=ev.user_id)
+                    with clock_at(policy, ev.created_at):  # observed when it was decided
+                        policy.update(ev.arm_id, ev.row(), value, user_id=ev.user_id)
                 except Exception as exc:
                     if len(batch) == 1:
                         raise

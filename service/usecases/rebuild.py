@@ -37,7 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
-from bandit_core import policy_from_bytes
+from bandit_core import clock_at, policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
 from service.personalizer.learning_modes import mode_at
 from service.personalizer.settings import LOGGING_ONLY, LoopSettings
@@ -120,7 +120,8 @@ async def rebuild_policy(
             rows = logged_rows(featurizer, policy, d.context, [served])
             x = rows.one_row(0) if isinstance(rows, SparseRows) else rows[0]
         policy.add_arm(d.arm_id)
-        policy.update(d.arm_id, x, event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
+        with clock_at(policy, d.created_at):  # the time the service updated it with
+            policy.update(d.arm_id, x, event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
     if info.arms:
         for arm in [a for a in policy.arm_ids if a not in info.arms]:
             policy.retire_arm(arm)

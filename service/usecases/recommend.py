@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bandit_core import BanditError, BasePolicy, Decision, ModelError
+from bandit_core import BanditError, BasePolicy, Decision, ModelError, clock_at
 from service.errors import ApiError, Conflict, EngineInputError, with_policy
 from service.observability import metrics
 from service.policies import Runtime
@@ -122,8 +122,8 @@ class Recommender:
             raise candidates
         parts = runtime.policy.parts_for_select(candidates.ids, req.user_id)
         mode = None if serving is None else serving(runtime.info)
-        decision, imitated = self.select(runtime, candidates, req, mode)
         now = self.clock()
+        decision, imitated = self.select(runtime, candidates, req, mode, now)
         event_id = req.event_id or secrets.token_hex(16)
         version = runtime.model_version(parts)
         recommendation = recommendation_of(req, runtime, decision, event_id, version, degraded)
@@ -229,20 +229,18 @@ class Recommender:
         candidates: Candidates,
         req: RecommendRequest,
         mode: ServingMode | None,
+        now: float,
     ) -> tuple[Decision, bool | None]:
-        """The decision to serve and, under a serving ``mode``, whether the model's greedy
-        choice was the one served (else None)."""
+        """The decision to serve at ``now`` and, under a serving ``mode``, whether the
+        model's greedy choice was the one served (else None)."""
         ids, X, features, _ = candidates
+        explore = req.explore if mode is None else False  # a serving mode takes the greedy choice
         try:
-            if mode is None:
+            with clock_at(runtime.policy, now):  # a policy that forgets by time ages its arms
                 decision = runtime.policy.select(
-                    ids, X, user_id=req.user_id, features=features, explore=req.explore
+                    ids, X, user_id=req.user_id, features=features, explore=explore
                 )
-                return decision, None
-            greedy = runtime.policy.select(
-                ids, X, user_id=req.user_id, features=features, explore=False
-            )
-            return mode.serve(greedy)
+            return (decision, None) if mode is None else mode.serve(decision)
         except BanditError as exc:
             error = self.engine_error(runtime, exc)
             if error is exc:  # the model's fault
@@ -282,7 +280,7 @@ class Recommender:
             if changed:
                 import_stored(runtime, {p: values[p] for p in changed})
                 served.decision, served.imitated = self.select(
-                    runtime, served.candidates, req, mode
+                    runtime, served.candidates, req, mode, now
                 )
                 version = runtime.model_version(parts)
                 redone = recommendation_of(req, runtime, served.decision, event_id, version, False)

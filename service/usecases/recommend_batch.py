@@ -23,7 +23,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bandit_core import BanditError, SelectRequest
+from bandit_core import BanditError, SelectRequest, clock_at
 from service.errors import Conflict
 from service.observability import metrics
 from service.policies import Runtime
@@ -133,7 +133,9 @@ class Coalescer:
         now = recommender.clock()
         served: dict[int, ServedDecision] = {}
         versions: dict[tuple[Any, ...], int] = {}  # model_version by candidates and user
-        for (i, c), decision in zip(chosen, policy.select_batch(selections)):
+        with clock_at(policy, now):
+            decisions = policy.select_batch(selections)
+        for (i, c), decision in zip(chosen, decisions):
             req = reqs[i]
             if isinstance(decision, BanditError):
                 results[i] = recommender.engine_error(runtime, decision)

@@ -1,0 +1,131 @@
+"""Policies that forget by wall-clock time, served (docs/algorithms.md section 10.3):
+``/recommend`` scores every arm as of the decision's time, ``/reward`` adds the
+observation at the time of the decision it rewards, and the rebuild from the event log
+replays the same times, so ``half_life_seconds`` and ``window_seconds`` work through
+the API. Scores are checked against the closed forms of sections 10.1 and 10.2."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import pytest
+import redis
+
+from bandit_core import policy_from_bytes
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.anyio
+
+T0 = 1_800_000_000.0  # Unix time
+HALF_LIFE = 60.0
+
+
+def _policy(algorithm: str, **params: Any) -> dict[str, Any]:
+    """One arm "a" whose every row is the context ``[1.0]``; ``alpha = 0`` and the prior
+    ``lambda = 1``, so its score is ``theta = b / V``."""
+    return {
+        "algorithm": algorithm,
+        "dimension": 1,
+        "arms": ["a"],
+        "params": {"alpha": 0.0, **params},
+        "reward_wait_seconds": 3600,
+    }
+
+
+def _set_clock(app: Any, at: list[float]) -> None:
+    """The decisions and rewards of ``app`` read the time from ``at[0]``."""
+    use_cases = app.state.use_cases
+    for case in (use_cases.recommender, use_cases.rewards):
+        case.clock = lambda: at[0]
+
+
+async def _decide(http: Any) -> tuple[str, float]:
+    """A decision of policy "p": its event id and the score of "a"."""
+    r = await http.post("/recommend", json={"policy": "p", "context": [1.0]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    return body["event_id"], body["ranking"][0]["score"]
+
+
+async def _reward(http: Any, event_id: str, reward: float) -> None:
+    r = await http.post("/reward", json={"event_id": event_id, "reward": reward})
+    assert r.status_code == 200 and r.json()["applied"], r.text
+
+
+async def _half_life_story(http: Any, now: list[float]) -> None:
+    """Ten rewards of 1 at ``T0``, then decisions and rewards one and two half-lives
+    later, each score checked against ``theta = b / V`` with ``V = 1 + sum w``,
+    ``b = sum w r`` and ``w = 2^-(age / half-life)``."""
+    for _ in range(10):
+        event_id, _ = await _decide(http)
+        await _reward(http, event_id, 1.0)
+    _, fresh = await _decide(http)
+    assert fresh == pytest.approx(10 / 11, rel=1e-12)
+    late_event, _ = await _decide(http)  # decided at T0, rewarded two half-lives later
+    now[0] = T0 + HALF_LIFE  # V = 1 + 10 / 2, b = 10 / 2
+    event_id, aged = await _decide(http)
+    assert aged == pytest.approx(5 / 6, rel=1e-12)
+    await _reward(http, event_id, 0.0)  # at weight 1: V = 7, b = 5
+    _, after_zero = await _decide(http)
+    assert after_zero == pytest.approx(5 / 7, rel=1e-12)
+    now[0] = T0 + 2 * HALF_LIFE
+    await _reward(http, late_event, 1.0)  # decided a half-life before the arm's clock: w = 1/2
+    # scored at T0 + 2h: V = (7 + 1/2) / 2 + 1/2 = 4.25, b = (5 + 1/2) / 2 = 2.75
+    _, latest = await _decide(http)
+    assert latest == pytest.approx(2.75 / 4.25, rel=1e-12)
+
+
+async def test_a_half_life_policy_forgets_by_the_time_of_its_decisions(make_settings: Any) -> None:
+    async with running(make_settings()) as (app, http, _):
+        spec = _policy("discounted_linucb", half_life_seconds=HALF_LIFE)
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        now = [T0]
+        _set_clock(app, now)
+        await _half_life_story(http, now)
+
+
+async def test_a_window_in_seconds_drops_the_rewards_older_than_it(make_settings: Any) -> None:
+    async with running(make_settings()) as (app, http, _):
+        spec = _policy("sliding_window_linucb", window=100, window_seconds=30.0)
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        now = [T0]
+        _set_clock(app, now)
+        for t, reward in ((T0, 1.0), (T0 + 20.0, 0.0)):
+            now[0] = t
+            for _ in range(5):
+                event_id, _ = await _decide(http)
+                await _reward(http, event_id, reward)
+        _, both = await _decide(http)  # all ten in the window: A = 11, b = 5
+        assert both == pytest.approx(5 / 11, rel=1e-12)
+        now[0] = T0 + 40.0  # the five ones are 40 s old, the zeros 20 s
+        _, young_only = await _decide(http)
+        assert young_only == 0.0
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_the_rebuild_from_the_log_replays_the_decision_times(make_settings: Any) -> None:
+    """After the state store is wiped, the policy rebuilt from the event log at start
+    holds the state the live one had: every reward at its decision's time."""
+    settings = make_settings()
+    async with running(settings) as (app, http, _):
+        spec = _policy("discounted_linucb", half_life_seconds=HALF_LIFE)
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        now = [T0]
+        _set_clock(app, now)
+        await _half_life_story(http, now)
+        live = policy_from_bytes(
+            base64.b64decode((await http.get("/policies/p/snapshot")).json()["data"])
+        )
+        await asyncio.to_thread(app.state.use_cases.sink.flush, 5.0)
+    redis.Redis.from_url(settings.redis_url).flushdb()
+    async with running(settings) as (_, http, _):
+        rebuilt = policy_from_bytes(
+            base64.b64decode((await http.get("/policies/p/snapshot")).json()["data"])
+        )
+    ours, theirs = rebuilt.arm_state("a"), live.arm_state("a")
+    assert ours.clock == theirs.clock == T0 + HALF_LIFE  # the latest decision rewarded
+    assert ours.n == theirs.n == 12
+    for field in ("V", "V_tilde", "b", "theta"):
+        assert getattr(ours, field) == pytest.approx(getattr(theirs, field), rel=1e-12)
