@@ -62,17 +62,19 @@ ClockedArmT = TypeVar("ClockedArmT", "DiscountedArmState", "WindowArmState")
 class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
     """A policy whose :meth:`select` and :meth:`update` take the time ``now`` (seconds).
 
-    Its arms' states are stacked in a :class:`~bandit_core.linear.RidgeStack` over the
-    field ``WIDTH_MATRIX`` (the matrix of the width ``sqrt(x^T M x)`` at the arm's clock).
+    Its arms' states are stacked in a :class:`~bandit_core.linear.RidgeStack`
+    (:meth:`_new_stack`), whose matrix gives the width ``sqrt(x^T M x)`` at each arm's clock.
     """
-
-    WIDTH_MATRIX: ClassVar[str] = "A_inv"
 
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
         self._now: float | None = None
-        self._stack: RidgeStack[ClockedArmT] = RidgeStack(matrix=self.WIDTH_MATRIX)
         self._wall_clock = self.uses_wall_clock()
+        self._stack: RidgeStack[ClockedArmT] = self._new_stack()
+
+    def _new_stack(self) -> RidgeStack[ClockedArmT]:
+        """The stack the arms are scored from (LinUCB's by default)."""
+        return RidgeStack()
 
     @abc.abstractmethod
     def uses_wall_clock(self) -> bool:
@@ -260,21 +262,72 @@ class DiscountedArmState(ArrayState):
         self.reward_sum += reward
 
 
-def discounted_ucb_terms(
-    states: Sequence[DiscountedArmState], X: np.ndarray, factors: np.ndarray, ridge_lambda: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(x^T theta, sqrt(x^T V^-1 V_tilde V^-1 x))`` of each arm with its clock moved on
-    by ``factors`` (``g = gamma^Δ`` per arm, shape ``(K,)``; ``X`` shape ``(K, d)``),
-    without changing the states: ``V <- g V + (1 - g) lambda I``,
-    ``V_tilde <- g^2 V_tilde + (1 - g^2) lambda I``, ``b <- g b``."""
-    eye = ridge_lambda * np.eye(X.shape[1])
-    g = factors[:, None, None]
-    V = g * np.stack([s.V for s in states]) + (1.0 - g) * eye
-    V_tilde = g**2 * np.stack([s.V_tilde for s in states]) + (1.0 - g**2) * eye
-    b = factors[:, None] * np.stack([s.b for s in states])
-    Z = np.linalg.solve(V, X[..., None])[..., 0]  # V^-1 x per arm
-    quad = np.einsum("kd,kde,ke->k", Z, V_tilde, Z)
-    return np.einsum("kd,kd->k", Z, b), np.sqrt(np.maximum(quad, 0.0))
+class DecayingStack(RidgeStack[DiscountedArmState]):
+    """:class:`~bandit_core.linear.RidgeStack` of discounted states that also scores them
+    as of a later time (section 10.1, "Two clocks") without a ``d x d`` solve per arm.
+
+    In the eigenbasis of ``V = Q diag(e) Q^T`` the decay (10.2) is diagonal:
+    ``V(g) = Q diag(s) Q^T`` with ``s = g e + (1 - g) lambda``. With ``beta = Q^T b``
+    and ``T = Q^T V~ Q`` kept per arm, ``z = Q^T x`` and ``y = z / s``, the terms of
+    (10.1) at factor ``g`` are ``x^T theta(g) = g beta . y`` and
+    ``x^T V(g)^-1 V~(g) V(g)^-1 x = g^2 y^T T y + (1 - g^2) lambda y . y``: two stacked
+    matrix-vector products per candidate, like LinUCB's one. An arm's decomposition is
+    computed when its state changes and kept by arm id, so a changed candidate list
+    stacks the kept ones (the arms of earlier lists are dropped once they outnumber the
+    latest list four to one).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(matrix="width_matrix")
+        self._eigen: dict[str, tuple[DiscountedArmState, int, np.ndarray]] = {}
+        self.eigen = np.zeros((0, 0, 0))  # per arm: rows e, Q^T (d), beta, T (d)
+
+    def _arm_eigen(self, arm_id: str, state: DiscountedArmState) -> np.ndarray:
+        """``[e; Q^T; beta; T]`` of ``state``, shape ``(2 d + 2, d)``, kept by arm id."""
+        kept = self._eigen.get(arm_id)
+        if kept is not None and kept[0] is state and kept[1] == state.n:
+            return kept[2]
+        e, Q = np.linalg.eigh(state.V)
+        d = len(e)
+        rows = np.empty((2 * d + 2, d))
+        rows[0], rows[1 : d + 1] = e, Q.T
+        np.matmul(Q.T, state.b, rows[d + 1])
+        np.matmul(Q.T @ state.V_tilde, Q, rows[d + 2 :])
+        self._eigen[arm_id] = (state, state.n, rows)
+        return rows
+
+    def _rebuild(self) -> None:
+        super()._rebuild()
+        if len(self._eigen) > 4 * len(self._ids):
+            self._eigen = {a: self._eigen[a] for a in self._ids if a in self._eigen}
+        self.eigen = np.stack([self._arm_eigen(a, s) for a, s in zip(self._ids, self._states)])
+
+    def _write(self, i: int, state: DiscountedArmState) -> None:
+        super()._write(i, state)
+        self.eigen[i] = self._arm_eigen(self._ids[i], state)
+
+    def decayed_terms(
+        self, X: np.ndarray, factors: np.ndarray, ridge_lambda: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(x^T theta, sqrt(x^T V^-1 V~ V^-1 x))`` of every stacked arm with its clock
+        moved on by ``factors`` (``g = gamma^Δ`` per arm, shape ``(K,)``; ``X`` shape
+        ``(K, d)``), after :meth:`sync`; the states do not change."""
+        d = X.shape[1]
+        e, Q_T, beta, T = (
+            self.eigen[:, 0],
+            self.eigen[:, 1 : d + 1],
+            self.eigen[:, d + 1],
+            self.eigen[:, d + 2 :],
+        )
+        g = factors[:, None]
+        y = np.matmul(Q_T, X[..., None])[..., 0] / (g * e + (1.0 - g) * ridge_lambda)
+        mean = factors * np.add.reduce(beta * y, axis=-1)
+        Ty = np.matmul(T, y[..., None])[..., 0]
+        g2 = factors * factors
+        quad = g2 * np.add.reduce(y * Ty, axis=-1) + (1.0 - g2) * ridge_lambda * np.add.reduce(
+            y * y, axis=-1
+        )
+        return mean, np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
 
 
 class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
@@ -283,12 +336,15 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
     NAME: ClassVar[str] = "discounted_linucb"
     CONFIG: ClassVar[type[PolicyConfig]] = DiscountedLinUCBConfig
     ARM_STATE = DiscountedArmState
-    WIDTH_MATRIX: ClassVar[str] = "width_matrix"
     config: DiscountedLinUCBConfig
 
     def uses_wall_clock(self) -> bool:
         """True with ``half_life_seconds``, False with ``gamma``."""
         return self.config.half_life_seconds is not None
+
+    def _new_stack(self) -> RidgeStack[DiscountedArmState]:
+        # on wall-clock time a selection scores arms as of now: the decaying stack
+        return DecayingStack() if self._wall_clock else RidgeStack(matrix="width_matrix")
 
     def _new_arm_state(self) -> DiscountedArmState:
         return DiscountedArmState.prior(self.config.d, self.config.ridge_lambda)
@@ -301,15 +357,14 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
         ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
         mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
-        if self._wall_clock and self._now is not None:
+        if self._now is not None and isinstance(self._stack, DecayingStack):
             elapsed = self._now - np.array([s.clock for s in states])
             # an arm never rewarded has its prior at any time
             stale = np.flatnonzero((elapsed > 0.0) & np.array([s.n > 0 for s in states]))
             if stale.size:
-                factors = np.exp(self.config.log_decay * elapsed[stale])
-                mean[stale], width[stale] = discounted_ucb_terms(
-                    [states[i] for i in stale], X[stale], factors, self.config.ridge_lambda
-                )
+                factors = np.exp(self.config.log_decay * np.maximum(elapsed, 0.0))
+                decayed = self._stack.decayed_terms(X, factors, self.config.ridge_lambda)
+                mean[stale], width[stale] = decayed[0][stale], decayed[1][stale]
         return mean + self.config.alpha * width, width
 
     def _update(
