@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, WithJsonSchema, field_validator, model_validator
 
 from bandit_core import ConfigError
+from bandit_core.drift import PageHinkleyConfig
 from bandit_core.features import FeaturizerConfig
 from bandit_core.featurized import featurized_dimension
 from bandit_core.registry import POLICIES, policy_class
@@ -121,6 +122,32 @@ class PolicySpec(StrictModel):
             "BanditDeltaGAboveLimit alert; null: the server's BANDIT_DEFAULT_DELTA_G_LIMIT"
         ),
     )
+
+    drift_detection: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "the Page-Hinkley detector watching the policy's applied rewards "
+            "(docs/algorithms.md section 10.5): delta (the change in mean tolerated), "
+            "threshold (the excursion that signals a change) and min_samples; a field left "
+            "out, or null, takes its default (0.005, 50, 30)"
+        ),
+        examples=[{"delta": 0.01, "threshold": 20}],
+    )
+
+    @field_validator("drift_detection")
+    @classmethod
+    def _check_drift_detection(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        try:
+            return dataclasses.asdict(PageHinkleyConfig(**value))
+        except (ConfigError, TypeError) as exc:
+            raise ValueError(str(exc)) from exc
+
+    @property
+    def drift_config(self) -> PageHinkleyConfig:
+        """The settings of the policy's change detector."""
+        return PageHinkleyConfig(**(self.drift_detection or {}))
 
     @field_validator("features")
     @classmethod

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
+from bandit_core.drift import PageHinkleyConfig
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.observability import metrics
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
@@ -166,7 +167,9 @@ class Rewards:
                 metrics.count_reward(name, label, source, float(event.reward))
                 if source == "default":
                     metrics.DEFAULT_REWARDS.labels(name).inc()
-                self.drift.observe(name, float(event.reward))
+                runtime = self.cache.cached(name)
+                config = PageHinkleyConfig() if runtime is None else runtime.info.drift_config
+                self.drift.observe(name, float(event.reward), config)
         retention = now + self.settings.done_event_retention_seconds
         seen = None if source is None else {event.arm_id: now}  # the update saw the arm
         with step("schedule"):

@@ -53,3 +53,33 @@ async def test_a_fall_of_the_reward_rate_is_counted_and_a_steady_rate_is_not(
     assert changing["bandit_drift_detections_total"] == 1.0
     assert steady["bandit_drift_detections_total"] == 0.0
     assert 0.0 <= steady["bandit_drift_excursion"] < 50.0
+
+
+async def test_each_policy_watches_with_its_own_detector_settings(make_settings: Any) -> None:
+    """The same fall (100 rewards of 1, then 40 of 0) is detected by a policy whose
+    detector has ``threshold = 5`` (the fall excursion passes 5 within a few zeros) and
+    not by one with the default 50 (it needs more zeros than 40)."""
+    spec = {"algorithm": "linucb", "dimension": 2, "arms": ["a"]}
+    names = {
+        threshold: f"threshold{threshold}-{uuid.uuid4().hex[:8]}" for threshold in (5.0, 50.0)
+    }
+    async with running(make_settings()) as (_app, http, client):
+        for threshold, name in names.items():
+            body = {**spec, "drift_detection": {"threshold": threshold}}
+            r = await http.put(f"/policies/{name}", json=body)
+            assert r.status_code == 200, r.text
+            assert (await http.get(f"/policies/{name}")).json()["drift_detection"] == {
+                "delta": 0.005,
+                "threshold": threshold,
+                "min_samples": 30,
+            }
+        for i in range(140):
+            for name in names.values():
+                decision = await client.recommend(name, [1.0, 0.0])
+                assert (await client.reward(decision.event_id, float(i < 100))).applied
+        text = (await http.get("/metrics")).text
+        for bad in ({"threshold": -1.0}, {"treshold": 5.0}):
+            r = await http.put("/policies/bad", json={**spec, "drift_detection": bad})
+            assert r.status_code == 422 and "drift_detection" in r.text, r.text
+    assert _drift_samples(text, names[5.0])["bandit_drift_detections_total"] >= 1.0
+    assert _drift_samples(text, names[50.0])["bandit_drift_detections_total"] == 0.0
