@@ -129,7 +129,7 @@ class PolicySpec(StrictModel):
             "the Page-Hinkley detector watching the policy's applied rewards "
             "(docs/algorithms.md section 10.5): delta (the change in mean tolerated), "
             "threshold (the excursion that signals a change) and min_samples; a field left "
-            "out, or null, takes its default (0.005, 50, 30)"
+            "out takes its default (0.005, 50, 30); null: all three defaults"
         ),
         examples=[{"delta": 0.01, "threshold": 20}],
     )

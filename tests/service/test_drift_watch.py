@@ -60,9 +60,7 @@ async def test_each_policy_watches_with_its_own_detector_settings(make_settings:
     detector has ``threshold = 5`` (the fall excursion passes 5 within a few zeros) and
     not by one with the default 50 (it needs more zeros than 40)."""
     spec = {"algorithm": "linucb", "dimension": 2, "arms": ["a"]}
-    names = {
-        threshold: f"threshold{threshold}-{uuid.uuid4().hex[:8]}" for threshold in (5.0, 50.0)
-    }
+    names = {threshold: f"threshold{threshold}-{uuid.uuid4().hex[:8]}" for threshold in (5.0, 50.0)}
     async with running(make_settings()) as (_app, http, client):
         for threshold, name in names.items():
             body = {**spec, "drift_detection": {"threshold": threshold}}
