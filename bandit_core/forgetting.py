@@ -515,6 +515,29 @@ class WindowArmState(ArrayState):
         return self.xs, self.rewards, self.times
 
 
+def _oldest(state: WindowArmState) -> float:
+    """The time of the oldest observation in ``state``'s window (``inf`` when empty)."""
+    return float(state.times[: state.size].min()) if state.size else math.inf
+
+
+class WindowStack(RidgeStack[WindowArmState]):
+    """:class:`~bandit_core.linear.RidgeStack` of window states plus the time of each
+    arm's oldest observation (``oldest``, shape ``(K,)``), so that a selection at ``now``
+    finds the arms whose rows aged out of ``window_seconds`` in one comparison."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.oldest = np.zeros(0)
+
+    def _rebuild(self) -> None:
+        super()._rebuild()
+        self.oldest = np.array([_oldest(s) for s in self._states])
+
+    def _write(self, i: int, state: WindowArmState) -> None:
+        super()._write(i, state)
+        self.oldest[i] = _oldest(state)
+
+
 class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
     """SW-LinUCB over per-arm windows (:class:`WindowArmState`)."""
 
@@ -530,19 +553,23 @@ class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
     def _new_arm_state(self) -> WindowArmState:
         return WindowArmState.prior(self.config.d, self.config.ridge_lambda, self.config.window)
 
+    def _new_stack(self) -> RidgeStack[WindowArmState]:
+        # with window_seconds a selection at now re-fits the arms whose rows aged out
+        return WindowStack() if self._wall_clock else super()._new_stack()
+
     def _score(
         self, arm_ids: list[str], states: list[WindowArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
         seconds, now = self.config.window_seconds, self._now
-        if seconds is not None and now is not None:
-            for i, state in enumerate(states):
+        if seconds is not None and now is not None and isinstance(self._stack, WindowStack):
+            for i in np.flatnonzero(self._stack.oldest <= now - seconds):
+                state = states[i]
                 live = state.live(now, seconds)
-                if not live.all():
-                    xs, rewards = state.xs[: state.size][live], state.rewards[: state.size][live]
-                    A = self.config.ridge_lambda * np.eye(self.config.d) + xs.T @ xs
-                    z = np.linalg.solve(A, X[i])
-                    mean[i], width[i] = z @ (xs.T @ rewards), math.sqrt(max(float(z @ X[i]), 0.0))
+                xs, rewards = state.xs[: state.size][live], state.rewards[: state.size][live]
+                A = self.config.ridge_lambda * np.eye(self.config.d) + xs.T @ xs
+                z = np.linalg.solve(A, X[i])
+                mean[i], width[i] = z @ (xs.T @ rewards), math.sqrt(max(float(z @ X[i]), 0.0))
         return mean + self.config.alpha * width, width
 
     def _update(
