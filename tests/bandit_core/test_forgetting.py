@@ -323,3 +323,22 @@ def test_clock_at_leaves_a_policy_without_a_clock_alone() -> None:
         with context:
             p.update("a", [1.0, 0.5], 1.0)
     assert plain.to_bytes() == timed.to_bytes()
+
+
+def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change() -> None:
+    """The per-arm decompositions a half-life policy keeps for scoring at ``now`` follow
+    every update, whichever candidate lists come and go: the scores equal those of a
+    copy rebuilt from bytes, which keeps none."""
+    p = make_policy("discounted_linucb", d=3, half_life_seconds=15.0, seed=2)
+    rng = np.random.default_rng(6)
+    arms = [f"a{i}" for i in range(12)]
+    for t in range(150):
+        ids = list(rng.choice(arms, size=int(rng.integers(2, 8)), replace=False))
+        X = rng.normal(size=(len(ids), 3))
+        dec = p.select(ids, X, now=float(t))
+        p.update(dec.arm_id, X[ids.index(dec.arm_id)], float(rng.uniform()), now=float(t))
+        if t % 10 == 9:
+            clone = policy_from_bytes(p.to_bytes())
+            X = rng.normal(size=(len(arms), 3))
+            ours, fresh = p.select(arms, X, now=t + 7.0), clone.select(arms, X, now=t + 7.0)
+            np.testing.assert_allclose(ours.scores, fresh.scores, rtol=1e-12, atol=1e-12)
