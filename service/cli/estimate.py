@@ -10,10 +10,10 @@ import functools
 import operator
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from service.cli.arguments import (
     REFEATURIZING,
     CliError,
     add_log_source,
+    add_no_progress,
     add_policy_params,
     at_least_two,
     check_policy,
@@ -53,7 +54,7 @@ from service.cli.log_sources import (
     read_partition,
     source_fields,
 )
-from service.cli.reports import format_params, write_json
+from service.cli.reports import format_params, progress_bar, write_json
 from service.usecases.offline_engine import OfflineEngine
 
 DESCRIPTION = (
@@ -62,7 +63,8 @@ DESCRIPTION = (
     "  IPS    (1/n) sum w_i r_i,  w_i = pi(a_i | x_i) / pscore_i\n"
     "  SNIPS  sum w_i r_i / sum w_i\n"
     "  DR     (1/n) sum [sum_a pi(a | x_i) q_hat(x_i, a) + w_i (r_i - q_hat(x_i, a_i))]\n"
-    "each with a percentile bootstrap interval (--bootstrap resamples of the events).\n\n"
+    "each with a percentile Poisson-bootstrap interval (--bootstrap resamples: each event weighed\n"
+    "by a Poisson(1) count per resample).\n\n"
     "The target is --policy with its parameters: it learns from the first --train-fraction of the\n"
     "events (every event's reward for its served arm), is then frozen and, on each later event,\n"
     "serves greedily (explore=False; ties split evenly): pi is that choice. --train-fraction 0\n"
@@ -74,15 +76,21 @@ DESCRIPTION = (
     "probability > 0. When events were logged with propensity 1 (a policy with epsilon 0) and\n"
     "the target chooses other arms there, the estimates are biased and disagree: the command\n"
     "then prints a warning, no estimates, and exits with status 1 (--force prints them anyway).\n\n"
+    "Partitions: the log is read a partition at a time (an event log's UTC days, a file as a\n"
+    "whole), each by a task of its own on --engine; the sums of the partitions add, so the\n"
+    "estimates do not depend on where the days cut nor on the engine (docs/offline.md,\n"
+    "Estimates over partitions).\n\n"
     f"{REFEATURIZING}"
     "Policies: {policies}.\n\n"
     "JSON keys: policy, params, data, format (and log_policy, since, until, unrewarded, features for an\n"
-    "event log), protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
+    "event log), engine, partitions, protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
     "support (n, deterministic_events, unsupported_mass, supported), estimates (ips, snips, dr:\n"
     "estimator, value, ci_low, ci_high, confidence, n_bootstrap, n, support), seconds.\n\n"
     "example: bandit estimate --format eventlog --data postgresql://postgres@127.0.0.1/bandit \\\n"
     "             --log-policy home --policy linucb --alpha 0 --train-fraction 0.5 --json e.json"
 )
+
+T = TypeVar("T")
 
 
 def train_target(policy: BasePolicy, events: Sequence[LoggedEvent]) -> None:
@@ -187,26 +195,32 @@ def _estimate_sums(
     """The evaluated events' :class:`EstimateSums` and the training events' count: the
     partitions counted, the target trained, DR's reward model fitted and the sums taken,
     each a map over the partitions on ``engine`` (docs/offline.md, "Estimates over
-    partitions")."""
+    partitions"); the progress bar counts the tasks done."""
     params = policy_params(args)
-    counted = engine.map(count_task, [(p, args.policy, params) for p in parts])
-    counts = [n for n, _ in counted]
-    d = one_width(spec, [w for _, w in counted if w is not None])
-    n_train = int(args.train_fraction * sum(counts))
-    n_evaluated = sum(counts) - n_train
-    if n_evaluated < args.folds:
-        raise CliError(
-            f"{n_evaluated} event(s) left to evaluate after --train-fraction {args.train_fraction} of "
-            f"{sum(counts)}; --folds {args.folds} needs at least {args.folds}"
-        )
-    job = EstimateJob(args.policy, params, d, n_evaluated, args.folds)
-    target = engine.map(train_task, [(parts, counts, job, args.seed, n_train)])[0]
-    plan = _plan(parts, counts, n_train)
-    ridge = functools.reduce(operator.add, engine.map(ridge_task, [(job, p) for p in plan]))
-    fits = ridge.fits(args.folds, args.ridge_lambda)
-    key = bootstrap_key(np.random.default_rng([args.seed, 3]))
-    tasks = [(job, p, target, fits, key, args.bootstrap) for p in plan]
-    return functools.reduce(operator.add, engine.map(estimate_task, tasks)), n_train
+    with progress_bar(None, args.no_progress, "task") as bar:
+
+        def run(fn: Callable[..., T], tasks: list[tuple[Any, ...]]) -> list[T]:
+            return engine.map(fn, tasks, done=lambda _, __: bar.update(1))
+
+        counted = run(count_task, [(p, args.policy, params) for p in parts])
+        counts = [n for n, _ in counted]
+        d = one_width(spec, [w for _, w in counted if w is not None])
+        n_train = int(args.train_fraction * sum(counts))
+        n_evaluated = sum(counts) - n_train
+        if n_evaluated < args.folds:
+            raise CliError(
+                f"{n_evaluated} event(s) left to evaluate after --train-fraction "
+                f"{args.train_fraction} of {sum(counts)}; --folds {args.folds} needs at least "
+                f"{args.folds}"
+            )
+        job = EstimateJob(args.policy, params, d, n_evaluated, args.folds)
+        target = run(train_task, [(parts, counts, job, args.seed, n_train)])[0]
+        plan = _plan(parts, counts, n_train)
+        ridge = functools.reduce(operator.add, run(ridge_task, [(job, p) for p in plan]))
+        fits = ridge.fits(args.folds, args.ridge_lambda)
+        key = bootstrap_key(np.random.default_rng([args.seed, 3]))
+        tasks = [(job, p, target, fits, key, args.bootstrap) for p in plan]
+        return functools.reduce(operator.add, run(estimate_task, tasks)), n_train
 
 
 @clean_exit("estimate")
@@ -279,7 +293,7 @@ def _details(
         "protocol": (
             f"target trained on the first {n_train} events, then fixed and greedy (explore=False) on the "
             f"{n_evaluated} later ones; DR's q_hat: per-arm ridge (lambda {args.ridge_lambda}) "
-            f"cross-fitted over {args.folds} time-ordered folds; percentile bootstrap, {args.bootstrap} resamples"
+            f"cross-fitted over {args.folds} time-ordered folds; percentile Poisson bootstrap, {args.bootstrap} resamples"
         ),
         "seed": args.seed,
         "train_events": n_train,
@@ -304,6 +318,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_policy_params(p)
     _add_estimator_options(p)
     add_engine_options(p)
+    add_no_progress(p)
     p.add_argument(
         "--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH"
     )
