@@ -131,6 +131,17 @@ def read_partition(
     return list(log), d
 
 
+def log_width(spec: LogSpec, policy: str, params: dict[str, Any]) -> int:
+    """The feature length ``d`` of ``spec``'s log for ``policy`` with ``params``, read from
+    its first partition holding events (:func:`partitions`): a driver that sends the log's
+    work elsewhere learns ``d`` without holding the log."""
+    for part in partitions(spec):
+        _, d = read_partition(part, policy, params)
+        if d is not None:
+            return d
+    return one_width(spec, [])
+
+
 def _read_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[LogSource, int | None]:
     """The log and its feature length ``d`` (None: no events)."""
     if spec.fmt == "eventlog":
