@@ -14,7 +14,7 @@ command of its own, three ways on the same two cores:
 and, for comparison, ``whole log``: a process that reads the whole log into memory (what
 a driver holding the log would need). Reported per run: the command's wall time (its
 ``seconds``, the driver's start and Ray's connection excluded), decisions per second per
-core, the driver's peak RSS (``wait4``), and whether the estimates equal the local
+core, the driver's peak RSS (its ``VmHWM``), and whether the estimates equal the local
 engine's. Writes run ``--label`` of ``benchmarks/results/ray_estimate.json``.
 
     python -m benchmarks.ray_estimate --decisions 100000 --days 8   # docs/operations.md
@@ -43,16 +43,30 @@ WHOLE_LOG = (
 )
 
 
+def peak_mib(pid: int) -> float | None:
+    """The peak RSS (MiB) of process ``pid`` so far (``VmHWM``: its own address space
+    since its exec, unlike ``ru_maxrss``, which keeps the forked parent's), None once gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(kib) / 1024
+
+
 def run(command: list[str], env: dict[str, str]) -> tuple[float, str]:
-    """Run ``command``; its peak RSS (MiB) and stdout. A failure raises with its stderr."""
+    """Run ``command``; its peak RSS (MiB, polled every 0.1 s) and stdout. A failure
+    raises with its stderr."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        peak = 0.0
+        while proc.poll() is None:
+            peak = max(peak, peak_mib(proc.pid) or 0.0)
+            time.sleep(0.1)
         out.seek(0), err.seek(0)
         if proc.returncode != 0:
             raise RuntimeError(f"{command[:4]} failed: {err.read().decode()[-2000:]}")
-        return usage.ru_maxrss / 1024, out.read().decode()
+        return peak, out.read().decode()
 
 
 def estimate(url: str, out: Path, env: dict[str, str], engine: list[str]) -> dict[str, Any]:
