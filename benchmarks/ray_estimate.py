@@ -50,8 +50,8 @@ def peak_mib(pid: int) -> float | None:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
-    return int(kib) / 1024
+    kib = [line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")]
+    return int(kib[0]) / 1024 if kib else None  # an exited process keeps no address space
 
 
 def run(command: list[str], env: dict[str, str]) -> tuple[float, str]:
