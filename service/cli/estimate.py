@@ -195,27 +195,27 @@ def _estimate_sums(
     """The evaluated events' :class:`EstimateSums` and the training events' count: the
     partitions counted, the target trained, DR's reward model fitted and the sums taken,
     each a map over the partitions on ``engine`` (docs/offline.md, "Estimates over
-    partitions"); the progress bar counts the tasks done."""
+    partitions"); the progress bar counts the tasks done after the counting."""
     params = policy_params(args)
-    with progress_bar(None, args.no_progress, "task") as bar:
+    counted = engine.map(count_task, [(p, args.policy, params) for p in parts])
+    counts = [n for n, _ in counted]
+    d = one_width(spec, [w for _, w in counted if w is not None])
+    n_train = int(args.train_fraction * sum(counts))
+    n_evaluated = sum(counts) - n_train
+    if n_evaluated < args.folds:
+        raise CliError(
+            f"{n_evaluated} event(s) left to evaluate after --train-fraction "
+            f"{args.train_fraction} of {sum(counts)}; --folds {args.folds} needs at least "
+            f"{args.folds}"
+        )
+    job = EstimateJob(args.policy, params, d, n_evaluated, args.folds)
+    plan = _plan(parts, counts, n_train)
+    with progress_bar(1 + 2 * len(plan), args.no_progress, "task") as bar:
 
         def run(fn: Callable[..., T], tasks: list[tuple[Any, ...]]) -> list[T]:
             return engine.map(fn, tasks, done=lambda _, __: bar.update(1))
 
-        counted = run(count_task, [(p, args.policy, params) for p in parts])
-        counts = [n for n, _ in counted]
-        d = one_width(spec, [w for _, w in counted if w is not None])
-        n_train = int(args.train_fraction * sum(counts))
-        n_evaluated = sum(counts) - n_train
-        if n_evaluated < args.folds:
-            raise CliError(
-                f"{n_evaluated} event(s) left to evaluate after --train-fraction "
-                f"{args.train_fraction} of {sum(counts)}; --folds {args.folds} needs at least "
-                f"{args.folds}"
-            )
-        job = EstimateJob(args.policy, params, d, n_evaluated, args.folds)
         target = run(train_task, [(parts, counts, job, args.seed, n_train)])[0]
-        plan = _plan(parts, counts, n_train)
         ridge = functools.reduce(operator.add, run(ridge_task, [(job, p) for p in plan]))
         fits = ridge.fits(args.folds, args.ridge_lambda)
         key = bootstrap_key(np.random.default_rng([args.seed, 3]))
