@@ -129,6 +129,20 @@ _TERMS: dict[str, Callable[..., Terms]] = {
 }
 
 
+def estimator_terms(
+    estimator: str,
+    reward: ArrayLike,
+    action: ArrayLike,
+    pscore: ArrayLike,
+    action_dist: ArrayLike,
+    q_hat: ArrayLike | None = None,
+) -> Terms:
+    """The per-event terms ``(num, den)`` (n,) of ``estimator``, whose estimate is
+    ``sum(num) / sum(den)`` (module docstring)."""
+    check_choice(estimator, "estimator", sorted(_TERMS), error=InvalidInputError)
+    return _TERMS[estimator](*_check(reward, action, pscore, action_dist, q_hat))
+
+
 def _ratio(num: np.ndarray, den: np.ndarray) -> float:
     total = den.sum()
     if total <= 0:
@@ -212,15 +226,25 @@ def support(action: ArrayLike, pscore: ArrayLike, action_dist: ArrayLike) -> Sup
     >>> support([0, 1], [1.0, 0.5], [[0.5, 0.5], [1.0, 0.0]]).unsupported_mass
     0.25
     """
+    deterministic, unsupported = unsupported_terms(action, pscore, action_dist)
+    return SupportDiagnostic(
+        n=int(deterministic.size),
+        deterministic_events=int(deterministic.sum()),
+        unsupported_mass=float(unsupported.mean()),
+    )
+
+
+def unsupported_terms(
+    action: ArrayLike, pscore: ArrayLike, action_dist: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per event (n,): whether it was logged deterministically (``pscore = 1``), and the
+    target's probability on the actions the logging policy could not take there,
+    ``1 - action_dist[i, action_i]`` at such an event, else 0 (:func:`support`)."""
     ones = np.zeros(np.shape(pscore))
     _, a, p, pi, _ = _check(ones, action, pscore, action_dist, None)
     deterministic = np.isclose(p, 1.0, rtol=0.0, atol=1e-12)
     unsupported = np.where(deterministic, 1.0 - pi[np.arange(a.size), a], 0.0)
-    return SupportDiagnostic(
-        n=int(a.size),
-        deterministic_events=int(deterministic.sum()),
-        unsupported_mass=float(np.clip(unsupported, 0.0, 1.0).mean()),
-    )
+    return deterministic, np.clip(unsupported, 0.0, 1.0)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,11 @@ def add_run_options(p: argparse.ArgumentParser, rounds_default: int | None) -> N
     p.add_argument(
         "--plot", type=Path, metavar="PATH", help="write a PNG of the cumulative curves to PATH"
     )
+    add_no_progress(p)
+
+
+def add_no_progress(p: argparse.ArgumentParser) -> None:
+    """``--no-progress``."""
     p.add_argument(
         "--no-progress", action="store_true", help="do not draw the progress bar (on stderr)"
     )

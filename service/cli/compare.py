@@ -33,7 +33,14 @@ from service.cli.arguments import (
 )
 from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_OK
-from service.cli.log_sources import LogSpec, load_log, log_spec, source_fields, source_title
+from service.cli.log_sources import (
+    LogSpec,
+    load_log,
+    log_spec,
+    log_width,
+    source_fields,
+    source_title,
+)
 from service.cli.replay import replay_task
 from service.cli.reports import plot, progress_bar, protocol, replay_summary, write_json
 from service.usecases.offline_engine import OfflineEngine
@@ -188,10 +195,13 @@ def _run(args: argparse.Namespace) -> int:
     rows, styles = _rows(args)
     seeds = seeds_of(args)
     spec = log_spec(args)
-    for row in rows:  # invalid parameters fail here, before any worker starts
-        _, d = load_log(spec, row.policy, row.params)
-        make_policy(row.policy, d, **row.params, seed=seeds[0])
     engine = engine_of(args)
+    for row in rows:  # invalid parameters fail here, before any worker starts
+        if engine.kind == "ray":  # the tasks read the log; here only its first partition
+            d = log_width(spec, row.policy, row.params)
+        else:
+            _, d = load_log(spec, row.policy, row.params)
+        make_policy(row.policy, d, **row.params, seed=seeds[0])
     started = time.perf_counter()
     per_row = _replay_all(args, spec, rows, seeds, engine)
     wall = time.perf_counter() - started

@@ -6,22 +6,33 @@ interval) of what a fixed target policy would earn on a log with propensities
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from bandit_core.datasets import LoggedEvent
-from bandit_core.evaluation import EstimateResult, UnsupportedLogError, off_policy_estimates
+from bandit_core.evaluation import EstimateResult, UnsupportedLogError
+from bandit_core.evaluation.mergeable import EstimateSums, RidgeSums
+from bandit_core.evaluation.offpolicy import (
+    bootstrap_key,
+    fold_of,
+    partition_estimate_sums,
+    ridge_sums,
+)
 from bandit_core.policy import BasePolicy
-from bandit_core.registry import make_policy
+from bandit_core.registry import make_policy, policy_from_bytes
 from service.cli.arguments import (
     REFEATURIZING,
     CliError,
     add_log_source,
+    add_no_progress,
     add_policy_params,
     at_least_two,
     check_policy,
@@ -33,9 +44,18 @@ from service.cli.arguments import (
     positive_float,
     positive_int,
 )
+from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK
-from service.cli.log_sources import load_log, log_spec, source_fields
-from service.cli.reports import format_params, write_json
+from service.cli.log_sources import (
+    LogSpec,
+    log_spec,
+    one_width,
+    partitions,
+    read_partition,
+    source_fields,
+)
+from service.cli.reports import format_params, progress_bar, write_json
+from service.usecases.offline_engine import OfflineEngine
 
 DESCRIPTION = (
     "Off-policy estimates of what a fixed target policy would earn per decision, from a log whose\n"
@@ -43,7 +63,8 @@ DESCRIPTION = (
     "  IPS    (1/n) sum w_i r_i,  w_i = pi(a_i | x_i) / pscore_i\n"
     "  SNIPS  sum w_i r_i / sum w_i\n"
     "  DR     (1/n) sum [sum_a pi(a | x_i) q_hat(x_i, a) + w_i (r_i - q_hat(x_i, a_i))]\n"
-    "each with a percentile bootstrap interval (--bootstrap resamples of the events).\n\n"
+    "each with a percentile Poisson-bootstrap interval (--bootstrap resamples: each event weighed\n"
+    "by a Poisson(1) count per resample).\n\n"
     "The target is --policy with its parameters: it learns from the first --train-fraction of the\n"
     "events (every event's reward for its served arm), is then frozen and, on each later event,\n"
     "serves greedily (explore=False; ties split evenly): pi is that choice. --train-fraction 0\n"
@@ -55,15 +76,21 @@ DESCRIPTION = (
     "probability > 0. When events were logged with propensity 1 (a policy with epsilon 0) and\n"
     "the target chooses other arms there, the estimates are biased and disagree: the command\n"
     "then prints a warning, no estimates, and exits with status 1 (--force prints them anyway).\n\n"
+    "Partitions: the log is read a partition at a time (an event log's UTC days, a file as a\n"
+    "whole), each by a task of its own on --engine; the sums of the partitions add, so the\n"
+    "estimates do not depend on where the days cut nor on the engine (docs/offline.md,\n"
+    "Estimates over partitions).\n\n"
     f"{REFEATURIZING}"
     "Policies: {policies}.\n\n"
     "JSON keys: policy, params, data, format (and log_policy, since, until, unrewarded, features for an\n"
-    "event log), protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
+    "event log), engine, partitions, protocol, seed, train_events, evaluated_events, logged_mean_reward, confidence,\n"
     "support (n, deterministic_events, unsupported_mass, supported), estimates (ips, snips, dr:\n"
     "estimator, value, ci_low, ci_high, confidence, n_bootstrap, n, support), seconds.\n\n"
     "example: bandit estimate --format eventlog --data postgresql://postgres@127.0.0.1/bandit \\\n"
     "             --log-policy home --policy linucb --alpha 0 --train-fraction 0.5 --json e.json"
 )
+
+T = TypeVar("T")
 
 
 def train_target(policy: BasePolicy, events: Sequence[LoggedEvent]) -> None:
@@ -74,19 +101,126 @@ def train_target(policy: BasePolicy, events: Sequence[LoggedEvent]) -> None:
         policy.update(e.chosen, e.X[e.action], e.reward, user_id=e.user_id)
 
 
-def _split(
-    events: list[LoggedEvent], train_fraction: float, folds: int
-) -> tuple[list[LoggedEvent], list[LoggedEvent]]:
-    """The earliest ``train_fraction`` of ``events`` to train on and the rest to evaluate,
-    at least ``folds`` of them."""
-    n_train = int(train_fraction * len(events))
-    evaluated = events[n_train:]
-    if len(evaluated) < folds:
+@dataclass(frozen=True)
+class EstimateJob:
+    """What every task of one ``bandit estimate`` shares: the target, the log's split and
+    DR's folds (queries and settings; each task reads its partition itself)."""
+
+    policy: str
+    params: dict[str, Any]
+    d: int
+    n_evaluated: int
+    folds: int
+
+
+@dataclass(frozen=True)
+class EvaluatedPart:
+    """A partition holding evaluated events: its first ``skip`` events train the target,
+    the others are the evaluated events from index ``first_index`` on."""
+
+    spec: LogSpec
+    skip: int
+    first_index: int
+
+
+def count_task(spec: LogSpec, policy: str, params: dict[str, Any]) -> tuple[int, int | None]:
+    """The events of a partition and their feature length (None: no events)."""
+    events, d = read_partition(spec, policy, params)
+    return len(events), d
+
+
+def train_task(
+    parts: Sequence[LogSpec], counts: Sequence[int], job: EstimateJob, seed: int, n_train: int
+) -> bytes:
+    """The target trained on the first ``n_train`` events (:func:`train_target`), reading
+    the partitions in time order until it has them; its state as bytes."""
+    target = make_policy(job.policy, job.d, **job.params, seed=seed)
+    left = n_train
+    for spec, count in zip(parts, counts, strict=True):
+        if left <= 0:
+            break
+        if count:
+            train_target(target, read_partition(spec, job.policy, job.params)[0][:left])
+            left -= count
+    return target.to_bytes()
+
+
+def _evaluated(part: EvaluatedPart, job: EstimateJob) -> tuple[list[LoggedEvent], np.ndarray]:
+    """The partition's evaluated events and their cross-fitting folds."""
+    events = read_partition(part.spec, job.policy, job.params)[0][part.skip :]
+    return events, fold_of(part.first_index, len(events), job.n_evaluated, job.folds)
+
+
+def ridge_task(job: EstimateJob, part: EvaluatedPart) -> RidgeSums:
+    """DR's reward-model sums of a partition (:func:`bandit_core.evaluation.offpolicy.ridge_sums`)."""
+    return ridge_sums(*_evaluated(part, job))
+
+
+def estimate_task(
+    job: EstimateJob,
+    part: EvaluatedPart,
+    target: bytes,
+    fits: list[dict[str, np.ndarray]],
+    key: int,
+    n_bootstrap: int,
+) -> EstimateSums:
+    """The estimates' sums of a partition
+    (:func:`bandit_core.evaluation.offpolicy.partition_estimate_sums`)."""
+    events, fold = _evaluated(part, job)
+    return partition_estimate_sums(
+        policy_from_bytes(target),
+        events,
+        first_index=part.first_index,
+        fold=fold,
+        fits=fits,
+        key=key,
+        n_bootstrap=n_bootstrap,
+    )
+
+
+def _plan(parts: Sequence[LogSpec], counts: Sequence[int], n_train: int) -> list[EvaluatedPart]:
+    """The partitions holding evaluated events (those after the first ``n_train``)."""
+    out, start = [], 0
+    for spec, count in zip(parts, counts, strict=True):
+        skip = min(max(n_train - start, 0), count)
+        if skip < count:
+            out.append(EvaluatedPart(spec, skip, start + skip - n_train))
+        start += count
+    return out
+
+
+def _estimate_sums(
+    args: argparse.Namespace, spec: LogSpec, parts: list[LogSpec], engine: OfflineEngine
+) -> tuple[EstimateSums, int]:
+    """The evaluated events' :class:`EstimateSums` and the training events' count: the
+    partitions counted, the target trained, DR's reward model fitted and the sums taken,
+    each a map over the partitions on ``engine`` (docs/offline.md, "Estimates over
+    partitions"); the progress bar counts the tasks done after the counting."""
+    params = policy_params(args)
+    counted = engine.map(count_task, [(p, args.policy, params) for p in parts])
+    counts = [n for n, _ in counted]
+    d = one_width(spec, [w for _, w in counted if w is not None])
+    n_train = int(args.train_fraction * sum(counts))
+    n_evaluated = sum(counts) - n_train
+    if n_evaluated < args.folds:
         raise CliError(
-            f"{len(evaluated)} event(s) left to evaluate after --train-fraction {train_fraction} of "
-            f"{len(events)}; --folds {folds} needs at least {folds}"
+            f"{n_evaluated} event(s) left to evaluate after --train-fraction "
+            f"{args.train_fraction} of {sum(counts)}; --folds {args.folds} needs at least "
+            f"{args.folds}"
         )
-    return events[:n_train], evaluated
+    job = EstimateJob(args.policy, params, d, n_evaluated, args.folds)
+    plan = _plan(parts, counts, n_train)
+    with progress_bar(1 + 2 * len(plan), args.no_progress, "task") as bar:
+
+        def run(fn: Callable[..., T], tasks: list[tuple[Any, ...]]) -> list[T]:
+            return engine.map(fn, tasks, done=lambda _, __: bar.update(1))
+
+        target = run(train_task, [(parts, counts, job, args.seed, n_train)])[0]
+        ridge = functools.reduce(operator.add, run(ridge_task, [(job, p) for p in plan]))
+        fits = ridge.fits(args.folds, args.ridge_lambda)
+        key = bootstrap_key(np.random.default_rng([args.seed, 3]))
+        tasks = [(job, p, target, fits, key, args.bootstrap) for p in plan]
+        return functools.reduce(operator.add, run(estimate_task, tasks)), n_train
 
 
 @clean_exit("estimate")
@@ -94,35 +228,30 @@ def _run(args: argparse.Namespace) -> int:
     check_policy(args.policy)
     params = policy_params(args)
     spec = log_spec(args)
-    log, d = load_log(spec, args.policy, params)
-    training, evaluated = _split(list(log), args.train_fraction, args.folds)
-    n_train = len(training)
+    engine = engine_of(args)
     started = time.perf_counter()
-    target = make_policy(args.policy, d, **params, seed=args.seed)
-    train_target(target, training)
-    head = {"policy": args.policy, "params": params, **source_fields(spec)}
+    parts = partitions(spec)
+    sums, n_train = _estimate_sums(args, spec, parts, engine)
+    head = {
+        "policy": args.policy,
+        "params": params,
+        **source_fields(spec),
+        "engine": engine.kind,
+        "partitions": len(parts),
+    }
     try:
-        results = off_policy_estimates(
-            target,
-            evaluated,
-            rng=np.random.default_rng([args.seed, 3]),
-            n_bootstrap=args.bootstrap,
-            confidence=args.confidence,
-            ridge_lambda=args.ridge_lambda,
-            folds=args.folds,
-            require_support=not args.force,
-        )
+        results = sums.results(args.confidence, require_support=not args.force)
     except UnsupportedLogError as exc:
         print(f"bandit estimate: WARNING: {exc} (docs/offline.md, Support)", file=sys.stderr)
         print("bandit estimate: no estimates printed; --force prints them anyway", file=sys.stderr)
         write_json(args.json, {**head, "support": exc.support.to_dict(), "estimates": None})
         return EXIT_FAILURE
-    logged = float(np.mean([e.reward for e in evaluated]))
-    _print_estimates(args.policy, params, results, n_train, len(evaluated), logged)
+    logged = sums.reward.value / sums.n
+    _print_estimates(args.policy, params, results, n_train, sums.n, logged)
     payload = {
         **head,
-        **_details(args, n_train, len(evaluated), logged),
-        "support": next(iter(results.values())).support.to_dict(),
+        **_details(args, n_train, sums.n, logged),
+        "support": sums.support().to_dict(),
         "estimates": {name: r.to_dict() for name, r in results.items()},
         "seconds": time.perf_counter() - started,
     }
@@ -164,7 +293,7 @@ def _details(
         "protocol": (
             f"target trained on the first {n_train} events, then fixed and greedy (explore=False) on the "
             f"{n_evaluated} later ones; DR's q_hat: per-arm ridge (lambda {args.ridge_lambda}) "
-            f"cross-fitted over {args.folds} time-ordered folds; percentile bootstrap, {args.bootstrap} resamples"
+            f"cross-fitted over {args.folds} time-ordered folds; percentile Poisson bootstrap, {args.bootstrap} resamples"
         ),
         "seed": args.seed,
         "train_events": n_train,
@@ -188,6 +317,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_policy_params(p)
     _add_estimator_options(p)
+    add_engine_options(p)
+    add_no_progress(p)
     p.add_argument(
         "--json", type=Path, metavar="PATH", help="write the full result as JSON to PATH"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bandit_core.errors import ConfigError
-from service.cli.arguments import timestamp_argument
+from service.cli.arguments import add_no_progress, timestamp_argument
 from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.usecases.offline_engine import OfflineEngineError
@@ -101,9 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--plot", type=Path, metavar="PATH", help="write a PNG of the estimates over time"
     )
-    p.add_argument(
-        "--no-progress", action="store_true", help="do not draw the progress bar (on stderr)"
-    )
+    add_no_progress(p)
     add_engine_options(p)
     p.set_defaults(run=run)
 

@@ -8,8 +8,12 @@ process (:func:`load_log` is cached per :class:`LogSpec`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import functools
+import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +30,10 @@ from service.schemas import MAX_DENSE_DIMENSION  # the offline commands keep row
 
 if TYPE_CHECKING:
     from service.storage.offline_source import Featurize
+    from service.storage.sql_log import SqlEventLog
+
+DAY = 86400.0
+"""Seconds in an event log's partition (a UTC day)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,33 @@ def load_log(spec: LogSpec, policy: str, params: dict[str, Any]) -> tuple[LogSou
 @functools.lru_cache(maxsize=4)
 def _load_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[LogSource, int]:
     """The log and its feature length ``d`` (cached per process)."""
+    log, d = _read_rows(spec, policy, context_dim)
+    return log, one_width(spec, [] if d is None else [d])
+
+
+def read_partition(
+    spec: LogSpec, policy: str, params: dict[str, Any]
+) -> tuple[list[LoggedEvent], int | None]:
+    """The events of one partition of a log (:func:`partitions`) for evaluating ``policy``
+    with ``params``, read here and not kept (a partition may be empty: ``d`` is then None)."""
+    context_dim = int(params.get("context_dim", 0)) if spec.fmt == "eventlog" else 0
+    log, d = _read_rows(spec, policy if spec.fmt == "eventlog" else None, context_dim)
+    return list(log), d
+
+
+def log_width(spec: LogSpec, policy: str, params: dict[str, Any]) -> int:
+    """The feature length ``d`` of ``spec``'s log for ``policy`` with ``params``, read from
+    its first partition holding events (:func:`partitions`): a driver that sends the log's
+    work elsewhere learns ``d`` without holding the log."""
+    for part in partitions(spec):
+        _, d = read_partition(part, policy, params)
+        if d is not None:
+            return d
+    return one_width(spec, [])
+
+
+def _read_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[LogSource, int | None]:
+    """The log and its feature length ``d`` (None: no events)."""
     if spec.fmt == "eventlog":
         events = _load_event_log(spec, policy, context_dim)
     else:
@@ -120,14 +155,39 @@ def _load_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[Log
             return log, log.d
         events = list(JsonlLog(path))
     if not events:
+        return events, None
+    return events, one_width(spec, [int(e.X.shape[1]) for e in events])
+
+
+def one_width(spec: LogSpec, widths: list[int]) -> int:
+    """The one feature length of a log's events (``widths``, theirs or its partitions');
+    no events or several lengths are a :class:`CliError`."""
+    found = sorted(set(widths))
+    if not found:
         raise CliError(f"--data {spec.data}: the log holds no events")
-    widths = sorted({int(e.X.shape[1]) for e in events})
-    if len(widths) > 1:
+    if len(found) > 1:
         raise CliError(
-            f"--data {spec.data}: events have feature lengths {widths}; one length is needed "
+            f"--data {spec.data}: events have feature lengths {found}; one length is needed "
             "(for an event log, pick a --since after the policy's dimension changed)"
         )
-    return events, widths[0]
+    return found[0]
+
+
+def partitions(spec: LogSpec) -> list[LogSpec]:
+    """The time-ordered partitions of ``spec``'s log that offline tasks read on their own:
+    an event log's UTC days (``since``/``until`` cut at midnight, the days between its
+    policy's first and last decision in range), a file as a whole."""
+    if spec.fmt != "eventlog":
+        return [spec]
+    with _event_log(spec) as event_log:
+        span = event_log.time_range(spec.log_policy or "")
+    if span is None:
+        return [spec]
+    first = max(span[0], spec.since if spec.since is not None else span[0])
+    last = min(span[1], spec.until if spec.until is not None else span[1])
+    days = list(range(int(first // DAY), int(last // DAY) + 1)) or [int(first // DAY)]
+    bounds = [spec.since, *[float(day * DAY) for day in days[1:]], spec.until]
+    return [dataclasses.replace(spec, since=a, until=b) for a, b in itertools.pairwise(bounds)]
 
 
 def _featurizer_config(spec: LogSpec, logged: dict[str, Any] | None) -> FeaturizerConfig | None:
@@ -174,14 +234,14 @@ def _is_vector(value: Any) -> bool:
     return type(value) is list and bool(value) and all(type(v) in (int, float) for v in value)
 
 
-def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list[LoggedEvent]:
-    """Every event of ``spec``'s policy and time range, read from the service's event log;
-    JSON features re-featurized for ``policy`` (:func:`_refeaturize`)."""
+@contextlib.contextmanager
+def _event_log(spec: LogSpec) -> Iterator[SqlEventLog]:
+    """The event log at ``spec.data`` (checked to be a PostgreSQL or SQLite URL), closed
+    afterwards; a database that does not answer is a :class:`CommandFailed`."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     from service.storage.base import StoreUnavailableError
-    from service.storage.offline_source import EventLogSource, check_logged, default_reward
     from service.storage.sql_log import SqlEventLog
 
     try:
@@ -196,9 +256,25 @@ def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list
         )
     if url.get_backend_name() == "sqlite" and not (url.database and Path(url.database).is_file()):
         raise CliError(f"--data {spec.data}: no such SQLite file")
-    assert spec.log_policy is not None
     event_log = SqlEventLog(spec.data)
     try:
+        yield event_log
+    except StoreUnavailableError as exc:
+        message = " ".join(str(exc).split())  # a driver's message may span lines
+        raise CommandFailed(
+            f"--data {url.render_as_string(hide_password=True)}: {message}"
+        ) from None
+    finally:
+        event_log.close()
+
+
+def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list[LoggedEvent]:
+    """Every event of ``spec``'s policy and time range, read from the service's event log;
+    JSON features re-featurized for ``policy`` (:func:`_refeaturize`)."""
+    from service.storage.offline_source import EventLogSource, check_logged, default_reward
+
+    assert spec.log_policy is not None
+    with _event_log(spec) as event_log:
         check_logged(event_log, spec.log_policy)
         fill = default_reward(event_log, spec.log_policy) if spec.unrewarded == "default" else None
         config = _featurizer_config(spec, event_log.policies().get(spec.log_policy))
@@ -209,13 +285,6 @@ def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list
             event_log, spec.log_policy, spec.since, spec.until, unrewarded=fill, featurize=featurize
         )
         return list(source)
-    except StoreUnavailableError as exc:
-        message = " ".join(str(exc).split())  # a driver's message may span lines
-        raise CommandFailed(
-            f"--data {url.render_as_string(hide_password=True)}: {message}"
-        ) from None
-    finally:
-        event_log.close()
 
 
 def source_fields(spec: LogSpec) -> dict[str, Any]:

@@ -25,7 +25,14 @@ from service.cli.arguments import (
 )
 from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_OK
-from service.cli.log_sources import LogSpec, load_log, log_spec, source_fields, source_title
+from service.cli.log_sources import (
+    LogSpec,
+    load_log,
+    log_spec,
+    log_width,
+    source_fields,
+    source_title,
+)
 from service.cli.reports import (
     Line,
     format_params,
@@ -92,7 +99,10 @@ def _run(args: argparse.Namespace) -> int:
     seeds = seeds_of(args)
     spec = log_spec(args)
     engine = engine_of(args)
-    load_log(spec, args.policy, params)
+    if engine.kind == "local":
+        load_log(spec, args.policy, params)
+    else:  # the tasks read the log; here only its first partition
+        log_width(spec, args.policy, params)
     total = args.rounds * len(seeds) if args.rounds else None
     results: list[ReplayResult] = []
     with progress_bar(total, args.no_progress, "round") as bar:

@@ -212,7 +212,7 @@ def test_estimators_cover_the_true_value_of_fixed_targets(
 
     Tolerance: IPS weights here reach 1/0.1, so the estimates are skewed and the
     percentile intervals cover a little below 95 %; measured with this environment at
-    1000 events, seeds 100-129: 29-30 of 30 for each estimator and target."""
+    1000 events and 300 resamples, seeds 100-129: 27-29 of 30 for each estimator and target."""
     covered: dict[tuple[str, str], int] = {}
     for seed, log in zip(SEEDS, logs, strict=True):
         events = list(EventLogSource(event_log, log.policy))

@@ -29,6 +29,7 @@ from service.usecases.importance import scores_over_log_in_worker
 from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
+from tests.service.test_estimate_partitions import respaced_copy
 
 pytestmark = pytest.mark.timeout(1800)  # a cluster's start on a loaded machine takes minutes
 
@@ -101,7 +102,12 @@ COMPARE = ["compare", "--format", "news", "--policy", "linucb", "--policy", "lnu
 def test_offline_commands_on_ray_equal_the_local_engine(
     cluster: RayCluster, storefront_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    days = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
     commands = {
+        "estimate": [
+            "estimate", "--format", "eventlog", "--data", days, "--log-policy", "shop",
+            "--policy", "linucb", "--alpha", "0", "--bootstrap", "50",
+        ],
         "compare": [*COMPARE, "--alpha", "0.1", "1", "--rounds", "100", "--seeds", "2", "--jobs", "1"],
         "replay": ["replay", "--format", "news", "--policy", "linucb", "--rounds", "100", "--seeds", "3"],
         "evaluate": [
@@ -117,10 +123,11 @@ def test_offline_commands_on_ray_equal_the_local_engine(
     for name, argv in commands.items():
         local = _local(argv, tmp_path / f"{name}.json", capsys)
         on_ray = _finished(*remote[name])
-        if name == "compare":
+        if name in ("compare", "estimate"):
             assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
         assert _untimed(on_ray) == _untimed(local), name
         assert local.get("results") or local.get("per_seed") or local.get("estimates")
+    assert json.loads((tmp_path / "estimate.json").read_text())["partitions"] == 38  # 300 x 3 h
 
 
 @pytest.mark.anyio
