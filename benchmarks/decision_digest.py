@@ -128,10 +128,9 @@ def default_loop_stream() -> str:
     each round. The widths are left out: at the loop's ``alpha`` 0 they enter no score,
     and Personalizer's rank response carries none."""
     import service.usecases  # noqa: F401  (first: the loops module alone meets an import cycle)
+    from benchmarks.featurizer import request
     from service.personalizer.loops import DEFAULT_LOOP_SPEC
     from service.policies import build_policy
-
-    from benchmarks.featurizer import request
 
     spec = DEFAULT_LOOP_SPEC
     config = spec.featurizer_config
