@@ -38,7 +38,7 @@ diag_linucb``) beside the dense K = 50, d = 32 rows.
 ``--personalizer-rank`` adds, in the same run, the default Personalizer loop
 (``personalizer``: hybrid LinUCB over JSON features, 8 bits, every context x action
 namespace pair, epsilon 0.2) called through Personalizer's v1.0 rank route
-(``POST /personalizer/v1.0/rank``, :func:`_rank_body`: the same request as
+(``POST /personalizer/v1.0/rank``, :func:`rank_body`: the same request as
 ``--json-bits``, its context as three namespace objects), ``max`` and ``half`` loads
 only; the comparison of docs/performance.md:
 
@@ -278,7 +278,7 @@ def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], 
     )
 
 
-def _rank_body() -> str:
+def rank_body() -> str:
     """The default loop's Personalizer rank request: :func:`_json_load`'s request with
     its context as Personalizer's list of namespace objects and each action's features
     as a one-object list, as the SDKs send them."""
@@ -475,7 +475,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "payload": "personalizer rank, default loop",
                     }
                     rows.extend(
-                        _drive(server, tmp, _rank_body(), label, args, "/personalizer/v1.0/rank")
+                        _drive(server, tmp, rank_body(), label, args, "/personalizer/v1.0/rank")
                     )
             finally:
                 server.stop()
