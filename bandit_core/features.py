@@ -434,7 +434,14 @@ class Featurizer:
     ) -> FeatureBatch:
         """The vectors of a request from its context's features and the K actions'
         features one after the other (``counts[k]`` of them for action ``k``; their
-        namespaces may be None when every pair of namespaces interacts)."""
+        namespaces may be None when every pair of namespaces interacts).
+
+        Every bucket sums its entries in one order: the context's, the action's, the
+        interactions (context-major), the bias. Dense output sums the context's entries
+        once, into the context vector, and starts every action's row from that vector
+        (the bias aside: no hashed feature lands in its column); the entries that depend
+        on the action are then added in order (``np.add.at``), so each sum is the same,
+        bit for bit, as one pass over every entry of every row."""
         config = self.config
         K = len(counts)
         h_ctx, v_ctx = ctx.hashes, ctx.values
@@ -447,20 +454,31 @@ class Featurizer:
         if pair_mask is not None:
             h_int, v_int, row_int = h_int[pair_mask], v_int[pair_mask], row_int[pair_mask]
 
+        context = self._context_vector(h_ctx, v_ctx)
         n_ctx = len(h_ctx) if config.context_in_actions else 0
-        rows = np.concatenate(
-            [np.repeat(np.arange(K), n_ctx), row_act, row_int.ravel(), np.arange(K)]
-        )
-        hashes = np.concatenate([np.tile(h_ctx, K) if n_ctx else h_ctx[:0], h_act, h_int.ravel()])
+        rows = np.concatenate([row_act, row_int.ravel(), np.arange(K)])
+        hashes = np.concatenate([h_act, h_int.ravel()])
         idx = np.concatenate(
             [(hashes & self._mask).astype(np.int64), np.full(K, config.bias_index)]
         )
-        vals = np.concatenate(
-            [np.tile(v_ctx, K) if n_ctx else v_ctx[:0], v_act, v_int.ravel(), np.ones(K)]
-        )
+        vals = np.concatenate([v_act, v_int.ravel(), np.ones(K)])
+        if isinstance(context, np.ndarray):  # the config's output is dense
+            dim = config.dim
+            start = np.zeros(dim) if not n_ctx else context.copy()
+            start[config.bias_index] = 0.0
+            dense = np.tile(start, K)
+            np.add.at(dense, rows * dim + idx, vals)
+            return FeatureBatch(context=context, actions=dense.reshape(K, dim))
+        ctx_idx = (h_ctx & self._mask).astype(np.int64)
         return FeatureBatch(
-            context=self._context_vector(h_ctx, v_ctx),
-            actions=self._assemble(rows, idx, vals, K, single=False),
+            context=context,
+            actions=self._assemble(
+                np.concatenate([np.repeat(np.arange(K), n_ctx), rows]),
+                np.concatenate([np.tile(ctx_idx, K) if n_ctx else ctx_idx[:0], idx]),
+                np.concatenate([np.tile(v_ctx, K) if n_ctx else v_ctx[:0], vals]),
+                K,
+                single=False,
+            ),
         )
 
     def _pair_mask(

@@ -13,7 +13,11 @@ Score: ``z^T beta + x^T theta_a + alpha * sqrt(s)`` with
     s = z'A_0^-1 z - 2 z'A_0^-1 B_a'A_a^-1 x + x'A_a^-1 x + x'A_a^-1 B_a A_0^-1 B_a'A_a^-1 x,
 
 the variance of the joint ridge estimate; the argmax is served (epsilon floor and
-propensities by docs/algorithms.md section 5, in :class:`BasePolicy`).
+propensities by docs/algorithms.md section 5, in :class:`BasePolicy`). The width
+``sqrt(s)`` is computed only when it enters the score: at ``alpha = 0`` (the greedy
+shared model of the default Personalizer loop) the score is the mean, the K quadratic
+forms over ``A_0^-1`` (K k^2 multiplications) are skipped and the decision has no
+widths (``None``).
 
 With ``context_dim = 0`` there is no per-arm part: the policy is LinUCB with one matrix
 over ``z`` (Vowpal Wabbit's ``--cb_explore_adf`` shape). Its arms carry no state at all,
@@ -167,27 +171,32 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
 
     def _score(
         self, arm_ids: list[str], states: list[HybridArmState], X: np.ndarray, ctx: SelectContext
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         shared = self._shared
         k = self.config.shared_dim
+        alpha = self.config.alpha
         Z = X[:, :k]
         mean = Z @ shared.theta
         if self._arm_free:
+            if not alpha:
+                return mean + 0.0, None  # + 0.0: the -0.0 of a mean as mean + 0 * width
             quad = np.einsum("ij,ij->i", Z @ shared.A_inv, Z)
         else:
             stack = self._stack
             stack.sync(arm_ids, states, self._take_updated())
             x = X[:, k:]  # (K, d), d >= 1: no contraction below runs over an empty axis
-            g = np.matmul(x[:, None, :], stack.A_inv_B)[:, 0]  # B_a' A_a^-1 x, (K, k)
-            v = Z - g
             theta = stack.theta - np.matmul(stack.A_inv_B, shared.theta)
             mean += np.einsum("ij,ij->i", x, theta)
+            if not alpha:
+                return mean + 0.0, None
+            g = np.matmul(x[:, None, :], stack.A_inv_B)[:, 0]  # B_a' A_a^-1 x, (K, k)
+            v = Z - g
             # s = (z - B'A^-1 x)' A_0^-1 (z - B'A^-1 x) + x'A^-1 x: the paper's four terms,
             # the first, second and fourth of them gathered in one quadratic form.
             quad = np.einsum("ij,ij->i", v @ shared.A_inv, v)
             quad += np.einsum("ij,ij->i", np.matmul(stack.A_inv, x[:, :, None])[:, :, 0], x)
         width = np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
-        return mean + self.config.alpha * width, width
+        return mean + alpha * width, width
 
     def _update(
         self,

@@ -5,7 +5,10 @@ arms with ``d`` features, ``ROUNDS`` rounds of ``select`` then ``update`` (every
 round with a user id and exploration on, the rest greedy), then one ``select_batch``
 and one ``select_until``. Two more streams go through JSON features
 (:func:`bandit_core.featurized.featurized_rows`): the hybrid LinUCB default and the
-sparse diagonal LinUCB. Into one hash per stream go the served arm, the ranking, the
+sparse diagonal LinUCB. One more is the default Personalizer loop
+(``service.personalizer.loops.DEFAULT_LOOP_SPEC``, built as the service builds it) on
+the request of ``benchmarks.featurizer`` (15 context features in 3 namespaces, 50
+actions of 6 features). Into one hash per stream go the served arm, the ranking, the
 propensities, scores and widths of each decision, the parts a selection changed, the
 arm and policy statistics and the serialized policy (``to_bytes``) after every update.
 A change to the engine that keeps behaviour keeps every digest:
@@ -44,13 +47,14 @@ ALGORITHM_PARAMS: dict[str, dict[str, Any]] = {
 }
 
 
-def _feed(h: Any, decision: Decision) -> None:
+def _feed(h: Any, decision: Decision, widths: bool = True) -> None:
+    """``decision`` into ``h``; its widths only with ``widths``."""
     h.update(
         repr(
             (decision.arm_id, decision.ranking, decision.explored, decision.state_changed)
         ).encode()
     )
-    for array in (decision.scores, decision.widths, decision.propensities):
+    for array in (decision.scores, decision.widths if widths else None, decision.propensities):
         if array is not None:
             h.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
     if decision.guardrail is not None:
@@ -118,6 +122,39 @@ def json_stream(name: str) -> str:
     return h.hexdigest()
 
 
+def default_loop_stream() -> str:
+    """The digest of the default Personalizer loop over ``ROUNDS`` requests: the 50
+    actions of ``benchmarks.featurizer.request(0)``, a context of ``request(t % 20)``
+    each round. The widths are left out: at the loop's ``alpha`` 0 they enter no score,
+    and Personalizer's rank response carries none."""
+    import service.usecases  # noqa: F401  (first: the loops module alone meets an import cycle)
+    from benchmarks.featurizer import request
+    from service.personalizer.loops import DEFAULT_LOOP_SPEC
+    from service.policies import build_policy
+
+    spec = DEFAULT_LOOP_SPEC
+    config = spec.featurizer_config
+    assert config is not None and spec.dimension is not None
+    featurizer = Featurizer(config)
+    policy = build_policy(spec)
+    rng = np.random.default_rng(SEED)
+    _, actions = request(0)
+    arms = [a["item"]["id"] for a in actions]
+    contexts = [request(seed)[0] for seed in range(20)]
+    h = hashlib.sha256()
+    for t in range(ROUNDS):
+        X = featurized_rows(featurizer, policy, contexts[t % 20], actions)
+        decision = policy.select(arms, X)
+        _feed(h, decision, widths=False)
+        served = arms.index(decision.arm_id)
+        reward = float(rng.random() < 0.1 + 0.2 * (served % 4) / 3)
+        policy.update(decision.arm_id, X[served], reward)
+        if t % 50 == 0:
+            _feed_stats(h, policy)
+    _feed_stats(h, policy)
+    return h.hexdigest()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_label_argument(parser, BENCHMARK)
@@ -126,6 +163,7 @@ def main() -> None:
     digests.update(
         {f"{name} (JSON features)": json_stream(name) for name in ("hybrid_linucb", "diag_linucb")}
     )
+    digests["personalizer default loop"] = default_loop_stream()
     total = hashlib.sha256(
         "".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode()
     ).hexdigest()

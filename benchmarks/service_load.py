@@ -35,6 +35,15 @@ and re-created).
 "json bits N", :func:`_json_load`; ``hybrid_linucb``, or ``--json-algorithm
 diag_linucb``) beside the dense K = 50, d = 32 rows.
 
+``--personalizer-rank`` adds, in the same run, the default Personalizer loop
+(``personalizer``: hybrid LinUCB over JSON features, 8 bits, every context x action
+namespace pair, epsilon 0.2) called through Personalizer's v1.0 rank route
+(``POST /personalizer/v1.0/rank``, :func:`rank_body`: the same request as
+``--json-bits``, its context as three namespace objects), ``max`` and ``half`` loads
+only; the comparison of docs/performance.md:
+
+    python -m benchmarks.service_load --own-servers --ks 50 --workers 1 --backends redis+postgres --connections 1,16 --loads max --personalizer-rank
+
 ``--event-ids`` gives every ``/recommend`` of the ``max`` and ``half`` loads a client
 ``event_id`` of its own (payload "..., client event ids"), as Personalizer's SDK samples
 send ``eventId``.
@@ -269,15 +278,36 @@ def _json_load(policy: str, bits: int, algorithm: str) -> tuple[dict[str, Any], 
     )
 
 
+def rank_body() -> str:
+    """The default loop's Personalizer rank request: :func:`_json_load`'s request with
+    its context as Personalizer's list of namespace objects and each action's features
+    as a one-object list, as the SDKs send them."""
+    from benchmarks.featurizer import request
+
+    context, actions = request(0)
+    body = {
+        "contextFeatures": [{namespace: value} for namespace, value in context.items()],
+        "actions": [{"id": a["item"]["id"], "features": [a]} for a in actions],
+    }
+    return json.dumps(body, separators=(",", ":"))
+
+
 def _drive(
-    server: Server, tmp: Path, body: str, label: dict[str, Any], args: argparse.Namespace
+    server: Server,
+    tmp: Path,
+    body: str,
+    label: dict[str, Any],
+    args: argparse.Namespace,
+    path: str = "/recommend",
 ) -> list[dict[str, Any]]:
     """The ``--loads`` (max, about half the max rate, recommend+reward) on one body, at
-    each of ``--connections``."""
+    each of ``--connections``; at a ``path`` other than ``/recommend`` (the Personalizer
+    rank) only max and half, and no client event ids."""
     from benchmarks import _harness as h
 
-    rec, mixed = _scripts(tmp, body, 0, args.event_ids)
-    url = server.base + "/recommend"
+    native = path == "/recommend"
+    rec, mixed = _scripts(tmp, body, 0, args.event_ids and native)
+    url = server.base + path
     rows = []
     for connections in args.connections:
         at = {**label, "connections": connections}
@@ -288,11 +318,11 @@ def _drive(
         if "half" in args.loads:  # each connection pauses between requests
             rate = max(top["requests_per_s"] / 2, 1)
             pause = max(0, round(1000 * connections / rate - (top["p50_ms"] or 0)))
-            half, _ = _scripts(tmp, body, pause, args.event_ids)
+            half, _ = _scripts(tmp, body, pause, args.event_ids and native)
             r = wrk(url, half, args.duration, connections, server=server)
             load = f"recommend ~half rate (pause {pause} ms)"
             rows.append({**at, "load": load, **r, "loadavg": h.load()["loadavg"]})
-        if "mixed" in args.loads:
+        if "mixed" in args.loads and native:
             retries = _transaction_retries(server.base)
             r = wrk(url, mixed, args.duration, connections, server=server)
             r["transaction_retries"] = _transaction_retries(server.base) - retries
@@ -435,6 +465,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "payload": payload + (", client event ids" if args.event_ids else ""),
                     }
                     rows.extend(_drive(server, tmp, body, label, args))
+                if args.personalizer_rank:
+                    label = {
+                        "backend": backend,
+                        "coalescing": coalescing,
+                        "reward_batching": batching,
+                        "workers": workers,
+                        "K": 50,
+                        "payload": "personalizer rank, default loop",
+                    }
+                    rows.extend(
+                        _drive(server, tmp, rank_body(), label, args, "/personalizer/v1.0/rank")
+                    )
             finally:
                 server.stop()
     finally:
@@ -526,6 +568,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="BITS",
         help="also drive a shared model over JSON features hashed into 2**BITS "
         "buckets with the goal's request (15 context features, 50 candidates x 6)",
+    )
+    parser.add_argument(
+        "--personalizer-rank",
+        action="store_true",
+        help="also drive the default Personalizer loop through POST /personalizer/v1.0/rank "
+        "with the goal's request (max and half loads)",
     )
     parser.add_argument(
         "--event-ids",

@@ -39,9 +39,7 @@ from service.personalizer.learning_modes import (
 from service.personalizer.loop_rewards import reward_loop_event
 from service.personalizer.schemas import (
     PersonalizerPolicy,
-    PersonalizerRankedAction,
     PersonalizerRankRequest,
-    PersonalizerRankResponse,
     PersonalizerServiceConfiguration,
 )
 from service.personalizer.settings import (
@@ -360,12 +358,15 @@ class Loops:
         loop: str,
         body: PersonalizerRankRequest,
         annotations: Mapping[str, Any] | None = None,
-    ) -> PersonalizerRankResponse:
+    ) -> dict[str, Any]:
         """Rank the actions: the served one is ``rewardActionId`` (not necessarily the
         first of ``ranking`` when exploring; the baseline, the first action not
         excluded, in Apprentice and LoggingOnly modes), excluded actions are never served
         and listed with probability 0; a repeated ``eventId`` answers the first decision.
-        ``annotations`` are stored with the event (:meth:`Recommender.recommend`)."""
+        ``annotations`` are stored with the event (:meth:`Recommender.recommend`).
+
+        The answer is :class:`PersonalizerRankResponse`'s JSON as a plain dict (its
+        fields by alias, in its order), for the router to serialize once."""
         ids = [a.id for a in body.actions]
         duplicates = sorted({a for a in ids if ids.count(a) > 1})
         if duplicates:
@@ -393,14 +394,13 @@ class Loops:
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
             loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
             raise InvalidRequest(_renamed(exc.message), loc) from exc
-        ranking = [
-            PersonalizerRankedAction(id=r.arm_id, probability=r.propensity)
-            for r in decision.ranking
-        ]
-        ranking += [PersonalizerRankedAction(id=a, probability=0.0) for a in excluded]
-        return PersonalizerRankResponse(
-            ranking=ranking, event_id=decision.event_id, reward_action_id=decision.arm_id
-        )
+        ranking = [{"id": r.arm_id, "probability": r.propensity} for r in decision.ranking]
+        ranking += [{"id": a, "probability": 0.0} for a in excluded]
+        return {
+            "ranking": ranking,
+            "eventId": decision.event_id,
+            "rewardActionId": decision.arm_id,
+        }
 
     async def reward(self, loop: str, event_id: str, value: float) -> None:
         """Reward the event under the loop's ``rewardAggregation``

@@ -157,7 +157,8 @@ class MultiSlot:
             defer_activation=body.defer_activation,
         )
         ranked = await self.loops.rank(loop, request, annotations)
-        return ranked.reward_action_id
+        served: str = ranked["rewardActionId"]
+        return served
 
     def check_slot_features(self, info: PolicyInfo, body: PersonalizerMultiSlotRankRequest) -> None:
         """400 naming ``slots[i].features`` for slot features the loop's featurizer

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Depends, Path, Response
 
 from service.api.deps import LoopsDep
@@ -54,11 +55,12 @@ def make_router(
     Loop = Depends(loop_of)
 
     @router.post("/rank", status_code=201, response_model=PersonalizerRankResponse)
-    async def rank(
-        body: PersonalizerRankRequest, loops: LoopsDep, loop: str = Loop
-    ) -> PersonalizerRankResponse:
+    async def rank(body: PersonalizerRankRequest, loops: LoopsDep, loop: str = Loop) -> Response:
         """Rank the actions for the context (Personalizer ``Rank``)."""
-        return await loops.rank(loop, body)
+        # Serialized once from the use case's dict (``response_model`` documents it): a
+        # returned model would be dumped, validated and serialized again by FastAPI.
+        ranked = await loops.rank(loop, body)
+        return Response(orjson.dumps(ranked), status_code=201, media_type="application/json")
 
     @router.post("/events/{eventId}/reward", status_code=204)
     async def reward(

@@ -12,6 +12,7 @@ import pytest
 
 from bandit_core.storefront import Storefront, StorefrontRound
 from service.personalizer.loops import DEFAULT_LOOP, DEFAULT_LOOP_SPEC
+from service.personalizer.schemas import PersonalizerRankResponse
 from tests.service.conftest import running
 
 pytestmark = pytest.mark.anyio
@@ -121,3 +122,36 @@ async def test_default_loop_is_created_once_and_kept_across_restarts(make_settin
     ) as (_, http, _):
         missing = await http.get("/personalizer/configurations/service", headers=headers)
         assert missing.status_code == 404
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_rank_answers_the_response_models_json_and_the_default_loop_no_widths(
+    make_settings: Any,
+) -> None:
+    body = personalizer_body(storefront_traffic(seed=2)[0][0])
+    excluded = body["actions"][-1]["id"]
+    async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+        ranked = await http.post(
+            "/personalizer/v1.0/rank", json={**body, "excludedActions": [excluded]}
+        )
+        put = await http.put("/policies/native", json=DEFAULT_LOOP_SPEC.model_dump(mode="json"))
+        assert put.status_code == 200, put.text
+        arms = [{"id": a["id"], "features": a["features"]} for a in body["actions"]]
+        native = await http.post(
+            "/recommend",
+            json={"policy": "native", "context": body["contextFeatures"], "arms": arms},
+        )
+    assert ranked.status_code == 201, ranked.text
+    assert ranked.headers["content-type"] == "application/json"
+    answer = ranked.json()
+    model = PersonalizerRankResponse.model_validate(answer)
+    assert list(answer) == list(model.model_dump(by_alias=True))  # the model's fields, in order
+    assert answer == model.model_dump(mode="json", by_alias=True)
+    probabilities = {a["id"]: a["probability"] for a in answer["ranking"]}
+    assert list(probabilities) == [*(a for a in probabilities if a != excluded), excluded]
+    assert probabilities[excluded] == 0.0
+    assert sum(probabilities.values()) == pytest.approx(1.0)
+    assert answer["rewardActionId"] != excluded
+    # alpha 0: the width enters no score, so the shared model computes none
+    assert native.status_code == 200, native.text
+    assert [choice["width"] for choice in native.json()["ranking"]] == [None] * len(arms)
