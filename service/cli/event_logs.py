@@ -17,6 +17,7 @@ imported history.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import sys
 import time
@@ -55,7 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     importer.add_argument("--format", choices=FORMATS, required=True, help="the log format")
     importer.add_argument("--loop", required=True, metavar="NAME", help="the loop (policy)")
-    importer.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or directories")
+    importer.add_argument(
+        "paths", nargs="+", type=Path, metavar="PATH", help="files or directories"
+    )
     importer.add_argument(
         "--skip-bad",
         action="store_true",
@@ -128,7 +131,9 @@ def _batches(
     from service.personalizer.dsjson import DsjsonError, parse_line
 
     with path.open("rb") as raw:
-        stream: IO[bytes] = gzip.GzipFile(fileobj=raw) if path.name.endswith(".gz") else raw
+        stream: IO[bytes] = (
+            gzip.GzipFile(fileobj=raw) if path.name.endswith(".gz") else raw  # type: ignore[assignment]
+        )
         decisions: list[DecisionRecord] = []
         rewards: list[RewardRecord] = []
         position = 0
@@ -283,25 +288,21 @@ def _export(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         if args.loop not in event_log.policies():
-            print(f"bandit export-log: error: the event log has no loop {args.loop!r}", file=sys.stderr)
+            print(
+                f"bandit export-log: error: the event log has no loop {args.loop!r}",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
-        out: IO[bytes]
-        if args.output is None:
-            out = sys.stdout.buffer
-        elif args.output.name.endswith(".gz"):
-            out = gzip.open(args.output, "wb")
-        else:
-            out = args.output.open("wb")
-        written = 0
-        try:
+        with contextlib.ExitStack() as files:
+            out: IO[bytes] = sys.stdout.buffer
+            if args.output is not None:
+                opener = gzip.open if args.output.name.endswith(".gz") else open
+                out = files.enter_context(opener(args.output, "wb"))
+            written = 0
             for event in event_log.iter_events(args.loop, args.since, args.until, batch_size=5000):
                 out.write(export_line(event) + b"\n")
                 written += 1
-        finally:
-            if args.output is not None:
-                out.close()
-            else:
-                out.flush()
+            out.flush()
     except StoreUnavailableError as exc:
         print(f"bandit export-log: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_FAILURE

@@ -93,8 +93,8 @@ def context_of(namespaces: Mapping[str, Any]) -> list[dict[str, Any]]:
     whose value is not a list of objects, then one object per element of each such list
     (VW reads ``"ns": [{..}, {..}]`` as features of ``ns`` from each; the featurizer
     takes a list of objects, not an array of them)."""
-    base = {}
-    split = []
+    base: dict[str, Any] = {}
+    split: list[dict[str, Any]] = []
     for key, value in namespaces.items():
         if _is_objects(value):
             split.extend({key: item} for item in value)
@@ -180,9 +180,7 @@ def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
         or not all(base <= a < count + base for a in value)
         or len(set(value)) != len(value)
     ):
-        raise _fail(
-            field, f"distinct action numbers from {base} to {count + base - 1}", value
-        )
+        raise _fail(field, f"distinct action numbers from {base} to {count + base - 1}", value)
     return [a - base for a in value]
 
 
@@ -340,7 +338,9 @@ def _slot_choices(
         if not isinstance(outcome, dict):
             raise _fail(f"_outcomes[{i}]", "a slot outcome object", outcome)
         if "_id" in outcome and outcome["_id"] != slot.get("_id"):
-            raise _fail(f"{field}_id", f"the id of c._slots[{i}], {slot.get('_id')!r}", outcome["_id"])
+            raise _fail(
+                f"{field}_id", f"the id of c._slots[{i}], {slot.get('_id')!r}", outcome["_id"]
+            )
         ranked = _ranking(outcome.get("_a"), len(candidates), 0, f"{field}_a")
         probabilities = _probabilities(outcome.get("_p"), len(ranked), f"{field}_p")
         slot_features = {k: v for k, v in slot.items() if k != "_id"}
@@ -422,9 +422,7 @@ def export_line(event: LoggedDecision) -> bytes:
     return orjson.dumps(line)
 
 
-def _are_probabilities(
-    scores: Sequence[float], count: int, served: int, propensity: float
-) -> bool:
+def _are_probabilities(scores: Sequence[float], count: int, served: int, propensity: float) -> bool:
     return (
         len(scores) == count
         and scores[served] == propensity

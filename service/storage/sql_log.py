@@ -150,8 +150,7 @@ class SqlEventLog:
                 conn.execute(insert, insert_rows(records, fields))
         if audit:
             rows = [
-                {column: getattr(r, name) for name, column in _AUDIT_COLUMNS.items()}
-                for r in audit
+                {column: getattr(r, name) for name, column in _AUDIT_COLUMNS.items()} for r in audit
             ]
             conn.execute(self._insert(audit_log).on_conflict_do_nothing(), rows)
 
