@@ -128,7 +128,9 @@ def _batches(
     advance: Any,
 ) -> Iterator[tuple[list[DecisionRecord], list[RewardRecord]]]:
     """The records of ``path`` in batches; ``advance(n)`` after each with the bytes read."""
-    from service.personalizer.dsjson import DsjsonError, parse_line
+    from service.personalizer.dsjson import ActionSets, DsjsonError, parse_line
+
+    actions = ActionSets()
 
     with path.open("rb") as raw:
         stream: IO[bytes] = (
@@ -141,7 +143,7 @@ def _batches(
             if not line.strip():
                 continue
             try:
-                event = parse_line(line, loop)
+                event = parse_line(line, loop, actions)
             except DsjsonError as exc:
                 where = f"{path}:{number}: {exc}"
                 if not skip_bad:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -158,14 +158,17 @@ def _number(line: Mapping[str, Any], key: str, field: str) -> float | None:
     return float(value)
 
 
+_NUMBERS = {int, float}
+
+
 def _probabilities(value: Any, size: int, field: str) -> list[float]:
+    # type() rather than isinstance: JSON true is no probability (nor action number)
     if (
-        not isinstance(value, list)
+        type(value) is not list
         or len(value) != size
-        or not all(
-            isinstance(p, int | float) and not isinstance(p, bool) and 0.0 <= p <= 1.0
-            for p in value
-        )
+        or not {type(p) for p in value} <= _NUMBERS
+        or min(value) < 0.0
+        or max(value) > 1.0
     ):
         raise _fail(field, f"{size} probabilities in [0, 1] (one per ranked action)", value)
     return [float(p) for p in value]
@@ -174,14 +177,15 @@ def _probabilities(value: Any, size: int, field: str) -> list[float]:
 def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
     """0-based candidate indices of a ranking of ``base``-based action numbers."""
     if (
-        not isinstance(value, list)
+        type(value) is not list
         or not value
-        or not all(isinstance(a, int) and not isinstance(a, bool) for a in value)
-        or not all(base <= a < count + base for a in value)
+        or {type(a) for a in value} != {int}
+        or min(value) < base
+        or max(value) >= count + base
         or len(set(value)) != len(value)
     ):
         raise _fail(field, f"distinct action numbers from {base} to {count + base - 1}", value)
-    return [a - base for a in value]
+    return [a - base for a in value] if base else value
 
 
 def _reward_source(outcomes: Any, field: str) -> str:
@@ -239,9 +243,36 @@ def _records(
     return decision, reward
 
 
-def parse_line(raw: bytes | str, loop: str) -> ImportedEvent:
+def _candidates_of(items: list[Any], known: ActionSets | None) -> list[dict[str, Any]]:
+    key = orjson.dumps(items) if known is not None else b""
+    if known is not None and key in known.sets:
+        return known.sets[key]
+    candidates = [action_of(item, n, f"c._multi[{n - 1}]") for n, item in enumerate(items, 1)]
+    ids = [a["id"] for a in candidates]
+    if len(set(ids)) != len(ids):
+        raise _fail("c._multi", "actions with distinct ids (_tag)", ids)
+    if known is not None:
+        if len(known.sets) >= known.capacity:
+            known.sets.clear()
+        known.sets[key] = candidates
+    return candidates
+
+
+@dataclass
+class ActionSets:
+    """The candidates of the ``_multi`` lists seen, by their JSON (a log repeats its
+    action set line after line): read once, shared by the decisions that have them.
+    Bounded: emptied when ``capacity`` sets are held."""
+
+    capacity: int = 1024
+    sets: dict[bytes, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def parse_line(raw: bytes | str, loop: str, actions: ActionSets | None = None) -> ImportedEvent:
     """The records of one DSJSON line for the loop ``loop`` (module docstring); a
-    :class:`DsjsonError` naming the field when the line is not an event."""
+    :class:`DsjsonError` naming the field when the line is not an event. ``actions``:
+    the action sets read so far (their records share the candidate lists; an importer
+    passes the same one for every line)."""
     try:
         line = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -264,10 +295,7 @@ def parse_line(raw: bytes | str, loop: str) -> ImportedEvent:
     items = c.get(ACTIONS_KEY)
     if not isinstance(items, list) or not items:
         raise _fail("c._multi", "a non-empty list of actions", items)
-    candidates = [action_of(item, n, f"c._multi[{n - 1}]") for n, item in enumerate(items, 1)]
-    ids = [a["id"] for a in candidates]
-    if len(set(ids)) != len(ids):
-        raise _fail("c._multi", "actions with distinct ids (_tag)", ids)
+    candidates = _candidates_of(items, actions)
     skip = line.get("_skipLearn", False)
     if not isinstance(skip, bool):
         raise _fail("_skipLearn", "true or false", skip)
