@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from service.cli import main
@@ -117,7 +118,6 @@ def test_a_multi_slot_line_is_one_decision_per_slot() -> None:
     ],
 )
 def test_a_malformed_line_names_its_field(change: object, message: str) -> None:
-    import orjson
 
     line = orjson.loads(_lines("storefront.json")[0])
     change(line)  # type: ignore[operator]
@@ -225,7 +225,7 @@ def test_unknown_loop_and_missing_path_are_usage_errors(log_url: str, tmp_path: 
     assert main(["export-log", "--format", "dsjson", "--loop", "nope"]) == 2
 
 
-def test_export_then_import_changes_nothing_and_rebuilds_the_same_model(
+def test_export_then_import_changes_nothing_evaluates_and_rebuilds(
     log_url: str, tmp_path: Path
 ) -> None:
     # a log as the service writes it: served decisions with JSON features, rewarded
@@ -247,7 +247,6 @@ def test_export_then_import_changes_nothing_and_rebuilds_the_same_model(
             "p": [0.8 if served == 0 else 0.1, *([0.1, 0.1] if served == 0 else [0.8, 0.1])],
         }
         lines.append(line)
-    import orjson
 
     source = tmp_path / "source.json"
     source.write_bytes(b"\n".join(orjson.dumps(line) for line in lines))
@@ -258,6 +257,26 @@ def test_export_then_import_changes_nothing_and_rebuilds_the_same_model(
     )
     original = _events(log_url, LOOP)
     assert len(original) == 300
+    # an evaluation runs on the imported events, with their logged propensities: the
+    # uniform policy's IPS estimate is sum r (1/3) / p over n
+    report = tmp_path / "evaluation.json"
+    status = main(
+        [
+            "evaluate",
+            "--data",
+            log_url,
+            "--log-policy",
+            LOOP,
+            "--json",
+            str(report),
+            "--no-progress",
+        ]
+    )
+    assert status == 0
+    ips = {e["name"]: e["ips"] for e in orjson.loads(report.read_bytes())["estimates"]}
+    rewards = [(-line["_label_cost"], line["p"][0], line["a"][0]) for line in lines]
+    assert ips["Random"] == pytest.approx(sum(r / 3 / p for r, p, _ in rewards) / 300)
+    assert ips["Baseline"] == pytest.approx(sum(r / p for r, p, a in rewards if a == 1) / 300)
     # importing the export into the loop it came from adds nothing
     assert _import("--loop", LOOP, str(exported)) == 0
     assert _count(log_url, LOOP) == (300, 300)
