@@ -135,4 +135,6 @@ async def test_the_string_read_back_is_the_string_written(make_settings: Any) ->
         assert now == "--cb_explore_adf --epsilon 0.3 -q ua -b 6 --random_seed 3"
         again, _ = parse_vw_arguments(now)
         assert again["params"] == spec["params"]
-        assert again["features"]["bits"] == 6 and again["features"]["interactions"] == [["u*", "a*"]]
+        assert again["features"]["bits"] == 6 and again["features"]["interactions"] == [
+            ["u*", "a*"]
+        ]
