@@ -51,7 +51,8 @@ def parse_timestamp(text: str) -> float:
 def format_timestamp(seconds: float) -> str:
     """The ISO 8601 UTC time of unix ``seconds`` with 9 digits of fraction
     (``2026-01-31T12:00:00.250000000Z``), which :func:`parse_timestamp` reads back to
-    the same float (a double's spacing near today's times is 2.4e-7 s)."""
+    the same float for any time from 2001 on (unix 1e9, where a double's spacing is
+    1.2e-7 s, far above the 1e-9 s of the text)."""
     whole = math.floor(seconds)
     carry, nanoseconds = divmod(round((seconds - whole) * 1e9), 10**9)
     whole += carry
