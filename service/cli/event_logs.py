@@ -119,6 +119,29 @@ class ImportCounts:
     skipped: list[str] = field(default_factory=list)
     earliest: float | None = None
 
+    def tally(
+        self, decisions: list[DecisionRecord], rewards: list[RewardRecord]
+    ) -> tuple[list[DecisionRecord], list[RewardRecord]]:
+        """Count a batch; returns it."""
+        self.decisions += len(decisions)
+        self.rewards += len(rewards)
+        if decisions:
+            self._earliest(min(d.created_at for d in decisions))
+        return decisions, rewards
+
+    def add(self, other: ImportCounts) -> None:
+        """Add the counts of another file."""
+        self.lines += other.lines
+        self.decisions += other.decisions
+        self.rewards += other.rewards
+        self.skipped += other.skipped
+        if other.earliest is not None:
+            self._earliest(other.earliest)
+
+    def _earliest(self, moment: float) -> None:
+        if self.earliest is None or moment < self.earliest:
+            self.earliest = moment
+
 
 def _batches(
     path: Path,
@@ -155,11 +178,11 @@ def _batches(
             decisions += event.decisions
             rewards += event.rewards
             if len(decisions) >= BATCH_EVENTS:
-                yield decisions, rewards
+                yield counts.tally(decisions, rewards)
                 decisions, rewards = [], []
                 position = _advanced(raw, position, advance)
         if decisions or rewards:
-            yield decisions, rewards
+            yield counts.tally(decisions, rewards)
         _advanced(raw, position, advance)
 
 
@@ -183,30 +206,8 @@ def import_files(
     with progress_bar(total, not progress, "B") as bar:
         for path in files:
             file_counts = ImportCounts()
-
-            def counted(
-                batches: Iterator[tuple[list[DecisionRecord], list[RewardRecord]]],
-                tally: ImportCounts = file_counts,
-            ) -> Iterator[tuple[list[DecisionRecord], list[RewardRecord]]]:
-                for decisions, rewards in batches:
-                    tally.decisions += len(decisions)
-                    tally.rewards += len(rewards)
-                    first = min(d.created_at for d in decisions) if decisions else None
-                    if first is not None and (tally.earliest is None or first < tally.earliest):
-                        tally.earliest = first
-                    yield decisions, rewards
-
-            event_log.append_batches(
-                counted(_batches(path, loop, file_counts, skip_bad, bar.update))
-            )
-            counts.lines += file_counts.lines
-            counts.decisions += file_counts.decisions
-            counts.rewards += file_counts.rewards
-            counts.skipped += file_counts.skipped
-            if file_counts.earliest is not None and (
-                counts.earliest is None or file_counts.earliest < counts.earliest
-            ):
-                counts.earliest = file_counts.earliest
+            event_log.append_batches(_batches(path, loop, file_counts, skip_bad, bar.update))
+            counts.add(file_counts)
     return counts
 
 
@@ -223,12 +224,25 @@ def include_history(event_log: EventLog, loop: str, since: float) -> bool:
     return True
 
 
-def _event_log() -> EventLog | None:
+def _loop_log(command: str, loop: str) -> EventLog | None:
+    """The event log of the settings, or None after saying why it cannot serve
+    ``loop`` (invalid settings, no such loop)."""
     from service.api.app import make_event_log
     from service.cli.server import settings_or_none
 
     settings = settings_or_none()
-    return None if settings is None else make_event_log(settings)
+    if settings is None:
+        return None
+    event_log: EventLog = make_event_log(settings)
+    if loop not in event_log.policies():
+        event_log.close()
+        print(
+            f"bandit {command}: error: the event log has no loop {loop!r}; create it first "
+            "(the service creates the default loop 'personalizer')",
+            file=sys.stderr,
+        )
+        return None
+    return event_log
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -239,18 +253,11 @@ def _import(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         print(f"bandit import-log: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    event_log = _event_log()
+    event_log = _loop_log("import-log", args.loop)
     if event_log is None:
         return EXIT_USAGE
     started = time.perf_counter()
     try:
-        if args.loop not in event_log.policies():
-            print(
-                f"bandit import-log: error: the event log has no loop {args.loop!r}; create it "
-                "first (the service creates the default loop 'personalizer')",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
         before = event_log.count(args.loop)
         try:
             counts = import_files(event_log, args.loop, files, args.skip_bad, not args.no_progress)
@@ -285,16 +292,10 @@ def _export(args: argparse.Namespace) -> int:
     from service.personalizer.dsjson import export_line
     from service.storage.base import StoreUnavailableError
 
-    event_log = _event_log()
+    event_log = _loop_log("export-log", args.loop)
     if event_log is None:
         return EXIT_USAGE
     try:
-        if args.loop not in event_log.policies():
-            print(
-                f"bandit export-log: error: the event log has no loop {args.loop!r}",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
         with contextlib.ExitStack() as files:
             out: IO[bytes] = sys.stdout.buffer
             if args.output is not None:
