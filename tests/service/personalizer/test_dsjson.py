@@ -14,6 +14,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -29,6 +30,7 @@ from service.storage.memory_store import InProcessStateStore
 from service.storage.sql_log import SqlEventLog
 from service.usecases.rebuild import rebuild_policy
 from tests.databases import database
+from tests.service.conftest import running
 
 FIXTURES = Path(__file__).parent / "dsjson"
 LOOP = "shop"
@@ -302,3 +304,74 @@ def test_export_then_import_changes_nothing_evaluates_and_rebuilds(
     assert _import("--loop", LOOP, str(exported)) == 0
     assert _events(log_url, LOOP) == original
     assert asyncio.run(rebuilt()) == model
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_a_served_log_evaluates_the_same_after_export_and_import(
+    make_settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decisions served by the Personalizer routes, exported and imported into another
+    database: an evaluation of both logs gives the same estimates."""
+    settings = make_settings()
+    base = f"/loops/{LOOP}/personalizer/v1.0"
+    rng = np.random.default_rng(11)
+    async with running(settings) as (app, http, _):
+        put = await http.put(f"/policies/{LOOP}", json=DEFAULT_LOOP_SPEC.model_dump())
+        assert put.status_code == 200, put.text
+        for _ in range(120):
+            segment = str(rng.choice(["new", "returning", "vip"]))
+            rank = await http.post(
+                f"{base}/rank",
+                json={
+                    "contextFeatures": [
+                        {"shopper": {"segment": segment}},
+                        {"page": {"kind": "home"}},
+                    ],
+                    "actions": [
+                        {"id": t, "features": [{"item": {"name": t}}]} for t in ("x", "y", "z")
+                    ],
+                },
+            )
+            assert rank.status_code == 201, rank.text
+            served = rank.json()["rewardActionId"]
+            value = float(
+                ("x", "y", "z").index(served) == ["new", "returning", "vip"].index(segment)
+            )
+            reward = await http.post(
+                f"{base}/events/{rank.json()['eventId']}/reward", json={"value": value}
+            )
+            assert reward.status_code == 204, reward.text
+        assert await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
+        config = app.state.use_cases.event_log.policies()[LOOP]
+
+    served_url = settings.log_url
+    imported_dir = tmp_path / "imported"
+    monkeypatch.setenv("BANDIT_RUN_MIGRATIONS", "true")
+    exported = tmp_path / "served.json"
+    for name, value in (("DATABASE_URL", served_url), ("DATA_DIR", str(settings.data_dir))):
+        monkeypatch.setenv(f"BANDIT_{name}", value)
+    get_settings.cache_clear()
+    assert (
+        main(["export-log", "--format", "dsjson", "--loop", LOOP, "--output", str(exported)]) == 0
+    )
+    imported_url = f"sqlite:///{imported_dir / 'events.sqlite3'}"
+    monkeypatch.setenv("BANDIT_DATABASE_URL", imported_url)
+    monkeypatch.setenv("BANDIT_DATA_DIR", str(imported_dir))
+    get_settings.cache_clear()
+    assert main(["partitions"]) == 0  # migrates
+    log = SqlEventLog(imported_url)
+    log.upsert_policy(LOOP, config)
+    log.close()
+    assert _import("--loop", LOOP, str(exported)) == 0
+    get_settings.cache_clear()
+
+    def estimates(url: str) -> list[dict[str, Any]]:
+        report = tmp_path / "report.json"
+        args = ["evaluate", "--data", url, "--log-policy", LOOP, "--json", str(report)]
+        assert main([*args, "--no-progress"]) == 0
+        return list(orjson.loads(report.read_bytes())["estimates"])
+
+    served, imported = estimates(served_url), estimates(imported_url)
+    assert [e["events"] for e in served] == [120, 120, 120]
+    assert imported == served
