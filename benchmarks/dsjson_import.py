@@ -85,6 +85,7 @@ def run(events: int) -> dict[str, Any]:
             wall, cpu = time.perf_counter(), time.process_time()
             counts = import_files(log, LOOP, [path])
             timings.append((time.perf_counter() - wall, time.process_time() - cpu, counts))
+            print(f"import {len(timings)}: {timings[-1][:2]} s wall, cpu", flush=True)
         logged = log.count(LOOP)
         log.close()
     (first_wall, first_cpu, counts), (again_wall, again_cpu, _) = timings
