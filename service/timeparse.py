@@ -12,9 +12,13 @@ argparse error, a 400 with the field's location).
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime, timedelta
 
 import isodate
+
+# the fraction of the seconds in an ISO 8601 time (after hh:mm:ss)
+_FRACTION = re.compile(r"(?<=:\d\d)[.,]\d+")
 
 
 def parse_timestamp(text: str) -> float:
@@ -28,13 +32,32 @@ def parse_timestamp(text: str) -> float:
     else:
         if math.isfinite(seconds):
             return seconds
+    # the fraction of a second is added as written: datetime keeps 6 digits, Azure's
+    # logs write 7 and format_timestamp 9
+    whole, fraction = text, 0.0
+    match = _FRACTION.search(text)
+    if match is not None:
+        whole = text[: match.start()] + text[match.end() :]
+        fraction = float("0." + match.group()[1:])
     try:
-        moment = datetime.fromisoformat(text)
+        moment = datetime.fromisoformat(whole)
     except ValueError:
         raise ValueError(
             f"expected unix seconds or an ISO 8601 time such as 2026-01-31T12:00, but got {text!r}"
         ) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() + fraction
+
+
+def format_timestamp(seconds: float) -> str:
+    """The ISO 8601 UTC time of unix ``seconds`` with 9 digits of fraction
+    (``2026-01-31T12:00:00.250000000Z``), which :func:`parse_timestamp` reads back to
+    the same float for any time from 2001 on (unix 1e9, where a double's spacing is
+    1.2e-7 s, far above the 1e-9 s of the text)."""
+    whole = math.floor(seconds)
+    carry, nanoseconds = divmod(round((seconds - whole) * 1e9), 10**9)
+    whole += carry
+    moment = datetime.fromtimestamp(whole, UTC).replace(tzinfo=None)
+    return f"{moment.isoformat()}.{nanoseconds:09d}Z"
 
 
 def parse_duration(text: str, name: str) -> float:

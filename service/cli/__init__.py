@@ -1,4 +1,5 @@
 """The ``bandit`` command line: ``serve``, ``rebuild``, ``partitions`` and ``openapi`` (service),
+``import-log`` and ``export-log`` (a loop's log in the Decision Service format),
 ``replay``, ``estimate``, ``simulate``, ``compare`` and ``evaluate`` (offline evaluation), ``bound``
 (regret bounds), ``features`` (feature importance) and ``model`` (export, import,
 reset), from a running server. Exit statuses: :mod:`service.cli.exit_codes`."""
@@ -14,6 +15,7 @@ from service.cli import (
     compare,
     estimate,
     evaluate,
+    event_logs,
     features,
     model,
     replay,
@@ -40,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     bound.register(sub)
     features.register(sub)
     model.register(sub)
+    event_logs.register(sub)
     return parser
 
 

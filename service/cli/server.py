@@ -133,7 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.set_defaults(run=_export_openapi)
 
 
-def _settings() -> Settings | None:
+def settings_or_none() -> Settings | None:
     """The process's settings, or None after printing which ``BANDIT_*`` variable is
     invalid and why."""
     from pydantic import ValidationError
@@ -253,7 +253,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
-    settings = _settings()
+    settings = settings_or_none()
     if settings is None:
         return EXIT_USAGE
     if args.workers > 1 and settings.embedded:
@@ -293,7 +293,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     from service.usecases.audit import CLI, acting_as, rebuild_record
     from service.usecases.rebuild import rebuild_policy
 
-    settings = _settings()
+    settings = settings_or_none()
     if settings is None:
         return EXIT_USAGE
     if settings.embedded:
@@ -339,7 +339,7 @@ def _partitions(args: argparse.Namespace) -> int:
     from service.storage.schema import PARTITIONED_TABLES
     from service.storage.sql_log import SqlEventLog
 
-    settings = _settings()
+    settings = settings_or_none()
     if settings is None:
         return EXIT_USAGE
     days_ahead = settings.log_partition_days_ahead if args.days_ahead is None else args.days_ahead

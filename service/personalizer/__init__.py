@@ -13,5 +13,7 @@ module                 what it is
 ``learning_modes``     Online / Apprentice / LoggingOnly as serving modes of a rank
 ``loop_rewards``       a reward under ``rewardAggregation`` (``earliest``, ``sum``)
 ``multislot``          ``MultiSlot``: a multi-slot rank as one event per slot
+``vw_arguments``       the learning-policy string: one parser, its table of options
+``dsjson``             the Decision Service log format (``bandit import-log``/``export-log``)
 =====================  ===============================================================
 """

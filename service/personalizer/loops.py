@@ -12,14 +12,13 @@ Its service configuration maps onto the policy's settings: ``rewardWaitTime`` ->
 ``explorationPercentage`` -> ``epsilon``; the other settings are kept in the spec's
 ``personalizer`` field so that reading the configuration returns them (of those only
 ``logRetentionDays`` acts: :mod:`service.usecases.log_upkeep` reads it). The learning
-policy is a Vowpal Wabbit argument string (what maps: ``--cb_explore_adf``,
-``--epsilon``, ``-q``/``--quadratic``) or this service's JSON policy spec.
+policy is a Vowpal Wabbit argument string (:mod:`service.personalizer.vw_arguments`
+says what each option does) or this service's JSON policy spec.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +46,7 @@ from service.personalizer.settings import (
     ONLINE,
     LoopSettings,
 )
+from service.personalizer.vw_arguments import read_vw_arguments
 from service.policies import spec_of
 from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
 from service.usecases.admin import PolicyAdmin
@@ -81,11 +81,8 @@ KEPT_SETTINGS = (
     "model_retrain_days",
 )
 POLICY_NAME_KEY = "policyName"
-# VW options with no counterpart here, accepted and ignored (with their value or not)
-IGNORED_WITH_VALUE = frozenset(
-    {"-l", "--learning_rate", "--power_t", "--cb_type", "--l1", "--l2", "-b", "--bit_precision"}
-)
-IGNORED_FLAGS = frozenset({"--dsjson", "--quiet", "--json"})
+# the learning-policy string last written, read back while the engine is what it made
+POLICY_ARGUMENTS_KEY = "policyArguments"
 
 
 def parse_duration(value: str, field: str) -> float:
@@ -99,81 +96,51 @@ def parse_duration(value: str, field: str) -> float:
 
 
 def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
-    """The policy-spec changes a Vowpal Wabbit argument string asks for, and the
-    arguments it ignores. ``--epsilon E`` -> ``epsilon``; ``-q ab`` / ``--quadratic ab``
-    -> the interaction of context namespaces starting with ``a`` and action namespaces
-    starting with ``b`` (``:`` is any namespace, VW's wildcard); no ``-q``: no
-    interactions (as in VW). ``--cb_explore_adf`` names the shared model this loop has;
-    learning-rate options (``-l``, ``--power_t``, ...) have no counterpart in a ridge
-    model and are ignored. Anything else is a 400 naming it."""
-    try:
-        tokens = shlex.split(arguments)
-    except ValueError as exc:
-        raise InvalidRequest(f"arguments do not parse: {exc}", ["body", "arguments"]) from None
-    interactions: list[list[str]] = []
-    changes: dict[str, Any] = {}
-    ignored: list[str] = []
-    i = 0
-    while i < len(tokens):
-        option = tokens[i]
-        value = tokens[i + 1] if i + 1 < len(tokens) else None
-        if option == "--cb_explore_adf":
-            i += 1
-            continue
-        if option in IGNORED_FLAGS:
-            ignored.append(option)
-            i += 1
-            continue
-        if option not in IGNORED_WITH_VALUE and option not in ("--epsilon", "-q", "--quadratic"):
-            raise InvalidRequest(
-                f"arguments: {option!r} is not supported (supported: --cb_explore_adf, "
-                "--epsilon, -q/--quadratic; ignored: "
-                f"{', '.join(sorted(IGNORED_WITH_VALUE | IGNORED_FLAGS))})",
-                ["body", "arguments"],
-            )
-        if value is None:
-            raise InvalidRequest(f"arguments: {option} needs a value", ["body", "arguments"])
-        if option in IGNORED_WITH_VALUE:
-            ignored.append(f"{option} {value}")
-        elif option == "--epsilon":
-            try:
-                changes["epsilon"] = float(value)
-            except ValueError:
-                raise InvalidRequest(
-                    f"arguments: --epsilon must be a number, but got {value!r}",
-                    ["body", "arguments"],
-                ) from None
-            if not 0.0 <= changes["epsilon"] <= 1.0:
-                raise InvalidRequest(
-                    f"arguments: --epsilon must lie in [0, 1], but got {value}",
-                    ["body", "arguments"],
-                )
-        else:
-            if len(value) != 2:
-                raise InvalidRequest(
-                    f"arguments: {option} takes two namespace letters (':' for any), but got {value!r}",
-                    ["body", "arguments"],
-                )
-            interactions.append(["*" if c == ":" else c + "*" for c in value])
-        i += 2
-    features = {**DEFAULT_FEATURES, "interactions": interactions}
-    return {**changes, "features": features}, ignored
+    """The policy-spec changes a Vowpal Wabbit argument string asks for, over the default
+    loop's engine, and the arguments with no effect here
+    (:func:`service.personalizer.vw_arguments.read_vw_arguments`, whose table says what
+    each option does): ``epsilon``; ``features`` with the interactions (none without
+    ``-q``, as in VW) and ``-b`` as its ``bits``; ``--random_seed`` as the ``params``
+    seed."""
+    read, ignored = read_vw_arguments(arguments)
+    features = {**DEFAULT_FEATURES, "interactions": read["interactions"]}
+    if "bits" in read:
+        features["bits"] = read["bits"]
+    params = dict(DEFAULT_LOOP_SPEC.params)
+    if "seed" in read:
+        params["seed"] = read["seed"]
+    # dimension None: derived from the features (2^bits + 1)
+    changes: dict[str, Any] = {"features": features, "params": params, "dimension": None}
+    if "epsilon" in read:
+        changes["epsilon"] = read["epsilon"]
+    return changes, ignored
 
 
 def vw_arguments(info: PolicyInfo) -> str:
-    """The VW argument string of a loop with the default engine, or the JSON policy
-    spec of any other policy (interactions VW's ``-q`` cannot write included)."""
+    """The learning-policy string of a loop: the one last written while the loop's
+    engine and epsilon are what it made; else, for the default engine, VW arguments
+    that make them; else the JSON policy spec (interactions VW's ``-q`` cannot write
+    included)."""
     spec = spec_of(info)
+    written = LoopSettings.of(info).model_extra or {}
+    arguments = written.get(POLICY_ARGUMENTS_KEY)
+    if isinstance(arguments, str) and _engine_of(arguments, spec.epsilon) == _engine(spec):
+        return arguments
     features = dict(spec.features or {})
     pairs = features.pop("interactions", [])
+    bits = features.pop("bits", None)
+    params = dict(spec.params)
+    seed = params.pop("seed", None)
     default = DEFAULT_LOOP_SPEC
-    default_features = {k: v for k, v in (default.features or {}).items() if k != "interactions"}
+    default_features = {
+        k: v for k, v in (default.features or {}).items() if k not in ("interactions", "bits")
+    }
     letters = [
         "".join(":" if p == "*" else p[0] for p in pair)
         for pair in pairs
         if all(p == "*" or (len(p) == 2 and p.endswith("*")) for p in pair)
     ]
-    if (spec.algorithm, spec.params, features) != (
+    if (spec.algorithm, params, features) != (
         default.algorithm,
         default.params,
         default_features,
@@ -182,7 +149,26 @@ def vw_arguments(info: PolicyInfo) -> str:
     words = ["--cb_explore_adf", "--epsilon", f"{spec.epsilon or 0.0:g}"]
     for pair in letters:
         words += ["-q", pair]
+    if bits is not None and bits != (default.features or {}).get("bits"):
+        words += ["-b", str(bits)]
+    if seed is not None:
+        words += ["--random_seed", str(seed)]
     return " ".join(words)
+
+
+def _engine(spec: PolicySpec) -> tuple[Any, ...]:
+    return (spec.algorithm, spec.params, spec.features, spec.epsilon)
+
+
+def _engine_of(arguments: str, epsilon: float | None) -> tuple[Any, ...] | None:
+    """The engine and epsilon ``arguments`` make on a loop exploring with ``epsilon``
+    (None: they no longer parse)."""
+    try:
+        changes, _ = parse_vw_arguments(arguments)
+    except InvalidRequest:
+        return None
+    fields = {**DEFAULT_LOOP_SPEC.model_dump(), "epsilon": epsilon, **changes}
+    return _engine(PolicySpec.model_validate(fields))  # features as stored, defaults filled
 
 
 NATIVE_TO_PERSONALIZER = {
@@ -329,7 +315,8 @@ class Loops:
         the default shared model with their epsilon and interactions. What was learned is
         reset when the engine changes. Also returns the VW arguments ignored."""
         info = await self.admin.get_policy(loop)
-        kept = LoopSettings.of(info).updated({POLICY_NAME_KEY: contract.name}).stored()
+        settings = LoopSettings.of(info).without(POLICY_ARGUMENTS_KEY)
+        kept = settings.updated({POLICY_NAME_KEY: contract.name}).stored()
         if contract.arguments.lstrip().startswith("{"):
             try:
                 spec = PolicySpec.model_validate_json(contract.arguments)
@@ -341,13 +328,14 @@ class Loops:
             return await self.policy_configuration(loop), []
         changes, ignored = parse_vw_arguments(contract.arguments)
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in ENGINE_OF_VW}
+        kept = {**kept, POLICY_ARGUMENTS_KEY: contract.arguments}
         await self.admin.update_policy(loop, {**engine, **changes, "personalizer": kept})
         return await self.policy_configuration(loop), ignored
 
     async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)
-        kept = LoopSettings.of(info).without(POLICY_NAME_KEY).stored()
+        kept = LoopSettings.of(info).without(POLICY_NAME_KEY).without(POLICY_ARGUMENTS_KEY).stored()
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in (*ENGINE_OF_VW, "epsilon")}
         await self.admin.update_policy(loop, {**engine, "personalizer": kept})
         return await self.policy_configuration(loop)

@@ -18,7 +18,7 @@ since a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -226,6 +226,14 @@ class EventLog(Protocol):
         """Write a batch in one transaction; idempotent on event id (a decision or a
         reward already logged for that event id is not written twice) and on audit
         record id."""
+        ...
+
+    def append_batches(
+        self, batches: Iterable[tuple[Sequence[DecisionRecord], Sequence[RewardRecord]]]
+    ) -> int:
+        """:meth:`append` each ``(decisions, rewards)`` batch, read one at a time, all in
+        one transaction (an error while reading or writing them logs none); the batches
+        written."""
         ...
 
     def audit_records(

@@ -30,7 +30,7 @@ def copy_insert(
     table, in a savepoint; when a record is logged already (a batch sent again),
     into the staging table ``bandit_copy_<table>`` of this session (created on first
     use, its rows deleted at commit) and from there by ``insert``'s ``ON CONFLICT DO
-    NOTHING``."""
+    NOTHING``, after which the staging table is emptied."""
     json_columns = {name for name in fields if isinstance(table.c[name].type, sa.JSON)}
     rows = [
         [
@@ -58,6 +58,9 @@ def copy_insert(
     )
     _copy(driver, f"{stage.name} ({names})", rows)
     conn.execute(insert.from_select(fields, sa.select(*stage.c)))
+    # a transaction may copy several batches (EventLog.append_batches): each its own rows;
+    # TRUNCATE, as a DELETE's dead rows would stay in the table until the commit
+    conn.execute(sa.text(f"TRUNCATE {stage.name}"))
 
 
 def _copy(driver: Any, target: str, rows: list[list[Any]]) -> None:

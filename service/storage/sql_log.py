@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
@@ -110,28 +110,49 @@ class SqlEventLog:
         learned) go to ``late_rewards``."""
         if not decisions_ and not rewards_ and not audit:
             return
+        with self._begin_write() as conn:
+            self._insert_batch(conn, decisions_, rewards_, audit)
+
+    def append_batches(
+        self, batches: Iterable[tuple[Sequence[DecisionRecord], Sequence[RewardRecord]]]
+    ) -> int:
+        """:meth:`append` every batch of ``batches`` (read one at a time) in one
+        transaction: an error raised while they are read or written leaves none of them
+        logged. Returns the batches written."""
+        written = 0
+        with self._begin_write() as conn:
+            for decisions_, rewards_ in batches:
+                self._insert_batch(conn, decisions_, rewards_, ())
+                written += 1
+        return written
+
+    def _insert_batch(
+        self,
+        conn: Connection,
+        decisions_: Sequence[DecisionRecord],
+        rewards_: Sequence[RewardRecord],
+        audit: Sequence[AuditRecord],
+    ) -> None:
         late = [r for r in rewards_ if r.source == LATE_SOURCE]
         rewards_ = [r for r in rewards_ if r.source != LATE_SOURCE]
         copy = self._engine.dialect.name == "postgresql"
-        with self._begin_write() as conn:
-            for table, records, fields in (
-                (decisions, decisions_, _DECISION_FIELDS),
-                (rewards, rewards_, _REWARD_FIELDS),
-                (late_rewards, late, _LATE_FIELDS),
-            ):
-                if not records:
-                    continue
-                insert = self._insert(table).on_conflict_do_nothing(index_elements=EVENT_KEY)
-                if copy:
-                    copy_insert(conn, insert, table, records, fields)
-                else:
-                    conn.execute(insert, insert_rows(records, fields))
-            if audit:
-                rows = [
-                    {column: getattr(r, name) for name, column in _AUDIT_COLUMNS.items()}
-                    for r in audit
-                ]
-                conn.execute(self._insert(audit_log).on_conflict_do_nothing(), rows)
+        for table, records, fields in (
+            (decisions, decisions_, _DECISION_FIELDS),
+            (rewards, rewards_, _REWARD_FIELDS),
+            (late_rewards, late, _LATE_FIELDS),
+        ):
+            if not records:
+                continue
+            insert = self._insert(table).on_conflict_do_nothing(index_elements=EVENT_KEY)
+            if copy:
+                copy_insert(conn, insert, table, records, fields)
+            else:
+                conn.execute(insert, insert_rows(records, fields))
+        if audit:
+            rows = [
+                {column: getattr(r, name) for name, column in _AUDIT_COLUMNS.items()} for r in audit
+            ]
+            conn.execute(self._insert(audit_log).on_conflict_do_nothing(), rows)
 
     def audit_records(
         self,

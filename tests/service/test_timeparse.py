@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 
-from service.timeparse import format_duration, parse_duration, parse_timestamp
+from service.timeparse import format_duration, format_timestamp, parse_duration, parse_timestamp
 
 NOON = datetime(2026, 1, 31, 12, tzinfo=UTC).timestamp()
 
@@ -56,3 +57,14 @@ def test_bad_durations_start_with_the_name(text: str, reason: str) -> None:
     with pytest.raises(ValueError, match=reason) as caught:
         parse_duration(text, "rewardWaitTime")
     assert str(caught.value).startswith("rewardWaitTime ")
+
+
+def test_every_digit_of_the_fraction_counts_and_formatted_times_read_back_exactly() -> None:
+    # datetime keeps 6 digits; Azure's logs write 7
+    assert parse_timestamp("2026-01-31T12:00:00.1234567Z") == NOON + 0.1234567
+    assert parse_timestamp("2026-01-31T12:00:00,25+00:00") == NOON + 0.25
+    assert format_timestamp(NOON + 0.25) == "2026-01-31T12:00:00.250000000Z"
+    assert format_timestamp(NOON + 0.9999999999) == "2026-01-31T12:00:01.000000000Z"
+    rng = np.random.default_rng(2)
+    for seconds in rng.uniform(1e9, 4e9, 10_000):  # 2001 to 2096
+        assert parse_timestamp(format_timestamp(float(seconds))) == float(seconds)

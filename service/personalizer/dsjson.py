@@ -1,0 +1,459 @@
+"""The Decision Service JSON-lines format (DSJSON) of Azure AI Personalizer's logs and of
+Vowpal Wabbit's ``--dsjson``, read into the event log's records and written from them
+(``bandit import-log`` / ``bandit export-log``; docs/personalizer.md, "Importing and
+exporting logs").
+
+One line is one event. A single-slot line is a decision and its reward:
+
+==========================  =============================================================
+field                       becomes
+==========================  =============================================================
+``EventId``                 the decision's ``event_id``
+``Timestamp``               its ``created_at`` (ISO 8601, UTC unless it names an offset)
+``c``                       the context: every key but ``_multi``/``_slots``
+                            (:func:`context_of`)
+``c._multi``                the candidates, in order: id ``_tag`` (else ``i.id``, else
+                            the 1-based position), features ``j`` (else the object less
+                            ``_tag``) (:func:`action_of`)
+``a``, ``p``                the ranking (1-based action numbers) and its probabilities:
+                            ``a[0]`` is the served action, ``p[0]`` its propensity; the
+                            probabilities in candidate order are the decision's ``scores``
+``_label_probability``      the served action's propensity when given (else ``p[0]``)
+``_labelIndex``             checked: the 0-based index of ``a[0]``
+``_label_cost``             the reward, ``-_label_cost`` (no ``_label_cost``: no reward)
+``o``                       the outcomes: with at least one numeric ``v`` the reward is
+                            ``explicit``; with none (only activations, or empty) it is
+                            the loop's ``default`` reward; no ``o`` at all: ``explicit``
+``_skipLearn``              ``true``: a deferred event never activated: the decision is
+                            logged without a reward (never learned from)
+``pdrop``                   checked to lie in [0, 1); the events kept are imported as
+                            they are (drops at random leave the means unbiased)
+==========================  =============================================================
+
+A multi-slot line (``c._slots`` and ``_outcomes``) is one decision per slot, ``E:slot<i>``
+as a multi-slot rank logs it (:mod:`service.personalizer.multislot`): slot ``i``'s
+context is ``c``'s namespaces and the slot's (``_slots[i]`` less ``_id``; the slot's
+namespace wins over a context namespace of the same name), its
+candidates the actions of its ``_a`` (0-based), ``_p[0]`` the served one's propensity,
+its reward ``-_label_cost``, its outcomes ``_o`` read as ``o`` above.
+
+A reward is logged at its decision's time (the format has no time of the reward).
+:func:`export_line` writes an event back as a single-slot line (a multi-slot rank's
+slot events each as their own line): importing what was exported gives the same records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from service import timeparse
+from service.personalizer.schemas import SLOT_EVENT_SEPARATOR
+from service.storage.base import DecisionRecord, LoggedDecision, RewardRecord
+
+EXPLICIT = "explicit"
+DEFAULT = "default"
+# how far _label_probability may differ from p[0] (Personalizer writes it as float32)
+PROBABILITY_TOLERANCE = 1e-6
+# keys of c that are not context namespaces
+ACTIONS_KEY = "_multi"
+SLOTS_KEY = "_slots"
+
+
+class DsjsonError(ValueError):
+    """A line that is not a DSJSON event; the message names the field and what was wrong."""
+
+
+@dataclass(frozen=True)
+class ImportedEvent:
+    """What one line holds: its decisions (one, or one per slot) and their rewards."""
+
+    decisions: list[DecisionRecord]
+    rewards: list[RewardRecord]
+
+
+def _fail(field: str, expected: str, got: Any) -> DsjsonError:
+    shown = orjson.dumps(got).decode() if not isinstance(got, bytes) else repr(got)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return DsjsonError(f"{field}: expected {expected}, but got {shown}")
+
+
+def _is_objects(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def context_of(namespaces: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The context of a line's ``c`` (less ``_multi`` and ``_slots``) as the list of
+    feature objects a rank's ``contextFeatures`` is: first an object of every namespace
+    whose value is not a list of objects, then one object per element of each such list
+    (VW reads ``"ns": [{..}, {..}]`` as features of ``ns`` from each; the featurizer
+    takes a list of objects, not an array of them)."""
+    base: dict[str, Any] = {}
+    split: list[dict[str, Any]] = []
+    for key, value in namespaces.items():
+        if _is_objects(value):
+            split.extend({key: item} for item in value)
+        else:
+            base[key] = value
+    return [base, *split]
+
+
+def namespaces_of(context: Any) -> dict[str, Any]:
+    """The ``c`` of a context (the inverse of :func:`context_of`): the first object's
+    namespaces, then each later object's namespaces gathered per name into a list of
+    objects (with the first object's of that name, if any); a later object's top-level
+    feature of a new name joins the first object's."""
+    items = context if isinstance(context, list) else [context]
+    if not items:
+        return {}
+    namespaces = dict(items[0]) if isinstance(items[0], dict) else {}
+    gathered: dict[str, list[Any]] = {}
+    for item in items[1:]:
+        for key, value in item.items():
+            if not isinstance(value, dict) and key not in namespaces and key not in gathered:
+                namespaces[key] = value  # a top-level feature, not a namespace
+                continue
+            if key in namespaces and key not in gathered:
+                gathered[key] = [namespaces.pop(key)]
+            gathered.setdefault(key, []).append(value)
+    namespaces.update(gathered)
+    return namespaces
+
+
+def action_of(item: Any, number: int, field: str) -> dict[str, Any]:
+    """A candidate ``{"id", "features"}`` of one ``_multi`` element (``number``: its
+    1-based position)."""
+    if not isinstance(item, dict):
+        raise _fail(field, "a JSON object", item)
+    tag = item.get("_tag")
+    ids = item.get("i")
+    if isinstance(tag, str) and tag:
+        action_id = tag
+    elif isinstance(ids, dict) and isinstance(ids.get("id"), str) and ids["id"]:
+        action_id = ids["id"]
+    else:
+        action_id = str(number)
+    rest = {k: v for k, v in item.items() if k != "_tag"}
+    if rest.get("i") == {"constant": 1, "id": action_id}:
+        del rest["i"]  # the id namespace Personalizer adds to every action
+    features = rest.pop("j", None)
+    if features is None:
+        return {"id": action_id, "features": context_of(rest)}
+    if not _is_objects(features) and features != []:
+        raise _fail(f"{field}.j", "a list of feature objects", features)
+    return {"id": action_id, "features": features + (context_of(rest) if rest else [])}
+
+
+def _number(line: Mapping[str, Any], key: str, field: str) -> float | None:
+    value = line.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _fail(field, "a finite number", value)
+    return float(value)
+
+
+_NUMBERS = {int, float}
+
+
+def _probabilities(value: Any, size: int, field: str) -> list[float]:
+    # type() rather than isinstance: JSON true is no probability (nor action number)
+    if (
+        type(value) is not list
+        or len(value) != size
+        or not {type(p) for p in value} <= _NUMBERS
+        or min(value) < 0.0
+        or max(value) > 1.0
+    ):
+        raise _fail(field, f"{size} probabilities in [0, 1] (one per ranked action)", value)
+    return [float(p) for p in value]
+
+
+def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
+    """0-based candidate indices of a ranking of ``base``-based action numbers."""
+    if (
+        type(value) is not list
+        or not value
+        or {type(a) for a in value} != {int}
+        or min(value) < base
+        or max(value) >= count + base
+        or len(set(value)) != len(value)
+    ):
+        raise _fail(field, f"distinct action numbers from {base} to {count + base - 1}", value)
+    return [a - base for a in value] if base else value
+
+
+def _reward_source(outcomes: Any, field: str) -> str:
+    if outcomes is None:
+        return EXPLICIT
+    if not isinstance(outcomes, list) or not all(isinstance(o, dict) for o in outcomes):
+        raise _fail(field, "a list of outcome objects", outcomes)
+    numeric = [o for o in outcomes if "v" in o]
+    for o in numeric:
+        if isinstance(o["v"], bool) or not isinstance(o["v"], int | float):
+            raise _fail(f"{field}[].v", "a number", o["v"])
+    return EXPLICIT if numeric else DEFAULT
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """One decision of a line: candidates, ranking, probabilities, cost and outcomes."""
+
+    event_id: str
+    context: list[dict[str, Any]]
+    candidates: list[dict[str, Any]]
+    ranking: list[int]
+    probabilities: list[float]
+    propensity: float
+    cost: float | None
+    outcomes: Any
+    field: str
+
+
+def _records(
+    choice: _Choice, loop: str, created_at: float, learn: bool
+) -> tuple[DecisionRecord, RewardRecord | None]:
+    if not 0.0 < choice.propensity <= 1.0:
+        raise _fail(f"{choice.field}probability", "a probability in (0, 1]", choice.propensity)
+    scores = [0.0] * len(choice.candidates)
+    for index, probability in zip(choice.ranking, choice.probabilities, strict=True):
+        scores[index] = probability
+    served = choice.candidates[choice.ranking[0]]["id"]
+    decision = DecisionRecord(
+        event_id=choice.event_id,
+        policy=loop,
+        created_at=created_at,
+        context=choice.context,
+        candidates=choice.candidates,
+        arm_id=served,
+        propensity=choice.propensity,
+        scores=scores,
+        model_version=0,
+        explored=choice.propensity < max(choice.probabilities),
+    )
+    source = _reward_source(choice.outcomes, f"{choice.field}o")
+    if choice.cost is None or not learn:
+        return decision, None
+    reward = RewardRecord(choice.event_id, loop, served, -choice.cost + 0.0, source, created_at)
+    return decision, reward
+
+
+def _candidates_of(items: list[Any], known: ActionSets | None) -> list[dict[str, Any]]:
+    key = orjson.dumps(items) if known is not None else b""
+    if known is not None and key in known.sets:
+        return known.sets[key]
+    candidates = [action_of(item, n, f"c._multi[{n - 1}]") for n, item in enumerate(items, 1)]
+    ids = [a["id"] for a in candidates]
+    if len(set(ids)) != len(ids):
+        raise _fail("c._multi", "actions with distinct ids (_tag)", ids)
+    if known is not None:
+        if len(known.sets) >= known.capacity:
+            known.sets.clear()
+        known.sets[key] = candidates
+    return candidates
+
+
+@dataclass
+class ActionSets:
+    """The candidates of the ``_multi`` lists seen, by their JSON (a log repeats its
+    action set line after line): read once, shared by the decisions that have them.
+    Bounded: emptied when ``capacity`` sets are held."""
+
+    capacity: int = 1024
+    sets: dict[bytes, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def parse_line(raw: bytes | str, loop: str, actions: ActionSets | None = None) -> ImportedEvent:
+    """The records of one DSJSON line for the loop ``loop`` (module docstring); a
+    :class:`DsjsonError` naming the field when the line is not an event. ``actions``:
+    the action sets read so far (their records share the candidate lists; an importer
+    passes the same one for every line)."""
+    try:
+        line = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DsjsonError(f"not JSON: {exc}") from None
+    if not isinstance(line, dict):
+        raise _fail("line", "a JSON object", line)
+    event_id = line.get("EventId")
+    if not isinstance(event_id, str) or not event_id:
+        raise _fail("EventId", "a non-empty string", event_id)
+    stamp = line.get("Timestamp")
+    if not isinstance(stamp, str):
+        raise _fail("Timestamp", "an ISO 8601 time", stamp)
+    try:
+        created_at = timeparse.parse_timestamp(stamp)
+    except ValueError:
+        raise _fail("Timestamp", "an ISO 8601 time", stamp) from None
+    c = line.get("c")
+    if not isinstance(c, dict):
+        raise _fail("c", "a JSON object (the context and its _multi actions)", c)
+    items = c.get(ACTIONS_KEY)
+    if not isinstance(items, list) or not items:
+        raise _fail("c._multi", "a non-empty list of actions", items)
+    candidates = _candidates_of(items, actions)
+    skip = line.get("_skipLearn", False)
+    if not isinstance(skip, bool):
+        raise _fail("_skipLearn", "true or false", skip)
+    pdrop = _number(line, "pdrop", "pdrop")
+    if pdrop is not None and not 0.0 <= pdrop < 1.0:
+        raise _fail("pdrop", "a drop probability in [0, 1)", pdrop)
+    namespaces = {k: v for k, v in c.items() if k not in (ACTIONS_KEY, SLOTS_KEY)}
+    if SLOTS_KEY in c or "_outcomes" in line:
+        choices = _slot_choices(line, c, namespaces, candidates, event_id)
+    else:
+        choices = [_single_choice(line, namespaces, candidates, event_id)]
+    decisions, rewards = [], []
+    for choice in choices:
+        decision, reward = _records(choice, loop, created_at, not skip)
+        decisions.append(decision)
+        if reward is not None:
+            rewards.append(reward)
+    return ImportedEvent(decisions, rewards)
+
+
+def _single_choice(
+    line: Mapping[str, Any],
+    namespaces: dict[str, Any],
+    candidates: list[dict[str, Any]],
+    event_id: str,
+) -> _Choice:
+    ranking = _ranking(line.get("a"), len(candidates), 1, "a")
+    probabilities = _probabilities(line.get("p"), len(ranking), "p")
+    index = line.get("_labelIndex")
+    if index is not None and index != ranking[0]:
+        raise _fail("_labelIndex", f"{ranking[0]}, the index of a[0]", index)
+    propensity = _number(line, "_label_probability", "_label_probability")
+    if propensity is None:
+        propensity = probabilities[0]
+    elif abs(propensity - probabilities[0]) > PROBABILITY_TOLERANCE:
+        raise _fail("_label_probability", f"p[0] = {probabilities[0]}", propensity)
+    else:
+        propensity = probabilities[0]
+    return _Choice(
+        event_id,
+        context_of(namespaces),
+        candidates,
+        ranking,
+        probabilities,
+        propensity,
+        _number(line, "_label_cost", "_label_cost"),
+        line.get("o"),
+        "",
+    )
+
+
+def _slot_choices(
+    line: Mapping[str, Any],
+    c: Mapping[str, Any],
+    namespaces: dict[str, Any],
+    candidates: list[dict[str, Any]],
+    event_id: str,
+) -> list[_Choice]:
+    slots = c.get(SLOTS_KEY)
+    outcomes = line.get("_outcomes")
+    if not isinstance(slots, list) or not slots or not all(isinstance(s, dict) for s in slots):
+        raise _fail("c._slots", "a non-empty list of slot objects", slots)
+    if not isinstance(outcomes, list) or len(outcomes) != len(slots):
+        raise _fail("_outcomes", f"{len(slots)} slot outcomes (one per c._slots)", outcomes)
+    choices = []
+    for i, (slot, outcome) in enumerate(zip(slots, outcomes, strict=True)):
+        field = f"_outcomes[{i}]."
+        if not isinstance(outcome, dict):
+            raise _fail(f"_outcomes[{i}]", "a slot outcome object", outcome)
+        if "_id" in outcome and outcome["_id"] != slot.get("_id"):
+            raise _fail(
+                f"{field}_id", f"the id of c._slots[{i}], {slot.get('_id')!r}", outcome["_id"]
+            )
+        ranked = _ranking(outcome.get("_a"), len(candidates), 0, f"{field}_a")
+        probabilities = _probabilities(outcome.get("_p"), len(ranked), f"{field}_p")
+        slot_features = {k: v for k, v in slot.items() if k != "_id"}
+        choices.append(
+            _Choice(
+                f"{event_id}{SLOT_EVENT_SEPARATOR}{i}",
+                context_of({**namespaces, **slot_features}),
+                [candidates[j] for j in ranked],
+                list(range(len(ranked))),
+                probabilities,
+                probabilities[0],
+                _number(outcome, "_label_cost", f"{field}_label_cost"),
+                outcome.get("_o"),
+                field,
+            )
+        )
+    return choices
+
+
+def _candidates(decision: DecisionRecord) -> list[dict[str, Any]]:
+    candidates = decision.candidates
+    if isinstance(candidates, orjson.Fragment):
+        return list(orjson.loads(candidates.contents))
+    return list(candidates)
+
+
+def export_line(event: LoggedDecision) -> bytes:
+    """One logged decision and its reward as a single-slot DSJSON line (module
+    docstring): the served action first in ``a``, the others by their score; ``p`` the
+    decision's scores when they are the ranking's probabilities (an imported event),
+    else the served action's propensity and the rest shared evenly (the log keeps only
+    the served one's). A rewarded decision has ``_label_cost`` and the ``_label_*``
+    fields, an explicit reward one outcome ``v``; one without a reward is written with
+    ``_skipLearn`` (never learned from)."""
+    decision, reward = event.decision, event.reward
+    candidates = _candidates(decision)
+    ids = [a["id"] for a in candidates]
+    served = ids.index(decision.arm_id)
+    scores = list(decision.scores)
+    others = sorted(
+        (i for i in range(len(ids)) if i != served),
+        key=lambda i: -scores[i] if len(scores) == len(ids) else i,
+    )
+    ranking = [served, *others]
+    if _are_probabilities(scores, len(ids), served, decision.propensity):
+        probabilities = [scores[i] for i in ranking]
+    else:
+        rest = (1.0 - decision.propensity) / len(others) if others else 0.0
+        probabilities = [decision.propensity] + [rest] * len(others)
+    line: dict[str, Any] = {}
+    if reward is not None:
+        line |= {
+            "_label_cost": -reward.value + 0.0,
+            "_label_probability": decision.propensity,
+            "_label_Action": served + 1,
+            "_labelIndex": served,
+            "o": (
+                [{"v": reward.value, "EventId": decision.event_id}]
+                if reward.source == EXPLICIT
+                else []
+            ),
+        }
+    line |= {
+        "Timestamp": timeparse.format_timestamp(decision.created_at),
+        "Version": "1",
+        "EventId": decision.event_id,
+        "a": [i + 1 for i in ranking],
+        "c": {
+            **namespaces_of(decision.context),
+            ACTIONS_KEY: [
+                {"_tag": a["id"], "i": {"constant": 1, "id": a["id"]}, "j": a["features"]}
+                for a in candidates
+            ],
+        },
+        "p": probabilities,
+    }
+    if reward is None:
+        line["_skipLearn"] = True
+    return orjson.dumps(line)
+
+
+def _are_probabilities(scores: Sequence[float], count: int, served: int, propensity: float) -> bool:
+    return (
+        len(scores) == count
+        and scores[served] == propensity
+        and all(0.0 <= s <= 1.0 for s in scores)
+        and abs(sum(scores) - 1.0) < PROBABILITY_TOLERANCE * count
+    )

@@ -1,0 +1,197 @@
+"""The one parser of a Personalizer learning-policy string (Vowpal Wabbit arguments) and
+its table of options (docs/personalizer.md, "Learning policy").
+
+Every option Personalizer's portal and its Optimization discovery write is in
+:data:`OPTIONS`, as one of:
+
+* ``honoured``: it sets the loop's engine (the default shared model);
+* ``no effect``: accepted, and named in the ``Warning: 299`` header of the answer;
+* ``refused``: a 400 naming the option and why.
+
+An option is written ``--name value``, ``--name=value`` or, for a one-letter option,
+``-qab`` / ``-b18``. Namespace letters follow VW: an interaction ``ab`` pairs the
+context namespaces whose name starts with ``a`` with the action namespaces whose name
+starts with ``b``; ``:`` is any namespace. An option given twice keeps its last value,
+but ``-q``/``--quadratic``/``--interactions``, which add up.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service.errors import InvalidRequest
+
+HONOURED = "honoured"
+NO_EFFECT = "no effect"
+REFUSED = "refused"
+# the shared model keeps a (2^b + 1)^2 matrix: 2^12 + 1 = 4097 columns is 134 MB
+MAX_BITS = 12
+MIN_BITS = 1
+
+
+def _invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(f"arguments: {message}", ["body", "arguments"])
+
+
+def _epsilon(value: str, changes: dict[str, Any]) -> None:
+    try:
+        epsilon = float(value)
+    except ValueError:
+        raise _invalid(f"--epsilon must be a number, but got {value!r}") from None
+    if not 0.0 <= epsilon <= 1.0:
+        raise _invalid(f"--epsilon must lie in [0, 1], but got {value}")
+    changes["epsilon"] = epsilon
+
+
+def _pair(option: str) -> Callable[[str, dict[str, Any]], None]:
+    def add(value: str, changes: dict[str, Any]) -> None:
+        if len(value) != 2:
+            raise _invalid(
+                f"{option} takes two namespace letters (':' for any), but got {value!r}"
+                + (
+                    "; interactions of three or more namespaces are not supported (the "
+                    "featurizer crosses one context namespace with one action namespace)"
+                    if len(value) > 2
+                    else ""
+                )
+            )
+        changes["interactions"].append(["*" if c == ":" else c + "*" for c in value])
+
+    return add
+
+
+def _bits(value: str, changes: dict[str, Any]) -> None:
+    try:
+        bits = int(value)
+    except ValueError:
+        raise _invalid(f"-b/--bit_precision must be an integer, but got {value!r}") from None
+    if not MIN_BITS <= bits <= MAX_BITS:
+        raise _invalid(
+            f"-b/--bit_precision must lie in [{MIN_BITS}, {MAX_BITS}] (the shared model keeps "
+            f"a (2^b + 1)^2 matrix), but got {value}"
+        )
+    changes["bits"] = bits
+
+
+def _seed(value: str, changes: dict[str, Any]) -> None:
+    try:
+        changes["seed"] = int(value)
+    except ValueError:
+        raise _invalid(f"--random_seed must be an integer, but got {value!r}") from None
+
+
+def _flag(_value: str, _changes: dict[str, Any]) -> None:
+    """A flag that names what the loop is already."""
+
+
+@dataclass(frozen=True)
+class VwOption:
+    """One option of the table: its spellings, whether it takes a value, what it is
+    here (:data:`HONOURED`, :data:`NO_EFFECT`, :data:`REFUSED`) and what it does (or
+    why not)."""
+
+    names: tuple[str, ...]
+    takes_value: bool
+    kind: str
+    meaning: str
+    apply: Callable[[str, dict[str, Any]], None] = _flag
+
+
+OPTIONS: tuple[VwOption, ...] = (
+    VwOption(("--cb_explore_adf",), False, HONOURED, "the shared model over action features"),
+    VwOption(
+        ("--ccb_explore_adf",),
+        False,
+        HONOURED,
+        "the shared model, each slot of a multi-slot rank one decision of it",
+    ),
+    VwOption(("--epsilon",), True, HONOURED, "epsilon-greedy exploration", _epsilon),
+    VwOption(
+        ("-q", "--quadratic"), True, HONOURED, "one context x action interaction", _pair("-q")
+    ),
+    VwOption(
+        ("--interactions",),
+        True,
+        HONOURED,
+        "one context x action interaction (two namespace letters)",
+        _pair("--interactions"),
+    ),
+    VwOption(("-b", "--bit_precision"), True, HONOURED, "the featurizer's hash bits", _bits),
+    VwOption(("--random_seed",), True, HONOURED, "the seed of the exploration", _seed),
+    VwOption(("-l", "--learning_rate"), True, NO_EFFECT, "a ridge model has no learning rate"),
+    VwOption(("--power_t",), True, NO_EFFECT, "a ridge model has no learning-rate decay"),
+    VwOption(("--l1",), True, NO_EFFECT, "no L1 penalty in a ridge model"),
+    VwOption(("--l2",), True, NO_EFFECT, "the ridge penalty is the policy's ridge_lambda"),
+    VwOption(("--cb_type",), True, NO_EFFECT, "evaluations report IPS and SNIPS estimates"),
+    VwOption(("--dsjson", "--json"), False, NO_EFFECT, "the input format of VW's command line"),
+    VwOption(("--quiet",), False, NO_EFFECT, "VW's console output"),
+    VwOption(
+        ("--cubic",),
+        True,
+        REFUSED,
+        "the featurizer crosses one context namespace with one action namespace",
+    ),
+    VwOption(
+        ("--ignore", "--ignore_linear", "--keep"),
+        True,
+        REFUSED,
+        "the featurizer keeps every namespace",
+    ),
+    VwOption(("--first",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
+    VwOption(("--bag",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
+    VwOption(("--cover",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
+    VwOption(("--softmax",), False, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
+)
+OPTION_OF: dict[str, VwOption] = {name: option for option in OPTIONS for name in option.names}
+
+
+def _tokens(arguments: str) -> list[tuple[str, str | None]]:
+    """``(option, value)`` pairs of ``arguments`` (value None: none written adjacent)."""
+    try:
+        words = shlex.split(arguments)
+    except ValueError as exc:
+        raise _invalid(f"do not parse: {exc}") from None
+    pairs: list[tuple[str, str | None]] = []
+    for word in words:
+        name, equals, value = word.partition("=")
+        if word.startswith("--") and equals:
+            pairs.append((name, value))
+        elif word.startswith("-") and not word.startswith("--") and len(word) > 2:
+            pairs.append((word[:2], word[2:]))
+        else:
+            pairs.append((word, None))
+    return pairs
+
+
+def read_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
+    """The settings a learning-policy string gives (``epsilon``, ``interactions`` as
+    featurizer pairs, ``bits``, ``seed``; only those written, but ``interactions``,
+    always there) and the options it gives that have no effect here (as written,
+    for the ``Warning`` header). No ``-q``: no interactions, as in VW. A refused or
+    unknown option, or a bad value, is a 400 naming it."""
+    pairs = _tokens(arguments)
+    changes: dict[str, Any] = {"interactions": []}
+    ignored: list[str] = []
+    i = 0
+    while i < len(pairs):
+        name, value = pairs[i]
+        option = OPTION_OF.get(name)
+        if option is None:
+            raise _invalid(f"{name!r} is not supported (docs/personalizer.md, 'Learning policy')")
+        if option.kind == REFUSED:
+            raise _invalid(f"{name} is not supported: {option.meaning}")
+        if option.takes_value and value is None:
+            if i + 1 >= len(pairs) or pairs[i + 1][1] is not None:
+                raise _invalid(f"{name} needs a value")
+            value, i = pairs[i + 1][0], i + 1
+        elif not option.takes_value and value is not None:
+            raise _invalid(f"{name} takes no value, but got {value!r}")
+        if option.kind == NO_EFFECT:
+            ignored.append(name if value is None else f"{name} {value}")
+        else:
+            option.apply(value or "", changes)
+        i += 1
+    return changes, ignored

@@ -1,0 +1,140 @@
+"""The learning-policy string (``service.personalizer.vw_arguments``): every option of
+the table does what the table says (honoured, no effect and named in the ``Warning``
+header, refused by name), its spellings parse alike, and the string read back is the
+string written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service.errors import InvalidRequest
+from service.personalizer.loops import DEFAULT_LOOP_SPEC, parse_vw_arguments
+from service.personalizer.vw_arguments import HONOURED, NO_EFFECT, OPTIONS, REFUSED
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.anyio
+BASE = "/loops/shop/personalizer/v1.1-preview.3"
+
+
+def _refused(arguments: str) -> str:
+    with pytest.raises(InvalidRequest) as caught:
+        parse_vw_arguments(arguments)
+    assert caught.value.loc == ["body", "arguments"]
+    return caught.value.message
+
+
+def test_epsilon_sets_the_exploration_in_every_spelling() -> None:
+    for arguments in ("--epsilon 0.05", "--epsilon=0.05", "--cb_explore_adf --epsilon 0.05"):
+        assert parse_vw_arguments(arguments)[0]["epsilon"] == 0.05
+    assert "epsilon" not in parse_vw_arguments("--cb_explore_adf")[0]  # the loop's stays
+    assert "--epsilon must lie in [0, 1]" in _refused("--epsilon 1.5")
+    assert "--epsilon must be a number" in _refused("--epsilon lots")
+    assert "--epsilon needs a value" in _refused("--epsilon")
+
+
+def test_quadratic_and_interactions_pair_namespaces_by_their_first_letter() -> None:
+    for arguments in ("-q ua", "-qua", "--quadratic ua", "--quadratic=ua", "--interactions ua"):
+        features = parse_vw_arguments(arguments)[0]["features"]
+        assert features["interactions"] == [["u*", "a*"]], arguments
+    both = parse_vw_arguments("-q :: --interactions u:")[0]["features"]["interactions"]
+    assert both == [["*", "*"], ["u*", "*"]]  # they add up; ':' is any namespace
+    assert parse_vw_arguments("--epsilon 0.1")[0]["features"]["interactions"] == []
+    assert "three or more namespaces are not supported" in _refused("--interactions uab")
+    assert "-q takes two namespace letters" in _refused("-q u")
+
+
+def test_bit_precision_is_the_featurizers_hash_bits() -> None:
+    for arguments in ("-b 10", "-b10", "--bit_precision 10", "--bit_precision=10"):
+        assert parse_vw_arguments(arguments)[0]["features"]["bits"] == 10
+    assert parse_vw_arguments("-q ::")[0]["features"]["bits"] == DEFAULT_LOOP_SPEC.features["bits"]  # type: ignore[index]
+    assert "-b/--bit_precision must lie in [1, 12]" in _refused("-b 18")
+    assert "must be an integer" in _refused("-b many")
+
+
+def test_random_seed_is_the_models_seed() -> None:
+    params = parse_vw_arguments("--random_seed 7")[0]["params"]
+    assert params == {**DEFAULT_LOOP_SPEC.params, "seed": 7}
+    assert "--random_seed must be an integer" in _refused("--random_seed x")
+
+
+def test_the_adf_flags_name_the_shared_model() -> None:
+    for flag in ("--cb_explore_adf", "--ccb_explore_adf"):
+        changes, ignored = parse_vw_arguments(f"{flag} --epsilon 0.1")
+        assert (changes["epsilon"], ignored) == (0.1, [])
+    assert "takes no value" in _refused("--cb_explore_adf=1")
+
+
+@pytest.mark.parametrize(
+    "option", [o for o in OPTIONS if o.kind == NO_EFFECT], ids=lambda o: o.names[0]
+)
+def test_options_with_no_effect_are_accepted_and_listed(option: Any) -> None:
+    for name in option.names:
+        written = f"{name} 0.5" if option.takes_value else name
+        changes, ignored = parse_vw_arguments(f"--cb_explore_adf {written} --epsilon 0.3")
+        assert ignored == [written]
+        assert changes["epsilon"] == 0.3
+
+
+@pytest.mark.parametrize(
+    "option", [o for o in OPTIONS if o.kind == REFUSED], ids=lambda o: o.names[0]
+)
+def test_refused_options_are_named_with_the_reason(option: Any) -> None:
+    for name in option.names:
+        message = _refused(f"--cb_explore_adf {name} 3" if option.takes_value else name)
+        assert f"{name} is not supported: {option.meaning}" in message
+
+
+def test_unknown_options_are_refused_by_name() -> None:
+    assert "'--nn' is not supported" in _refused("--nn 3")
+    assert "do not parse" in _refused("'")
+
+
+def test_every_option_is_in_one_of_the_three_kinds() -> None:
+    assert {o.kind for o in OPTIONS} == {HONOURED, NO_EFFECT, REFUSED}
+    names = [name for o in OPTIONS for name in o.names]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_the_string_read_back_is_the_string_written(make_settings: Any) -> None:
+    async with running(make_settings()) as (_, http, _):
+        put = await http.put("/policies/shop", json=DEFAULT_LOOP_SPEC.model_dump())
+        assert put.status_code == 200, put.text
+        written = "--cb_explore_adf  --epsilon=0.1 -qua -b 6 --random_seed 3 --power_t 0 --quiet"
+        answer = await http.put(
+            f"{BASE}/configurations/policy", json={"name": "tuned", "arguments": written}
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["arguments"] == written
+        assert answer.headers["Warning"] == '299 - "ignored VW arguments: --power_t 0 --quiet"'
+        assert (await http.get(f"{BASE}/configurations/policy")).json() == {
+            "name": "tuned",
+            "arguments": written,
+        }
+        spec = (await http.get("/policies/shop")).json()
+        assert spec["epsilon"] == 0.1
+        assert (spec["features"]["bits"], spec["features"]["interactions"]) == (6, [["u*", "a*"]])
+        assert spec["params"]["seed"] == 3
+        # the loop ranks under them
+        rank = await http.post(
+            f"{BASE}/rank",
+            json={
+                "contextFeatures": [{"user": {"tier": "gold"}}],
+                "actions": [{"id": "a", "features": [{"item": {"kind": "tea"}}]}],
+            },
+        )
+        assert rank.status_code == 201, rank.text
+        # once the exploration changes elsewhere, the string says what the loop is
+        config = (await http.get(f"{BASE}/configurations/service")).json()
+        config.pop("latestApprenticeModeMetrics", None)
+        config["explorationPercentage"] = 0.3
+        assert (await http.put(f"{BASE}/configurations/service", json=config)).status_code == 200
+        now = (await http.get(f"{BASE}/configurations/policy")).json()["arguments"]
+        assert now == "--cb_explore_adf --epsilon 0.3 -q ua -b 6 --random_seed 3"
+        again, _ = parse_vw_arguments(now)
+        assert again["params"] == spec["params"]
+        assert again["features"]["bits"] == 6 and again["features"]["interactions"] == [
+            ["u*", "a*"]
+        ]
