@@ -360,12 +360,15 @@ class Loops:
         loop: str,
         body: PersonalizerRankRequest,
         annotations: Mapping[str, Any] | None = None,
+        stored_event_id: str | None = None,
     ) -> PersonalizerRankResponse:
         """Rank the actions: the served one is ``rewardActionId`` (not necessarily the
         first of ``ranking`` when exploring; the baseline, the first action not
         excluded, in Apprentice and LoggingOnly modes), excluded actions are never served
         and listed with probability 0; a repeated ``eventId`` answers the first decision.
-        ``annotations`` are stored with the event (:meth:`Recommender.recommend`)."""
+        ``annotations`` are stored with the event (:meth:`Recommender.recommend`);
+        ``stored_event_id``, when given, is the decision's id instead of the body's (a
+        multi-slot event's per-slot id, which may pass a client id's 256 characters)."""
         ids = [a.id for a in body.actions]
         duplicates = sorted({a for a in ids if ids.count(a) > 1})
         if duplicates:
@@ -387,6 +390,8 @@ class Loops:
             )
         except ValidationError as exc:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
+        if stored_event_id is not None:
+            request = request.model_copy(update={"event_id": stored_event_id})
         baseline = next(a for a in ids if a not in excluded)
         try:
             decision = await self.recommender.recommend(request, annotations, serving_of(baseline))
