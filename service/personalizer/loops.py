@@ -36,7 +36,7 @@ from service.personalizer.learning_modes import (
     serving_of,
     with_mode,
 )
-from service.personalizer.loop_rewards import reward_loop_event
+from service.personalizer.loop_rewards import apply_held_rewards, reward_loop_event
 from service.personalizer.schemas import (
     PersonalizerPolicy,
     PersonalizerRankedAction,
@@ -417,11 +417,14 @@ class Loops:
         await reward_loop_event(self.rewards, loop, event_id, value, aggregation)
 
     async def activate(self, loop: str, event_id: str) -> None:
-        """Activate a deferred event (accepted and ignored when unknown or finalized)."""
-        await self.admin.get_policy(loop)
+        """Activate a deferred event (accepted and ignored when unknown or finalized),
+        then apply the rewards it received before (:func:`apply_held_rewards`)."""
+        info = await self.admin.get_policy(loop)
         if await self.rewards.owner(event_id) != loop:
             return
         try:
             await self.rewards.activate(event_id)
         except (NotFound, Conflict):
             return
+        aggregation = LoopSettings.of(info).reward_aggregation
+        await apply_held_rewards(self.rewards, loop, event_id, aggregation)
