@@ -263,6 +263,12 @@ class Loops:
                 ["body", "rewardWaitTime"],
             )
         parse_duration(config.model_export_frequency, "modelExportFrequency")
+        if config.log_mirror_enabled and config.log_mirror_sas_uri:
+            raise InvalidRequest(
+                "logMirrorSasUri: this service has no Azure storage to mirror the log to; "
+                "write the log out with `bandit export-log` instead (logMirrorEnabled: false)",
+                ["body", "logMirrorSasUri"],
+            )
         low, high = info.reward_range
         if config.default_reward is not None and not low <= config.default_reward <= high:
             raise InvalidRequest(

@@ -64,12 +64,18 @@ class PersonalizerServiceConfiguration(_Camel):
         description="read only: how the model imitates the baseline since Apprentice "
         "mode was last turned on (ignored on PUT)",
     )
-    log_mirror_enabled: bool | None = None
+    log_mirror_enabled: bool | None = Field(
+        None,
+        description="mirroring the log to Azure storage is refused with a logMirrorSasUri "
+        "(none here): bandit export-log writes the log out",
+    )
     log_mirror_sas_uri: str | None = None
     is_auto_optimization_enabled: bool | None = None
     auto_optimization_frequency: str | None = None
     auto_optimization_start_date: datetime | None = None
-    model_retrain_days: int | None = None
+    model_retrain_days: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="days of the log a new model is trained on (default 2); kept"
+    )
     last_configuration_edit_date: datetime | None = None
 
 
