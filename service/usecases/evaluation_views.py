@@ -112,6 +112,7 @@ def v1_evaluation(record: EvaluationRecord) -> PersonalizerEvaluation:
         status=V1_STATUS[record.status],
         policy_results=results,
         optimal_policy=(record.result or {}).get("optimal_policy") or "",
+        feature_importance=(record.result or {}).get("feature_importance", []),
         creation_time=_time(record.created_at),
     )
 

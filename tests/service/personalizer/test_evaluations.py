@@ -344,3 +344,46 @@ async def test_retrain_days_read_back_and_a_log_mirror_is_refused(make_settings:
         assert (await http.get(path)).json()["modelRetrainDays"] == 7  # nothing changed
         kept = await http.put(path, json={**config, "logMirrorEnabled": False})
         assert kept.status_code == 200
+
+
+STOREFRONT_FEATURES = {
+    "user.segment",
+    "user.tenureYears",
+    "device.type",
+    "item.category",
+    "item.price",
+    "item.tags",
+}
+
+
+RANKING_FEATURES = {"user.segment", "item.category", "item.price", "item.tags"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_v1_feature_importance_is_filled_when_the_evaluation_asks_for_it(
+    make_settings: Any,
+) -> None:
+    """With ``enableOfflineExperimentation`` the v1 evaluation names the storefront's
+    features in importance groups, the first holding only features that change which
+    item is best (segment x category, tags, price; tenure and device shift every item's
+    click rate alike); without it ``featureImportance`` stays empty."""
+    rng = np.random.default_rng(4)
+    rounds = list(Storefront().rounds(800, replace_at=None, rng=rng))
+    draws = rng.random(800)
+    async with running(make_settings(personalizer_loop=True)) as (app, http, _):
+        await serve(http, rounds, draws)
+        await logged(app, 800)
+        results = {}
+        for asked in (True, False):
+            body = {"name": "fi", **WHOLE_LOG, "enableOfflineExperimentation": asked}
+            created = await http.post("/personalizer/v1.0/evaluations", json=body)
+            assert created.status_code == 201, created.text
+            done = await finished(http, created.headers["location"], ("pending",))
+            assert done["status"] == "completed", done
+            results[asked] = done["featureImportance"]
+    groups = results[True]
+    named = [name for group in groups for name in group]
+    assert len(named) == len(set(named)) and set(named) <= STOREFRONT_FEATURES
+    assert groups[0] and set(groups[0]) <= RANKING_FEATURES
+    assert results[False] == []
