@@ -7,6 +7,7 @@ fetched again."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -136,8 +137,15 @@ async def test_tokens_are_verified_and_api_keys_keep_working(
         http.headers.pop("Authorization")
         created = await http.put("/policies/p", json=POLICY, headers=bearer(issuer.token()))
         assert created.status_code == 200, created.text
-        history = (await http.get("/policies/p/history", headers=bearer(issuer.token()))).json()
-        assert history["records"][0]["actor"] == "oidc:user-1"
+        deadline = time.monotonic() + 30  # the audit record reaches the log asynchronously
+        while not (
+            records := (
+                await http.get("/policies/p/history", headers=bearer(issuer.token()))
+            ).json()["records"]
+        ):
+            assert time.monotonic() < deadline, "no audit record"
+            await asyncio.sleep(0.05)
+        assert records[0]["actor"] == "oidc:user-1"
         for what, token in refused.items():
             answer = await http.put(
                 "/policies/p", json={**POLICY, "epsilon": 0.5}, headers=bearer(token)
