@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bandit_core.errors import InvalidInputError
@@ -68,6 +68,18 @@ class Settings(BaseSettings):
     )
     api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated API keys; empty: loopback-only admin"
+    )
+    oidc_issuer: str | None = Field(
+        None,
+        description=(
+            "an OpenID Connect issuer (Entra ID: https://login.microsoftonline.com/<tenant>"
+            "/v2.0) whose signed JWTs are accepted as bearer tokens beside the API keys; its "
+            "keys come from <issuer>/.well-known/openid-configuration; needs "
+            "BANDIT_OIDC_AUDIENCE; unset: API keys only"
+        ),
+    )
+    oidc_audience: str | None = Field(
+        None, description="the aud claim a bearer token must carry (with BANDIT_OIDC_ISSUER)"
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -334,6 +346,21 @@ class Settings(BaseSettings):
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+    @model_validator(mode="after")
+    def _oidc_pair(self) -> Settings:
+        if (self.oidc_issuer is None) != (self.oidc_audience is None):
+            raise ValueError(
+                "BANDIT_OIDC_ISSUER and BANDIT_OIDC_AUDIENCE go together: set both to "
+                "accept OIDC bearer tokens, or neither"
+            )
+        if self.oidc_issuer is not None and not self.oidc_issuer.startswith(
+            ("https://", "http://")
+        ):
+            raise ValueError(
+                f"BANDIT_OIDC_ISSUER must be an http(s) URL, but got {self.oidc_issuer!r}"
+            )
+        return self
 
     @property
     def embedded(self) -> bool:

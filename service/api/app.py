@@ -22,6 +22,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.auth import warn_if_open
+from service.api.oidc import OidcVerifier
 from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
 from service.observability import metrics
 from service.observability.request_context import REQUEST_ID_HEADER, RequestIds
@@ -297,6 +298,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.oidc = (
+        None
+        if settings.oidc_issuer is None or settings.oidc_audience is None
+        else OidcVerifier(settings.oidc_issuer, settings.oidc_audience)
+    )
     install_handlers(app, settings.redis_retry_after_seconds)
     app.include_router(decisions.router)
     app.include_router(policies.router)

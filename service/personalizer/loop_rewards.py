@@ -10,8 +10,11 @@ received for one event within its reward wait become the one reward learned from
   unclipped sum). No reward within the wait: the default reward, as with ``earliest``.
 - A reward after the wait (the event finalized with its default or summed reward,
   expired, or gone) is not learned from: it goes to the event log as a ``late`` reward
-  record (the ``late_rewards`` table), in both modes. A reward for a deferred event
-  never activated is ignored, as Personalizer documented.
+  record (the ``late_rewards`` table), in both modes.
+- A reward for a deferred event not activated yet is held with the pending event
+  (``PendingEvent.held_rewards``) and applied, in the order received, when the activation
+  comes within the wait (:func:`apply_held_rewards`), under the aggregation above; an
+  event never activated expires with its held rewards logged as ``late``, not learned.
 
 Exactly once: the transition out of ``pending`` happens in one transaction
 (:meth:`Rewards.finalize`), and a reward added to a sum is added in a transaction that
@@ -19,6 +22,8 @@ fails once the event left ``pending``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.personalizer.settings import SUM
@@ -53,7 +58,7 @@ async def reward_loop_event(
             ["body", "value"],
         )
     if event is not None and event.pending:
-        if not event.activated:
+        if not event.activated and await _held(rewards, loop, event_id, value):
             return
         try:
             if aggregation == SUM or event.reward_sum is not None:
@@ -102,3 +107,60 @@ async def _add_to_sum(rewards: Rewards, loop: str, event_id: str, value: float) 
 
     await rewards.cache.transact(runtime, loop, [key], fn)
     return result[0]
+
+
+async def _changed_event(
+    rewards: Rewards, loop: str, event_id: str, change: Callable[[PendingEvent], bool]
+) -> bool:
+    """Run ``change`` on the stored event ``event_id`` in one transaction (again on a
+    conflict) and write the event back when it answers True; whether it was written."""
+    runtime, _, _ = await rewards.cache.load(loop)
+    key = event_key(event_id)
+    written: list[bool] = []
+
+    def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        written.clear()
+        data = values[key]
+        if data is None:
+            return {}
+        ev = PendingEvent.from_json(data)
+        if not change(ev):
+            return {}
+        written.append(True)
+        return {key: ev.to_json()}
+
+    await rewards.cache.transact(runtime, loop, [key], fn)
+    return bool(written)
+
+
+async def _held(rewards: Rewards, loop: str, event_id: str, value: float) -> bool:
+    """Add ``value`` to the rewards the pending event holds for its activation; False
+    (nothing held) when it was activated or finalized meanwhile."""
+    now = rewards.clock()
+
+    def hold(ev: PendingEvent) -> bool:
+        if not ev.pending or ev.activated:
+            return False
+        ev.held_rewards = [*(ev.held_rewards or []), [value, now]]
+        return True
+
+    return await _changed_event(rewards, loop, event_id, hold)
+
+
+async def apply_held_rewards(rewards: Rewards, loop: str, event_id: str, aggregation: str) -> None:
+    """Take the rewards the activated event ``event_id`` held (one transaction, so
+    concurrent activations take them once) and apply them in the order received under
+    ``aggregation``, as if they came now."""
+    taken: list[list[float]] = []
+
+    def take(ev: PendingEvent) -> bool:
+        taken.clear()
+        if not ev.pending or not ev.activated or not ev.held_rewards:
+            return False
+        taken.extend(ev.held_rewards)
+        ev.held_rewards = None
+        return True
+
+    await _changed_event(rewards, loop, event_id, take)
+    for value, _received_at in taken:
+        await reward_loop_event(rewards, loop, event_id, value, aggregation)

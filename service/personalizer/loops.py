@@ -35,7 +35,7 @@ from service.personalizer.learning_modes import (
     serving_of,
     with_mode,
 )
-from service.personalizer.loop_rewards import reward_loop_event
+from service.personalizer.loop_rewards import apply_held_rewards, reward_loop_event
 from service.personalizer.schemas import (
     PersonalizerPolicy,
     PersonalizerRankRequest,
@@ -247,6 +247,12 @@ class Loops:
                 ["body", "rewardWaitTime"],
             )
         parse_duration(config.model_export_frequency, "modelExportFrequency")
+        if config.log_mirror_enabled and config.log_mirror_sas_uri:
+            raise InvalidRequest(
+                "logMirrorSasUri: this service has no Azure storage to mirror the log to; "
+                "write the log out with `bandit export-log` instead (logMirrorEnabled: false)",
+                ["body", "logMirrorSasUri"],
+            )
         low, high = info.reward_range
         if config.default_reward is not None and not low <= config.default_reward <= high:
             raise InvalidRequest(
@@ -346,12 +352,15 @@ class Loops:
         loop: str,
         body: PersonalizerRankRequest,
         annotations: Mapping[str, Any] | None = None,
+        stored_event_id: str | None = None,
     ) -> dict[str, Any]:
         """Rank the actions: the served one is ``rewardActionId`` (not necessarily the
         first of ``ranking`` when exploring; the baseline, the first action not
         excluded, in Apprentice and LoggingOnly modes), excluded actions are never served
         and listed with probability 0; a repeated ``eventId`` answers the first decision.
-        ``annotations`` are stored with the event (:meth:`Recommender.recommend`).
+        ``annotations`` are stored with the event (:meth:`Recommender.recommend`);
+        ``stored_event_id``, when given, is the decision's id instead of the body's (a
+        multi-slot event's per-slot id, which may pass a client id's 256 characters).
 
         The answer is :class:`PersonalizerRankResponse`'s JSON as a plain dict (its
         fields by alias, in its order), for the router to serialize once."""
@@ -376,6 +385,8 @@ class Loops:
             )
         except ValidationError as exc:
             raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
+        if stored_event_id is not None:
+            request = request.model_copy(update={"event_id": stored_event_id})
         baseline = next(a for a in ids if a not in excluded)
         try:
             decision = await self.recommender.recommend(request, annotations, serving_of(baseline))
@@ -400,11 +411,14 @@ class Loops:
         await reward_loop_event(self.rewards, loop, event_id, value, aggregation)
 
     async def activate(self, loop: str, event_id: str) -> None:
-        """Activate a deferred event (accepted and ignored when unknown or finalized)."""
-        await self.admin.get_policy(loop)
+        """Activate a deferred event (accepted and ignored when unknown or finalized),
+        then apply the rewards it received before (:func:`apply_held_rewards`)."""
+        info = await self.admin.get_policy(loop)
         if await self.rewards.owner(event_id) != loop:
             return
         try:
             await self.rewards.activate(event_id)
         except (NotFound, Conflict):
             return
+        aggregation = LoopSettings.of(info).reward_aggregation
+        await apply_held_rewards(self.rewards, loop, event_id, aggregation)

@@ -153,10 +153,9 @@ class MultiSlot:
             context_features=[*(body.context_features or []), *(slot.features or [])],
             actions=[PersonalizerAction(id=a.id, features=a.features) for a in candidates],
             excluded_actions=[a.id for a in candidates if a.id in excluded] or None,
-            event_id=slot_event_id(event_id, index),
             defer_activation=body.defer_activation,
         )
-        ranked = await self.loops.rank(loop, request, annotations)
+        ranked = await self.loops.rank(loop, request, annotations, slot_event_id(event_id, index))
         served: str = ranked["rewardActionId"]
         return served
 

@@ -10,9 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from service.schemas import ArmId, FiniteFloat, Text
+from service.schemas import ArmId, EventId, FiniteFloat, Text
 
-EventId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 JsonFeatureList = list[dict[str, Any]]
 
 
@@ -65,12 +64,18 @@ class PersonalizerServiceConfiguration(_Camel):
         description="read only: how the model imitates the baseline since Apprentice "
         "mode was last turned on (ignored on PUT)",
     )
-    log_mirror_enabled: bool | None = None
+    log_mirror_enabled: bool | None = Field(
+        None,
+        description="mirroring the log to Azure storage is refused with a logMirrorSasUri "
+        "(none here): bandit export-log writes the log out",
+    )
     log_mirror_sas_uri: str | None = None
     is_auto_optimization_enabled: bool | None = None
     auto_optimization_frequency: str | None = None
     auto_optimization_start_date: datetime | None = None
-    model_retrain_days: int | None = None
+    model_retrain_days: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="days of the log a new model is trained on (default 2); kept"
+    )
     last_configuration_edit_date: datetime | None = None
 
 
@@ -121,15 +126,6 @@ MAX_SLOTS = 50
 """Most slots of a multi-slot rank (each is one decision, one store transaction)."""
 SLOT_EVENT_SEPARATOR = ":slot"
 """Slot ``i`` of the multi-slot event ``E`` is the single-slot event ``E:slot<i>``."""
-MultiSlotEventId = Annotated[
-    str,
-    Field(
-        min_length=1,
-        # room for the slot suffix within the 128 characters of an event id
-        max_length=128 - len(f"{SLOT_EVENT_SEPARATOR}{MAX_SLOTS - 1}"),
-        pattern=r"^[A-Za-z0-9_.:\-]+$",
-    ),
-]
 SlotId = Annotated[Text, Field(min_length=1, max_length=256)]
 
 
@@ -149,7 +145,7 @@ class PersonalizerMultiSlotRankRequest(_Camel):
     context_features: JsonFeatureList | None = None
     actions: Annotated[list[PersonalizerAction], Field(min_length=1)]
     slots: Annotated[list[PersonalizerSlot], Field(min_length=1, max_length=MAX_SLOTS)]
-    event_id: MultiSlotEventId | None = None
+    event_id: EventId | None = None
     defer_activation: bool = False
 
 

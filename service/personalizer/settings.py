@@ -27,6 +27,8 @@ EARLIEST: RewardAggregation = "earliest"
 SUM: RewardAggregation = "sum"
 DEFAULT_EXPORT_FREQUENCY = "PT1M"
 DEFAULT_POLICY_NAME = "default"
+DEFAULT_RETRAIN_DAYS = 2
+"""Azure's ``modelRetrainDays`` default: the days of log a new model is trained on."""
 
 
 class LoopSettings(BaseModel):
@@ -44,6 +46,7 @@ class LoopSettings(BaseModel):
     model_export_frequency: str = Field(DEFAULT_EXPORT_FREQUENCY, alias="modelExportFrequency")
     log_retention_days: int = Field(-1, alias="logRetentionDays")
     policy_name: str = Field(DEFAULT_POLICY_NAME, alias="policyName")
+    model_retrain_days: int = Field(DEFAULT_RETRAIN_DAYS, alias="modelRetrainDays")
 
     @classmethod
     def of(cls, info: PolicyInfo) -> LoopSettings:

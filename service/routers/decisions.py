@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Path, Response
@@ -16,6 +16,7 @@ from service.schemas import (
     RecommendResponse,
     RewardRequest,
     RewardResponse,
+    StoredEventId,
 )
 
 router = APIRouter(tags=["decisions"], route_class=JsonRoute)
@@ -64,13 +65,13 @@ async def reward(body: RewardRequest, rewards: RewardsDep) -> RewardResponse:
 
 
 @router.post(
-    "/events/{event_id}/activate",
+    "/events/{event_id:path}/activate",
     response_model=ActivateResponse,
     dependencies=[ApiKey],
     responses=_errors,
 )
 async def activate(
-    rewards: RewardsDep, event_id: str = Path(min_length=1, max_length=128)
+    rewards: RewardsDep, event_id: Annotated[StoredEventId, Path()]
 ) -> ActivateResponse:
     """Activate a decision made with ``defer_activation``: only activated events are
     learned from (a deferred event never activated expires without a default reward)."""

@@ -41,6 +41,14 @@ def _storable(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_storable)]
 ArmId = Annotated[Text, Field(min_length=1, max_length=256)]
+EVENT_ID_MAX_LENGTH = 256
+EventId = Annotated[Text, Field(min_length=1, max_length=EVENT_ID_MAX_LENGTH)]
+"""A client's event id: any 1 to 256 characters but NUL (Azure Personalizer's rule), kept
+exactly; the stores key it injectively (docs/personalizer.md, "Event ids")."""
+StoredEventId = Annotated[Text, Field(min_length=1, max_length=EVENT_ID_MAX_LENGTH + 16)]
+"""An event id the service may hold, rewarded or activated by: a client's, or one the
+service derived from it with a suffix of at most 16 characters (a Personalizer multi-slot
+event's per-slot id ``<id>:slot<i>``)."""
 PolicyName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")]
 if TYPE_CHECKING:  # the registry is known at run time only: to mypy, an algorithm is a name
     Algorithm = str

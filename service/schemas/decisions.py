@@ -10,9 +10,11 @@ from service.schemas.common import (
     JSON_FEATURES_SCHEMA,
     ArmId,
     AsSent,
+    EventId,
     Feature,
     FiniteFloat,
     PolicyName,
+    StoredEventId,
     StrictModel,
     Text,
     VectorOrJson,
@@ -69,9 +71,7 @@ class RecommendRequest(StrictModel):
     )
     exclude: list[ArmId] | None = None
     user_id: Annotated[Text, Field(min_length=1, max_length=256)] | None = None
-    event_id: (
-        Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")] | None
-    ) = None
+    event_id: EventId | None = None
     top_k: Annotated[int, Field(ge=1)] | None = None
     explore: bool = True
     defer_activation: bool = False
@@ -108,7 +108,7 @@ class RecommendResponse(BaseModel):
 
 # ---- rewards -------------------------------------------------------------------------------
 class RewardRequest(StrictModel):
-    event_id: Annotated[str, Field(min_length=1, max_length=128)]
+    event_id: StoredEventId
     reward: FiniteFloat
     arm_id: ArmId | None = None
 

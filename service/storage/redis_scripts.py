@@ -12,10 +12,13 @@ in one Redis Cluster slot and its Lua scripts touch a single slot)::
     bandit:{p}:seen        sorted set name (arm id) -> last seen (unix seconds)
     bandit:{p}:claimed     hash job -> the last period claimed (``claim_period``)
     bandit:policies        set of policy names                 (global)
-    bandit:event:<id>      owning policy of an event, SET NX EX (global)
+    bandit:event:<id>      owning policy of an event, SET NX EX (global; the id
+                           percent-encoded, ``registry_key``)
 """
 
 from __future__ import annotations
+
+from urllib.parse import quote
 
 from bandit_core.errors import InvalidInputError
 
@@ -44,8 +47,11 @@ def policy_prefix(policy: str) -> str:
 
 
 def registry_key(event_id: str) -> str:
-    """The global key naming the policy that owns ``event_id``."""
-    return f"bandit:event:{event_id}"
+    """The global key naming the policy that owns ``event_id``: the id percent-encoded
+    (UTF-8) but for letters, digits and ``_.:-~``, so the key has no braces (no Redis
+    Cluster hash tag an id could choose) and two ids never share a key (``%`` itself is
+    encoded). Ids of those characters only keep the key they always had."""
+    return f"bandit:event:{quote(event_id, safe='_.:-~')}"
 
 
 # KEYS: versions hash, value keys...; ARGV[1]: the known version of each key, comma

@@ -28,9 +28,10 @@ from service.personalizer.loops import (
     Loops,
 )
 from service.personalizer.schemas import PersonalizerPolicy
-from service.schemas import PolicySpec
+from service.schemas import PolicyInfo, PolicySpec
 from service.schemas.evaluations import EvaluationPolicy
 from service.settings import Settings
+from service.storage.base import EventLog
 from service.storage.evaluations import (
     FINAL,
     EvaluationExistsError,
@@ -49,6 +50,7 @@ from service.usecases.evaluations import (
     evaluate_on,
     plan,
 )
+from service.usecases.importance import scores_over_log
 from service.usecases.offline_engine import OfflineEngine
 from service.usecases.worker_pool import WorkerPool
 
@@ -114,6 +116,8 @@ def run_evaluation(
                 message=f"stopped after {timeout_seconds:g} s (evaluation_timeout_seconds)",
             )
             return "timeout"
+        if record.request.get("policy_info") is not None:
+            result["feature_importance"] = importance_groups(event_log, record)
         status = "succeeded"
         message = None if result["events"] else "no rewarded decision in [startTime, endTime)"
         store.update(
@@ -134,6 +138,26 @@ def run_evaluation(
         return "failed"
     finally:
         event_log.close()
+
+
+def importance_groups(event_log: EventLog, record: EvaluationRecord) -> list[list[str]]:
+    """The v1 ``featureImportance`` of an evaluation that asked for offline
+    experimentation: the loop's JSON features (``namespace.name``) by their
+    leave-one-feature-out score over the evaluated range
+    (:func:`service.usecases.importance.scores_over_log`), in three groups, most important
+    first: score at least 2/3, at least 1/3, below (empty groups left out); none for a
+    loop without JSON features."""
+    info = PolicyInfo.model_validate(record.request["policy_info"])
+    try:
+        scores = scores_over_log(event_log, info, record.start_time, record.end_time).scores
+    except InvalidRequest:  # no JSON features: nothing to name
+        return []
+    ranked = sorted(scores, key=lambda f: -f.score)
+    groups = [
+        [f"{f.namespace}.{f.name}" for f in ranked if low <= f.score < high]
+        for low, high in ((2 / 3, float("inf")), (1 / 3, 2 / 3), (-float("inf"), 1 / 3))
+    ]
+    return [g for g in groups if g]
 
 
 def _timestamp(value: datetime) -> float:
@@ -193,6 +217,8 @@ class Evaluations:
                 "candidates": [c.to_json() for c in candidates],
                 "grid": [g.model_dump(mode="json") for g in grid],
                 "offline_experimentation": offline_experimentation,
+                # what the feature importance replays (with offline experimentation)
+                "policy_info": info.model_dump(mode="json") if offline_experimentation else None,
             },
         )
         try:

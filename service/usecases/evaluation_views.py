@@ -11,6 +11,7 @@ Gaussian; the native API gives IPS and SNIPS with their intervals.
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -111,6 +112,7 @@ def v1_evaluation(record: EvaluationRecord) -> PersonalizerEvaluation:
         status=V1_STATUS[record.status],
         policy_results=results,
         optimal_policy=(record.result or {}).get("optimal_policy") or "",
+        feature_importance=(record.result or {}).get("feature_importance", []),
         creation_time=_time(record.created_at),
     )
 
@@ -251,3 +253,57 @@ def native_view(record: EvaluationRecord) -> EvaluationView:
         optimal_policy=None if record.result is None else record.result["optimal_policy"],
         results=results,
     )
+
+
+DEFAULT_PAGE_SIZE = 100
+"""``maxpagesize`` when the request gives none (the 2022-09-01-preview specification)."""
+FILTER_FIELDS = ("id", "name", "status", "evaluationType")
+_CONDITION = re.compile(r"\s*(\w+)\s+eq\s+'((?:[^']|'')*)'\s*")
+
+
+def evaluation_filter(expression: str) -> dict[str, str]:
+    """The conditions of a list ``filter``: ``<field> eq '<value>'`` joined by ``and``
+    (OData's syntax, ``''`` a quote in a value; the specification's example
+    ``metadata=evaluationType eq 'Manual'`` is read without its ``metadata=``), over the
+    fields of :data:`FILTER_FIELDS`; a 400 naming ``filter`` for anything else."""
+    text = expression.strip().removeprefix("metadata=")
+    conditions: dict[str, str] = {}
+    for part in re.split(r"\s+and\s+", text):
+        match = _CONDITION.fullmatch(part)
+        if match is None or match.group(1) not in FILTER_FIELDS:
+            raise InvalidRequest(
+                f"filter: {part.strip()!r} is not a condition this service reads (<field> eq "
+                f"'<value>' joined by 'and', fields {', '.join(FILTER_FIELDS)})",
+                ["query", "filter"],
+            )
+        conditions[match.group(1)] = match.group(2).replace("''", "'")
+    return conditions
+
+
+def evaluation_page(
+    records: list[EvaluationRecord],
+    filter_expression: str | None,
+    top: int | None,
+    skip: int,
+    max_page_size: int | None,
+) -> tuple[list[EvaluationDetails], dict[str, int] | None]:
+    """One page of the preview evaluation list: the records (newest first) the filter
+    keeps, from ``skip``, at most ``top`` in all and ``max_page_size`` (default
+    :data:`DEFAULT_PAGE_SIZE`) in this page; with the query parameters of the next page
+    (``skip``, ``top``, ``maxpagesize``, for its ``nextLink``) when more remain."""
+    conditions = {} if filter_expression is None else evaluation_filter(filter_expression)
+    details = [preview_details(r) for r in records]
+    kept = [
+        d
+        for d in details
+        if all(str(d.model_dump(by_alias=True)[f]) == v for f, v in conditions.items())
+    ]
+    size = DEFAULT_PAGE_SIZE if max_page_size is None else max_page_size
+    wanted = len(kept) - skip if top is None else min(top, len(kept) - skip)
+    page = kept[skip : skip + min(size, max(wanted, 0))]
+    if wanted <= len(page):
+        return page, None
+    following = {"skip": skip + len(page), "maxpagesize": size}
+    if top is not None:
+        following["top"] = top - len(page)
+    return page, following

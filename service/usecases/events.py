@@ -103,6 +103,9 @@ class PendingEvent:
     whether the model's own greedy choice was the baseline served
     (:mod:`service.personalizer.learning_modes`). ``reward_sum`` is the total of the rewards
     summed so far (``rewardAggregation: sum``), ``deadline`` when the reward wait ends.
+    ``held_rewards`` are the ``[value, received_at]`` pairs of the rewards a Personalizer
+    loop received before the event was activated (applied at its activation,
+    :mod:`service.personalizer.loop_rewards`; logged unlearned if it expires first).
     """
 
     state: EventState
@@ -120,6 +123,7 @@ class PendingEvent:
     imitated: bool | None = None
     reward_sum: float | None = None
     deadline: float | None = None
+    held_rewards: list[list[float]] | None = None
 
     @property
     def pending(self) -> bool:
@@ -158,7 +162,7 @@ class PendingEvent:
             out["request_digest"] = self.request_digest
         if not self.learn:
             out["learn"] = False
-        for name in ("imitated", "reward_sum", "deadline"):
+        for name in ("imitated", "reward_sum", "deadline", "held_rewards"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return dumps(out)
@@ -183,4 +187,5 @@ class PendingEvent:
             imitated=ev.get("imitated"),
             reward_sum=ev.get("reward_sum"),
             deadline=ev.get("deadline"),
+            held_rewards=ev.get("held_rewards"),
         )

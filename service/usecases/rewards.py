@@ -24,7 +24,7 @@ from service.errors import Conflict, InvalidRequest, NotFound
 from service.observability import metrics
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
-from service.storage.base import LogSink, RewardRecord
+from service.storage.base import LATE_SOURCE, LogSink, RewardRecord
 from service.usecases.drift_watch import DriftWatch
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.finalizations import (
@@ -140,7 +140,8 @@ class Rewards:
         self, name: str, event_id: str, event: PendingEvent, source: str | None
     ) -> None:
         """Once an event left ``pending``: log the applied reward first (the model already
-        holds it; ``source`` ``"explicit"`` or ``"default"``, None for an expiry), then the
+        holds it; ``source`` ``"explicit"`` or ``"default"``, None for an expiry: then the
+        rewards it held for an activation are logged as late), then the
         metrics, and the retention schedule, the counters and (for an applied reward) the
         arm as seen. Never raises: the transition is done, so a failing step is logged
         and counted (``bandit_reward_record_errors_total``) and the others still run; a
@@ -152,7 +153,10 @@ class Rewards:
             what = f"policy {name!r}, event {event_id!r}: recording step {which!r}"
             return contained(what, metrics.REWARD_RECORD_ERRORS, name, which)
 
-        if source is not None:
+        if source is None:
+            with step("log"):
+                self.log_held_rewards(name, event_id, event)
+        else:
             counters["rewards"] = 1.0
             if source == "default":
                 counters["default_rewards"] = 1.0
@@ -174,6 +178,21 @@ class Rewards:
         seen = None if source is None else {event.arm_id: now}  # the update saw the arm
         with step("schedule"):
             await self.cache.store.schedule(name, event_id, retention, counters, seen)
+
+    def log_held_rewards(self, name: str, event_id: str, event: PendingEvent) -> None:
+        """Submit the rewards an expired event held for an activation that never came
+        (``PendingEvent.held_rewards``) to the log as ``late``: kept, never learned."""
+        for value, received_at in event.held_rewards or []:
+            self.sink.submit_reward(
+                RewardRecord(
+                    event_id=event_id,
+                    policy=name,
+                    arm_id=event.arm_id,
+                    value=value,
+                    source=LATE_SOURCE,
+                    created_at=received_at,
+                )
+            )
 
     def log_reward(self, name: str, event_id: str, event: PendingEvent) -> None:
         """Submit the reward of a finalized event to the log; safe to repeat (the log is

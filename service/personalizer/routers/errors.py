@@ -59,7 +59,7 @@ async def personalizer_key(
         if subscription_key is not None
         else (bearer.credentials if bearer else None)
     )
-    check_key(request, presented, f"{SUBSCRIPTION_KEY} (or Authorization: Bearer <api key>)")
+    await check_key(request, presented, f"{SUBSCRIPTION_KEY} (or Authorization: Bearer <api key>)")
 
 
 def error_response(

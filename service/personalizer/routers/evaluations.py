@@ -23,7 +23,12 @@ from service.schemas.evaluations import (
     PolicyReference,
     PreviewEvaluation,
 )
-from service.usecases.evaluation_views import preview_details, preview_evaluation, v1_evaluation
+from service.usecases.evaluation_views import (
+    evaluation_page,
+    preview_details,
+    preview_evaluation,
+    v1_evaluation,
+)
 
 EvaluationIdPath = Path(
     alias="evaluationId", min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$"
@@ -162,17 +167,26 @@ def make_evaluations_router(
 
     @router.get("/evaluations", response_model=EvaluationList, response_model_exclude_none=True)
     async def list_evaluations(
+        request: Request,
         evaluations: EvaluationsDep,
         loop: str = Loop,
         top: int | None = Query(None, ge=0),
         skip: int = Query(0, ge=0),
+        max_page_size: int | None = Query(None, alias="maxpagesize", ge=1),
         filter_expression: str | None = Query(
-            None, alias="filter", description="accepted and ignored"
+            None,
+            alias="filter",
+            description="<field> eq '<value>' joined by 'and'; fields id, name, status, "
+            "evaluationType",
         ),
     ) -> EvaluationList:
-        """The loop's evaluations, newest first (``skip`` / ``top`` page them)."""
+        """The loop's evaluations, newest first: those ``filter`` keeps, from ``skip``, at
+        most ``top``, ``maxpagesize`` (default 100) a page; ``nextLink`` reads the next."""
         records = await evaluations.list_evaluations(loop)
-        end = None if top is None else skip + top
-        return EvaluationList(value=[preview_details(r) for r in records[skip:end]])
+        page, following = evaluation_page(records, filter_expression, top, skip, max_page_size)
+        next_link = (
+            None if following is None else str(request.url.include_query_params(**following))
+        )
+        return EvaluationList(value=page, next_link=next_link)
 
     return router

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Response
 
 from service.api.deps import LoopsDep
 from service.personalizer.multislot import MultiSlot
-from service.personalizer.routers.routes import EventId, personalizer_router
+from service.personalizer.routers.routes import EventIdPath, personalizer_router
 from service.personalizer.schemas import (
     PersonalizerMultiSlotRankRequest,
     PersonalizerMultiSlotRankResponse,
@@ -46,20 +46,20 @@ def make_multislot_router(
         the context (Personalizer ``Rank (MultiSlot)``)."""
         return await multislot.rank(loop, body)
 
-    @router.post("/events/{eventId}/reward", status_code=204)
+    @router.post("/events/{eventId:path}/reward", status_code=204)
     async def reward_multi_slot(
         body: PersonalizerMultiSlotReward,
         multislot: MultiSlotDep,
+        event_id: EventIdPath,
         loop: str = Loop,
-        event_id: str = EventId,
     ) -> Response:
         """Reward slots of an event (values in [-1, 1]; each slot's earliest reward counts)."""
         await multislot.reward(loop, event_id, body)
         return Response(status_code=204)
 
-    @router.post("/events/{eventId}/activate", status_code=204)
+    @router.post("/events/{eventId:path}/activate", status_code=204)
     async def activate_multi_slot(
-        multislot: MultiSlotDep, loop: str = Loop, event_id: str = EventId
+        multislot: MultiSlotDep, event_id: EventIdPath, loop: str = Loop
     ) -> Response:
         """Activate every slot of an event ranked with ``deferActivation``."""
         await multislot.activate(loop, event_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Response
@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Path, Response
 from service.api.deps import LoopsDep
 from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
 from service.personalizer.schemas import (
+    EventId,
     PersonalizerErrorResponse,
     PersonalizerPolicy,
     PersonalizerRankRequest,
@@ -31,7 +32,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "state store unavailable; retry after Retry-After",
     },
 }
-EventId = Path(alias="eventId", min_length=1, max_length=128)
+EventIdPath = Annotated[EventId, Path(alias="eventId")]
+"""An event id in a route's path: matched across ``/`` (``{eventId:path}``), so an id
+holding ``/`` works once the client percent-encodes it (``%2F``, which the server
+decodes before routing)."""
 
 
 def personalizer_router(prefix: str, path_params: Callable[..., Any]) -> APIRouter:
@@ -62,16 +66,16 @@ def make_router(
         ranked = await loops.rank(loop, body)
         return Response(orjson.dumps(ranked), status_code=201, media_type="application/json")
 
-    @router.post("/events/{eventId}/reward", status_code=204)
+    @router.post("/events/{eventId:path}/reward", status_code=204)
     async def reward(
-        body: PersonalizerReward, loops: LoopsDep, loop: str = Loop, event_id: str = EventId
+        body: PersonalizerReward, loops: LoopsDep, event_id: EventIdPath, loop: str = Loop
     ) -> Response:
         """Reward an event (value in [-1, 1]; the earliest reward counts)."""
         await loops.reward(loop, event_id, body.value)
         return Response(status_code=204)
 
-    @router.post("/events/{eventId}/activate", status_code=204)
-    async def activate(loops: LoopsDep, loop: str = Loop, event_id: str = EventId) -> Response:
+    @router.post("/events/{eventId:path}/activate", status_code=204)
+    async def activate(loops: LoopsDep, event_id: EventIdPath, loop: str = Loop) -> Response:
         """Activate an event ranked with ``deferActivation``."""
         await loops.activate(loop, event_id)
         return Response(status_code=204)

@@ -280,3 +280,110 @@ async def test_bad_evaluations_are_400s_naming_the_field(make_settings: Any) -> 
         )
         assert (await http.delete("/personalizer/evaluations/e1")).status_code == 204
         assert (await http.get("/personalizer/evaluations/e1")).status_code == 404
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_the_preview_list_pages_by_next_link_and_filters(make_settings: Any) -> None:
+    """Five evaluations, listed newest first: ``maxpagesize`` pages them and each
+    ``nextLink`` reads the next page (``top`` bounds the total); ``filter`` keeps those
+    its conditions hold for; a condition this service cannot read is a 400."""
+    preview = {"api-version": "2022-09-01-preview"}
+    async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+        for i in range(5):
+            put = await http.put(
+                f"/personalizer/evaluations/e{i}",
+                params=preview,
+                json={"name": "odd" if i % 2 else "even", **WHOLE_LOG},
+            )
+            assert put.status_code == 200, put.text
+        whole = (await http.get("/personalizer/evaluations", params=preview)).json()
+        assert "nextLink" not in whole
+        newest_first = [e["id"] for e in whole["value"]]
+        assert sorted(newest_first) == [f"e{i}" for i in range(5)]
+
+        async def pages(params: dict[str, Any]) -> list[list[str]]:
+            answer = (await http.get("/personalizer/evaluations", params=params)).json()
+            seen = [[e["id"] for e in answer["value"]]]
+            while "nextLink" in answer:
+                answer = (await http.get(answer["nextLink"])).json()
+                seen.append([e["id"] for e in answer["value"]])
+            return seen
+
+        paged = newest_first
+        assert await pages({**preview, "maxpagesize": 2}) == [paged[:2], paged[2:4], paged[4:]]
+        assert await pages({**preview, "maxpagesize": 2, "top": 3}) == [paged[:2], paged[2:3]]
+        assert await pages({**preview, "maxpagesize": 2, "skip": 3}) == [paged[3:]]
+        odd = await pages({**preview, "filter": "name eq 'odd'"})
+        assert odd == [[e for e in paged if int(e[1]) % 2]]
+        both = "metadata=evaluationType eq 'Manual' and id eq 'e2'"
+        assert await pages({**preview, "filter": both}) == [["e2"]]
+        for bad in ("name ne 'odd'", "color eq 'red'", "name eq odd"):
+            answer = await http.get("/personalizer/evaluations", params={**preview, "filter": bad})
+            assert answer.status_code == 400, bad
+            assert answer.json()["error"]["message"].startswith("filter:"), bad
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_retrain_days_read_back_and_a_log_mirror_is_refused(make_settings: Any) -> None:
+    path = "/personalizer/v1.0/configurations/service"
+    async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+        config = (await http.get(path)).json()
+        assert config["modelRetrainDays"] == 2  # Azure's default
+        put = await http.put(path, json={**config, "modelRetrainDays": 7})
+        assert put.status_code == 200 and put.json()["modelRetrainDays"] == 7
+        assert (await http.get(path)).json()["modelRetrainDays"] == 7
+        negative = await http.put(path, json={**config, "modelRetrainDays": -1})
+        assert negative.status_code == 400
+        assert "modelRetrainDays" in negative.json()["error"]["message"]
+        mirror = {"logMirrorEnabled": True, "logMirrorSasUri": "https://acct.blob.example/c?sig=x"}
+        refused = await http.put(path, json={**config, **mirror})
+        assert refused.status_code == 400
+        error = refused.json()["error"]
+        assert error["target"] == "logMirrorSasUri"
+        assert "bandit export-log" in error["message"]
+        assert (await http.get(path)).json()["modelRetrainDays"] == 7  # nothing changed
+        kept = await http.put(path, json={**config, "logMirrorEnabled": False})
+        assert kept.status_code == 200
+
+
+STOREFRONT_FEATURES = {
+    "user.segment",
+    "user.tenureYears",
+    "device.type",
+    "item.category",
+    "item.price",
+    "item.tags",
+}
+
+
+RANKING_FEATURES = {"user.segment", "item.category", "item.price", "item.tags"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_v1_feature_importance_is_filled_when_the_evaluation_asks_for_it(
+    make_settings: Any,
+) -> None:
+    """With ``enableOfflineExperimentation`` the v1 evaluation names the storefront's
+    features in importance groups, the first holding only features that change which
+    item is best (segment x category, tags, price; tenure and device shift every item's
+    click rate alike); without it ``featureImportance`` stays empty."""
+    rng = np.random.default_rng(4)
+    rounds = list(Storefront().rounds(800, replace_at=None, rng=rng))
+    draws = rng.random(800)
+    async with running(make_settings(personalizer_loop=True)) as (app, http, _):
+        await serve(http, rounds, draws)
+        await logged(app, 800)
+        results = {}
+        for asked in (True, False):
+            body = {"name": "fi", **WHOLE_LOG, "enableOfflineExperimentation": asked}
+            created = await http.post("/personalizer/v1.0/evaluations", json=body)
+            assert created.status_code == 201, created.text
+            done = await finished(http, created.headers["location"], ("pending",))
+            assert done["status"] == "completed", done
+            results[asked] = done["featureImportance"]
+    groups = results[True]
+    named = [name for group in groups for name in group]
+    assert len(named) == len(set(named)) and set(named) <= STOREFRONT_FEATURES
+    assert groups[0] and set(groups[0]) <= RANKING_FEATURES
+    assert results[False] == []

@@ -230,6 +230,66 @@ async def test_sum_applies_the_rewards_of_the_wait_once_and_logs_a_late_reward(
         assert log.late_rewards(LOOP) == []  # deleted with the loop's other logs
 
 
+async def activate(http: Any, event: str) -> None:
+    answer = await http.post(f"{BASE}/events/{event}/activate")
+    assert answer.status_code == 204, answer.text
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis"])
+async def test_rewards_before_activation_are_learned_once_at_activation_never_without(
+    make_settings: Any,
+) -> None:
+    """Deferred events rewarded before ``activate``: the earliest reward is learned once,
+    at activation; an event never activated expires with its reward logged as late and
+    the model unchanged; under ``sum`` the rewards before and after activation add up."""
+    async with running(make_settings()) as (app, http, _):
+        await create_loop(http)
+        await configure(http, rewardWaitTime="PT3S", defaultReward=None)
+        first = await rank(http, CONTEXTS[0], deferActivation=True)
+        never = await rank(http, CONTEXTS[1], deferActivation=True)
+        await reward(http, first["eventId"], 0.6)
+        await reward(http, first["eventId"], 0.9)  # earliest: the 0.6 counts
+        await reward(http, never["eventId"], 0.4)
+        assert await arm_stats(http) == {}  # nothing learned before activation
+        await activate(http, first["eventId"])
+        served = first["rewardActionId"]
+        learned = await arm_stats(http)
+        assert {a: (s["rewarded"], s["reward_sum"]) for a, s in learned.items()} == {
+            served: (1, 0.6)
+        }
+        await activate(http, first["eventId"])  # a repeat applies nothing again
+        await reward(http, first["eventId"], 1.0)
+        assert await arm_stats(http) == learned
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: len(log.late_rewards(LOOP)) == 1, timeout=30)
+        [late] = log.late_rewards(LOOP)
+        assert (late.event_id, late.arm_id, late.value) == (
+            never["eventId"],
+            never["rewardActionId"],
+            0.4,
+        )
+        assert await arm_stats(http) == learned  # the expired event was not learned from
+        await activate(http, never["eventId"])  # after its wait: accepted, ignored
+        assert await arm_stats(http) == learned
+        await configure(http, rewardAggregation="sum", defaultReward=None)
+        summed = await rank(http, CONTEXTS[0], deferActivation=True)
+        for value in (0.2, 0.3):
+            await reward(http, summed["eventId"], value)
+        await activate(http, summed["eventId"])
+        await reward(http, summed["eventId"], 0.1)
+        arm = summed["rewardActionId"]
+        before = learned.get(arm, {"rewarded": 0, "reward_sum": 0.0})
+        stats = await eventually(lambda: _changed(http, arm, before["rewarded"]), timeout=30)
+        assert stats["rewarded"] == before["rewarded"] + 1
+        assert math.isclose(stats["reward_sum"] - before["reward_sum"], 0.6)
+
+
+async def _changed(http: Any, arm: str, rewarded: int) -> dict[str, Any]:
+    """``arm``'s statistics once it has more than ``rewarded`` rewards ({} before)."""
+    stats = (await arm_stats(http)).get(arm, {})
+    return stats if stats.get("rewarded", 0) > rewarded else {}
+
+
 @pytest.mark.parametrize("backend", ["embedded"])
 async def test_the_model_rebuilt_from_the_log_skips_what_logging_only_served(
     make_settings: Any,

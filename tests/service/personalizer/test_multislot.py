@@ -102,7 +102,7 @@ async def test_slots_get_distinct_actions_never_excluded_each_one_event(
         (page(slot("a", "news"), slot("a", "music")), "slots: duplicate slot ids"),
         (page(*[slot(f"s{i}", TOPICS[i % 5]) for i in range(6)]), "slots: 6 slots"),
         (page(slot("a", "news"), slot("b", "music", features=[{"x": [[1]]}])), "slots[1].features"),
-        (page(slot("a", "news"), eventId="e" * 122), "eventId"),
+        (page(slot("a", "news"), eventId="e" * 257), "eventId"),
         (page(), "slots"),
         ({**page(slot("a", "news")), "contextFeatures": [{"u": [[1]]}]}, "contextFeatures[0].u"),
     ],

@@ -669,3 +669,81 @@ def test_offline_evaluations_with_the_2022_sdk(endpoint: str) -> None:
     with pytest.raises(ResourceNotFoundError):
         settings.get_evaluation(evaluation_id, start_time=begin, end_time=end)
     settings.reset_policy()
+
+
+# Event ids as Azure took them: any 1 to 256 characters; the SDKs percent-encode them in
+# the reward and activate paths (``/`` as %2F, which the server decodes before routing).
+# "a{b}" and "a%7Bb%7D" are the pair a naive escape of braces would merge.
+AZURE_EVENT_IDS = [
+    ("user@x|séssion/42 #%?&+日本" * 12)[:256],
+    "user@x|session|42",
+    "a/b",
+    "a/../b",
+    "%2F",
+    "50% off?q=1&x=2#top",
+    "a+b c",
+    "naïve façade ünïcode",
+    "a{b}",
+    "a%7Bb%7D",
+    "{}",
+]
+
+
+def rewards_learned(endpoint: str) -> float:
+    bearer = {"Authorization": f"Bearer {API_KEY}"}
+    return httpx.get(f"{endpoint}/policies/personalizer/stats", headers=bearer).json()["rewards"]
+
+
+def test_azure_event_ids_with_both_sdks(endpoint: str) -> None:
+    """Ids of 256 characters and ids holding ``|/@ #%?&+``, braces and non-ASCII letters:
+    ranked with each SDK (repeats answer the first decision), then activated and rewarded
+    by those ids; each reward is learned once (an id the routes decoded wrongly would be
+    accepted and not learned, as Personalizer does for unknown ids)."""
+    sdk = client(endpoint)
+    legacy = LegacyClient(endpoint, CognitiveServicesCredentials(API_KEY))
+    run = uuid.uuid4().hex[:6]
+    before = rewards_learned(endpoint)
+    for n, base in enumerate(AZURE_EVENT_IDS):
+        event_id = base if n == 0 else f"{base}{run}"  # the first keeps its 256 characters
+        body = {"contextFeatures": CONTEXT, "actions": ACTIONS, "eventId": event_id}
+        first = sdk.rank({**body, "deferActivation": True})
+        assert first["eventId"] == event_id
+        assert sdk.rank({**body, "deferActivation": True}) == first
+        sdk.activate(event_id)
+        sdk.reward(event_id, {"value": 1.0})
+        legacy_id = f"v1{event_id}"[:256]
+        response = legacy.rank(
+            RankRequest(
+                actions=[RankableAction(id=a["id"], features=a["features"]) for a in ACTIONS],
+                context_features=CONTEXT,
+                event_id=legacy_id,
+                defer_activation=True,
+            )
+        )
+        assert response.event_id == legacy_id
+        legacy.events.activate(legacy_id)
+        legacy.events.reward(legacy_id, 0.5)
+    assert rewards_learned(endpoint) - before == 2 * len(AZURE_EVENT_IDS)
+    slots_before = rewards_learned(endpoint)
+    for base in AZURE_EVENT_IDS[:3]:
+        event_id = base[: 256 - len(run)] + run
+        body = {"contextFeatures": CONTEXT, "actions": ACTIONS, "slots": SLOTS}
+        ranked = sdk.rank_multi_slot({**body, "eventId": event_id, "deferActivation": True})
+        assert ranked["eventId"] == event_id
+        check_slots(ranked, SLOTS)
+        sdk.activate_multi_slot(event_id)
+        sdk.reward_multi_slot(
+            event_id, {"reward": [{"slotId": s["id"], "value": 1} for s in SLOTS]}
+        )
+    assert rewards_learned(endpoint) - slots_before == 3 * len(SLOTS)
+    with httpx.Client(base_url=endpoint, headers=HEADERS) as http:
+        too_long = http.post(
+            "/personalizer/v1.0/rank",
+            json={"contextFeatures": CONTEXT, "actions": ACTIONS, "eventId": "x" * 257},
+        )
+        assert too_long.status_code == 400 and "eventId" in too_long.json()["error"]["message"]
+        nul = http.post(
+            "/personalizer/v1.0/rank",
+            json={"contextFeatures": CONTEXT, "actions": ACTIONS, "eventId": "a\u0000b"},
+        )
+        assert nul.status_code == 400 and "eventId" in nul.json()["error"]["message"]

@@ -111,6 +111,27 @@ def test_copy_on_postgresql_writes_the_rows_sqlite_inserts(tmp_path: Path) -> No
     assert events[2].decision.scores == [None, None, 0.1]  # JSON has no NaN or infinity
 
 
+def test_event_ids_of_any_characters_are_logged_exactly(log: SqlEventLog) -> None:
+    """Azure's event ids (any 1 to 256 characters): quotes, SQL, COPY's escapes, braces,
+    percent signs and non-ASCII letters round trip, each its own row."""
+    ids = [
+        "x" * 256,
+        "a'); DROP TABLE decisions; --",
+        "tab\tnl\n\\N",
+        "a{b}",
+        "a%7Bb%7D",
+        "ü日本 /?#&+",
+    ]
+    records = [
+        dataclasses.replace(decision(i), event_id=e, created_at=1_700_000_000.0 + i)
+        for i, e in enumerate(ids)
+    ]
+    log.append(records, [dataclasses.replace(reward(i), event_id=e) for i, e in enumerate(ids)])
+    events = list(log.iter_events("p"))
+    assert [e.decision.event_id for e in events] == ids
+    assert all(e.reward is not None and e.reward.event_id == e.decision.event_id for e in events)
+
+
 def test_append_is_idempotent_on_event_id(log: SqlEventLog) -> None:
     log.append([decision(1), decision(2)], [reward(1)])
     # a re-sent batch, a changed duplicate and a second reward for the same event

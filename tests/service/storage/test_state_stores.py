@@ -235,6 +235,33 @@ async def test_registering_many_events_is_first_come_in_list_order(
         backend.client().delete(*(f"bandit:event:{e}" for e in ids))
 
 
+# Azure's event ids: any characters; the braces would pick a Redis Cluster hash tag, and
+# each pair here is one a naive escape of braces or of '%' would merge into one key.
+ODD_EVENT_IDS = ["a{b}", "a%7Bb%7D", "a%257Bb%257D", "{}", "}{", "u@x|s/42 #?&+", "ü日本", "a:b"]
+
+
+async def test_event_ids_of_any_characters_keep_apart(
+    store: StateStore, policy: str, backend: RedisDeployment | None
+) -> None:
+    """Registered, stored and read back each under its own key, exactly; on Redis no
+    registry key holds a brace (no hash tag an id chooses)."""
+    run = uuid.uuid4().hex
+    ids = [run + e for e in ODD_EVENT_IDS]
+    assert await store.register_events(ids, policy, ttl_seconds=10) == [True] * len(ids)
+    assert [await store.event_policy(e) for e in ids] == [policy] * len(ids)
+    assert await store.register_event(ids[1], "someone-else", ttl_seconds=10) is False
+    keys = [f"event:{e}" for e in ids]
+    await store.transact(policy, keys, lambda _values: {k: k.encode() for k in keys})
+    stored = await store.read(policy, keys, {})
+    assert {k: v.data for k, v in stored.items()} == {k: k.encode() for k in keys}
+    if backend is not None:
+        client = backend.client()
+        registry = [k for k in client.scan_iter(match=f"bandit:event:{run}*", count=1000)]
+        assert len(registry) == len(ids)
+        assert not any(b"{" in k or b"}" in k for k in registry)
+        client.delete(*registry)
+
+
 @pytest.mark.parametrize("ttl", [0, -1.0, float("inf"), float("nan")])
 async def test_event_ttl_must_be_positive(store: StateStore, policy: str, ttl: float) -> None:
     with pytest.raises(InvalidInputError, match="ttl_seconds must be a finite number > 0"):
