@@ -117,7 +117,7 @@ def read_session(request: Request) -> Session | None:
     if not value:
         return None
     try:
-        data = _serializer(settings).loads(value, max_age=settings.console_session_seconds)
+        data = _serializer(settings).loads(value, max_age=int(settings.console_session_seconds))
     except BadSignature:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("csrf"), str):

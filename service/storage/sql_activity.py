@@ -86,9 +86,7 @@ def read_activity(
         for index, arm, count, explored in conn.execute(chosen)
     ]
     reward_buckets = [
-        RewardBucket(
-            since + int(index) * bucket_seconds, arm, int(count), float(total), float(sq)
-        )
+        RewardBucket(since + int(index) * bucket_seconds, arm, int(count), float(total), float(sq))
         for index, arm, count, total, sq in conn.execute(applied)
     ]
     return Activity(since, until, bucket_seconds, selections, reward_buckets)
