@@ -21,11 +21,13 @@ MOST_ARMS_DRAWN = len(COLOURS)
 
 @dataclass(frozen=True)
 class Marker:
-    """A point of a series with the value it shows (``title``: its tooltip)."""
+    """A point of a series with the value it shows, how many records it stands for
+    (``count``) and its tooltip (``title``)."""
 
     x: float
     y: float
     value: float
+    count: int
     title: str
 
 
@@ -92,6 +94,7 @@ def reward_chart(activity: PolicyActivity) -> Chart:
             scale.x(p.start + half),
             scale.y(p.mean),
             p.mean,
+            p.rewards,
             f"{p.mean:.4f} [{p.low:.4f}, {p.high:.4f}], {p.rewards} rewards",
         )
         for p in points
@@ -128,6 +131,7 @@ def share_chart(activity: PolicyActivity) -> Chart:
                 scale.x(start + half),
                 scale.y(counts.get(start, 0) / total),
                 counts.get(start, 0) / total,
+                counts.get(start, 0),
                 f"{arm}: {counts.get(start, 0)} of {total}",
             )
             for start, total in sorted(totals.items())
