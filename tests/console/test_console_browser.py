@@ -1,12 +1,11 @@
 """The console in a real browser: Playwright for Python driving Debian's Chromium
-(launched by its path) against a real ``bandit serve`` on the session's Redis and a
+(launched by its path, installed by ``tests/tools.py`` when missing) against a real ``bandit serve`` on the session's Redis and a
 PostgreSQL schema of its own, with an API key and a read-only key; the traffic is sent
 through the API. Screenshots of the pages go to docs/console/ (docs/console.md)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from service.storage.sql_log import SqlEventLog
 from tests.databases import postgres_schema
 from tests.servers import wait_until_serving
+from tests.tools import system_tool
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("console_browser")]
 
@@ -35,14 +35,6 @@ ARMS = ["shoes", "hats", "bags"]
 # the reward each arm earns: a fixed value, so the log's mean is known exactly
 ARM_REWARD = {"shoes": 1.0, "hats": 0.25, "bags": 0.0}
 DECISIONS = 40
-
-
-def chromium_path() -> str:
-    """Debian's Chromium (``apt-get install chromium``; .ci/run installs it)."""
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    if path is None:
-        pytest.fail("Chromium is not installed: apt-get install -y chromium")
-    return path
 
 
 @dataclass(frozen=True)
@@ -130,7 +122,7 @@ def _wait_logged(database_url: str, rewards: int, timeout: float = 30.0) -> None
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(
-            executable_path=chromium_path(), args=["--no-sandbox", "--disable-gpu"]
+            executable_path=system_tool("chromium"), args=["--no-sandbox", "--disable-gpu"]
         )
         try:
             yield launched
