@@ -37,19 +37,19 @@ Window = Literal["1h", "6h", "24h", "7d"]
 POLICY_NAME: TypeAdapter[str] = TypeAdapter(PolicyName)
 
 
-def _use_cases(request: Request) -> UseCases:
+def use_cases_of(request: Request) -> UseCases:
     use_cases: UseCases = request.app.state.use_cases
     return use_cases
 
 
-def _signed_in(request: Request) -> Session:
+def signed_in(request: Request) -> Session:
     session = current_session(request)
     if not session.signed_in:
         raise SignInRequired
     return session
 
 
-def _policy_name(name: str) -> str:
+def policy_name(name: str) -> str:
     """404 for a name no policy can have (the API's pattern), before any store read."""
     try:
         POLICY_NAME.validate_python(name)
@@ -62,8 +62,8 @@ def _policy_name(name: str) -> str:
 async def home(request: Request) -> Response:
     """Page 1: every policy with its algorithm, decisions and rewards per minute (the
     last 5 minutes), its mean reward over the last hour, and the stores' health."""
-    session = _signed_in(request)
-    use_cases = _use_cases(request)
+    session = signed_in(request)
+    use_cases = use_cases_of(request)
     rows = []
     for info in await use_cases.admin.list_policies():
         activity = await use_cases.activity.policy_activity(
@@ -93,9 +93,9 @@ async def policy(
 ) -> Response:
     """Page 2: the reward over time with 95% intervals and each arm's share of the
     decisions over ``window``, the exploration share, the counters and the settings."""
-    session = _signed_in(request)
-    use_cases = _use_cases(request)
-    info = await use_cases.admin.get_policy(_policy_name(name))
+    session = signed_in(request)
+    use_cases = use_cases_of(request)
+    info = await use_cases.admin.get_policy(policy_name(name))
     stats = await use_cases.admin.stats(name)
     activity = await use_cases.activity.policy_activity(name, WINDOWS[window], CHART_BUCKETS)
     return page(
@@ -123,8 +123,8 @@ async def _arms_page(
     status: int = 200,
     value: str = "",
 ) -> Response:
-    use_cases = _use_cases(request)
-    info = await use_cases.admin.get_policy(_policy_name(name))
+    use_cases = use_cases_of(request)
+    info = await use_cases.admin.get_policy(policy_name(name))
     stats = await use_cases.admin.stats(name)
     activity = await use_cases.activity.policy_activity(name, ARMS_WINDOW_SECONDS, ARMS_BUCKETS)
     registered = set(info.arms or [])
@@ -162,7 +162,7 @@ async def _arms_page(
 async def arms(request: Request, name: str) -> Response:
     """Page 4: each arm's pulls, the mean reward the log holds for it over the last 24
     hours with its 95% interval, when it was last chosen, and the retire form."""
-    return await _arms_page(request, _signed_in(request), name)
+    return await _arms_page(request, signed_in(request), name)
 
 
 @router.post("/policies/{name}/arms/retire", name="console_retire")
@@ -180,7 +180,7 @@ async def retire(request: Request, name: str) -> Response:
         message = exc.errors()[0]["msg"]
         return await _arms_page(request, session, name, {"arm": message}, 422, arm)
     try:
-        await _use_cases(request).admin.change_arms(_policy_name(name), retire=change.arms)
+        await use_cases_of(request).admin.change_arms(policy_name(name), retire=change.arms)
     except NotFound as exc:
         if exc.reason == "policy":
             raise
@@ -196,7 +196,7 @@ async def event_search(
     request: Request, event_id: Annotated[str, Query(max_length=256)] = ""
 ) -> Response:
     """The search box: to the event's page, or back to the home page when empty."""
-    _signed_in(request)
+    signed_in(request)
     event_id = event_id.strip()
     target = f"/console/events/{quote(event_id, safe='')}" if event_id else "/console/"
     return RedirectResponse(target, status_code=303)
@@ -206,8 +206,8 @@ async def event_search(
 async def event(request: Request, event_id: str) -> Response:
     """Page 3: one logged decision: context and candidates as sent, each candidate's
     score, the propensity and the chosen arm, the guardrail's verdict and the rewards."""
-    session = _signed_in(request)
-    trail = await _use_cases(request).activity.event(event_id)
+    session = signed_in(request)
+    trail = await use_cases_of(request).activity.event(event_id)
     decision = trail.decision
     candidates = decision.candidates if isinstance(decision.candidates, list) else []
     ranked = [
@@ -224,5 +224,5 @@ async def event(request: Request, event_id: str) -> Response:
 @router.get("/{rest:path}", name="console_not_found")
 async def not_found(request: Request, rest: str) -> Response:
     """Any other path under /console/: the 404 page."""
-    _signed_in(request)
+    signed_in(request)
     raise NotFound(f"no console page /console/{rest}", reason="route")

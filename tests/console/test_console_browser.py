@@ -5,6 +5,7 @@ through the API. Screenshots of the pages go to docs/console/ (docs/console.md).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from service.storage.sql_log import SqlEventLog
 from tests.databases import postgres_schema
@@ -257,3 +258,51 @@ def test_retiring_an_arm_and_signing_out(served: Served, page: Page) -> None:
     expect(page).to_have_url(f"{served.base}/console/signin")
     page.goto(f"{served.base}/console/")
     expect(page).to_have_url(f"{served.base}/console/signin?next=/console/")
+
+
+def _reload_until_shown(page: Page, locator: Locator, text: str, timeout: float = 30.0) -> None:
+    """Reload until ``locator`` shows ``text``: the audit trail is read from the event
+    log, which the writer fills within BANDIT_LOG_FLUSH_SECONDS."""
+    deadline = time.monotonic() + timeout
+    while text not in ((locator.text_content() if locator.count() else "") or ""):
+        assert time.monotonic() < deadline, f"{text!r} not shown in {timeout} s"
+        time.sleep(0.1)
+        page.reload()
+
+
+def _settings_text(page: Page) -> dict[str, object]:
+    loaded: dict[str, object] = json.loads(page.locator("#settings").input_value())
+    return loaded
+
+
+def test_settings_change_through_a_preview_and_roll_back(served: Served, page: Page) -> None:
+    sign_in(page, served.base)
+    page.goto(f"{served.base}/console/policies/{POLICY}/settings")
+    settings = _settings_text(page)
+    epsilon = settings["epsilon"]
+    page.fill("#settings", json.dumps({**settings, "epsilon": 2}))
+    page.click("#preview-button")
+    expect(page.locator("#settings-error")).to_contain_text("epsilon: Input should be less")
+    page.goto(f"{served.base}/console/policies/{POLICY}/settings")
+    assert _settings_text(page)["epsilon"] == epsilon  # the bad value changed nothing
+
+    page.fill("#settings", json.dumps({**settings, "epsilon": 0.25}))
+    page.click("#preview-button")
+    expect(page.locator("#diff tr[data-setting]")).to_have_count(1)
+    expect(page.locator("#diff tr[data-setting=epsilon]")).to_contain_text("0.25")
+    page.click("#save")
+    expect(page.locator("#saved")).to_be_visible()
+    assert _settings_text(page)["epsilon"] == 0.25
+    newest = page.locator("#history tr[data-action=update]").first
+    _reload_until_shown(page, newest, '"epsilon": 0.25')
+    expect(newest).to_contain_text("key:")  # who: the signed-in key's hash
+    shot(page, "settings")
+
+    page.locator("#history tr[data-action=create] button").click()
+    expect(page.locator("#diff tr[data-setting=epsilon]")).to_contain_text("0.25")
+    page.click("#save")
+    expect(page.locator("#saved")).to_be_visible()
+    assert _settings_text(page)["epsilon"] == epsilon
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    served_settings = httpx.get(f"{served.base}/policies/{POLICY}", headers=headers).json()
+    assert served_settings["epsilon"] == epsilon
