@@ -25,7 +25,7 @@ from tests.databases import postgres_schema
 from tests.servers import wait_until_serving
 from tests.tools import system_tool
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("console_browser")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "docs" / "console"
