@@ -13,13 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from service.console.charts import reward_chart, share_chart
 from service.console.rendering import ConsoleRoute, page
-from service.console.session import (
-    Session,
-    SignInRequired,
-    checked_form,
-    current_session,
-    require_change,
-)
+from service.console.session import Session, SignInRequired, change_form, current_session
 from service.errors import ApiError, NotFound
 from service.schemas import ArmsChange
 from service.schemas.common import PolicyName
@@ -170,9 +164,7 @@ async def retire(request: Request, name: str) -> Response:
     """Retire one arm (``PolicyAdmin.change_arms``, as ``POST
     /policies/{name}/arms/retire``); the form's value is validated by the API's
     ``ArmsChange`` and its error shown beside the field, nothing changed."""
-    session = current_session(request)
-    form = await checked_form(request, session)
-    require_change(session)
+    session, form = await change_form(request)
     arm = form.get("arm", "")
     try:
         change = ArmsChange.model_validate({"arms": [arm]})

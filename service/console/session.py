@@ -190,6 +190,16 @@ async def checked_form(request: Request, session: Session) -> dict[str, str]:
     return form
 
 
+async def change_form(request: Request) -> tuple[Session, dict[str, str]]:
+    """The session and the form of a POST that changes something: its CSRF token
+    checked (:func:`checked_form`), then the session's right to change
+    (:func:`require_change`)."""
+    session = current_session(request)
+    form = await checked_form(request, session)
+    require_change(session)
+    return session, form
+
+
 def require_change(session: Session) -> None:
     """Refuse (403) a change by a session that may only look, or is not signed in."""
     if not session.signed_in:

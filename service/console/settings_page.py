@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from service.console.pages import policy_name, signed_in, use_cases_of
 from service.console.rendering import ConsoleRoute, page
-from service.console.session import Session, checked_form, current_session, require_change
+from service.console.session import Session, change_form
 from service.errors import ApiError
 from service.policies import engine_changed, spec_of
 from service.schemas import AuditEntry, PolicyInfo, PolicySpec
@@ -96,13 +96,8 @@ async def settings(request: Request, name: str) -> Response:
     return await _settings_page(request, signed_in(request), name)
 
 
-@router.post("/policies/{name}/settings/preview", name="console_settings_preview")
-async def preview(request: Request, name: str) -> Response:
-    """What saving the edited settings would change; nothing is saved."""
-    session = current_session(request)
-    form = await checked_form(request, session)
-    require_change(session)
-    text = form.get("settings", "")
+async def _previewed(request: Request, session: Session, name: str, text: str) -> Response:
+    """The page with the preview of saving ``text``, or with its error (422)."""
     spec, error = _parse(text)
     if spec is None:
         return await _settings_page(request, session, name, text=text, error=error, status=422)
@@ -110,32 +105,29 @@ async def preview(request: Request, name: str) -> Response:
     return await _settings_page(request, session, name, text=text, preview=_preview(info, spec))
 
 
+@router.post("/policies/{name}/settings/preview", name="console_settings_preview")
+async def preview(request: Request, name: str) -> Response:
+    """What saving the edited settings would change; nothing is saved."""
+    session, form = await change_form(request)
+    return await _previewed(request, session, name, form.get("settings", ""))
+
+
 @router.post("/policies/{name}/settings/rollback", name="console_settings_rollback")
 async def rollback(request: Request, name: str) -> Response:
     """The preview of going back to the settings of one version of the history."""
-    session = current_session(request)
-    form = await checked_form(request, session)
-    require_change(session)
-    use_cases = use_cases_of(request)
-    versions = settings_versions(await _history(use_cases.audit, policy_name(name)))
-    version = versions.get(form.get("version", ""))
+    session, form = await change_form(request)
+    history = await _history(use_cases_of(request).audit, policy_name(name))
+    version = settings_versions(history).get(form.get("version", ""))
     if version is None:
         missing = "version: not a version of this policy's settings history"
         return await _settings_page(request, session, name, error=missing, status=422)
-    text = json.dumps(version, indent=2)
-    spec, error = _parse(text)
-    if spec is None:
-        return await _settings_page(request, session, name, text=text, error=error, status=422)
-    info = await use_cases.admin.get_policy(name)
-    return await _settings_page(request, session, name, text=text, preview=_preview(info, spec))
+    return await _previewed(request, session, name, json.dumps(version, indent=2))
 
 
 @router.post("/policies/{name}/settings", name="console_settings_save")
 async def save(request: Request, name: str) -> Response:
     """Save the settings (``PolicyAdmin.put_policy``, as ``PUT /policies/{name}``)."""
-    session = current_session(request)
-    form = await checked_form(request, session)
-    require_change(session)
+    session, form = await change_form(request)
     text = form.get("settings", "")
     spec, error = _parse(text)
     if spec is None:

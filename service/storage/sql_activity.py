@@ -43,43 +43,36 @@ def _bucket(conn: Connection, column: Any, since: float, bucket_seconds: float) 
     return sa.func.floor(offset)
 
 
+def _per_bucket_and_arm(
+    conn: Connection,
+    table: sa.Table,
+    window: tuple[str, float, float, float],
+    *aggregates: Any,
+) -> sa.Select[Any]:
+    """``aggregates`` of ``table``'s rows of the policy with ``since <= created_at <
+    until`` (``window``: policy, since, until, bucket seconds), grouped and ordered by
+    bucket index and arm."""
+    policy, since, until, bucket_seconds = window
+    bucket = _bucket(conn, table.c.created_at, since, bucket_seconds).label("bucket")
+    return (
+        sa.select(bucket, table.c.arm_id, *aggregates)
+        .where(table.c.policy == policy, table.c.created_at >= since, table.c.created_at < until)
+        .group_by(bucket, table.c.arm_id)
+        .order_by(bucket, table.c.arm_id)
+    )
+
+
 def read_activity(
     conn: Connection, policy: str, since: float, until: float, bucket_seconds: float
 ) -> Activity:
-    """Decisions and rewards per (bucket, arm) of ``policy`` in ``[since,
-    until)``: two grouped queries over the time range."""
-    bucket = _bucket(conn, decisions.c.created_at, since, bucket_seconds).label("bucket")
-    chosen = (
-        sa.select(
-            bucket,
-            decisions.c.arm_id,
-            sa.func.count(),
-            sa.func.sum(sa.case((decisions.c.explored, 1), else_=0)),
-        )
-        .where(
-            decisions.c.policy == policy,
-            decisions.c.created_at >= since,
-            decisions.c.created_at < until,
-        )
-        .group_by(bucket, decisions.c.arm_id)
-        .order_by(bucket, decisions.c.arm_id)
-    )
-    reward_bucket = _bucket(conn, rewards.c.created_at, since, bucket_seconds).label("bucket")
-    applied = (
-        sa.select(
-            reward_bucket,
-            rewards.c.arm_id,
-            sa.func.count(),
-            sa.func.sum(rewards.c.value),
-            sa.func.sum(rewards.c.value * rewards.c.value),
-        )
-        .where(
-            rewards.c.policy == policy,
-            rewards.c.created_at >= since,
-            rewards.c.created_at < until,
-        )
-        .group_by(reward_bucket, rewards.c.arm_id)
-        .order_by(reward_bucket, rewards.c.arm_id)
+    """Decisions and rewards per (bucket, arm) of ``policy`` in ``[since, until)``: two
+    grouped queries over the time range."""
+    window = (policy, since, until, bucket_seconds)
+    explored = sa.func.sum(sa.case((decisions.c.explored, 1), else_=0))
+    chosen = _per_bucket_and_arm(conn, decisions, window, sa.func.count(), explored)
+    value = rewards.c.value
+    applied = _per_bucket_and_arm(
+        conn, rewards, window, sa.func.count(), sa.func.sum(value), sa.func.sum(value * value)
     )
     selections = [
         ArmSelections(since + int(index) * bucket_seconds, arm, int(count), int(explored or 0))

@@ -5,29 +5,16 @@ and on SQLite, against the same sums computed from the records in Python, and th
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from service.storage.base import LATE_SOURCE, DecisionRecord, RewardBucket, RewardRecord
-from service.storage.migrate import upgrade_head
 from service.storage.sql_log import SqlEventLog
 from service.usecases.activity import Z_95, ActivityViews, reward_point
-from tests.databases import database
 
 T0 = 1_700_000_000.0
 BUCKET = 60.0
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlEventLog]:
-    with database(request.param, tmp_path) as url:
-        upgrade_head(url)
-        event_log = SqlEventLog(url)
-        yield event_log
-        event_log.close()
 
 
 def _decision(
