@@ -46,6 +46,7 @@ class Served:
     base: str
     events: dict[str, tuple[str, float]]
     reward_mean: float
+    created_at: float
 
 
 def _free_port() -> int:
@@ -99,9 +100,10 @@ def served(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
         base = f"http://127.0.0.1:{port}"
         try:
             wait_until_serving(proc, f"{base}/readyz", timeout=60)
+            created_at = time.time()
             events, mean = _send_traffic(base)
             _wait_logged(database_url, len(events))
-            yield Served(base, events, mean)
+            yield Served(base, events, mean, created_at)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -160,6 +162,7 @@ def test_signing_in_shows_the_policies_with_their_logged_activity(
     row = page.locator(f"#policies tr[data-policy={POLICY}]")
     expect(row).to_contain_text("linucb")
     expect(row).to_contain_text(f"{served.reward_mean:.4f} ({DECISIONS} rewards)")
+    expect(row).to_contain_text(time.strftime("%Y-%m-%d", time.gmtime(served.created_at)))
     expect(page.locator("#health")).to_contain_text("postgresql")
     cookie = next(c for c in page.context.cookies() if c["name"] == "bandit_console")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["expires"] > 0
