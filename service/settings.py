@@ -89,6 +89,25 @@ class Settings(BaseSettings):
             "CORS headers, browsers refuse cross-origin calls"
         ),
     )
+    console: bool = Field(
+        True,
+        description="serve the browser console at /console/ (docs/console.md); false: no "
+        "console routes",
+    )
+    console_readonly_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated keys that sign in to the console read-only: every page, "
+        "no change; they are not API keys",
+    )
+    console_session_seconds: float = Field(
+        28_800.0, gt=0, description="how long a console sign-in lasts (the cookie's expiry)"
+    )
+    console_secret: str | None = Field(
+        None,
+        description="key that signs the console's session cookie; unset: derived from the "
+        "API and read-only keys (a changed key signs everyone out), or random per process "
+        "when there are none",
+    )
     recommend_requires_key: bool = Field(
         False, description="require an API key on POST /recommend too"
     )
@@ -288,7 +307,7 @@ class Settings(BaseSettings):
         description="delta_G limit exported for guardrailed policies that set no delta_g_limit",
     )
 
-    @field_validator("api_keys", "cors_origins", mode="before")
+    @field_validator("api_keys", "console_readonly_keys", "cors_origins", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):

@@ -1,4 +1,4 @@
-"""Command-line tools some tests run (``promtool``, ``docker-compose``), provided on
+"""Command-line tools some tests run (``promtool``, ``docker-compose``, ``chromium``), provided on
 demand so the README's test line works on a fresh machine.
 
 A missing tool is installed from its Debian package when the tests run as root on a
@@ -18,7 +18,11 @@ from pathlib import Path
 import pytest
 
 # command -> the Debian package that provides it
-DEBIAN_PACKAGES = {"promtool": "prometheus", "docker-compose": "docker-compose"}
+DEBIAN_PACKAGES = {
+    "promtool": "prometheus",
+    "docker-compose": "docker-compose",
+    "chromium": "chromium",
+}
 _LOCK = Path(tempfile.gettempdir()) / "bandit-tests-apt.lock"
 
 

@@ -312,6 +312,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in personalizer.routers():
         app.include_router(router)
     personalizer.install_handlers(app)
+    if settings.console:
+        from service.console import mount_console  # Jinja2 is imported only when served
+
+        mount_console(app)
     app.add_middleware(
         BodyLimitAndTiming,
         max_body_bytes=settings.max_body_bytes,

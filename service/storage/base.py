@@ -135,6 +135,50 @@ class LoggedDecision:
 
 
 @dataclass(frozen=True)
+class ArmSelections:
+    """The decisions of one arm in one time bucket (:meth:`EventLog.activity`): how many,
+    and how many of them explored (``explored`` in the log)."""
+
+    start: float
+    arm_id: str
+    decisions: int
+    explored: int
+
+
+@dataclass(frozen=True)
+class RewardBucket:
+    """The rewards applied to one arm in one time bucket: their count, sum and sum of
+    squares (the mean and its interval follow, docs/console.md "Reward over time")."""
+
+    start: float
+    arm_id: str
+    rewards: int
+    total: float
+    total_squares: float
+
+
+@dataclass(frozen=True)
+class Activity:
+    """A policy's decisions and rewards in ``[since, until)`` in buckets of
+    ``bucket_seconds`` starting at ``since``; buckets with nothing logged are absent."""
+
+    since: float
+    until: float
+    bucket_seconds: float
+    selections: list[ArmSelections]
+    rewards: list[RewardBucket]
+
+
+@dataclass(frozen=True)
+class EventTrail:
+    """One logged decision and every reward logged for it (applied, default and late),
+    oldest first."""
+
+    decision: DecisionRecord
+    rewards: list[RewardRecord]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A serialized whole-policy state saved at ``created_at`` (``BasePolicy.to_bytes``)."""
 
@@ -308,6 +352,16 @@ class EventLog(Protocol):
 
     def time_range(self, policy: str) -> tuple[float, float] | None:
         """Times of the first and the last decision of ``policy`` logged, or None."""
+        ...
+
+    def activity(self, policy: str, since: float, until: float, bucket_seconds: float) -> Activity:
+        """Decisions and rewards per arm of ``policy`` with ``since <= created_at <
+        until``, counted in buckets of ``bucket_seconds`` (reads only the range's
+        partitions, through the ``(policy, created_at)`` indexes)."""
+        ...
+
+    def event_trail(self, event_id: str) -> EventTrail | None:
+        """The decision logged as ``event_id`` with its rewards; None if none is."""
         ...
 
     def ping(self) -> None:

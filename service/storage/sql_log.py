@@ -28,8 +28,10 @@ from sqlalchemy.engine import Connection, Engine
 
 from service.storage.base import (
     LATE_SOURCE,
+    Activity,
     AuditRecord,
     DecisionRecord,
+    EventTrail,
     LoggedDecision,
     PolicyRetention,
     Retention,
@@ -46,6 +48,7 @@ from service.storage.schema import (
     policies,
     rewards,
 )
+from service.storage.sql_activity import read_activity, read_event_trail
 from service.storage.sql_connection import TurnLock, database_reachable
 from service.storage.sql_copy import copy_insert, insert_rows
 
@@ -413,6 +416,16 @@ class SqlEventLog:
         with self._begin() as conn:
             first, last = conn.execute(query).one()
         return None if first is None else (float(first), float(last))
+
+    def activity(self, policy: str, since: float, until: float, bucket_seconds: float) -> Activity:
+        """:func:`service.storage.sql_activity.read_activity` in one transaction."""
+        with self._begin() as conn:
+            return read_activity(conn, policy, since, until, bucket_seconds)
+
+    def event_trail(self, event_id: str) -> EventTrail | None:
+        """:func:`service.storage.sql_activity.read_event_trail` in one transaction."""
+        with self._begin() as conn:
+            return read_event_trail(conn, event_id)
 
     def ping(self) -> None:
         """``SELECT 1``, or raise :class:`EventLogUnavailableError`."""

@@ -28,6 +28,7 @@ module               use case (public surface)
 ``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
 ``rebuild``          ``rebuild_policy``: a policy's state replayed from the event log
 ``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
+``activity``         ``ActivityViews``: the console's aggregates and events from the event log
 ``drift_watch``      ``DriftWatch``: each policy's applied rewards watched for a change
 ``offline_engine``   ``OfflineEngine``: where offline work runs (this machine or Ray)
 ===================  =====================================================================
@@ -47,6 +48,7 @@ from service.personalizer.loops import Loops
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink
 from service.storage.state_store import StateStore
+from service.usecases.activity import ActivityViews
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.evaluation_jobs import Evaluations
@@ -64,6 +66,7 @@ from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
 
 __all__ = [
+    "ActivityViews",
     "AuditTrail",
     "Evaluations",
     "FeatureImportances",
@@ -106,6 +109,7 @@ class UseCases:
     log_upkeep: LogUpkeep
     audit: AuditTrail
     recovery: Recovery
+    activity: ActivityViews
 
 
 def build_use_cases(
@@ -146,4 +150,5 @@ def build_use_cases(
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,
         recovery=recovery,
+        activity=ActivityViews(event_log, clock),
     )

@@ -104,9 +104,37 @@ def settings_of(info: PolicyInfo) -> dict[str, Any]:
 def changed_settings(old: PolicyInfo, new: PolicyInfo) -> tuple[dict[str, Any], dict[str, Any]]:
     """The settings that differ between ``old`` and ``new``: their values before and
     after."""
-    before, after = settings_of(old), settings_of(new)
+    return settings_diff(settings_of(old), settings_of(new))
+
+
+def settings_diff(
+    before: dict[str, Any], after: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keys of ``after`` whose values differ in ``before``: their values in each."""
     changed = [k for k in after if before.get(k) != after[k]]
     return {k: before.get(k) for k in changed}, {k: after[k] for k in changed}
+
+
+def settings_versions(records: list[AuditEntry]) -> dict[str, dict[str, Any]]:
+    """The whole settings after each creation or change of ``records`` (one policy's,
+    oldest first), by record id: a creation's settings, then each change applied over
+    them; changes before the first creation in ``records`` are left out (their settings
+    are not whole)."""
+    versions: dict[str, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    for record in records:
+        if record.action == CREATE and record.after is not None:
+            current = dict(record.after)
+        elif record.action == UPDATE and record.after is not None and current is not None:
+            current = {**current, **record.after}
+        elif record.action == DELETE:
+            current = None
+            continue
+        else:
+            continue
+        if current is not None:
+            versions[record.id] = current
+    return versions
 
 
 def audit_record(

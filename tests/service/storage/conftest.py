@@ -3,12 +3,16 @@ and against the Redis Cluster and the Sentinel group of tests/service/conftest.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import redis
 
+from service.storage.migrate import upgrade_head
+from service.storage.sql_log import SqlEventLog
+from tests.databases import database
 from tests.service.conftest import ON_REDIS_CLUSTER, ON_REDIS_SENTINEL
 
 # The Redis deployments every Redis test runs against.
@@ -46,3 +50,13 @@ def deployment(request: pytest.FixtureRequest, kind: str) -> RedisDeployment:
 @pytest.fixture(params=DEPLOYMENTS)
 def redis_deployment(request: pytest.FixtureRequest) -> RedisDeployment:
     return deployment(request, request.param)
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlEventLog]:
+    """An event log migrated to head in an empty PostgreSQL schema, then in an SQLite file."""
+    with database(request.param, tmp_path) as url:
+        upgrade_head(url)
+        event_log = SqlEventLog(url)
+        yield event_log
+        event_log.close()

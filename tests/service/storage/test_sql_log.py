@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +23,6 @@ from service.storage.schema import database_url
 from service.storage.sql_log import SqlEventLog
 from service.usecases.candidates import candidates_json
 from tests.databases import database
-
-
-@pytest.fixture(params=["postgresql", "sqlite"])
-def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlEventLog]:
-    with database(request.param, tmp_path) as url:
-        upgrade_head(url)
-        event_log = SqlEventLog(url)
-        yield event_log
-        event_log.close()
 
 
 def decision(i: int, policy: str = "p", t: float | None = None, **kw: object) -> DecisionRecord:

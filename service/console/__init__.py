@@ -1,0 +1,30 @@
+"""The browser console at ``/console/`` (docs/console.md): server-rendered Jinja2 pages
+over the use cases the API calls, served by the API's own app and process.
+
+==============  ================================================================
+module          what it holds
+==============  ================================================================
+``session``     the signed session cookie, the roles, the CSRF check
+``signin``      sign-in and sign-out
+``pages``       the pages and their forms
+``settings_page``  a policy's settings: edit, preview, history, rollback
+``charts``      the SVG charts' geometry
+``rendering``   templates, the session cookie on a page, errors as HTML pages
+==============  ================================================================
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from service.console import pages, settings_page, signin
+from service.console.rendering import PACKAGE
+
+
+def mount_console(app: FastAPI) -> None:
+    """Add the console's routes and its static files to ``app``."""
+    app.include_router(signin.router)
+    app.mount("/console/static", StaticFiles(directory=PACKAGE / "static"), name="console_static")
+    app.include_router(settings_page.router)
+    app.include_router(pages.router)  # last: its catch-all answers the 404 page

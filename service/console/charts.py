@@ -1,0 +1,140 @@
+"""The console's charts as SVG geometry computed on the server (docs/console.md,
+"Charts"): the templates draw the polylines and polygons given here, no script and no
+chart library in the browser."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from service.usecases.activity import PolicyActivity
+
+WIDTH = 720
+HEIGHT = 240
+MARGIN_LEFT = 56
+MARGIN_RIGHT = 16
+MARGIN_TOP = 12
+MARGIN_BOTTOM = 28
+COLOURS = ("#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#0a7b83", "#bf3989")
+MOST_ARMS_DRAWN = len(COLOURS)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A point of a series with the value it shows, how many records it stands for
+    (``count``) and its tooltip (``title``)."""
+
+    x: float
+    y: float
+    value: float
+    count: int
+    title: str
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    colour: str
+    points: str
+    markers: list[Marker] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """An SVG chart: series as polylines, an optional interval band (polygon), the
+    axes' ticks as (position, label)."""
+
+    width: int
+    height: int
+    series: list[Series]
+    band: str | None
+    y_ticks: list[tuple[float, str]]
+    x_ticks: list[tuple[float, str]]
+
+    @property
+    def empty(self) -> bool:
+        return not any(s.markers for s in self.series)
+
+
+class _Scale:
+    def __init__(self, since: float, until: float, low: float, high: float) -> None:
+        if high <= low:
+            low, high = low - 0.5, high + 0.5
+        self.since, self.until, self.low, self.high = since, until, low, high
+
+    def x(self, t: float) -> float:
+        inner = WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+        return round(MARGIN_LEFT + inner * (t - self.since) / (self.until - self.since), 1)
+
+    def y(self, v: float) -> float:
+        inner = HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+        return round(MARGIN_TOP + inner * (self.high - v) / (self.high - self.low), 1)
+
+    def y_ticks(self) -> list[tuple[float, str]]:
+        steps = 4
+        values = [self.low + (self.high - self.low) * i / steps for i in range(steps + 1)]
+        return [(self.y(v), f"{v:.3g}") for v in values]
+
+    def x_ticks(self) -> list[tuple[float, str]]:
+        steps = 4
+        times = [self.since + (self.until - self.since) * i / steps for i in range(steps + 1)]
+        return [(self.x(t), time.strftime("%H:%M", time.gmtime(t))) for t in times]
+
+
+def reward_chart(activity: PolicyActivity) -> Chart:
+    """The mean reward of each bucket at the bucket's middle, and its 95% interval as a
+    band (docs/console.md, "Reward over time")."""
+    points = activity.points
+    low = min((p.low for p in points), default=0.0)
+    high = max((p.high for p in points), default=1.0)
+    scale = _Scale(activity.since, activity.until, low, high)
+    half = activity.bucket_seconds / 2
+    markers = [
+        Marker(
+            scale.x(p.start + half),
+            scale.y(p.mean),
+            p.mean,
+            p.rewards,
+            f"{p.mean:.4f} [{p.low:.4f}, {p.high:.4f}], {p.rewards} rewards",
+        )
+        for p in points
+    ]
+    band = None
+    if points:
+        upper = [f"{scale.x(p.start + half)},{scale.y(p.high)}" for p in points]
+        lower = [f"{scale.x(p.start + half)},{scale.y(p.low)}" for p in reversed(points)]
+        band = " ".join(upper + lower)
+    line = " ".join(f"{m.x},{m.y}" for m in markers)
+    return Chart(
+        WIDTH,
+        HEIGHT,
+        [Series("mean reward", COLOURS[0], line, markers)],
+        band,
+        scale.y_ticks(),
+        scale.x_ticks(),
+    )
+
+
+def share_chart(activity: PolicyActivity) -> Chart:
+    """Each of the most chosen arms' share of the decisions of each bucket (0 to 1)."""
+    totals: dict[float, int] = {}
+    for counts in activity.arm_decisions.values():
+        for start, count in counts.items():
+            totals[start] = totals.get(start, 0) + count
+    scale = _Scale(activity.since, activity.until, 0.0, 1.0)
+    half = activity.bucket_seconds / 2
+    series = []
+    for colour, arm in zip(COLOURS, activity.selection_share(), strict=False):
+        counts = activity.arm_decisions[arm]
+        markers = [
+            Marker(
+                scale.x(start + half),
+                scale.y(counts.get(start, 0) / total),
+                counts.get(start, 0) / total,
+                counts.get(start, 0),
+                f"{arm}: {counts.get(start, 0)} of {total}",
+            )
+            for start, total in sorted(totals.items())
+        ]
+        series.append(Series(arm, colour, " ".join(f"{m.x},{m.y}" for m in markers), markers))
+    return Chart(WIDTH, HEIGHT, series, None, scale.y_ticks(), scale.x_ticks())

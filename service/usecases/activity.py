@@ -1,0 +1,130 @@
+"""What the event log says a policy did over a time range, and one logged event: the
+aggregates the console shows (docs/console.md), read with the event log's time-bounded
+queries (:meth:`~service.storage.base.EventLog.activity`) off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.errors import NotFound
+from service.storage.base import EventLog, EventTrail, RewardBucket
+
+Z_95 = 1.959963984540054
+"""The standard normal quantile of a two-sided 95% interval."""
+
+
+@dataclass(frozen=True)
+class RewardPoint:
+    """The mean reward of one bucket with its 95% interval ``[low, high]``
+    (docs/console.md, "Reward over time"); one reward has no interval (low = high)."""
+
+    start: float
+    rewards: int
+    mean: float
+    low: float
+    high: float
+
+
+def reward_point(start: float, buckets: list[RewardBucket]) -> RewardPoint:
+    """The rewards of ``buckets`` together: mean ``x̄ = Σx / n`` and the normal interval
+    ``x̄ ± z·s/√n`` with the sample variance ``s² = (Σx² − n·x̄²) / (n − 1)``
+    (docs/console.md, "Reward over time")."""
+    n = sum(b.rewards for b in buckets)
+    mean = sum(b.total for b in buckets) / n
+    if n < 2:
+        return RewardPoint(start, n, mean, mean, mean)
+    squares = sum(b.total_squares for b in buckets)
+    variance = max(0.0, (squares - n * mean * mean) / (n - 1))
+    half = Z_95 * math.sqrt(variance / n)
+    return RewardPoint(start, n, mean, mean - half, mean + half)
+
+
+@dataclass(frozen=True)
+class PolicyActivity:
+    """A policy's decisions and rewards over ``[since, until)`` in buckets of
+    ``bucket_seconds``: the reward per bucket, each arm's decisions per bucket start,
+    and the totals."""
+
+    since: float
+    until: float
+    bucket_seconds: float
+    points: list[RewardPoint]
+    arm_rewards: dict[str, RewardPoint]
+    arm_decisions: dict[str, dict[float, int]]
+    decisions: int
+    explored: int
+    rewards: int
+    reward_mean: float | None
+
+    def last_bucket_rates(self) -> tuple[float, float]:
+        """Decisions and rewards per minute in the last bucket (``[until −
+        bucket_seconds, until)``)."""
+        start = self.until - self.bucket_seconds
+        decisions = sum(counts.get(start, 0) for counts in self.arm_decisions.values())
+        rewards = sum(p.rewards for p in self.points if p.start == start)
+        minutes = self.bucket_seconds / 60.0
+        return decisions / minutes, rewards / minutes
+
+    def selection_share(self) -> dict[str, float]:
+        """Each arm's share of the decisions of the range, largest first."""
+        if not self.decisions:
+            return {}
+        totals = {arm: sum(c.values()) for arm, c in self.arm_decisions.items()}
+        return {
+            arm: count / self.decisions
+            for arm, count in sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+        }
+
+
+@dataclass
+class ActivityViews:
+    """The console's reads of the event log; one per process."""
+
+    event_log: EventLog
+    clock: Callable[[], float] = time.time
+
+    async def policy_activity(
+        self, policy: str, window_seconds: float, buckets: int
+    ) -> PolicyActivity:
+        """The activity of ``policy`` over the last ``window_seconds`` in ``buckets``
+        buckets, the last one ending now."""
+        until = self.clock()
+        since = until - window_seconds
+        bucket_seconds = window_seconds / buckets
+        activity = await asyncio.to_thread(
+            self.event_log.activity, policy, since, until, bucket_seconds
+        )
+        arm_decisions: dict[str, dict[float, int]] = defaultdict(dict)
+        for s in activity.selections:
+            arm_decisions[s.arm_id][s.start] = s.decisions
+        by_start: dict[float, list[RewardBucket]] = defaultdict(list)
+        by_arm: dict[str, list[RewardBucket]] = defaultdict(list)
+        for b in activity.rewards:
+            by_start[b.start].append(b)
+            by_arm[b.arm_id].append(b)
+        rewards = sum(b.rewards for b in activity.rewards)
+        total = sum(b.total for b in activity.rewards)
+        return PolicyActivity(
+            since=since,
+            until=until,
+            bucket_seconds=bucket_seconds,
+            points=[reward_point(start, group) for start, group in sorted(by_start.items())],
+            arm_rewards={arm: reward_point(since, group) for arm, group in by_arm.items()},
+            arm_decisions=dict(arm_decisions),
+            decisions=sum(s.decisions for s in activity.selections),
+            explored=sum(s.explored for s in activity.selections),
+            rewards=rewards,
+            reward_mean=total / rewards if rewards else None,
+        )
+
+    async def event(self, event_id: str) -> EventTrail:
+        """The logged decision ``event_id`` with its rewards; 404 if the log has none."""
+        trail = await asyncio.to_thread(self.event_log.event_trail, event_id)
+        if trail is None:
+            raise NotFound(f"no event {event_id!r} in the event log", reason="event")
+        return trail
