@@ -22,12 +22,13 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.auth import warn_if_open
-from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
+from service.api.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
 from service.observability import metrics
 from service.observability.request_context import REQUEST_ID_HEADER, RequestIds
 from service.personalizer import routers as personalizer
 from service.personalizer.learning_modes import ApprenticeTally
 from service.personalizer.loops import DEFAULT_LOOP
+from service.personalizer.routers.errors import ERROR_CODE_HEADER, error_response
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file
 from service.routers import audit, decisions, evaluations, health, policies
 from service.settings import Settings, get_settings
@@ -197,7 +198,7 @@ class BodyLimitAndTiming:
     """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (``max_model_bytes`` for
     a model file, ``PUT .../model``; read before the app sees them), the
     request-latency histogram per route template, the requests in flight and the 404s
-    by reason (:data:`service.errors.NOT_FOUND_REASON`)."""
+    by reason (:data:`service.api.errors.NOT_FOUND_REASON`)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, max_model_bytes: int) -> None:
         self.app = app
@@ -255,21 +256,15 @@ class BodyLimitAndTiming:
 
     async def _too_large(self, send: Send, limit: int, path: str) -> None:
         message = f"request body exceeds the limit of {limit} bytes"
+        headers = [(b"content-type", b"application/json")]
         if personalizer.PERSONALIZER_PATH.match(path):  # Personalizer's error shape
-            error = {"code": "PayloadSizeExceeded", "message": message}
-            body = json.dumps({"error": error}).encode()
+            response = error_response(413, "PayloadSizeExceeded", message)
+            body = response.body
+            headers.append((ERROR_CODE_HEADER.encode(), b"PayloadSizeExceeded"))
         else:
             body = json.dumps({"detail": message}, separators=(",", ":")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -18,7 +18,6 @@ policy is a Vowpal Wabbit argument string (what maps: ``--cb_explore_adf``,
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -191,14 +190,20 @@ NATIVE_TO_PERSONALIZER = {
     "context": "contextFeatures",
     "arms": "actions",
     "exclude": "excludedActions",
+    "event_id": "eventId",
+    "defer_activation": "deferActivation",
 }
-_NATIVE_FIELD = re.compile(r"\b(context|arms|exclude)\b(?=[\[.:\s])")
+"""The native request's fields a rank request fills, by their Personalizer names."""
 
 
-def _renamed(message: str) -> str:
-    """``message`` of a native 422 with its request paths in Personalizer's names
-    (``context[0].user`` -> ``contextFeatures[0].user``)."""
-    return _NATIVE_FIELD.sub(lambda m: NATIVE_TO_PERSONALIZER[m.group(1)], message)
+def in_rank_request(exc: InvalidRequest) -> InvalidRequest:
+    """``exc``, raised on the native request a rank is served by, located in the rank
+    request: the same message, problem and kind, the location in Personalizer's field names
+    (``["body", "context", 0, "user"]`` -> ``["body", "contextFeatures", 0, "user"]``)."""
+    loc = [NATIVE_TO_PERSONALIZER.get(p, p) if isinstance(p, str) else p for p in exc.loc or []]
+    located = InvalidRequest(exc.message, loc or ["body"], exc.code, problem=exc.problem)
+    located.kind = exc.kind
+    return located
 
 
 def _loc_message(error: Mapping[str, Any], prefix: str) -> str:
@@ -386,13 +391,16 @@ class Loops:
                 defer_activation=body.defer_activation,
             )
         except ValidationError as exc:
-            raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
+            error = exc.errors()[0]
+            loc = ["body", *error["loc"]]
+            raise in_rank_request(
+                InvalidRequest(_loc_message(error, "body"), loc, problem=error["msg"])
+            ) from None
         baseline = next(a for a in ids if a not in excluded)
         try:
             decision = await self.recommender.recommend(request, annotations, serving_of(baseline))
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
-            loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
-            raise InvalidRequest(_renamed(exc.message), loc) from exc
+            raise in_rank_request(exc) from exc
         ranking = [
             PersonalizerRankedAction(id=r.arm_id, probability=r.propensity)
             for r in decision.ranking
