@@ -351,6 +351,14 @@ class Loops:
         await self.admin.update_policy(loop, {**engine, **changes, "personalizer": kept})
         return await self.policy_configuration(loop), ignored
 
+    async def apply_setting(self, loop: str, name: str, arguments: str) -> str:
+        """Make the learning setting ``arguments``, named ``name``, the loop's
+        (:meth:`update_policy_configuration`); returns the arguments now in force (the
+        core's :data:`~service.usecases.learning_settings.ApplySetting`)."""
+        contract = PersonalizerPolicy(name=name, arguments=arguments)
+        applied, _ = await self.update_policy_configuration(loop, contract)
+        return applied.arguments
+
     async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)

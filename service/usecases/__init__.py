@@ -23,6 +23,8 @@ module               use case (public surface)
 ``json_features``    the same for a policy with ``features`` (JSON feature objects)
 ``evaluation_jobs``  ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``evaluations``      an evaluation's plan, replay and estimates (also ``bandit evaluate``)
+``evaluation_views`` an evaluation record in the native API's shape
+``learning_settings`` ``LearningSettings``: the seam an API family reads settings through
 ``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
 ``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
@@ -32,9 +34,10 @@ module               use case (public surface)
 ``offline_engine``   ``OfflineEngine``: where offline work runs (this machine or Ray)
 ===================  =====================================================================
 
-Routers (``service.routers``) and any other API family (the Personalizer adapter,
-:mod:`service.personalizer`) call these public methods only;
-:func:`build_use_cases` wires one set per process in the app's lifespan.
+Routers (``service.routers``) and any other API family call these public methods only;
+:func:`build_use_cases` builds one set per process in the app's lifespan, which passes
+the :class:`~service.usecases.learning_settings.LearningSettings` it is wired with and
+builds the adapters (the Personalizer loops) over the set.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service.personalizer.loops import Loops
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink
 from service.storage.state_store import StateStore
@@ -53,6 +55,7 @@ from service.usecases.evaluation_jobs import Evaluations
 from service.usecases.finalizations import ServedTally
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
+from service.usecases.learning_settings import LearningSettings
 from service.usecases.log_upkeep import LogUpkeep
 from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
@@ -69,7 +72,6 @@ __all__ = [
     "FeatureImportances",
     "FeatureRanking",
     "LogUpkeep",
-    "Loops",
     "Models",
     "Monitor",
     "PolicyAdmin",
@@ -99,7 +101,6 @@ class UseCases:
     snapshots: Snapshots
     monitor: Monitor
     features: FeatureRanking
-    loops: Loops
     models: Models
     feature_importances: FeatureImportances
     evaluations: Evaluations
@@ -113,20 +114,21 @@ def build_use_cases(
     sink: LogSink,
     event_log: EventLog,
     settings: Settings,
+    learning: LearningSettings,
     clock: Callable[[], float] = time.time,
     tally: ServedTally | None = None,
 ) -> UseCases:
-    """Every use case over one shared :class:`PolicyCache` of ``store``; ``tally``: the
-    counts an API family keeps of events served other than by the model
-    (:class:`~service.usecases.finalizations.ServedTally`)."""
+    """Every use case over one shared :class:`PolicyCache` of ``store``; ``learning``:
+    how the API family the service is wired with reads learning settings (evaluations,
+    rebuilds); ``tally``: the counts an API family keeps of events served other than by
+    the model (:class:`~service.usecases.finalizations.ServedTally`)."""
     cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock, tally=tally)
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, event_log, settings, audit, clock)
     recommender = Recommender(cache, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
-    loops = Loops(admin, recommender, rewards)
-    recovery = Recovery(cache, sink, event_log, settings, audit)
+    recovery = Recovery(cache, sink, event_log, settings, audit, learning)
     return UseCases(
         store=store,
         sink=sink,
@@ -139,10 +141,9 @@ def build_use_cases(
         snapshots=Snapshots(cache, event_log, settings, audit, clock),
         monitor=Monitor(store, sink, event_log, admin, settings, recovery),
         features=features,
-        loops=loops,
         models=Models(admin, event_log, clock),
         feature_importances=FeatureImportances(admin, settings, clock),
-        evaluations=Evaluations(loops, settings, clock),
+        evaluations=Evaluations(admin, settings, learning, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,
         recovery=recovery,
