@@ -12,11 +12,7 @@ import httpx
 import pytest
 from azure.ai.personalizer import PersonalizerAdministrationClient, PersonalizerClient
 from azure.cognitiveservices.personalizer import PersonalizerClient as LegacyClient
-from azure.cognitiveservices.personalizer.models import (
-    ErrorResponseException,
-    RankableAction,
-    RankRequest,
-)
+from azure.cognitiveservices.personalizer.models import ErrorResponseException
 from azure.core.credentials import AzureKeyCredential
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from msrest.authentication import CognitiveServicesCredentials
@@ -105,14 +101,10 @@ def test_every_error_has_the_x_ms_error_code_header(endpoint: str) -> None:
         assert answer.status_code in (404, 405, 413), name
         assert answer.headers["x-ms-error-code"] == answer.json()["error"]["code"], name
     legacy = LegacyClient(endpoint, CognitiveServicesCredentials(API_KEY))
-    request = RankRequest(
-        actions=[RankableAction(id=a["id"], features=a["features"]) for a in ACTIONS],
-        excluded_actions=[a["id"] for a in ACTIONS],
-    )
     with pytest.raises(ErrorResponseException) as caught:
-        legacy.rank(request)
-    assert caught.value.response.headers["x-ms-error-code"] == "InvalidRankRequest"
-    assert caught.value.error.error.code == "InvalidRankRequest"
+        legacy.events.reward("absent", 2.0)
+    assert caught.value.response.headers["x-ms-error-code"] == "InvalidRewardRequest"
+    assert caught.value.error.error.code == "InvalidRewardRequest"
 
 
 @pytest.mark.parametrize(
