@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.deps import ApiKey, ApplySettingDep, EvaluationsDep
 from service.routers.json_route import JsonRoute
+from service.routers.policies import Name
 from service.schemas import ErrorDetail
 from service.schemas.evaluations import EvaluationPolicy, EvaluationRequest, EvaluationView
 from service.usecases.evaluation_views import native_view
@@ -22,7 +23,6 @@ _errors: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorDetail, "description": "unknown policy or evaluation"},
     503: {"model": ErrorDetail, "description": "state store or event log unavailable"},
 }
-Name = Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
 EvaluationId = Path(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$")
 
 

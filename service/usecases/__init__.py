@@ -1,38 +1,38 @@
 """The service's use cases, one module each, over the state store and the event log.
 
-===================  =====================================================================
-module               use case (public surface)
-===================  =====================================================================
-``recommend``        ``Recommender.recommend``: ``POST /recommend``, the plain path
-``recommend_batch``  ``Coalescer``: a policy's concurrent recommendations in batches
-``recommendation``   ``Recommendation`` (the typed answer), ``ServingMode``, ``ServedDecision``
-``event_ids``        ``EventIds``: a client's event id, a repeat answered the original
-``rewards``          ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
-``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
-``finalizations``    ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
-``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
-``snapshots``        ``Snapshots``: export, import, periodic save to the event log
-``models``           ``Models``: the model file (export, import, reset, properties)
-``importance``       ``FeatureRanking.features``: ``GET /policies/{name}/features``
-``importance_jobs``  ``FeatureImportances``: feature-importance jobs over a log range
-``readiness``        ``Monitor``: ``/readyz``, ``/health/dependencies``, backlog, gauges
-``probes``           ``Probe``: a dependency check answered within a bound, never queued
-``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
-``events``           ``PendingEvent`` and its ``EventState``
-``candidates``       a request's candidate ids and feature rows
-``json_features``    the same for a policy with ``features`` (JSON feature objects)
-``evaluation_jobs``  ``Evaluations``: offline evaluations of a loop's log, run in worker processes
-``evaluations``      an evaluation's plan, replay and estimates (also ``bandit evaluate``)
-``evaluation_views`` an evaluation record in the native API's shape
-``learning_settings`` ``LearningSettings``: the seam an API family reads settings through
-``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
-``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
-``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
-``rebuild``          ``rebuild_policy``: a policy's state replayed from the event log
-``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
-``drift_watch``      ``DriftWatch``: each policy's applied rewards watched for a change
-``offline_engine``   ``OfflineEngine``: where offline work runs (this machine or Ray)
-===================  =====================================================================
+=====================  =====================================================================
+module                 use case (public surface)
+=====================  =====================================================================
+``recommend``          ``Recommender.recommend``: ``POST /recommend``, the plain path
+``recommend_batch``    ``Coalescer``: a policy's concurrent recommendations in batches
+``recommendation``     ``Recommendation`` (the typed answer), ``ServingMode``, ``ServedDecision``
+``event_ids``          ``EventIds``: a client's event id, a repeat answered the original
+``rewards``            ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
+``sweeper``            ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
+``finalizations``      ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
+``admin``              ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
+``snapshots``          ``Snapshots``: export, import, periodic save to the event log
+``models``             ``Models``: the model file (export, import, reset, properties)
+``importance``         ``FeatureRanking.features``: ``GET /policies/{name}/features``
+``importance_jobs``    ``FeatureImportances``: feature-importance jobs over a log range
+``readiness``          ``Monitor``: ``/readyz``, ``/health/dependencies``, backlog, gauges
+``probes``             ``Probe``: a dependency check answered within a bound, never queued
+``policy_cache``       ``PolicyCache``: the cached engine policies and the store transactions
+``events``             ``PendingEvent`` and its ``EventState``
+``candidates``         a request's candidate ids and feature rows
+``json_features``      the same for a policy with ``features`` (JSON feature objects)
+``evaluation_jobs``    ``Evaluations``: offline evaluations of a loop's log, run in worker processes
+``evaluations``        an evaluation's plan, replay and estimates (also ``bandit evaluate``)
+``evaluation_views``   an evaluation record in the native API's shape
+``learning_settings``  ``LearningSettings``: the seam an API family reads settings through
+``log_upkeep``         ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
+``audit``              ``AuditTrail``: who changed a policy, its model or its log; the history
+``recovery``           ``Recovery``: rebuild the policies the store lost from the event log
+``rebuild``            ``rebuild_policy``: a policy's state replayed from the event log
+``policies_file``      ``PoliciesFile``: the policies file applied at start (create, overrides)
+``drift_watch``        ``DriftWatch``: each policy's applied rewards watched for a change
+``offline_engine``     ``OfflineEngine``: where offline work runs (this machine or Ray)
+=====================  =====================================================================
 
 Routers (``service.routers``) and any other API family call these public methods only;
 :func:`build_use_cases` builds one set per process in the app's lifespan, which passes
