@@ -20,7 +20,7 @@ Nothing is written when an error is raised: every check runs before the first wr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from bandit_core.errors import BanditError
 
@@ -92,18 +92,16 @@ class Unauthorized(ApiError):
     status = 401
 
 
-def field_path(loc: Sequence[str | int], names: Mapping[str, str] | None = None) -> str:
+def field_path(loc: Sequence[str | int]) -> str:
     """The field ``loc`` names as text, ``context[0].user``: names joined by dots, list
-    indexes in brackets, without the request part (``body``, ``path``, ...); ``names``
-    renames its items (an API family's own field names)."""
+    indexes in brackets, without the request part (``body``, ``path``, ...)."""
     items = list(loc[1:] if loc and loc[0] in REQUEST_PARTS else loc)
     text = ""
     for item in items:
         if isinstance(item, int):
             text += f"[{item}]"
         else:
-            name = (names or {}).get(item, item)
-            text += f".{name}" if text else name
+            text += f".{item}" if text else item
     return text or "body"
 
 
