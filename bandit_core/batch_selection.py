@@ -49,7 +49,22 @@ class SelectRequest:
     explore: bool = True
 
 
-class SelectionSteps(Protocol):
+class Selects(Protocol):
+    """One selection, ``select``: the signature :class:`~bandit_core.policy.Policy` and
+    :class:`SelectionSteps` share (documented on :meth:`bandit_core.policy.BasePolicy.select`)."""
+
+    def select(
+        self,
+        arm_ids: Sequence[str],
+        X: ArrayLike | SparseRows,
+        *,
+        user_id: str | None = None,
+        features: Mapping[str, float] | None = None,
+        explore: bool = True,
+    ) -> Decision: ...
+
+
+class SelectionSteps(Selects, Protocol):
     """The steps of one selection that :class:`BatchSelection` composes; every
     :class:`~bandit_core.policy.BasePolicy` has them (documented there)."""
 
@@ -63,15 +78,6 @@ class SelectionSteps(Protocol):
 
     @property
     def _arms(self) -> Mapping[str, Any]: ...
-    def select(
-        self,
-        arm_ids: Sequence[str],
-        X: ArrayLike | SparseRows,
-        *,
-        user_id: str | None = None,
-        features: Mapping[str, float] | None = None,
-        explore: bool = True,
-    ) -> Decision: ...
     def _context(
         self, user_id: str | None, features: Mapping[str, float] | None
     ) -> SelectContext: ...

@@ -97,7 +97,7 @@ from typing import Any, ClassVar, Protocol, Self, TypeAlias, cast, runtime_check
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bandit_core.batch_selection import BatchRows, BatchSelection, SelectRequest
+from bandit_core.batch_selection import BatchRows, BatchSelection, SelectRequest, Selects
 from bandit_core.errors import ConfigError, StateFormatError
 from bandit_core.features import SparseRows
 from bandit_core.importance import FeatureWeights
@@ -244,20 +244,11 @@ class SelectContext:
 
 
 @runtime_checkable
-class Policy(Protocol):
-    """What every policy offers; see the module docstring for an example."""
+class Policy(Selects, Protocol):
+    """What every policy offers (``select``: :class:`~bandit_core.batch_selection.Selects`);
+    see the module docstring for an example."""
 
     config: PolicyConfig
-
-    def select(
-        self,
-        arm_ids: Sequence[str],
-        X: ArrayLike | SparseRows,
-        *,
-        user_id: str | None = None,
-        features: Mapping[str, float] | None = None,
-        explore: bool = True,
-    ) -> Decision: ...
 
     def select_until(
         self,

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from benchmarks._harness import add_label_argument, load, write_json
-from service.cli.event_logs import import_files
+from service.personalizer.log_commands import import_files
 from service.personalizer.loops import DEFAULT_LOOP_SPEC
 from service.policies import new_info
 from service.storage.migrate import upgrade_head

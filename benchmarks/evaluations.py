@@ -31,6 +31,7 @@ import numpy as np
 from bandit_core.evaluation import WindowSums, importance_weights, progressive_distribution
 from bandit_core.storefront import Storefront
 from benchmarks._harness import add_label_argument, table, write_json
+from service.api.app import LEARNING_SETTINGS
 from service.personalizer.loops import DEFAULT_LOOP_SPEC
 from service.policies import build_policy
 from service.schemas import PolicySpec
@@ -46,7 +47,7 @@ from service.usecases.evaluations import (
 
 
 def loop_spec(arguments: str) -> PolicySpec:
-    return spec_from_arguments(DEFAULT_LOOP_SPEC, arguments, ["arguments"])
+    return spec_from_arguments(LEARNING_SETTINGS, DEFAULT_LOOP_SPEC, arguments, ["arguments"])
 
 
 def log_storefront(

@@ -22,13 +22,15 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.auth import warn_if_open
+from service.api.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
 from service.api.oidc import OidcVerifier
-from service.errors import NO_ROUTE, NOT_FOUND_REASON, install_handlers
 from service.observability import metrics
 from service.observability.request_context import REQUEST_ID_HEADER, RequestIds
 from service.personalizer import routers as personalizer
 from service.personalizer.learning_modes import ApprenticeTally
-from service.personalizer.loops import DEFAULT_LOOP
+from service.personalizer.learning_settings import LoopLearningSettings
+from service.personalizer.loops import DEFAULT_LOOP, Loops
+from service.personalizer.routers.errors import ERROR_CODE_HEADER, error_response
 from service.policies import DEMO_POLICY, DEMO_SPEC, load_policies_file
 from service.routers import audit, decisions, evaluations, health, policies
 from service.settings import Settings, get_settings
@@ -40,6 +42,10 @@ from service.usecases import UseCases, build_use_cases
 from service.usecases.policies_file import PoliciesFile
 
 log = logging.getLogger("bandit.service")
+
+LEARNING_SETTINGS = LoopLearningSettings()
+"""How the service reads learning settings: as the Personalizer adapter writes them
+(evaluations, rebuilds; the CLI's ``evaluate`` and ``rebuild`` take it from here)."""
 
 YOUNG_GC_THRESHOLD = 10_000  # allocations between young collections (CPython's default: 700)
 
@@ -113,7 +119,7 @@ def make_writer(settings: Settings, event_log: Any) -> Any:
     )
 
 
-async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None:
+async def load_initial_policies(use_cases: UseCases, settings: Settings, loops: Loops) -> None:
     """Start the rebuild of every policy of the event log the store lacks (its decisions
     degraded meanwhile: service/usecases/recovery.py), apply the policies file (to a
     policy being rebuilt once it is back), then the demo policy if there is no policy at
@@ -143,7 +149,7 @@ async def load_initial_policies(use_cases: UseCases, settings: Settings) -> None
     if (
         settings.personalizer_loop
         and DEFAULT_LOOP not in missing  # being rebuilt: it exists
-        and await use_cases.loops.ensure_default_loop()
+        and await loops.ensure_default_loop()
     ):
         log.info("created the default Personalizer loop %r", DEFAULT_LOOP)
 
@@ -160,12 +166,18 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stack.push_async_callback(store.close)
         writer = make_writer(settings, event_log)
         stack.push_async_callback(asyncio.to_thread, writer.close)  # flushes what was submitted
-        use_cases = build_use_cases(store, writer, event_log, settings, tally=ApprenticeTally())
+        use_cases = build_use_cases(
+            store, writer, event_log, settings, LEARNING_SETTINGS, tally=ApprenticeTally()
+        )
         app.state.use_cases = use_cases
+        # the Personalizer adapter over the core use cases
+        loops = Loops(use_cases.admin, use_cases.recommender, use_cases.rewards)
+        app.state.loops = loops
+        app.state.apply_setting = loops.apply_setting
         stack.push_async_callback(use_cases.feature_importances.close)
         stack.push_async_callback(use_cases.monitor.close)
         stack.callback(use_cases.evaluations.close)
-        await load_initial_policies(use_cases, settings)
+        await load_initial_policies(use_cases, settings, loops)
         # Everything allocated so far (modules, schemas, engines) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise
         # scan it again every second or so under load (43 ms pauses at K = 50).
@@ -198,7 +210,7 @@ class BodyLimitAndTiming:
     """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (``max_model_bytes`` for
     a model file, ``PUT .../model``; read before the app sees them), the
     request-latency histogram per route template, the requests in flight and the 404s
-    by reason (:data:`service.errors.NOT_FOUND_REASON`)."""
+    by reason (:data:`service.api.errors.NOT_FOUND_REASON`)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, max_model_bytes: int) -> None:
         self.app = app
@@ -256,21 +268,15 @@ class BodyLimitAndTiming:
 
     async def _too_large(self, send: Send, limit: int, path: str) -> None:
         message = f"request body exceeds the limit of {limit} bytes"
+        headers = [(b"content-type", b"application/json")]
         if personalizer.PERSONALIZER_PATH.match(path):  # Personalizer's error shape
-            error = {"code": "PayloadSizeExceeded", "message": message}
-            body = json.dumps({"error": error}).encode()
+            response = error_response(413, "PayloadSizeExceeded", message)
+            body = response.body
+            headers.append((ERROR_CODE_HEADER.encode(), b"PayloadSizeExceeded"))
         else:
             body = json.dumps({"detail": message}, separators=(",", ":")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 

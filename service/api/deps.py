@@ -14,7 +14,6 @@ from service.usecases import (
     FeatureImportances,
     FeatureRanking,
     LogUpkeep,
-    Loops,
     Models,
     Monitor,
     PolicyAdmin,
@@ -22,6 +21,7 @@ from service.usecases import (
     Rewards,
     Snapshots,
 )
+from service.usecases.learning_settings import ApplySetting
 
 
 # ``async def`` on purpose: FastAPI runs a plain ``def`` dependency in its thread pool,
@@ -50,10 +50,6 @@ async def get_features(request: Request) -> FeatureRanking:
     return request.app.state.use_cases.features
 
 
-async def get_loops(request: Request) -> Loops:
-    return request.app.state.use_cases.loops
-
-
 async def get_models(request: Request) -> Models:
     return request.app.state.use_cases.models
 
@@ -74,17 +70,23 @@ async def get_audit(request: Request) -> AuditTrail:
     return request.app.state.use_cases.audit
 
 
+async def get_apply_setting(request: Request) -> ApplySetting:
+    """How an evaluated learning setting becomes a policy's: the API family's the app's
+    lifespan wired (``app.state.apply_setting``)."""
+    return request.app.state.apply_setting
+
+
 RecommenderDep = Annotated[Recommender, Depends(get_recommender)]
 RewardsDep = Annotated[Rewards, Depends(get_rewards)]
 AdminDep = Annotated[PolicyAdmin, Depends(get_admin)]
 SnapshotsDep = Annotated[Snapshots, Depends(get_snapshots)]
 MonitorDep = Annotated[Monitor, Depends(get_monitor)]
 FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
-LoopsDep = Annotated[Loops, Depends(get_loops)]
 ModelsDep = Annotated[Models, Depends(get_models)]
 FeatureImportancesDep = Annotated[FeatureImportances, Depends(get_feature_importances)]
 EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
 LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 AuditDep = Annotated[AuditTrail, Depends(get_audit)]
+ApplySettingDep = Annotated[ApplySetting, Depends(get_apply_setting)]
 ApiKey = Depends(require_key)
 RecommendKey = Depends(recommend_key)

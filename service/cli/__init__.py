@@ -15,7 +15,6 @@ from service.cli import (
     compare,
     estimate,
     evaluate,
-    event_logs,
     features,
     model,
     replay,
@@ -23,6 +22,7 @@ from service.cli import (
     simulate,
 )
 from service.cli.exit_codes import EPILOG, EXIT_FAILURE, EXIT_USAGE
+from service.personalizer import log_commands
 from service.startup import SettingError, StartupError
 
 
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     bound.register(sub)
     features.register(sub)
     model.register(sub)
-    event_logs.register(sub)
+    log_commands.register(sub)
     return parser
 
 

@@ -122,6 +122,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import ArgumentError
     from tqdm import tqdm
 
+    from service.api.app import LEARNING_SETTINGS
     from service.errors import ApiError
     from service.policies import info_from_record
     from service.schemas.evaluations import EvaluationPolicy
@@ -156,7 +157,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         info = info_from_record(configs[args.log_policy])
         policies = [EvaluationPolicy(name=n, arguments=a) for n, a in args.policy]
         try:
-            candidates, grid = plan(info, policies, args.offline_experimentation)
+            candidates, grid = plan(LEARNING_SETTINGS, info, policies, args.offline_experimentation)
         except ApiError as exc:
             raise UsageError(f"--policy: {exc.message}") from None
         since = float("-inf") if args.since is None else args.since
@@ -182,7 +183,14 @@ def _evaluate(args: argparse.Namespace) -> int:
             def advance_share(share: float) -> None:
                 bar.update(share)
 
-            result = evaluate_on(engine, query, candidates, grid, advance_share)
+            result = evaluate_on(
+                engine,
+                query,
+                candidates,
+                grid,
+                advance_share,
+                describe=LEARNING_SETTINGS.arguments,
+            )
         if not result["events"]:
             raise UsageError(nothing)
     else:
@@ -196,7 +204,9 @@ def _evaluate(args: argparse.Namespace) -> int:
             def advance(events: int) -> None:
                 bar.update(events)
 
-            result = evaluate(decisions, candidates, grid, advance)
+            result = evaluate(
+                decisions, candidates, grid, advance, describe=LEARNING_SETTINGS.arguments
+            )
     rows = _rows(result)
     _print_table(rows, result)
     if args.json is not None:

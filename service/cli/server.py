@@ -288,7 +288,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from service.api.app import make_event_log, make_store
+    from service.api.app import LEARNING_SETTINGS, make_event_log, make_store
     from service.storage.base import StoreUnavailableError
     from service.usecases.audit import CLI, acting_as, rebuild_record
     from service.usecases.rebuild import rebuild_policy
@@ -309,7 +309,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         try:
             names = sorted(event_log.policies()) if args.all else [args.policy]
             for name in names:
-                report = await rebuild_policy(event_log, store, name)
+                report = await rebuild_policy(event_log, store, name, learning=LEARNING_SETTINGS)
                 with acting_as(CLI):
                     event_log.append([], [], [rebuild_record(report, time.time())])
                 print(

@@ -18,6 +18,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 
+from service.api.errors import note_not_found
 from service.console.session import (
     CSRF_FIELD,
     Refused,
@@ -26,7 +27,7 @@ from service.console.session import (
     current_session,
     store_session,
 )
-from service.errors import ApiError, note_not_found
+from service.errors import ApiError
 from service.storage.base import StoreUnavailableError
 
 log = logging.getLogger("bandit.console")

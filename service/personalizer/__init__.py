@@ -1,7 +1,9 @@
 """Azure AI Personalizer's API as an adapter over the core use cases (docs/personalizer.md).
 
 The core (:mod:`service.usecases`) knows nothing of Personalizer; this package translates
-Personalizer's requests onto it and its answers back:
+Personalizer's requests onto it and its answers back, and plugs into the core's seams
+(:mod:`service.usecases.learning_settings`) through the app's lifespan
+(:mod:`service.api.app`):
 
 =====================  ===============================================================
 module                 what it is
@@ -14,6 +16,11 @@ module                 what it is
 ``loop_rewards``       a reward under ``rewardAggregation`` (``earliest``, ``sum``)
 ``multislot``          ``MultiSlot``: a multi-slot rank as one event per slot
 ``vw_arguments``       the learning-policy string: one parser, its table of options
-``dsjson``             the Decision Service log format (``bandit import-log``/``export-log``)
+``dsjson``             the Decision Service log format
+``log_commands``       ``bandit import-log`` / ``export-log``: a loop's log in that format
+``learning_settings``  ``LoopLearningSettings``: the core's ``LearningSettings``, VW-style
+``evaluation_schemas`` the pydantic contracts of Personalizer's evaluations
+``evaluation_views``   an evaluation record in each Personalizer version's shape
+``deps``               ``LoopsDep``: the process's ``Loops`` for the routers
 =====================  ===============================================================
 """

@@ -18,7 +18,6 @@ says what each option does) or this service's JSON policy spec.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -175,14 +174,20 @@ NATIVE_TO_PERSONALIZER = {
     "context": "contextFeatures",
     "arms": "actions",
     "exclude": "excludedActions",
+    "event_id": "eventId",
+    "defer_activation": "deferActivation",
 }
-_NATIVE_FIELD = re.compile(r"\b(context|arms|exclude)\b(?=[\[.:\s])")
+"""The native request's fields a rank request fills, by their Personalizer names."""
 
 
-def _renamed(message: str) -> str:
-    """``message`` of a native 422 with its request paths in Personalizer's names
-    (``context[0].user`` -> ``contextFeatures[0].user``)."""
-    return _NATIVE_FIELD.sub(lambda m: NATIVE_TO_PERSONALIZER[m.group(1)], message)
+def in_rank_request(exc: InvalidRequest) -> InvalidRequest:
+    """``exc``, raised on the native request a rank is served by, located in the rank
+    request: the same message, problem and kind, the location in Personalizer's field names
+    (``["body", "context", 0, "user"]`` -> ``["body", "contextFeatures", 0, "user"]``)."""
+    loc = [NATIVE_TO_PERSONALIZER.get(p, p) if isinstance(p, str) else p for p in exc.loc or []]
+    located = InvalidRequest(exc.message, loc or ["body"], exc.code, problem=exc.problem)
+    located.kind = exc.kind
+    return located
 
 
 def _loc_message(error: Mapping[str, Any], prefix: str) -> str:
@@ -338,6 +343,14 @@ class Loops:
         await self.admin.update_policy(loop, {**engine, **changes, "personalizer": kept})
         return await self.policy_configuration(loop), ignored
 
+    async def apply_setting(self, loop: str, name: str, arguments: str) -> str:
+        """Make the learning setting ``arguments``, named ``name``, the loop's
+        (:meth:`update_policy_configuration`); returns the arguments now in force (the
+        core's :data:`~service.usecases.learning_settings.ApplySetting`)."""
+        contract = PersonalizerPolicy(name=name, arguments=arguments)
+        applied, _ = await self.update_policy_configuration(loop, contract)
+        return applied.arguments
+
     async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)
@@ -384,15 +397,18 @@ class Loops:
                 defer_activation=body.defer_activation,
             )
         except ValidationError as exc:
-            raise InvalidRequest(_loc_message(exc.errors()[0], "body"), ["body"]) from None
+            error = exc.errors()[0]
+            loc = ["body", *error["loc"]]
+            raise in_rank_request(
+                InvalidRequest(_loc_message(error, "body"), loc, problem=error["msg"])
+            ) from None
         if stored_event_id is not None:
             request = request.model_copy(update={"event_id": stored_event_id})
         baseline = next(a for a in ids if a not in excluded)
         try:
             decision = await self.recommender.recommend(request, annotations, serving_of(baseline))
         except InvalidRequest as exc:  # name Personalizer's fields, not /recommend's
-            loc = [NATIVE_TO_PERSONALIZER.get(str(p), p) for p in exc.loc or ["body"]]
-            raise InvalidRequest(_renamed(exc.message), loc) from exc
+            raise in_rank_request(exc) from exc
         ranking = [{"id": r.arm_id, "probability": r.propensity} for r in decision.ranking]
         ranking += [{"id": a, "probability": 0.0} for a in excluded]
         return {

@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.deps import ApiKey, EvaluationsDep
-from service.personalizer.schemas import PersonalizerPolicy
+from service.api.deps import ApiKey, ApplySettingDep, EvaluationsDep
 from service.routers.json_route import JsonRoute
+from service.routers.policies import Name
 from service.schemas import ErrorDetail
-from service.schemas.evaluations import EvaluationRequest, EvaluationView
+from service.schemas.evaluations import EvaluationPolicy, EvaluationRequest, EvaluationView
 from service.usecases.evaluation_views import native_view
 
 router = APIRouter(
@@ -23,7 +23,6 @@ _errors: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorDetail, "description": "unknown policy or evaluation"},
     503: {"model": ErrorDetail, "description": "state store or event log unavailable"},
 }
-Name = Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-]+$")
 EvaluationId = Path(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$")
 
 
@@ -80,14 +79,15 @@ async def delete_evaluation(
 
 @router.post(
     "/{name}/evaluations/{evaluation_id}/apply",
-    response_model=PersonalizerPolicy,
+    response_model=EvaluationPolicy,
     responses=_errors,
 )
 async def apply_evaluated_policy(
     body: ApplyRequest,
     evaluations: EvaluationsDep,
+    apply_setting: ApplySettingDep,
     name: str = Name,
     evaluation_id: str = EvaluationId,
-) -> PersonalizerPolicy:
+) -> EvaluationPolicy:
     """Make an evaluated learning setting the policy's; answers its learning policy."""
-    return await evaluations.apply(name, evaluation_id, body.policy_name)
+    return await evaluations.apply(name, evaluation_id, body.policy_name, apply_setting)

@@ -1,41 +1,44 @@
 """The service's use cases, one module each, over the state store and the event log.
 
-===================  =====================================================================
-module               use case (public surface)
-===================  =====================================================================
-``recommend``        ``Recommender.recommend``: ``POST /recommend``, the plain path
-``recommend_batch``  ``Coalescer``: a policy's concurrent recommendations in batches
-``recommendation``   ``Recommendation`` (the typed answer), ``ServingMode``, ``ServedDecision``
-``event_ids``        ``EventIds``: a client's event id, a repeat answered the original
-``rewards``          ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
-``sweeper``          ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
-``finalizations``    ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
-``admin``            ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
-``snapshots``        ``Snapshots``: export, import, periodic save to the event log
-``models``           ``Models``: the model file (export, import, reset, properties)
-``importance``       ``FeatureRanking.features``: ``GET /policies/{name}/features``
-``importance_jobs``  ``FeatureImportances``: feature-importance jobs over a log range
-``readiness``        ``Monitor``: ``/readyz``, ``/health/dependencies``, backlog, gauges
-``probes``           ``Probe``: a dependency check answered within a bound, never queued
-``policy_cache``     ``PolicyCache``: the cached engine policies and the store transactions
-``events``           ``PendingEvent`` and its ``EventState``
-``candidates``       a request's candidate ids and feature rows
-``json_features``    the same for a policy with ``features`` (JSON feature objects)
-``evaluation_jobs``  ``Evaluations``: offline evaluations of a loop's log, run in worker processes
-``evaluations``      an evaluation's plan, replay and estimates (also ``bandit evaluate``)
-``log_upkeep``       ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
-``audit``            ``AuditTrail``: who changed a policy, its model or its log; the history
-``recovery``         ``Recovery``: rebuild the policies the store lost from the event log
-``rebuild``          ``rebuild_policy``: a policy's state replayed from the event log
-``policies_file``    ``PoliciesFile``: the policies file applied at start (create, overrides)
-``activity``         ``ActivityViews``: the console's aggregates and events from the event log
-``drift_watch``      ``DriftWatch``: each policy's applied rewards watched for a change
-``offline_engine``   ``OfflineEngine``: where offline work runs (this machine or Ray)
-===================  =====================================================================
+=====================  =====================================================================
+module                 use case (public surface)
+=====================  =====================================================================
+``recommend``          ``Recommender.recommend``: ``POST /recommend``, the plain path
+``recommend_batch``    ``Coalescer``: a policy's concurrent recommendations in batches
+``recommendation``     ``Recommendation`` (the typed answer), ``ServingMode``, ``ServedDecision``
+``event_ids``          ``EventIds``: a client's event id, a repeat answered the original
+``rewards``            ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
+``sweeper``            ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
+``finalizations``      ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
+``admin``              ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
+``snapshots``          ``Snapshots``: export, import, periodic save to the event log
+``models``             ``Models``: the model file (export, import, reset, properties)
+``importance``         ``FeatureRanking.features``: ``GET /policies/{name}/features``
+``importance_jobs``    ``FeatureImportances``: feature-importance jobs over a log range
+``readiness``          ``Monitor``: ``/readyz``, ``/health/dependencies``, backlog, gauges
+``probes``             ``Probe``: a dependency check answered within a bound, never queued
+``policy_cache``       ``PolicyCache``: the cached engine policies and the store transactions
+``events``             ``PendingEvent`` and its ``EventState``
+``candidates``         a request's candidate ids and feature rows
+``json_features``      the same for a policy with ``features`` (JSON feature objects)
+``evaluation_jobs``    ``Evaluations``: offline evaluations of a loop's log, run in worker processes
+``evaluations``        an evaluation's plan, replay and estimates (also ``bandit evaluate``)
+``evaluation_views``   an evaluation record in the native API's shape
+``learning_settings``  ``LearningSettings``: the seam an API family reads settings through
+``log_upkeep``         ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
+``audit``              ``AuditTrail``: who changed a policy, its model or its log; the history
+``recovery``           ``Recovery``: rebuild the policies the store lost from the event log
+``rebuild``            ``rebuild_policy``: a policy's state replayed from the event log
+``policies_file``      ``PoliciesFile``: the policies file applied at start (create, overrides)
+``activity``           ``ActivityViews``: the console's aggregates and events from the event log
+``drift_watch``        ``DriftWatch``: each policy's applied rewards watched for a change
+``offline_engine``     ``OfflineEngine``: where offline work runs (this machine or Ray)
+=====================  =====================================================================
 
-Routers (``service.routers``) and any other API family (the Personalizer adapter,
-:mod:`service.personalizer`) call these public methods only;
-:func:`build_use_cases` wires one set per process in the app's lifespan.
+Routers (``service.routers``) and any other API family call these public methods only;
+:func:`build_use_cases` builds one set per process in the app's lifespan, which passes
+the :class:`~service.usecases.learning_settings.LearningSettings` it is wired with and
+builds the adapters (the Personalizer loops) over the set.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service.personalizer.loops import Loops
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink
 from service.storage.state_store import StateStore
@@ -55,6 +57,7 @@ from service.usecases.evaluation_jobs import Evaluations
 from service.usecases.finalizations import ServedTally
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
+from service.usecases.learning_settings import LearningSettings
 from service.usecases.log_upkeep import LogUpkeep
 from service.usecases.models import Models
 from service.usecases.policy_cache import PolicyCache
@@ -72,7 +75,6 @@ __all__ = [
     "FeatureImportances",
     "FeatureRanking",
     "LogUpkeep",
-    "Loops",
     "Models",
     "Monitor",
     "PolicyAdmin",
@@ -102,7 +104,6 @@ class UseCases:
     snapshots: Snapshots
     monitor: Monitor
     features: FeatureRanking
-    loops: Loops
     models: Models
     feature_importances: FeatureImportances
     evaluations: Evaluations
@@ -117,20 +118,21 @@ def build_use_cases(
     sink: LogSink,
     event_log: EventLog,
     settings: Settings,
+    learning: LearningSettings,
     clock: Callable[[], float] = time.time,
     tally: ServedTally | None = None,
 ) -> UseCases:
-    """Every use case over one shared :class:`PolicyCache` of ``store``; ``tally``: the
-    counts an API family keeps of events served other than by the model
-    (:class:`~service.usecases.finalizations.ServedTally`)."""
+    """Every use case over one shared :class:`PolicyCache` of ``store``; ``learning``:
+    how the API family the service is wired with reads learning settings (evaluations,
+    rebuilds); ``tally``: the counts an API family keeps of events served other than by
+    the model (:class:`~service.usecases.finalizations.ServedTally`)."""
     cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock, tally=tally)
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, event_log, settings, audit, clock)
     recommender = Recommender(cache, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
-    loops = Loops(admin, recommender, rewards)
-    recovery = Recovery(cache, sink, event_log, settings, audit)
+    recovery = Recovery(cache, sink, event_log, settings, audit, learning)
     return UseCases(
         store=store,
         sink=sink,
@@ -143,10 +145,9 @@ def build_use_cases(
         snapshots=Snapshots(cache, event_log, settings, audit, clock),
         monitor=Monitor(store, sink, event_log, admin, settings, recovery),
         features=features,
-        loops=loops,
         models=Models(admin, event_log, clock),
         feature_importances=FeatureImportances(admin, settings, clock),
-        evaluations=Evaluations(loops, settings, clock),
+        evaluations=Evaluations(admin, settings, learning, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,
         recovery=recovery,

@@ -24,12 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.personalizer.loops import (
-    Loops,
-)
-from service.personalizer.schemas import PersonalizerPolicy
 from service.schemas import PolicyInfo, PolicySpec
-from service.schemas.evaluations import EvaluationPolicy
+from service.schemas.evaluations import EvaluationPolicy, PolicyArguments
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.evaluations import (
@@ -40,6 +36,7 @@ from service.storage.evaluations import (
     SqlEvaluationStore,
 )
 from service.storage.schema import create_log_engine
+from service.usecases.admin import PolicyAdmin
 from service.usecases.evaluations import (
     BASELINE,
     ONLINE,
@@ -51,6 +48,7 @@ from service.usecases.evaluations import (
     plan,
 )
 from service.usecases.importance import scores_over_log
+from service.usecases.learning_settings import ApplySetting, LearningSettings
 from service.usecases.offline_engine import OfflineEngine
 from service.usecases.worker_pool import WorkerPool
 
@@ -67,10 +65,11 @@ def run_evaluation(
     evaluation_id: str,
     timeout_seconds: float,
     engine: OfflineEngine,
+    learning: LearningSettings,
 ) -> str:
     """Worker entry point (a spawned process): run the evaluation stored as ``(policy,
-    evaluation_id)`` on ``engine`` (:func:`evaluate_on`) and store its result; returns
-    the final status. A deleted record stops the run (on Ray, its tasks are cancelled)."""
+    evaluation_id)`` on ``engine`` (:func:`evaluate_on`, settings written by
+    ``learning``) and store its result; returns the final status. A deleted record stops the run (on Ray, its tasks are cancelled)."""
     from service.storage.sql_log import SqlEventLog
 
     event_log = SqlEventLog(log_url)
@@ -106,7 +105,9 @@ def run_evaluation(
         grid = [PolicySpec.model_validate(g) for g in record.request.get("grid", [])]
         query = DecisionQuery(log_url, policy, record.start_time, record.end_time)
         try:
-            result = evaluate_on(engine, query, candidates, grid, progress, check)
+            result = evaluate_on(
+                engine, query, candidates, grid, progress, check, describe=learning.arguments
+            )
         except TimeoutError:
             store.update(
                 policy,
@@ -166,10 +167,12 @@ def _timestamp(value: datetime) -> float:
 
 @dataclass
 class Evaluations:
-    """Submit, read, delete and apply evaluations (module docstring); one per process."""
+    """Submit, read, delete and apply evaluations (module docstring); one per process.
+    ``learning`` reads and writes the evaluated settings (the app's wiring gives it)."""
 
-    loops: Loops
+    admin: PolicyAdmin
     settings: Settings
+    learning: LearningSettings
     clock: Callable[[], float] = time.time
     owner: str = field(default_factory=lambda: secrets.token_hex(8))
     store: EvaluationStore = field(init=False)
@@ -187,7 +190,7 @@ class Evaluations:
         name: str,
         start: datetime,
         end: datetime,
-        policies: Sequence[EvaluationPolicy | PersonalizerPolicy],
+        policies: Sequence[PolicyArguments],
         offline_experimentation: bool,
         evaluation_id: str | None = None,
         time_fields: tuple[str, str] = ("startTime", "endTime"),
@@ -195,12 +198,12 @@ class Evaluations:
         """Store a new evaluation of ``loop`` and queue its run; a 400 names a bad field
         (the range's by ``time_fields``, the API's names), 409 when ``evaluation_id`` is
         taken."""
-        info = await self.loops.admin.get_policy(loop)
+        info = await self.admin.get_policy(loop)
         start_time, end_time = _timestamp(start), _timestamp(end)
         if end_time <= start_time:
             start_field, end_field = time_fields
             raise InvalidRequest(f"{end_field} must be after {start_field}", ["body", end_field])
-        candidates, grid = plan(info, policies, offline_experimentation)
+        candidates, grid = plan(self.learning, info, policies, offline_experimentation)
         now = self.clock()
         record = EvaluationRecord(
             policy=loop,
@@ -241,6 +244,7 @@ class Evaluations:
             evaluation_id,
             self.settings.evaluation_timeout_seconds,
             OfflineEngine.from_settings(self.settings),
+            self.learning,
         )
         future.add_done_callback(lambda f: self._worker_lost(loop, evaluation_id, f))
 
@@ -260,7 +264,7 @@ class Evaluations:
 
     # ---- reading -------------------------------------------------------------------------
     async def get(self, loop: str, evaluation_id: str) -> EvaluationRecord:
-        await self.loops.admin.get_policy(loop)
+        await self.admin.get_policy(loop)
         record = await asyncio.to_thread(self.store.get, loop, evaluation_id)
         if record is None:
             raise NotFound(
@@ -269,7 +273,7 @@ class Evaluations:
         return record
 
     async def list_evaluations(self, loop: str) -> list[EvaluationRecord]:
-        await self.loops.admin.get_policy(loop)
+        await self.admin.get_policy(loop)
         return await asyncio.to_thread(self.store.list_for, loop)
 
     async def delete(self, loop: str, evaluation_id: str) -> None:
@@ -278,11 +282,13 @@ class Evaluations:
         await asyncio.to_thread(self.store.delete, loop, evaluation_id)
 
     # ---- applying --------------------------------------------------------------------------
-    async def apply(self, loop: str, evaluation_id: str, policy_name: str) -> PersonalizerPolicy:
+    async def apply(
+        self, loop: str, evaluation_id: str, policy_name: str, apply_setting: ApplySetting
+    ) -> EvaluationPolicy:
         """Make the learning setting ``policy_name`` of a succeeded evaluation the loop's
-        (``PUT configurations/policy`` with its arguments: what was learned starts over
-        when the engine changes); the evaluation's status becomes
-        ``optimal_policy_applied``, or ``online_policy_retained`` for the online setting."""
+        by ``apply_setting`` (the API family's: what was learned starts over when the
+        engine changes); the evaluation's status becomes ``optimal_policy_applied``, or
+        ``online_policy_retained`` for the online setting. Returns the setting applied."""
         record = await self.get(loop, evaluation_id)
         if record.result is None:
             raise InvalidRequest(
@@ -307,14 +313,12 @@ class Evaluations:
             arguments = PolicySpec.model_validate(chosen["spec"]).model_dump_json(
                 exclude={"personalizer"}
             )
-        applied, _ = await self.loops.update_policy_configuration(
-            loop, PersonalizerPolicy(name=policy_name, arguments=arguments)
-        )
+        applied = await apply_setting(loop, policy_name, arguments)
         status = (
             "online_policy_retained" if chosen["source"] == ONLINE else "optimal_policy_applied"
         )
         await asyncio.to_thread(self.store.update, loop, evaluation_id, status=status)
-        return applied
+        return EvaluationPolicy(name=policy_name, arguments=applied)
 
     # ---- background --------------------------------------------------------------------------
     async def adopt_once(self) -> list[tuple[str, str]]:

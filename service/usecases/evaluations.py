@@ -44,19 +44,12 @@ from bandit_core.evaluation.progressive import SUM_FIELDS
 from bandit_core.features import SparseRows
 from bandit_core.featurized import featurized_rows
 from service.errors import InvalidRequest
-from service.personalizer.loops import (
-    DEFAULT_LOOP_SPEC,
-    ENGINE_OF_VW,
-    parse_vw_arguments,
-    vw_arguments,
-)
-from service.personalizer.schemas import PersonalizerPolicy
-from service.personalizer.settings import LoopSettings
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo, PolicySpec
-from service.schemas.evaluations import EvaluationPolicy
+from service.schemas.evaluations import PolicyArguments
 from service.storage.base import DecisionRecord, EventLog, LoggedDecision
 from service.usecases.json_features import CachedFeaturizer
+from service.usecases.learning_settings import LearningSettings
 from service.usecases.offline_engine import OfflineEngine
 
 PERIOD_SECONDS = 300.0
@@ -94,17 +87,13 @@ class Candidate:
         return cls(data["name"], data["arguments"], data["source"], spec)
 
 
-def spec_from_arguments(loop: PolicySpec, arguments: str, field_loc: list[str | int]) -> PolicySpec:
-    """The policy spec ``arguments`` describe for a loop with spec ``loop``: a JSON policy
-    spec as is, or VW arguments over the default shared model with the loop's other
-    settings (as ``PUT configurations/policy`` applies them). A 400 names ``field_loc``."""
+def spec_from_arguments(
+    learning: LearningSettings, loop: PolicySpec, arguments: str, field_loc: list[str | int]
+) -> PolicySpec:
+    """The policy spec ``arguments`` describe for a loop with spec ``loop``, as
+    ``learning`` reads them; a 400 names ``field_loc``."""
     try:
-        if arguments.lstrip().startswith("{"):
-            spec = PolicySpec.model_validate_json(arguments)
-        else:
-            changes, _ = parse_vw_arguments(arguments)
-            engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in ENGINE_OF_VW}
-            spec = PolicySpec.model_validate({**loop.model_dump(), **engine, **changes})
+        spec = learning.spec_from_arguments(loop, arguments)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"])
@@ -127,18 +116,10 @@ def spec_from_arguments(loop: PolicySpec, arguments: str, field_loc: list[str | 
     return spec
 
 
-def arguments_of(name: str, spec: PolicySpec) -> str:
-    """How a spec is shown: VW arguments for the default engine, else its JSON."""
-    info = PolicyInfo(
-        name=name, revision="", created_at=0.0, updated_at=0.0, reset_at=0.0, **spec.model_dump()
-    )
-    return vw_arguments(info)
-
-
-def grid_candidates(loop: PolicySpec) -> list[PolicySpec]:
-    """The specs offline experimentation tries (:data:`GRID`); none when the loop's
-    engine is not the default shared model (the grid's settings would not map)."""
-    if loop.algorithm != DEFAULT_LOOP_SPEC.algorithm or loop.features is None:
+def grid_candidates(learning: LearningSettings, loop: PolicySpec) -> list[PolicySpec]:
+    """The specs offline experimentation tries (:data:`GRID`); none when the grid's
+    settings do not map onto the loop's (:meth:`LearningSettings.explorable`)."""
+    if not learning.explorable(loop) or loop.features is None:
         return []
     specs = []
     for epsilon in GRID["epsilon"]:
@@ -161,14 +142,16 @@ def grid_candidates(loop: PolicySpec) -> list[PolicySpec]:
 
 
 def plan(
+    learning: LearningSettings,
     info: PolicyInfo,
-    policies: Sequence[EvaluationPolicy | PersonalizerPolicy],
+    policies: Sequence[PolicyArguments],
     offline_experimentation: bool,
 ) -> tuple[list[Candidate], list[PolicySpec]]:
     """What an evaluation of the policy ``info`` replays: the online setting, Baseline,
-    Random and ``policies`` (a 400 names a bad one), and the grid when asked."""
+    Random and ``policies`` (a 400 names a bad one), and the grid when asked; settings
+    are read and written by ``learning``."""
     loop_spec = spec_of(info)
-    online = LoopSettings.of(info).policy_name
+    online = learning.online_name(info)
     reserved = {online, BASELINE, RANDOM}
     names = [p.name for p in policies]
     for i, p in enumerate(policies):
@@ -178,14 +161,15 @@ def plan(
                 ["body", "policies", i, "name"],
             )
     candidates = [
-        Candidate(online, vw_arguments(info), ONLINE, loop_spec),
+        Candidate(online, learning.arguments(loop_spec), ONLINE, loop_spec),
         Candidate(BASELINE, "first action", BASELINE, None),
         Candidate(RANDOM, "uniform", RANDOM, None),
     ]
     for i, p in enumerate(policies):
-        spec = spec_from_arguments(loop_spec, p.arguments, ["body", "policies", i, "arguments"])
+        loc: list[str | int] = ["body", "policies", i, "arguments"]
+        spec = spec_from_arguments(learning, loop_spec, p.arguments, loc)
         candidates.append(Candidate(p.name, p.arguments, "Custom", spec))
-    return candidates, grid_candidates(loop_spec) if offline_experimentation else []
+    return candidates, grid_candidates(learning, loop_spec) if offline_experimentation else []
 
 
 # ---- the computation (runs in a worker process, or in bandit evaluate) -------------------
@@ -260,16 +244,19 @@ def evaluate(
     candidates: Sequence[Candidate],
     grid: Sequence[PolicySpec],
     progress: Callable[[int], None] | None = None,
+    *,
+    describe: Callable[[PolicySpec], str],
 ) -> dict[str, Any]:
     """The result of an evaluation: per candidate (and the best of ``grid`` as
-    ``OfflineExperimentation``) its per-period sums, and the optimal policy (highest IPS
-    estimate among the learning settings). ``progress`` gets 1 per event replayed."""
+    ``OfflineExperimentation``, its arguments written by ``describe``) its per-period
+    sums, and the optimal policy (highest IPS estimate among the learning settings).
+    ``progress`` gets 1 per event replayed."""
     arrays = LogArrays(decisions)
     periods = [
         candidate_periods(decisions, arrays, c, progress)
         for c in [*candidates, *grid_candidates_of(grid)]
     ]
-    return evaluation_result(candidates, grid, periods, len(decisions))
+    return evaluation_result(candidates, grid, periods, len(decisions), describe)
 
 
 def grid_candidates_of(grid: Sequence[PolicySpec]) -> list[Candidate]:
@@ -337,6 +324,8 @@ def evaluate_on(
     grid: Sequence[PolicySpec],
     progress: Callable[[float], None] | None = None,
     check: Callable[[], None] | None = None,
+    *,
+    describe: Callable[[PolicySpec], str],
 ) -> dict[str, Any]:
     """:func:`evaluate` over the decisions of ``query``: local, here; on Ray, one task
     per candidate and grid setting (:func:`candidate_task`), each reading the log
@@ -346,7 +335,7 @@ def evaluate_on(
         decisions = query.load()
         work = max(1, sum(c.spec is not None for c in candidates) + len(grid)) * len(decisions)
         step = (lambda k: progress(k / work)) if progress is not None else None
-        return evaluate(decisions, candidates, grid, step)
+        return evaluate(decisions, candidates, grid, step, describe=describe)
     tasks = [*candidates, *grid_candidates_of(grid)]
 
     def done(_: int, __: tuple[int, list[list[float]]]) -> None:
@@ -355,7 +344,7 @@ def evaluate_on(
 
     results = engine.map(candidate_task, [(query, c.to_json()) for c in tasks], done, check)
     events = results[0][0] if results else 0
-    return evaluation_result(candidates, grid, [p for _, p in results], events)
+    return evaluation_result(candidates, grid, [p for _, p in results], events, describe)
 
 
 def evaluation_result(
@@ -363,9 +352,11 @@ def evaluation_result(
     grid: Sequence[PolicySpec],
     periods: Sequence[list[list[float]]],
     events: int,
+    describe: Callable[[PolicySpec], str],
 ) -> dict[str, Any]:
     """The stored result of an evaluation from the per-period sums ``periods`` of each
-    candidate, then of each grid setting (in that order) over ``events`` decisions."""
+    candidate, then of each grid setting (in that order) over ``events`` decisions; the
+    best grid setting's arguments as ``describe`` writes them."""
     results: list[dict[str, Any]] = [
         {"name": c.name, "arguments": c.arguments, "source": c.source, "periods": p}
         for c, p in zip(candidates, periods, strict=False)
@@ -376,7 +367,7 @@ def evaluation_result(
         results.append(
             {
                 "name": "Offline experimentation",
-                "arguments": arguments_of("offline", best),
+                "arguments": describe(best),
                 "source": "OfflineExperimentation",
                 "spec": best.model_dump(mode="json"),
                 "periods": best_periods,

@@ -140,7 +140,8 @@ class JsonCandidates:
             X = featurized_rows(cached.featurizer, policy, ctx, hashed)
             named = context_feature_values(cached.featurizer, context) if info.guardrails else None
         except InvalidFeatureError as exc:
-            raise InvalidRequest(str(exc), request_loc(exc.loc, index)) from exc
+            loc = request_loc(exc.loc, index)
+            raise InvalidRequest(str(exc), loc, problem=f"expected {exc.expected}") from exc
         except ConfigError as exc:  # a stored config the engine no longer accepts
             raise InvalidRequest(str(exc), ["body", "policy"]) from exc
         return [a[0] for a in arms], X, named, [entry[1] for entry in entries]
@@ -156,19 +157,24 @@ def check_loggable(value: Any, loc: list[str | int], max_depth: int) -> None:
         item, path, depth = stack.pop()
         if isinstance(item, (dict, list)):
             if depth > max_depth:
-                raise InvalidRequest(f"JSON features nest at most {max_depth} levels deep", path)
+                raise _unloggable(path, f"JSON features nest at most {max_depth} levels deep")
             pairs = item.items() if isinstance(item, dict) else enumerate(item)
             for key, child in pairs:
                 if isinstance(key, str) and "\x00" in key:
-                    raise InvalidRequest("keys must not contain the NUL character (\\u0000)", path)
+                    raise _unloggable(path, "keys must not contain the NUL character (\\u0000)")
                 stack.append((child, [*path, key], depth + 1))
         elif isinstance(item, str):
             if "\x00" in item:
-                raise InvalidRequest("strings must not contain the NUL character (\\u0000)", path)
+                raise _unloggable(path, "strings must not contain the NUL character (\\u0000)")
         elif isinstance(item, float) and not math.isfinite(item):
-            raise InvalidRequest(f"numbers must be finite, but got {item}", path)
+            raise _unloggable(path, f"numbers must be finite, but got {item}")
         elif isinstance(item, int) and not -(1 << 63) <= item < 1 << 63:
-            raise InvalidRequest("integers must fit in 64 bits", path)
+            raise _unloggable(path, "integers must fit in 64 bits")
+
+
+def _unloggable(path: list[str | int], problem: str) -> InvalidRequest:
+    """The error for a value at ``path`` the event log cannot store."""
+    return InvalidRequest(problem, path, problem=problem)
 
 
 def request_loc(loc: Sequence[str | int], arm_index: Sequence[int | None]) -> list[str | int]:

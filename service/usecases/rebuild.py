@@ -2,7 +2,8 @@
 
 The log is the source of truth: the policy's config comes from the ``policies``
 table, and every reward logged for a decision made since the policy's last reset
-(``reset_at``) and not served in Personalizer's LoggingOnly mode is applied in the order
+(``reset_at``) and learned from (:meth:`LearningSettings.learns_at`: not one served in
+Personalizer's LoggingOnly mode) is applied in the order
 the rewards were applied live (their
 ``created_at``), each to the served arm's logged feature vector (for a policy with
 ``features``, its logged JSON featurized again by the policy's featurizer). For the linear
@@ -39,13 +40,12 @@ import numpy as np
 
 from bandit_core import clock_at, policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
-from service.personalizer.learning_modes import mode_at
-from service.personalizer.settings import LOGGING_ONLY, LoopSettings
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision
 from service.storage.state_store import CounterStore, LastSeenIndex, PartStore, PolicyDirectory
 from service.usecases.json_features import logged_rows
+from service.usecases.learning_settings import LearningSettings
 from service.usecases.models import PART_PREFIXES, imported_model_record
 from service.usecases.policy_cache import PULLS_PREFIX
 
@@ -68,15 +68,14 @@ class RebuildReport:
 
 
 def _collect(
-    event_log: EventLog, info: PolicyInfo
+    event_log: EventLog, info: PolicyInfo, learning: LearningSettings
 ) -> tuple[list[LoggedDecision], Counter[str], dict[str, float]]:
-    """Rewarded events in reward order (but those served while the loop was in
-    Personalizer's LoggingOnly mode: logged, never learned), the decisions served per arm
-    and when each arm was last served or rewarded."""
+    """Rewarded events in reward order (but those ``learning`` says the policy did not
+    learn from: logged, never learned), the decisions served per arm and when each arm
+    was last served or rewarded."""
     rewarded: list[LoggedDecision] = []
     pulls: Counter[str] = Counter()
     seen: dict[str, float] = {}
-    settings = LoopSettings.of(info)
     for event in event_log.iter_events(info.name, since=info.reset_at):
         d = event.decision
         if d.degraded:
@@ -84,17 +83,22 @@ def _collect(
         pulls[d.arm_id] += 1
         last = d.created_at if event.reward is None else max(d.created_at, event.reward.created_at)
         seen[d.arm_id] = max(seen.get(d.arm_id, last), last)
-        if event.reward is not None and mode_at(settings, d.created_at) != LOGGING_ONLY:
+        if event.reward is not None and learning.learns_at(info, d.created_at):
             rewarded.append(event)
     rewarded.sort(key=lambda e: e.reward.created_at)  # type: ignore[union-attr]
     return rewarded, pulls, seen
 
 
 async def rebuild_policy(
-    event_log: EventLog, store: RebuildTarget, name: str, replace: bool = True
+    event_log: EventLog,
+    store: RebuildTarget,
+    name: str,
+    replace: bool = True,
+    *,
+    learning: LearningSettings,
 ) -> RebuildReport:
     """Replay ``name``'s log into ``store``: config, every learned part and the counters
-    (:func:`_set_counters`). With ``replace=False`` nothing is written when the store
+    (:func:`_set_counters`); ``learning`` says which decisions the policy learned from. With ``replace=False`` nothing is written when the store
     holds the policy's config already, checked atomically with the write (another
     replica rebuilt it first). Raises KeyError for an unknown policy."""
     configs = await asyncio.to_thread(event_log.policies)
@@ -106,7 +110,7 @@ async def rebuild_policy(
     if imported is not None and imported.created_at == info.reset_at:
         model = policy_from_bytes(imported.data)
         policy.import_parts(model.export_parts(model.part_names()))
-    rewarded, pulls, seen = await asyncio.to_thread(_collect, event_log, info)
+    rewarded, pulls, seen = await asyncio.to_thread(_collect, event_log, info, learning)
     n_decisions = sum(pulls.values())
     config = info.featurizer_config
     featurizer = None if config is None else Featurizer(config)

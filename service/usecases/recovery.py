@@ -32,6 +32,7 @@ from service.schemas import PolicyInfo
 from service.settings import Settings
 from service.storage.base import EventLog, LogSink, StoreUnavailableError
 from service.usecases.audit import SYSTEM, AuditTrail, acting_as
+from service.usecases.learning_settings import LearningSettings
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.rebuild import rebuild_policy
@@ -52,6 +53,7 @@ class Recovery:
     event_log: EventLog
     settings: Settings
     audit: AuditTrail
+    learning: LearningSettings
     # run after a policy is rebuilt (at start: the policies file's reconciliation)
     after_rebuild: Callable[[str], Awaitable[None]] = _nothing
     _directory: dict[str, PolicyInfo] | None = field(default=None, init=False)  # None: unread
@@ -145,7 +147,9 @@ class Recovery:
         try:
             # what this process logged before the store lost the policy is replayed too
             await asyncio.to_thread(self.sink.flush, self.settings.rebuild_check_seconds)
-            report = await rebuild_policy(self.event_log, self.cache.store, name, replace=False)
+            report = await rebuild_policy(
+                self.event_log, self.cache.store, name, replace=False, learning=self.learning
+            )
         except KeyError:  # deleted meanwhile (its log row goes first): not missing
             outcome = "deleted"
             if self._directory is not None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from service.api.app import LEARNING_SETTINGS
 from service.storage.memory_store import InProcessStateStore
 from service.usecases.rebuild import rebuild_policy
 from tests.service.conftest import POLICY, running
@@ -167,7 +168,7 @@ async def test_rebuild_restores_last_seen_and_forgets_idle_arms(make_settings: A
         use_cases = app.state.use_cases
         await asyncio.to_thread(use_cases.sink.flush, 5.0)
         store = InProcessStateStore()
-        await rebuild_policy(use_cases.event_log, store, "p")
+        await rebuild_policy(use_cases.event_log, store, "p", learning=LEARNING_SETTINGS)
     values = await store.read("p", ["arm:x", "arm:y"], {})
     assert values["arm:x"].data is None and values["arm:y"].data is not None
     assert "pulls:x" not in await store.counters("p")

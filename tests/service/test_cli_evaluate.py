@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bandit_core.evaluation import WindowSums, importance_weights, progressive_distribution
+from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.policies import build_policy, info_from_record, spec_of
 from service.storage.sql_log import SqlEventLog
@@ -83,7 +84,7 @@ def test_estimates_are_the_engines_progressive_replay(
         log.close()
     assert len(decisions) == EVENTS
     arrays = LogArrays(decisions)
-    spec = spec_from_arguments(loop, INTERACTIONS, ["arguments"])
+    spec = spec_from_arguments(LEARNING_SETTINGS, loop, INTERACTIONS, ["arguments"])
     dist = progressive_distribution(
         build_policy(spec), logged_events(decisions, rows_function(spec)), 10
     )

@@ -18,6 +18,7 @@ from bandit_core import policy_from_bytes
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import Featurizer, FeaturizerConfig
 from bandit_core.featurized import featurized_rows
+from service.api.app import LEARNING_SETTINGS
 from service.policies import build_policy
 from service.schemas import PolicySpec
 from service.storage.memory_store import InProcessStateStore
@@ -111,7 +112,7 @@ async def test_new_candidates_every_request_learn_one_shared_model(make_settings
         # and a rebuild featurizes it again into the live model
         live = (await http.get("/policies/s/snapshot")).json()["data"]
         store = InProcessStateStore()
-        await rebuild_policy(log, store, "s")
+        await rebuild_policy(log, store, "s", learning=LEARNING_SETTINGS)
         rebuilt = (await store.read("s", ["shared"], {}))["shared"].data
         live_model = policy_from_bytes(base64.b64decode(live))
         model = policy_from_bytes(base64.b64decode(live))
@@ -202,7 +203,9 @@ async def test_diag_linucb_at_bits_16_serves_and_learns_sparse_rows(make_setting
         assert live.policy_stats()["rewarded"] == 3.0
         await _counts(app, "big")
         rebuilt = InProcessStateStore()
-        await rebuild_policy(app.state.use_cases.event_log, rebuilt, "big")
+        await rebuild_policy(
+            app.state.use_cases.event_log, rebuilt, "big", learning=LEARNING_SETTINGS
+        )
         assert (await rebuilt.read("big", ["shared"], {}))["shared"].data == live.export_parts(
             ["shared"]
         )["shared"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fastapi.routing import iter_route_contexts
 
-from service.errors import METHODS
+from service.api.errors import METHODS
 from service.personalizer.routers import PERSONALIZER_PATH
 from tests.service.conftest import running
 

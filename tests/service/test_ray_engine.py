@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.schemas import PolicySpec
 from service.storage.sql_log import SqlEventLog
@@ -190,7 +191,8 @@ def _expected_evaluation(url: str, record: Any) -> Any:
         event_log.close()
     candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
     grid = [PolicySpec.model_validate(g) for g in record.request["grid"]]
-    return json.loads(json.dumps(evaluate(decisions, candidates, grid)))
+    result = evaluate(decisions, candidates, grid, describe=LEARNING_SETTINGS.arguments)
+    return json.loads(json.dumps(result))
 
 
 def _wait_for_task(cluster: RayCluster, node: int, task: str, timeout: float = 600) -> None:

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from bandit_core import policy_from_bytes
+from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.settings import Settings, get_settings
 from service.storage.redis_store import RedisStateStore
@@ -103,7 +104,9 @@ async def test_rebuild_at_start_keeps_the_state_another_replica_wrote(make_setti
         before = (await http.get("/policies/p/stats")).json()
         use_cases = app.state.use_cases
         await asyncio.to_thread(use_cases.sink.flush, 5.0)
-        kept = await rebuild_policy(use_cases.event_log, use_cases.store, "p", replace=False)
+        kept = await rebuild_policy(
+            use_cases.event_log, use_cases.store, "p", replace=False, learning=LEARNING_SETTINGS
+        )
         assert (kept.written, kept.decisions, kept.rewards) == (False, 20, 20)
         assert (await http.get("/policies/p/stats")).json() == before
         await use_cases.store.delete_policy("p")
@@ -111,7 +114,12 @@ async def test_rebuild_at_start_keeps_the_state_another_replica_wrote(make_setti
         stores = [RedisStateStore(settings.redis_url) for _ in range(3)]
         try:
             reports = await asyncio.gather(
-                *(rebuild_policy(use_cases.event_log, s, "p", replace=False) for s in stores)
+                *(
+                    rebuild_policy(
+                        use_cases.event_log, s, "p", replace=False, learning=LEARNING_SETTINGS
+                    )
+                    for s in stores
+                )
             )
         finally:
             for store in stores:

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.api.app import LEARNING_SETTINGS
 from service.personalizer.loops import DEFAULT_LOOP
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import PendingEvent, event_key
@@ -115,7 +116,7 @@ async def test_native_reward_of_any_sign_in_range(make_settings: Any) -> None:
         # the model and its sums survive a rebuild from the log and an export/import
         stats = (await http.get("/policies/p/stats")).json()
         use_cases = app.state.use_cases
-        await rebuild_policy(use_cases.event_log, use_cases.store, "p")
+        await rebuild_policy(use_cases.event_log, use_cases.store, "p", learning=LEARNING_SETTINGS)
         assert learned((await http.get("/policies/p/stats")).json()) == learned(stats)
         snapshot = (await http.get("/policies/p/snapshot")).json()
         assert (await http.put("/policies/q", json=SIGNED)).status_code == 200

@@ -1,13 +1,16 @@
 """Personalizer's error body and auth, scoped to its routes (the native API keeps its own).
 
 :class:`PersonalizerRoute` answers every error of a Personalizer route as
-``{"error": {"code": ..., "message": ...}}``: bad input 400 (the message names the
-field; the code is the route's, e.g. ``InvalidRankRequest``), a missing or wrong key 401,
-an unknown loop or API version 404 ``ResourceNotFound``, the state store down 503 with ``Retry-After``.
+``{"error": {"code": ..., "message": ...}}`` with the code also in the
+``x-ms-error-code`` header: bad input 400 (the message names the field; the code is the
+route's, e.g. ``InvalidRankRequest``), a missing or wrong key 401, a 404 coded by what
+was not found (:data:`NOT_FOUND_CODES`, else ``ResourceNotFound``), a model error 500
+``InternalServerError``, the state store down 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any
 
@@ -17,11 +20,14 @@ from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bandit_core.errors import BanditError
+from bandit_core.errors import BanditError, ModelError
 from service.api.auth import check_key
-from service.errors import ApiError, note_not_found
+from service.api.errors import note_not_found
+from service.errors import ApiError, NotFound, field_path
 from service.routers.json_route import JsonRoute
 from service.storage.base import StoreUnavailableError, TransactionConflictError
+
+log = logging.getLogger("bandit.service")
 
 SUBSCRIPTION_KEY = "Ocp-Apim-Subscription-Key"
 # the code of a 400 per route (endpoint function name); others: BadRequest
@@ -40,6 +46,10 @@ INVALID_INPUT_CODES = {
 # codes from Personalizer's ErrorCode enum (401: Azure's gateway answered code "401");
 # a 409 (an eventId used again with another body) has the code of the route's bad input
 CODE_OF_STATUS = {401: "401", 404: "ResourceNotFound", 413: "PayloadSizeExceeded"}
+# the specification's 404 codes, by what was not found (NotFound.reason), or by route
+NOT_FOUND_CODES = {"evaluation": "EvaluationNotFound", "job": "FeatureImportanceNotFound"}
+NOT_FOUND_CODES_OF_ROUTE = {"get_logs_properties": "LogsPropertiesNotFound"}
+ERROR_CODE_HEADER = "x-ms-error-code"
 
 _subscription_key = APIKeyHeader(
     name=SUBSCRIPTION_KEY, auto_error=False, description="an API key from BANDIT_API_KEYS"
@@ -74,7 +84,7 @@ def error_response(
 ) -> JSONResponse:
     """Personalizer's error body: ``code`` and ``message``, and when known the field as
     ``target``, each problem found in ``details`` and this service's own error type as
-    ``innerError.code``."""
+    ``innerError.code``; ``code`` is also the ``x-ms-error-code`` header."""
     error: dict[str, Any] = {"code": code, "message": message}
     if target is not None:
         error["target"] = target
@@ -82,7 +92,11 @@ def error_response(
         error["details"] = details
     if inner is not None:
         error["innerError"] = {"code": inner}
-    return JSONResponse(status_code=status, content={"error": error}, headers=headers)
+    return JSONResponse(
+        status_code=status,
+        content={"error": error},
+        headers={**(headers or {}), ERROR_CODE_HEADER: code},
+    )
 
 
 def _field(loc: Sequence[str | int]) -> str:
@@ -91,6 +105,24 @@ def _field(loc: Sequence[str | int]) -> str:
     if parts and parts[0] in ("body", "path", "query", "header"):
         parts = parts[1:]
     return ".".join(parts) or "body"
+
+
+def _message(exc: ApiError, field: str | None) -> str:
+    """The message of a bad-input ``exc`` naming its field: ``<field>: <problem>`` when
+    the error says its problem apart (:mod:`service.errors`), else its message, after
+    the field unless the message starts with it."""
+    if exc.problem is not None and exc.loc:
+        return f"{field_path(exc.loc)}: {exc.problem}"
+    if field is None or exc.message.startswith(field.split(".")[0]):
+        return exc.message
+    return f"{field}: {exc.message}"
+
+
+def _not_found_code(exc: ApiError, route: str) -> str:
+    """A 404's code: the specification's for what was not found, else ``ResourceNotFound``."""
+    if isinstance(exc, NotFound) and exc.reason in NOT_FOUND_CODES:
+        return NOT_FOUND_CODES[exc.reason]
+    return NOT_FOUND_CODES_OF_ROUTE.get(route, CODE_OF_STATUS[404])
 
 
 class PersonalizerRoute(JsonRoute):
@@ -141,14 +173,23 @@ class PersonalizerRoute(JsonRoute):
                 note_not_found(request, exc)
                 field = _field(exc.loc) if exc.loc else None
                 if exc.status in (400, 422):
-                    named = field is None or exc.message.startswith(field.split(".")[0])
-                    message = exc.message if named else f"{field}: {exc.message}"
                     return error_response(
-                        400, exc.code or invalid, message, target=field, inner=exc.kind
+                        400, exc.code or invalid, _message(exc, field), target=field, inner=exc.kind
                     )
                 headers = {"WWW-Authenticate": SUBSCRIPTION_KEY} if exc.status == 401 else None
-                code = exc.code or CODE_OF_STATUS.get(exc.status, invalid)
+                if exc.status == 404:
+                    code = exc.code or _not_found_code(exc, self.name)
+                else:
+                    code = exc.code or CODE_OF_STATUS.get(exc.status, invalid)
                 return error_response(exc.status, code, exc.message, headers, target=field)
+            except ModelError as exc:  # the model's fault, not the request's (a 500)
+                policy = getattr(exc, "service_policy", None)
+                log.error("policy %r: model error on %s: %s", policy, request.url.path, exc)
+                return error_response(
+                    500,
+                    "InternalServerError",
+                    f"loop {policy!r} failed (a model error, not the request's): {exc}",
+                )
             except BanditError as exc:
                 return error_response(400, invalid, str(exc), inner=type(exc).__name__)
             except (StoreUnavailableError, TransactionConflictError) as exc:

@@ -12,10 +12,8 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
-from service.api.deps import EvaluationsDep
-from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
-from service.personalizer.routers.routes import ERRORS
-from service.schemas.evaluations import (
+from service.api.deps import ApplySettingDep, EvaluationsDep
+from service.personalizer.evaluation_schemas import (
     EvaluationDetails,
     EvaluationList,
     PersonalizerEvaluation,
@@ -23,12 +21,14 @@ from service.schemas.evaluations import (
     PolicyReference,
     PreviewEvaluation,
 )
-from service.usecases.evaluation_views import (
+from service.personalizer.evaluation_views import (
     evaluation_page,
     preview_details,
     preview_evaluation,
     v1_evaluation,
 )
+from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
+from service.personalizer.routers.routes import ERRORS
 
 EvaluationIdPath = Path(
     alias="evaluationId", min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$"
@@ -70,10 +70,13 @@ def make_evaluations_router(
 
     @router.post("/configurations/applyFromEvaluation", status_code=204, response_class=Response)
     async def apply_from_evaluation(
-        body: PolicyReference, evaluations: EvaluationsDep, loop: str = Loop
+        body: PolicyReference,
+        evaluations: EvaluationsDep,
+        apply_setting: ApplySettingDep,
+        loop: str = Loop,
     ) -> Response:
         """Make an evaluated learning setting the loop's (``configurations/policy``)."""
-        await evaluations.apply(loop, body.evaluation_id, body.policy_name)
+        await evaluations.apply(loop, body.evaluation_id, body.policy_name, apply_setting)
         return Response(status_code=204)
 
     @router.delete("/evaluations/{evaluationId}", status_code=204, response_class=Response)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Response
 
-from service.api.deps import LoopsDep
+from service.personalizer.deps import LoopsDep
 from service.personalizer.multislot import MultiSlot
 from service.personalizer.routers.routes import EventIdPath, personalizer_router
 from service.personalizer.schemas import (

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Path, Response
 
-from service.api.deps import LoopsDep
+from service.personalizer.deps import LoopsDep
 from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
 from service.personalizer.schemas import (
     EventId,

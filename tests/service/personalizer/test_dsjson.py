@@ -20,7 +20,8 @@ import numpy as np
 import orjson
 import pytest
 
-from service.cli import event_logs, main
+from service.cli import main
+from service.personalizer import log_commands
 from service.personalizer.dsjson import DsjsonError, export_line, parse_line
 from service.personalizer.loops import DEFAULT_LOOP_SPEC
 from service.policies import new_info
@@ -207,7 +208,7 @@ def test_a_malformed_line_stops_its_file_unless_skipped(
     log_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # one line a batch: good-1 is written before line 2 fails, the rollback takes it back
-    monkeypatch.setattr(event_logs, "BATCH_EVENTS", 1)
+    monkeypatch.setattr(log_commands, "BATCH_EVENTS", 1)
     status = _import(
         "--loop", LOOP, str(FIXTURES / "storefront.json"), str(FIXTURES / "malformed.json")
     )

@@ -238,7 +238,7 @@ async def test_bad_evaluations_are_400s_naming_the_field(make_settings: Any) -> 
         missing = await http.get(
             "/personalizer/evaluations/nope", params={"api-version": "2022-09-01-preview"}
         )
-        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "ResourceNotFound")
+        assert (missing.status_code, missing.json()["error"]["code"]) == (404, "EvaluationNotFound")
         put = await http.put(
             "/personalizer/evaluations/e1",
             params={"api-version": "x"},
