@@ -107,7 +107,7 @@ def test_estimates_are_the_engines_progressive_replay(
         (["--log-policy", "nope"], "--log-policy 'nope' has no config"),
         (
             ["--log-policy", "shop", "--policy", "x=--cb_explore_adf --bag 5"],
-            "--policy: arguments: '--bag'",
+            "--policy: arguments: --bag is not supported",
         ),
         (
             ["--log-policy", "shop", "--policy", "Random=-q ::"],

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 import pytest
 
+from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.personalizer import log_commands
 from service.personalizer.dsjson import DsjsonError, export_line, parse_line
@@ -290,7 +291,7 @@ def test_export_then_import_changes_nothing_evaluates_and_rebuilds(
         log = SqlEventLog(log_url)
         store = InProcessStateStore()
         try:
-            report = await rebuild_policy(log, store, LOOP)
+            report = await rebuild_policy(log, store, LOOP, learning=LEARNING_SETTINGS)
             assert (report.decisions, report.rewards) == (300, 300)
             parts = await store.read(LOOP, await store.keys(LOOP, [""]), {})
             return b"".join(parts[k].data or b"" for k in sorted(parts) if k != "config")
