@@ -289,6 +289,7 @@ def test_the_entrypoint_needs_a_command(app_dir: Path, tmp_path: Path) -> None:
     assert result.returncode == 2 and "usage" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_cmd_serves_health_and_metrics_of_all_workers(
     app_dir: Path, tmp_path: Path, redis_url: str
 ) -> None:

@@ -67,6 +67,7 @@ def test_upgrade_matches_metadata_and_downgrade_removes_everything(url: str) -> 
     assert {d[1].name for d in _diff(url) if d[0] == "add_table"} == TABLES
 
 
+@pytest.mark.slow
 def test_concurrent_upgrades_on_postgres_serialise(tmp_path: Path) -> None:
     """App processes starting together all run upgrade_head; the advisory lock makes
     them migrate one after the other instead of racing to create the same tables."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,9 +22,11 @@ from pydantic import ValidationError
 from service.api.app import create_app
 from service.schemas import MAX_ABS_FEATURE, RecommendRequest, RewardRequest
 from service.settings import Settings
+from tests.databases import postgres_schema
 from tests.reliability.traffic import HEADERS, spec
+from tests.servers import RedisServer, reliability_settings
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group(__name__)]
 LIMIT = 8192
 
 json_values = st.recursive(
@@ -110,15 +112,34 @@ async def serving(
             yield client, app
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
 async def app_client(
-    make_settings: Callable[..., Settings],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
-    settings = make_settings(log_flush_seconds=0.02, max_body_bytes=LIMIT)
-    policies = {"p": spec(dimension=2, arms=None), "q": spec()}
-    async with serving(settings, policies) as (client, app):
-        assert settings.database_url is not None
-        yield client, app, settings.database_url
+    """One app over a private Redis and PostgreSQL schema for the module (starting them
+    costs seconds): each test asserts relative to the log's counts it reads first."""
+    tmp_path = tmp_path_factory.mktemp("hostile")
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.start()
+    try:
+        with postgres_schema() as database_url:
+            settings = reliability_settings(
+                data_dir=tmp_path / "data",
+                redis_url=redis_server.url,
+                database_url=database_url,
+                log_flush_seconds=0.02,
+                max_body_bytes=LIMIT,
+            )
+            policies = {"p": spec(dimension=2, arms=None), "q": spec()}
+            async with serving(settings, policies) as (client, app):
+                yield client, app, database_url
+    finally:
+        redis_server.stop()
 
 
 async def _settled(app: Any, db_url: str) -> tuple[int, int]:

@@ -26,11 +26,12 @@ async def test_native_evaluations(make_settings: Any) -> None:
         "b": np.array([0.0, 1.0, 0.0]),
         "c": np.array([0.0, 0.0, 1.0]),
     }
+    rounds = 100  # the assertions count events and check intervals, no effect size
     async with running(make_settings()) as (app, http, _):
         assert (
             await http.put("/policies/home", json={**POLICY, "epsilon": 0.3})
         ).status_code == 200
-        for _ in range(300):
+        for _ in range(rounds):
             x = rng.dirichlet(np.ones(3))
             decision = (
                 await http.post("/recommend", json={"policy": "home", "context": x.tolist()})
@@ -41,7 +42,7 @@ async def test_native_evaluations(make_settings: Any) -> None:
                 json={"event_id": decision["event_id"], "reward": float(rng.random() < mu)},
             )
         log = app.state.use_cases.event_log
-        await wait_for(lambda: log.count("home") == (300, 300), timeout=30)
+        await wait_for(lambda: log.count("home") == (rounds, rounds), timeout=30)
         greedy = {**POLICY, "params": {"alpha": 0.0}, "epsilon": 0.1}
         body = {
             "name": "n",
@@ -56,12 +57,12 @@ async def test_native_evaluations(make_settings: Any) -> None:
             "status"
         ] in ("pending", "running"):
             assert time.monotonic() < deadline
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.1)
         assert view["status"] == "succeeded" and view["progress"] == 1.0, view
         results = {r["source"]: r for r in view["results"]}
         assert set(results) == {"Online", "Baseline", "Random", "Custom"}
         for r in results.values():
-            assert r["events"] == 300 == sum(p["events"] for p in r["periods"])
+            assert r["events"] == rounds == sum(p["events"] for p in r["periods"])
             for estimate in (r["ips"], r["snips"]):
                 assert estimate["ci_low"] <= estimate["value"] <= estimate["ci_high"]
         listed = (await http.get("/policies/home/evaluations")).json()

@@ -154,10 +154,10 @@ async def test_an_evaluation_whose_process_died_runs_again_after_a_restart(
         personalizer_loop=True, evaluation_heartbeat_seconds=0.2, evaluation_stale_seconds=1.0
     )
     rng = np.random.default_rng(2)
-    rounds = list(Storefront().rounds(200, replace_at=None, rng=rng))
+    rounds = list(Storefront().rounds(50, replace_at=None, rng=rng))
     async with running(settings) as (app, http, _):
-        await serve(http, rounds, rng.random(200))
-        await logged(app, 200)
+        await serve(http, rounds, rng.random(50))
+        await logged(app, 50)
         created = await http.put(
             "/personalizer/v1.1-preview.3/evaluations/first", json={"name": "first", **WHOLE_LOG}
         )

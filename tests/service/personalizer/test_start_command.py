@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.servers import ROOT, free_port, wait_until_serving
 
@@ -33,6 +34,7 @@ def start_command() -> tuple[dict[str, str], list[str]]:
 OTHER_ADDRESS = "127.0.0.2"  # reached only by a server bound beyond 127.0.0.1
 
 
+@pytest.mark.slow
 def test_the_guides_start_command_serves_other_hosts_with_its_key(tmp_path: Path) -> None:
     env, argv = start_command()
     assert argv[:4] == ["bandit", "serve", "--host", "0.0.0.0"] and "BANDIT_API_KEYS" in env
