@@ -25,6 +25,7 @@ from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.schemas import PolicySpec
 from service.storage.sql_log import SqlEventLog
+from service.usecases.evaluation_jobs import importance_groups
 from service.usecases.evaluations import Candidate, evaluate, load_decisions
 from service.usecases.importance import scores_over_log_in_worker
 from tests.ray_cluster import RayCluster, _descendants, require_ray
@@ -183,15 +184,18 @@ async def _finished_evaluation(app: Any, evaluation_id: str, timeout: float = 24
 
 
 def _expected_evaluation(url: str, record: Any) -> Any:
-    """The local engine's result of ``record``'s request, as stored (JSON)."""
+    """The local engine's result of ``record``'s request, as stored (JSON), with the
+    feature importance an evaluation with offline experimentation adds."""
     event_log = SqlEventLog(url)
     try:
         decisions = load_decisions(event_log, "shop", record.start_time, record.end_time)
+        candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
+        grid = [PolicySpec.model_validate(g) for g in record.request["grid"]]
+        result = evaluate(decisions, candidates, grid, describe=LEARNING_SETTINGS.arguments)
+        if record.request.get("policy_info") is not None:
+            result["feature_importance"] = importance_groups(event_log, record)
     finally:
         event_log.close()
-    candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
-    grid = [PolicySpec.model_validate(g) for g in record.request["grid"]]
-    result = evaluate(decisions, candidates, grid, describe=LEARNING_SETTINGS.arguments)
     return json.loads(json.dumps(result))
 
 
