@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._harness import add_label_argument, table, write_json
-from benchmarks.ray_offline import POLICY, generate
-from service.storage.migrate import upgrade_head
+from benchmarks.ray_offline import POLICY, add_log_arguments, generated_log
 
 WHOLE_LOG = (
     "import sys; from service.cli.log_sources import LogSpec, read_partition; "
@@ -80,29 +79,17 @@ def estimate(url: str, out: Path, env: dict[str, str], engine: list[str]) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--decisions", type=int, default=100_000)
-    parser.add_argument("--days", type=int, default=8)
-    parser.add_argument("--arms", type=int, default=4)
-    parser.add_argument("--dimension", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--database", help="a PostgreSQL URL to fill (default: a private server)")
+    add_log_arguments(parser, decisions=100_000, days=8)
     add_label_argument(parser, "ray_estimate")
     args = parser.parse_args()
 
-    url = args.database
-    if url is None:
-        from tests.databases import OWNED
-
-        url = OWNED.postgres_url()
-    upgrade_head(url)
-    started = time.perf_counter()
-    generate(url, args.decisions, args.days, args.arms, args.dimension, args.seed)
+    url, generate_seconds = generated_log(args)
     setup = {
         "decisions": args.decisions,
         "days": args.days,
         "arms": args.arms,
         "dimension": args.dimension,
-        "generate_seconds": time.perf_counter() - started,
+        "generate_seconds": generate_seconds,
     }
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     whole_mib, _ = run([sys.executable, "-c", WHOLE_LOG, url, POLICY], env)

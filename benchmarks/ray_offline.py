@@ -151,18 +151,19 @@ def run_ray(
         cluster.destroy()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--decisions", type=int, default=20_000)
-    parser.add_argument("--candidates", type=int, default=16)
-    parser.add_argument("--days", type=int, default=4)
+def add_log_arguments(parser: argparse.ArgumentParser, decisions: int, days: int) -> None:
+    """The generated log's options, shared by the Ray benchmarks."""
+    parser.add_argument("--decisions", type=int, default=decisions)
+    parser.add_argument("--days", type=int, default=days)
     parser.add_argument("--arms", type=int, default=4)
     parser.add_argument("--dimension", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--database", help="a PostgreSQL URL to fill (default: a private server)")
-    add_label_argument(parser, "ray_offline")
-    args = parser.parse_args()
 
+
+def generated_log(args: argparse.Namespace) -> tuple[str, float]:
+    """The URL of ``args.database`` (or of a private PostgreSQL server) at the schema's
+    head, filled by :func:`generate`, and the seconds the filling took."""
     url = args.database
     if url is None:
         from tests.databases import OWNED
@@ -171,7 +172,17 @@ def main() -> None:
     upgrade_head(url)
     started = time.perf_counter()
     generate(url, args.decisions, args.days, args.arms, args.dimension, args.seed)
-    generate_seconds = time.perf_counter() - started
+    return url, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_log_arguments(parser, decisions=20_000, days=4)
+    parser.add_argument("--candidates", type=int, default=16)
+    add_label_argument(parser, "ray_offline")
+    args = parser.parse_args()
+
+    url, generate_seconds = generated_log(args)
     query = DecisionQuery(url, POLICY, float("-inf"), float("inf"))
     tasks = [c.to_json() for c in candidates(args.candidates, args.arms, args.dimension)]
     events = args.decisions * len(tasks)
