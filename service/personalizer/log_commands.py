@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from service.cli.arguments import timestamp_argument
+from service.cli.arguments import add_no_progress, timestamp_argument
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.cli.reports import progress_bar
 
@@ -64,9 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="report a malformed line (FILE:LINE on stderr) and go on instead of stopping",
     )
-    importer.add_argument(
-        "--no-progress", action="store_true", help="do not draw the progress bar (on stderr)"
-    )
+    add_no_progress(importer)
     importer.set_defaults(run=_import)
 
     exporter = subparsers.add_parser(
