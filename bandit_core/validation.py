@@ -132,6 +132,20 @@ def check_real(
     return float(value)
 
 
+def check_confidence(confidence: Any) -> float:
+    """A confidence level: a real number strictly between 0 and 1 (an offline estimate's
+    interval, docs/offline.md), else :class:`InvalidInputError` naming ``confidence``."""
+    return check_real(
+        confidence,
+        "confidence",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        high_open=True,
+        error=InvalidInputError,
+    )
+
+
 def check_bool(value: Any, name: str, *, error: type[BanditError] = ConfigError) -> bool:
     """``value`` as a Python bool after checking it is one (numpy bools included; 0 and 1
     are not bools).

@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bandit_core.errors import InvalidInputError
-from bandit_core.validation import check_choice, check_int, check_real
+from bandit_core.validation import check_choice, check_confidence, check_int
 
 Terms = tuple[np.ndarray, np.ndarray]
 
@@ -297,15 +297,7 @@ def estimate(
     """
     check_choice(estimator, "estimator", sorted(_TERMS), error=InvalidInputError)
     n_bootstrap = check_int(n_bootstrap, "n_bootstrap", low=1, error=InvalidInputError)
-    confidence = check_real(
-        confidence,
-        "confidence",
-        low=0.0,
-        high=1.0,
-        low_open=True,
-        high_open=True,
-        error=InvalidInputError,
-    )
+    confidence = check_confidence(confidence)
     checked = _check(reward, action, pscore, action_dist, q_hat)
     num, den = _TERMS[estimator](*checked)
     n = num.size

@@ -33,7 +33,7 @@ from bandit_core.errors import InvalidInputError
 from bandit_core.evaluation.estimators import EstimateResult, estimator_terms, unsupported_terms
 from bandit_core.evaluation.mergeable import EstimateSums, RidgeSums, bootstrap_weights
 from bandit_core.policy import Policy
-from bandit_core.validation import check_int, check_real
+from bandit_core.validation import check_confidence, check_int, check_real
 
 
 def _k_max(events: Sequence[LoggedEvent]) -> int:
@@ -177,10 +177,7 @@ def off_policy_estimates(
     n = len(events)
     _k_max(events)
     folds, ridge_lambda = _check_ridge(n, folds, ridge_lambda)
-    confidence = check_real(
-        confidence, "confidence", low=0.0, high=1.0, low_open=True, high_open=True,
-        error=InvalidInputError,
-    )  # fmt: skip
+    confidence = check_confidence(confidence)
     fold = fold_of(0, n, n, folds)
     sums = partition_estimate_sums(
         policy,

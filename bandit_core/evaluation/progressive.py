@@ -36,7 +36,7 @@ import numpy as np
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
 from bandit_core.policy import AnyPolicy
-from bandit_core.validation import check_real
+from bandit_core.validation import check_confidence
 
 
 @dataclass(frozen=True)
@@ -122,15 +122,7 @@ SUM_FIELDS = tuple(f.name for f in fields(WindowSums))
 
 def _z(confidence: float) -> float:
     """The two-sided standard normal quantile of ``confidence`` (1.96 for 0.95)."""
-    confidence = check_real(
-        confidence,
-        "confidence",
-        low=0.0,
-        high=1.0,
-        low_open=True,
-        high_open=True,
-        error=InvalidInputError,
-    )
+    confidence = check_confidence(confidence)
     return NormalDist().inv_cdf((1 + confidence) / 2)
 
 
