@@ -171,7 +171,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
         app.state.use_cases = use_cases
         # the Personalizer adapter over the core use cases
-        loops = Loops(use_cases.admin, use_cases.recommender, use_cases.rewards)
+        loops = Loops(use_cases.admin, use_cases.recommender, use_cases.rewards, use_cases.store)
         app.state.loops = loops
         app.state.apply_setting = loops.apply_setting
         stack.push_async_callback(use_cases.feature_importances.close)

@@ -48,6 +48,7 @@ from service.personalizer.settings import (
 from service.personalizer.vw_arguments import read_vw_arguments
 from service.policies import spec_of
 from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
+from service.storage.state_store import PartStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.recommend import Recommender
 from service.usecases.rewards import Rewards
@@ -202,6 +203,7 @@ class Loops:
     admin: PolicyAdmin
     recommender: Recommender
     rewards: Rewards
+    store: PartStore  # the apprentice metrics beside the loop's model
 
     async def ensure_default_loop(self) -> bool:
         """Create the default loop unless it exists; whether it was created."""
@@ -308,7 +310,7 @@ class Loops:
         )
         if mode == APPRENTICE and old_mode != APPRENTICE:
             fresh = ApprenticeMetrics(start_time=now).to_json()
-            await self.admin.cache.store.transact(
+            await self.store.transact(
                 loop, [APPRENTICE_METRICS_KEY], lambda _values: {APPRENTICE_METRICS_KEY: fresh}
             )
         return await self.service_configuration(loop)

@@ -127,12 +127,12 @@ def build_use_cases(
     rebuilds); ``tally``: the counts an API family keeps of events served other than by
     the model (:class:`~service.usecases.finalizations.ServedTally`)."""
     cache = PolicyCache(store, settings.metrics_arm_series)
-    rewards = Rewards(cache, sink, settings, clock, tally=tally)
+    rewards = Rewards(cache, store, sink, settings, clock, tally=tally)
     audit = AuditTrail(sink, event_log, clock)
-    admin = PolicyAdmin(cache, event_log, settings, audit, clock)
-    recommender = Recommender(cache, sink, settings, clock)
+    admin = PolicyAdmin(cache, store, event_log, settings, audit, clock)
+    recommender = Recommender(cache, store, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
-    recovery = Recovery(cache, sink, event_log, settings, audit, learning)
+    recovery = Recovery(cache, store, sink, event_log, settings, audit, learning)
     return UseCases(
         store=store,
         sink=sink,
@@ -140,13 +140,13 @@ def build_use_cases(
         cache=cache,
         recommender=recommender,
         rewards=rewards,
-        sweeper=Sweeper(cache, rewards, settings, clock),
+        sweeper=Sweeper(cache, store, rewards, settings, clock),
         admin=admin,
-        snapshots=Snapshots(cache, event_log, settings, audit, clock),
+        snapshots=Snapshots(cache, store, event_log, settings, audit, clock),
         monitor=Monitor(store, sink, event_log, admin, settings, recovery),
         features=features,
-        models=Models(admin, event_log, clock),
-        feature_importances=FeatureImportances(admin, settings, clock),
+        models=Models(admin, store, event_log, clock),
+        feature_importances=FeatureImportances(admin, store, settings, clock),
         evaluations=Evaluations(admin, settings, learning, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,

@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -29,6 +29,7 @@ from service.policies import (
 from service.schemas import ArmStatsOut, PolicyInfo, PolicySpec, PolicyStats
 from service.settings import Settings
 from service.storage.base import EventLog
+from service.storage.state_store import CounterStore, PartStore, PolicyDirectory
 from service.usecases.audit import DELETE, RESET, RETIRE_ARMS, AuditTrail, settings_of
 from service.usecases.policy_cache import METRICS_PREFIX, PULLS_PREFIX, PolicyCache
 
@@ -41,11 +42,18 @@ def check_guardrails_allowed(spec: PolicySpec, settings: Settings) -> None:
         raise InvalidRequest(IMPORT_GUARDRAILS_REFUSED, ["body", "guardrails"])
 
 
+class AdminStore(PolicyDirectory, PartStore, CounterStore, Protocol):
+    """The state store's roles administration calls beside the cache: the policy list,
+    a policy's stored keys (reset keeps its records) and its counters
+    (``service.storage.state_store``)."""
+
+
 @dataclass
 class PolicyAdmin:
     """The policy administration use cases; one per process."""
 
     cache: PolicyCache
+    store: AdminStore
     event_log: EventLog
     settings: Settings
     audit: AuditTrail
@@ -57,7 +65,7 @@ class PolicyAdmin:
 
     async def list_policies(self) -> list[PolicyInfo]:
         out = []
-        for name in sorted(await self.cache.store.list_policies()):
+        for name in sorted(await self.store.list_policies()):
             try:
                 out.append(await self.get_policy(name))
             except NotFound:
@@ -122,7 +130,7 @@ class PolicyAdmin:
         """Delete the policy, its state and its log (the audit trail keeps its records)."""
         old = await self.get_policy(name)
         await asyncio.to_thread(self.event_log.delete_policy, name)
-        await self.cache.store.delete_policy(name)
+        await self.store.delete_policy(name)
         self.cache.forget(name)
         self.audit.record(name, DELETE, before=settings_of(old))
 
@@ -165,7 +173,7 @@ class PolicyAdmin:
     async def _check_have_state(self, name: str, arms: Sequence[str]) -> None:
         """404 naming the ``arms`` with neither a stored part nor a pull count."""
         parts = await self.cache.read(name, [ARM_PREFIX + a for a in arms], {})
-        counters = await self.cache.store.counters(name)
+        counters = await self.store.counters(name)
         unknown = [
             a
             for a in arms
@@ -223,7 +231,7 @@ class PolicyAdmin:
     async def _write_config(
         self, name: str, info: PolicyInfo, records: Mapping[str, bytes | None] | None = None
     ) -> None:
-        await self.cache.store.add_policy(name)
+        await self.store.add_policy(name)
         await self.cache.replace(name, {CONFIG_KEY: encode_info(info), **(records or {})})
 
     async def _reset_state(self, name: str, info: PolicyInfo) -> None:
@@ -231,7 +239,7 @@ class PolicyAdmin:
         write ``info``, keeping the records the use cases keep beside the model
         (``metrics:`` keys, such as a loop's apprentice metrics): they count events that
         happened, which a new model does not undo."""
-        kept = await self.cache.store.keys(name, [METRICS_PREFIX])
-        records = await self.cache.store.read(name, kept, {}) if kept else {}
-        await self.cache.store.delete_policy(name)
+        kept = await self.store.keys(name, [METRICS_PREFIX])
+        records = await self.store.read(name, kept, {}) if kept else {}
+        await self.store.delete_policy(name)
         await self._write_config(name, info, {k: v.data for k, v in records.items()})

@@ -2,7 +2,7 @@
 (docs/architecture.md, "POST /recommend").
 
 An id is registered to its policy before its decision is stored
-(``StateStore.register_event``); a request whose id is registered already answers the
+(``EventRegistry.register_event``); a request whose id is registered already answers the
 stored response when its body is the original's (``PendingEvent.request_digest``), else
 409. A request that finds the id registered but its decision not stored yet (a concurrent
 request with the same id) waits for it: on the in-process request's completion when this
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from service.errors import Conflict
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
+from service.storage.state_store import EventRegistry
 from service.usecases.events import PendingEvent, event_key
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.recommendation import Recommendation
@@ -34,6 +35,7 @@ class EventIds:
     """The client event ids of one process's recommendations."""
 
     cache: PolicyCache
+    store: EventRegistry
     settings: Settings
     wait_seconds: float = CONCURRENT_WAIT_SECONDS
     # event id -> set once this process's request holding it stored its decision or failed
@@ -42,7 +44,7 @@ class EventIds:
     async def original(self, name: str, event_id: str, digest: str | None) -> Recommendation | None:
         """The stored recommendation of the client's ``event_id`` (None when it is new);
         409 when the id belongs to another policy or came with another request body."""
-        owner = await self.cache.store.event_policy(event_id)
+        owner = await self.store.event_policy(event_id)
         if owner is None:
             return None
         if owner != name:
@@ -63,15 +65,13 @@ class EventIds:
 
     async def register(self, event_id: str, name: str) -> bool:
         """Register ``event_id`` to the policy ``name``; False when it is taken."""
-        return await self.cache.store.register_event(
-            event_id, name, self.settings.event_ttl_seconds
-        )
+        return await self.store.register_event(event_id, name, self.settings.event_ttl_seconds)
 
     async def register_all(self, event_ids: list[str], name: str) -> list[bool]:
         """Register each of ``event_ids`` (one round trip); which ones were free. None is
         registered when the store is down."""
         try:
-            return await self.cache.store.register_events(
+            return await self.store.register_events(
                 event_ids, name, self.settings.event_ttl_seconds
             )
         except StoreUnavailableError:

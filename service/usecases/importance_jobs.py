@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from service.errors import ApiError, Conflict, InvalidRequest, NotFound
 from service.schemas import FeatureImportanceJob, PolicyInfo
 from service.settings import Settings
+from service.storage.state_store import PartStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.importance import log_range_featurizer, scores_over_log_on
 from service.usecases.offline_engine import OfflineEngine
@@ -52,6 +53,7 @@ class FeatureImportances:
     """The feature-importance job use cases; one per process."""
 
     admin: PolicyAdmin
+    store: PartStore  # the jobs' records, beside the loop's namespace
     settings: Settings
     clock: Callable[[], float] = time.time
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -98,7 +100,7 @@ class FeatureImportances:
                 INDEX_KEY: json.dumps([*ids, job_id]).encode(),
             }
 
-        await self.admin.cache.store.transact(jobs_namespace(loop), [INDEX_KEY, key], add)
+        await self.store.transact(jobs_namespace(loop), [INDEX_KEY, key], add)
         task = asyncio.create_task(self._run(loop, info.model_copy(), job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -144,7 +146,7 @@ class FeatureImportances:
                 return {key: done.model_dump_json().encode()}
 
             try:
-                await self.admin.cache.store.transact(jobs_namespace(loop), [key], finish)
+                await self.store.transact(jobs_namespace(loop), [key], finish)
             except Exception:
                 log.exception("could not store feature importance %r of loop %r", job.id, loop)
 
@@ -183,7 +185,7 @@ class FeatureImportances:
             ids = [i for i in json.loads(values[INDEX_KEY] or b"[]") if i != job_id]
             return {key: None, INDEX_KEY: json.dumps(ids).encode()}
 
-        await self.admin.cache.store.transact(jobs_namespace(loop), [INDEX_KEY, key], remove)
+        await self.store.transact(jobs_namespace(loop), [INDEX_KEY, key], remove)
 
     async def close(self) -> None:
         """Cancel the jobs still running and stop the job process (at shutdown; the jobs

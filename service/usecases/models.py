@@ -33,7 +33,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import ValidationError
@@ -57,6 +57,7 @@ from service.schemas import PolicyInfo, PolicySpec
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
+from service.storage.state_store import LastSeenIndex, PartStore
 from service.usecases.admin import PolicyAdmin, check_guardrails_allowed
 from service.usecases.audit import MODEL_IMPORT, changed_settings
 from service.usecases.policy_cache import PolicyCache
@@ -96,12 +97,12 @@ class ModelTimes:
     modified_at: float
 
 
-async def read_whole_policy(cache: PolicyCache, name: str) -> WholePolicy:
+async def read_whole_policy(cache: PolicyCache, store: PartStore, name: str) -> WholePolicy:
     """The config and every stored part of ``name`` (arms, shared, users), read in one
     round trip after listing the parts; 404 for an unknown policy. The model version is
     the sum of the parts' store versions (:meth:`Runtime.model_version
     <service.policies.Runtime.model_version>` over all parts)."""
-    names = await cache.store.keys(name, PART_PREFIXES)
+    names = await store.keys(name, PART_PREFIXES)
     values = await cache.read(name, [CONFIG_KEY, *names], {})
     config = values[CONFIG_KEY].data
     if config is None:
@@ -183,17 +184,24 @@ def decode_model(
     return spec, target
 
 
+class ModelStore(PartStore, LastSeenIndex, Protocol):
+    """The state store's roles the model file calls beside the cache: a policy's stored
+    parts (export, import) and the last-seen index (import)
+    (``service.storage.state_store``)."""
+
+
 @dataclass
 class Models:
     """The model use cases; one per process."""
 
     admin: PolicyAdmin
+    store: ModelStore
     event_log: EventLog
     clock: Callable[[], float] = time.time
 
     async def export_model(self, name: str) -> bytes:
         """The model file of ``name`` (404 unknown policy)."""
-        whole = await read_whole_policy(self.admin.cache, name)
+        whole = await read_whole_policy(self.admin.cache, self.store, name)
         return encode_model(whole, self.clock())
 
     async def import_model(
@@ -226,7 +234,7 @@ class Models:
                 "to give the policy the file's settings"
             )
         info = new_info(name, spec, self.clock(), old, reset=True)
-        stored = await self.admin.cache.store.keys(name, PART_PREFIXES)
+        stored = await self.store.keys(name, PART_PREFIXES)
         parts = policy.export_parts(policy.part_names())
         values: dict[str, bytes | None] = {
             **dict.fromkeys(stored),
@@ -244,7 +252,7 @@ class Models:
         await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
         await self.admin.cache.replace(name, values)
         # the imported arms count as seen now (arm_idle_seconds runs from the import)
-        await self.admin.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, info.reset_at))
+        await self.store.mark_seen(name, dict.fromkeys(policy.arm_ids, info.reset_at))
         before, after = changed_settings(old, info)
         self.admin.audit.record(
             name,

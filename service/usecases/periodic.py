@@ -35,7 +35,7 @@ async def each_period(
     """Run ``job(period)`` at the start of each period until ``stop``: period ``n`` is
     ``[n * seconds, (n + 1) * seconds)`` of ``clock`` (unix seconds), the same in every
     replica, so replicas that claim the period in the store do its work once between
-    them (``StateStore.claim_period``)."""
+    them (``PeriodClaims.claim_period``)."""
     while not stop.is_set():
         now = clock()
         period = math.floor(now / seconds)

@@ -4,14 +4,15 @@ State parts live in the store under the engine's part names (``arm:<id>``, ``sha
 ``user:<id>``) beside the policy's ``config``; every process keeps one
 :class:`~service.policies.Runtime` per policy name and loads only the parts whose store
 version changed (one round trip per decision). Every use case reads and writes policy
-state through one :class:`PolicyCache`.
+state through one :class:`PolicyCache`, which takes of the state store only the roles
+it calls (:class:`CachedStore`); a use case that needs another role takes it itself.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
 from bandit_core.policy import ARM_PREFIX
@@ -26,12 +27,18 @@ from service.storage.base import (
     TransactionFn,
     VersionedValue,
 )
-from service.storage.state_store import StateStore
+from service.storage.state_store import CounterStore, LastSeenIndex, PartStore
 from service.usecases.events import EVENT_PREFIX
 
 PULLS_PREFIX = "pulls:"  # the counter of an arm's decisions: pulls:<id>
 METRICS_PREFIX = "metrics:"  # a use case's own record beside the parts (metrics:apprentice)
 NOT_PARTS = (EVENT_PREFIX, METRICS_PREFIX)
+
+
+class CachedStore(PartStore, CounterStore, LastSeenIndex, Protocol):
+    """The state store's roles :class:`PolicyCache` calls: the parts and their
+    transactions, the counters (the arms ever served) and the last-seen index (arms
+    forgotten) (``service.storage.state_store``)."""
 
 
 class PolicyRebuilding(StoreUnavailableError):
@@ -62,7 +69,7 @@ def arms_of(parts: Sequence[str]) -> list[str]:
 class PolicyCache:
     """Engine policies of this process by name, brought up to date from ``store``."""
 
-    def __init__(self, store: StateStore, metric_arms: int = 0) -> None:
+    def __init__(self, store: CachedStore, metric_arms: int = 0) -> None:
         """``metric_arms``: how many registered arms of a policy get their own metric
         series (``Runtime.labelled_arms``; ``Settings.metrics_arm_series``)."""
         self.store = store

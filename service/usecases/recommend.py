@@ -38,6 +38,7 @@ from service.storage.base import (
     StoreUnavailableError,
     VersionedValue,
 )
+from service.storage.state_store import EventRegistry
 from service.usecases.candidates import build_candidates
 from service.usecases.event_ids import EventIds
 from service.usecases.events import event_key, request_digest
@@ -65,6 +66,7 @@ class Recommender:
     """The recommend use case; one per process."""
 
     cache: PolicyCache
+    store: EventRegistry  # a client's event ids (:mod:`service.usecases.event_ids`)
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
@@ -73,7 +75,7 @@ class Recommender:
     batches: Coalescer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.event_ids = EventIds(self.cache, self.settings)
+        self.event_ids = EventIds(self.cache, self.store, self.settings)
         self.batches = Coalescer(self)
 
     async def recommend(

@@ -35,7 +35,7 @@ from service.usecases.audit import SYSTEM, AuditTrail, acting_as
 from service.usecases.learning_settings import LearningSettings
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache
-from service.usecases.rebuild import rebuild_policy
+from service.usecases.rebuild import RebuildTarget, rebuild_policy
 
 log = logging.getLogger("bandit.service")
 
@@ -49,6 +49,7 @@ class Recovery:
     """The rebuild of policies missing from the store; one per process."""
 
     cache: PolicyCache
+    store: RebuildTarget
     sink: LogSink
     event_log: EventLog
     settings: Settings
@@ -73,7 +74,7 @@ class Recovery:
         """Read the log's ``policies`` table, start the rebuild of each policy the store
         does not list, and return :meth:`missing`."""
         directory = await self._read_directory()
-        present = set(await self.cache.store.list_policies())
+        present = set(await self.store.list_policies())
         for name in sorted(directory.keys() - present):
             if name not in self._stand_ins:
                 self._register(name, self.cache.new_runtime(directory[name]))
@@ -148,7 +149,7 @@ class Recovery:
             # what this process logged before the store lost the policy is replayed too
             await asyncio.to_thread(self.sink.flush, self.settings.rebuild_check_seconds)
             report = await rebuild_policy(
-                self.event_log, self.cache.store, name, replace=False, learning=self.learning
+                self.event_log, self.store, name, replace=False, learning=self.learning
             )
         except KeyError:  # deleted meanwhile (its log row goes first): not missing
             outcome = "deleted"

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bandit_core.drift import PageHinkleyConfig
 from service.errors import Conflict, InvalidRequest, NotFound
@@ -25,6 +26,7 @@ from service.observability import metrics
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
 from service.storage.base import LATE_SOURCE, LogSink, RewardRecord
+from service.storage.state_store import DeadlineIndex, EventRegistry
 from service.usecases.drift_watch import DriftWatch
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.finalizations import (
@@ -37,11 +39,17 @@ from service.usecases.finalizations import (
 from service.usecases.policy_cache import PolicyCache
 
 
+class RewardedStore(EventRegistry, DeadlineIndex, Protocol):
+    """The state store's roles the rewards call beside the cache: which policy owns an
+    event, and when a finished event is deleted (``service.storage.state_store``)."""
+
+
 @dataclass
 class Rewards:
     """The reward and activation use cases; one per process."""
 
     cache: PolicyCache
+    store: RewardedStore
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
@@ -57,7 +65,7 @@ class Rewards:
 
     async def reward(self, req: RewardRequest) -> RewardResponse:
         """Apply ``req.reward`` to the served arm of ``req.event_id`` exactly once."""
-        name = await self.cache.store.event_policy(req.event_id)
+        name = await self.store.event_policy(req.event_id)
         if name is None:
             raise NotFound(f"event_id {req.event_id!r} is unknown or expired", reason="event")
         runtime, _, raw = await self.cache.load(name, extra=[event_key(req.event_id)])
@@ -108,12 +116,12 @@ class Rewards:
 
     async def owner(self, event_id: str) -> str | None:
         """The policy that made the decision ``event_id`` (None: unknown or expired)."""
-        return await self.cache.store.event_policy(event_id)
+        return await self.store.event_policy(event_id)
 
     async def activate(self, event_id: str) -> ActivateResponse:
         """Activate a deferred event: from now on it is learned from (and its default
         reward is due ``reward_wait_seconds`` from now)."""
-        name = await self.cache.store.event_policy(event_id)
+        name = await self.store.event_policy(event_id)
         if name is None:
             raise NotFound(f"event_id {event_id!r} is unknown or expired", reason="event")
         runtime, _, raw = await self.cache.load(name, extra=[event_key(event_id)])
@@ -133,7 +141,7 @@ class Rewards:
         deadline = self.clock() + runtime.info.reward_wait_seconds
         written = await self.cache.transact(runtime, name, [key], fn)
         if written:
-            await self.cache.store.schedule(name, event_id, deadline)
+            await self.store.schedule(name, event_id, deadline)
         return ActivateResponse(event_id=event_id, activated=True)
 
     async def record_final(
@@ -177,7 +185,7 @@ class Rewards:
         retention = now + self.settings.done_event_retention_seconds
         seen = None if source is None else {event.arm_id: now}  # the update saw the arm
         with step("schedule"):
-            await self.cache.store.schedule(name, event_id, retention, counters, seen)
+            await self.store.schedule(name, event_id, retention, counters, seen)
 
     def log_held_rewards(self, name: str, event_id: str, event: PendingEvent) -> None:
         """Submit the rewards an expired event held for an activation that never came

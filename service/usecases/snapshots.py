@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import bandit_core
 from bandit_core import BanditError
@@ -21,6 +22,7 @@ from service.schemas import Snapshot
 from service.settings import Settings
 from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
+from service.storage.state_store import LastSeenIndex, PartStore, PeriodClaims, PolicyDirectory
 from service.usecases.audit import SNAPSHOT_RESTORE, AuditTrail
 from service.usecases.models import read_whole_policy
 from service.usecases.periodic import count_unavailable, each_period
@@ -32,11 +34,18 @@ SNAPSHOT_FIELDS = ("algorithm", "dimension")  # what a snapshot's state must sha
 log = logging.getLogger("bandit.service")
 
 
+class SnapshotStore(PartStore, LastSeenIndex, PolicyDirectory, PeriodClaims, Protocol):
+    """The state store's roles the snapshots call beside the cache: a policy's stored
+    parts (export), the last-seen index (import), the policy list and the periods
+    claimed (the periodic save) (``service.storage.state_store``)."""
+
+
 @dataclass
 class Snapshots:
     """The snapshot use cases; one per process."""
 
     cache: PolicyCache
+    store: SnapshotStore
     event_log: EventLog
     settings: Settings
     audit: AuditTrail
@@ -45,7 +54,7 @@ class Snapshots:
     async def export_snapshot(self, name: str) -> Snapshot:
         """The whole model of ``name``: the state of every stored arm, the shared part and
         every user part (:func:`~service.usecases.models.read_whole_policy`)."""
-        whole = await read_whole_policy(self.cache, name)
+        whole = await read_whole_policy(self.cache, self.store, name)
         return Snapshot(
             policy=name,
             algorithm=whole.info.algorithm,
@@ -78,7 +87,7 @@ class Snapshots:
             )
         await self.cache.replace(name, policy.export_parts(policy.part_names()))
         # the imported arms count as seen now (arm_idle_seconds runs from the import)
-        await self.cache.store.mark_seen(name, dict.fromkeys(policy.arm_ids, self.clock()))
+        await self.store.mark_seen(name, dict.fromkeys(policy.arm_ids, self.clock()))
         self.audit.record(
             name, SNAPSHOT_RESTORE, detail={"arms": len(policy.arm_ids), "bytes": len(blob)}
         )
@@ -92,9 +101,8 @@ class Snapshots:
         ``bandit_snapshot_failures_total`` and the others go on; its period has no
         snapshot: the claim is not given back, so no replica saves it twice."""
         saved = 0
-        store = self.cache.store
-        for name in await store.list_policies():
-            if not await store.claim_period(name, SNAPSHOT_JOB, period):
+        for name in await self.store.list_policies():
+            if not await self.store.claim_period(name, SNAPSHOT_JOB, period):
                 continue
             try:
                 snap = await self.export_snapshot(name)

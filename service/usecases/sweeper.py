@@ -19,12 +19,19 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
+from typing import Protocol
 
 from service.errors import Conflict, NotFound
 from service.observability import metrics
 from service.policies import Runtime
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
+from service.storage.state_store import (
+    CounterStore,
+    DeadlineIndex,
+    LastSeenIndex,
+    PolicyDirectory,
+)
 from service.usecases.events import SOURCE_OF_STATE, EventState, PendingEvent, event_key
 from service.usecases.finalizations import EventAlreadyFinalError, Outcome, contained
 from service.usecases.periodic import every
@@ -32,11 +39,17 @@ from service.usecases.policy_cache import PolicyCache
 from service.usecases.rewards import Rewards
 
 
+class SweptStore(PolicyDirectory, DeadlineIndex, CounterStore, LastSeenIndex, Protocol):
+    """The state store's roles the sweeper calls: the policy list, the deadlines, the
+    pending count and the last-seen index (``service.storage.state_store``)."""
+
+
 @dataclass
 class Sweeper:
     """The sweeper use case; one per process."""
 
     cache: PolicyCache
+    store: SweptStore
     rewards: Rewards
     settings: Settings
     clock: Callable[[], float] = time.time
@@ -46,7 +59,7 @@ class Sweeper:
         A policy whose sweep fails is logged and counted (``bandit_sweeper_errors_total``)
         and the other policies are swept; an unreachable store ends the call."""
         done = 0
-        for name in await self.cache.store.list_policies():
+        for name in await self.store.list_policies():
             with (
                 contained(
                     f"sweeper: policy {name!r}",
@@ -66,7 +79,7 @@ class Sweeper:
     async def _sweep_policy(self, name: str) -> int:
         """Finalize up to ``sweeper_batch`` due events of ``name``, oldest first; an event
         that fails is logged with its id and counted, and the others go on."""
-        store = self.cache.store
+        store = self.store
         now = self.clock()
         due, counters = await asyncio.gather(
             store.due_events(name, now, self.settings.sweeper_batch),
@@ -125,7 +138,7 @@ class Sweeper:
     ) -> int:
         """Finalize (1) or delete (0) the due event ``event_id`` (None: gone)."""
         if event is None:
-            await self.cache.store.unschedule(name, event_id)
+            await self.store.unschedule(name, event_id)
             return 0
         if not event.pending:
             await self._delete_done(runtime, name, event_id)
@@ -163,7 +176,7 @@ class Sweeper:
         policy's ``arm_idle_seconds`` (registered arms excepted: they only leave the
         last-seen index until next seen), at most ``sweeper_batch`` per call, and drop
         the arms this process cached but never stored; returns the arms forgotten."""
-        store = self.cache.store
+        store = self.store
         cutoff = self.clock() - float(runtime.info.arm_idle_seconds or 0.0)
         taken = await store.take_idle(name, cutoff, self.settings.sweeper_batch)
         registered = set(runtime.info.arms or ())
@@ -182,7 +195,7 @@ class Sweeper:
 
     async def _put_back(self, name: str, arms: list[str], when: float) -> None:
         try:
-            await self.cache.store.mark_seen(name, dict.fromkeys(arms, when))
+            await self.store.mark_seen(name, dict.fromkeys(arms, when))
         except StoreUnavailableError:
             pass  # the store is down: the arms' state stays until they are seen again
 
@@ -216,11 +229,11 @@ class Sweeper:
             if kept_until[0] is not None:
                 # still on its pending deadline (the finalizing process failed to schedule
                 # its retention): move it, or it would come due at every sweep
-                await self.cache.store.schedule(name, event_id, kept_until[0])
+                await self.store.schedule(name, event_id, kept_until[0])
             return
         if deleted and deleted[0].state in (EventState.REWARDED, EventState.DEFAULTED):
             self.rewards.log_reward(name, event_id, deleted[0])
-        await self.cache.store.unschedule(name, event_id)
+        await self.store.unschedule(name, event_id)
 
 
 def _overdue(events: Iterable[PendingEvent | None], now: float) -> float:
