@@ -91,7 +91,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, Self, TypeAlias, cast, runtime_checkable
 
 import numpy as np
@@ -116,6 +116,7 @@ from bandit_core.parts import (
     unpack_policy,
 )
 from bandit_core.selection import (
+    Decision,
     Ranking,
     best_score,
     non_finite_score_error,
@@ -200,38 +201,6 @@ class GuardrailOutcome:
     unconstrained_arm_id: str
     argmax_blocked: bool
     safe_arm_served: bool
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The outcome of :meth:`Policy.select`.
-
-    ``ranking`` holds every candidate id, the served arm first, then the other eligible
-    arms by descending score, then blocked arms. ``scores``, ``widths`` (confidence
-    width, ``None`` for algorithms without one) and ``propensities`` are arrays of
-    shape ``(K,)`` aligned with ``ranking``: ``propensities[i]`` is the probability
-    that ``ranking[i]`` is served, ``(1 - eps) * 1[argmax] / #tied + eps / K_eligible``.
-    ``state_changed`` names the state parts the selection itself changed and a store
-    must save (guardrail counters, LNUCB-TA's arm count and its cold-started arms, HARE's
-    cluster assignments; not the prior of a cold-started arm, which any process
-    recreates identically);
-    ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
-    """
-
-    arm_id: str
-    ranking: tuple[str, ...]
-    scores: np.ndarray
-    widths: np.ndarray | None
-    propensities: np.ndarray
-    explored: bool
-    guardrail: GuardrailOutcome | None = None
-    state_changed: tuple[str, ...] = ()
-    extras: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def propensity(self) -> float:
-        """Probability with which the served arm was chosen."""
-        return float(self.propensities[0])
 
 
 @dataclass(frozen=True)
@@ -483,17 +452,13 @@ class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
         plan = Ranking(
             ids, scores, widths, keys, order, eligible, served, tied, n_tied, n_eligible, epsilon
         )
-        ranked = plan.ranked()
         decision = Decision(
             arm_id=ids[served],
-            ranking=tuple(map(ids.__getitem__, ranked.tolist())),
-            scores=scores[ranked],
-            widths=None if widths is None else widths[ranked],
-            propensities=plan.propensities(ranked),
             explored=explored,
+            plan=plan,
             guardrail=outcome,
             state_changed=(self._parts_changed_by_new_arms(created) if created else ()) + changed,
-            extras={} if self._NO_EXTRAS else self._decision_extras(ids, ranked, ctx),
+            extras={} if self._NO_EXTRAS else self._decision_extras(ids, plan.ranked(), ctx),
         )
         return self._finish_select(decision)
 

@@ -1,17 +1,21 @@
-"""The steps of a selection that need no policy state: the ranking and propensities of
-a decision (docs/algorithms.md section 5), the input checks of sparse rows and
+"""The steps of a selection that need no policy state: a selection's :class:`Decision`,
+whose ranking and propensities (docs/algorithms.md section 5) are computed from its
+:class:`RankingPlan` when first read, the input checks of sparse rows and
 ``select_until`` targets, and the error for a non-finite score.
 
 >>> import numpy as np
 >>> r = Ranking(["a", "b", "c"], np.array([0.1, 0.9, 0.5]), None, np.zeros(3), None, None, 1, None, 1, 3, 0.3)
->>> [r.ids[i] for i in r.ranked()], np.round(r.propensities(r.ranked()), 2).tolist()
-(['b', 'c', 'a'], [0.8, 0.1, 0.1])
+>>> r.ranking(), np.round(r.ranked_propensities(), 2).tolist()
+(('b', 'c', 'a'), [0.8, 0.1, 0.1])
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -20,11 +24,110 @@ from bandit_core.errors import BanditError, InvalidInputError, ModelError
 from bandit_core.features import SparseRows
 from bandit_core.validation import check_matrix, check_sparse_rows, check_vector
 
+if TYPE_CHECKING:
+    from bandit_core.policy import GuardrailOutcome
+
+
+class RankingPlan(Protocol):
+    """Where a :class:`~bandit_core.policy.Decision` takes its candidates in serving
+    order from, when they are first read: a selection's :class:`Ranking`, or a
+    :class:`FixedRanking`."""
+
+    def ranking(self) -> tuple[str, ...]:
+        """Every candidate id: the served arm first, then the other eligible arms by
+        descending score, then the blocked arms."""
+        ...
+
+    def ranked_scores(self) -> np.ndarray:
+        """The candidates' scores in the order of :meth:`ranking`."""
+        ...
+
+    def ranked_widths(self) -> np.ndarray | None:
+        """Their confidence widths in that order (None: the algorithm has none)."""
+        ...
+
+    def ranked_propensities(self) -> np.ndarray:
+        """The probability of serving each candidate, in that order."""
+        ...
+
+
+@dataclass(frozen=True)
+class FixedRanking:
+    """A :class:`RankingPlan` given in full (a decision a caller builds, such as a
+    serving mode's baseline decision)."""
+
+    ids: tuple[str, ...]
+    scores: np.ndarray
+    widths: np.ndarray | None
+    propensities: np.ndarray
+
+    def ranking(self) -> tuple[str, ...]:
+        return self.ids
+
+    def ranked_scores(self) -> np.ndarray:
+        return self.scores
+
+    def ranked_widths(self) -> np.ndarray | None:
+        return self.widths
+
+    def ranked_propensities(self) -> np.ndarray:
+        return self.propensities
+
+
+@dataclass(frozen=True, eq=False)
+class Decision:
+    """The outcome of :meth:`Policy.select`.
+
+    ``ranking`` holds every candidate id, the served arm first, then the other eligible
+    arms by descending score, then blocked arms. ``scores``, ``widths`` (confidence
+    width, ``None`` for algorithms without one) and ``propensities`` are arrays of
+    shape ``(K,)`` aligned with ``ranking``: ``propensities[i]`` is the probability
+    that ``ranking[i]`` is served, ``(1 - eps) * 1[argmax] / #tied + eps / K_eligible``.
+    Those four are computed from ``plan`` when first read, then kept (most callers read
+    only ``arm_id``; docs/performance.md, "Engine"): a selection's
+    :class:`~bandit_core.selection.Ranking`, or a
+    :class:`~bandit_core.selection.FixedRanking` a caller builds.
+    ``state_changed`` names the state parts the selection itself changed and a store
+    must save (guardrail counters, LNUCB-TA's arm count and its cold-started arms, HARE's
+    cluster assignments; not the prior of a cold-started arm, which any process
+    recreates identically);
+    ``extras`` holds algorithm-specific arrays (e.g. HARE's attention).
+    """
+
+    arm_id: str
+    explored: bool
+    plan: RankingPlan = field(repr=False)
+    guardrail: GuardrailOutcome | None = None
+    state_changed: tuple[str, ...] = ()
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def ranking(self) -> tuple[str, ...]:
+        return self.plan.ranking()
+
+    @cached_property
+    def scores(self) -> np.ndarray:
+        return self.plan.ranked_scores()
+
+    @cached_property
+    def widths(self) -> np.ndarray | None:
+        return self.plan.ranked_widths()
+
+    @cached_property
+    def propensities(self) -> np.ndarray:
+        return self.plan.ranked_propensities()
+
+    @property
+    def propensity(self) -> float:
+        """Probability with which the served arm was chosen."""
+        return float(self.propensities[0])
+
 
 class Ranking:
     """What a selection knows about one decision, from which its ranking, scores,
     widths and propensities are computed (:meth:`BasePolicy.select
-    <bandit_core.policy.BasePolicy.select>`).
+    <bandit_core.policy.BasePolicy.select>`), each when a caller first reads it: a
+    :class:`RankingPlan`.
 
     ``order`` ranks candidates by descending score, ties by descending ``keys``
     (computed here when the selection did not need it); ``eligible`` is ``None`` when no
@@ -49,10 +152,16 @@ class Ranking:
         self.ids, self.scores, self.widths, self.keys, self.order = ids, scores, widths, keys, order
         self.eligible, self.served, self.tied, self.n_tied = eligible, served, tied, n_tied
         self.n_eligible, self.epsilon = n_eligible, epsilon
+        self._ranked: np.ndarray | None = None
 
     def ranked(self) -> np.ndarray:
         """Candidate indices: the served arm, the other eligible arms by descending score
-        (ties by descending key), then the blocked arms."""
+        (ties by descending key), then the blocked arms (computed once)."""
+        if self._ranked is None:
+            self._ranked = self._rank()
+        return self._ranked
+
+    def _rank(self) -> np.ndarray:
         order = self.order
         if order is None:
             order = self.order = np.lexsort((-self.keys, -self.scores))
@@ -65,10 +174,20 @@ class Ranking:
         blocked = order[~eligible[order]]
         return np.concatenate(([served], rest, blocked)).astype(np.intp)
 
-    def propensities(self, ranked: np.ndarray) -> np.ndarray:
-        """The probability of serving each candidate, in the order ``ranked``:
-        ``(1 - eps) * 1[tied] / #tied + eps / K_eligible`` (0 for a blocked arm)."""
-        eps = self.epsilon
+    def ranking(self) -> tuple[str, ...]:
+        return tuple(map(self.ids.__getitem__, self.ranked().tolist()))
+
+    def ranked_scores(self) -> np.ndarray:
+        ranked_scores: np.ndarray = self.scores[self.ranked()]
+        return ranked_scores
+
+    def ranked_widths(self) -> np.ndarray | None:
+        return None if self.widths is None else self.widths[self.ranked()]
+
+    def ranked_propensities(self) -> np.ndarray:
+        """``(1 - eps) * 1[tied] / #tied + eps / K_eligible`` (0 for a blocked arm), in
+        the order of :meth:`ranked`."""
+        ranked, eps = self.ranked(), self.epsilon
         order = self.order  # set by ranked()
         if self.tied is None and order is not None:
             # No arm blocked and a single best score: only the greedy arm, order[0], gets

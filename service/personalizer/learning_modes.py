@@ -28,6 +28,7 @@ import numpy as np
 import orjson
 
 from bandit_core import Decision
+from bandit_core.selection import FixedRanking
 from service.personalizer.settings import (
     APPRENTICE,
     LOGGING_ONLY,
@@ -101,11 +102,13 @@ def served_decision(
     propensities[0] = 1.0
     served = Decision(
         arm_id=baseline_id,
-        ranking=tuple(decision.ranking[i] for i in order),
-        scores=np.asarray(decision.scores)[order],
-        widths=None if decision.widths is None else np.asarray(decision.widths)[order],
-        propensities=propensities,
         explored=False,
+        plan=FixedRanking(
+            ids=tuple(decision.ranking[i] for i in order),
+            scores=np.asarray(decision.scores)[order],
+            widths=None if decision.widths is None else np.asarray(decision.widths)[order],
+            propensities=propensities,
+        ),
         guardrail=decision.guardrail,
         state_changed=decision.state_changed,
         extras=decision.extras,

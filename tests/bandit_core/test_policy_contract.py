@@ -19,6 +19,7 @@ import bandit_core
 from bandit_core import POLICIES, make_policy
 from bandit_core.errors import InvalidInputError, UnknownArmError
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig
+from bandit_core.selection import FixedRanking
 from bandit_core.validation import check_arm_ids
 
 D = 4
@@ -442,7 +443,21 @@ def test_a_decision_behaves_as_the_dataclass_it_is() -> None:
         assert d.arm_id == dec.arm_id and d.ranking == dec.ranking and d.ranking[0] == dec.arm_id
         np.testing.assert_array_equal(d.propensities, dec.propensities)
     assert moved.state_changed == ("shared",) and repr(dec).startswith("Decision(arm_id=")
-    assert dataclasses.asdict(dec)["ranking"] == dec.ranking
+    assert [f.name for f in dataclasses.fields(dec)] == [
+        "arm_id",
+        "explored",
+        "plan",
+        "guardrail",
+        "state_changed",
+        "extras",
+    ]
+    assert dataclasses.asdict(dec)["arm_id"] == dec.arm_id
+    fixed = Decision(
+        arm_id="b",
+        explored=False,
+        plan=FixedRanking(("b", "a"), np.array([1.0, 2.0]), None, np.array([1.0, 0.0])),
+    )
+    assert fixed.ranking == ("b", "a") and fixed.propensity == 1.0 and fixed.widths is None
     with pytest.raises(AttributeError, match="no attribute 'rank'"):
         dec.rank  # noqa: B018
     with pytest.raises(dataclasses.FrozenInstanceError):
