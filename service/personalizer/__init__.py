@@ -16,7 +16,8 @@ module                 what it is
 ``loop_rewards``       a reward under ``rewardAggregation`` (``earliest``, ``sum``)
 ``multislot``          ``MultiSlot``: a multi-slot rank as one event per slot
 ``vw_arguments``       the learning-policy string: one parser, its table of options
-``dsjson``             the Decision Service log format
+``dsjson``             the Decision Service log format, read into the log's records
+``dsjson_export``      logged events written back in that format
 ``log_commands``       ``bandit import-log`` / ``export-log``: a loop's log in that format
 ``learning_settings``  ``LoopLearningSettings``: the core's ``LearningSettings``, VW-style
 ``evaluation_schemas`` the pydantic contracts of Personalizer's evaluations

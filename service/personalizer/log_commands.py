@@ -287,7 +287,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from service.personalizer.dsjson import export_line
+    from service.personalizer.dsjson_export import export_line
     from service.storage.base import StoreUnavailableError
 
     event_log = _loop_log("export-log", args.loop)

@@ -23,7 +23,8 @@ import pytest
 from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.personalizer import log_commands
-from service.personalizer.dsjson import DsjsonError, export_line, parse_line
+from service.personalizer.dsjson import DsjsonError, parse_line
+from service.personalizer.dsjson_export import export_line
 from service.personalizer.loops import DEFAULT_LOOP_SPEC
 from service.policies import new_info
 from service.settings import get_settings
