@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class RankingPlan(Protocol):
-    """Where a :class:`~bandit_core.policy.Decision` takes its candidates in serving
+    """Where a :class:`Decision` takes its candidates in serving
     order from, when they are first read: a selection's :class:`Ranking`, or a
     :class:`FixedRanking`."""
 
@@ -76,7 +76,7 @@ class FixedRanking:
 
 @dataclass(frozen=True, eq=False)
 class Decision:
-    """The outcome of :meth:`Policy.select`.
+    """The outcome of :meth:`Policy.select <bandit_core.policy.Policy.select>`.
 
     ``ranking`` holds every candidate id, the served arm first, then the other eligible
     arms by descending score, then blocked arms. ``scores``, ``widths`` (confidence
@@ -84,9 +84,9 @@ class Decision:
     shape ``(K,)`` aligned with ``ranking``: ``propensities[i]`` is the probability
     that ``ranking[i]`` is served, ``(1 - eps) * 1[argmax] / #tied + eps / K_eligible``.
     Those four are computed from ``plan`` when first read, then kept (most callers read
-    only ``arm_id``; docs/performance.md, "Engine"): a selection's
-    :class:`~bandit_core.selection.Ranking`, or a
-    :class:`~bandit_core.selection.FixedRanking` a caller builds.
+    only ``arm_id``; docs/performance.md, "Engine"): a selection's :class:`Ranking`, or
+    a :class:`FixedRanking` a caller builds. A decision equals only itself (its arrays
+    have no single truth value to compare by).
     ``state_changed`` names the state parts the selection itself changed and a store
     must save (guardrail counters, LNUCB-TA's arm count and its cold-started arms, HARE's
     cluster assignments; not the prior of a cold-started arm, which any process
