@@ -19,7 +19,9 @@ transaction each (``tests/service/test_reward_batches.py``), and each is still a
 and exactly once: the batch commits whole or not at all, and a store conflict redoes
 the whole batch on fresh values. A finalization that fails (the event unknown,
 already finalized, refused after a reset, an update the engine refuses) fails alone:
-the batch is redone without it, the others commit.
+the batch is redone without it, the others commit. A policy whose updates are folded
+(:mod:`service.usecases.folds`) reads and writes no part here: each learned reward
+writes its delta beside its event, in the same transaction.
 
 Why: rewards to one policy all write its ``shared`` part when the policy is a shared
 model (``hybrid_linucb``, ``diag_linucb``), and per-arm models write the same arm part

@@ -183,7 +183,8 @@ class Folds:
         now = self.clock()
         for name in await self.cache.store.list_policies():
             with suppress(NotFound):  # deleted meanwhile
-                runtime, _, _ = await self.cache.load(name)
+                # the cached config (the requests keep it current) or one store call
+                runtime = self.cache.cached(name) or (await self.cache.load(name))[0]
                 if not runtime.policy.folds_updates:
                     continue
                 interval = (
