@@ -119,6 +119,7 @@ class Folds:
     _accepted: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False, repr=False)
     _claimed: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _looked: set[str] = field(default_factory=set, init=False, repr=False)  # folded once here
     _eager: set[asyncio.Task[int]] = field(default_factory=set, init=False, repr=False)
 
     def accepted(self, name: str, count: int) -> None:
@@ -175,10 +176,12 @@ class Folds:
             return len(folded)
 
     async def fold_due(self) -> int:
-        """Fold every folding policy whose ``model_update_interval`` period (its
-        ``sweeper_interval_seconds`` for a policy whose spec sets none: deltas written
-        before it was changed to immediate updates) began since its last fold here, when
-        this replica claims that period; returns the rewards folded."""
+        """Fold every folding policy whose ``model_update_interval`` period began since
+        its last fold here, when this replica claims that period; returns the rewards
+        folded. A folding policy with immediate updates (no interval) is looked at once
+        per process and when this process wrote deltas of it since (both: deltas
+        written before it was changed to immediate updates), per
+        ``sweeper_interval_seconds`` period."""
         done = 0
         now = self.clock()
         for name in await self.cache.store.list_policies():
@@ -187,9 +190,12 @@ class Folds:
                 runtime = self.cache.cached(name) or (await self.cache.load(name))[0]
                 if not runtime.policy.folds_updates:
                     continue
-                interval = (
-                    runtime.info.model_update_interval or self.settings.sweeper_interval_seconds
-                )
+                interval = runtime.info.model_update_interval
+                if interval is None:  # immediate updates: only deltas left from before
+                    if name in self._looked and not self._accepted.get(name):
+                        continue
+                    interval = self.settings.sweeper_interval_seconds
+                self._looked.add(name)
                 # the period's start in milliseconds: grows with time whatever the interval
                 period = int(math.floor(now / interval) * interval * 1000)
                 if period <= self._claimed.get(name, -1):

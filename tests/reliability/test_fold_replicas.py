@@ -23,6 +23,7 @@ from service.settings import Settings
 from service.usecases.events import EventState, PendingEvent
 from tests.reliability.traffic import HEADERS, wait_until
 from tests.servers import AppProcess, RedisServer, apps, settings_env
+from tests.service.test_folds import assert_close, decisions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -39,23 +40,9 @@ CLIENTS = 8  # per process
 PER_CLIENT = 40
 
 
-def _body(j: int) -> dict[str, Any]:
-    context = {"user": {"segment": "abcd"[j % 4], "visits": j % 5}}
-    items = [
-        {"id": f"item-{(j + k) % 11}", "features": {"item": {"cat": "xyz"[(j + k) % 3]}}}
-        for k in range(4)
-    ]
-    return {"policy": "p", "context": context, "arms": items}
-
-
 async def _decide(url: str, n: int) -> list[str]:
     async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=60) as http:
-        ids = []
-        for j in range(n):
-            r = await http.post("/recommend", json=_body(j))
-            assert r.status_code == 200, r.text
-            ids.append(r.json()["event_id"])
-        return ids
+        return await decisions(http, n, "p")
 
 
 async def _reward(url: str, events: list[str], value: Callable[[str], float]) -> None:
@@ -100,12 +87,6 @@ def _expected(client: redis.Redis, spec: PolicySpec, events: list[str]) -> Hybri
     return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
 
 
-def _assert_close(got: HybridSharedState | None, want: HybridSharedState) -> None:
-    assert got is not None and got.n == want.n
-    for field in ("A", "A_inv", "b", "theta"):
-        np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=0, atol=1e-9)
-
-
 @pytest.mark.parametrize("kill", [False, True], ids=["both-live", "one-sigkilled"])
 async def test_two_replicas_fold_every_reward_once(
     make_settings: Callable[..., Settings], private_redis: RedisServer, kill: bool
@@ -142,7 +123,7 @@ async def test_two_replicas_fold_every_reward_once(
         spec = PolicySpec.model_validate(SPEC)
         shared, _ = _state(client)
         want = _expected(client, spec, on_a + on_b)
-        _assert_close(shared, want)
+        assert_close(shared, want)
         if not kill:
             assert want.n == 2 * n
         else:

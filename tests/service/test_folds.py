@@ -40,19 +40,22 @@ SPEC: dict[str, Any] = {
 NO_LOOP = {"fold_check_seconds": 3600.0, "fold_max_deltas": 100_000}
 
 
-def _body(j: int) -> dict[str, Any]:
+def request_body(j: int, policy: str = NAME) -> dict[str, Any]:
+    """The ``j``-th ``/recommend`` of the tests: 4 of 9 items in 3 categories, a context
+    of 3 segments."""
     context = {"user": {"segment": "abc"[j % 3], "visits": j % 4}}
     items = [
         {"id": f"item-{(j + k) % 9}", "features": {"item": {"cat": "xyz"[(j + k) % 3]}}}
         for k in range(4)
     ]
-    return {"policy": NAME, "context": context, "arms": items}
+    return {"policy": policy, "context": context, "arms": items}
 
 
-async def _decide(http: Any, n: int) -> list[str]:
+async def decisions(http: Any, n: int, policy: str = NAME) -> list[str]:
+    """The event ids of ``n`` decisions of ``policy`` (:func:`request_body`)."""
     ids = []
     for j in range(n):
-        r = await http.post("/recommend", json=_body(j))
+        r = await http.post("/recommend", json=request_body(j, policy))
         assert r.status_code == 200, r.text
         ids.append(r.json()["event_id"])
     return ids
@@ -112,7 +115,9 @@ async def _one_by_one(app: Any, rewards: dict[str, float]) -> HybridSharedState:
     return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
 
 
-def _assert_close(got: HybridSharedState | None, want: HybridSharedState) -> None:
+def assert_close(got: HybridSharedState | None, want: HybridSharedState) -> None:
+    """The shared parts ``got`` and ``want`` hold the same rewards, their arrays equal
+    to 1e-9."""
     assert got is not None
     for field in ("A", "A_inv", "b", "theta"):
         np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=0, atol=1e-9)
@@ -133,11 +138,11 @@ async def test_concurrent_rewards_are_folded_once_each(make_settings: Any) -> No
     settings = make_settings(fold_check_seconds=0.05, fold_max_deltas=25)
     async with running(settings) as (app, http, _):
         await _create(http, 0.1)
-        rewards = _rewards(await _decide(http, 160))
+        rewards = _rewards(await decisions(http, 160))
         await _reward_concurrently(http, rewards, clients=8)
 
         await _until_folded(app, len(rewards))
-        _assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
         metrics = (await http.get("/metrics")).text
         assert f'bandit_model_staleness_seconds{{policy="{NAME}"}}' in metrics
 
@@ -147,7 +152,7 @@ async def test_rewards_wait_as_deltas_until_the_fold(make_settings: Any) -> None
     model) and leaves one delta; a fold takes them all in one transaction."""
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
-        rewards = _rewards(await _decide(http, 30))
+        rewards = _rewards(await decisions(http, 30))
         before = await _shared(app)
         await _reward_concurrently(http, rewards, clients=4)
         assert await _shared(app) == before
@@ -157,7 +162,7 @@ async def test_rewards_wait_as_deltas_until_the_fold(make_settings: Any) -> None
         assert len(await _pending(app)) == len(rewards)  # a repeat adds no delta
         assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
         assert await _pending(app) == []
-        _assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
         assert await app.state.use_cases.folds.fold(NAME) == 0
 
 
@@ -167,7 +172,7 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
     leaves every delta pending and the model as it was; the next fold takes each once."""
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
-        rewards = _rewards(await _decide(http, 40))
+        rewards = _rewards(await decisions(http, 40))
         await _reward_concurrently(http, rewards, clients=4)
         before = await _shared(app)
         store = app.state.use_cases.store
@@ -190,7 +195,7 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
         assert len(await _pending(app)) == len(rewards)
         app.state.use_cases.cache.forget(NAME)  # the dead writer's cache is gone with it
         assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
-        _assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
 
 
 @pytest.mark.parametrize("backend", ["redis_postgres"])
@@ -203,7 +208,7 @@ async def test_a_fold_racing_another_writer_applies_nothing_twice(make_settings:
     settings: Settings = make_settings(**NO_LOOP)
     async with running(settings) as (app, http, _):
         await _create(http, 3600.0)
-        rewards = _rewards(await _decide(http, 40))
+        rewards = _rewards(await decisions(http, 40))
         await _reward_concurrently(http, rewards, clients=4)
         folded_by_b: list[int] = []
 
@@ -238,13 +243,13 @@ async def test_a_fold_racing_another_writer_applies_nothing_twice(make_settings:
         assert folded_by_b == [len(rewards)]
         assert attempts == [len(rewards), 0] and folded_by_a == 0
         assert await _pending(app) == []
-        _assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
 
 
 async def test_a_reset_drops_the_pending_rewards(make_settings: Any) -> None:
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
-        rewards = _rewards(await _decide(http, 10))
+        rewards = _rewards(await decisions(http, 10))
         await _reward_concurrently(http, rewards, clients=2)
         assert (await http.post(f"/policies/{NAME}/reset")).status_code == 200
         assert await _pending(app) == []
@@ -258,7 +263,7 @@ async def test_the_rebuild_from_the_log_equals_the_folded_model(make_settings: A
     it drops the pending deltas it replayed (they are not folded a second time)."""
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
-        rewards = _rewards(await _decide(http, 45))
+        rewards = _rewards(await decisions(http, 45))
         ids = list(rewards)
         for part, fold in ((ids[:20], True), (ids[20:35], True), (ids[35:], False)):
             await _reward_concurrently(http, {e: rewards[e] for e in part}, clients=3)
@@ -271,4 +276,24 @@ async def test_the_rebuild_from_the_log_equals_the_folded_model(make_settings: A
             use_cases.event_log, use_cases.store, NAME, replace=True, learning=LEARNING_SETTINGS
         )
         assert await _pending(app) == []
-        _assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+
+
+async def test_rewards_pending_when_updates_turn_immediate_are_folded(
+    make_settings: Any,
+) -> None:
+    """A policy changed from folded to immediate updates: the deltas pending then are
+    folded by the writer, and later rewards update the model at once."""
+    async with running(make_settings(fold_check_seconds=0.05)) as (app, http, _):
+        await _create(http, 3600.0)
+        ids = await decisions(http, 21)
+        rewards = _rewards(ids[:20])
+        await _reward_concurrently(http, rewards, clients=4)
+        assert len(await _pending(app)) == 20
+        changed = await http.put(f"/policies/{NAME}", json=SPEC)  # the same model, no interval
+        assert changed.status_code == 200 and changed.json()["model_update_interval"] is None
+        await _until_folded(app, 20)
+        r = await http.post("/reward", json={"event_id": ids[20], "reward": 0.5})
+        assert r.status_code == 200 and r.json()["applied"]
+        shared = await _shared(app)
+        assert shared is not None and shared.n == 21 and await _pending(app) == []
