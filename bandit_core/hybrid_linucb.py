@@ -36,18 +36,21 @@ every hour) and the only state part is ``"shared"``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from bandit_core.errors import InvalidInputError
+from bandit_core.features import SparseRows
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
 from bandit_core.policy import PolicyConfig, SelectContext
 from bandit_core.shared_model import SharedModelPolicy
-from bandit_core.validation import all_finite, check_int
+from bandit_core.validation import all_finite, check_int, check_reward, check_vector
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,35 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
         _hybrid_update(
             shared, state, x[: c.shared_dim], x[c.shared_dim :], reward, c.refactor_every
         )
+
+    @property
+    def folds_updates(self) -> bool:
+        """True without per-arm parts: every reward adds a row to the one shared ridge
+        part, in any order (docs/algorithms.md section 8.1)."""
+        return self._arm_free
+
+    def update_batch(
+        self,
+        arm_ids: Sequence[str],
+        rows: Sequence[ArrayLike | SparseRows],
+        rewards: Sequence[float],
+    ) -> None:
+        """Learn ``m`` rewards at once (:meth:`BatchUpdates.update_batch`); without
+        per-arm parts as one rank-``m`` update of the shared part (``A_0 += Z^T Z``,
+        ``b_0 += Z^T r``, :meth:`LinearArmState.add_batch`), checked whole before any
+        state changes, equal to the updates one by one in any order to rounding."""
+        if not self._arm_free:
+            super().update_batch(arm_ids, rows, rewards)
+            return
+        c = self.config
+        if not len(arm_ids) == len(rows) == len(rewards):
+            super().update_batch(arm_ids, rows, rewards)  # refused there, naming the lengths
+            return
+        for arm_id in arm_ids:
+            self._known_arm(arm_id)
+        Z = np.array([check_vector(x, c.d) for x in rows]).reshape(len(rows), c.d)
+        r = np.array([check_reward(v, c.reward_range) for v in rewards], dtype=np.float64)
+        self._shared.add_batch(Z, r, r, c.refactor_every)
 
 
 def _prior(dim: int, ridge_lambda: float) -> dict[str, Any]:

@@ -85,6 +85,49 @@ class LinearArmState(ArrayState):
             )
         self.commit(A, A_inv, b, reward, refactor_every)
 
+    def add_batch(
+        self, X: np.ndarray, targets: np.ndarray, rewards: np.ndarray, refactor_every: int
+    ) -> None:
+        """Add ``m`` observations, the rows of ``X`` (m, d), at once: ``A += X^T X``, ``b +=
+        X^T targets`` and the inverse of the new ``A`` by Woodbury while ``m`` is below
+        ``d / 2`` (O(m d^2)), else from its Cholesky factor (O(d^3), the cheaper there);
+        the same as :meth:`add` of each row in any order, to rounding
+        (docs/algorithms.md section 8.1). ``rewards`` feed the counters. Nothing changes
+        when a new array is not finite.
+
+        >>> s, t = LinearArmState.prior(2, 1.0), LinearArmState.prior(2, 1.0)
+        >>> X = np.array([[1.0, 2.0], [0.5, -1.0]]); r = np.array([1.0, 0.0])
+        >>> s.add_batch(X, r, r, refactor_every=1000)
+        >>> for x, y in zip(X, r): t.add(x, y, y, refactor_every=1000)
+        >>> bool(np.allclose(s.A_inv, t.A_inv, atol=1e-12) and np.allclose(s.theta, t.theta))
+        True
+        """
+        m, d = X.shape
+        if m == 0:
+            return
+        with np.errstate(over="ignore", invalid="ignore"):
+            A = self.A + X.T @ X
+            b = self.b + X.T @ targets
+            woodbury = 2 * m < d
+            if woodbury:
+                # (A + X'X)^-1 = A^-1 - A^-1 X' (I + X A^-1 X')^-1 X A^-1
+                XP = X @ self.A_inv
+                inner = np.eye(m) + XP @ X.T
+                A_inv = self.A_inv - XP.T @ np.linalg.solve(inner, XP)
+        if not (all_finite(A) and all_finite(b) and (not woodbury or all_finite(A_inv))):
+            raise InvalidInputError(
+                f"rows with max |x| = {np.abs(X).max()} overflow the ridge statistics"
+            )
+        self.A, self.b = A, b
+        self.n += m
+        self.reward_sum += float(np.sum(rewards))
+        self.since_refactor += m
+        if woodbury and self.since_refactor < refactor_every:
+            self.A_inv = A_inv
+        else:
+            self.refactor()
+        self.theta = self.A_inv.dot(self.b)
+
     def commit(
         self, A: np.ndarray, A_inv: np.ndarray, b: np.ndarray, reward: float, refactor_every: int
     ) -> None:

@@ -69,7 +69,8 @@ Select, update, select_until, select_batch
     section 5). :meth:`~BasePolicy.update` checks ``x`` and the reward and calls
     ``_update``. ``select_until`` (a loop of selections that stops at a target arm) and
     ``select_batch`` (selections made one after another, bit for bit, scored together
-    when selecting changes no state) are :mod:`bandit_core.batch_selection`.
+    when selecting changes no state) are :mod:`bandit_core.batch_selection`;
+    ``update_batch`` (m rewards at once) is :mod:`bandit_core.batch_updates`.
 
 Cache rules
     The score caches and who may write an arm's arrays: :mod:`bandit_core.parts`.
@@ -98,6 +99,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bandit_core.batch_selection import BatchRows, BatchSelection, SelectRequest, Selects
+from bandit_core.batch_updates import BatchUpdates
 from bandit_core.errors import ConfigError, StateFormatError
 from bandit_core.features import SparseRows
 from bandit_core.importance import FeatureWeights
@@ -238,7 +240,7 @@ class Policy(Selects, Protocol):
     def from_bytes(cls, data: bytes) -> Self: ...
 
 
-class BasePolicy(BatchSelection, ArmTable[ArmT, SharedT, UserT]):
+class BasePolicy(BatchSelection, BatchUpdates, ArmTable[ArmT, SharedT, UserT]):
     """Shared steps of every policy; subclasses set the class attributes and implement
     the algorithm hooks (the extension contract is the module docstring).
 

@@ -6,7 +6,7 @@ Its ``revision`` (random, new on every change) tells replicas to rebuild their c
 engine policy. Changing a field the engine learns with (:data:`ENGINE_FIELDS`) resets the
 policy's learned state; changing arms, ``epsilon`` (it only decides how often a decision
 explores, never what an update learns), ``default_reward``, ``reward_wait_seconds``,
-``feature_names`` or ``delta_g_limit`` keeps it.
+``feature_names``, ``delta_g_limit`` or ``model_update_interval`` keeps it.
 """
 
 from __future__ import annotations

@@ -165,6 +165,22 @@ class Settings(BaseSettings):
     sweeper_batch: int = Field(
         500, gt=0, description="most due events of one policy finalized per sweep"
     )
+    fold_check_seconds: float = Field(
+        0.2,
+        gt=0,
+        description=(
+            "how often a replica checks whether a policy's model_update_interval period "
+            "began and folds its pending rewards (a shorter interval is rounded up to it)"
+        ),
+    )
+    fold_max_deltas: int = Field(
+        1000,
+        gt=0,
+        description=(
+            "most pending rewards one fold takes; a replica that accepted this many of a "
+            "policy since its last fold folds at once"
+        ),
+    )
     reward_batching: bool = Field(
         True,
         description=(

@@ -190,6 +190,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         tasks = [
             asyncio.create_task(use_cases.sweeper.run(stop)),
+            asyncio.create_task(use_cases.folds.run(stop)),
             asyncio.create_task(use_cases.snapshots.run(stop)),
             asyncio.create_task(use_cases.monitor.run(stop)),
             asyncio.create_task(use_cases.evaluations.run(stop)),

@@ -165,6 +165,13 @@ OVERDUE_PENDING = Gauge(
     ["policy"],
     multiprocess_mode="mostrecent",
 )
+MODEL_STALENESS = Gauge(
+    "bandit_model_staleness_seconds",
+    "How long the oldest reward the latest fold of a policy's pending rewards took had "
+    "waited since it was accepted",
+    ["policy"],
+    multiprocess_mode="mostrecent",
+)
 SWEEPER_ERRORS = Counter(
     "bandit_sweeper_errors",
     "Due events the sweeper failed to finalize or delete (a failed policy sweep counts one)",

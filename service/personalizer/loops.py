@@ -44,6 +44,8 @@ from service.personalizer.settings import (
     APPRENTICE,
     ONLINE,
     LoopSettings,
+    update_frequency,
+    update_interval,
 )
 from service.personalizer.vw_arguments import read_vw_arguments
 from service.policies import spec_of
@@ -230,6 +232,7 @@ class Loops:
                 "rewardWaitTime": timeparse.format_duration(info.reward_wait_seconds),
                 "defaultReward": info.default_reward,
                 "explorationPercentage": info.epsilon or 0.0,
+                "modelUpdateFrequency": update_frequency(info.model_update_interval),
                 "learningMode": mode,
                 "lastConfigurationEditDate": datetime.fromtimestamp(info.updated_at, UTC),
                 "latestApprenticeModeMetrics": None if metrics is None else metrics.contract(),
@@ -254,6 +257,7 @@ class Loops:
                 ["body", "rewardWaitTime"],
             )
         parse_duration(config.model_export_frequency, "modelExportFrequency")
+        interval = update_interval(config.model_update_frequency, info.model_update_interval)
         if config.log_mirror_enabled and config.log_mirror_sas_uri:
             raise InvalidRequest(
                 "logMirrorSasUri: this service has no Azure storage to mirror the log to; "
@@ -305,6 +309,7 @@ class Loops:
                 "reward_wait_seconds": wait,
                 "default_reward": config.default_reward,
                 "epsilon": config.exploration_percentage,
+                "model_update_interval": interval,
                 "personalizer": with_mode(kept.updated(settings), mode, now).stored(),
             },
         )

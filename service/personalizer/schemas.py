@@ -50,6 +50,13 @@ class PersonalizerServiceConfiguration(_Camel):
     reward_aggregation: Literal["earliest", "sum"]
     exploration_percentage: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
     model_export_frequency: str = Field(description="ISO 8601 duration; kept, no effect here")
+    model_update_frequency: str | None = Field(
+        None,
+        description="ISO 8601 duration between folds of the rewards into the model "
+        "(the policy's model_update_interval): rewards are kept as small deltas and "
+        "folded in one batch per period; PT0S: every reward updates the model at once "
+        "(the default); omitted on PUT: kept",
+    )
     log_retention_days: Annotated[int, Field(ge=-1)] = Field(
         description="days the event log keeps the loop's events (-1: forever)"
     )

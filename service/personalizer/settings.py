@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service import timeparse
+from service.errors import InvalidRequest
 from service.schemas import PolicyInfo
 
 LearningMode = Literal["Online", "Apprentice", "LoggingOnly"]
@@ -28,6 +30,8 @@ SUM: RewardAggregation = "sum"
 DEFAULT_EXPORT_FREQUENCY = "PT1M"
 DEFAULT_POLICY_NAME = "default"
 DEFAULT_RETRAIN_DAYS = 2
+MAX_UPDATE_INTERVAL = 86400.0
+"""The longest ``modelUpdateFrequency``: a day (the policy's ``model_update_interval``)."""
 """Azure's ``modelRetrainDays`` default: the days of log a new model is trained on."""
 
 
@@ -65,3 +69,28 @@ class LoopSettings(BaseModel):
     def without(self, name: str) -> LoopSettings:
         """These settings without the one stored as ``name`` (back to its default)."""
         return LoopSettings.model_validate({k: v for k, v in self.stored().items() if k != name})
+
+
+def update_interval(frequency: str | None, current: float | None) -> float | None:
+    """The policy's ``model_update_interval`` for a service configuration's
+    ``modelUpdateFrequency`` (docs/personalizer.md, "Service configuration"): its
+    seconds, None (every reward updates the model at once) for ``PT0S``, ``current``
+    when omitted; a 400 naming the field unless it is a duration from PT0S to P1D."""
+    if frequency is None:
+        return current
+    field = "modelUpdateFrequency"
+    try:
+        seconds = timeparse.parse_duration(frequency, field)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), ["body", field]) from None
+    if not 0 <= seconds <= MAX_UPDATE_INTERVAL:
+        raise InvalidRequest(
+            f"{field} must be a duration from PT0S to P1D, but got {frequency!r}", ["body", field]
+        )
+    return seconds or None
+
+
+def update_frequency(interval: float | None) -> str:
+    """The ``modelUpdateFrequency`` of a policy's ``model_update_interval`` (``PT0S``:
+    every reward updates the model at once)."""
+    return "PT0S" if interval is None else timeparse.format_duration(interval)

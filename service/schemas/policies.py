@@ -123,6 +123,20 @@ class PolicySpec(StrictModel):
         ),
     )
 
+    model_update_interval: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] | None = (
+        Field(
+            None,
+            description=(
+                "seconds between folds of the accepted rewards into the model, for a shared "
+                "model without per-arm parts (hybrid_linucb with context_dim 0, the default "
+                "Personalizer loop): a reward is stored as a small delta and the deltas are "
+                "folded in one rank-m update per interval, so decisions read a model at most "
+                "about this old (docs/architecture.md, 'Folded model updates'); null: every "
+                "reward updates the model in its own transaction; no effect on other models"
+            ),
+            examples=[1.0],
+        )
+    )
     drift_detection: dict[str, Any] | None = Field(
         None,
         description=(

@@ -46,6 +46,12 @@ def policy_prefix(policy: str) -> str:
     return f"bandit:{{{policy}}}:"
 
 
+def glob_literal(text: str) -> str:
+    """``text`` as a literal in a Redis glob pattern (``HSCAN ... MATCH``): its ``*?[]\\``
+    escaped."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def registry_key(event_id: str) -> str:
     """The global key naming the policy that owns ``event_id``: the id percent-encoded
     (UTF-8) but for letters, digits and ``_.:-~``, so the key has no braces (no Redis

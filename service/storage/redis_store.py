@@ -56,6 +56,7 @@ from service.storage.redis_scripts import (
     POLICIES_KEY,
     READ_SCRIPT,
     TAKE_IDLE_SCRIPT,
+    glob_literal,
     policy_prefix,
     registry_key,
     reply_text,
@@ -280,10 +281,10 @@ class RedisStateStore:
         one of ``prefixes``, read with HSCAN (no long block of the server), sorted."""
         found: list[str] = []
         cursor = 0
+        match = glob_literal(prefixes[0]) + "*" if len(prefixes) == 1 else None  # filtered there
+        key = policy_prefix(policy) + "versions"
         while True:
-            cursor, fields = await self._call(
-                self._redis.hscan(policy_prefix(policy) + "versions", cursor, count=1000)
-            )
+            cursor, fields = await self._call(self._redis.hscan(key, cursor, match, count=1000))
             found += [reply_text(f) for f in fields if reply_text(f).startswith(tuple(prefixes))]
             if cursor == 0:
                 return sorted(found)

@@ -10,6 +10,7 @@ module                 use case (public surface)
 ``rewards``            ``Rewards.reward`` / ``.activate``: ``POST /reward``, event activation
 ``sweeper``            ``Sweeper.sweep_once`` / ``.run``: default rewards and expiry
 ``finalizations``      ``Finalizations.finalize``: events leave ``pending``, a policy's in batches
+``folds``              ``Folds.fold`` / ``.run``: a shared model's rewards folded in batches
 ``admin``              ``PolicyAdmin``: ``/policies`` (create, list, reset, arms, stats)
 ``snapshots``          ``Snapshots``: export, import, periodic save to the event log
 ``models``             ``Models``: the model file (export, import, reset, properties)
@@ -55,6 +56,7 @@ from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.evaluation_jobs import Evaluations
 from service.usecases.finalizations import ServedTally
+from service.usecases.folds import Folds
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
 from service.usecases.learning_settings import LearningSettings
@@ -74,6 +76,7 @@ __all__ = [
     "Evaluations",
     "FeatureImportances",
     "FeatureRanking",
+    "Folds",
     "LogUpkeep",
     "Models",
     "Monitor",
@@ -99,6 +102,7 @@ class UseCases:
     cache: PolicyCache
     recommender: Recommender
     rewards: Rewards
+    folds: Folds
     sweeper: Sweeper
     admin: PolicyAdmin
     snapshots: Snapshots
@@ -128,6 +132,8 @@ def build_use_cases(
     the model (:class:`~service.usecases.finalizations.ServedTally`)."""
     cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, store, sink, settings, clock, tally=tally)
+    folds = Folds(cache, store, settings, clock)
+    rewards.finalizations.deltas_written = folds.accepted
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, store, event_log, settings, audit, clock)
     recommender = Recommender(cache, store, sink, settings, clock)
@@ -140,6 +146,7 @@ def build_use_cases(
         cache=cache,
         recommender=recommender,
         rewards=rewards,
+        folds=folds,
         sweeper=Sweeper(cache, store, rewards, settings, clock),
         admin=admin,
         snapshots=Snapshots(cache, store, event_log, settings, audit, clock),

@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from bandit_core.features import SparseRows
 
 EVENT_PREFIX = "event:"
+DELTA_PREFIX = "delta:"  # a reward accepted, waiting for the next fold (service.usecases.folds)
 
 
 class EventState(str, Enum):
@@ -50,6 +51,11 @@ SOURCE_OF_STATE = {EventState.REWARDED: "explicit", EventState.DEFAULTED: "defau
 def event_key(event_id: str) -> str:
     """The state-store key of the event ``event_id`` in its policy's namespace."""
     return EVENT_PREFIX + event_id
+
+
+def delta_key(event_id: str) -> str:
+    """The state-store key of the pending delta of the event ``event_id``'s reward."""
+    return DELTA_PREFIX + event_id
 
 
 def dumps(obj: Any) -> bytes:

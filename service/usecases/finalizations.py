@@ -19,7 +19,9 @@ transaction each (``tests/service/test_reward_batches.py``), and each is still a
 and exactly once: the batch commits whole or not at all, and a store conflict redoes
 the whole batch on fresh values. A finalization that fails (the event unknown,
 already finalized, refused after a reset, an update the engine refuses) fails alone:
-the batch is redone without it, the others commit.
+the batch is redone without it, the others commit. A policy whose updates are folded
+(:mod:`service.usecases.folds`) reads and writes no part here: each learned reward
+writes its delta beside its event, in the same transaction.
 
 Why: rewards to one policy all write its ``shared`` part when the policy is a shared
 model (``hybrid_linucb``, ``diag_linucb``), and per-arm models write the same arm part
@@ -46,7 +48,9 @@ from service.errors import Conflict, NotFound
 from service.observability import metrics
 from service.policies import Runtime
 from service.schemas import PolicyInfo
-from service.usecases.events import EventState, PendingEvent, event_key
+from service.storage.base import VersionedValue
+from service.usecases.events import EventState, PendingEvent, delta_key, event_key
+from service.usecases.folds import defers_updates, encode_delta
 from service.usecases.policy_cache import PolicyCache, import_stored
 
 log = logging.getLogger("bandit.service")
@@ -103,9 +107,16 @@ class Finalization:
     outcome: asyncio.Future[PendingEvent] | None = None
     decide: Outcome | None = None  # when set, it gives the value and the state instead
 
+    @property
+    def learns(self) -> bool:
+        """Whether this finalization may update the model (it has or decides a value,
+        and the event is learned from)."""
+        return (self.value is not None or self.decide is not None) and self.event.learn
+
     def parts(self) -> list[str]:
-        """The state parts this finalization's update reads and writes."""
-        if (self.value is None and self.decide is None) or not self.event.learn:
+        """The state parts this finalization's update reads and writes (none when the
+        policy's updates are folded: the update is a delta, :mod:`service.usecases.folds`)."""
+        if not self.learns or defers_updates(self.runtime):
             return []
         return self.runtime.policy.parts_for_update(self.event.arm_id, self.event.user_id)
 
@@ -149,6 +160,8 @@ class Finalizations:
     clock: Callable[[], float]
     coalesce: bool = True
     tally: ServedTally | None = None
+    # told how many deltas of a policy a transaction wrote (Folds.accepted)
+    deltas_written: Callable[[str, int], None] = lambda name, count: None
     _queues: dict[str, _PolicyQueue] = field(default_factory=dict, init=False, repr=False)
     _drains: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
 
@@ -250,7 +263,15 @@ class Finalizations:
                     alphas.update(_alphas(runtime, batch, outcomes))
                     return out
 
-        await self.cache.transact(runtime, name, [*keys, *parts], fn)
+        deltas = [delta_key(item.event_id) for item in batch if item.learns]
+        deltas = list(dict.fromkeys(deltas)) if defers_updates(runtime) else []
+        new = VersionedValue(0, None)  # a delta key is written once: assumed absent
+        await self.cache.transact(
+            runtime, name, [*keys, *parts, *deltas], fn, dict.fromkeys(deltas, new)
+        )
+        written = sum(isinstance(o, PendingEvent) and o.reward is not None for o in outcomes)
+        if deltas and written:
+            self.deltas_written(name, written)
         if len(batch) == 1 and isinstance(outcomes[0], Exception):
             raise outcomes[0]
         for arm, alpha in alphas.items():
@@ -273,6 +294,8 @@ class Finalizations:
         parts = list(dict.fromkeys(p for item_parts in parts_of for p in item_parts))
         imported = False  # the parts are read into the cached policy before the first update
         policy = runtime.policy
+        folded = defers_updates(runtime)
+        deltas: dict[str, bytes] = {}
         events: dict[str, PendingEvent] = {}
         changed: dict[str, None] = {}
         counted: dict[str, bytes] = {}
@@ -294,7 +317,10 @@ class Finalizations:
             except _REFUSALS as refusal:
                 results.append(refusal)
                 continue
-            if value is not None and ev.learn:
+            now = self.clock()
+            if value is not None and ev.learn and folded:
+                deltas[delta_key(item.event_id)] = encode_delta(ev, value, now)
+            elif value is not None and ev.learn:
                 if not imported:
                     import_stored(runtime, {p: values[p] for p in parts})
                     imported = True
@@ -308,7 +334,6 @@ class Finalizations:
                     failed[i] = exc
                     return None
                 changed.update(dict.fromkeys(parts_of[i]))
-            now = self.clock()
             if self.tally is not None and value is not None and ev.imitated is not None:
                 tally_key = self.tally.key
                 stored = counted.get(tally_key, values.get(tally_key))
@@ -320,6 +345,7 @@ class Finalizations:
         out: dict[str, bytes | None] = dict(policy.export_parts(list(changed))) if changed else {}
         out.update({key: ev.to_json() for key, ev in events.items()})
         out.update(counted)
+        out.update(deltas)
         return out
 
 

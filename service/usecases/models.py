@@ -60,6 +60,7 @@ from service.storage.base import Snapshot as LogSnapshot
 from service.storage.state_store import LastSeenIndex, PartStore
 from service.usecases.admin import PolicyAdmin, check_guardrails_allowed
 from service.usecases.audit import MODEL_IMPORT, changed_settings
+from service.usecases.events import DELTA_PREFIX
 from service.usecases.policy_cache import PolicyCache
 
 MODEL_KIND = "bandit_model"
@@ -234,7 +235,8 @@ class Models:
                 "to give the policy the file's settings"
             )
         info = new_info(name, spec, self.clock(), old, reset=True)
-        stored = await self.store.keys(name, PART_PREFIXES)
+        # the model replaces what was learned, the rewards not folded yet included
+        stored = await self.store.keys(name, [*PART_PREFIXES, DELTA_PREFIX])
         parts = policy.export_parts(policy.part_names())
         values: dict[str, bytes | None] = {
             **dict.fromkeys(stored),

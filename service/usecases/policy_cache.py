@@ -28,11 +28,11 @@ from service.storage.base import (
     VersionedValue,
 )
 from service.storage.state_store import CounterStore, LastSeenIndex, PartStore
-from service.usecases.events import EVENT_PREFIX
+from service.usecases.events import DELTA_PREFIX, EVENT_PREFIX
 
 PULLS_PREFIX = "pulls:"  # the counter of an arm's decisions: pulls:<id>
 METRICS_PREFIX = "metrics:"  # a use case's own record beside the parts (metrics:apprentice)
-NOT_PARTS = (EVENT_PREFIX, METRICS_PREFIX)
+NOT_PARTS = (EVENT_PREFIX, METRICS_PREFIX, DELTA_PREFIX)
 
 
 class CachedStore(PartStore, CounterStore, LastSeenIndex, Protocol):

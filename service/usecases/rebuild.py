@@ -44,6 +44,7 @@ from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_re
 from service.schemas import PolicyInfo
 from service.storage.base import EventLog, LoggedDecision
 from service.storage.state_store import CounterStore, LastSeenIndex, PartStore, PolicyDirectory
+from service.usecases.events import DELTA_PREFIX
 from service.usecases.json_features import logged_rows
 from service.usecases.learning_settings import LearningSettings
 from service.usecases.models import PART_PREFIXES, imported_model_record
@@ -137,8 +138,9 @@ async def rebuild_policy(
             del seen[arm], pulls[arm]
     parts = policy.export_parts(policy.part_names())
     payload: dict[str, bytes | None] = {CONFIG_KEY: encode_info(info), **parts}
-    if replace:  # the whole state: a stored part the replay does not hold goes
-        stored = await store.keys(name, PART_PREFIXES)
+    if replace:  # the whole state: a stored part the replay does not hold goes, and the
+        # pending rewards of a folding policy (the log holds those it logged)
+        stored = await store.keys(name, [*PART_PREFIXES, DELTA_PREFIX])
         payload.update({k: None for k in stored if k not in payload})
 
     def write(values: dict[str, bytes | None]) -> dict[str, bytes | None]:

@@ -656,3 +656,7 @@ async def test_keys_lists_the_stored_values_by_prefix(store: StateStore, policy:
     assert await store.keys(policy, ["shared", "user:"]) == ["shared", "user:u"]
     await store.transact(policy, ["arm:7"], lambda _values: {"arm:7": None})
     assert "arm:7" not in await store.keys(policy, ["arm:"])
+    # a prefix is literal, also where Redis's HSCAN MATCH pattern would read a glob
+    odd = ["a*[b]?\\x", "a*[b]?\\y", "ab]?", "a-b"]
+    await store.transact(policy, odd, lambda _values: dict.fromkeys(odd, b"x"))
+    assert await store.keys(policy, ["a*[b]?\\"]) == sorted(odd[:2])

@@ -1,0 +1,130 @@
+"""Folded model updates across replicas (service/usecases/folds.py): two app processes
+on one Redis serve a shared model with ``model_update_interval``; 8 clients per process
+reward its events. Every reward the service took is folded into the ``shared`` part
+exactly once, equal to the rewards applied one by one (1e-9), also when one replica is
+SIGKILLed while rewards and folds run: the other takes the folds' periods over, nothing
+is lost and nothing is applied twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import redis
+
+from bandit_core.hybrid_linucb import HybridSharedState
+from service.policies import build_policy
+from service.schemas import PolicySpec
+from service.settings import Settings
+from service.usecases.events import EventState, PendingEvent
+from tests.reliability.traffic import HEADERS, wait_until
+from tests.servers import AppProcess, RedisServer, apps, settings_env
+from tests.service.test_folds import assert_close, decisions
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600), pytest.mark.slow]
+
+SPEC: dict[str, Any] = {
+    "algorithm": "hybrid_linucb",
+    "features": {"bits": 5, "interactions": [["*", "*"]]},
+    "params": {"alpha": 0.0},
+    "reward_range": [-1.0, 1.0],
+    "default_reward": None,
+    "reward_wait_seconds": 3600,
+    "model_update_interval": 0.2,
+}
+CLIENTS = 8  # per process
+PER_CLIENT = 40
+
+
+async def _decide(url: str, n: int) -> list[str]:
+    async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=60) as http:
+        return await decisions(http, n, "p")
+
+
+async def _reward(url: str, events: list[str], value: Callable[[str], float]) -> None:
+    """Reward ``events`` from CLIENTS clients of ``url``; a client whose process died
+    stops (its rewards in flight may or may not have been taken)."""
+
+    async def client(i: int) -> None:
+        async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=60) as http:
+            for event_id in events[i::CLIENTS]:
+                try:
+                    r = await http.post(
+                        "/reward", json={"event_id": event_id, "reward": value(event_id)}
+                    )
+                except httpx.TransportError:
+                    return
+                assert r.status_code == 200 and r.json()["applied"], r.text
+
+    await asyncio.gather(*(client(i) for i in range(CLIENTS)))
+
+
+def _state(client: redis.Redis) -> tuple[HybridSharedState | None, int]:
+    data = client.get("bandit:{p}:k:shared")
+    pending = sum(1 for _ in client.hscan_iter("bandit:{p}:versions", match="delta:*"))
+    return (None if data is None else HybridSharedState.from_bytes(data)), pending
+
+
+def _expected(client: redis.Redis, spec: PolicySpec, events: list[str]) -> HybridSharedState:
+    """The rewards of the events stored as rewarded, applied one by one in a random
+    order to a fresh engine."""
+    policy = build_policy(spec)
+    rewarded = []
+    for event_id in events:
+        data = client.get(f"bandit:{{p}}:k:event:{event_id}")
+        assert data is not None
+        event = PendingEvent.from_json(data)
+        if event.state is EventState.REWARDED:
+            rewarded.append(event)
+    for i in np.random.default_rng(3).permutation(len(rewarded)):
+        event = rewarded[i]
+        assert event.reward is not None
+        policy.update(event.arm_id, event.row(), event.reward)
+    return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["both-live", "one-sigkilled"])
+async def test_two_replicas_fold_every_reward_once(
+    make_settings: Callable[..., Settings], private_redis: RedisServer, kill: bool
+) -> None:
+    settings = make_settings(fold_check_seconds=0.05, fold_max_deltas=64)
+    env = settings_env(settings)
+    a, b = AppProcess(env), AppProcess(env)
+    client = redis.Redis.from_url(private_redis.url)
+    with apps(a, b):
+        async with httpx.AsyncClient(base_url=a.url, headers=HEADERS) as http:
+            assert (await http.put("/policies/p", json=SPEC)).status_code == 200
+        n = CLIENTS * PER_CLIENT
+        on_a, on_b = await asyncio.gather(_decide(a.url, n), _decide(b.url, n))
+        rng = np.random.default_rng(11)
+        values = {e: float(v) for e, v in zip(on_a + on_b, rng.uniform(-1, 1, 2 * n), strict=True)}
+        rewarding = asyncio.gather(
+            _reward(a.url, on_a, values.__getitem__), _reward(b.url, on_b, values.__getitem__)
+        )
+        if kill:  # once some rewards are in, while the rest and the folds go on
+
+            async def some_folded() -> bool:
+                shared, _ = _state(client)
+                return shared is not None and shared.n >= n // 4
+
+            await wait_until(some_folded, 120, "a first fold")
+            a.kill()
+        await rewarding
+
+        async def all_folded() -> bool:
+            shared, pending = _state(client)
+            return pending == 0 and shared is not None
+
+        await wait_until(all_folded, 120, "every delta folded")
+        spec = PolicySpec.model_validate(SPEC)
+        shared, _ = _state(client)
+        want = _expected(client, spec, on_a + on_b)
+        assert_close(shared, want)
+        if not kill:
+            assert want.n == 2 * n
+        else:
+            assert n <= want.n <= 2 * n  # all of b's; a's until it died

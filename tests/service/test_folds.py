@@ -1,0 +1,299 @@
+"""Folded model updates (service/usecases/folds.py): a shared model with
+``model_update_interval`` keeps each accepted reward as a delta written with its event,
+and folds the deltas into the ``shared`` part in one transaction that deletes exactly
+those deltas. Checked against the closed form (the rewards applied one by one in a
+random order, to 1e-9) on the embedded default and on Redis + PostgreSQL: concurrent
+rewards, a fold abandoned after its read, a fold racing another writer, a reset, and
+the rebuild from the log."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bandit_core.hybrid_linucb import HybridSharedState
+from service.api.app import LEARNING_SETTINGS, make_store
+from service.policies import build_policy, spec_of
+from service.settings import Settings
+from service.usecases.events import DELTA_PREFIX, PendingEvent, event_key
+from service.usecases.folds import Folds
+from service.usecases.policy_cache import PolicyCache
+from service.usecases.rebuild import rebuild_policy
+from tests.service.conftest import running
+
+pytestmark = pytest.mark.anyio
+
+NAME = "loop"
+SPEC: dict[str, Any] = {
+    "algorithm": "hybrid_linucb",
+    "features": {"bits": 5, "interactions": [["*", "*"]]},
+    "params": {"alpha": 0.0},
+    "reward_range": [-1.0, 1.0],
+    "epsilon": 0.2,
+}
+# the writer's loop runs once at the start, then never within a test
+NO_LOOP = {"fold_check_seconds": 3600.0, "fold_max_deltas": 100_000}
+
+
+def request_body(j: int, policy: str = NAME) -> dict[str, Any]:
+    """The ``j``-th ``/recommend`` of the tests: 4 of 9 items in 3 categories, a context
+    of 3 segments."""
+    context = {"user": {"segment": "abc"[j % 3], "visits": j % 4}}
+    items = [
+        {"id": f"item-{(j + k) % 9}", "features": {"item": {"cat": "xyz"[(j + k) % 3]}}}
+        for k in range(4)
+    ]
+    return {"policy": policy, "context": context, "arms": items}
+
+
+async def decisions(http: Any, n: int, policy: str = NAME) -> list[str]:
+    """The event ids of ``n`` decisions of ``policy`` (:func:`request_body`)."""
+    ids = []
+    for j in range(n):
+        r = await http.post("/recommend", json=request_body(j, policy))
+        assert r.status_code == 200, r.text
+        ids.append(r.json()["event_id"])
+    return ids
+
+
+async def _reward_concurrently(http: Any, rewards: dict[str, float], clients: int) -> None:
+    """``clients`` tasks, each rewarding its share of the events one after another."""
+    events = list(rewards)
+
+    async def client(i: int) -> None:
+        for event_id in events[i::clients]:
+            r = await http.post("/reward", json={"event_id": event_id, "reward": rewards[event_id]})
+            assert r.status_code == 200 and r.json()["applied"], r.text
+
+    await asyncio.gather(*(client(i) for i in range(clients)))
+
+
+def _rewards(ids: list[str]) -> dict[str, float]:
+    rng = np.random.default_rng(len(ids))
+    return {e: float(v) for e, v in zip(ids, rng.uniform(-1.0, 1.0, len(ids)), strict=True)}
+
+
+async def _shared(app: Any) -> HybridSharedState | None:
+    data = (await app.state.use_cases.store.read(NAME, ["shared"], {}))["shared"].data
+    return None if data is None else HybridSharedState.from_bytes(data)
+
+
+async def _pending(app: Any) -> list[str]:
+    return await app.state.use_cases.store.keys(NAME, [DELTA_PREFIX])
+
+
+async def _until_folded(app: Any, n: int, timeout: float = 60.0) -> None:
+    """Poll the store until the writer folded ``n`` rewards and left no delta."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shared = await _shared(app)
+        if shared is not None and shared.n == n and not await _pending(app):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{n} rewards not folded within {timeout:.0f}s")
+        await asyncio.sleep(0.05)
+
+
+async def _one_by_one(app: Any, rewards: dict[str, float]) -> HybridSharedState:
+    """The shared part of the policy's rewards applied one by one to a fresh engine,
+    in a random order, from the rows the events kept."""
+    keys = [event_key(e) for e in rewards]
+    stored = await app.state.use_cases.store.read(NAME, keys, {})
+    info = (await app.state.use_cases.cache.load(NAME))[0].info
+    policy = build_policy(spec_of(info))
+    order = np.random.default_rng(7).permutation(len(keys))
+    for i in order:
+        data = stored[keys[i]].data
+        assert data is not None
+        event = PendingEvent.from_json(data)
+        policy.update(event.arm_id, event.row(), rewards[list(rewards)[i]])
+    return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
+
+
+def assert_close(got: HybridSharedState | None, want: HybridSharedState) -> None:
+    """The shared parts ``got`` and ``want`` hold the same rewards, their arrays equal
+    to 1e-9."""
+    assert got is not None
+    for field in ("A", "A_inv", "b", "theta"):
+        np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=0, atol=1e-9)
+    assert got.n == want.n
+    assert got.reward_sum == pytest.approx(want.reward_sum, abs=1e-9)
+
+
+async def _create(http: Any, interval: float) -> None:
+    r = await http.put(f"/policies/{NAME}", json={**SPEC, "model_update_interval": interval})
+    assert r.status_code == 200, r.text
+    assert r.json()["model_update_interval"] == interval
+
+
+async def test_concurrent_rewards_are_folded_once_each(make_settings: Any) -> None:
+    """8 clients reward 160 events while the writer folds every 0.1 s: every reward is
+    folded exactly once (the closed form to 1e-9), no delta is left, and the staleness
+    gauge is exported."""
+    settings = make_settings(fold_check_seconds=0.05, fold_max_deltas=25)
+    async with running(settings) as (app, http, _):
+        await _create(http, 0.1)
+        rewards = _rewards(await decisions(http, 160))
+        await _reward_concurrently(http, rewards, clients=8)
+
+        await _until_folded(app, len(rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        metrics = (await http.get("/metrics")).text
+        assert f'bandit_model_staleness_seconds{{policy="{NAME}"}}' in metrics
+
+
+async def test_rewards_wait_as_deltas_until_the_fold(make_settings: Any) -> None:
+    """Until a fold, a reward changes no model part (decisions read the last folded
+    model) and leaves one delta; a fold takes them all in one transaction."""
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 30))
+        before = await _shared(app)
+        await _reward_concurrently(http, rewards, clients=4)
+        assert await _shared(app) == before
+        assert sorted(await _pending(app)) == sorted(DELTA_PREFIX + e for e in rewards)
+        repeat = await http.post("/reward", json={"event_id": next(iter(rewards)), "reward": 0.5})
+        assert repeat.json()["status"] == "conflicting_reward"
+        assert len(await _pending(app)) == len(rewards)  # a repeat adds no delta
+        assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert await app.state.use_cases.folds.fold(NAME) == 0
+
+
+async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any) -> None:
+    """A writer that read the deltas and computed the fold but never committed (killed
+    in between: simulated by its transaction raising after the fold was computed)
+    leaves every delta pending and the model as it was; the next fold takes each once."""
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 40))
+        await _reward_concurrently(http, rewards, clients=4)
+        before = await _shared(app)
+        store = app.state.use_cases.store
+        transact = store.transact
+        computed: list[int] = []
+
+        async def killed(policy: str, keys: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            def dies(values: dict[str, bytes | None]) -> Any:
+                computed.append(len(fn(values)))
+                raise SystemExit("the writer died before its commit")
+
+            return await transact(policy, keys, dies, *args, **kwargs)
+
+        store.transact = killed
+        with pytest.raises(SystemExit):
+            await app.state.use_cases.folds.fold(NAME)
+        store.transact = transact
+        assert computed == [len(rewards) + 1]  # the shared part and every delta, computed
+        assert await _shared(app) == before
+        assert len(await _pending(app)) == len(rewards)
+        app.state.use_cases.cache.forget(NAME)  # the dead writer's cache is gone with it
+        assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_fold_racing_another_writer_applies_nothing_twice(make_settings: Any) -> None:
+    """Redis: writer A reads the deltas; before A commits, writer B (another process:
+    its own connection and cache) folds them all and commits. A's commit finds the
+    versions moved, reads again, finds no delta left and writes nothing: each reward
+    is folded once. (The in-process store runs a transaction under its lock: no
+    writer can come between a read and a commit.)"""
+    settings: Settings = make_settings(**NO_LOOP)
+    async with running(settings) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 40))
+        await _reward_concurrently(http, rewards, clients=4)
+        folded_by_b: list[int] = []
+
+        def writer_b() -> None:
+            async def fold() -> None:
+                store = make_store(settings)
+                try:
+                    folded_by_b.append(await Folds(PolicyCache(store), store, settings).fold(NAME))
+                finally:
+                    await store.close()
+
+            asyncio.run(fold())
+
+        store = app.state.use_cases.store
+        transact = store.transact
+        attempts: list[int] = []
+
+        async def interleaved(policy: str, keys: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            def then_b(values: dict[str, bytes | None]) -> Any:
+                attempts.append(sum(v is not None for k, v in values.items() if k != "shared"))
+                if len(attempts) == 1:  # between A's read and A's commit
+                    thread = threading.Thread(target=writer_b)
+                    thread.start()
+                    thread.join()
+                return fn(values)
+
+            return await transact(policy, keys, then_b, *args, **kwargs)
+
+        store.transact = interleaved
+        folded_by_a = await app.state.use_cases.folds.fold(NAME)
+        store.transact = transact
+        assert folded_by_b == [len(rewards)]
+        assert attempts == [len(rewards), 0] and folded_by_a == 0
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+
+
+async def test_a_reset_drops_the_pending_rewards(make_settings: Any) -> None:
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 10))
+        await _reward_concurrently(http, rewards, clients=2)
+        assert (await http.post(f"/policies/{NAME}/reset")).status_code == 200
+        assert await _pending(app) == []
+        assert await app.state.use_cases.folds.fold(NAME) == 0
+        assert await _shared(app) is None
+
+
+async def test_the_rebuild_from_the_log_equals_the_folded_model(make_settings: Any) -> None:
+    """Rewards folded in several folds, and some still pending: the rebuild from the
+    log replays every logged reward, so it equals the rewards applied one by one, and
+    it drops the pending deltas it replayed (they are not folded a second time)."""
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 45))
+        ids = list(rewards)
+        for part, fold in ((ids[:20], True), (ids[20:35], True), (ids[35:], False)):
+            await _reward_concurrently(http, {e: rewards[e] for e in part}, clients=3)
+            if fold:
+                assert await app.state.use_cases.folds.fold(NAME) == len(part)
+        assert len(await _pending(app)) == 10
+        use_cases = app.state.use_cases
+        assert use_cases.sink.flush(10.0)
+        await rebuild_policy(
+            use_cases.event_log, use_cases.store, NAME, replace=True, learning=LEARNING_SETTINGS
+        )
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+
+
+async def test_rewards_pending_when_updates_turn_immediate_are_folded(
+    make_settings: Any,
+) -> None:
+    """A policy changed from folded to immediate updates: the deltas pending then are
+    folded by the writer, and later rewards update the model at once."""
+    async with running(make_settings(fold_check_seconds=0.05)) as (app, http, _):
+        await _create(http, 3600.0)
+        ids = await decisions(http, 21)
+        rewards = _rewards(ids[:20])
+        await _reward_concurrently(http, rewards, clients=4)
+        assert len(await _pending(app)) == 20
+        changed = await http.put(f"/policies/{NAME}", json=SPEC)  # the same model, no interval
+        assert changed.status_code == 200 and changed.json()["model_update_interval"] is None
+        await _until_folded(app, 20)
+        r = await http.post("/reward", json={"event_id": ids[20], "reward": 0.5})
+        assert r.status_code == 200 and r.json()["applied"]
+        shared = await _shared(app)
+        assert shared is not None and shared.n == 21 and await _pending(app) == []
