@@ -130,7 +130,7 @@ def build_use_cases(
     rewards = Rewards(cache, sink, settings, clock, tally=tally)
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, event_log, settings, audit, clock)
-    recommender = Recommender(cache, sink, settings, clock)
+    recommender = Recommender(cache, sink, settings, clock, rewards.drift)
     features = FeatureRanking(cache, event_log, settings)
     recovery = Recovery(cache, sink, event_log, settings, audit, learning)
     return UseCases(
