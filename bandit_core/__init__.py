@@ -9,6 +9,7 @@ now)`` runs them at a time, for the policies that forget by wall-clock time;
 ``exploring(policy, level)`` raises their exploration for a while.
 """
 
+from bandit_core.clock import clock_at
 from bandit_core.errors import (
     BanditError,
     ConfigError,
@@ -20,7 +21,6 @@ from bandit_core.errors import (
     UnknownArmError,
 )
 from bandit_core.exploration import exploring
-from bandit_core.forgetting import clock_at
 from bandit_core.policy import (
     ArmStats,
     BasePolicy,

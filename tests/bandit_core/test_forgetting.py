@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bandit_core import make_policy, policy_from_bytes
+from bandit_core.clock import clock_at
 from bandit_core.errors import ConfigError, InvalidInputError
-from bandit_core.forgetting import WindowArmState, clock_at, window_memory_bytes
+from bandit_core.forgetting import WindowArmState, window_memory_bytes
 from bandit_core.policy import Decision, SelectRequest
 
 LAMBDA = 0.5
