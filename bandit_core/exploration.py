@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from bandit_core.policy import AnyPolicy
 from bandit_core.validation import check_real
@@ -42,7 +43,8 @@ def exploring(policy: AnyPolicy, level: float | None) -> Iterator[None]:
     if getattr(before, knob) >= level:
         yield
         return
-    policy.config = dataclasses.replace(before, **{knob: level})
+    raised: dict[str, Any] = {knob: level}
+    policy.config = dataclasses.replace(before, **raised)
     try:
         yield
     finally:
