@@ -119,31 +119,23 @@ def test_a_window_of_updates_equals_the_ridge_over_the_last_rewards(obs, window:
 
 @settings(max_examples=40, deadline=None)
 @given(observations, st.integers(1, 12), st.floats(1.0, 100.0), st.floats(0.0, 150.0))
-def test_a_window_in_seconds_equals_the_ridge_over_the_young_rewards(
+def test_a_window_in_seconds_scores_as_the_disjoint_window_of_one_arm(
     obs, window: int, seconds: float, later: float
 ) -> None:
-    p = make_policy(
-        "hybrid_linucb",
-        d=3,
-        window=window,
-        window_seconds=seconds,
-        ridge_lambda=LAMBDA,
-        alpha=1.0,
-    )
-    clock, kept = START, []  # the rewards in the window, oldest first
-    for k, (x, r, gap, late, arm) in enumerate(obs):
-        at = (clock - gap if late else clock + gap) + k * 1e-6
-        clock = max(clock, at) if k else at
-        with clock_at(p, at):
-            p.update(arm, np.array(x), r)
-        kept = [o for o in kept if o[2] > clock - seconds]
-        if at > clock - seconds:
-            if len(kept) == window:
-                del kept[int(np.argmin([o[2] for o in kept]))]
-            kept.append((np.array(x), r, at))
+    """The shared part is ``sliding_window_linucb``'s window over every reward: its
+    scores at any later time are those of that policy's one arm fed the same rewards
+    (whose equality with the ridge over the young rewards from scratch is
+    ``tests/bandit_core/test_forgetting.py``'s)."""
+    params = {"window": window, "window_seconds": seconds, "ridge_lambda": LAMBDA, "alpha": 1.0}
+    shared = make_policy("hybrid_linucb", d=3, **params)
+    disjoint = make_policy("sliding_window_linucb", d=3, **params)
+    disjoint.add_arm("a")
+    _, times, clock = _feed(shared, obs, timed=True)
+    for (x, r, *_), at in zip(obs, times):
+        disjoint.update("a", np.array(x), r, now=at)
     now = clock + later
-    young = [(z, r) for z, r, t in kept if t > now - seconds]
-    np.testing.assert_allclose(_scores(p, now), _ridge_ucb(young, 1.0), rtol=TOL, atol=TOL)
+    one_arm = [disjoint.select(["a"], z[None, :], now=now).scores[0] for z in CANDIDATES]
+    np.testing.assert_allclose(_scores(shared, now), one_arm, rtol=TOL, atol=TOL)
 
 
 def test_a_long_horizon_keeps_the_shared_part_finite_and_exact() -> None:

@@ -20,6 +20,16 @@ T0 = 1_800_000_000.0  # Unix time
 BOOST_SECONDS = 100.0
 # a detector that sees the fall from ten rewards of 1 to rewards of 0 within a few zeros
 QUICK_DETECTOR = {"delta": 0.0, "threshold": 3.0, "min_samples": 5}
+# one arm whose every row is [1], no epsilon: the score is LinUCB's closed form
+LINUCB = {
+    "algorithm": "linucb",
+    "dimension": 1,
+    "arms": ["a"],
+    "epsilon": 0.0,
+    "params": {"alpha": 0.5},
+    "reward_wait_seconds": 3600,
+    "drift_detection": QUICK_DETECTOR,
+}
 
 
 def _set_clock(app: Any, at: list[float]) -> None:
@@ -63,16 +73,7 @@ async def test_alpha_is_raised_for_the_set_time_after_a_detection(make_settings:
     within ``BOOST_SECONDS`` of the detection the score is ``mean + 4 * width``, from
     then on ``mean + 0.5 * width``."""
     name = f"boosted-{uuid.uuid4().hex[:8]}"  # metrics are per process
-    spec = {
-        "algorithm": "linucb",
-        "dimension": 1,
-        "arms": ["a"],
-        "epsilon": 0.0,
-        "params": {"alpha": 0.5},
-        "reward_wait_seconds": 3600,
-        "drift_detection": QUICK_DETECTOR,
-        "drift_response": {"exploration": 4.0, "seconds": BOOST_SECONDS},
-    }
+    spec = {**LINUCB, "drift_response": {"exploration": 4.0, "seconds": BOOST_SECONDS}}
     async with running(make_settings()) as (app, http, _):
         r = await http.put(f"/policies/{name}", json=spec)
         assert r.status_code == 200, r.text
@@ -95,17 +96,8 @@ async def test_alpha_is_raised_for_the_set_time_after_a_detection(make_settings:
 
 async def test_a_policy_without_a_response_keeps_its_exploration(make_settings: Any) -> None:
     name = f"steady-{uuid.uuid4().hex[:8]}"
-    spec = {
-        "algorithm": "linucb",
-        "dimension": 1,
-        "arms": ["a"],
-        "epsilon": 0.0,
-        "params": {"alpha": 0.5},
-        "reward_wait_seconds": 3600,
-        "drift_detection": QUICK_DETECTOR,
-    }
     async with running(make_settings()) as (app, http, _):
-        assert (await http.put(f"/policies/{name}", json=spec)).status_code == 200
+        assert (await http.put(f"/policies/{name}", json=LINUCB)).status_code == 200
         _set_clock(app, [T0])
         await _fall(http, name)
         samples = _samples((await http.get("/metrics")).text, name)
