@@ -5,9 +5,11 @@ Policies (``make_policy(name, d, **params)``): ``linucb``, ``hybrid_linucb``,
 ``epsilon_greedy``, ``discounted_linucb``, ``sliding_window_linucb``. Every policy offers
 ``select(arm_ids, X) -> Decision`` and ``update(arm_id, x, reward)`` over explicit state
 that serializes to bytes (``to_bytes`` / ``from_bytes``) without pickle; ``clock_at(policy,
-now)`` runs them at a time, for the policies that forget by wall-clock time.
+now)`` runs them at a time, for the policies that forget by wall-clock time;
+``exploring(policy, level)`` raises their exploration for a while.
 """
 
+from bandit_core.clock import clock_at
 from bandit_core.errors import (
     BanditError,
     ConfigError,
@@ -18,7 +20,7 @@ from bandit_core.errors import (
     StateFormatError,
     UnknownArmError,
 )
-from bandit_core.forgetting import clock_at
+from bandit_core.exploration import exploring
 from bandit_core.policy import (
     ArmStats,
     BasePolicy,
@@ -48,6 +50,7 @@ __all__ = [
     "StateFormatError",
     "UnknownArmError",
     "clock_at",
+    "exploring",
     "make_policy",
     "policy_class",
     "policy_from_bytes",

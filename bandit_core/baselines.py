@@ -33,6 +33,7 @@ class CountArmState(ArrayState):
 
 class _CountingPolicy(BasePolicy[CountArmState, None, None]):
     ARM_STATE = CountArmState
+    EXPLORATION_KNOB: ClassVar[str] = "epsilon"  # the scores have no confidence width
 
     def _new_arm_state(self) -> CountArmState:
         return CountArmState()

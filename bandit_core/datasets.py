@@ -66,7 +66,9 @@ class LoggedEvent:
 
     ``arm_ids`` (K,) are the candidates, ``X`` (K, d) their feature rows, ``action`` the
     index of the served arm in ``arm_ids``, ``reward`` what it earned and ``pscore`` the
-    logging policy's probability of serving it (``None`` when unknown).
+    logging policy's probability of serving it (``None`` when unknown). ``time``: when
+    the decision was made (seconds, e.g. Unix time; ``None`` when unknown), the time a
+    replay runs a policy with a wall clock at (docs/algorithms.md section 10.3).
     """
 
     arm_ids: tuple[str, ...]
@@ -75,6 +77,7 @@ class LoggedEvent:
     reward: float
     pscore: float | None = None
     user_id: str | None = None
+    time: float | None = None
 
     @property
     def chosen(self) -> str:
@@ -92,6 +95,7 @@ class LoggedEvent:
         arm_features: ArrayLike | None = None,
         pscore: float | None = None,
         user_id: str | None = None,
+        time: float | None = None,
     ) -> LoggedEvent:
         """An event from its parts: ``x_a = concat(context, arm_features[a])``; ``arm_id``
         is the served candidate.
@@ -132,6 +136,7 @@ class LoggedEvent:
             reward=float(reward),
             pscore=None if pscore is None else float(pscore),
             user_id=user_id,
+            time=time,
         )
 
 

@@ -21,7 +21,7 @@ Two clocks. Per update (``gamma``; ``window``): the clock of an arm is its updat
 Wall-clock (``half_life_seconds``, ``gamma = 0.5^(1 / half_life_seconds)`` per second;
 ``window_seconds``): the time comes in as the ``now`` argument of
 :meth:`ClockedPolicy.select` and :meth:`ClockedPolicy.update`, or for every call in a
-block from :func:`clock_at` (seconds on any fixed origin, e.g. Unix time); nothing here
+block from :func:`bandit_core.clock.clock_at` (seconds on any fixed origin, e.g. Unix time); nothing here
 reads a clock. The decay of an arm is applied when
 its part is written (an update at ``now``) and, without changing the part, when it is
 read (a selection at ``now`` scores every arm as of ``now``, so an arm nobody pulled
@@ -33,14 +33,15 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from bandit_core.clock import Clocked
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
 from bandit_core.linear import RidgeStack, stacked_ucb_terms
@@ -48,18 +49,11 @@ from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_real, check_true
 
-
-def _check_now(now: float | None) -> float | None:
-    if now is None:
-        return None
-    return check_real(now, "now", error=InvalidInputError)
-
-
 # the arm states of the clocked policies (defined below)
 ClockedArmT = TypeVar("ClockedArmT", "DiscountedArmState", "WindowArmState")
 
 
-class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
+class ClockedPolicy(Clocked, BasePolicy[ClockedArmT, None, None]):
     """A policy whose :meth:`select` and :meth:`update` take the time ``now`` (seconds).
 
     Its arms' states are stacked in a :class:`~bandit_core.linear.RidgeStack`
@@ -68,7 +62,6 @@ class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
 
     def __init__(self, config: PolicyConfig) -> None:
         super().__init__(config)
-        self._now: float | None = None
         self._wall_clock = self.uses_wall_clock()
         self._stack: RidgeStack[ClockedArmT] = self._new_stack()
 
@@ -100,16 +93,6 @@ class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
         mean, width = stacked_ucb_terms(self._stack.A_inv, self._stack.theta, X_batch)
         return mean + self.config.alpha * width, width
 
-    @contextmanager
-    def at(self, now: float) -> Iterator[None]:
-        """Within the block, every selection (``select``, ``select_batch``,
-        ``select_until``) and update that names no ``now`` of its own runs at ``now``."""
-        before, self._now = self._now, _check_now(now)
-        try:
-            yield
-        finally:
-            self._now = before
-
     def select(
         self,
         arm_ids: Sequence[str],
@@ -138,16 +121,6 @@ class ClockedPolicy(BasePolicy[ClockedArmT, None, None]):
         update = super().update
         with nullcontext() if now is None else self.at(now):
             update(arm_id, x, reward, user_id=user_id)
-
-
-@contextmanager
-def clock_at(policy: object, now: float) -> Iterator[None]:
-    """Within the block, ``policy``'s selections and updates run at ``now`` (seconds)
-    when it is a :class:`ClockedPolicy` (:meth:`ClockedPolicy.at`); any other policy
-    has no clock and is unaffected. How a caller that knows the time of each decision
-    and reward (the service) hands it to whichever policy it serves."""
-    with policy.at(now) if isinstance(policy, ClockedPolicy) else nullcontext():
-        yield
 
 
 # ---- D-LinUCB -------------------------------------------------------------------------
@@ -283,16 +256,11 @@ class DecayingStack(RidgeStack[DiscountedArmState]):
         self.eigen = np.zeros((0, 0, 0))  # per arm: rows e, Q^T (d), beta, T (d)
 
     def _arm_eigen(self, arm_id: str, state: DiscountedArmState) -> np.ndarray:
-        """``[e; Q^T; beta; T]`` of ``state``, shape ``(2 d + 2, d)``, kept by arm id."""
+        """:func:`eigen_rows` of ``state``, kept by arm id."""
         kept = self._eigen.get(arm_id)
         if kept is not None and kept[0] is state and kept[1] == state.n:
             return kept[2]
-        e, Q = np.linalg.eigh(state.V)
-        d = len(e)
-        rows = np.empty((2 * d + 2, d))
-        rows[0], rows[1 : d + 1] = e, Q.T
-        np.matmul(Q.T, state.b, rows[d + 1])
-        np.matmul(Q.T @ state.V_tilde, Q, rows[d + 2 :])
+        rows = eigen_rows(state)
         self._eigen[arm_id] = (state, state.n, rows)
         return rows
 
@@ -309,25 +277,41 @@ class DecayingStack(RidgeStack[DiscountedArmState]):
     def decayed_terms(
         self, X: np.ndarray, factors: np.ndarray, ridge_lambda: float
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(x^T theta, sqrt(x^T V^-1 V~ V^-1 x))`` of every stacked arm with its clock
-        moved on by ``factors`` (``g = gamma^Δ`` per arm, shape ``(K,)``; ``X`` shape
-        ``(K, d)``), after :meth:`sync`; the states do not change."""
-        d = X.shape[1]
-        e, Q_T, beta, T = (
-            self.eigen[:, 0],
-            self.eigen[:, 1 : d + 1],
-            self.eigen[:, d + 1],
-            self.eigen[:, d + 2 :],
-        )
-        g = factors[:, None]
-        y = np.matmul(Q_T, X[..., None])[..., 0] / (g * e + (1.0 - g) * ridge_lambda)
-        mean = factors * np.add.reduce(beta * y, axis=-1)
-        Ty = np.matmul(T, y[..., None])[..., 0]
-        g2 = factors * factors
-        quad = g2 * np.add.reduce(y * Ty, axis=-1) + (1.0 - g2) * ridge_lambda * np.add.reduce(
-            y * y, axis=-1
-        )
-        return mean, np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
+        """:func:`decayed_terms` of every stacked arm, after :meth:`sync`."""
+        return decayed_terms(self.eigen, X, factors, ridge_lambda)
+
+
+def eigen_rows(state: DiscountedArmState) -> np.ndarray:
+    """``[e; Q^T; beta; T]`` of ``state`` (``V = Q diag(e) Q^T``, ``beta = Q^T b``,
+    ``T = Q^T V~ Q``), shape ``(2 d + 2, d)``: what (10.2a) needs to score ``state`` at
+    any later time."""
+    e, Q = np.linalg.eigh(state.V)
+    d = len(e)
+    rows = np.empty((2 * d + 2, d))
+    rows[0], rows[1 : d + 1] = e, Q.T
+    np.matmul(Q.T, state.b, rows[d + 1])
+    np.matmul(Q.T @ state.V_tilde, Q, rows[d + 2 :])
+    return rows
+
+
+def decayed_terms(
+    eigen: np.ndarray, X: np.ndarray, factors: np.ndarray, ridge_lambda: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(x^T theta, sqrt(x^T V^-1 V~ V^-1 x))`` (10.2a) of each row ``x`` of ``X``
+    (shape ``(K, d)``) under the state whose :func:`eigen_rows` are ``eigen[i]`` (shape
+    ``(K, 2 d + 2, d)``) with its clock moved on by ``factors[i]`` (``g = gamma^Δ``,
+    shape ``(K,)``); the states do not change."""
+    d = X.shape[1]
+    e, Q_T, beta, T = eigen[:, 0], eigen[:, 1 : d + 1], eigen[:, d + 1], eigen[:, d + 2 :]
+    g = factors[:, None]
+    y = np.matmul(Q_T, X[..., None])[..., 0] / (g * e + (1.0 - g) * ridge_lambda)
+    mean = factors * np.add.reduce(beta * y, axis=-1)
+    Ty = np.matmul(T, y[..., None])[..., 0]
+    g2 = factors * factors
+    quad = g2 * np.add.reduce(y * Ty, axis=-1) + (1.0 - g2) * ridge_lambda * np.add.reduce(
+        y * y, axis=-1
+    )
+    return mean, np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
 
 
 class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
@@ -447,6 +431,15 @@ class WindowArmState(ArrayState):
             return np.ones(self.size, dtype=bool)
         return times > now - window_seconds
 
+    def live_ridge(
+        self, now: float, window_seconds: float, ridge_lambda: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(A, b)`` over the observations still in the window at ``now``, summed anew
+        (the part does not change)."""
+        live = self.live(now, window_seconds)
+        xs, rewards = self.xs[: self.size][live], self.rewards[: self.size][live]
+        return ridge_lambda * np.eye(xs.shape[1]) + xs.T @ xs, xs.T @ rewards
+
     def add(
         self,
         x: np.ndarray,
@@ -564,12 +557,9 @@ class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
         seconds, now = self.config.window_seconds, self._now
         if seconds is not None and now is not None and isinstance(self._stack, WindowStack):
             for i in np.flatnonzero(self._stack.oldest <= now - seconds):
-                state = states[i]
-                live = state.live(now, seconds)
-                xs, rewards = state.xs[: state.size][live], state.rewards[: state.size][live]
-                A = self.config.ridge_lambda * np.eye(self.config.d) + xs.T @ xs
+                A, b = states[i].live_ridge(now, seconds, self.config.ridge_lambda)
                 z = np.linalg.solve(A, X[i])
-                mean[i], width[i] = z @ (xs.T @ rewards), math.sqrt(max(float(z @ X[i]), 0.0))
+                mean[i], width[i] = z @ b, math.sqrt(max(float(z @ X[i]), 0.0))
         return mean + self.config.alpha * width, width
 
     def _update(

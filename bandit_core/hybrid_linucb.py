@@ -38,18 +38,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bandit_core.errors import InvalidInputError
+from bandit_core.clock import Clocked
+from bandit_core.errors import ConfigError, InvalidInputError
 from bandit_core.features import SparseRows
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
+from bandit_core.parts import SHARED_PART
 from bandit_core.policy import PolicyConfig, SelectContext
+from bandit_core.shared_forgetting import (
+    FORGETTING_OPTIONS,
+    ForgettingOptions,
+    ForgettingState,
+    SharedForgetting,
+)
 from bandit_core.shared_model import SharedModelPolicy
+from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_reward, check_vector
 
 
@@ -59,15 +68,36 @@ class HybridLinUCBConfig(LinUCBConfig):
     the per-arm part at the end of each row; the first ``shared_dim = d - context_dim``
     entries are the shared features ``z``. ``context_dim = 0`` (the default): no per-arm
     part. ``ridge_lambda`` is the prior of both parts (the paper's ``A_0 = I_k``,
-    ``A_a = I_d`` at 1)."""
+    ``A_a = I_d`` at 1). The shared model (``context_dim = 0``) may forget:
+    ``gamma`` or ``half_life_seconds`` (D-LinUCB), ``window`` and/or ``window_seconds``
+    (SW-LinUCB), as :mod:`bandit_core.shared_forgetting` describes."""
 
     context_dim: int = 0
+    gamma: float | None = None
+    half_life_seconds: float | None = None
+    window: int | None = None
+    window_seconds: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         # the row is [z, x] with at least one shared feature: context_dim < d
         object.__setattr__(
             self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1)
+        )
+        options = self.forgetting.checked(self.ridge_lambda)
+        if options.forgets and self.context_dim:
+            raise ConfigError(
+                "the forgetting options (gamma, half_life_seconds, window, window_seconds) "
+                f"apply to the shared model: context_dim must be 0, but got {self.context_dim}"
+            )
+        for name in FORGETTING_OPTIONS:
+            object.__setattr__(self, name, getattr(options, name))
+
+    @property
+    def forgetting(self) -> ForgettingOptions:
+        """How the shared part forgets (docs/algorithms.md section 10.3); none by default."""
+        return ForgettingOptions(
+            self.gamma, self.half_life_seconds, self.window, self.window_seconds
         )
 
     @property
@@ -95,6 +125,10 @@ class HybridArmState(LinearArmState):
     B: np.ndarray
 
 
+# the shared part: Algorithm 2's, or a forgetting one (bandit_core.shared_forgetting)
+SharedPart: TypeAlias = HybridSharedState | ForgettingState
+
+
 class HybridStack(RidgeStack[LinearArmState]):
     """:class:`RidgeStack` of hybrid arms: besides ``A_inv`` and ``theta`` (``A_a^-1 b_a``)
     it keeps ``A_inv_B`` (K, d, k), ``A_a^-1 B_a``, which every score of the arm needs and
@@ -116,9 +150,10 @@ class HybridStack(RidgeStack[LinearArmState]):
         np.matmul(state.A_inv, cast(HybridArmState, state).B, out=self.A_inv_B[i])
 
 
-class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
+class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None]):
     """Hybrid LinUCB (Li et al. 2010, Algorithm 2); with ``context_dim = 0`` a shared-matrix
-    LinUCB whose arms keep no state. See the module docstring."""
+    LinUCB whose arms keep no state, and which may forget
+    (:mod:`bandit_core.shared_forgetting`). See the module docstring."""
 
     NAME: ClassVar[str] = "hybrid_linucb"
     CONFIG: ClassVar[type[PolicyConfig]] = HybridLinUCBConfig
@@ -127,14 +162,31 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
     config: HybridLinUCBConfig
 
     def __init__(self, config: PolicyConfig) -> None:
+        # the shared prior (made in super().__init__) depends on how the part forgets
+        self._forgetting = (
+            SharedForgetting(config.forgetting, config.ridge_lambda)
+            if isinstance(config, HybridLinUCBConfig) and config.forgetting.forgets
+            else None
+        )
         super().__init__(config)
         self._stack = HybridStack()
+
+    def uses_wall_clock(self) -> bool:
+        """True for a shared model with ``half_life_seconds`` or ``window_seconds``."""
+        return self._forgetting is not None and self._forgetting.wall_clock
+
+    def _decode_part(self, name: str, data: bytes | None) -> ArrayState | None:
+        if self._forgetting is None or data is None or name != SHARED_PART:
+            return super()._decode_part(name, data)
+        return self._forgetting.state_class.from_bytes(data)
 
     def _keeps_arm_parts(self) -> bool:
         return self.config.context_dim > 0
 
     # ---- the model ---------------------------------------------------------------------
-    def _new_shared_state(self) -> HybridSharedState:
+    def _new_shared_state(self) -> SharedPart:
+        if self._forgetting is not None:
+            return self._forgetting.prior(self.config.shared_dim)
         return HybridSharedState(**_prior(self.config.shared_dim, self.config.ridge_lambda))
 
     def _new_arm_state(self) -> HybridArmState:
@@ -179,6 +231,9 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
         k = self.config.shared_dim
         alpha = self.config.alpha
         Z = X[:, :k]
+        if not isinstance(shared, HybridSharedState):  # a forgetting shared model
+            mean, width = self._forgetting_terms(shared, Z)
+            return (mean + alpha * width, width) if alpha else (mean + 0.0, None)
         mean = Z @ shared.theta
         if self._arm_free:
             if not alpha:
@@ -201,6 +256,12 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
         width = np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
         return mean + alpha * width, width
 
+    def _forgetting_terms(
+        self, shared: ForgettingState, Z: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        assert self._forgetting is not None  # the only way to a forgetting part
+        return self._forgetting.terms(shared, Z, self._now)
+
     def _update(
         self,
         arm_id: str,
@@ -211,6 +272,10 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
     ) -> None:
         c = self.config
         shared = self._shared
+        if not isinstance(shared, HybridSharedState):  # a forgetting shared model
+            assert self._forgetting is not None  # the only way to a forgetting part
+            self._forgetting.add(shared, x, reward, self._now)
+            return
         if state is None:  # no per-arm part: LinUCB over z (A_0 += z z', b_0 += r z)
             shared.add(x, reward, reward, c.refactor_every)
             return
@@ -220,9 +285,10 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
 
     @property
     def folds_updates(self) -> bool:
-        """True without per-arm parts: every reward adds a row to the one shared ridge
-        part, in any order (docs/algorithms.md section 8.1)."""
-        return self._arm_free
+        """True without per-arm parts and without forgetting: every reward adds a row to
+        the one shared ridge part, in any order (docs/algorithms.md section 8.1); a
+        forgetting part decays to each row's time first, so its rows stay one by one."""
+        return self._arm_free and self._forgetting is None
 
     def update_batch(
         self,
@@ -234,7 +300,7 @@ class HybridLinUCB(SharedModelPolicy[HybridArmState, HybridSharedState, None]):
         per-arm parts as one rank-``m`` update of the shared part (``A_0 += Z^T Z``,
         ``b_0 += Z^T r``, :meth:`LinearArmState.add_batch`), checked whole before any
         state changes, equal to the updates one by one in any order to rounding."""
-        if not self._arm_free:
+        if not self.folds_updates:
             super().update_batch(arm_ids, rows, rewards)
             return
         c = self.config

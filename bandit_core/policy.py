@@ -254,6 +254,8 @@ class BasePolicy(BatchSelection, BatchUpdates, ArmTable[ArmT, SharedT, UserT]):
 
     CONFIG: ClassVar[type[PolicyConfig]] = PolicyConfig
     FEATURE_LAYOUT: ClassVar[str] = "context"
+    # the config field that sets how much the policy explores (bandit_core.exploration)
+    EXPLORATION_KNOB: ClassVar[str] = "alpha"
 
     # Set per class from the hooks it overrides (module docstring, "Class flags").
     _PLAIN_CHOICE: ClassVar[bool] = True

@@ -23,10 +23,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 
+from bandit_core.clock import Clocked, clock_at
 from bandit_core.datasets import LoggedEvent, LogSource
 from bandit_core.errors import InvalidInputError
 from bandit_core.evaluation.summary import Spread
@@ -107,9 +109,10 @@ class _Lookahead:
         """Read the next event as the one-by-one loop would before stopping."""
         self._check()
 
-    def take_run(self, n: int) -> list[LoggedEvent]:
+    def take_run(self, n: int, timed: bool = False) -> list[LoggedEvent]:
         """Up to ``n`` next events sharing ``arm_ids``, ``user_id`` and the shape of ``X``
-        (an event whose ``X`` is not an array comes alone; [] at the end)."""
+        (an event whose ``X`` is not an array comes alone; [] at the end); ``timed``:
+        and their ``time``."""
         if not self._check():
             return []
         self._fill(n)
@@ -125,9 +128,15 @@ class _Lookahead:
             and buf[0].user_id == first.user_id
             and isinstance(buf[0].X, np.ndarray)
             and buf[0].X.shape == shape
+            and (not timed or buf[0].time == first.time)
         ):
             run.append(buf.popleft())
         return run
+
+
+def _at_time(policy: Policy, at: float | None) -> AbstractContextManager[None]:
+    """The block in which ``policy`` runs at the time ``at`` (None: its own clocks)."""
+    return nullcontext() if at is None else clock_at(policy, at)
 
 
 def _run(
@@ -147,20 +156,28 @@ def _run(
     rewards: list[float] = []
     seen = 0
     events = _Lookahead(source)
+    # a policy with a wall clock runs each event at its decision's time (section 10.3)
+    timed = isinstance(policy, Clocked) and policy.uses_wall_clock()
     while True:
         if n_rounds is not None and len(rewards) >= n_rounds:
             events.touch()
             break
-        run = events.take_run(_READ_AHEAD)
+        run = events.take_run(_READ_AHEAD, timed)
         if not run:
             break
+        at = (
+            run[0].time if timed else None
+        )  # the run's decision time, for a policy with a wall clock
         X = np.stack([e.X for e in run]) if len(run) > 1 else [run[0].X]
         targets = np.array([e.action for e in run], dtype=np.intp)
         pos = 0
         while pos < len(run):
             if n_rounds is not None and len(rewards) >= n_rounds:
                 break
-            i = policy.select_until(run[0].arm_ids, X[pos:], targets[pos:], user_id=run[0].user_id)
+            with _at_time(policy, at):
+                i = policy.select_until(
+                    run[0].arm_ids, X[pos:], targets[pos:], user_id=run[0].user_id
+                )
             if i == len(run) - pos:
                 seen, pos = seen + i, len(run)
                 continue
@@ -168,7 +185,10 @@ def _run(
             event = run[pos - 1]
             if not accept(event):
                 continue
-            policy.update(event.chosen, event.X[event.action], event.reward, user_id=event.user_id)
+            with _at_time(policy, at):
+                policy.update(
+                    event.chosen, event.X[event.action], event.reward, user_id=event.user_id
+                )
             rewards.append(event.reward)
             if progress is not None:
                 progress(1)

@@ -49,6 +49,7 @@ bandit_policies_missing                  gauge      (none)                  poli
 bandit_policy_rebuilds_total             counter    outcome                 rebuilds from the log (rebuilt/failed/deleted)
 bandit_drift_detections_total            counter    policy                  changes Page-Hinkley detected in the rewards
 bandit_drift_excursion                   gauge      policy                  the detector's excursion (threshold 50) (max)
+bandit_exploration_boost_until_seconds   gauge      policy                  unix time the drift_response boost ends (max)
 =======================================  =========  ======================  ====================================
 
 (*) The ``arm`` label is bounded: an arm has its own value only while it is one of the
@@ -291,6 +292,12 @@ DRIFT_EXCURSION = Gauge(
     ["policy"],
     multiprocess_mode="max",
 )
+EXPLORATION_BOOST_UNTIL = Gauge(
+    "bandit_exploration_boost_until_seconds",
+    "Unix time the exploration boost of the policy's drift_response after its latest detection ends",
+    ["policy"],
+    multiprocess_mode="max",
+)
 
 # The metrics whose series :func:`render` drops for a policy that no longer exists.
 POLICY_FAMILIES = frozenset(
@@ -318,6 +325,7 @@ POLICY_FAMILIES = frozenset(
         SNAPSHOT_FAILURES,
         DRIFT_DETECTIONS,
         DRIFT_EXCURSION,
+        EXPLORATION_BOOST_UNTIL,
         AUDIT_RECORDS,  # the audit trail keeps a deleted policy's records, GET /audit
     )
 )

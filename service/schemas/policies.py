@@ -48,6 +48,20 @@ def _same_setting(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+class DriftResponse(StrictModel):
+    """What a policy does after its detector finds a change (docs/algorithms.md section
+    10.5, "Response to a detection"): explore at ``exploration`` for ``seconds``."""
+
+    exploration: Annotated[float, Field(ge=0, allow_inf_nan=False)] = Field(
+        description="the level the policy's exploration knob is raised to: alpha (the "
+        "weight of the confidence width) for the UCB models, epsilon (at most 1) for "
+        "random and epsilon_greedy; a knob already higher keeps its value",
+    )
+    seconds: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="how long the raised exploration lasts after each detection"
+    )
+
+
 class PolicySpec(StrictModel):
     """Body of ``PUT /policies/{name}``."""
 
@@ -148,6 +162,16 @@ class PolicySpec(StrictModel):
         examples=[{"delta": 0.01, "threshold": 20}],
     )
 
+    drift_response: DriftResponse | None = Field(
+        None,
+        description=(
+            "after the detector (drift_detection) finds a change, raise the policy's "
+            "exploration to exploration for seconds (docs/algorithms.md section 10.5); "
+            "null: a detection changes nothing in the decisions"
+        ),
+        examples=[{"exploration": 2.0, "seconds": 3600}],
+    )
+
     @field_validator("drift_detection")
     @classmethod
     def _check_drift_detection(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -238,6 +262,16 @@ class PolicySpec(StrictModel):
             )
         if self.arms is not None and len(set(self.arms)) != len(self.arms):
             raise ValueError("arms must be unique")
+        response = self.drift_response
+        if (
+            response is not None
+            and policy_class(self.algorithm).EXPLORATION_KNOB == "epsilon"
+            and response.exploration > 1
+        ):
+            raise ValueError(
+                f"drift_response.exploration is {self.algorithm}'s epsilon and must be at "
+                f"most 1, but got {response.exploration}"
+            )
         if self.feature_names is not None and len(set(self.feature_names)) != len(
             self.feature_names
         ):

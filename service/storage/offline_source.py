@@ -71,6 +71,7 @@ def to_logged_event(
         arm_features=features,
         pscore=d.propensity,
         user_id=d.user_id,
+        time=d.created_at,
     )
 
 

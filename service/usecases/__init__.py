@@ -136,7 +136,7 @@ def build_use_cases(
     rewards.finalizations.deltas_written = folds.accepted
     audit = AuditTrail(sink, event_log, clock)
     admin = PolicyAdmin(cache, store, event_log, settings, audit, clock)
-    recommender = Recommender(cache, store, sink, settings, clock)
+    recommender = Recommender(cache, store, sink, settings, clock, rewards.drift)
     features = FeatureRanking(cache, event_log, settings)
     recovery = Recovery(cache, store, sink, event_log, settings, audit, learning)
     return UseCases(

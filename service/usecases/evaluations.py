@@ -202,7 +202,13 @@ def logged_events(
         ids = [c["id"] for c in d.candidates]
         assert logged.reward is not None
         yield LoggedEvent(
-            tuple(ids), rows(d), ids.index(d.arm_id), logged.reward.value, d.propensity, d.user_id
+            tuple(ids),
+            rows(d),
+            ids.index(d.arm_id),
+            logged.reward.value,
+            d.propensity,
+            d.user_id,
+            d.created_at,  # a policy with a wall clock replays at the decision's time
         )
 
 

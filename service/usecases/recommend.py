@@ -21,10 +21,11 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bandit_core import BanditError, BasePolicy, Decision, ModelError, clock_at
+from bandit_core import BanditError, BasePolicy, Decision, ModelError, clock_at, exploring
 from service.errors import ApiError, Conflict, EngineInputError, with_policy
 from service.observability import metrics
 from service.policies import Runtime
@@ -40,6 +41,7 @@ from service.storage.base import (
 )
 from service.storage.state_store import EventRegistry
 from service.usecases.candidates import build_candidates
+from service.usecases.drift_watch import DriftWatch
 from service.usecases.event_ids import EventIds
 from service.usecases.events import event_key, request_digest
 from service.usecases.json_features import JsonCandidates
@@ -70,6 +72,7 @@ class Recommender:
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
+    drift: DriftWatch = field(default_factory=DriftWatch)
     json_candidates: JsonCandidates = field(default_factory=JsonCandidates)
     event_ids: EventIds = field(init=False)
     batches: Coalescer = field(init=False)
@@ -238,7 +241,9 @@ class Recommender:
         ids, X, features, _ = candidates
         explore = req.explore if mode is None else False  # a serving mode takes the greedy choice
         try:
-            with clock_at(runtime.policy, now):  # a policy that forgets by time ages its arms
+            # a policy that forgets by time ages its arms; one that answers a detected
+            # drift explores more for a while
+            with clock_at(runtime.policy, now), self.exploring(runtime, now):
                 decision = runtime.policy.select(
                     ids, X, user_id=req.user_id, features=features, explore=explore
                 )
@@ -248,6 +253,14 @@ class Recommender:
             if error is exc:  # the model's fault
                 raise
             raise error from exc
+
+    def exploring(self, runtime: Runtime, now: float) -> AbstractContextManager[None]:
+        """The block in which ``runtime``'s policy selects at ``now``: with its
+        exploration raised while its ``drift_response`` lasts
+        (:meth:`DriftWatch.exploration_boost`)."""
+        info = runtime.info
+        level = self.drift.exploration_boost(info.name, now, info.drift_response)
+        return exploring(runtime.policy, level)
 
     @staticmethod
     def engine_error(runtime: Runtime, exc: BanditError) -> Exception:

@@ -133,7 +133,7 @@ class Coalescer:
         now = recommender.clock()
         served: dict[int, ServedDecision] = {}
         versions: dict[tuple[Any, ...], int] = {}  # model_version by candidates and user
-        with clock_at(policy, now):
+        with clock_at(policy, now), recommender.exploring(runtime, now):
             decisions = policy.select_batch(selections)
         for (i, c), decision in zip(chosen, decisions):
             req = reqs[i]

@@ -181,7 +181,8 @@ class Rewards:
                     metrics.DEFAULT_REWARDS.labels(name).inc()
                 runtime = self.cache.cached(name)
                 config = PageHinkleyConfig() if runtime is None else runtime.info.drift_config
-                self.drift.observe(name, float(event.reward), config)
+                response = None if runtime is None else runtime.info.drift_response
+                self.drift.observe(name, float(event.reward), config, now, response)
         retention = now + self.settings.done_event_retention_seconds
         seen = None if source is None else {event.arm_id: now}  # the update saw the arm
         with step("schedule"):
