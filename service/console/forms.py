@@ -1,0 +1,30 @@
+"""How a console form reports an error beside its field (docs/console.md, "Pages"): the
+API's own schema or use case says what is wrong, and its location names the field."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from service.errors import ApiError
+
+
+def field_name(loc: Sequence[str | int] | None) -> str:
+    """A location as the form's field name: ``["body", "policies", 0, "name"]`` ->
+    ``policies.0.name`` (the request body's prefix left out; empty: the whole form)."""
+    parts = [str(p) for p in loc or [] if p != "body"]
+    return ".".join(parts)
+
+
+def schema_errors(exc: ValidationError) -> dict[str, str]:
+    """Each field's first message from a schema's validation error."""
+    errors: dict[str, str] = {}
+    for error in exc.errors():
+        errors.setdefault(field_name(error["loc"]), error["msg"])
+    return errors
+
+
+def use_case_errors(exc: ApiError) -> dict[str, str]:
+    """A use case's error as the message of the field its location names."""
+    return {field_name(exc.loc): exc.message}
