@@ -20,7 +20,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from service.console import evaluations_page, pages, settings_page, signin
+from service.console import evaluations_page, model_page, pages, settings_page, signin
 from service.console.rendering import PACKAGE
 
 
@@ -30,4 +30,5 @@ def mount_console(app: FastAPI) -> None:
     app.mount("/console/static", StaticFiles(directory=PACKAGE / "static"), name="console_static")
     app.include_router(settings_page.router)
     app.include_router(evaluations_page.router)
+    app.include_router(model_page.router)
     app.include_router(pages.router)  # last: its catch-all answers the 404 page
