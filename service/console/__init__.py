@@ -20,7 +20,14 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from service.console import evaluations_page, model_page, pages, settings_page, signin
+from service.console import (
+    evaluations_page,
+    features_page,
+    model_page,
+    pages,
+    settings_page,
+    signin,
+)
 from service.console.rendering import PACKAGE
 
 
@@ -31,4 +38,5 @@ def mount_console(app: FastAPI) -> None:
     app.include_router(settings_page.router)
     app.include_router(evaluations_page.router)
     app.include_router(model_page.router)
+    app.include_router(features_page.router)
     app.include_router(pages.router)  # last: its catch-all answers the 404 page

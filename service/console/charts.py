@@ -205,3 +205,43 @@ def interval_chart(
     return IntervalChart(
         WIDTH, height, INTERVAL_LABEL_WIDTH, marks, rows, [(x(t), f"{t:.3g}") for t in ticks]
     )
+
+
+BAR_HEIGHT = 22
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One ranked value: its label, the bar's width and row, and whether it is flagged."""
+
+    label: str
+    value: float
+    y: float
+    width: float
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class BarChart:
+    width: int
+    height: int
+    left: int
+    bars: list[Bar]
+
+
+def bar_chart(items: list[tuple[str, float, bool]]) -> BarChart:
+    """Horizontal bars of ``items`` (label, value in [0, 1], flagged) in the given order,
+    a value of 1 across the whole plot."""
+    inner = WIDTH - INTERVAL_LABEL_WIDTH - MARGIN_RIGHT
+    bars = [
+        Bar(
+            label,
+            value,
+            MARGIN_TOP + i * BAR_HEIGHT,
+            round(inner * min(max(value, 0.0), 1.0), 1),
+            flagged,
+        )
+        for i, (label, value, flagged) in enumerate(items)
+    ]
+    height = MARGIN_TOP + len(bars) * BAR_HEIGHT + MARGIN_BOTTOM
+    return BarChart(WIDTH, height, INTERVAL_LABEL_WIDTH, bars)

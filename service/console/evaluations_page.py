@@ -7,7 +7,6 @@ native API's ``/policies/{name}/evaluations`` routes) and ``PolicyAdmin``."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 from urllib.parse import quote
 
@@ -17,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from bandit_core.evaluation import WindowSums
 from service.console.charts import interval_chart
-from service.console.forms import schema_errors, use_case_errors
+from service.console.forms import log_range, schema_errors, use_case_errors
 from service.console.pages import policy_name, signed_in, use_cases_of
 from service.console.rendering import ConsoleRoute, page
 from service.console.session import Session, change_form
@@ -34,7 +33,6 @@ router = APIRouter(prefix="/console", route_class=ConsoleRoute, include_in_schem
 EVALUATION_ID: TypeAdapter[str] = TypeAdapter(EvaluationId)
 CANDIDATE_ROWS = 3  # empty candidate rows offered by the form
 REFRESH_SECONDS = 2  # how often the page of a running evaluation reloads itself
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def effective_sample_size(sums: WindowSums) -> float:
@@ -42,18 +40,6 @@ def effective_sample_size(sums: WindowSums) -> float:
     (docs/console.md, "Evaluations"): how many logged events the estimate is worth; 0
     when the candidate gives no logged action any weight."""
     return sums.snips_denominator**2 / sums.w2 if sums.w2 > 0 else 0.0
-
-
-def _iso(seconds: float) -> str:
-    return time.strftime(TIME_FORMAT, time.gmtime(seconds))
-
-
-async def _log_range(request: Request, name: str) -> tuple[str, str] | None:
-    """The form's default range: the log's first decision to one second after its last."""
-    span = await use_cases_of(request).log_upkeep.properties(name)
-    if span.first is None or span.last is None:
-        return None
-    return _iso(int(span.first.timestamp())), _iso(int(span.last.timestamp()) + 1)
 
 
 async def _list_page(
@@ -67,7 +53,7 @@ async def _list_page(
     use_cases = use_cases_of(request)
     info = await use_cases.admin.get_policy(policy_name(name))
     records = await use_cases.evaluations.list_evaluations(name)
-    span = await _log_range(request, name)
+    span = await log_range(use_cases, name)
     values = dict(form or {})
     if span is not None:
         values.setdefault("start_time", span[0])

@@ -3,11 +3,15 @@ API's own schema or use case says what is wrong, and its location names the fiel
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from pydantic import ValidationError
 
 from service.errors import ApiError
+from service.usecases import UseCases
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def field_name(loc: Sequence[str | int] | None) -> str:
@@ -28,3 +32,18 @@ def schema_errors(exc: ValidationError) -> dict[str, str]:
 def use_case_errors(exc: ApiError) -> dict[str, str]:
     """A use case's error as the message of the field its location names."""
     return {field_name(exc.loc): exc.message}
+
+
+def iso_time(seconds: float) -> str:
+    """Unix ``seconds`` as the forms write times: ISO 8601 in UTC, to the second."""
+    return time.strftime(TIME_FORMAT, time.gmtime(seconds))
+
+
+async def log_range(use_cases: UseCases, name: str) -> tuple[str, str] | None:
+    """A range form's default: the log's first decision of ``name`` to one second after
+    its last (the end is exclusive), None when the log holds none
+    (``LogUpkeep.properties``)."""
+    span = await use_cases.log_upkeep.properties(name)
+    if span.first is None or span.last is None:
+        return None
+    return iso_time(int(span.first.timestamp())), iso_time(int(span.last.timestamp()) + 1)

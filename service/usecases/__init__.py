@@ -15,6 +15,7 @@ module                 use case (public surface)
 ``models``             ``Models``: the model file (export, import, reset, properties)
 ``importance``         ``FeatureRanking.features``: ``GET /policies/{name}/features``
 ``importance_jobs``    ``FeatureImportances``: feature-importance jobs over a log range
+``feature_cardinality``  ``FeatureCardinalities``: distinct values per JSON feature (ids, timestamps)
 ``readiness``          ``Monitor``: ``/readyz``, ``/health/dependencies``, backlog, gauges
 ``probes``             ``Probe``: a dependency check answered within a bound, never queued
 ``policy_cache``       ``PolicyCache``: the cached engine policies and the store transactions
@@ -54,6 +55,7 @@ from service.usecases.activity import ActivityViews
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.evaluation_jobs import Evaluations
+from service.usecases.feature_cardinality import FeatureCardinalities
 from service.usecases.finalizations import ServedTally
 from service.usecases.importance import FeatureRanking
 from service.usecases.importance_jobs import FeatureImportances
@@ -72,6 +74,7 @@ __all__ = [
     "ActivityViews",
     "AuditTrail",
     "Evaluations",
+    "FeatureCardinalities",
     "FeatureImportances",
     "FeatureRanking",
     "LogUpkeep",
@@ -106,6 +109,7 @@ class UseCases:
     features: FeatureRanking
     models: Models
     feature_importances: FeatureImportances
+    feature_cardinalities: FeatureCardinalities
     evaluations: Evaluations
     log_upkeep: LogUpkeep
     audit: AuditTrail
@@ -147,6 +151,7 @@ def build_use_cases(
         features=features,
         models=Models(admin, event_log, clock),
         feature_importances=FeatureImportances(admin, settings, clock),
+        feature_cardinalities=FeatureCardinalities(event_log),
         evaluations=Evaluations(admin, settings, learning, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,
