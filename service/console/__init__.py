@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from service.console import (
     evaluations_page,
     features_page,
+    log_page,
     model_page,
     pages,
     settings_page,
@@ -39,4 +40,5 @@ def mount_console(app: FastAPI) -> None:
     app.include_router(evaluations_page.router)
     app.include_router(model_page.router)
     app.include_router(features_page.router)
+    app.include_router(log_page.router)
     app.include_router(pages.router)  # last: its catch-all answers the 404 page

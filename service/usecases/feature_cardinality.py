@@ -94,7 +94,9 @@ class FeatureCardinalities:
 
     event_log: EventLog
 
-    async def over(self, policy: str, since: float, until: float) -> dict[Feature, FeatureCardinality]:
+    async def over(
+        self, policy: str, since: float, until: float
+    ) -> dict[Feature, FeatureCardinality]:
         """The features of ``policy``'s decisions in ``[since, until)`` with their
         cardinalities (read off the event loop)."""
 
