@@ -27,6 +27,7 @@ from service.api.oidc import OidcVerifier
 from service.observability import metrics
 from service.observability.request_context import REQUEST_ID_HEADER, RequestIds
 from service.personalizer import routers as personalizer
+from service.personalizer.learning_mode_view import LoopLearningModes
 from service.personalizer.learning_modes import ApprenticeTally
 from service.personalizer.learning_settings import LoopLearningSettings
 from service.personalizer.loops import DEFAULT_LOOP, Loops
@@ -174,6 +175,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loops = Loops(use_cases.admin, use_cases.recommender, use_cases.rewards)
         app.state.loops = loops
         app.state.apply_setting = loops.apply_setting
+        app.state.learning_modes = LoopLearningModes(loops)  # the console's Apprentice page
         stack.push_async_callback(use_cases.feature_importances.close)
         stack.push_async_callback(use_cases.monitor.close)
         stack.callback(use_cases.evaluations.close)

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from service.console import (
+    apprentice_page,
     evaluations_page,
     features_page,
     log_page,
@@ -41,4 +42,5 @@ def mount_console(app: FastAPI) -> None:
     app.include_router(model_page.router)
     app.include_router(features_page.router)
     app.include_router(log_page.router)
+    app.include_router(apprentice_page.router)
     app.include_router(pages.router)  # last: its catch-all answers the 404 page
