@@ -7,8 +7,11 @@ A feature is a key of a namespace, as the feature-importance jobs name it
 scalar belongs to ``""``, keys starting with ``_`` are ignored. A context feature
 describes a decision, an action feature an action (its candidate id). A feature is
 flagged when it describes at least :data:`MIN_DESCRIBED` decisions or actions and takes
-at least :data:`ID_SHARE` as many distinct values as it describes things. The first
-:data:`MAX_DECISIONS` decisions of the range are read.
+at least :data:`ID_SHARE` as many distinct values as it describes things, and its values
+are categories (strings, lists, booleans: each distinct one a column of its own) or
+numbers that read as unix times (seconds or milliseconds from 2001 to 2286, every one
+of them): a number otherwise is one column scaled by its value, so a price that differs
+per item is no id. The first :data:`MAX_DECISIONS` decisions of the range are read.
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from service.storage.base import DecisionRecord, EventLog
 MIN_DESCRIBED = 20
 ID_SHARE = 0.5
 MAX_DECISIONS = 10_000
+UNIX_TIMES = ((1e9, 1e10), (1e12, 1e13))  # seconds, then milliseconds
 Feature = tuple[str, str]
 """``(namespace, key)``."""
 
 
-def feature_values(objects: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[Feature, str]]:
-    """Each feature of a JSON feature object (or list of them) with its value as JSON."""
+def feature_values(objects: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[Feature, Any]]:
+    """Each feature of a JSON feature object (or list of them) with its value."""
     if isinstance(objects, list):
         for item in objects:
             yield from feature_values(item, path)
@@ -43,7 +47,7 @@ def feature_values(objects: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[F
         if isinstance(value, dict):
             yield from feature_values(value, (*path, key))
         else:
-            yield (".".join(path), key), json.dumps(value, sort_keys=True)
+            yield (".".join(path), key), value
 
 
 @dataclass
@@ -54,6 +58,16 @@ class FeatureCardinality:
     side: str
     values: set[str] = field(default_factory=set)
     carriers: set[str] = field(default_factory=set)
+    numeric: bool = True
+    times: bool = True
+
+    def add(self, value: Any, carrier: str) -> None:
+        """Count ``value`` of the decision or action ``carrier``."""
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        self.numeric = self.numeric and is_number
+        self.times = self.times and is_number and any(lo <= value < hi for lo, hi in UNIX_TIMES)
+        self.values.add(json.dumps(value, sort_keys=True))
+        self.carriers.add(carrier)
 
     @property
     def distinct(self) -> int:
@@ -66,17 +80,16 @@ class FeatureCardinality:
     @property
     def looks_like_id(self) -> bool:
         """Whether its cardinality suggests an id or a timestamp (module docstring)."""
-        return self.described >= MIN_DESCRIBED and self.distinct >= ID_SHARE * self.described
+        many = self.described >= MIN_DESCRIBED and self.distinct >= ID_SHARE * self.described
+        return many and (self.times or not self.numeric)
 
 
 def cardinalities(decisions: Iterable[DecisionRecord]) -> dict[Feature, FeatureCardinality]:
     """Every JSON feature of ``decisions``' contexts and candidates with its cardinality."""
     found: dict[Feature, FeatureCardinality] = {}
 
-    def count(feature: Feature, value: str, side: str, carrier: str) -> None:
-        entry = found.setdefault(feature, FeatureCardinality(side))
-        entry.values.add(value)
-        entry.carriers.add(carrier)
+    def count(feature: Feature, value: Any, side: str, carrier: str) -> None:
+        found.setdefault(feature, FeatureCardinality(side)).add(value, carrier)
 
     for decision in decisions:
         for feature, value in feature_values(decision.context):

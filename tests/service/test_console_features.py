@@ -34,15 +34,32 @@ def test_a_feature_is_flagged_when_it_names_nearly_everything_it_describes() -> 
     decisions = [
         _decision(
             f"e{i}",
-            {"user": {"tier": i % 3, "_private": i}, "at": f"2026-11-28T00:00:{i:02d}Z"},
-            [{"id": f"item{j}", "features": {"sku": f"s{j}", "colour": j % 2}} for j in range(n)],
+            {
+                "user": {"tier": i % 3, "_private": i},
+                "at": f"2026-11-28T00:00:{i:02d}Z",
+                "unix": 1_795_000_000 + i,
+            },
+            [
+                {"id": f"item{j}", "features": {"sku": f"s{j}", "colour": j % 2, "price": j + 0.5}}
+                for j in range(n)
+            ],
         )
         for i in range(n)
     ]
     found = cardinalities(decisions)
-    assert set(found) == {("user", "tier"), ("", "at"), ("", "sku"), ("", "colour")}
+    assert set(found) == {
+        ("user", "tier"),
+        ("", "at"),
+        ("", "unix"),
+        ("", "sku"),
+        ("", "colour"),
+        ("", "price"),
+    }
     assert (found["", "at"].distinct, found["", "at"].described) == (n, n)
     assert found["", "at"].looks_like_id and found["", "sku"].looks_like_id
+    assert found["", "unix"].looks_like_id  # numbers, but unix times
+    assert (found["", "price"].distinct, found["", "price"].described) == (n, n)
+    assert not found["", "price"].looks_like_id  # a number per item: one scaled column
     assert (found["user", "tier"].distinct, found["", "colour"].distinct) == (3, 2)
     assert not found["user", "tier"].looks_like_id and not found["", "colour"].looks_like_id
     few = cardinalities(decisions[: n - 1])
