@@ -8,7 +8,8 @@ scalar belongs to ``""``, keys starting with ``_`` are ignored. A context featur
 describes a decision, an action feature an action (its candidate id). A feature is
 flagged when it describes at least :data:`MIN_DESCRIBED` decisions or actions and takes
 at least :data:`ID_SHARE` as many distinct values as it describes things, and its values
-are categories (strings, lists, booleans: each distinct one a column of its own) or
+are categories (strings and booleans, and the elements of a list: each distinct one a
+column of its own) or
 numbers that read as unix times (seconds or milliseconds from 2001 to 2286, every one
 of them): a number otherwise is one column scaled by its value, so a price that differs
 per item is no id. The first :data:`MAX_DECISIONS` decisions of the range are read.
@@ -62,11 +63,13 @@ class FeatureCardinality:
     times: bool = True
 
     def add(self, value: Any, carrier: str) -> None:
-        """Count ``value`` of the decision or action ``carrier``."""
-        is_number = isinstance(value, int | float) and not isinstance(value, bool)
-        self.numeric = self.numeric and is_number
-        self.times = self.times and is_number and any(lo <= value < hi for lo, hi in UNIX_TIMES)
-        self.values.add(json.dumps(value, sort_keys=True))
+        """Count ``value`` of the decision or action ``carrier`` (a list: each of its
+        elements, a column each)."""
+        for item in value if isinstance(value, list) else [value]:
+            is_number = isinstance(item, int | float) and not isinstance(item, bool)
+            self.numeric = self.numeric and is_number
+            self.times = self.times and is_number and any(lo <= item < hi for lo, hi in UNIX_TIMES)
+            self.values.add(json.dumps(item, sort_keys=True))
         self.carriers.add(carrier)
 
     @property

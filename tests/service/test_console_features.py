@@ -40,7 +40,15 @@ def test_a_feature_is_flagged_when_it_names_nearly_everything_it_describes() -> 
                 "unix": 1_795_000_000 + i,
             },
             [
-                {"id": f"item{j}", "features": {"sku": f"s{j}", "colour": j % 2, "price": j + 0.5}}
+                {
+                    "id": f"item{j}",
+                    "features": {
+                        "sku": f"s{j}",
+                        "colour": j % 2,
+                        "price": j + 0.5,
+                        "tags": ["a", "b", "c", "d", "e"][: j % 6],
+                    },
+                }
                 for j in range(n)
             ],
         )
@@ -54,12 +62,15 @@ def test_a_feature_is_flagged_when_it_names_nearly_everything_it_describes() -> 
         ("", "sku"),
         ("", "colour"),
         ("", "price"),
+        ("", "tags"),
     }
     assert (found["", "at"].distinct, found["", "at"].described) == (n, n)
     assert found["", "at"].looks_like_id and found["", "sku"].looks_like_id
     assert found["", "unix"].looks_like_id  # numbers, but unix times
     assert (found["", "price"].distinct, found["", "price"].described) == (n, n)
     assert not found["", "price"].looks_like_id  # a number per item: one scaled column
+    assert found["", "tags"].distinct == 5  # each tag a column, not each set of tags
+    assert not found["", "tags"].looks_like_id
     assert (found["user", "tier"].distinct, found["", "colour"].distinct) == (3, 2)
     assert not found["user", "tier"].looks_like_id and not found["", "colour"].looks_like_id
     few = cardinalities(decisions[: n - 1])
