@@ -208,6 +208,7 @@ def interval_chart(
 
 
 BAR_HEIGHT = 22
+BAR_VALUE_WIDTH = 48  # room for the value written after the longest bar
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,7 @@ class BarChart:
 def bar_chart(items: list[tuple[str, float, bool]]) -> BarChart:
     """Horizontal bars of ``items`` (label, value in [0, 1], flagged) in the given order,
     a value of 1 across the whole plot."""
-    inner = WIDTH - INTERVAL_LABEL_WIDTH - MARGIN_RIGHT
+    inner = WIDTH - INTERVAL_LABEL_WIDTH - MARGIN_RIGHT - BAR_VALUE_WIDTH
     bars = [
         Bar(
             label,
