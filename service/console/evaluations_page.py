@@ -16,7 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from bandit_core.evaluation import WindowSums
 from service.console.charts import interval_chart
-from service.console.forms import log_range, schema_errors, use_case_errors
+from service.console.forms import range_form, schema_errors, use_case_errors
 from service.console.pages import policy_name, signed_in, use_cases_of
 from service.console.rendering import ConsoleRoute, page
 from service.console.session import Session, change_form
@@ -53,11 +53,7 @@ async def _list_page(
     use_cases = use_cases_of(request)
     info = await use_cases.admin.get_policy(policy_name(name))
     records = await use_cases.evaluations.list_evaluations(name)
-    span = await log_range(use_cases, name)
-    values = dict(form or {})
-    if span is not None:
-        values.setdefault("start_time", span[0])
-        values.setdefault("end_time", span[1])
+    span, values = await range_form(use_cases, name, form, ("start_time", "end_time"))
     return page(
         request,
         session,

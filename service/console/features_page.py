@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse
 from pydantic import TypeAdapter, ValidationError
 
 from service.console.charts import bar_chart
-from service.console.forms import log_range, schema_errors, use_case_errors
+from service.console.forms import range_form, schema_errors, use_case_errors
 from service.console.pages import policy_name, signed_in, use_cases_of
 from service.console.rendering import ConsoleRoute, page
 from service.console.session import Session, change_form
@@ -48,11 +48,7 @@ async def _list_page(
     use_cases = use_cases_of(request)
     info = await use_cases.admin.get_policy(policy_name(name))
     jobs = await use_cases.feature_importances.list_jobs(name, None, 0)
-    span = await log_range(use_cases, name)
-    values = dict(form or {})
-    if span is not None:
-        values.setdefault("since", span[0])
-        values.setdefault("until", span[1])
+    span, values = await range_form(use_cases, name, form, ("since", "until"))
     return page(
         request,
         session,

@@ -39,11 +39,17 @@ def iso_time(seconds: float) -> str:
     return time.strftime(TIME_FORMAT, time.gmtime(seconds))
 
 
-async def log_range(use_cases: UseCases, name: str) -> tuple[str, str] | None:
-    """A range form's default: the log's first decision of ``name`` to one second after
-    its last (the end is exclusive), None when the log holds none
-    (``LogUpkeep.properties``)."""
-    span = await use_cases.log_upkeep.properties(name)
-    if span.first is None or span.last is None:
-        return None
-    return iso_time(int(span.first.timestamp())), iso_time(int(span.last.timestamp()) + 1)
+async def range_form(
+    use_cases: UseCases, name: str, form: dict[str, str] | None, fields: tuple[str, str]
+) -> tuple[tuple[str, str] | None, dict[str, str]]:
+    """The log's range of ``name`` (its first decision to one second after its last: the
+    end is exclusive; None when the log holds none, ``LogUpkeep.properties``) and the
+    ``form``'s values with the range as the default of its two ``fields``."""
+    values = dict(form or {})
+    logged = await use_cases.log_upkeep.properties(name)
+    if logged.first is None or logged.last is None:
+        return None, values
+    span = iso_time(int(logged.first.timestamp())), iso_time(int(logged.last.timestamp()) + 1)
+    for field, default in zip(fields, span, strict=True):
+        values.setdefault(field, default)
+    return span, values
