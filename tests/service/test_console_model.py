@@ -107,3 +107,32 @@ async def test_export_reset_and_import_the_model_and_a_snapshot(make_settings: A
 
         assert (await browser.get("/console/policies/nope/model")).status_code == 404
         assert (await browser.get("/console/policies/nope/model/file")).status_code == 404
+
+
+async def test_the_upload_forms_take_model_files_beyond_the_body_limit(make_settings: Any) -> None:
+    """The console's model upload has ``max_model_bytes``, as ``PUT .../model`` has; its
+    other forms keep ``max_body_bytes``."""
+    settings = make_settings(max_body_bytes=500, max_model_bytes=100_000)
+    async with running(settings) as (app, http, _), console_client(app) as browser:
+        assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+        model = (await http.get("/policies/p/model")).content
+        assert 500 < len(model) < 90_000
+        await sign_in(browser)
+        token = csrf_of((await browser.get("/console/policies/p/model")).text)
+        upload = {"data": {"csrf_token": token}}
+        imported = await browser.post(
+            "/console/policies/p/model/import",
+            files={"model_file": ("p.model", model, "application/octet-stream")},
+            **upload,
+        )
+        assert imported.status_code == 303, imported.text
+        too_big = await browser.post(
+            "/console/policies/p/model/import",
+            files={"model_file": ("p.model", model + b"\0" * 100_000, "application/octet-stream")},
+            **upload,
+        )
+        assert too_big.status_code == 413
+        padded = await browser.post(
+            "/console/policies/p/model/reset", data={"csrf_token": token, "pad": "x" * 1000}
+        )
+        assert padded.status_code == 413
