@@ -80,11 +80,12 @@ async def delete_log(request: Request) -> Response:
     as ``DELETE /policies/{name}/logs``), only when ``confirm`` repeats its name."""
     session, form = await change_form(request)
     name = form.get("policy", "")
+    await use_cases_of(request).admin.get_policy(policy_name(name))  # else the 404 page
     if form.get("confirm", "") != name:
         message = f"type the policy's name, {name!r}, to confirm: its whole log is deleted"
         return await _log_page(request, session, {f"confirm:{name}": message}, 422)
     try:
-        deleted = await use_cases_of(request).log_upkeep.delete_logs(policy_name(name))
+        deleted = await use_cases_of(request).log_upkeep.delete_logs(name)
     except ApiError as exc:
         if exc.status == 404:
             raise

@@ -93,6 +93,6 @@ async def test_the_log_page_lists_ranges_partitions_and_deletes_with_confirmatio
         shown = await browser.get(deleted.headers["location"])
         assert f"Deleted the log of p: {2 * DECISIONS} rows." in shown.text
         missing = await browser.post(
-            "/console/log/delete", data={"csrf_token": token, "policy": "nope", "confirm": "nope"}
+            "/console/log/delete", data={"csrf_token": token, "policy": "nope", "confirm": "x"}
         )
         assert missing.status_code == 404
