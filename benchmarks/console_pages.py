@@ -102,6 +102,11 @@ async def measure(settings: Settings, event_id: str, requests: int) -> dict[str,
                 "arms": f"/console/policies/{POLICY}/arms",
                 "event": f"/console/events/{event_id}",
                 "settings": f"/console/policies/{POLICY}/settings",
+                "apprentice": f"/console/policies/{POLICY}/apprentice",
+                "evaluations": f"/console/policies/{POLICY}/evaluations",
+                "features": f"/console/policies/{POLICY}/features",
+                "model": f"/console/policies/{POLICY}/model",
+                "log": "/console/log",
             }
             out: dict[str, Any] = {}
             for name, path in pages.items():

@@ -27,6 +27,7 @@ from service.api.oidc import OidcVerifier
 from service.observability import metrics
 from service.observability.request_context import REQUEST_ID_HEADER, RequestIds
 from service.personalizer import routers as personalizer
+from service.personalizer.learning_mode_view import LoopLearningModes
 from service.personalizer.learning_modes import ApprenticeTally
 from service.personalizer.learning_settings import LoopLearningSettings
 from service.personalizer.loops import DEFAULT_LOOP, Loops
@@ -174,6 +175,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loops = Loops(use_cases.admin, use_cases.recommender, use_cases.rewards, use_cases.store)
         app.state.loops = loops
         app.state.apply_setting = loops.apply_setting
+        app.state.learning_modes = LoopLearningModes(loops)  # the console's Apprentice page
         stack.push_async_callback(use_cases.feature_importances.close)
         stack.push_async_callback(use_cases.monitor.close)
         stack.callback(use_cases.evaluations.close)
@@ -207,9 +209,20 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.process_exit()
 
 
+CONSOLE_UPLOADS = ("/model/import", "/model/snapshot")  # the console's model upload forms
+
+
+def carries_model_file(method: str, path: str) -> bool:
+    """Whether a request's body is a model file (``max_model_bytes``): ``PUT .../model``
+    or an upload form of the console's model page."""
+    if method == "PUT":
+        return path.endswith("/model")
+    return method == "POST" and path.startswith("/console/") and path.endswith(CONSOLE_UPLOADS)
+
+
 class BodyLimitAndTiming:
     """Pure ASGI middleware: 413 for bodies over ``max_body_bytes`` (``max_model_bytes`` for
-    a model file, ``PUT .../model``; read before the app sees them), the
+    a model file: :func:`carries_model_file`; read before the app sees them), the
     request-latency histogram per route template, the requests in flight and the 404s
     by reason (:data:`service.api.errors.NOT_FOUND_REASON`)."""
 
@@ -233,7 +246,7 @@ class BodyLimitAndTiming:
 
         try:
             if scope["method"] in ("POST", "PUT", "PATCH"):
-                model_file = scope["method"] == "PUT" and scope["path"].endswith("/model")
+                model_file = carries_model_file(scope["method"], scope["path"])
                 limit = self.max_model_bytes if model_file else self.max_body_bytes
                 body = await self._read_body(receive, limit)
                 if body is None:

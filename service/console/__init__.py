@@ -8,6 +8,8 @@ module          what it holds
 ``signin``      sign-in and sign-out
 ``pages``       the pages and their forms
 ``settings_page``  a policy's settings: edit, preview, history, rollback
+``evaluations_page``  a policy's offline evaluations: create, progress, result, apply
+``forms``       a form's errors beside its fields
 ``charts``      the SVG charts' geometry
 ``rendering``   templates, the session cookie on a page, errors as HTML pages
 ==============  ================================================================
@@ -18,7 +20,16 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from service.console import pages, settings_page, signin
+from service.console import (
+    apprentice_page,
+    evaluations_page,
+    features_page,
+    log_page,
+    model_page,
+    pages,
+    settings_page,
+    signin,
+)
 from service.console.rendering import PACKAGE
 
 
@@ -27,4 +38,9 @@ def mount_console(app: FastAPI) -> None:
     app.include_router(signin.router)
     app.mount("/console/static", StaticFiles(directory=PACKAGE / "static"), name="console_static")
     app.include_router(settings_page.router)
+    app.include_router(evaluations_page.router)
+    app.include_router(model_page.router)
+    app.include_router(features_page.router)
+    app.include_router(log_page.router)
+    app.include_router(apprentice_page.router)
     app.include_router(pages.router)  # last: its catch-all answers the 404 page

@@ -138,3 +138,111 @@ def share_chart(activity: PolicyActivity) -> Chart:
         ]
         series.append(Series(arm, colour, " ".join(f"{m.x},{m.y}" for m in markers), markers))
     return Chart(WIDTH, HEIGHT, series, None, scale.y_ticks(), scale.x_ticks())
+
+
+INTERVAL_LABEL_WIDTH = 200
+INTERVAL_ROW_HEIGHT = 44
+ESTIMATOR_COLOURS = {"IPS": COLOURS[0], "SNIPS": COLOURS[1]}
+
+
+@dataclass(frozen=True)
+class IntervalMark:
+    """One estimate drawn as a dot at ``x`` with a whisker from ``x_low`` to ``x_high``:
+    ``value`` and its 95% interval ``[low, high]``."""
+
+    candidate: str
+    estimator: str
+    colour: str
+    y: float
+    x: float
+    x_low: float
+    x_high: float
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class IntervalChart:
+    """Estimates with intervals, one row per candidate (``rows``: the label's position
+    and text), a mark per estimator in each row."""
+
+    width: int
+    height: int
+    left: int
+    marks: list[IntervalMark]
+    rows: list[tuple[float, str]]
+    x_ticks: list[tuple[float, str]]
+
+
+def interval_chart(
+    estimates: list[tuple[str, dict[str, tuple[float, float, float]]]],
+) -> IntervalChart:
+    """``estimates``: each candidate's name and, by estimator (``IPS``, ``SNIPS``), its
+    value and 95% interval ``(value, low, high)``; drawn on one value axis."""
+    bounds = [b for _, by in estimates for v in by.values() for b in v]
+    low, high = min(bounds, default=0.0), max(bounds, default=1.0)
+    if high <= low:
+        low, high = low - 0.5, high + 0.5
+    inner = WIDTH - INTERVAL_LABEL_WIDTH - MARGIN_RIGHT
+
+    def x(v: float) -> float:
+        return round(INTERVAL_LABEL_WIDTH + inner * (v - low) / (high - low), 1)
+
+    marks, rows = [], []
+    for i, (candidate, by_estimator) in enumerate(estimates):
+        top = MARGIN_TOP + i * INTERVAL_ROW_HEIGHT
+        rows.append((top + INTERVAL_ROW_HEIGHT / 2, candidate))
+        for j, (estimator, (value, lo, hi)) in enumerate(by_estimator.items()):
+            y = top + INTERVAL_ROW_HEIGHT * (j + 1) / (len(by_estimator) + 1)
+            colour = ESTIMATOR_COLOURS.get(estimator, COLOURS[-1])
+            marks.append(
+                IntervalMark(candidate, estimator, colour, y, x(value), x(lo), x(hi), value, lo, hi)
+            )
+    steps = 4
+    ticks = [low + (high - low) * i / steps for i in range(steps + 1)]
+    height = MARGIN_TOP + len(estimates) * INTERVAL_ROW_HEIGHT + MARGIN_BOTTOM
+    return IntervalChart(
+        WIDTH, height, INTERVAL_LABEL_WIDTH, marks, rows, [(x(t), f"{t:.3g}") for t in ticks]
+    )
+
+
+BAR_HEIGHT = 22
+BAR_VALUE_WIDTH = 48  # room for the value written after the longest bar
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One ranked value: its label, the bar's width and row, and whether it is flagged."""
+
+    label: str
+    value: float
+    y: float
+    width: float
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class BarChart:
+    width: int
+    height: int
+    left: int
+    bars: list[Bar]
+
+
+def bar_chart(items: list[tuple[str, float, bool]]) -> BarChart:
+    """Horizontal bars of ``items`` (label, value in [0, 1], flagged) in the given order,
+    a value of 1 across the whole plot."""
+    inner = WIDTH - INTERVAL_LABEL_WIDTH - MARGIN_RIGHT - BAR_VALUE_WIDTH
+    bars = [
+        Bar(
+            label,
+            value,
+            MARGIN_TOP + i * BAR_HEIGHT,
+            round(inner * min(max(value, 0.0), 1.0), 1),
+            flagged,
+        )
+        for i, (label, value, flagged) in enumerate(items)
+    ]
+    height = MARGIN_TOP + len(bars) * BAR_HEIGHT + MARGIN_BOTTOM
+    return BarChart(WIDTH, height, INTERVAL_LABEL_WIDTH, bars)

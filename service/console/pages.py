@@ -196,21 +196,15 @@ async def event_search(
 
 @router.get("/events/{event_id:path}", name="console_event")
 async def event(request: Request, event_id: str) -> Response:
-    """Page 3: one logged decision: context and candidates as sent, each candidate's
-    score, the propensity and the chosen arm, the guardrail's verdict and the rewards."""
+    """Page 3: one logged decision: context and candidates as sent, the scores in the
+    decision's ranking (the served arm's first), the propensity and the chosen arm, the
+    guardrail's verdict and the rewards."""
     session = signed_in(request)
     trail = await use_cases_of(request).activity.event(event_id)
     decision = trail.decision
     candidates = decision.candidates if isinstance(decision.candidates, list) else []
-    ranked = [
-        {
-            "id": candidate.get("id"),
-            "score": decision.scores[i] if i < len(decision.scores) else None,
-            "chosen": candidate.get("id") == decision.arm_id,
-        }
-        for i, candidate in enumerate(candidates)
-    ]
-    return page(request, session, "event.html", {"trail": trail, "ranked": ranked})
+    ids = [candidate.get("id") for candidate in candidates]
+    return page(request, session, "event.html", {"trail": trail, "candidate_ids": ids})
 
 
 @router.get("/{rest:path}", name="console_not_found")

@@ -184,10 +184,14 @@ async def checked_form(request: Request, session: Session) -> dict[str, str]:
     session's (403 otherwise); the first value of each field."""
     body = (await request.body()).decode("utf-8", errors="replace")
     form = {name: values[0] for name, values in parse_qs(body, keep_blank_values=True).items()}
-    token = form.get(CSRF_FIELD, "")
+    check_token(session, form.get(CSRF_FIELD, ""))
+    return form
+
+
+def check_token(session: Session, token: str) -> None:
+    """Refuse (403) a form whose CSRF ``token`` is not ``session``'s."""
     if not hmac.compare_digest(token.encode(), session.csrf.encode()):
         raise Refused(403, "the form's CSRF token is missing or not this session's")
-    return form
 
 
 async def change_form(request: Request) -> tuple[Session, dict[str, str]]:
@@ -198,6 +202,24 @@ async def change_form(request: Request) -> tuple[Session, dict[str, str]]:
     form = await checked_form(request, session)
     require_change(session)
     return session, form
+
+
+async def change_upload(request: Request) -> tuple[Session, dict[str, str], dict[str, bytes]]:
+    """The session, the text fields and the files of a ``multipart/form-data`` POST that
+    changes something (an uploaded model): its CSRF token and the session's right to
+    change checked first, as :func:`change_form` does."""
+    session = current_session(request)
+    fields: dict[str, str] = {}
+    files: dict[str, bytes] = {}
+    async with request.form() as form:
+        for name, value in form.multi_items():
+            if isinstance(value, str):
+                fields.setdefault(name, value)
+            elif name not in files:
+                files[name] = await value.read()
+    check_token(session, fields.get(CSRF_FIELD, ""))
+    require_change(session)
+    return session, fields, files
 
 
 def require_change(session: Session) -> None:

@@ -20,6 +20,7 @@ module                 what it is
 ``dsjson_export``      logged events written back in that format
 ``log_commands``       ``bandit import-log`` / ``export-log``: a loop's log in that format
 ``learning_settings``  ``LoopLearningSettings``: the core's ``LearningSettings``, VW-style
+``learning_mode_view`` ``LoopLearningModes``: the core's ``LearningModes`` (the console)
 ``evaluation_schemas`` the pydantic contracts of Personalizer's evaluations
 ``evaluation_views``   an evaluation record in each Personalizer version's shape
 ``deps``               ``LoopsDep``: the process's ``Loops`` for the routers

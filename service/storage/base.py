@@ -20,9 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+
+if TYPE_CHECKING:  # the protocols import no SQLAlchemy
+    from service.storage.partitions import Partition
 
 
 class StoreUnavailableError(RuntimeError):
@@ -362,6 +365,11 @@ class EventLog(Protocol):
 
     def event_trail(self, event_id: str) -> EventTrail | None:
         """The decision logged as ``event_id`` with its rewards; None if none is."""
+        ...
+
+    def partitions(self) -> list[Partition]:
+        """The partitions of the partitioned tables with their bounds, estimated rows and
+        sizes, from the database's catalog (none where the log is not partitioned)."""
         ...
 
     def ping(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -37,12 +37,15 @@ _BOUND = re.compile(r"FROM \('?([-0-9.e+]+)'?\) TO \('?([-0-9.e+]+)'?\)")
 @dataclass(frozen=True)
 class Partition:
     """One partition of ``table``: rows with ``start <= created_at < end``; both None for
-    the default partition."""
+    the default partition. ``rows``: the planner's estimate of its rows (None before it
+    was first analyzed); ``size_bytes``: its size on disk with its indexes."""
 
     table: str
     name: str
     start: float | None
     end: float | None
+    rows: float | None = field(default=None, compare=False)
+    size_bytes: int | None = field(default=None, compare=False)
 
 
 def day_partition(table: str, day: int) -> Partition:
@@ -56,18 +59,18 @@ def list_partitions(conn: Connection, table: str) -> list[Partition]:
     """The partitions of ``table`` (in the connection's schema), by start, default first."""
     rows = conn.execute(
         sa.text(
-            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples, "
+            "pg_total_relation_size(c.oid) FROM pg_inherits i "
             "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = CAST(:t AS regclass)"
         ),
         {"t": table},
     ).all()
     partitions = []
-    for name, bound in rows:
+    for name, bound, estimate, size in rows:
         match = _BOUND.search(bound)
-        if match is None:
-            partitions.append(Partition(table, name, None, None))
-        else:
-            partitions.append(Partition(table, name, float(match[1]), float(match[2])))
+        start, end = (None, None) if match is None else (float(match[1]), float(match[2]))
+        counted = None if estimate is None or estimate < 0 else float(estimate)
+        partitions.append(Partition(table, name, start, end, counted, int(size)))
     return sorted(partitions, key=lambda p: -float("inf") if p.start is None else p.start)
 
 

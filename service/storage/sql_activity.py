@@ -1,6 +1,6 @@
 """The event log's aggregate and single-event reads behind the console
-(:meth:`~service.storage.sql_log.SqlEventLog.activity`, ``event_trail``), on PostgreSQL
-and SQLite.
+(:meth:`~service.storage.sql_log.SqlEventLog.activity`, ``event_trail``, ``partitions``),
+on PostgreSQL and SQLite.
 
 Every aggregate is bounded in time on ``created_at``, so PostgreSQL prunes the day
 partitions outside the range and both dialects read the ``(policy, created_at ...)``
@@ -26,7 +26,8 @@ from service.storage.base import (
     RewardBucket,
     RewardRecord,
 )
-from service.storage.schema import decisions, late_rewards, rewards
+from service.storage.partitions import Partition, list_partitions
+from service.storage.schema import PARTITIONED_TABLES, decisions, late_rewards, rewards
 
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
 _LATE_FIELDS = [f.name for f in dataclasses.fields(RewardRecord) if f.name != "source"]
@@ -114,3 +115,10 @@ def read_event_trail(conn: Connection, event_id: str) -> EventTrail | None:
         )
     ]
     return EventTrail(decision, sorted(applied + late, key=lambda r: r.created_at))
+
+
+def read_partitions(conn: Connection) -> list[Partition]:
+    """Every partition of the partitioned tables (PostgreSQL) with its bounds, the
+    planner's estimate of its rows and its size: read from the catalog, no table
+    scanned."""
+    return [p for table in PARTITIONED_TABLES for p in list_partitions(conn, table)]

@@ -38,7 +38,7 @@ from service.storage.base import (
     RewardRecord,
     Snapshot,
 )
-from service.storage.partitions import create_partitions, drop_partitions_before
+from service.storage.partitions import Partition, create_partitions, drop_partitions_before
 from service.storage.schema import (
     audit_log,
     create_log_engine,
@@ -48,7 +48,7 @@ from service.storage.schema import (
     policies,
     rewards,
 )
-from service.storage.sql_activity import read_activity, read_event_trail
+from service.storage.sql_activity import read_activity, read_event_trail, read_partitions
 from service.storage.sql_connection import TurnLock, database_reachable
 from service.storage.sql_copy import copy_insert, insert_rows
 
@@ -408,8 +408,7 @@ class SqlEventLog:
         )
 
     def time_range(self, policy: str) -> tuple[float, float] | None:
-        """The times of the first and the last decision of ``policy`` logged, or None
-        (two probes of the ``(policy, created_at ...)`` index)."""
+        """The first and last decision times of ``policy``, or None (index probes)."""
         query = sa.select(
             sa.func.min(decisions.c.created_at), sa.func.max(decisions.c.created_at)
         ).where(decisions.c.policy == policy)
@@ -426,6 +425,11 @@ class SqlEventLog:
         """:func:`service.storage.sql_activity.read_event_trail` in one transaction."""
         with self._begin() as conn:
             return read_event_trail(conn, event_id)
+
+    def partitions(self) -> list[Partition]:
+        """:func:`service.storage.sql_activity.read_partitions` (none on SQLite)."""
+        with self._begin() as conn:
+            return read_partitions(conn) if self.partitioned else []
 
     def ping(self) -> None:
         """``SELECT 1``, or raise :class:`EventLogUnavailableError`."""

@@ -16,6 +16,7 @@ module                 use case (public surface)
 ``models``             ``Models``: the model file (export, import, reset, properties)
 ``importance``         ``FeatureRanking.features``: ``GET /policies/{name}/features``
 ``importance_jobs``    ``FeatureImportances``: feature-importance jobs over a log range
+``feature_cardinality``  ``FeatureCardinalities``: distinct values per JSON feature (ids, timestamps)
 ``readiness``          ``Monitor``: ``/readyz``, ``/health/dependencies``, backlog, gauges
 ``probes``             ``Probe``: a dependency check answered within a bound, never queued
 ``policy_cache``       ``PolicyCache``: the cached engine policies and the store transactions
@@ -55,6 +56,7 @@ from service.usecases.activity import ActivityViews
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.evaluation_jobs import Evaluations
+from service.usecases.feature_cardinality import FeatureCardinalities
 from service.usecases.finalizations import ServedTally
 from service.usecases.folds import Folds
 from service.usecases.importance import FeatureRanking
@@ -74,6 +76,7 @@ __all__ = [
     "ActivityViews",
     "AuditTrail",
     "Evaluations",
+    "FeatureCardinalities",
     "FeatureImportances",
     "FeatureRanking",
     "Folds",
@@ -110,6 +113,7 @@ class UseCases:
     features: FeatureRanking
     models: Models
     feature_importances: FeatureImportances
+    feature_cardinalities: FeatureCardinalities
     evaluations: Evaluations
     log_upkeep: LogUpkeep
     audit: AuditTrail
@@ -154,6 +158,7 @@ def build_use_cases(
         features=features,
         models=Models(admin, store, event_log, clock),
         feature_importances=FeatureImportances(admin, store, settings, clock),
+        feature_cardinalities=FeatureCardinalities(event_log),
         evaluations=Evaluations(admin, settings, learning, clock),
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,

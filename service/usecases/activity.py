@@ -8,7 +8,7 @@ import asyncio
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from service.errors import NotFound
@@ -16,6 +16,8 @@ from service.storage.base import EventLog, EventTrail, RewardBucket
 
 Z_95 = 1.959963984540054
 """The standard normal quantile of a two-sided 95% interval."""
+MATCHING_DECISIONS = 1000
+"""How many of the latest decisions a baseline's matching ratio is read over."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,28 @@ class PolicyActivity:
         }
 
 
+def matched_share(scores: Sequence[float]) -> float:
+    """Whether the model's own choice was the baseline in a decision served the baseline
+    (docs/console.md, "Apprentice"): its logged ``scores`` list the baseline's first,
+    then the other candidates' as the model ranked them; the model chose the baseline
+    when no other scored higher, one of the ``k`` tied at the top with share ``1/k``."""
+    top = max(scores)
+    return 1.0 / sum(s == top for s in scores) if scores[0] == top else 0.0
+
+
+@dataclass(frozen=True)
+class BaselineMatching:
+    """Of the latest ``decisions`` served the baseline, how many the model's own choice
+    matched (``matched``; ties counted by their share)."""
+
+    decisions: int
+    matched: float
+
+    @property
+    def ratio(self) -> float | None:
+        return self.matched / self.decisions if self.decisions else None
+
+
 @dataclass
 class ActivityViews:
     """The console's reads of the event log; one per process."""
@@ -121,6 +145,16 @@ class ActivityViews:
             rewards=rewards,
             reward_mean=total / rewards if rewards else None,
         )
+
+    async def baseline_matching(
+        self, policy: str, since: float, limit: int = MATCHING_DECISIONS
+    ) -> BaselineMatching:
+        """How often the model's choice matched the baseline over the latest ``limit``
+        decisions of ``policy`` made since ``since`` (when it began serving the baseline;
+        :func:`matched_share` of each)."""
+        logged = await asyncio.to_thread(self.event_log.recent_decisions, policy, limit)
+        scored = [d.scores for d in logged if d.created_at >= since and d.scores]
+        return BaselineMatching(len(scored), sum(matched_share(s) for s in scored))
 
     async def event(self, event_id: str) -> EventTrail:
         """The logged decision ``event_id`` with its rewards; 404 if the log has none."""

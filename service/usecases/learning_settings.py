@@ -1,8 +1,9 @@
 """The seam through which an API family gives the core its reading of a policy's learning
 settings: what an offline evaluation calls the policy's own setting and how it writes
 settings as text, how a written setting becomes a policy spec, and which logged
-decisions the policy learned from (a rebuild replays only those); and, as
-:data:`ApplySetting`, how a setting becomes the policy's.
+decisions the policy learned from (a rebuild replays only those); as
+:data:`ApplySetting`, how a setting becomes the policy's; and, as
+:class:`LearningModes`, the policy's learning mode (Apprentice) and the switch to Online.
 
 The core use cases (:mod:`service.usecases.evaluations`, ``evaluation_jobs``,
 ``rebuild``) take a :class:`LearningSettings`; the app's lifespan and the CLI pass the
@@ -13,6 +14,7 @@ use cases never name the family that implements it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from service.schemas import PolicyInfo, PolicySpec
@@ -49,3 +51,35 @@ class LearningSettings(Protocol):
 ApplySetting = Callable[[str, str, str], Awaitable[str]]
 """``apply(policy, name, arguments)``: make the setting ``arguments``, named ``name``, the
 policy's; returns the arguments now in force (an evaluation's setting applied)."""
+
+
+@dataclass(frozen=True)
+class LearningModeView:
+    """A policy's learning mode as its API family keeps it: ``mode`` (``Online``, or a
+    mode that serves a baseline instead of the model, such as ``Apprentice``), ``since``
+    when the policy entered it (None: since its creation), and, for a mode that
+    measures it, how often the model's own choice matched the baseline over the events
+    whose rewards were applied since then (``events``, ``matched`` and the rewards of
+    each)."""
+
+    mode: str
+    since: float | None
+    measures_matching: bool = False
+    events: int = 0
+    matched: int = 0
+    reward_sum: float = 0.0
+    matched_reward_sum: float = 0.0
+
+
+class LearningModes(Protocol):
+    """How the console reads a policy's learning mode and switches it to Online
+    (docs/console.md, "Apprentice"): the API family's, wired in the app as
+    ``app.state.learning_modes``."""
+
+    async def learning_mode(self, policy: str) -> LearningModeView:
+        """The policy's learning mode (404 for an unknown policy)."""
+        ...
+
+    async def switch_to_online(self, policy: str) -> LearningModeView:
+        """Serve and learn from the model's own choices from now on; the mode after."""
+        ...

@@ -25,7 +25,7 @@ from service.observability import metrics
 from service.schemas import LogProperties, PolicyInfo
 from service.settings import Settings
 from service.storage.base import EventLog, Retention
-from service.storage.partitions import DAY_SECONDS
+from service.storage.partitions import DAY_SECONDS, Partition
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import LOG_DELETE, RETENTION
 from service.usecases.periodic import every
@@ -107,6 +107,11 @@ class LogUpkeep:
             await every(
                 self.settings.log_upkeep_interval_seconds, stop, self.upkeep_once, "log upkeep"
             )
+
+    async def partitions(self) -> list[Partition]:
+        """The event log's partitions with their day ranges, estimated rows and sizes
+        (none where the log is not partitioned: SQLite)."""
+        return await asyncio.to_thread(self.event_log.partitions)
 
     async def delete_logs(self, name: str) -> int:
         """Delete every logged decision and reward of policy ``name`` (404 if unknown), in

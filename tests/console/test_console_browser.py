@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 import redis
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
+from bandit_core.storefront import Storefront
 from service.storage.sql_log import SqlEventLog
 from tests.databases import postgres_schema
 from tests.servers import wait_until_serving
@@ -36,6 +38,17 @@ ARMS = ["shoes", "hats", "bags"]
 # the reward each arm earns: a fixed value, so the log's mean is known exactly
 ARM_REWARD = {"shoes": 1.0, "hats": 0.25, "bags": 0.0}
 DECISIONS = 40
+SHOP = "shop"  # a shared model over the storefront simulation's JSON features
+SHOP_ROUNDS = 60
+SHOP_SPEC = {
+    "algorithm": "hybrid_linucb",
+    "params": {"alpha": 0.0, "context_dim": 0},
+    "features": {"bits": 8, "interactions": [["user", "item"]]},
+    "epsilon": 0.2,
+}
+LOOP = "apprentice-loop"  # a Personalizer loop in Apprentice mode
+LOOP_BASE = f"/loops/{LOOP}/personalizer/v1.1-preview.3"
+LOOP_RANKS = 20
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,54 @@ def _send_traffic(base: str) -> tuple[dict[str, tuple[str, float]], float]:
     return events, sum(values) / len(values)
 
 
+def _send_shop_traffic(base: str) -> None:
+    """The storefront simulation's shoppers on a shared model, each context with the
+    request's time (a timestamp, which the features page flags), and a Personalizer loop
+    ranking the same shoppers in Apprentice mode."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    shop = Storefront(catalog_size=20, offered=5)
+    rng = np.random.default_rng(7)
+    with httpx.Client(base_url=base, timeout=10.0, headers=headers) as client:
+        client.put(f"/policies/{SHOP}", json=SHOP_SPEC).raise_for_status()
+        client.put(f"/policies/{LOOP}", json=SHOP_SPEC).raise_for_status()
+        config = client.get(f"{LOOP_BASE}/configurations/service").json()
+        config.pop("latestApprenticeModeMetrics", None)
+        config["learningMode"] = "Apprentice"
+        client.put(f"{LOOP_BASE}/configurations/service", json=config).raise_for_status()
+        for i, round_ in enumerate(shop.rounds(SHOP_ROUNDS, None, rng)):
+            context = {
+                **round_.context,
+                "request": {"at": f"2026-11-28T00:{i // 60:02d}:{i % 60:02d}Z"},
+            }
+            arms = [
+                {"id": a, "features": f}
+                for a, f in zip(round_.item_ids, round_.actions, strict=True)
+            ]
+            answer = client.post(
+                "/recommend", json={"policy": SHOP, "context": context, "arms": arms}
+            )
+            answer.raise_for_status()
+            chosen = round_.item_ids.index(answer.json()["arm_id"])
+            click = float(rng.random() < round_.mu[chosen])
+            client.post(
+                "/reward", json={"event_id": answer.json()["event_id"], "reward": click}
+            ).raise_for_status()
+            if i < LOOP_RANKS:
+                actions = [
+                    {"id": a, "features": [f]}
+                    for a, f in zip(round_.item_ids, round_.actions, strict=True)
+                ]
+                ranked = client.post(
+                    f"{LOOP_BASE}/rank",
+                    json={"contextFeatures": [round_.context], "actions": actions},
+                )
+                ranked.raise_for_status()
+                reward = {"value": float(rng.random() < round_.mu[0])}  # the baseline's click
+                client.post(
+                    f"{LOOP_BASE}/events/{ranked.json()['eventId']}/reward", json=reward
+                ).raise_for_status()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[Served]:
     redis.Redis.from_url(redis_url).flushdb()
@@ -102,19 +163,23 @@ def served(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
             wait_until_serving(proc, f"{base}/readyz", timeout=60)
             created_at = time.time()
             events, mean = _send_traffic(base)
-            _wait_logged(database_url, len(events))
+            _send_shop_traffic(base)
+            _wait_logged(database_url, POLICY, len(events))
+            _wait_logged(database_url, SHOP, SHOP_ROUNDS)
+            _wait_logged(database_url, LOOP, LOOP_RANKS)
             yield Served(base, events, mean, created_at)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
 
 
-def _wait_logged(database_url: str, rewards: int, timeout: float = 30.0) -> None:
-    """Until the event log holds every reward sent (the writer batches them)."""
+def _wait_logged(database_url: str, policy: str, rewards: int, timeout: float = 30.0) -> None:
+    """Until the event log holds every reward sent to ``policy`` (the writer batches
+    them)."""
     event_log = SqlEventLog(database_url)
     try:
         deadline = time.monotonic() + timeout
-        while event_log.count(POLICY)[1] < rewards:
+        while event_log.count(policy)[1] < rewards:
             assert time.monotonic() < deadline, f"the log lacks rewards after {timeout} s"
             time.sleep(0.1)
     finally:
@@ -309,3 +374,124 @@ def test_settings_change_through_a_preview_and_roll_back(served: Served, page: P
     headers = {"Authorization": f"Bearer {API_KEY}"}
     served_settings = httpx.get(f"{served.base}/policies/{POLICY}", headers=headers).json()
     assert served_settings["epsilon"] == epsilon
+
+
+def test_an_evaluation_is_created_waited_for_applied_and_rolled_back(
+    served: Served, page: Page
+) -> None:
+    sign_in(page, served.base)
+    page.goto(f"{served.base}/console/policies/{POLICY}/settings")
+    settings = _settings_text(page)
+    candidate = {**settings, "epsilon": 0.3}
+    page.goto(f"{served.base}/console/policies/{POLICY}/evaluations")
+    expect(page.locator("#log-range")).to_contain_text("The log holds decisions from")
+    page.fill("#name", "nightly")
+    page.fill("#candidate-0-name", "wider")
+    page.fill("#candidate-0-arguments", json.dumps({**candidate, "epsilon": 2}))
+    page.click("#create-evaluation")
+    expect(page.locator("#candidate-0-arguments-error")).to_contain_text("epsilon")
+    page.fill("#candidate-0-arguments", json.dumps(candidate))
+    page.click("#create-evaluation")
+    # the page reloads itself while the evaluation runs
+    expect(page.locator("#status")).to_have_text("succeeded", timeout=180_000)
+    for name in ("Baseline", "Random", "wider"):
+        for estimator in ("IPS", "SNIPS"):
+            mark = page.locator(
+                f"#estimate-chart g[data-candidate={name}][data-estimator={estimator}]"
+            )
+            low, value, high = (
+                float(mark.get_attribute(a) or "nan")
+                for a in ("data-low", "data-value", "data-high")
+            )
+            assert low <= value <= high
+    wider = page.locator("#candidates tr[data-candidate=wider]")
+    expect(wider.locator("li[data-setting=epsilon]")).to_contain_text("0.3")
+    expect(wider.locator(".ess")).not_to_have_text("0.0")
+    shot(page, "evaluation")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    wider.locator("button.apply").click()
+    expect(page.locator("#applied")).to_contain_text("Applied wider")
+    expect(page.locator("#status")).to_have_text("optimal_policy_applied")
+    page.goto(f"{served.base}/console/policies/{POLICY}/settings")
+    assert _settings_text(page)["epsilon"] == 0.3
+    newest = page.locator("#history tbody tr").first
+    _reload_until_shown(page, newest, '"epsilon": 0.3')
+    page.locator("#history tbody tr").nth(1).locator("button").click()
+    expect(page.locator("#diff tr[data-setting=epsilon]")).to_contain_text("0.3")
+    page.click("#save")
+    expect(page.locator("#saved")).to_be_visible()
+    assert _settings_text(page)["epsilon"] == settings["epsilon"]
+
+
+def test_feature_importance_ranks_the_storefront_features_and_flags_the_timestamp(
+    served: Served, page: Page
+) -> None:
+    sign_in(page, served.base)
+    page.goto(f"{served.base}/console/policies/{SHOP}/features")
+    page.fill("#since", "yesterday")
+    page.click("#create-job")
+    expect(page.locator("#since-error")).to_be_visible()
+    page.goto(f"{served.base}/console/policies/{SHOP}/features")
+    page.fill("#name", "all of the log")
+    page.click("#create-job")
+    expect(page.locator("#status")).to_have_text("Succeeded", timeout=180_000)
+    bars = page.locator("#importance-chart g.ranked")
+    values = [float(v) for v in bars.evaluate_all("bs => bs.map(b => b.dataset.value)")]
+    assert values == sorted(values, reverse=True) and values[0] == 1.0
+    flagged = bars.evaluate_all(
+        "bs => bs.filter(b => b.dataset.flagged == 'true').map(b => b.dataset.feature)"
+    )
+    assert flagged == ["request.at"]
+    shot(page, "features")
+
+
+def test_the_model_page_exports_and_asks_before_a_reset(served: Served, page: Page) -> None:
+    sign_in(page, served.base)
+    page.goto(f"{served.base}/console/policies/{SHOP}/model")
+    expect(page.locator("#algorithm")).to_have_text("hybrid_linucb")
+    with page.expect_download() as download:
+        page.click("#export-model")
+    assert Path(download.value.path()).stat().st_size > 0
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#reset-model")  # the confirmation not ticked: nothing is reset
+    expect(page.locator("#confirm-error")).to_contain_text("tick the confirmation")
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    stats = httpx.get(f"{served.base}/policies/{SHOP}/stats", headers=headers).json()
+    assert stats["decisions"] == SHOP_ROUNDS
+    shot(page, "model")
+
+
+def test_the_log_page_lists_the_partitions_and_asks_before_deleting(
+    served: Served, page: Page
+) -> None:
+    sign_in(page, served.base)
+    page.click("header a:has-text('Event log')")
+    today = time.strftime("%Y%m%d", time.gmtime())
+    expect(page.locator(f"#partitions tr[data-partition=decisions_p{today}]")).to_be_visible()
+    row = page.locator(f"#log-policies tr[data-policy={SHOP}]")
+    expect(row.locator(".retention")).to_have_text("keeps everything")
+    row.locator("input[name=confirm]").fill("not the name")
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.locator("button").click()
+    expect(page.locator(".confirm-error")).to_contain_text("type the policy's name")
+    expect(page.locator(f"#log-policies tr[data-policy={SHOP}] .first")).not_to_have_text("none")
+    shot(page, "log")
+
+
+def test_the_apprentice_page_shows_the_matching_ratio_and_switches_to_online(
+    served: Served, page: Page
+) -> None:
+    sign_in(page, served.base)
+    page.goto(f"{served.base}/console/policies/{LOOP}/apprentice")
+    expect(page.locator("#mode")).to_have_text("Apprentice")
+    expect(page.locator("#matching-ratio")).to_contain_text("%")
+    expect(page.locator("#events")).to_have_text(str(LOOP_RANKS))
+    shot(page, "apprentice")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#switch-online")
+    expect(page.locator("#switched")).to_be_visible()
+    expect(page.locator("#mode")).to_have_text("Online")
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    config = httpx.get(f"{served.base}{LOOP_BASE}/configurations/service", headers=headers)
+    assert config.json()["learningMode"] == "Online"

@@ -1,4 +1,4 @@
-// A form with data-confirm asks before it is sent (retiring an arm deletes what was learned).
+// A form with data-confirm asks before it is sent (a retire, an apply, an import, a reset, a deletion).
 document.addEventListener("submit", (event) => {
   const message = event.target.dataset.confirm;
   if (message && !window.confirm(message)) {
