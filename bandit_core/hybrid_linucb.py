@@ -300,18 +300,21 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
         per-arm parts as one rank-``m`` update of the shared part (``A_0 += Z^T Z``,
         ``b_0 += Z^T r``, :meth:`LinearArmState.add_batch`), checked whole before any
         state changes, equal to the updates one by one in any order to rounding."""
-        if not self.folds_updates:
+        shared = self._shared
+        if (
+            not self.folds_updates
+            or not isinstance(shared, HybridSharedState)
+            or not len(arm_ids) == len(rows) == len(rewards)
+        ):
+            # one by one (a length mismatch is refused there, naming the lengths)
             super().update_batch(arm_ids, rows, rewards)
             return
         c = self.config
-        if not len(arm_ids) == len(rows) == len(rewards):
-            super().update_batch(arm_ids, rows, rewards)  # refused there, naming the lengths
-            return
         for arm_id in arm_ids:
             self._known_arm(arm_id)
         Z = np.array([check_vector(x, c.d) for x in rows]).reshape(len(rows), c.d)
         r = np.array([check_reward(v, c.reward_range) for v in rewards], dtype=np.float64)
-        self._shared.add_batch(Z, r, r, c.refactor_every)
+        shared.add_batch(Z, r, r, c.refactor_every)
 
 
 def _prior(dim: int, ridge_lambda: float) -> dict[str, Any]:
