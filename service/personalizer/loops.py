@@ -47,7 +47,7 @@ from service.personalizer.settings import (
 )
 from service.personalizer.vw_arguments import read_vw_arguments
 from service.policies import spec_of
-from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
+from service.schemas import PolicyInfo, PolicySpec, RecommendRequest
 from service.usecases.admin import PolicyAdmin
 from service.usecases.recommend import Recommender
 from service.usecases.rewards import Rewards
@@ -391,7 +391,7 @@ class Loops:
             request = RecommendRequest(
                 policy=loop,
                 context=body.context_features or [],
-                arms=[ArmCandidate(id=a.id, features=a.features) for a in body.actions],
+                arms=list(body.actions),  # already ArmCandidates: not validated again
                 exclude=excluded or None,
                 event_id=body.event_id,
                 defer_activation=body.defer_activation,
