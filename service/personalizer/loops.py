@@ -378,8 +378,8 @@ class Loops:
         The answer is :class:`PersonalizerRankResponse`'s JSON as a plain dict (its
         fields by alias, in its order), for the router to serialize once."""
         ids = [a.id for a in body.actions]
-        duplicates = sorted({a for a in ids if ids.count(a) > 1})
-        if duplicates:
+        if len(set(ids)) < len(ids):  # then name them (ids.count is quadratic)
+            duplicates = sorted({a for a in ids if ids.count(a) > 1})
             raise InvalidRequest(f"actions: duplicate ids {duplicates}", ["body", "actions"])
         excluded = [a for a in dict.fromkeys(body.excluded_actions or []) if a in ids]
         if len(excluded) == len(ids):
