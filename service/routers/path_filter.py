@@ -19,6 +19,9 @@ from fastapi import APIRouter
 from starlette.routing import Match
 from starlette.types import Scope
 
+_UNNAMED_GROUP = re.compile(r"\(\?P<\w+>")
+"""The opening of a named group, ``(?P<name>``: alternatives may not repeat a name."""
+
 
 def _route_path(scope: Scope) -> str:
     """The path routes match: ``path`` less the ``root_path`` it starts with (as Starlette
@@ -40,23 +43,25 @@ class PathFilteredRouter(APIRouter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._patterns: tuple[int, list[re.Pattern[str]] | None] = (-1, None)
+        self._any_route: tuple[int, re.Pattern[str] | None] = (-1, None)
 
-    def _path_patterns(self) -> list[re.Pattern[str]] | None:
-        """Every route's path pattern, None when a route has none (it is never skipped);
-        computed again when routes were added."""
-        count, patterns = self._patterns
+    def _any_route_pattern(self) -> re.Pattern[str] | None:
+        """One pattern matching the paths any route matches (their patterns as
+        alternatives, the groups unnamed), None when a route has none (it is never
+        skipped); made again when routes were added."""
+        count, pattern = self._any_route
         if count != len(self.routes):
             found = [getattr(route, "path_regex", None) for route in self.routes]
-            patterns = None if None in found else [p for p in found if p is not None]
-            self._patterns = (len(self.routes), patterns)
-        return patterns
+            pattern = None
+            if found and None not in found:
+                alternatives = (_UNNAMED_GROUP.sub("(?:", p.pattern) for p in found if p)
+                pattern = re.compile("|".join(f"(?:{a})" for a in alternatives))
+            self._any_route = (len(self.routes), pattern)
+        return pattern
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] == "http":
-            patterns = self._path_patterns()
-            if patterns is not None:
-                path = _route_path(scope)
-                if not any(pattern.match(path) for pattern in patterns):
-                    return Match.NONE, {}
+            pattern = self._any_route_pattern()
+            if pattern is not None and pattern.match(_route_path(scope)) is None:
+                return Match.NONE, {}
         return super().matches(scope)
