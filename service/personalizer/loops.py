@@ -49,7 +49,7 @@ from service.personalizer.settings import (
 )
 from service.personalizer.vw_arguments import read_vw_arguments
 from service.policies import spec_of
-from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
+from service.schemas import PolicyInfo, PolicySpec, RecommendRequest
 from service.storage.state_store import PartStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.recommend import Recommender
@@ -385,8 +385,8 @@ class Loops:
         The answer is :class:`PersonalizerRankResponse`'s JSON as a plain dict (its
         fields by alias, in its order), for the router to serialize once."""
         ids = [a.id for a in body.actions]
-        duplicates = sorted({a for a in ids if ids.count(a) > 1})
-        if duplicates:
+        if len(set(ids)) < len(ids):  # then name them (ids.count is quadratic)
+            duplicates = sorted({a for a in ids if ids.count(a) > 1})
             raise InvalidRequest(f"actions: duplicate ids {duplicates}", ["body", "actions"])
         excluded = [a for a in dict.fromkeys(body.excluded_actions or []) if a in ids]
         if len(excluded) == len(ids):
@@ -398,7 +398,7 @@ class Loops:
             request = RecommendRequest(
                 policy=loop,
                 context=body.context_features or [],
-                arms=[ArmCandidate(id=a.id, features=a.features) for a in body.actions],
+                arms=list(body.actions),  # already ArmCandidates: not validated again
                 exclude=excluded or None,
                 event_id=body.event_id,
                 defer_activation=body.defer_activation,

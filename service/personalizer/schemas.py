@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from service.schemas import ArmId, EventId, FiniteFloat, Text
+from service.schemas import ArmCandidate, ArmId, EventId, FiniteFloat, Text
 
 JsonFeatureList = list[dict[str, Any]]
 
@@ -94,8 +94,11 @@ class PersonalizerPolicy(_Camel):
     arguments: Annotated[str, Field(min_length=1, max_length=65536)]
 
 
-class PersonalizerAction(_Camel):
-    id: ArmId
+class PersonalizerAction(ArmCandidate):
+    # A native candidate arm, so that the rank request's actions, validated once here,
+    # are the recommend request's arms as they are (pydantic takes an instance of the
+    # field's class without validating it again). No docstring: the OpenAPI has none.
+    model_config = _Camel.model_config
     features: JsonFeatureList = Field(description="the action's JSON feature objects")
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.deps import ApiKey, AuditDep
 from service.routers.json_route import JsonRoute
+from service.routers.path_filter import PathFilteredRouter
 from service.routers.policies import Name
 from service.schemas import AuditHistory, ErrorDetail
 
-router = APIRouter(tags=["audit"], dependencies=[ApiKey], route_class=JsonRoute)
+router = PathFilteredRouter(tags=["audit"], dependencies=[ApiKey], route_class=JsonRoute)
 _errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     422: {"model": ErrorDetail, "description": "a bad query parameter, named"},

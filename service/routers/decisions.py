@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Path, Response
+from fastapi import Path, Response
 
 from service.api.deps import ApiKey, RecommenderDep, RecommendKey, RewardsDep
 from service.routers.json_route import JsonRoute
+from service.routers.path_filter import PathFilteredRouter
 from service.schemas import (
     ActivateResponse,
     ErrorDetail,
@@ -19,7 +20,7 @@ from service.schemas import (
     StoredEventId,
 )
 
-router = APIRouter(tags=["decisions"], route_class=JsonRoute)
+router = PathFilteredRouter(tags=["decisions"], route_class=JsonRoute)
 _errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorDetail, "description": "missing or invalid API key"},
     404: {"model": ErrorDetail, "description": "unknown policy or event"},

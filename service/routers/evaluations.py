@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.deps import ApiKey, ApplySettingDep, EvaluationsDep
 from service.routers.json_route import JsonRoute
+from service.routers.path_filter import PathFilteredRouter
 from service.routers.policies import Name
 from service.schemas import ErrorDetail
 from service.schemas.evaluations import EvaluationPolicy, EvaluationRequest, EvaluationView
 from service.usecases.evaluation_views import native_view
 
-router = APIRouter(
+router = PathFilteredRouter(
     prefix="/policies", tags=["evaluations"], dependencies=[ApiKey], route_class=JsonRoute
 )
 _errors: dict[int | str, dict[str, Any]] = {

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from fastapi.responses import JSONResponse
 
 from service.api.deps import MonitorDep
 from service.observability import metrics
 from service.routers.json_route import JsonRoute
+from service.routers.path_filter import PathFilteredRouter
 from service.schemas import Dependencies, Health, Readiness
 
-router = APIRouter(tags=["health"], route_class=JsonRoute)
+router = PathFilteredRouter(tags=["health"], route_class=JsonRoute)
 
 
 @router.get("/healthz", response_model=Health)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import Path, Query, Request, Response
 
 from service.api.deps import (
     AdminDep,
@@ -16,6 +16,7 @@ from service.api.deps import (
     SnapshotsDep,
 )
 from service.routers.json_route import JsonRoute
+from service.routers.path_filter import PathFilteredRouter
 from service.schemas import (
     ArmsChange,
     ErrorDetail,
@@ -33,7 +34,7 @@ from service.schemas import (
     SnapshotImport,
 )
 
-router = APIRouter(
+router = PathFilteredRouter(
     prefix="/policies", tags=["policies"], dependencies=[ApiKey], route_class=JsonRoute
 )
 _errors: dict[int | str, dict[str, Any]] = {

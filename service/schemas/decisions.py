@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
@@ -13,6 +13,7 @@ from service.schemas.common import (
     EventId,
     Feature,
     FiniteFloat,
+    JsonFeatures,
     PolicyName,
     StoredEventId,
     StrictModel,
@@ -20,14 +21,10 @@ from service.schemas.common import (
     VectorOrJson,
 )
 
-
-class ArmCandidate(StrictModel):
-    """One candidate arm; its feature vector is the request's context followed by
-    ``features`` (both optional, together ``dimension`` long)."""
-
-    id: ArmId
-    # the wrapped type is what floats are checked against; JSON feature objects bypass it
-    features: Annotated[
+if TYPE_CHECKING:  # to mypy, what the field holds: floats or JSON feature objects
+    ArmFeatures = list[float] | JsonFeatures | None
+else:  # the wrapped type is what floats are checked against; JSON feature objects bypass it
+    ArmFeatures = Annotated[
         list[Feature] | None,
         VectorOrJson,
         AsSent,
@@ -40,7 +37,15 @@ class ArmCandidate(StrictModel):
                 ]
             }
         ),
-    ] = Field(
+    ]
+
+
+class ArmCandidate(StrictModel):
+    """One candidate arm; its feature vector is the request's context followed by
+    ``features`` (both optional, together ``dimension`` long)."""
+
+    id: ArmId
+    features: ArmFeatures = Field(
         None,
         description="the arm's own features: floats, or JSON feature objects for a policy with features",
     )

@@ -29,6 +29,7 @@ from service.personalizer.evaluation_views import (
 )
 from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
 from service.personalizer.routers.routes import ERRORS
+from service.routers.path_filter import PathFilteredRouter
 
 EvaluationIdPath = Path(
     alias="evaluationId", min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$"
@@ -43,7 +44,7 @@ def make_evaluations_router(
 ) -> APIRouter:
     """The evaluation routes under ``prefix`` (``loop_of`` and ``path_params`` as in
     :func:`service.personalizer.routers.routes.make_router`)."""
-    router = APIRouter(
+    router = PathFilteredRouter(
         prefix=prefix,
         tags=["personalizer"],
         route_class=PersonalizerRoute,

@@ -15,6 +15,7 @@ from service.personalizer.schemas import (
     PersonalizerErrorResponse,
     PersonalizerLogsProperties,
 )
+from service.routers.path_filter import PathFilteredRouter
 
 LOG_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": PersonalizerErrorResponse, "description": "missing or invalid key"},
@@ -27,7 +28,7 @@ def make_logs_router(
     prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
 ) -> APIRouter:
     """The log routes under ``prefix`` (arguments as :func:`routes.make_router`'s)."""
-    router = APIRouter(
+    router = PathFilteredRouter(
         prefix=prefix,
         tags=["personalizer"],
         route_class=PersonalizerRoute,

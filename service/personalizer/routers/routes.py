@@ -19,6 +19,7 @@ from service.personalizer.schemas import (
     PersonalizerReward,
     PersonalizerServiceConfiguration,
 )
+from service.routers.path_filter import PathFilteredRouter
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {
@@ -41,7 +42,7 @@ decodes before routing)."""
 def personalizer_router(prefix: str, path_params: Callable[..., Any]) -> APIRouter:
     """An empty router of Personalizer routes under ``prefix``: the key, the prefix's
     path parameters (``path_params``) and Personalizer's error shape on every route."""
-    return APIRouter(
+    return PathFilteredRouter(
         prefix=prefix,
         tags=["personalizer"],
         route_class=PersonalizerRoute,

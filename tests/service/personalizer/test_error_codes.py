@@ -124,6 +124,10 @@ def test_every_error_has_the_x_ms_error_code_header(endpoint: str) -> None:
             {"actions": ACTIONS, "contextFeatures": [{"_raw": ["a\u0000b"]}]},
             "contextFeatures[0]._raw[0]: strings must not contain the NUL character",
         ),
+        (
+            {"actions": [*ACTIONS, *ACTIONS, {"id": "sports", "features": []}]},
+            "actions: duplicate ids ['music', 'news']",
+        ),
     ],
 )
 def test_bad_features_are_named_by_the_rank_requests_fields(
