@@ -142,8 +142,15 @@ class PolicyCache:
         else:
             info = decode_info(config.data)
         if runtime is None or runtime.info.revision != info.revision:
-            runtime = self.new_runtime(info)
-            self._runtimes[name] = runtime
+            # A concurrent load may have built this revision while we read: keep one
+            # runtime per policy, or decisions made on the replaced one (its rng drawn
+            # from) would be followed by decisions of a fresh rng.
+            current = self._runtimes.get(name)
+            if current is not None and current.info.revision == info.revision:
+                runtime = current
+            else:
+                runtime = self.new_runtime(info)
+                self._runtimes[name] = runtime
             parts = parts_of(runtime.policy)
             values.update(await self.read(name, parts, {}))
         runtime.info = info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -343,30 +344,42 @@ def test_fit_projections_reduces_the_objective_and_the_regret() -> None:
 
 
 SEEDS = (0, 1, 2)
+ROUNDS = 3000
+# The two section 4 tests read the same seeded runs of HARE: one xdist group puts them on
+# one worker, where each run is played once (learned_hare).
+ON_HARE_RUNS = pytest.mark.xdist_group("hare_runs")
 
 
+@functools.cache
+def learned_hare(seed: int) -> tuple[float, float, np.ndarray]:
+    """HARE (alpha 1) played ROUNDS rounds of ``make_env(seed)``: the users' attention
+    similarity before (read on an identical fresh policy, so that the run is untouched)
+    and after, and the run's cumulative regret."""
+    env = make_env(seed)
+    before = attention_similarity(hare_policy(env, alpha=1.0, seed=seed), env)
+    p = hare_policy(env, alpha=1.0, seed=seed)
+    regret = run_regret(env, p, ROUNDS, seed=seed)
+    return before, attention_similarity(p, env), regret
+
+
+@ON_HARE_RUNS
 def test_divergence_demo_random_vs_learned_projections() -> None:
     """docs/algorithms.md section 4 (a): near-uniform attention with random projections, users
     clearly apart after 3000 rounds of learning (mean over three seeded populations;
     per-seed figures in docs/hare.md)."""
-    before, after = [], []
-    for seed in SEEDS:
-        env = make_env(seed)
-        p = hare_policy(env, alpha=1.0, seed=seed)
-        before.append(attention_similarity(p, env))
-        run_regret(env, p, 3000, seed=seed)
-        after.append(attention_similarity(p, env))
+    before, after = zip(*(learned_hare(seed)[:2] for seed in SEEDS), strict=True)
     assert min(before) > 0.95
     assert np.mean(after) < 0.9
 
 
+@ON_HARE_RUNS
 @pytest.mark.parametrize("seed", SEEDS)
 def test_regret_is_sublinear_and_below_baselines(seed: int) -> None:
     """docs/algorithms.md section 4 (b), short seeded version (the 10^5 run is
     benchmarks/hare_regret.py): slope of log R on log T over [300, 3000]."""
     env = make_env(seed)
-    T, checkpoints = 3000, [300, 1000, 3000]
-    hare = run_regret(env, hare_policy(env, alpha=1.0, seed=seed), T, seed=seed)
+    T, checkpoints = ROUNDS, [300, 1000, 3000]
+    hare = learned_hare(seed)[2]
     greedy = run_regret(env, hare_policy(env, alpha=0.0, seed=seed), T, seed=seed)
     uniform = run_regret(
         env, make_policy("random", d=10, seed=seed, reward_range=(-5.0, 5.0)), T, seed=seed

@@ -164,7 +164,10 @@ async def test_live_metrics_serve_the_queried_series(client: httpx.AsyncClient) 
 # ---- the per-arm label stays bounded (issue 18 item 7) ---------------------------------------
 
 ARM_SERIES = 2  # BANDIT_METRICS_ARM_SERIES of the test app
-DISTINCT_ARMS = 10_000
+# The bound below does not depend on how many arm ids are served: a label per arm id
+# would put 2 * DISTINCT_ARMS decision samples (total, created) in the policy's share of
+# /metrics, 64 times the bound of 31, so a thousand ids catch it as ten thousand would.
+DISTINCT_ARMS = 1_000
 # Samples a policy may add to /metrics: decisions (total, created) for ARM_SERIES + 1 arm
 # values, rewards and the two parts of the reward sum (total, created) for each of those
 # and the one source used, the pending-events and overdue-pending gauges, the audit
@@ -174,7 +177,7 @@ MAX_POLICY_SAMPLES = 2 * (ARM_SERIES + 1) * 4 + 2 + 2 + 3
 
 
 @pytest.mark.anyio
-async def test_ten_thousand_arm_ids_add_a_bounded_number_of_series(tmp_path: Path) -> None:
+async def test_a_thousand_arm_ids_add_a_bounded_number_of_series(tmp_path: Path) -> None:
     settings = Settings(
         data_dir=tmp_path,
         api_keys=["ops-test-key"],

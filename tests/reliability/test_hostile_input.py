@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -117,13 +118,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-async def app_client(
-    tmp_path_factory: pytest.TempPathFactory,
+@asynccontextmanager
+async def private_app(
+    tmp_path: Path, policies: dict[str, dict], max_body_bytes: int
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
-    """One app over a private Redis and PostgreSQL schema for the module (starting them
-    costs seconds): each test asserts relative to the log's counts it reads first."""
-    tmp_path = tmp_path_factory.mktemp("hostile")
+    """:func:`serving` over a private Redis and a PostgreSQL schema (starting them costs
+    seconds: a module shares one app, and each test asserts relative to the log's counts
+    it reads first); yields ``(client, app, database URL)``."""
     redis_server = RedisServer(tmp_path / "redis")
     redis_server.start()
     try:
@@ -133,13 +134,22 @@ async def app_client(
                 redis_url=redis_server.url,
                 database_url=database_url,
                 log_flush_seconds=0.02,
-                max_body_bytes=LIMIT,
+                max_body_bytes=max_body_bytes,
             )
-            policies = {"p": spec(dimension=2, arms=None), "q": spec()}
             async with serving(settings, policies) as (client, app):
                 yield client, app, database_url
     finally:
         redis_server.stop()
+
+
+@pytest.fixture(scope="module")
+async def app_client(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[tuple[httpx.AsyncClient, Any, str]]:
+    """One app for the module (:func:`private_app`)."""
+    policies = {"p": spec(dimension=2, arms=None), "q": spec()}
+    async with private_app(tmp_path_factory.mktemp("hostile"), policies, LIMIT) as served:
+        yield served
 
 
 async def _settled(app: Any, db_url: str) -> tuple[int, int]:

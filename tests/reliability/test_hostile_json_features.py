@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -16,10 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.settings import Settings
-from tests.reliability.test_hostile_input import json_values, serving
+from tests.reliability.test_hostile_input import json_values, private_app
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.anyio]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.anyio, pytest.mark.xdist_group(__name__)]
 LIMIT = 2_000_000
 SPECS = {
     "shared": {"algorithm": "hybrid_linucb", "features": {"bits": 6}, "default_reward": None},
@@ -28,13 +27,20 @@ SPECS = {
 ITEM = {"item": {"category": "food", "price": 25, "tags": ["vegan"]}}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
 async def app_client(
-    make_settings: Callable[..., Settings],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
-    settings = make_settings(log_flush_seconds=0.02, max_body_bytes=LIMIT)
-    async with serving(settings, SPECS) as client_and_app:
-        yield client_and_app
+    """One app for the module (``private_app``): each test compares the log's counts
+    after its request with those it read before."""
+    tmp_path = tmp_path_factory.mktemp("hostile_json")
+    async with private_app(tmp_path, SPECS, LIMIT) as (client, app, _):
+        yield client, app
 
 
 async def _settled(app: Any) -> tuple[int, int]:

@@ -64,12 +64,29 @@ def _items(j: int) -> list[dict[str, Any]]:
 
 
 async def _decide(http: Any, policy: str, body: Any, n: int) -> list[str]:
-    ids = []
+    return [event_id for event_id, _ in await _decisions(http, policy, body, n)]
+
+
+async def _decisions(http: Any, policy: str, body: Any, n: int) -> list[tuple[str, str]]:
+    """``(event id, served arm)`` of ``n`` decisions of ``policy``, one after the other."""
+    served = []
     for j in range(n):
         r = await http.post("/recommend", json={"policy": policy, **body(j)})
         assert r.status_code == 200, r.text
-        ids.append(r.json()["event_id"])
-    return ids
+        served.append((r.json()["event_id"], r.json()["arm_id"]))
+    return served
+
+
+async def _same_decisions(
+    http: Any, policies: tuple[str, str], body: Any, n: int
+) -> tuple[list[str], list[str]]:
+    """The event ids of ``n`` decisions of each of two identically configured policies,
+    checked to have served the same arms: each cached policy draws its tie-breaks and
+    exploration from one rng stream seeded alike (service/usecases/policy_cache.py keeps
+    one runtime per policy, whatever loads it concurrently)."""
+    first, second = [await _decisions(http, name, body, n) for name in policies]
+    assert [arm for _, arm in first] == [arm for _, arm in second]
+    return [e for e, _ in first], [e for e, _ in second]
 
 
 async def _stored(app: Any, policy: str, keys: list[str]) -> dict[str, bytes | None]:
@@ -108,8 +125,7 @@ async def test_a_coalesced_batch_leaves_the_state_of_one_transaction_per_reward(
     async with running(make_settings()) as (app, http, _):
         for name in ("batched", "single"):
             assert (await http.put(f"/policies/{name}", json=spec)).status_code == 200
-        batched = await _decide(http, "batched", body, n)
-        single = await _decide(http, "single", body, n)
+        batched, single = await _same_decisions(http, ("batched", "single"), body, n)
         same = dict(zip(batched, single, strict=True))
         rewards = [(j % 5) / 4 for j in range(n)]
         value_of = dict(zip(batched, rewards, strict=True))
@@ -161,8 +177,10 @@ async def test_a_failing_reward_fails_alone_and_the_rest_of_its_batch_commits(
         finalizations = app.state.use_cases.rewards.finalizations
         for name in ("p", "q"):  # the same decisions on both
             assert (await http.put(f"/policies/{name}", json=spec)).status_code == 200
-        good1, good2, twice, overflow, stale = await _decide(http, "p", body, 5)
-        ref1, ref2, ref_twice, _, _ = await _decide(http, "q", body, 5)
+        (
+            (good1, good2, twice, overflow, stale),
+            (ref1, ref2, ref_twice, _, _),
+        ) = await _same_decisions(http, ("p", "q"), body, 5)
         # events no request can make: a row that overflows the update, a decision of
         # the policy before a reset
         await _edit_event(app, "p", overflow, x=[1e300, 1e300])

@@ -6,10 +6,7 @@ whole days on PostgreSQL and deletes in batches everywhere."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,6 +16,8 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
+from service.cli import main
+from service.settings import get_settings
 from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.migrate import alembic_config, downgrade, upgrade_head
 from service.storage.partitions import DAY_SECONDS, day_partition, list_partitions
@@ -202,20 +201,33 @@ def _partition_names(log: SqlEventLog) -> list[str]:
         return [p.name for t in ("decisions", "rewards") for p in list_partitions(conn, t)]
 
 
-def test_the_partitions_command_creates_lists_and_explains(url: str, tmp_path: Path) -> None:
+@pytest.fixture
+def settings_from_env() -> Iterator[None]:
+    """The process's settings (``get_settings``, cached) read again from the environment
+    the test sets, and again after it."""
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.mark.usefixtures("settings_from_env")
+def test_the_partitions_command_creates_lists_and_explains(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``bandit partitions`` migrates, creates the days ahead, lists every partition and
     prints a replay's plan; on SQLite it says there is nothing to do. On PostgreSQL
     ``--explain`` of a policy the log does not know is a usage error (2) in one line,
-    before anything is created."""
-    env = {**os.environ, "BANDIT_DATABASE_URL": url, "BANDIT_DATA_DIR": str(tmp_path / "data")}
+    before anything is created. (The command's entry point in process: a process of its
+    own would only add the interpreter's start and the imports.)"""
+    monkeypatch.setenv("BANDIT_DATABASE_URL", url)
+    monkeypatch.setenv("BANDIT_DATA_DIR", str(tmp_path / "data"))
     today = datetime.now(UTC).date()
-    command_line = [sys.executable, "-m", "service.cli", "partitions", "--days-ahead", "1"]
+    command_line = ["partitions", "--days-ahead", "1"]
     if url.startswith("postgresql"):
-        missing = subprocess.run(
-            [*command_line, "--explain", "p"], env=env, capture_output=True, text=True, check=False
-        )
-        assert (missing.returncode, missing.stdout) == (2, "")
-        assert missing.stderr == (
+        code = main([*command_line, "--explain", "p"])
+        missing = capsys.readouterr()
+        assert (code, missing.out) == (2, "")
+        assert missing.err == (
             "bandit partitions: error: --explain: policy 'p' is not in the event log\n"
         )
         log = SqlEventLog(url)  # migrated by the command
@@ -224,15 +236,14 @@ def test_the_partitions_command_creates_lists_and_explains(url: str, tmp_path: P
         finally:
             log.close()
     explain = ["--explain", "p", "--since", today.isoformat(), "--until", f"{today}T12:00"]
-    done = subprocess.run(
-        command_line + explain, env=env, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stderr
+    code = main(command_line + explain)
+    done = capsys.readouterr()
+    assert code == 0, done.err
     if url.startswith("sqlite"):
-        assert "nothing to do" in done.stdout
+        assert "nothing to do" in done.out
         return
     day = f"decisions_p{today:%Y%m%d}"
-    lines = done.stdout.splitlines()
+    lines = done.out.splitlines()
     assert f"created {day}" in lines
     assert sum(line.startswith("created ") for line in lines) == 6  # yesterday..tomorrow x 2
     assert any(line.split()[:3] == ["decisions", day, f"[{today},"] for line in lines)
@@ -240,8 +251,9 @@ def test_the_partitions_command_creates_lists_and_explains(url: str, tmp_path: P
         line for line in lines if not line.startswith(("created ", "decisions ", "rewards "))
     )
     assert set(re.findall(r"\bdecisions_(?:default|p\d{8})\b", plan)) == {day}
-    again = subprocess.run(command_line, env=env, capture_output=True, text=True, check=False)
-    assert again.returncode == 0 and "created" not in again.stdout
+    code = main(command_line)
+    again = capsys.readouterr()
+    assert code == 0 and "created" not in again.out
 
 
 def test_inserts_during_the_upkeep_all_land(tmp_path: Path) -> None:
