@@ -37,14 +37,13 @@ from service.storage.evaluations import (
 )
 from service.storage.schema import create_log_engine
 from service.usecases.admin import PolicyAdmin
+from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
 from service.usecases.evaluations import (
     BASELINE,
     ONLINE,
     PROGRESS_EVERY_SECONDS,
     RANDOM,
     Candidate,
-    DecisionQuery,
-    evaluate_on,
     plan,
 )
 from service.usecases.importance import scores_over_log
@@ -97,8 +96,8 @@ def run_evaluation(
             ):
                 raise EvaluationDeleted
 
-        def progress(share: float) -> None:
-            done[0] += share
+        def progress(events: int, to_do: int) -> None:
+            done[0] += events / to_do
             check()
 
         candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
