@@ -19,8 +19,9 @@ reads the day partitions itself from PostgreSQL, one after the other (on Ray thr
 driver sends the queries. The rate is events replayed (decisions x candidates) per
 second of wall time per core; Ray's overhead is its rate's shortfall from ``local x2``
 (the same cores); ``worker MiB`` is the largest peak RSS of a process that ran a
-candidate. Every run's per-candidate sums are checked equal to ``local x1``'s. Writes
-run ``--label`` of ``benchmarks/results/ray_offline.json``.
+candidate. Every run's per-candidate sums are checked equal to ``local x1``'s. Last,
+the capacity table of docs/operations.md (:func:`capacity`) from the Ray one-node rate
+per core. Writes run ``--label`` of ``benchmarks/results/ray_offline.json``.
 
     python -m benchmarks.ray_offline                         # the numbers of docs/operations.md
     python -m benchmarks.ray_offline --decisions 10000000 --candidates 16   # the issue's size
@@ -29,6 +30,7 @@ run ``--label`` of ``benchmarks/results/ray_offline.json``.
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import time
 import uuid
@@ -51,6 +53,10 @@ from service.usecases.offline_engine import OfflineEngine
 POLICY = "bench"
 DAY = 86_400.0
 START = 1_780_000_000.0
+CAPACITY_CANDIDATES = 32
+CAPACITY_DECISIONS = (10**8, 10**9)
+CAPACITY_CLUSTERS = ((1, 8), (2, 8), (4, 8), (2, 16), (8, 8))
+"""(nodes, cores per node) of the capacity table."""
 LOCAL = OfflineEngine()
 
 
@@ -178,6 +184,22 @@ def run_ray(streams: list[MeasuredStream], nodes: int, cores: int) -> tuple[floa
         cluster.destroy()
 
 
+def capacity(rate_per_core: float) -> list[dict[str, Any]]:
+    """Hours to evaluate :data:`CAPACITY_CANDIDATES` candidates over each of
+    :data:`CAPACITY_DECISIONS` on each cluster of :data:`CAPACITY_CLUSTERS`, at
+    ``rate_per_core`` events per second per core. A candidate is one actor replaying in
+    time order on one core, so the cores run ceil(candidates / cores) candidates one
+    after the other; cores beyond the candidates stay idle."""
+    rows = []
+    for nodes, cores in CAPACITY_CLUSTERS:
+        waves = math.ceil(CAPACITY_CANDIDATES / (nodes * cores))
+        row: dict[str, Any] = {"nodes": nodes, "cores_per_node": cores}
+        for decisions in CAPACITY_DECISIONS:
+            row[f"hours_{decisions:.0e}"] = decisions * waves / rate_per_core / 3600
+        rows.append(row)
+    return rows
+
+
 def add_log_arguments(parser: argparse.ArgumentParser, decisions: int, days: int) -> None:
     """The generated log's options, shared by the Ray benchmarks."""
     parser.add_argument("--decisions", type=int, default=decisions)
@@ -273,7 +295,10 @@ def main() -> None:
             ],
         )
     )
-    print(write_json("ray_offline", {**setup, "runs": runs}, args.label))
+    rate = next(r for r in runs if r["engine"] == "ray 1 node")["events_per_second_per_core"]
+    rows = capacity(rate)
+    print(table(rows, list(rows[0])))
+    print(write_json("ray_offline", {**setup, "runs": runs, "capacity": rows}, args.label))
 
 
 if __name__ == "__main__":
