@@ -2,7 +2,7 @@
 replays over partitions"): a replay or an evaluation's candidate fed the days one after
 the other, as each Ray actor is, gives the result of the whole log bit for bit, and an
 actor restarted mid-run and sent its last checkpoint ends where an undisturbed one
-ends. Here on the local engine and in process; ``test_ray_engine`` runs the same on a
+ends; leave-one-feature-out importance over the days equals the whole range's. Here on the local engine and in process; ``test_ray_engine`` runs the same on a
 real cluster."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from service.usecases.evaluations import (
     grid_candidates_of,
     plan,
 )
+from service.usecases.importance import scores_over_days, scores_over_log_in_worker
 from service.usecases.offline_engine import OfflineEngine, StreamActor
 from tests.service.test_estimate_partitions import respaced_copy, storefront_log
 
@@ -118,3 +119,15 @@ def test_an_evaluations_candidates_over_the_days_equal_the_whole_log(days_url: s
     for candidate, (events, periods) in zip(everyone, streamed, strict=True):
         assert events == len(decisions)
         assert periods == candidate_periods(decisions, arrays, candidate)
+
+
+def test_feature_importance_over_the_days_equals_the_whole_log(days_url: str) -> None:
+    event_log = SqlEventLog(days_url)
+    try:
+        info = info_from_record(event_log.policies()["shop"]).model_dump_json()
+    finally:
+        event_log.close()
+    whole = scores_over_log_in_worker(days_url, info, 0, 4e9)
+    over_days = scores_over_days(LOCAL, days_url, info, 0, 4e9)
+    assert over_days == whole
+    assert whole.events > 0 and len(whole.scores) > 1

@@ -208,7 +208,7 @@ def _expected_evaluation(url: str, record: Any) -> Any:
         grid = [PolicySpec.model_validate(g) for g in record.request["grid"]]
         result = evaluate(decisions, candidates, grid, describe=LEARNING_SETTINGS.arguments)
         if record.request.get("policy_info") is not None:
-            result["feature_importance"] = importance_groups(event_log, record)
+            result["feature_importance"] = importance_groups(OfflineEngine(), url, record)
     finally:
         event_log.close()
     return json.loads(json.dumps(result))
