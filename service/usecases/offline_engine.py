@@ -225,7 +225,9 @@ class OfflineEngine:
             if done is not None:
                 done(i, events)
             if finished or position[i] == streams[i].partitions:
-                ray.kill(actors[i], no_restart=True)  # its CPU goes to a waiting actor
+                # its CPU goes to a waiting actor; a task, not ray.kill, whose call waits
+                # on the head and would hang with a lost cluster
+                actors[i].__ray_terminate__.remote()
                 return {}
             return {actors[i].advance.remote(position[i], None): i}
 
