@@ -216,6 +216,7 @@ class OfflineEngine:
         actors: list[Any] = [actor_class.remote(stream) for stream in streams]
         checkpoints: list[bytes | None] = [None] * len(streams)
         position = [0] * len(streams)
+        ended: set[int] = set()
 
         def ready(i: int, value: tuple[int, bytes, bool] | None) -> dict[Any, int]:
             if value is None:  # a restarted actor: on from the last checkpoint
@@ -228,6 +229,7 @@ class OfflineEngine:
                 # its CPU goes to a waiting actor; a task, not ray.kill, whose call waits
                 # on the head and would hang with a lost cluster
                 actors[i].__ray_terminate__.remote()
+                ended.add(i)
                 return {}
             return {actors[i].advance.remote(position[i], None): i}
 
@@ -238,10 +240,10 @@ class OfflineEngine:
         }
         try:
             self._drive(first, ready, check, f"{len(streams)} stream(s)")
-        finally:
-            for actor in actors:
-                with contextlib.suppress(Exception):  # a lost cluster has nothing to kill
-                    ray.kill(actor, no_restart=True)
+        finally:  # the work stopped: its actors go (after a lost cluster, ray is shut down)
+            for i in set(range(len(actors))) - ended:
+                with contextlib.suppress(Exception):  # shut down: nothing left to kill
+                    ray.kill(actors[i], no_restart=True)
         results = []
         for stream, checkpoint in zip(streams, checkpoints, strict=True):
             state = stream.begin() if checkpoint is None else pickle.loads(checkpoint)
