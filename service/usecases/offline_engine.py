@@ -96,13 +96,15 @@ class StreamActor:
 
     def advance(self, partition: int, checkpoint: bytes | None) -> tuple[int, bytes, bool] | None:
         """``(events read, the state's checkpoint, finished)`` after ``partition``, or
-        None when this actor (restarted) is not at ``partition`` and no checkpoint came."""
+        None when this actor (restarted) is not at ``partition`` and no checkpoint came.
+        A call with the checkpoint of the partition before, or for the first partition,
+        always gives the same answer: the driver may send it again."""
         if checkpoint is not None:
             self.state, self.position = pickle.loads(checkpoint), partition
+        elif partition == 0:  # begun here, so that an error is the call's, not the actor's
+            self.state, self.position = self.stream.begin(), 0
         elif partition != self.position:
             return None
-        elif partition == 0:  # begun here, so that an error is the call's, not the actor's
-            self.state = self.stream.begin()
         events = self.stream.advance(self.state, partition)
         self.position += 1
         return events, pickle.dumps(self.state), self.stream.finished(self.state)
@@ -125,6 +127,9 @@ class OfflineEngine:
     """Ray's ``max_retries`` of each task (a lost worker or node runs it again)."""
     actor_restarts: int = 3
     """Ray's ``max_restarts`` (and ``max_task_retries``) of a stream's actor."""
+    unavailable_seconds: float = 120.0
+    """How long a call to an actor Ray answers unavailable (its node lost, not yet
+    declared dead) is sent again before the work fails."""
     poll_seconds: float = 0.5
     lost_after_seconds: float = 15.0
 
@@ -218,9 +223,12 @@ class OfflineEngine:
         position = [0] * len(streams)
         ended: set[int] = set()
 
+        def again(i: int) -> dict[Any, int]:
+            return {actors[i].advance.remote(position[i], checkpoints[i]): i}
+
         def ready(i: int, value: tuple[int, bytes, bool] | None) -> dict[Any, int]:
             if value is None:  # a restarted actor: on from the last checkpoint
-                return {actors[i].advance.remote(position[i], checkpoints[i]): i}
+                return again(i)
             events, checkpoints[i], finished = value
             position[i] += 1
             if done is not None:
@@ -239,7 +247,7 @@ class OfflineEngine:
             if stream.partitions
         }
         try:
-            self._drive(first, ready, check, f"{len(streams)} stream(s)")
+            self._drive(first, ready, check, f"{len(streams)} stream(s)", again)
         finally:  # the work stopped: its actors go (after a lost cluster, ray is shut down)
             for i in set(range(len(actors))) - ended:
                 with contextlib.suppress(Exception):  # shut down: nothing left to kill
@@ -256,22 +264,40 @@ class OfflineEngine:
         ready: Callable[[int, Any], dict[Any, int]],
         check: Callable[[], None] | None,
         work: str,
+        again: Callable[[int], dict[Any, int]] | None = None,
     ) -> None:
         """Wait for ``refs`` (Ray object refs, each with its work's index); ``ready(i,
         value)`` takes each value as it comes and returns the refs to wait for next. A
         cluster that stops answering for ``lost_after_seconds`` is an
-        :class:`OfflineEngineError`; the refs still pending are cancelled on any error."""
+        :class:`OfflineEngineError`; the refs still pending are cancelled on any error.
+        ``again(i)`` sends an idempotent call anew when its actor is unavailable."""
         import ray
-        from ray.exceptions import RayError, RayTaskError
+        from ray.exceptions import ActorUnavailableError, RayError, RayTaskError
 
         pending = dict(refs)
+        since: dict[int, float] = {}  # when each call's actor was first unavailable
         silent_since: float | None = None
         try:
             while pending:
                 finished, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_seconds)
                 for ref in finished:
                     i = pending.pop(ref)
-                    pending.update(ready(i, ray.get(ref)))
+                    try:
+                        value = ray.get(ref)
+                    except ActorUnavailableError:
+                        # its node lost and not yet declared dead: the call again, once
+                        # Ray has restarted the actor (until unavailable_seconds)
+                        if (
+                            again is None
+                            or time.monotonic() - since.setdefault(i, time.monotonic())
+                            > self.unavailable_seconds
+                        ):
+                            raise
+                        time.sleep(self.poll_seconds)
+                        pending.update(again(i))
+                        continue
+                    since.pop(i, None)
+                    pending.update(ready(i, value))
                 if check is not None:
                     check()
                 if finished or self._head_answers():
