@@ -280,6 +280,7 @@ class OfflineEngine:
         try:
             while pending:
                 finished, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_seconds)
+                answered = False  # an unavailable actor's answer is no sign of a live cluster
                 for ref in finished:
                     i = pending.pop(ref)
                     try:
@@ -297,10 +298,11 @@ class OfflineEngine:
                         pending.update(again(i))
                         continue
                     since.pop(i, None)
+                    answered = True
                     pending.update(ready(i, value))
                 if check is not None:
                     check()
-                if finished or self._head_answers():
+                if answered or self._head_answers():
                     silent_since = None
                     continue
                 silent_since = silent_since or time.monotonic()
