@@ -8,18 +8,20 @@ rate) over ``--days`` days in a private PostgreSQL's day partitions, then evalua
 progressive validation as an evaluation of the service replays them) four ways, on the
 same two cores:
 
-* ``local x1``: the local engine in one process (all candidates one after the other);
-* ``local x2``: the same per-candidate tasks on a pool of two processes;
-* ``ray 1 node``: one Ray task per candidate on a one-node cluster of 2 CPUs;
+* ``local x1``: the local engine in one process (the candidates one after the other);
+* ``local x2``: the same per-candidate streams on a pool of two processes;
+* ``ray 1 node``: one Ray actor per candidate on a one-node cluster of 2 CPUs;
 * ``ray 2 nodes``: the same on two nodes of 1 CPU each (this machine, loopback).
 
-Every task reads the decisions itself from PostgreSQL
-(:func:`service.usecases.evaluations.candidate_task`); the driver sends the query. The
-rate is events replayed (decisions x candidates) per second of wall time per core; Ray's
-overhead is its rate's shortfall from ``local x2`` (the same cores); ``worker MiB`` is the
-largest peak RSS of a process that ran a task. Every run's per-candidate sums are
-checked equal to ``local x1``'s. Writes run ``--label`` of
-``benchmarks/results/ray_offline.json``.
+Every candidate is a :class:`service.usecases.evaluation_streams.CandidateStream`: it
+reads the day partitions itself from PostgreSQL, one after the other (on Ray through
+:meth:`OfflineEngine.stream`, its state checkpointed to the driver after each day); the
+driver sends the queries. The rate is events replayed (decisions x candidates) per
+second of wall time per core; Ray's overhead is its rate's shortfall from ``local x2``
+(the same cores); ``worker MiB`` is the largest peak RSS of a process that ran a
+candidate. Every run's per-candidate sums are checked equal to ``local x1``'s. Last,
+the capacity table of docs/operations.md (:func:`capacity`) from the Ray one-node rate
+per core. Writes run ``--label`` of ``benchmarks/results/ray_offline.json``.
 
     python -m benchmarks.ray_offline                         # the numbers of docs/operations.md
     python -m benchmarks.ray_offline --decisions 10000000 --candidates 16   # the issue's size
@@ -28,10 +30,12 @@ checked equal to ``local x1``'s. Writes run ``--label`` of
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,12 +46,18 @@ from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.partitions import create_partitions
 from service.storage.sql_log import SqlEventLog
-from service.usecases.evaluations import Candidate, DecisionQuery, candidate_task
+from service.usecases.evaluation_streams import CandidateState, CandidateStream, DecisionQuery
+from service.usecases.evaluations import Candidate
 from service.usecases.offline_engine import OfflineEngine
 
 POLICY = "bench"
 DAY = 86_400.0
 START = 1_780_000_000.0
+CAPACITY_CANDIDATES = 32
+CAPACITY_DECISIONS = (10**8, 10**9)
+CAPACITY_CLUSTERS = ((1, 8), (2, 8), (4, 8), (2, 16), (8, 8))
+"""(nodes, cores per node) of the capacity table."""
+LOCAL = OfflineEngine()
 
 
 def generate(url: str, decisions: int, days: int, arms: int, dimension: int, seed: int) -> None:
@@ -118,20 +128,43 @@ def candidates(count: int, arms: int, dimension: int) -> list[Candidate]:
     return out
 
 
-def measured_task(query: DecisionQuery, candidate: dict[str, Any]) -> tuple[Any, float]:
-    """:func:`candidate_task` and the peak RSS (MiB) of the process that ran it."""
-    result = candidate_task(query, candidate)
-    return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+@dataclass(frozen=True)
+class MeasuredStream:
+    """A :class:`CandidateStream` whose result adds the peak RSS (MiB) of the process
+    that ran it."""
+
+    inner: CandidateStream
+
+    @property
+    def partitions(self) -> int:
+        return self.inner.partitions
+
+    def begin(self) -> tuple[CandidateState, list[float]]:
+        return self.inner.begin(), [0.0]
+
+    def advance(self, state: tuple[CandidateState, list[float]], partition: int) -> int:
+        events = self.inner.advance(state[0], partition)
+        state[1][0] = max(state[1][0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        return events
+
+    def finished(self, state: tuple[CandidateState, list[float]]) -> bool:
+        return False
+
+    def result(self, state: tuple[CandidateState, list[float]]) -> tuple[Any, float]:
+        return self.inner.result(state[0]), state[1][0]
 
 
-def run_local_pool(query: DecisionQuery, tasks: list[dict[str, Any]], processes: int) -> list[Any]:
+def measured_stream(stream: MeasuredStream) -> tuple[Any, float]:
+    """``stream`` run here (a local process's work)."""
+    return LOCAL.stream([stream])[0]
+
+
+def run_local_pool(streams: list[MeasuredStream], processes: int) -> list[Any]:
     with ProcessPoolExecutor(processes) as pool:
-        return list(pool.map(measured_task, [query] * len(tasks), tasks))
+        return list(pool.map(measured_stream, streams))
 
 
-def run_ray(
-    query: DecisionQuery, tasks: list[dict[str, Any]], nodes: int, cores: int
-) -> tuple[float, list[Any]]:
+def run_ray(streams: list[MeasuredStream], nodes: int, cores: int) -> tuple[float, list[Any]]:
     """Wall seconds (connecting included, the cluster's start not) and results on a
     fresh cluster of ``nodes`` nodes sharing ``cores`` CPUs."""
     from tests.ray_cluster import RayCluster
@@ -141,7 +174,7 @@ def run_ray(
         cluster.start()
         engine = OfflineEngine("ray", cluster.address)
         started = time.perf_counter()
-        results = engine.map(measured_task, [(query, t) for t in tasks])
+        results = engine.stream(streams)
         wall = time.perf_counter() - started
         import ray
 
@@ -149,6 +182,22 @@ def run_ray(
         return wall, results
     finally:
         cluster.destroy()
+
+
+def capacity(rate_per_core: float) -> list[dict[str, Any]]:
+    """Hours to evaluate :data:`CAPACITY_CANDIDATES` candidates over each of
+    :data:`CAPACITY_DECISIONS` on each cluster of :data:`CAPACITY_CLUSTERS`, at
+    ``rate_per_core`` events per second per core. A candidate is one actor replaying in
+    time order on one core, so the cores run ceil(candidates / cores) candidates one
+    after the other; cores beyond the candidates stay idle."""
+    rows = []
+    for nodes, cores in CAPACITY_CLUSTERS:
+        waves = math.ceil(CAPACITY_CANDIDATES / (nodes * cores))
+        row: dict[str, Any] = {"nodes": nodes, "cores_per_node": cores}
+        for decisions in CAPACITY_DECISIONS:
+            row[f"hours_{decisions:.0e}"] = decisions * waves / rate_per_core / 3600
+        rows.append(row)
+    return rows
 
 
 def add_log_arguments(parser: argparse.ArgumentParser, decisions: int, days: int) -> None:
@@ -183,8 +232,11 @@ def main() -> None:
     args = parser.parse_args()
 
     url, generate_seconds = generated_log(args)
-    query = DecisionQuery(url, POLICY, float("-inf"), float("inf"))
-    tasks = [c.to_json() for c in candidates(args.candidates, args.arms, args.dimension)]
+    parts = tuple(DecisionQuery(url, POLICY, float("-inf"), float("inf")).days())
+    tasks = [
+        MeasuredStream(CandidateStream(parts, c.to_json()))
+        for c in candidates(args.candidates, args.arms, args.dimension)
+    ]
     events = args.decisions * len(tasks)
 
     setup = {
@@ -216,13 +268,13 @@ def main() -> None:
         write_json("ray_offline", {**setup, "runs": runs}, args.label)  # kept if a later run fails
 
     t = time.perf_counter()
-    results = [measured_task(query, task) for task in tasks]
+    results = [measured_stream(task) for task in tasks]
     record("local x1", 1, time.perf_counter() - t, results)
     t = time.perf_counter()
-    results = run_local_pool(query, tasks, 2)
+    results = run_local_pool(tasks, 2)
     record("local x2", 2, time.perf_counter() - t, results)
     for name, nodes in (("ray 1 node", 1), ("ray 2 nodes", 2)):
-        wall, results = run_ray(query, tasks, nodes, 2)
+        wall, results = run_ray(tasks, nodes, 2)
         record(name, 2, wall, results)
     base = next(r for r in runs if r["engine"] == "local x2")["events_per_second_per_core"]
     for r in runs:
@@ -243,7 +295,10 @@ def main() -> None:
             ],
         )
     )
-    print(write_json("ray_offline", {**setup, "runs": runs}, args.label))
+    rate = next(r for r in runs if r["engine"] == "ray 1 node")["events_per_second_per_core"]
+    rows = capacity(rate)
+    print(table(rows, list(rows[0])))
+    print(write_json("ray_offline", {**setup, "runs": runs, "capacity": rows}, args.label))
 
 
 if __name__ == "__main__":

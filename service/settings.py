@@ -219,7 +219,7 @@ class Settings(BaseSettings):
         description=(
             "where offline work runs (evaluations, feature-importance jobs; the default of "
             "the offline commands' --engine): local (the evaluation_workers processes) or "
-            "ray (tasks on the Ray cluster at ray_address; needs the distributed extra; "
+            "ray (tasks and actors on the Ray cluster at ray_address; needs the distributed extra; "
             "docs/operations.md, Offline work on a Ray cluster)"
         ),
     )

@@ -1,7 +1,8 @@
 """Offline evaluation: the replay method and off-policy estimators (docs/algorithms.md section 6).
 
 * :func:`replay`, :func:`rejection_replay`, :func:`replay_seeds` -- learn-as-you-go
-  evaluation of a policy on a log (Li et al. 2011);
+  evaluation of a policy on a log (Li et al. 2011); :class:`ReplayRun` the same fed a
+  log's parts one after the other;
 * :func:`ips`, :func:`snips`, :func:`dr` -- value of a fixed target policy from logged
   propensities, each returning a float; :func:`estimate` adds a bootstrap interval and
   :func:`support`'s diagnostic (a deterministic log cannot evaluate another policy);
@@ -31,16 +32,19 @@ from bandit_core.evaluation.progressive import (
 )
 from bandit_core.evaluation.replay import (
     ReplayResult,
+    ReplayRun,
     SeedReplays,
     rejection_replay,
     replay,
     replay_seeds,
+    smallest_pscore,
 )
 from bandit_core.evaluation.summary import Spread
 
 __all__ = [
     "EstimateResult",
     "ReplayResult",
+    "ReplayRun",
     "SeedReplays",
     "Spread",
     "SupportDiagnostic",
@@ -58,6 +62,7 @@ __all__ = [
     "replay",
     "replay_seeds",
     "ridge_q_hat",
+    "smallest_pscore",
     "snips",
     "support",
     "target_distribution",

@@ -103,6 +103,44 @@ def _without(obj: Any, path: list[str], key: str) -> Any:
     return {**obj, head: _without(obj[head], rest, key)}
 
 
+@dataclass
+class LofoReplay:
+    """A :func:`replay_value` in progress, fed the log's consecutive parts in time order
+    (:meth:`feed`; picklable between them): fed the parts one by one, it ends with the
+    value of one fed the whole log, bit for bit (the sums are taken in the same order)."""
+
+    policy: AnyPolicy
+    dropped: Feature | None = None
+    weighted: float = 0.0
+    total: float = 0.0
+
+    def feed(self, featurizer: Featurizer, events: Sequence[JsonEvent]) -> None:
+        """Replay ``events`` (the log's next part; module docstring)."""
+        policy, dropped = self.policy, self.dropped
+        for e in events:
+            context, actions = e.context, list(e.actions)
+            if dropped is not None:
+                context = without_feature(context, dropped)
+                actions = [without_feature(a, dropped) for a in actions]
+            ids = list(e.arm_ids)
+            X = featurized_rows(featurizer, policy, context, actions)
+            decision = policy.select(ids, X, user_id=e.user_id, explore=False)
+            chosen = dict(
+                zip(decision.ranking, np.asarray(decision.propensities).tolist(), strict=True)
+            )
+            ratio = chosen.get(e.arm_id, 0.0) / e.propensity
+            self.weighted += ratio * e.reward
+            self.total += ratio
+            served = ids.index(e.arm_id)
+            row = X.one_row(served) if isinstance(X, SparseRows) else X[served]
+            policy.update(e.arm_id, row, e.reward, user_id=e.user_id)
+
+    @property
+    def value(self) -> float:
+        """The SNIPS value so far; 0 for no event."""
+        return self.weighted / self.total if self.total > 0 else 0.0
+
+
 def replay_value(
     new_policy: Callable[[], AnyPolicy],
     featurizer: Featurizer,
@@ -112,26 +150,26 @@ def replay_value(
     """The SNIPS value of a fresh ``new_policy()`` learning over ``events`` in order
     (module docstring), with ``dropped`` taken out of every context and action; 0 for
     no event."""
-    policy = new_policy()
-    weighted = total = 0.0
-    for e in events:
-        context, actions = e.context, list(e.actions)
-        if dropped is not None:
-            context = without_feature(context, dropped)
-            actions = [without_feature(a, dropped) for a in actions]
-        ids = list(e.arm_ids)
-        X = featurized_rows(featurizer, policy, context, actions)
-        decision = policy.select(ids, X, user_id=e.user_id, explore=False)
-        chosen = dict(
-            zip(decision.ranking, np.asarray(decision.propensities).tolist(), strict=True)
-        )
-        ratio = chosen.get(e.arm_id, 0.0) / e.propensity
-        weighted += ratio * e.reward
-        total += ratio
-        served = ids.index(e.arm_id)
-        row = X.one_row(served) if isinstance(X, SparseRows) else X[served]
-        policy.update(e.arm_id, row, e.reward, user_id=e.user_id)
-    return weighted / total if total > 0 else 0.0
+    run = LofoReplay(new_policy(), dropped)
+    run.feed(featurizer, events)
+    return run.value
+
+
+def features_of(events: Sequence[JsonEvent]) -> set[Feature]:
+    """The features of the events' contexts and actions (the union over a log's parts
+    is the log's)."""
+    return json_features([e.context for e in events]) | json_features(
+        [a for e in events for a in e.actions]
+    )
+
+
+def effects(value: float, without: dict[Feature, float]) -> list[FeatureEffect]:
+    """Each feature's effect from the value with every feature and the value
+    ``without[feature]`` of the replay without it, by descending ``drop``, ties by
+    feature."""
+    found = [FeatureEffect(f, v, value - v) for f, v in without.items()]
+    found.sort(key=lambda f: (-f.drop, f.feature))
+    return found
 
 
 def leave_one_feature_out(
@@ -140,13 +178,9 @@ def leave_one_feature_out(
     """The value with every feature and each feature's effect (one replay per feature
     found in the events' contexts and actions, plus one), by descending ``drop``, ties
     by feature."""
-    features = json_features([e.context for e in events]) | json_features(
-        [a for e in events for a in e.actions]
-    )
     value = replay_value(new_policy, featurizer, events)
-    effects = []
-    for feature in sorted(features):
-        without = replay_value(new_policy, featurizer, events, feature)
-        effects.append(FeatureEffect(feature, without, value - without))
-    effects.sort(key=lambda f: (-f.drop, f.feature))
-    return value, effects
+    without = {
+        feature: replay_value(new_policy, featurizer, events, feature)
+        for feature in sorted(features_of(events))
+    }
+    return value, effects(value, without)

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -139,70 +139,109 @@ def _at_time(policy: Policy, at: float | None) -> AbstractContextManager[None]:
     return nullcontext() if at is None else clock_at(policy, at)
 
 
-def _run(
-    policy: Policy,
-    source: LogSource,
-    n_rounds: int | None,
-    accept: Callable[[LoggedEvent], bool],
-    progress: Progress | None,
-) -> ReplayResult:
-    """The strict replay loop. Events with the same candidates go to
-    :meth:`Policy.select_until` together, up to ``_READ_AHEAD`` of them, and after a
-    match the rest of them again: the policy learns only at a match, so
-    every result (matches, ``events_seen``, the acceptance draws, the final state) is
-    that of calling ``select`` on each event in turn."""
-    _check_rounds(n_rounds)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    rewards: list[float] = []
-    seen = 0
-    events = _Lookahead(source)
-    # a policy with a wall clock runs each event at its decision's time (section 10.3)
-    timed = isinstance(policy, Clocked) and policy.uses_wall_clock()
-    while True:
-        if n_rounds is not None and len(rewards) >= n_rounds:
-            events.touch()
-            break
-        run = events.take_run(_READ_AHEAD, timed)
-        if not run:
-            break
-        at = (
-            run[0].time if timed else None
-        )  # the run's decision time, for a policy with a wall clock
-        X = np.stack([e.X for e in run]) if len(run) > 1 else [run[0].X]
-        targets = np.array([e.action for e in run], dtype=np.intp)
-        pos = 0
-        while pos < len(run):
-            if n_rounds is not None and len(rewards) >= n_rounds:
+@dataclass
+class ReplayRun:
+    """A replay in progress (strict protocol, module docstring), fed a log's consecutive
+    parts in time order (:meth:`feed`) and picklable between them: a run fed the parts
+    of a log one by one ends in the state, and with the :meth:`result`, of a run fed
+    the whole log at once. ``rejection`` is ``(rng, p_min)`` for
+    :func:`rejection_replay`, None for :func:`replay`."""
+
+    policy: Policy
+    n_rounds: int | None = None
+    rejection: tuple[np.random.Generator, float] | None = None
+    rewards: list[float] = field(default_factory=list)
+    seen: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        """Whether ``n_rounds`` matched events have been reached."""
+        return self.n_rounds is not None and len(self.rewards) >= self.n_rounds
+
+    def _accept(self, event: LoggedEvent) -> bool:
+        if self.rejection is None:
+            return True
+        rng, p_min = self.rejection
+        if event.pscore is None:
+            raise InvalidInputError(
+                "rejection_replay needs a pscore on every event, but one has none"
+            )
+        if event.pscore < p_min:
+            raise InvalidInputError(f"pscore {event.pscore} is below min_pscore {p_min}")
+        return bool(rng.random() < p_min / event.pscore)
+
+    def feed(self, source: LogSource, progress: Progress | None = None) -> None:
+        """Replay the events of ``source`` (the log's next part). Events with the same
+        candidates go to :meth:`Policy.select_until` together, up to ``_READ_AHEAD`` of
+        them, and after a match the rest of them again: the policy learns only at a
+        match, so every result (matches, ``events_seen``, the acceptance draws, the
+        final state) is that of calling ``select`` on each event in turn."""
+        _check_rounds(self.n_rounds)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        policy, rewards = self.policy, self.rewards
+        events = _Lookahead(source)
+        # a policy with a wall clock runs each event at its decision's time (section 10.3)
+        timed = isinstance(policy, Clocked) and policy.uses_wall_clock()
+        while True:
+            if self.finished:
+                events.touch()
                 break
-            with _at_time(policy, at):
-                i = policy.select_until(
-                    run[0].arm_ids, X[pos:], targets[pos:], user_id=run[0].user_id
-                )
-            if i == len(run) - pos:
-                seen, pos = seen + i, len(run)
-                continue
-            seen, pos = seen + i + 1, pos + i + 1
-            event = run[pos - 1]
-            if not accept(event):
-                continue
-            with _at_time(policy, at):
-                policy.update(
-                    event.chosen, event.X[event.action], event.reward, user_id=event.user_id
-                )
-            rewards.append(event.reward)
-            if progress is not None:
-                progress(1)
-    curve = np.cumsum(np.asarray(rewards, dtype=np.float64))
-    total = float(curve[-1]) if curve.size else 0.0
-    return ReplayResult(
-        cumulative_reward=total,
-        mean_reward=total / curve.size if curve.size else 0.0,
-        matched=int(curve.size),
-        events_seen=seen,
-        seconds=time.perf_counter() - start,
-        cpu_seconds=time.process_time() - start_cpu,
-        curve=curve,
-    )
+            run = events.take_run(_READ_AHEAD, timed)
+            if not run:
+                break
+            at = run[0].time if timed else None  # the run's decision time
+            X = np.stack([e.X for e in run]) if len(run) > 1 else [run[0].X]
+            targets = np.array([e.action for e in run], dtype=np.intp)
+            pos = 0
+            while pos < len(run) and not self.finished:
+                with _at_time(policy, at):
+                    i = policy.select_until(
+                        run[0].arm_ids, X[pos:], targets[pos:], user_id=run[0].user_id
+                    )
+                if i == len(run) - pos:
+                    self.seen, pos = self.seen + i, len(run)
+                    continue
+                self.seen, pos = self.seen + i + 1, pos + i + 1
+                event = run[pos - 1]
+                if not self._accept(event):
+                    continue
+                with _at_time(policy, at):
+                    policy.update(
+                        event.chosen, event.X[event.action], event.reward, user_id=event.user_id
+                    )
+                rewards.append(event.reward)
+                if progress is not None:
+                    progress(1)
+        self.seconds += time.perf_counter() - start
+        self.cpu_seconds += time.process_time() - start_cpu
+
+    def result(self) -> ReplayResult:
+        """The run's :class:`ReplayResult` so far."""
+        curve = np.cumsum(np.asarray(self.rewards, dtype=np.float64))
+        total = float(curve[-1]) if curve.size else 0.0
+        return ReplayResult(
+            cumulative_reward=total,
+            mean_reward=total / curve.size if curve.size else 0.0,
+            matched=int(curve.size),
+            events_seen=self.seen,
+            seconds=self.seconds,
+            cpu_seconds=self.cpu_seconds,
+            curve=curve,
+        )
+
+
+def smallest_pscore(source: LogSource) -> float | None:
+    """The smallest logged propensity of ``source`` (rejection sampling's ``p_min``),
+    None when it holds no event; an event without ``pscore`` is an
+    :class:`InvalidInputError`. The minimum of a log's parts is the log's."""
+    scores = [e.pscore for e in source]
+    if any(p is None for p in scores):
+        raise InvalidInputError(
+            "rejection_replay needs a pscore on every event, but some have none"
+        )
+    return min((p for p in scores if p is not None), default=None)
 
 
 def replay(
@@ -223,7 +262,9 @@ def replay(
     >>> r.events_seen, r.matched == r.curve.size
     (4, True)
     """
-    return _run(policy, source, n_rounds, lambda event: True, progress)
+    run = ReplayRun(policy, n_rounds)
+    run.feed(source, progress)
+    return run.result()
 
 
 def rejection_replay(
@@ -242,28 +283,15 @@ def rejection_replay(
     the acceptances.
     """
     if min_pscore is None:
-        scores = [e.pscore for e in source]
-        if any(p is None for p in scores):
-            raise InvalidInputError(
-                "rejection_replay needs a pscore on every event, but some have none"
-            )
-        if not scores:
+        min_pscore = smallest_pscore(source)
+        if min_pscore is None:
             raise InvalidInputError("source must hold at least one event, but got none")
-        min_pscore = min(p for p in scores if p is not None)  # every one is, checked above
     p_min = check_real(
         min_pscore, "min_pscore", low=0.0, high=1.0, low_open=True, error=InvalidInputError
     )
-
-    def accept(event: LoggedEvent) -> bool:
-        if event.pscore is None:
-            raise InvalidInputError(
-                "rejection_replay needs a pscore on every event, but one has none"
-            )
-        if event.pscore < p_min:
-            raise InvalidInputError(f"pscore {event.pscore} is below min_pscore {p_min}")
-        return bool(rng.random() < p_min / event.pscore)
-
-    return _run(policy, source, n_rounds, accept, progress)
+    run = ReplayRun(policy, n_rounds, (rng, p_min))
+    run.feed(source, progress)
+    return run.result()
 
 
 @dataclass(frozen=True)

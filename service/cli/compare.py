@@ -1,6 +1,6 @@
 """``bandit compare``: several policies and parameter grids replayed on one log for every
-seed, in parallel processes, and tabulated (docs/offline.md; each replay is
-:func:`service.cli.replay.replay_task`).
+seed, in parallel processes or on Ray, and tabulated (docs/offline.md; each replay is
+:func:`service.cli.replay.replay_task`, on Ray a :class:`service.cli.replay.ReplayStream`).
 """
 
 from __future__ import annotations
@@ -33,15 +33,8 @@ from service.cli.arguments import (
 )
 from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_OK
-from service.cli.log_sources import (
-    LogSpec,
-    load_log,
-    log_spec,
-    log_width,
-    source_fields,
-    source_title,
-)
-from service.cli.replay import replay_task
+from service.cli.log_sources import LogSpec, load_log, log_spec, source_fields, source_title
+from service.cli.replay import Run, replay_task, streamed_replays
 from service.cli.reports import plot, progress_bar, protocol, replay_summary, write_json
 from service.usecases.offline_engine import OfflineEngine
 
@@ -131,8 +124,8 @@ def _rows(args: argparse.Namespace) -> tuple[list[Variant], list[dict[str, Any]]
 
 
 @contextmanager
-def _executor(jobs: int, engine: str) -> Iterator[ProcessPoolExecutor | None]:
-    if jobs == 1 or engine != "local":
+def _executor(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
+    if jobs == 1:
         yield None
         return
     with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -150,40 +143,39 @@ def _replay_all(
     on the Ray cluster (``--engine ray``)."""
     tasks = [(i, s) for i in range(len(rows)) for s in seeds]
     results: dict[tuple[int, int], ReplayResult] = {}
-    with (
-        progress_bar(len(tasks), args.no_progress, "run") as bar,
-        _executor(args.jobs, engine.kind) as pool,
-    ):
-        if engine.kind == "ray":
-            runs = [
-                (spec, rows[i].policy, rows[i].params, s, args.rounds, args.rejection)
-                for i, s in tasks
-            ]
-            done = engine.map(replay_task, runs, lambda *_: bar.update(1))
-            for (i, s), result in zip(tasks, done, strict=True):
-                results[i, s] = result
-        elif pool is None:
-            for i, s in tasks:
-                results[i, s] = replay_task(
-                    spec, rows[i].policy, rows[i].params, s, args.rounds, args.rejection
-                )
-                bar.update(1)
-        else:
-            futures = {
-                pool.submit(
-                    replay_task,
-                    spec,
-                    rows[i].policy,
-                    rows[i].params,
-                    s,
-                    args.rounds,
-                    args.rejection,
-                ): (i, s)
-                for i, s in tasks
-            }
-            for fut in as_completed(futures):
-                results[futures[fut]] = fut.result()
-                bar.update(1)
+    if engine.kind == "ray":  # one actor per run, each reading the log's partitions
+        runs = [Run(rows[i].policy, rows[i].params, s) for i, s in tasks]
+        replays = streamed_replays(
+            engine, spec, runs, args.rounds, args.rejection, args.no_progress
+        )
+        results.update(zip(tasks, replays, strict=True))
+    else:
+        with (
+            progress_bar(len(tasks), args.no_progress, "run") as bar,
+            _executor(args.jobs) as pool,
+        ):
+            if pool is None:
+                for i, s in tasks:
+                    results[i, s] = replay_task(
+                        spec, rows[i].policy, rows[i].params, s, args.rounds, args.rejection
+                    )
+                    bar.update(1)
+            else:
+                futures = {
+                    pool.submit(
+                        replay_task,
+                        spec,
+                        rows[i].policy,
+                        rows[i].params,
+                        s,
+                        args.rounds,
+                        args.rejection,
+                    ): (i, s)
+                    for i, s in tasks
+                }
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    bar.update(1)
     return [
         SeedReplays(seeds=tuple(seeds), results=tuple(results[i, s] for s in seeds))
         for i in range(len(rows))
@@ -196,12 +188,10 @@ def _run(args: argparse.Namespace) -> int:
     seeds = seeds_of(args)
     spec = log_spec(args)
     engine = engine_of(args)
-    for row in rows:  # invalid parameters fail here, before any worker starts
-        if engine.kind == "ray":  # the tasks read the log; here only its first partition
-            d = log_width(spec, row.policy, row.params)
-        else:
+    if engine.kind == "local":  # invalid parameters fail here, before any worker starts
+        for row in rows:  # (on Ray, in streamed_replays, before any actor starts)
             _, d = load_log(spec, row.policy, row.params)
-        make_policy(row.policy, d, **row.params, seed=seeds[0])
+            make_policy(row.policy, d, **row.params, seed=seeds[0])
     started = time.perf_counter()
     per_row = _replay_all(args, spec, rows, seeds, engine)
     wall = time.perf_counter() - started

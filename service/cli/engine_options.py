@@ -18,8 +18,9 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         choices=ENGINES,
-        help="where the runs go: 'local' (this machine) or 'ray' (one task per run on the Ray "
-        "cluster at --ray-address; needs the distributed extra) (default: "
+        help="where the runs go: 'local' (this machine) or 'ray' (the Ray cluster at "
+        "--ray-address: a learning replay is an actor reading the log's partitions in time "
+        "order, additive work a task per partition; needs the distributed extra) (default: "
         "BANDIT_OFFLINE_ENGINE, else local)",
     )
     parser.add_argument(

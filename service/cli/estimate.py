@@ -50,6 +50,7 @@ from service.cli.log_sources import (
     LogSpec,
     log_spec,
     one_width,
+    partition_facts,
     partitions,
     read_partition,
     source_fields,
@@ -123,12 +124,6 @@ class EvaluatedPart:
     first_index: int
 
 
-def count_task(spec: LogSpec, policy: str, params: dict[str, Any]) -> tuple[int, int | None]:
-    """The events of a partition and their feature length (None: no events)."""
-    events, d = read_partition(spec, policy, params)
-    return len(events), d
-
-
 def train_task(
     parts: Sequence[LogSpec], counts: Sequence[int], job: EstimateJob, seed: int, n_train: int
 ) -> bytes:
@@ -197,9 +192,9 @@ def _estimate_sums(
     each a map over the partitions on ``engine`` (docs/offline.md, "Estimates over
     partitions"); the progress bar counts the tasks done after the counting."""
     params = policy_params(args)
-    counted = engine.map(count_task, [(p, args.policy, params) for p in parts])
-    counts = [n for n, _ in counted]
-    d = one_width(spec, [w for _, w in counted if w is not None])
+    counted = engine.map(partition_facts, [(p, args.policy, params) for p in parts])
+    counts = [f.events for f in counted]
+    d = one_width(spec, [f.d for f in counted if f.d is not None])
     n_train = int(args.train_fraction * sum(counts))
     n_evaluated = sum(counts) - n_train
     if n_evaluated < args.folds:

@@ -128,13 +128,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from service.schemas.evaluations import EvaluationPolicy
     from service.storage.base import StoreUnavailableError
     from service.storage.sql_log import SqlEventLog
-    from service.usecases.evaluations import (
-        DecisionQuery,
-        evaluate,
-        evaluate_on,
-        load_decisions,
-        plan,
-    )
+    from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
+    from service.usecases.evaluations import evaluate, load_decisions, plan
 
     try:
         url = make_url(args.data)
@@ -162,7 +157,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             raise UsageError(f"--policy: {exc.message}") from None
         since = float("-inf") if args.since is None else args.since
         until = float("inf") if args.until is None else args.until
-        # on Ray, each task reads the decisions itself
+        # on Ray, each actor reads the decisions itself
         decisions = (
             [] if engine.kind == "ray" else load_decisions(event_log, args.log_policy, since, until)
         )
@@ -178,17 +173,18 @@ def _evaluate(args: argparse.Namespace) -> int:
     nothing = f"no rewarded decision of {args.log_policy!r} in the time range"
     if engine.kind == "ray":
         query = DecisionQuery(args.data, args.log_policy, since, until)
-        with tqdm(total=1.0, disable=args.no_progress, unit="", file=sys.stderr) as bar:
+        with tqdm(disable=args.no_progress, unit="event", file=sys.stderr) as bar:
 
-            def advance_share(share: float) -> None:
-                bar.update(share)
+            def advance_events(events: int, to_do: int) -> None:
+                bar.total = to_do
+                bar.update(events)
 
             result = evaluate_on(
                 engine,
                 query,
                 candidates,
                 grid,
-                advance_share,
+                advance_events,
                 describe=LEARNING_SETTINGS.arguments,
             )
         if not result["events"]:

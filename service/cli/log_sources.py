@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,18 +21,17 @@ import numpy as np
 
 from bandit_core.datasets import JsonlLog, LoggedEvent, LogSource, load_news, news_dataset_path
 from bandit_core.errors import ConfigError
+from bandit_core.evaluation import smallest_pscore
 from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
 from bandit_core.featurized import featurized_dimension, featurized_rows
 from bandit_core.registry import make_policy, policy_class
 from service.cli.arguments import CliError, CommandFailed
 from service.schemas import MAX_DENSE_DIMENSION  # the offline commands keep rows dense
+from service.storage.partitions import day_ranges
 
 if TYPE_CHECKING:
     from service.storage.offline_source import Featurize
     from service.storage.sql_log import SqlEventLog
-
-DAY = 86400.0
-"""Seconds in an event log's partition (a UTC day)."""
 
 
 @dataclass(frozen=True)
@@ -131,15 +129,23 @@ def read_partition(
     return list(log), d
 
 
-def log_width(spec: LogSpec, policy: str, params: dict[str, Any]) -> int:
-    """The feature length ``d`` of ``spec``'s log for ``policy`` with ``params``, read from
-    its first partition holding events (:func:`partitions`): a driver that sends the log's
-    work elsewhere learns ``d`` without holding the log."""
-    for part in partitions(spec):
-        _, d = read_partition(part, policy, params)
-        if d is not None:
-            return d
-    return one_width(spec, [])
+@dataclass(frozen=True)
+class PartitionFacts:
+    """What a driver learns of a partition without holding it: its events, their
+    feature length (None: no events) and, when asked, their smallest propensity."""
+
+    events: int
+    d: int | None
+    min_pscore: float | None = None
+
+
+def partition_facts(
+    spec: LogSpec, policy: str, params: dict[str, Any], pscores: bool = False
+) -> PartitionFacts:
+    """The :class:`PartitionFacts` of one partition (read where this runs, not kept);
+    ``pscores``: with the smallest propensity (rejection sampling's ``p_min``)."""
+    events, d = read_partition(spec, policy, params)
+    return PartitionFacts(len(events), d, smallest_pscore(events) if pscores else None)
 
 
 def _read_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[LogSource, int | None]:
@@ -183,11 +189,8 @@ def partitions(spec: LogSpec) -> list[LogSpec]:
         span = event_log.time_range(spec.log_policy or "")
     if span is None:
         return [spec]
-    first = max(span[0], spec.since if spec.since is not None else span[0])
-    last = min(span[1], spec.until if spec.until is not None else span[1])
-    days = list(range(int(first // DAY), int(last // DAY) + 1)) or [int(first // DAY)]
-    bounds = [spec.since, *[float(day * DAY) for day in days[1:]], spec.until]
-    return [dataclasses.replace(spec, since=a, until=b) for a, b in itertools.pairwise(bounds)]
+    ranges = day_ranges(spec.since, spec.until, *span)
+    return [dataclasses.replace(spec, since=a, until=b) for a, b in ranges]
 
 
 def _featurizer_config(spec: LogSpec, logged: dict[str, Any] | None) -> FeaturizerConfig | None:

@@ -5,12 +5,19 @@ section 6, docs/offline.md), plain or by rejection sampling, over one or several
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bandit_core.evaluation import ReplayResult, SeedReplays, rejection_replay, replay
+from bandit_core.evaluation import (
+    ReplayResult,
+    ReplayRun,
+    SeedReplays,
+    rejection_replay,
+    replay,
+)
 from bandit_core.registry import make_policy
 from service.cli.arguments import (
     REFEATURIZING,
@@ -27,9 +34,13 @@ from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_OK
 from service.cli.log_sources import (
     LogSpec,
+    PartitionFacts,
     load_log,
     log_spec,
-    log_width,
+    one_width,
+    partition_facts,
+    partitions,
+    read_partition,
     source_fields,
     source_title,
 )
@@ -42,6 +53,7 @@ from service.cli.reports import (
     replay_summary,
     write_json,
 )
+from service.usecases.offline_engine import OfflineEngine
 
 DESCRIPTION = (
     "Replay a policy on a log (Li et al. 2011): events are read in order; when the policy picks the\n"
@@ -92,6 +104,89 @@ def replay_task(
     return replay_one(spec, name, params, seed, rounds, rejection)
 
 
+@dataclass(frozen=True)
+class ReplayStream:
+    """:func:`replay_one` as a :class:`~service.usecases.offline_engine.PartitionStream`:
+    the replay (a :class:`~bandit_core.evaluation.ReplayRun`) fed the log's partitions
+    ``parts`` in time order, each read where the stream runs; ``p_min`` is rejection
+    sampling's (the smallest propensity of the whole log), None for a plain replay. Its
+    result equals :func:`replay_one`'s on the whole log."""
+
+    parts: tuple[LogSpec, ...]
+    policy: str
+    params: dict[str, Any]
+    d: int
+    seed: int
+    rounds: int | None
+    p_min: float | None
+
+    @property
+    def partitions(self) -> int:
+        return len(self.parts)
+
+    def begin(self) -> ReplayRun:
+        policy = make_policy(self.policy, self.d, **self.params, seed=self.seed)
+        if self.p_min is None:
+            return ReplayRun(policy, self.rounds)
+        return ReplayRun(policy, self.rounds, (np.random.default_rng([self.seed, 1]), self.p_min))
+
+    def advance(self, state: ReplayRun, partition: int) -> int:
+        events, _ = read_partition(self.parts[partition], self.policy, self.params)
+        state.feed(events)
+        return len(events)
+
+    def finished(self, state: ReplayRun) -> bool:
+        return state.finished
+
+    def result(self, state: ReplayRun) -> ReplayResult:
+        return state.result()
+
+
+@dataclass(frozen=True)
+class Run:
+    """One replay of ``bandit replay`` or ``bandit compare``: a policy, its parameters
+    and a seed."""
+
+    policy: str
+    params: dict[str, Any]
+    seed: int
+
+
+def streamed_replays(
+    engine: OfflineEngine,
+    spec: LogSpec,
+    runs: Sequence[Run],
+    rounds: int | None,
+    rejection: bool,
+    no_progress: bool,
+) -> list[ReplayResult]:
+    """The replay of each of ``runs`` on the log of ``spec``, one
+    :class:`ReplayStream` per run on ``engine`` reading the log's partitions itself
+    (docs/offline.md, "Learning replays over partitions"). The partitions are first
+    counted where they lie (their events, feature length and, with ``rejection``,
+    smallest propensity); the progress bar counts the events replayed of those to do."""
+    parts = partitions(spec)
+    facts: dict[tuple[str, int] | None, list[PartitionFacts]] = {}
+    streams, total = [], 0
+    for run in runs:
+        # the rows, hence the facts, depend on the policy only for an event log
+        key = (
+            (run.policy, int(run.params.get("context_dim", 0))) if spec.fmt == "eventlog" else None
+        )
+        if key not in facts:
+            tasks = [(part, run.policy, run.params, rejection) for part in parts]
+            facts[key] = engine.map(partition_facts, tasks)
+        found = facts[key]
+        d = one_width(spec, [f.d for f in found if f.d is not None])
+        p_min = min(f.min_pscore for f in found if f.min_pscore is not None) if rejection else None
+        stream = ReplayStream(tuple(parts), run.policy, run.params, d, run.seed, rounds, p_min)
+        stream.begin()  # invalid parameters fail here, before any actor starts
+        streams.append(stream)
+        total += sum(f.events for f in found)
+    with progress_bar(total, no_progress, "event") as bar:
+        return engine.stream(streams, lambda _, events: bar.update(events))
+
+
 @clean_exit("replay")
 def _run(args: argparse.Namespace) -> int:
     check_policy(args.policy)
@@ -99,14 +194,16 @@ def _run(args: argparse.Namespace) -> int:
     seeds = seeds_of(args)
     spec = log_spec(args)
     engine = engine_of(args)
-    if engine.kind == "local":
+    if engine.kind == "ray":  # one actor per seed, each reading the log's partitions
+        seed_runs = [Run(args.policy, params, seed) for seed in seeds]
+        results = streamed_replays(
+            engine, spec, seed_runs, args.rounds, args.rejection, args.no_progress
+        )
+    else:
         load_log(spec, args.policy, params)
-    else:  # the tasks read the log; here only its first partition
-        log_width(spec, args.policy, params)
-    total = args.rounds * len(seeds) if args.rounds else None
-    results: list[ReplayResult] = []
-    with progress_bar(total, args.no_progress, "round") as bar:
-        if engine.kind == "local":
+        total = args.rounds * len(seeds) if args.rounds else None
+        results = []
+        with progress_bar(total, args.no_progress, "round") as bar:
             for seed in seeds:
                 bar.set_description(f"{args.policy} seed {seed}")
                 results.append(
@@ -114,11 +211,6 @@ def _run(args: argparse.Namespace) -> int:
                         spec, args.policy, params, seed, args.rounds, args.rejection, bar.update
                     )
                 )
-        else:
-            tasks = [
-                (spec, args.policy, params, seed, args.rounds, args.rejection) for seed in seeds
-            ]
-            results = engine.map(replay_task, tasks, lambda _, r: bar.update(r.matched))
     runs = SeedReplays(seeds=tuple(seeds), results=tuple(results))
     payload = {
         "policy": args.policy,

@@ -17,6 +17,7 @@ query gives up (and the next round retries) instead of stalling the writers behi
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,19 @@ def day_partition(table: str, day: int) -> Partition:
     start = day * DAY_SECONDS
     name = f"{table}_p{datetime.fromtimestamp(start, UTC):%Y%m%d}"
     return Partition(table, name, float(start), float(start + DAY_SECONDS))
+
+
+def day_ranges(
+    since: float | None, until: float | None, first: float, last: float
+) -> list[tuple[float | None, float | None]]:
+    """``[since, until)`` (None: unbounded) cut at the UTC midnights between ``first``
+    and ``last``, the times of the first and the last row the range holds: consecutive
+    ranges in time order, one per day partition those rows lie in."""
+    low = first if since is None else max(first, since)
+    high = last if until is None else min(last, until)
+    days = list(range(int(low // DAY_SECONDS), int(high // DAY_SECONDS) + 1))
+    bounds = [since, *[float(day * DAY_SECONDS) for day in days[1:]], until]
+    return list(itertools.pairwise(bounds))
 
 
 def list_partitions(conn: Connection, table: str) -> list[Partition]:

@@ -14,6 +14,7 @@ and result there, so any replica answers, and one whose run's process died
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import time
@@ -24,10 +25,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.schemas import PolicyInfo, PolicySpec
+from service.schemas import PolicySpec
 from service.schemas.evaluations import EvaluationPolicy, PolicyArguments
 from service.settings import Settings
-from service.storage.base import EventLog
 from service.storage.evaluations import (
     FINAL,
     EvaluationExistsError,
@@ -37,17 +37,16 @@ from service.storage.evaluations import (
 )
 from service.storage.schema import create_log_engine
 from service.usecases.admin import PolicyAdmin
+from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
 from service.usecases.evaluations import (
     BASELINE,
     ONLINE,
     PROGRESS_EVERY_SECONDS,
     RANDOM,
     Candidate,
-    DecisionQuery,
-    evaluate_on,
     plan,
 )
-from service.usecases.importance import scores_over_log
+from service.usecases.importance import scores_over_log_on
 from service.usecases.learning_settings import ApplySetting, LearningSettings
 from service.usecases.offline_engine import OfflineEngine
 from service.usecases.worker_pool import WorkerPool
@@ -97,8 +96,8 @@ def run_evaluation(
             ):
                 raise EvaluationDeleted
 
-        def progress(share: float) -> None:
-            done[0] += share
+        def progress(events: int, to_do: int) -> None:
+            done[0] += events / to_do
             check()
 
         candidates = [Candidate.from_json(c) for c in record.request["candidates"]]
@@ -118,7 +117,7 @@ def run_evaluation(
             )
             return "timeout"
         if record.request.get("policy_info") is not None:
-            result["feature_importance"] = importance_groups(event_log, record)
+            result["feature_importance"] = importance_groups(engine, log_url, record)
         status = "succeeded"
         message = None if result["events"] else "no rewarded decision in [startTime, endTime)"
         store.update(
@@ -141,16 +140,20 @@ def run_evaluation(
         event_log.close()
 
 
-def importance_groups(event_log: EventLog, record: EvaluationRecord) -> list[list[str]]:
+def importance_groups(
+    engine: OfflineEngine, log_url: str, record: EvaluationRecord
+) -> list[list[str]]:
     """The v1 ``featureImportance`` of an evaluation that asked for offline
     experimentation: the loop's JSON features (``namespace.name``) by their
-    leave-one-feature-out score over the evaluated range
-    (:func:`service.usecases.importance.scores_over_log`), in three groups, most important
-    first: score at least 2/3, at least 1/3, below (empty groups left out); none for a
-    loop without JSON features."""
-    info = PolicyInfo.model_validate(record.request["policy_info"])
+    leave-one-feature-out score over the evaluated range of the log at ``log_url``, on
+    ``engine`` (:func:`service.usecases.importance.scores_over_log_on`), in three
+    groups, most important first: score at least 2/3, at least 1/3, below (empty groups
+    left out); none for a loop without JSON features."""
+    info_json = json.dumps(record.request["policy_info"])
     try:
-        scores = scores_over_log(event_log, info, record.start_time, record.end_time).scores
+        scores = scores_over_log_on(
+            engine, log_url, info_json, record.start_time, record.end_time
+        ).scores
     except InvalidRequest:  # no JSON features: nothing to name
         return []
     ranked = sorted(scores, key=lambda f: -f.score)

@@ -43,6 +43,7 @@ from bandit_core.evaluation import (
 from bandit_core.evaluation.progressive import SUM_FIELDS
 from bandit_core.features import SparseRows
 from bandit_core.featurized import featurized_rows
+from bandit_core.policy import BasePolicy
 from service.errors import InvalidRequest
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo, PolicySpec
@@ -50,7 +51,6 @@ from service.schemas.evaluations import PolicyArguments
 from service.storage.base import DecisionRecord, EventLog, LoggedDecision
 from service.usecases.json_features import CachedFeaturizer
 from service.usecases.learning_settings import LearningSettings
-from service.usecases.offline_engine import OfflineEngine
 
 PERIOD_SECONDS = 300.0
 """Length of the periods the estimates are summed over (Personalizer's 5 minutes)."""
@@ -275,82 +275,22 @@ def candidate_periods(
     arrays: LogArrays,
     candidate: Candidate,
     progress: Callable[[int], None] | None = None,
+    policy: BasePolicy | None = None,
 ) -> list[list[float]]:
     """The per-period sums of one candidate over ``decisions`` (``arrays`` their
     columns): Baseline, Random, or a learning setting replayed with progressive
-    validation (``progress`` gets 1 per event replayed)."""
+    validation (``progress`` gets 1 per event replayed), from its untrained policy or
+    from ``policy``, trained in place (a replay going on from earlier decisions)."""
     if candidate.source == BASELINE:
         return arrays.periods(baseline_distribution(arrays.sizes))
     if candidate.source == RANDOM:
         return arrays.periods(uniform_distribution(arrays.sizes))
     assert candidate.spec is not None
-    policy = build_policy(candidate.spec)
+    policy = build_policy(candidate.spec) if policy is None else policy
     events = logged_events(decisions, rows_function(candidate.spec))
     return arrays.periods(
         progressive_distribution(policy, events, max(arrays.sizes, default=0), progress)
     )
-
-
-@dataclass(frozen=True)
-class DecisionQuery:
-    """The decisions an evaluation covers, as a query a worker runs itself: the
-    rewarded, non-degraded decisions of ``policy`` in ``[start, end)`` of the event log
-    at ``log_url`` (:func:`load_decisions`)."""
-
-    log_url: str
-    policy: str
-    start: float
-    end: float
-
-    def load(self) -> list[LoggedDecision]:
-        from service.storage.sql_log import SqlEventLog
-
-        event_log = SqlEventLog(self.log_url)
-        try:
-            return load_decisions(event_log, self.policy, self.start, self.end)
-        finally:
-            event_log.close()
-
-
-def candidate_task(
-    query: DecisionQuery, candidate: dict[str, Any]
-) -> tuple[int, list[list[float]]]:
-    """Task of an evaluation on an offline engine (one per candidate and grid setting):
-    the decisions of ``query`` read here, and the candidate's (as
-    :meth:`Candidate.to_json`) per-period sums over them, with their count."""
-    decisions = query.load()
-    periods = candidate_periods(decisions, LogArrays(decisions), Candidate.from_json(candidate))
-    return len(decisions), periods
-
-
-def evaluate_on(
-    engine: OfflineEngine,
-    query: DecisionQuery,
-    candidates: Sequence[Candidate],
-    grid: Sequence[PolicySpec],
-    progress: Callable[[float], None] | None = None,
-    check: Callable[[], None] | None = None,
-    *,
-    describe: Callable[[PolicySpec], str],
-) -> dict[str, Any]:
-    """:func:`evaluate` over the decisions of ``query``: local, here; on Ray, one task
-    per candidate and grid setting (:func:`candidate_task`), each reading the log
-    itself. Equal results either way. ``progress`` gets the share of the work done;
-    ``check`` runs while Ray tasks are pending (its exception stops them)."""
-    if engine.kind == "local":
-        decisions = query.load()
-        work = max(1, sum(c.spec is not None for c in candidates) + len(grid)) * len(decisions)
-        step = (lambda k: progress(k / work)) if progress is not None else None
-        return evaluate(decisions, candidates, grid, step, describe=describe)
-    tasks = [*candidates, *grid_candidates_of(grid)]
-
-    def done(_: int, __: tuple[int, list[list[float]]]) -> None:
-        if progress is not None:
-            progress(1 / len(tasks))
-
-    results = engine.map(candidate_task, [(query, c.to_json()) for c in tasks], done, check)
-    events = results[0][0] if results else 0
-    return evaluation_result(candidates, grid, [p for _, p in results], events, describe)
 
 
 def evaluation_result(

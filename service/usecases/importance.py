@@ -25,14 +25,22 @@ leave-one-feature-out with the offline estimator (the feature-importance jobs of
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from bandit_core import BasePolicy
 from bandit_core.errors import BanditError
-from bandit_core.evaluation.lofo import JsonEvent, leave_one_feature_out
+from bandit_core.evaluation.lofo import (
+    Feature,
+    FeatureEffect,
+    JsonEvent,
+    LofoReplay,
+    effects,
+    features_of,
+    leave_one_feature_out,
+)
 from bandit_core.features import BucketNames, Featurizer, FeaturizerConfig, SparseRows
 from bandit_core.featurized import named_columns
 from bandit_core.importance import ColumnImportance, FeatureWeights, feature_importance, stack_rows
@@ -46,7 +54,8 @@ from service.schemas import (
     PolicyInfo,
 )
 from service.settings import Settings
-from service.storage.base import DecisionRecord, EventLog
+from service.storage.base import DecisionRecord, EventLog, LoggedDecision
+from service.usecases.evaluation_streams import DecisionQuery
 from service.usecases.json_features import logged_rows
 from service.usecases.offline_engine import OfflineEngine
 from service.usecases.policy_cache import PolicyCache
@@ -224,7 +233,16 @@ def scores_over_log(
     Blocking (reads the log, one replay per feature). 422 for a policy without JSON
     ``features``."""
     config = log_range_featurizer(info)
-    events = [
+    events = json_events(event_log.iter_events(info.name, since, until))
+    spec = spec_of(info)
+    value, found = leave_one_feature_out(lambda: build_policy(spec), Featurizer(config), events)
+    return _scores(len(events), value, found)
+
+
+def json_events(logged: Iterable[LoggedDecision]) -> list[JsonEvent]:
+    """The rewarded, non-degraded decisions of ``logged`` as
+    :class:`~bandit_core.evaluation.lofo.JsonEvent` objects, in their order."""
+    return [
         JsonEvent(
             context=d.context,
             arm_ids=[c["id"] for c in d.candidates],
@@ -234,14 +252,17 @@ def scores_over_log(
             reward=e.reward.value,
             user_id=d.user_id,
         )
-        for e in event_log.iter_events(info.name, since, until)
+        for e in logged
         if e.reward is not None and not (d := e.decision).degraded
     ]
-    spec = spec_of(info)
-    value, effects = leave_one_feature_out(lambda: build_policy(spec), Featurizer(config), events)
-    top = max((f.drop for f in effects), default=0.0)
+
+
+def _scores(events: int, value: float, found: Sequence[FeatureEffect]) -> FeatureScores:
+    """The scores of the effects ``found``: a drop divided by the largest (0 when none
+    drops)."""
+    top = max((f.drop for f in found), default=0.0)
     return FeatureScores(
-        events=len(events),
+        events=events,
         value=value,
         scores=[
             FeatureScore(
@@ -249,7 +270,7 @@ def scores_over_log(
                 name=f.feature[1],
                 score=max(f.drop, 0.0) / top if top > 0 else 0.0,
             )
-            for f in effects
+            for f in found
         ],
     )
 
@@ -272,6 +293,65 @@ def scores_over_log_in_worker(
 def scores_over_log_on(
     engine: OfflineEngine, log_url: str, info_json: str, since: float, until: float
 ) -> FeatureScores:
-    """Worker entry point (a spawned process): :func:`scores_over_log_in_worker` run on
-    ``engine`` (on Ray, as a task of the cluster that reads the log itself)."""
-    return engine.map(scores_over_log_in_worker, [(log_url, info_json, since, until)])[0]
+    """Worker entry point (a spawned process): :func:`scores_over_log_in_worker` here,
+    or on Ray :func:`scores_over_days` (an actor per replay, each reading the days of
+    the log itself). Equal results either way."""
+    if engine.kind == "local":
+        return scores_over_log_in_worker(log_url, info_json, since, until)
+    return scores_over_days(engine, log_url, info_json, since, until)
+
+
+def features_in(query: DecisionQuery) -> tuple[int, set[Feature]]:
+    """How many decisions ``query`` covers and their features (a task: read where it
+    runs, not kept)."""
+    events = json_events(query.load())
+    return len(events), features_of(events)
+
+
+@dataclass(frozen=True)
+class LofoStream:
+    """The replay of :func:`scores_over_log` with every feature (``dropped`` None) or
+    without one, over the day partitions ``parts`` in time order (a
+    :class:`~service.usecases.offline_engine.PartitionStream`)."""
+
+    parts: tuple[DecisionQuery, ...]
+    info_json: str
+    dropped: Feature | None
+
+    @property
+    def partitions(self) -> int:
+        return len(self.parts)
+
+    def begin(self) -> LofoReplay:
+        info = PolicyInfo.model_validate_json(self.info_json)
+        return LofoReplay(build_policy(spec_of(info)), self.dropped)
+
+    def advance(self, state: LofoReplay, partition: int) -> int:
+        info = PolicyInfo.model_validate_json(self.info_json)
+        events = json_events(self.parts[partition].load())
+        state.feed(Featurizer(log_range_featurizer(info)), events)
+        return len(events)
+
+    def finished(self, state: LofoReplay) -> bool:
+        return False
+
+    def result(self, state: LofoReplay) -> float:
+        return state.value
+
+
+def scores_over_days(
+    engine: OfflineEngine, log_url: str, info_json: str, since: float, until: float
+) -> FeatureScores:
+    """:func:`scores_over_log_in_worker` over the log's UTC days: the features found by
+    a task per day, then one :class:`LofoStream` per replay (with every feature, then
+    without each) on ``engine``, the driver reading no event. The values are summed
+    in the same order as over the whole range, so the scores are equal bit for bit."""
+    info = PolicyInfo.model_validate_json(info_json)
+    log_range_featurizer(info)  # a policy of float vectors: 422 before any work
+    parts = tuple(DecisionQuery(log_url, info.name, since, until).days())
+    found = engine.map(features_in, [(p,) for p in parts])
+    features = sorted(set().union(*(f for _, f in found)))
+    dropped: list[Feature | None] = [None, *features]
+    values = engine.stream([LofoStream(parts, info_json, f) for f in dropped])
+    without = dict(zip(features, values[1:], strict=True))
+    return _scores(sum(n for n, _ in found), values[0], effects(values[0], without))

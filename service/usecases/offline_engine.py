@@ -11,6 +11,14 @@ service's evaluations and feature-importance jobs send their independent tasks t
   spec, a seed), never the events; the task reads its log itself, in time order. The
   same function over the same arguments gives the same result on either engine.
 
+Stateful passes over a log (learning replays, evaluations' candidates) go through
+:meth:`OfflineEngine.stream`: a :class:`PartitionStream` per candidate reads the log's
+partitions itself, in time order. Locally the streams run here one after the other; on
+Ray each is an actor (restarted by Ray up to ``actor_restarts`` times), whose state
+comes back to the driver as bytes after each partition (its checkpoint): an actor
+restarted mid-partition is sent its last checkpoint and goes on from there, so the
+result is that of an undisturbed run.
+
 The cluster's nodes run the same installation as the caller (``service`` and
 ``bandit_core`` importable, the log's database and files reachable). A cluster that
 cannot be reached, or that stops answering while tasks are pending for longer than
@@ -22,16 +30,20 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import pickle
 import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from service.settings import Settings
 
 T = TypeVar("T")
+S = TypeVar("S")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 ENGINES = ("local", "ray")
 RAY_EXTRA = 'pip install -e ".[distributed]"'
@@ -40,6 +52,62 @@ RAY_EXTRA = 'pip install -e ".[distributed]"'
 
 class OfflineEngineError(Exception):
     """The Ray cluster could not be reached or was lost while tasks were pending."""
+
+
+class PartitionStream(Protocol[S, R_co]):
+    """One stateful pass over a log's ``partitions`` in time order (a module-level,
+    picklable object: it travels to the actor that runs it). The state ``S`` is
+    picklable and changed in place; the same stream fed the same partitions gives the
+    same result on either engine."""
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the log has."""
+        ...
+
+    def begin(self) -> S:
+        """The state before the first partition."""
+        ...
+
+    def advance(self, state: S, partition: int) -> int:
+        """Read partition ``partition`` (the one after the last advanced) into
+        ``state``; the events read."""
+        ...
+
+    def finished(self, state: S) -> bool:
+        """Whether the stream needs no more partitions (a replay's rounds reached)."""
+        ...
+
+    def result(self, state: S) -> R_co:
+        """The stream's result from its final state."""
+        ...
+
+
+class StreamActor:
+    """The Ray actor of a :class:`PartitionStream` (one per stream): it keeps the state
+    between partitions and returns it as bytes after each one (the driver's checkpoint).
+    Restarted by Ray, it starts again at the first partition, so a call for a later one
+    answers None: the driver then sends the last checkpoint."""
+
+    def __init__(self, stream: PartitionStream[Any, Any]) -> None:
+        self.stream = stream
+        self.state: Any = None
+        self.position = 0
+
+    def advance(self, partition: int, checkpoint: bytes | None) -> tuple[int, bytes, bool] | None:
+        """``(events read, the state's checkpoint, finished)`` after ``partition``, or
+        None when this actor (restarted) is not at ``partition`` and no checkpoint came.
+        A call with the checkpoint of the partition before, or for the first partition,
+        always gives the same answer: the driver may send it again."""
+        if checkpoint is not None:
+            self.state, self.position = pickle.loads(checkpoint), partition
+        elif partition == 0:  # begun here, so that an error is the call's, not the actor's
+            self.state, self.position = self.stream.begin(), 0
+        elif partition != self.position:
+            return None
+        events = self.stream.advance(self.state, partition)
+        self.position += 1
+        return events, pickle.dumps(self.state), self.stream.finished(self.state)
 
 
 def ray_installed() -> bool:
@@ -57,6 +125,11 @@ class OfflineEngine:
     cluster started on this machine (Ray's ``auto``)."""
     task_retries: int = 3
     """Ray's ``max_retries`` of each task (a lost worker or node runs it again)."""
+    actor_restarts: int = 3
+    """Ray's ``max_restarts`` (and ``max_task_retries``) of a stream's actor."""
+    unavailable_seconds: float = 120.0
+    """How long a call to an actor Ray answers unavailable (its node lost, not yet
+    declared dead) is sent again before the work fails."""
     poll_seconds: float = 0.5
     lost_after_seconds: float = 15.0
 
@@ -85,6 +158,30 @@ class OfflineEngine:
             return results
         return self._ray_map(fn, tasks, done, check)
 
+    def stream(
+        self,
+        streams: Sequence[PartitionStream[Any, R]],
+        done: Callable[[int, int], None] | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> list[R]:
+        """The result of each stream fed its partitions in time order (module
+        docstring); ``done(i, events)`` is called as stream ``i`` finishes a partition
+        of ``events`` events, ``check()`` on Ray every ``poll_seconds``. An exception of
+        a stream, ``done`` or ``check`` ends the work (on Ray, the actors are killed)."""
+        if self.kind == "local":
+            results = []
+            for i, stream in enumerate(streams):
+                state = stream.begin()
+                for partition in range(stream.partitions):
+                    events = stream.advance(state, partition)
+                    if done is not None:
+                        done(i, events)
+                    if stream.finished(state):
+                        break
+                results.append(stream.result(state))
+            return results
+        return self._ray_stream(streams, done, check)
+
     def _ray_map(
         self,
         fn: Callable[..., T],
@@ -93,52 +190,144 @@ class OfflineEngine:
         check: Callable[[], None] | None,
     ) -> list[T]:
         import ray
-        from ray.exceptions import RayError, RayTaskError
 
         self._connect()
         remote = ray.remote(max_retries=self.task_retries)(fn)
-        refs = [remote.remote(*args) for args in tasks]
-        index = {ref: i for i, ref in enumerate(refs)}
+        refs = {remote.remote(*args): i for i, args in enumerate(tasks)}
         results: list[Any] = [None] * len(refs)
-        pending = list(refs)
+
+        def ready(i: int, value: Any) -> dict[Any, int]:
+            results[i] = value
+            if done is not None:
+                done(i, value)
+            return {}
+
+        self._drive(refs, ready, check, f"{len(tasks)} task(s)")
+        return results
+
+    def _ray_stream(
+        self,
+        streams: Sequence[PartitionStream[Any, R]],
+        done: Callable[[int, int], None] | None,
+        check: Callable[[], None] | None,
+    ) -> list[R]:
+        import ray
+
+        self._connect()
+        restarts = self.actor_restarts
+        actor_class = ray.remote(num_cpus=1, max_restarts=restarts, max_task_retries=restarts)(
+            StreamActor
+        )
+        actors: list[Any] = [actor_class.remote(stream) for stream in streams]
+        checkpoints: list[bytes | None] = [None] * len(streams)
+        position = [0] * len(streams)
+        ended: set[int] = set()
+
+        def again(i: int) -> dict[Any, int]:
+            return {actors[i].advance.remote(position[i], checkpoints[i]): i}
+
+        def ready(i: int, value: tuple[int, bytes, bool] | None) -> dict[Any, int]:
+            if value is None:  # a restarted actor: on from the last checkpoint
+                return again(i)
+            events, checkpoints[i], finished = value
+            position[i] += 1
+            if done is not None:
+                done(i, events)
+            if finished or position[i] == streams[i].partitions:
+                # its CPU goes to a waiting actor; a task, not ray.kill, whose call waits
+                # on the head and would hang with a lost cluster
+                actors[i].__ray_terminate__.remote()
+                ended.add(i)
+                return {}
+            return {actors[i].advance.remote(position[i], None): i}
+
+        first = {
+            actor.advance.remote(0, None): i
+            for i, (actor, stream) in enumerate(zip(actors, streams, strict=True))
+            if stream.partitions
+        }
+        try:
+            self._drive(first, ready, check, f"{len(streams)} stream(s)", again)
+        finally:  # the work stopped: its actors go (after a lost cluster, ray is shut down)
+            for i in set(range(len(actors))) - ended:
+                with contextlib.suppress(Exception):  # shut down: nothing left to kill
+                    ray.kill(actors[i], no_restart=True)
+        results = []
+        for stream, checkpoint in zip(streams, checkpoints, strict=True):
+            state = stream.begin() if checkpoint is None else pickle.loads(checkpoint)
+            results.append(stream.result(state))
+        return results
+
+    def _drive(
+        self,
+        refs: dict[Any, int],
+        ready: Callable[[int, Any], dict[Any, int]],
+        check: Callable[[], None] | None,
+        work: str,
+        again: Callable[[int], dict[Any, int]] | None = None,
+    ) -> None:
+        """Wait for ``refs`` (Ray object refs, each with its work's index); ``ready(i,
+        value)`` takes each value as it comes and returns the refs to wait for next. A
+        cluster that stops answering for ``lost_after_seconds`` is an
+        :class:`OfflineEngineError`; the refs still pending are cancelled on any error.
+        ``again(i)`` sends an idempotent call anew when its actor is unavailable."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayError, RayTaskError
+
+        pending = dict(refs)
+        since: dict[int, float] = {}  # when each call's actor was first unavailable
         silent_since: float | None = None
         try:
             while pending:
-                ready, pending = ray.wait(pending, num_returns=1, timeout=self.poll_seconds)
-                for ref in ready:
-                    i = index[ref]
-                    results[i] = ray.get(ref)
-                    if done is not None:
-                        done(i, results[i])
+                finished, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_seconds)
+                answered = False  # an unavailable actor's answer is no sign of a live cluster
+                for ref in finished:
+                    i = pending.pop(ref)
+                    try:
+                        value = ray.get(ref)
+                    except ActorUnavailableError:
+                        # its node lost and not yet declared dead: the call again, once
+                        # Ray has restarted the actor (until unavailable_seconds)
+                        if (
+                            again is None
+                            or time.monotonic() - since.setdefault(i, time.monotonic())
+                            > self.unavailable_seconds
+                        ):
+                            raise
+                        time.sleep(self.poll_seconds)
+                        pending.update(again(i))
+                        continue
+                    since.pop(i, None)
+                    answered = True
+                    pending.update(ready(i, value))
                 if check is not None:
                     check()
-                if ready or self._head_answers():
+                if answered or self._head_answers():
                     silent_since = None
                     continue
                 silent_since = silent_since or time.monotonic()
                 if time.monotonic() - silent_since > self.lost_after_seconds:
                     raise OfflineEngineError(
                         f"the Ray cluster at {self._address()} stopped answering "
-                        f"({self.lost_after_seconds:g} s) with {len(pending)} of {len(refs)} "
-                        "task(s) unfinished; run the work again when the cluster is back"
+                        f"({self.lost_after_seconds:g} s) with {len(pending)} of {work} "
+                        "unfinished; run the work again when the cluster is back"
                     )
-        except RayTaskError as exc:  # fn raised: the cause, as fn raised it locally
-            self._cancel(pending)
+        except RayTaskError as exc:  # the work raised: the cause, as it raised locally
+            self._cancel(list(pending))
             raise exc.as_instanceof_cause() from None
         except RayError as exc:
-            self._cancel(pending)
+            self._cancel(list(pending))
             ray.shutdown()
             raise OfflineEngineError(
                 f"the Ray cluster at {self._address()} failed: {exc}"
             ) from None
         except OfflineEngineError:
-            self._cancel(pending)
+            self._cancel(list(pending))
             ray.shutdown()  # the next map connects again
             raise
         except BaseException:  # done() stopped the work (a deleted evaluation)
-            self._cancel(pending)
+            self._cancel(list(pending))
             raise
-        return results
 
     def _address(self) -> str:
         return self.ray_address or "auto"
@@ -177,5 +366,7 @@ class OfflineEngine:
         from ray.exceptions import RayError
 
         for ref in refs:
-            with contextlib.suppress(RayError):  # a lost cluster has nothing left to cancel
+            # a lost cluster has nothing left to cancel; an actor's call cannot be
+            # force-cancelled (ValueError): the caller kills its actor
+            with contextlib.suppress(RayError, ValueError):
                 ray.cancel(ref, force=True)

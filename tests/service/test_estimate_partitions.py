@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from service.cli import main
-from service.cli.log_sources import DAY
+from service.storage.partitions import DAY_SECONDS as DAY
 from tests.servers import ROOT
 
 EVENTS = 400

@@ -1,17 +1,21 @@
 """Offline work on a real two-node Ray cluster on loopback (``tests.ray_cluster``, started
 and removed here): every offline command and the service's evaluation and
 feature-importance routes give, on Ray, exactly what the local engine gives; a node
-killed mid-run is survived by Ray's retries with the same result; a cluster stopped
-mid-evaluation fails it with a clear message, and the evaluation runs again once the
-cluster is back. The commands run on Ray in a subprocess (a driver whose cluster is
-gone is ended by Ray, which must not be the test process)."""
+killed mid-run is survived by Ray's retries with the same result; an actor whose worker
+process is killed after a partition goes on from its checkpoint to the undisturbed
+result; a running evaluation reports its events done and, deleted, has its actors
+killed; a cluster stopped mid-evaluation fails it with a clear message, and the
+evaluation runs again once the cluster is back. The commands run on Ray in a subprocess
+(a driver whose cluster is gone is ended by Ray, which must not be the test process)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,11 +27,14 @@ import pytest
 
 from service.api.app import LEARNING_SETTINGS
 from service.cli import main
+from service.cli.log_sources import LogSpec, load_log, partitions
+from service.cli.replay import ReplayStream, replay_one
 from service.schemas import PolicySpec
 from service.storage.sql_log import SqlEventLog
 from service.usecases.evaluation_jobs import importance_groups
 from service.usecases.evaluations import Candidate, evaluate, load_decisions
 from service.usecases.importance import scores_over_log_in_worker
+from service.usecases.offline_engine import OfflineEngine
 from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
@@ -112,6 +119,14 @@ def test_offline_commands_on_ray_equal_the_local_engine(
         ],
         "compare": [*COMPARE, "--alpha", "0.1", "1", "--rounds", "100", "--seeds", "2", "--jobs", "1"],
         "replay": ["replay", "--format", "news", "--policy", "linucb", "--rounds", "100", "--seeds", "3"],
+        "replay-days": [
+            "replay", "--format", "eventlog", "--data", days, "--log-policy", "shop",
+            "--policy", "linucb", "--alpha", "0.5", "--rejection", "--seeds", "2",
+        ],
+        "compare-days": [
+            "compare", "--format", "eventlog", "--data", days, "--log-policy", "shop",
+            "--policy", "linucb", "--policy", "hybrid_linucb", "--rounds", "20", "--jobs", "1",
+        ],
         "evaluate": [
             "evaluate", "--data", f"sqlite:///{storefront_log}", "--log-policy", "shop",
             "--policy", "interactions=--cb_explore_adf --epsilon 0.2 -q ::",
@@ -125,7 +140,7 @@ def test_offline_commands_on_ray_equal_the_local_engine(
     for name, argv in commands.items():
         local = _local(argv, tmp_path / f"{name}.json", capsys)
         on_ray = _finished(*remote[name])
-        if name in ("compare", "estimate"):
+        if name in ("compare", "compare-days", "estimate"):
             assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
         assert _untimed(on_ray) == _untimed(local), name
         assert local.get("results") or local.get("per_seed") or local.get("estimates")
@@ -193,7 +208,7 @@ def _expected_evaluation(url: str, record: Any) -> Any:
         grid = [PolicySpec.model_validate(g) for g in record.request["grid"]]
         result = evaluate(decisions, candidates, grid, describe=LEARNING_SETTINGS.arguments)
         if record.request.get("policy_info") is not None:
-            result["feature_importance"] = importance_groups(event_log, record)
+            result["feature_importance"] = importance_groups(OfflineEngine(), url, record)
     finally:
         event_log.close()
     return json.loads(json.dumps(result))
@@ -220,12 +235,95 @@ def test_a_node_killed_mid_run_is_retried_with_the_same_result(
 ) -> None:
     argv = [*COMPARE, "--rounds", "600", "--seeds", "2", "--jobs", "1"]
     proc = _on_ray(argv, tmp_path / "ray.json", cluster)
-    _wait_for_task(cluster, 1, "replay_task")
+    _wait_for_task(cluster, 1, "StreamActor")
     cluster.stop_node(1)  # the worker node and its worker processes
     on_ray = _finished(proc, tmp_path / "ray.json")
     local = _local(argv, tmp_path / "local.json", capsys)
     on_ray.pop("engine"), local.pop("engine")
     assert _untimed(on_ray) == _untimed(local)
+
+
+def _actors(cluster: RayCluster) -> list[int]:
+    """The worker processes of the cluster that hold a :class:`StreamActor`."""
+    found = []
+    for proc in cluster.procs:
+        for pid in _descendants(proc.pid):
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "StreamActor" in title:
+                found.append(pid)
+    return found
+
+
+def test_an_actor_killed_after_a_partition_goes_on_from_its_checkpoint(
+    cluster: RayCluster, storefront_log: Path, tmp_path: Path
+) -> None:
+    spec = LogSpec(
+        respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0), "eventlog", "shop"
+    )
+    parts = tuple(partitions(spec))
+    _, d = load_log(spec, "linucb", {})
+    stream = ReplayStream(parts, "linucb", {"alpha": 0.5}, d, 5, None, None)
+    killed: list[int] = []
+    restarted: list[int] = []
+
+    def done(_: int, __: int) -> None:
+        # the driver calls this between two partitions: the actor is idle, its state
+        # checkpointed; the first time, its worker process is killed
+        if not killed:
+            (pid,) = _actors(cluster)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        elif not restarted:
+            restarted.extend(_actors(cluster))
+
+    try:
+        (result,) = OfflineEngine("ray", cluster.address).stream([stream], done)
+    finally:
+        import ray
+
+        ray.shutdown()
+    assert killed and restarted and killed[0] not in restarted  # Ray restarted the actor
+    whole = replay_one(spec, "linucb", {"alpha": 0.5}, 5, None, False)
+    assert (result.cumulative_reward, result.matched, result.events_seen) == (
+        whole.cumulative_reward,
+        whole.matched,
+        whole.events_seen,
+    )
+    assert result.curve.tolist() == whole.curve.tolist()
+    assert whole.events_seen == EVENTS and len(parts) == 38
+
+
+@pytest.mark.anyio
+async def test_an_evaluation_reports_its_events_and_deleting_it_kills_its_actors(
+    cluster: RayCluster, storefront_log: Path, tmp_path: Path, make_settings: Any
+) -> None:
+    url = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
+    settings = make_settings(database_url=url, offline_engine="ray", ray_address=cluster.address)
+    policies = [
+        {"name": f"eps{i}", "arguments": f"--cb_explore_adf --epsilon 0.{i}"} for i in range(1, 7)
+    ]
+    body = {"name": "deleted", **WHOLE_LOG, "policies": policies}
+    async with running(settings) as (_, http, __):
+        created = await http.post("/policies/shop/evaluations", json=body)
+        assert created.status_code == 202, created.text
+        path = f"/policies/shop/evaluations/{created.json()['evaluation_id']}"
+        deadline = time.monotonic() + 600
+        while (view := (await http.get(path)).json())["progress"] == 0:
+            assert view["status"] in ("pending", "running"), view
+            assert time.monotonic() < deadline, view
+            await asyncio.sleep(0.2)
+        # events done over events to do: 9 streams x the rewarded decisions, a day at a time
+        assert view["status"] == "running" and 0 < view["progress"] < 1, view
+        assert _actors(cluster)
+        assert (await http.delete(path)).status_code in (200, 204)
+        deadline = time.monotonic() + 120
+        while _actors(cluster):
+            assert time.monotonic() < deadline, "the deleted evaluation's actors still run"
+            await asyncio.sleep(0.2)
+        assert (await http.get(path)).status_code == 404
 
 
 @pytest.mark.anyio
@@ -240,7 +338,7 @@ async def test_a_cluster_stopped_mid_evaluation_fails_it_and_a_rerun_succeeds(
     async with running(settings) as (app, http, _):
         created = await http.post("/policies/shop/evaluations", json=body)
         assert created.status_code == 202, created.text
-        await asyncio.to_thread(_wait_for_task, cluster, 0, "candidate_task")
+        await asyncio.to_thread(_wait_for_task, cluster, 0, "StreamActor")
         cluster.stop()
         record = await _finished_evaluation(app, created.json()["evaluation_id"], timeout=120)
         assert record.status == "failed"

@@ -1,0 +1,160 @@
+"""Where an evaluation's candidates are replayed (docs/offline.md "Evaluations",
+docs/operations.md "Offline work on a Ray cluster"): here, over the decisions read
+once, or on Ray, one :class:`CandidateStream` per candidate and grid setting, each an
+actor reading the evaluation's day partitions itself in time order
+(:meth:`~service.usecases.offline_engine.OfflineEngine.stream`). The periods of
+:data:`~service.usecases.evaluations.PERIOD_SECONDS` divide a day, so the per-period
+sums of the partitions, put one after the other, are those of the whole range, bit for
+bit, and so is the result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bandit_core.policy import BasePolicy
+from service.policies import build_policy
+from service.schemas import PolicySpec
+from service.storage.base import LoggedDecision
+from service.storage.partitions import day_ranges
+from service.usecases.evaluations import (
+    Candidate,
+    LogArrays,
+    candidate_periods,
+    evaluate,
+    evaluation_result,
+    grid_candidates_of,
+    load_decisions,
+)
+from service.usecases.offline_engine import OfflineEngine
+
+
+@dataclass(frozen=True)
+class DecisionQuery:
+    """The decisions an evaluation covers, as a query a worker runs itself: the
+    rewarded, non-degraded decisions of ``policy`` in ``[start, end)`` of the event log
+    at ``log_url`` (:func:`~service.usecases.evaluations.load_decisions`)."""
+
+    log_url: str
+    policy: str
+    start: float
+    end: float
+
+    def load(self) -> list[LoggedDecision]:
+        """The decisions, read from the log."""
+        from service.storage.sql_log import SqlEventLog
+
+        event_log = SqlEventLog(self.log_url)
+        try:
+            return load_decisions(event_log, self.policy, self.start, self.end)
+        finally:
+            event_log.close()
+
+    def days(self) -> list[DecisionQuery]:
+        """The query cut at the UTC midnights between the policy's first and last
+        decision in range (one query per day partition, in time order)."""
+        from service.storage.sql_log import SqlEventLog
+
+        event_log = SqlEventLog(self.log_url)
+        try:
+            span = event_log.time_range(self.policy)
+        finally:
+            event_log.close()
+        if span is None:
+            return [self]
+        ranges = day_ranges(_bound(self.start), _bound(self.end), *span)
+        return [
+            replace(self, start=-math.inf if a is None else a, end=math.inf if b is None else b)
+            for a, b in ranges
+        ]
+
+
+def _bound(value: float) -> float | None:
+    return None if math.isinf(value) else value
+
+
+def decisions_in(query: DecisionQuery) -> int:
+    """How many decisions ``query`` covers (a task: read where it runs, not kept)."""
+    return len(query.load())
+
+
+@dataclass
+class CandidateState:
+    """A candidate's replay between partitions: its policy (None: Baseline or Random),
+    the per-period sums so far and the decisions read."""
+
+    policy: BasePolicy | None
+    periods: list[list[float]] = field(default_factory=list)
+    events: int = 0
+
+
+@dataclass(frozen=True)
+class CandidateStream:
+    """One candidate (as :meth:`Candidate.to_json`) replayed over the day partitions
+    ``parts`` in time order (a :class:`~service.usecases.offline_engine.PartitionStream`)."""
+
+    parts: tuple[DecisionQuery, ...]
+    candidate: dict[str, Any]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.parts)
+
+    def begin(self) -> CandidateState:
+        spec = Candidate.from_json(self.candidate).spec
+        return CandidateState(None if spec is None else build_policy(spec))
+
+    def advance(self, state: CandidateState, partition: int) -> int:
+        decisions = self.parts[partition].load()
+        if decisions:
+            candidate = Candidate.from_json(self.candidate)
+            arrays = LogArrays(decisions)
+            state.periods += candidate_periods(decisions, arrays, candidate, policy=state.policy)
+            state.events += len(decisions)
+        return len(decisions)
+
+    def finished(self, state: CandidateState) -> bool:
+        return False
+
+    def result(self, state: CandidateState) -> tuple[int, list[list[float]]]:
+        return state.events, state.periods
+
+
+def evaluate_on(
+    engine: OfflineEngine,
+    query: DecisionQuery,
+    candidates: Sequence[Candidate],
+    grid: Sequence[PolicySpec],
+    progress: Callable[[int, int], None] | None = None,
+    check: Callable[[], None] | None = None,
+    *,
+    describe: Callable[[PolicySpec], str],
+) -> dict[str, Any]:
+    """:func:`~service.usecases.evaluations.evaluate` over the decisions of ``query``:
+    local, here; on Ray, one :class:`CandidateStream` per candidate and grid setting,
+    each reading the day partitions itself. Equal results either way. ``progress``
+    gets the events replayed since its last call and the events to do (on Ray, the
+    partitions' decisions are first counted where they lie, and every stream reads
+    each); ``check`` runs while Ray's work is pending (its exception stops it and
+    kills the actors)."""
+    if engine.kind == "local":
+        decisions = query.load()
+        work = max(1, sum(c.spec is not None for c in candidates) + len(grid)) * len(decisions)
+        step = (lambda k: progress(k, work)) if progress is not None else None
+        return evaluate(decisions, candidates, grid, step, describe=describe)
+    parts = tuple(query.days())
+    everyone = [*candidates, *grid_candidates_of(grid)]
+    to_do = max(1, sum(engine.map(decisions_in, [(p,) for p in parts], check=check)))
+    to_do *= len(everyone)
+
+    def done(_: int, events: int) -> None:
+        if progress is not None:
+            progress(events, to_do)
+
+    streams = [CandidateStream(parts, c.to_json()) for c in everyone]
+    results = engine.stream(streams, done, check)
+    events = results[0][0] if results else 0
+    return evaluation_result(candidates, grid, [p for _, p in results], events, describe)
