@@ -24,11 +24,13 @@ module                 use case (public surface)
 ``evaluation_jobs``    ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``evaluations``        an evaluation's plan, replay and estimates (also ``bandit evaluate``)
 ``evaluation_views``   an evaluation record in the native API's shape
+``auto_optimize``      ``AutoOptimizer``: scheduled evaluations, the better setting applied
 ``learning_settings``  ``LearningSettings``: the seam an API family reads settings through
 ``log_upkeep``         ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ``audit``              ``AuditTrail``: who changed a policy, its model or its log; the history
 ``recovery``           ``Recovery``: rebuild the policies the store lost from the event log
 ``rebuild``            ``rebuild_policy``: a policy's state replayed from the event log
+``retrain``            ``Retrains``: a new model relearned from the log while the old serves
 ``policies_file``      ``PoliciesFile``: the policies file applied at start (create, overrides)
 ``activity``           ``ActivityViews``: the console's aggregates and events from the event log
 ``drift_watch``        ``DriftWatch``: each policy's applied rewards watched for a change
@@ -53,6 +55,7 @@ from service.storage.state_store import StateStore
 from service.usecases.activity import ActivityViews
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
+from service.usecases.auto_optimize import AutoOptimizer
 from service.usecases.evaluation_jobs import Evaluations
 from service.usecases.finalizations import ServedTally
 from service.usecases.importance import FeatureRanking
@@ -64,6 +67,7 @@ from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
 from service.usecases.recovery import Recovery
+from service.usecases.retrain import Retrains
 from service.usecases.rewards import Rewards
 from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
@@ -71,6 +75,7 @@ from service.usecases.sweeper import Sweeper
 __all__ = [
     "ActivityViews",
     "AuditTrail",
+    "AutoOptimizer",
     "Evaluations",
     "FeatureImportances",
     "FeatureRanking",
@@ -81,6 +86,7 @@ __all__ = [
     "PolicyCache",
     "Recommender",
     "Recovery",
+    "Retrains",
     "Rewards",
     "Snapshots",
     "Sweeper",
@@ -111,6 +117,8 @@ class UseCases:
     audit: AuditTrail
     recovery: Recovery
     activity: ActivityViews
+    retrains: Retrains
+    auto_optimizer: AutoOptimizer
 
 
 def build_use_cases(
@@ -129,10 +137,12 @@ def build_use_cases(
     cache = PolicyCache(store, settings.metrics_arm_series)
     rewards = Rewards(cache, sink, settings, clock, tally=tally)
     audit = AuditTrail(sink, event_log, clock)
-    admin = PolicyAdmin(cache, event_log, settings, audit, clock)
+    retrains = Retrains(cache, event_log, sink, settings, audit, learning, clock)
+    admin = PolicyAdmin(cache, event_log, settings, audit, clock, retrains)
     recommender = Recommender(cache, sink, settings, clock)
     features = FeatureRanking(cache, event_log, settings)
     recovery = Recovery(cache, sink, event_log, settings, audit, learning)
+    evaluations = Evaluations(admin, settings, learning, clock)
     return UseCases(
         store=store,
         sink=sink,
@@ -147,9 +157,11 @@ def build_use_cases(
         features=features,
         models=Models(admin, event_log, clock),
         feature_importances=FeatureImportances(admin, settings, clock),
-        evaluations=Evaluations(admin, settings, learning, clock),
+        evaluations=evaluations,
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,
         recovery=recovery,
         activity=ActivityViews(event_log, clock),
+        retrains=retrains,
+        auto_optimizer=AutoOptimizer(admin, evaluations, learning, clock),
     )

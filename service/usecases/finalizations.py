@@ -287,14 +287,17 @@ class Finalizations:
                 if not ev.pending:
                     raise EventAlreadyFinalError(ev)
                 value, state = (item.value, item.state) if item.decide is None else item.decide(ev)
-                if ev.reset_at != runtime.info.reset_at and value is not None:
+                relearned = ev.reset_at == runtime.info.retrained_from is not None
+                if ev.reset_at != runtime.info.reset_at and value is not None and not relearned:
                     raise Conflict(
                         f"policy {name!r} was reset or reconfigured after event {item.event_id!r}"
                     )
             except _REFUSALS as refusal:
                 results.append(refusal)
                 continue
-            if value is not None and ev.learn:
+            # an event of the model a relearned one replaced: its reward is logged and
+            # reaches the relearned model from the log (service.usecases.retrain)
+            if value is not None and ev.learn and not relearned:
                 if not imported:
                     import_stored(runtime, {p: values[p] for p in parts})
                     imported = True
