@@ -10,8 +10,8 @@ with no per-arm part, greedy score), context x action interactions, epsilon-gree
 Its service configuration maps onto the policy's settings: ``rewardWaitTime`` ->
 ``reward_wait_seconds``, ``defaultReward`` -> ``default_reward``,
 ``explorationPercentage`` -> ``epsilon``; the other settings are kept in the spec's
-``personalizer`` field so that reading the configuration returns them (of those only
-``logRetentionDays`` acts: :mod:`service.usecases.log_upkeep` reads it). The learning
+``personalizer`` field so that reading the configuration returns them (of those
+``logRetentionDays``, ``modelRetrainDays`` and the Auto-Optimize schedule act). The learning
 policy is a Vowpal Wabbit argument string (:mod:`service.personalizer.vw_arguments`
 says what each option does) or this service's JSON policy spec.
 """
