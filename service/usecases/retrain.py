@@ -315,8 +315,8 @@ class Retrains:
         """The switch (module docstring, step 4); the config written, or None when a
         reset or another change came first."""
         now = self.clock()
-        old = PolicyInfo.model_validate(status.target)
-        target = old.model_copy(
+        asked = PolicyInfo.model_validate(status.target)
+        target = asked.model_copy(
             update={
                 "revision": uuid.uuid4().hex[:16],
                 "updated_at": now,
@@ -338,9 +338,8 @@ class Retrains:
                 RetrainStatus.from_json(record).retrain_id == status.retrain_id
             )
             serving = None if config is None else PolicyInfo.model_validate_json(config)
+            outcome.update(serving=serving, mine=mine)
             if not mine or serving is None or serving.revision != status.from_revision:
-                outcome["serving"] = serving
-                outcome["mine"] = mine
                 return {}
             written = target.model_copy(update={"retrained_from": serving.reset_at})
             outcome["written"] = written
@@ -360,7 +359,7 @@ class Retrains:
             return None
         self.cache.forget(name)
         await asyncio.to_thread(self.event_log.upsert_policy, name, written.model_dump(mode="json"))
-        serving = outcome.get("serving") or old
+        serving = outcome.get("serving") or asked
         before, after = changed_settings(serving, written)
         self.audit.record(
             name,

@@ -126,7 +126,10 @@ async def test_relearned_model_is_the_rebuild_of_the_window_and_loses_no_reward(
             for field, value in arrays.items():
                 np.testing.assert_allclose(value, want[part][field], rtol=1e-9, atol=1e-9)
         history = (await http.get("/policies/shop/history")).json()["records"]
-        assert [r["action"] for r in history if r["action"] == "retrain"] == ["retrain"]
+        (retrained,) = [r for r in history if r["action"] == "retrain"]
+        assert retrained["after"]["features"]["interactions"] == [["*", "*"]]
+        assert retrained["before"]["features"]["interactions"] == []
+        assert retrained["detail"]["events"] == done["events"]
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
