@@ -40,11 +40,7 @@ from service.personalizer.schemas import (
     PersonalizerRankRequest,
     PersonalizerServiceConfiguration,
 )
-from service.personalizer.settings import (
-    APPRENTICE,
-    ONLINE,
-    LoopSettings,
-)
+from service.personalizer.settings import APPRENTICE, DEFAULT_RETRAIN_DAYS, ONLINE, LoopSettings
 from service.personalizer.vw_arguments import read_vw_arguments
 from service.policies import spec_of
 from service.schemas import ArmCandidate, PolicyInfo, PolicySpec, RecommendRequest
@@ -64,6 +60,7 @@ DEFAULT_LOOP_SPEC = PolicySpec(
     default_reward=0.0,
     reward_wait_seconds=600.0,
     epsilon=DEFAULT_EPSILON,
+    retrain_days=float(DEFAULT_RETRAIN_DAYS),
 )
 # the engine of a loop whose learning policy is given as VW arguments
 ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
@@ -339,7 +336,7 @@ class Loops:
                 raise InvalidRequest(
                     _loc_message(exc.errors()[0], "arguments"), ["body", "arguments"]
                 ) from None
-            days = days if spec.retrain_days is None else spec.retrain_days
+            days = info.retrain_days if spec.retrain_days is None else spec.retrain_days
             spec = spec.model_copy(update={"personalizer": kept, "retrain_days": days})
             await self.admin.put_policy(loop, spec)
             return await self.policy_configuration(loop), []
