@@ -336,8 +336,8 @@ class Loops:
                 raise InvalidRequest(
                     _loc_message(exc.errors()[0], "arguments"), ["body", "arguments"]
                 ) from None
-            days = info.retrain_days if spec.retrain_days is None else spec.retrain_days
-            spec = spec.model_copy(update={"personalizer": kept, "retrain_days": days})
+            own = info.retrain_days if spec.retrain_days is None else spec.retrain_days
+            spec = spec.model_copy(update={"personalizer": kept, "retrain_days": own})
             await self.admin.put_policy(loop, spec)
             return await self.policy_configuration(loop), []
         changes, ignored = parse_vw_arguments(contract.arguments)
