@@ -67,7 +67,7 @@ def part_arrays(parts: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["embedded", "redis_postgres"])
+@pytest.mark.parametrize("backend", ["embedded"])
 async def test_relearned_model_is_the_rebuild_of_the_window_and_loses_no_reward(
     make_settings: Any,
 ) -> None:
