@@ -1,13 +1,9 @@
 """Auto-Optimize (service/usecases/auto_optimize.py, docs/personalizer.md "Auto-Optimize"):
 the schedule of isAutoOptimizationEnabled / autoOptimizationFrequency /
-autoOptimizationStartDate on a fake clock, the decision rule in closed form, and on
-storefront logs: a better setting is applied (and relearned from the log), the best
-current one leaves the loop as it is."""
+autoOptimizationStartDate on a fake clock and the decision rule in closed form."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,10 +11,8 @@ import numpy as np
 import pytest
 
 from bandit_core.evaluation import WindowSums
-from bandit_core.storefront import Storefront
 from service.usecases.auto_optimize import decide, due_run
-from tests.service.conftest import running, wait_for
-from tests.service.personalizer.test_evaluations import serve
+from tests.service.conftest import running
 
 pytestmark = pytest.mark.anyio
 
@@ -115,69 +109,3 @@ async def test_runs_start_on_the_schedule_of_a_fake_clock(make_settings: Any) ->
         assert (await http.put(CONFIG, json=config)).status_code == 200
         now[0] += 2 * WEEK
         assert await optimizer.run_once() == []  # turned off
-
-
-async def optimized(app: Any, http: Any, arguments: str, seed: int) -> dict[str, Any]:
-    """Serve 2,000 storefront rounds under ``arguments``, run Auto-Optimize once and
-    return the run as the native route answers it once decided."""
-    rng = np.random.default_rng(seed)
-    rounds = list(Storefront().rounds(2000, replace_at=None, rng=rng))
-    answer = await http.put(POLICY, json={"name": "served", "arguments": arguments})
-    assert answer.status_code == 200, answer.text
-    await serve(http, rounds, rng.random(2000))
-    log = app.state.use_cases.event_log
-    await wait_for(lambda: log.count("personalizer") == (2000, 2000), timeout=60)
-    optimizer = app.state.use_cases.auto_optimizer
-    start = datetime.fromtimestamp(time.time() - 60, UTC)
-    await enable(http, start, "P1D")
-    assert await optimizer.run_once() == ["personalizer/auto-0"]
-    deadline = time.monotonic() + 600
-    while True:
-        await optimizer.run_once()
-        (run,) = (await http.get("/policies/personalizer/auto-optimizations")).json()
-        if run["decided_at"] is not None:
-            return run
-        assert run["status"] in ("pending", "running", "succeeded"), run  # decided next
-        assert time.monotonic() < deadline, run
-        await asyncio.sleep(0.5)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["embedded"])
-async def test_a_better_setting_is_applied_and_relearned(make_settings: Any) -> None:
-    plain = "--cb_explore_adf --epsilon 0.3 -b 6"
-    async with running(make_settings(personalizer_loop=True, auto_optimize_check_seconds=3600)) as (
-        app,
-        http,
-        _,
-    ):
-        run = await optimized(app, http, plain, seed=1)
-        assert run["applied"] is True, run
-        estimates = {e["name"]: e for e in run["estimates"]}
-        best, online = estimates[run["best"]], estimates[run["online"]]
-        assert best["mean"] > online["mean"] and best["low"] > online["low"]
-        policy = (await http.get(POLICY)).json()
-        assert policy["arguments"] != plain
-        status = (await http.get("/personalizer/v1.0/evaluations/auto-0")).json()
-        assert status["status"] == "optimalPolicyApplied"
-        assert status["evaluationType"] == "Auto"
-        retrain = (await http.get("/personalizer/v1.0/model/properties")).json()["retrain"]
-        assert retrain["state"] in ("running", "done")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["embedded"])
-async def test_the_best_current_setting_is_kept(make_settings: Any) -> None:
-    best = "--cb_explore_adf --epsilon 0.05 -q :: -b 6"
-    async with running(make_settings(personalizer_loop=True, auto_optimize_check_seconds=3600)) as (
-        app,
-        http,
-        _,
-    ):
-        run = await optimized(app, http, best, seed=2)
-        assert run["applied"] is False, run
-        assert run["reason"]
-        assert (await http.get(POLICY)).json()["arguments"] == best
-        status = (await http.get("/personalizer/v1.0/evaluations/auto-0")).json()
-        assert status["status"] == "completed"
-        assert (await http.get("/personalizer/v1.0/model/properties")).json()["retrain"] is None
