@@ -100,13 +100,15 @@ def new_info(
     name: str, spec: PolicySpec, now: float, old: PolicyInfo | None = None, reset: bool = True
 ) -> PolicyInfo:
     """A config record for ``spec`` with a fresh revision; ``reset_at`` moves to ``now``
-    unless ``old`` exists and ``reset`` is False; ``old``'s ``declared`` is kept."""
+    (and ``retrained_from`` is cleared) unless ``old`` exists and ``reset`` is False;
+    ``old``'s ``declared`` is kept."""
     return PolicyInfo(
         name=name,
         revision=secrets.token_hex(8),
         created_at=old.created_at if old else now,
         updated_at=now,
         reset_at=old.reset_at if old and not reset else now,
+        retrained_from=old.retrained_from if old and not reset else None,
         declared=old.declared if old else None,
         **spec.model_dump(),
     )

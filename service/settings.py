@@ -234,6 +234,12 @@ class Settings(BaseSettings):
     evaluation_heartbeat_seconds: float = Field(
         5.0, gt=0, description="how often a process refreshes the heartbeat of its evaluations"
     )
+    auto_optimize_check_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="how often a process looks for Auto-Optimize runs that are due and "
+        "decides the finished ones (docs/personalizer.md, Auto-Optimize)",
+    )
     evaluation_stale_seconds: float = Field(
         30.0,
         gt=0,

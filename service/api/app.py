@@ -176,9 +176,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.loops = loops
         app.state.apply_setting = loops.apply_setting
         app.state.learning_modes = LoopLearningModes(loops)  # the console's Apprentice page
+        use_cases.auto_optimizer.apply = loops.apply_setting
         stack.push_async_callback(use_cases.feature_importances.close)
         stack.push_async_callback(use_cases.monitor.close)
         stack.callback(use_cases.evaluations.close)
+        stack.callback(use_cases.retrains.close)
         await load_initial_policies(use_cases, settings, loops)
         # Everything allocated so far (modules, schemas, engines) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise
@@ -198,6 +200,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             asyncio.create_task(use_cases.evaluations.run(stop)),
             asyncio.create_task(use_cases.log_upkeep.run(stop)),
             asyncio.create_task(use_cases.recovery.run(stop)),
+            asyncio.create_task(
+                use_cases.auto_optimizer.run(stop, settings.auto_optimize_check_seconds)
+            ),
         ]
 
         async def stop_tasks() -> None:

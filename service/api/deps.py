@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from service.api.auth import recommend_key, require_key
 from service.usecases import (
     AuditTrail,
+    AutoOptimizer,
     Evaluations,
     FeatureImportances,
     FeatureRanking,
@@ -62,6 +63,10 @@ async def get_evaluations(request: Request) -> Evaluations:
     return request.app.state.use_cases.evaluations
 
 
+async def get_auto_optimizer(request: Request) -> AutoOptimizer:
+    return request.app.state.use_cases.auto_optimizer
+
+
 async def get_log_upkeep(request: Request) -> LogUpkeep:
     return request.app.state.use_cases.log_upkeep
 
@@ -85,6 +90,7 @@ FeaturesDep = Annotated[FeatureRanking, Depends(get_features)]
 ModelsDep = Annotated[Models, Depends(get_models)]
 FeatureImportancesDep = Annotated[FeatureImportances, Depends(get_feature_importances)]
 EvaluationsDep = Annotated[Evaluations, Depends(get_evaluations)]
+AutoOptimizerDep = Annotated[AutoOptimizer, Depends(get_auto_optimizer)]
 LogUpkeepDep = Annotated[LogUpkeep, Depends(get_log_upkeep)]
 AuditDep = Annotated[AuditTrail, Depends(get_audit)]
 ApplySettingDep = Annotated[ApplySetting, Depends(get_apply_setting)]

@@ -72,7 +72,7 @@ class PersonalizerEvaluation(_Camel):
     ]
     policy_results: list[PolicyResult]
     feature_importance: list[list[str]] = Field(default_factory=list)
-    evaluation_type: Literal["Manual"] = "Manual"
+    evaluation_type: Literal["Manual", "Auto"] = "Manual"
     optimal_policy: str = ""
     creation_time: datetime
 
@@ -125,7 +125,7 @@ class EvaluationDetails(_Camel):
     end_time: datetime
     creation_time: datetime
     status: PreviewStatus
-    evaluation_type: Literal["Manual"] = "Manual"
+    evaluation_type: Literal["Manual", "Auto"] = "Manual"
 
 
 class PreviewEvaluation(EvaluationDetails):

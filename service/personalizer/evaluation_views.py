@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from bandit_core.evaluation import WindowSums
 from service.errors import InvalidRequest
@@ -29,6 +29,7 @@ from service.personalizer.evaluation_schemas import (
 )
 from service.storage.evaluations import EvaluationRecord
 from service.timeparse import format_duration
+from service.usecases.auto_optimize import DECISION_KEY, RUN_PREFIX
 from service.usecases.evaluations import total
 
 V1_STATUS = {
@@ -112,8 +113,14 @@ def v1_evaluation(record: EvaluationRecord) -> PersonalizerEvaluation:
         policy_results=results,
         optimal_policy=(record.result or {}).get("optimal_policy") or "",
         feature_importance=(record.result or {}).get("feature_importance", []),
+        evaluation_type=evaluation_type(record),
         creation_time=_time(record.created_at),
     )
+
+
+def evaluation_type(record: EvaluationRecord) -> Literal["Manual", "Auto"]:
+    """``Auto`` for an Auto-Optimize run (service.usecases.auto_optimize), else ``Manual``."""
+    return "Auto" if record.evaluation_id.startswith(RUN_PREFIX) else "Manual"
 
 
 def preview_details(record: EvaluationRecord) -> EvaluationDetails:
@@ -124,6 +131,7 @@ def preview_details(record: EvaluationRecord) -> EvaluationDetails:
         end_time=_time(record.end_time),
         creation_time=_time(record.created_at),
         status=PREVIEW_STATUS[record.status],
+        evaluation_type=evaluation_type(record),
     )
 
 
@@ -188,7 +196,7 @@ def preview_evaluation(
     return PreviewEvaluation(
         **details.model_dump(),
         optimal_policy=(record.result or {}).get("optimal_policy"),
-        description=record.message,
+        description=record.message or ((record.result or {}).get(DECISION_KEY) or {}).get("reason"),
         content=content,
     )
 

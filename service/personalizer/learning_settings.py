@@ -7,6 +7,7 @@ settings and the model", "Offline evaluations")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from service.personalizer.learning_modes import mode_at
 from service.personalizer.loops import (
@@ -17,6 +18,7 @@ from service.personalizer.loops import (
 )
 from service.personalizer.settings import LOGGING_ONLY, LoopSettings
 from service.schemas import PolicyInfo, PolicySpec
+from service.timeparse import parse_duration
 
 
 @dataclass(frozen=True)
@@ -49,3 +51,22 @@ class LoopLearningSettings:
 
     def learns_at(self, info: PolicyInfo, when: float) -> bool:
         return mode_at(LoopSettings.of(info), when) != LOGGING_ONLY
+
+    def auto_optimization(self, info: PolicyInfo) -> tuple[float, float] | None:
+        """Every ``autoOptimizationFrequency`` from ``autoOptimizationStartDate`` (else
+        the loop's creation) while ``isAutoOptimizationEnabled``; none without a
+        frequency of fixed positive length."""
+        kept = LoopSettings.of(info).model_extra or {}
+        frequency = kept.get("autoOptimizationFrequency")
+        if kept.get("isAutoOptimizationEnabled") is not True or not isinstance(frequency, str):
+            return None
+        try:
+            period = parse_duration(frequency, "autoOptimizationFrequency")
+        except ValueError:
+            return None
+        start = kept.get("autoOptimizationStartDate")
+        if start is None:
+            return (period, info.created_at) if period > 0 else None
+        when = datetime.fromisoformat(start)
+        when = when if when.tzinfo else when.replace(tzinfo=UTC)
+        return (period, when.timestamp()) if period > 0 else None

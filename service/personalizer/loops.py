@@ -10,8 +10,8 @@ with no per-arm part, greedy score), context x action interactions, epsilon-gree
 Its service configuration maps onto the policy's settings: ``rewardWaitTime`` ->
 ``reward_wait_seconds``, ``defaultReward`` -> ``default_reward``,
 ``explorationPercentage`` -> ``epsilon``; the other settings are kept in the spec's
-``personalizer`` field so that reading the configuration returns them (of those only
-``logRetentionDays`` acts: :mod:`service.usecases.log_upkeep` reads it). The learning
+``personalizer`` field so that reading the configuration returns them (of those
+``logRetentionDays``, ``modelRetrainDays`` and the Auto-Optimize schedule act). The learning
 policy is a Vowpal Wabbit argument string (:mod:`service.personalizer.vw_arguments`
 says what each option does) or this service's JSON policy spec.
 """
@@ -42,6 +42,7 @@ from service.personalizer.schemas import (
 )
 from service.personalizer.settings import (
     APPRENTICE,
+    DEFAULT_RETRAIN_DAYS,
     ONLINE,
     LoopSettings,
     update_frequency,
@@ -67,11 +68,11 @@ DEFAULT_LOOP_SPEC = PolicySpec(
     default_reward=0.0,
     reward_wait_seconds=600.0,
     epsilon=DEFAULT_EPSILON,
+    retrain_days=float(DEFAULT_RETRAIN_DAYS),
 )
 # the engine of a loop whose learning policy is given as VW arguments
 ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
-# Personalizer kept these (stored in PolicySpec.personalizer); only log_retention_days
-# acts here (service.usecases.log_upkeep)
+# kept in PolicySpec.personalizer; log_retention_days and model_retrain_days act here
 KEPT_SETTINGS = (
     "model_export_frequency",
     "log_retention_days",
@@ -303,6 +304,7 @@ class Loops:
             include={*KEPT_SETTINGS, "reward_aggregation"},
             exclude_none=True,
         )
+        new_settings = with_mode(kept.updated(settings), mode, now)
         await self.admin.update_policy(
             loop,
             {
@@ -310,7 +312,8 @@ class Loops:
                 "default_reward": config.default_reward,
                 "epsilon": config.exploration_percentage,
                 "model_update_interval": interval,
-                "personalizer": with_mode(kept.updated(settings), mode, now).stored(),
+                "personalizer": new_settings.stored(),
+                "retrain_days": float(new_settings.model_retrain_days),
             },
         )
         if mode == APPRENTICE and old_mode != APPRENTICE:
@@ -321,7 +324,9 @@ class Loops:
         return await self.service_configuration(loop)
 
     async def policy_configuration(self, loop: str) -> PersonalizerPolicy:
-        info = await self.admin.get_policy(loop)
+        """The loop's learning policy; while a new model is relearned from the log for
+        another one (:mod:`service.usecases.retrain`), the one it is relearned for."""
+        info = await self.admin.upcoming_policy(loop)
         name = LoopSettings.of(info).policy_name
         return PersonalizerPolicy(name=name, arguments=vw_arguments(info))
 
@@ -329,12 +334,13 @@ class Loops:
         self, loop: str, contract: PersonalizerPolicy
     ) -> tuple[PersonalizerPolicy, list[str]]:
         """Replace the learning policy: a JSON policy spec (``arguments`` starting with
-        ``{``) replaces the whole policy but the loop's kept settings; VW arguments set
-        the default shared model with their epsilon and interactions. What was learned is
-        reset when the engine changes. Also returns the VW arguments ignored."""
+        ``{``) replaces the whole policy but the loop's kept settings; VW arguments set the
+        default shared model with their epsilon and interactions; a new engine relearns
+        the last ``modelRetrainDays`` of the log. Returns the VW arguments ignored too."""
         info = await self.admin.get_policy(loop)
         settings = LoopSettings.of(info).without(POLICY_ARGUMENTS_KEY)
         kept = settings.updated({POLICY_NAME_KEY: contract.name}).stored()
+        days = float(settings.model_retrain_days)
         if contract.arguments.lstrip().startswith("{"):
             try:
                 spec = PolicySpec.model_validate_json(contract.arguments)
@@ -342,12 +348,16 @@ class Loops:
                 raise InvalidRequest(
                     _loc_message(exc.errors()[0], "arguments"), ["body", "arguments"]
                 ) from None
-            await self.admin.put_policy(loop, spec.model_copy(update={"personalizer": kept}))
+            own = info.retrain_days if spec.retrain_days is None else spec.retrain_days
+            spec = spec.model_copy(update={"personalizer": kept, "retrain_days": own})
+            await self.admin.put_policy(loop, spec)
             return await self.policy_configuration(loop), []
         changes, ignored = parse_vw_arguments(contract.arguments)
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in ENGINE_OF_VW}
         kept = {**kept, POLICY_ARGUMENTS_KEY: contract.arguments}
-        await self.admin.update_policy(loop, {**engine, **changes, "personalizer": kept})
+        await self.admin.update_policy(
+            loop, {**engine, **changes, "personalizer": kept, "retrain_days": days}
+        )
         return await self.policy_configuration(loop), ignored
 
     async def apply_setting(self, loop: str, name: str, arguments: str) -> str:
@@ -361,9 +371,11 @@ class Loops:
     async def reset_policy_configuration(self, loop: str) -> PersonalizerPolicy:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)
-        kept = LoopSettings.of(info).without(POLICY_NAME_KEY).without(POLICY_ARGUMENTS_KEY).stored()
+        settings = LoopSettings.of(info)
+        kept = settings.without(POLICY_NAME_KEY).without(POLICY_ARGUMENTS_KEY).stored()
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in (*ENGINE_OF_VW, "epsilon")}
-        await self.admin.update_policy(loop, {**engine, "personalizer": kept})
+        changes = {"personalizer": kept, "retrain_days": float(settings.model_retrain_days)}
+        await self.admin.update_policy(loop, {**engine, **changes})
         return await self.policy_configuration(loop)
 
     # ---- runtime ---------------------------------------------------------------------

@@ -195,12 +195,26 @@ class PersonalizerErrorResponse(_Camel):
     error: PersonalizerErrorDetail
 
 
+class PersonalizerRetrain(_Camel):
+    """The latest relearning of the loop's model from its log (docs/personalizer.md,
+    "Relearning from the log"): ``state`` running, done, failed or superseded."""
+
+    state: Literal["running", "done", "failed", "superseded"]
+    start_time: datetime
+    finish_time: datetime | None = None
+    window_start_time: datetime = Field(description="the start of the log window learned")
+    events_used: int | None = None
+    message: str | None = None
+
+
 class PersonalizerModelProperties(_Camel):
     """``model/properties``: when the current model started (created, reset or
-    imported) and when it last learned (docs/personalizer.md)."""
+    imported; relearned from the log: the start of its window) and when it last learned
+    (docs/personalizer.md), and the latest relearning from the log."""
 
     creation_time: datetime
     last_modified_time: datetime
+    retrain: PersonalizerRetrain | None = None
 
 
 FeatureImportanceStatus = Literal[

@@ -5,9 +5,10 @@ camelCase names, which :class:`LoopSettings` reads and writes as they were store
 Of the settings kept, the learning mode and its history
 (:mod:`service.personalizer.learning_modes`), the reward aggregation
 (:mod:`service.personalizer.loop_rewards`), the model export frequency (the apprentice
-metrics' batches), the policy name and ``logRetentionDays`` (read by the log upkeep)
-act; the others (``logMirrorEnabled``, ``isAutoOptimizationEnabled``...) are kept so
-that reading the configuration returns them.
+metrics' batches), the policy name, ``logRetentionDays`` (read by the log upkeep),
+``modelRetrainDays`` (a new model's days of log) and the Auto-Optimize schedule
+(``service.personalizer.learning_settings``) act; the others (``logMirrorEnabled``...)
+are kept so that reading the configuration returns them.
 """
 
 from __future__ import annotations

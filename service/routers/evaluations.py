@@ -8,12 +8,17 @@ from typing import Any
 from fastapi import Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.deps import ApiKey, ApplySettingDep, EvaluationsDep
+from service.api.deps import ApiKey, ApplySettingDep, AutoOptimizerDep, EvaluationsDep
 from service.routers.json_route import JsonRoute
 from service.routers.path_filter import PathFilteredRouter
 from service.routers.policies import Name
 from service.schemas import ErrorDetail
-from service.schemas.evaluations import EvaluationPolicy, EvaluationRequest, EvaluationView
+from service.schemas.evaluations import (
+    AutoOptimizeRun,
+    EvaluationPolicy,
+    EvaluationRequest,
+    EvaluationView,
+)
 from service.usecases.evaluation_views import native_view
 
 router = PathFilteredRouter(
@@ -92,3 +97,13 @@ async def apply_evaluated_policy(
 ) -> EvaluationPolicy:
     """Make an evaluated learning setting the policy's; answers its learning policy."""
     return await evaluations.apply(name, evaluation_id, body.policy_name, apply_setting)
+
+
+@router.get("/{name}/auto-optimizations", response_model=list[AutoOptimizeRun], responses=_errors)
+async def list_auto_optimizations(
+    auto_optimizer: AutoOptimizerDep, name: str = Name
+) -> list[AutoOptimizeRun]:
+    """The policy's Auto-Optimize runs: when, the settings' estimates with their 95%
+    intervals, and whether the best was applied and why (docs/personalizer.md,
+    "Auto-Optimize")."""
+    return await auto_optimizer.runs(name)

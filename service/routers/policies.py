@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import Path, Query, Request, Response
@@ -30,6 +31,7 @@ from service.schemas import (
     PolicyList,
     PolicySpec,
     PolicyStats,
+    RetrainProperties,
     Snapshot,
     SnapshotImport,
 )
@@ -175,7 +177,13 @@ async def reset_model(models: ModelsDep, name: str = Name) -> PolicyInfo:
 @router.get("/{name}/model/properties", response_model=ModelProperties, responses=_errors)
 async def model_properties(models: ModelsDep, name: str = Name) -> ModelProperties:
     times = await models.model_times(name)
-    return ModelProperties(policy=name, created_at=times.created_at, modified_at=times.modified_at)
+    retrain = times.retrain
+    return ModelProperties(
+        policy=name,
+        created_at=times.created_at,
+        modified_at=times.modified_at,
+        retrain=None if retrain is None else RetrainProperties.model_validate(asdict(retrain)),
+    )
 
 
 JobId = Path(min_length=1, max_length=256)

@@ -61,6 +61,8 @@ from service.schemas.model import (
     FeatureScore,
     LogProperties,
     ModelProperties,
+    RetrainProperties,
+    RetrainState,
     Snapshot,
     SnapshotImport,
 )
@@ -123,6 +125,8 @@ __all__ = [
     "ReadinessCheck",
     "RecommendRequest",
     "RecommendResponse",
+    "RetrainProperties",
+    "RetrainState",
     "RewardRequest",
     "RewardResponse",
     "Snapshot",

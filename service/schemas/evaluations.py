@@ -95,3 +95,32 @@ class EvaluationView(BaseModel):
     period_seconds: float | None = None
     optimal_policy: str | None = None
     results: list[EvaluatedPolicy] | None = None
+
+
+class AutoOptimizeEstimate(BaseModel):
+    """A learning setting's IPS estimate in an Auto-Optimize run, with its 95% interval."""
+
+    name: str
+    source: str
+    arguments: str
+    mean: float
+    low: float
+    high: float
+
+
+class AutoOptimizeRun(BaseModel):
+    """``GET /policies/{name}/auto-optimizations``: one Auto-Optimize run (unix seconds;
+    docs/personalizer.md, "Auto-Optimize"); the decision fields are null until its
+    evaluation succeeded and was decided."""
+
+    evaluation_id: str = Field(description="the run's evaluation (auto-<n>: the n-th run due)")
+    status: str = Field(description="its evaluation's status")
+    created_at: float
+    start_time: float
+    end_time: float
+    decided_at: float | None = None
+    applied: bool | None = Field(None, description="whether the best setting was applied")
+    reason: str | None = Field(None, description="why it was applied or not")
+    online: str | None = Field(None, description="the online setting's name")
+    best: str | None = Field(None, description="the best setting other than the online one")
+    estimates: list[AutoOptimizeEstimate] = Field(default_factory=list)

@@ -50,14 +50,36 @@ class FeatureImportanceReport(BaseModel):
     features: list[FeatureImportance] = Field(description="by descending importance")
 
 
+RetrainState = Literal["running", "done", "failed", "superseded"]
+
+
+class RetrainProperties(BaseModel):
+    """The latest relearning of a policy's model from its log (unix seconds;
+    docs/personalizer.md, "Relearning from the log")."""
+
+    state: RetrainState = Field(
+        description="running (the old model serves), done (switched), failed (the old model "
+        "kept), superseded (a reset or another configuration change came first)"
+    )
+    started_at: float
+    finished_at: float | None = None
+    since: float = Field(description="the start of the log window learned")
+    events: int | None = Field(None, description="rewarded decisions learned (once done)")
+    message: str | None = Field(None, description="why it failed or was superseded")
+
+
 class ModelProperties(BaseModel):
     """``GET /policies/{name}/model/properties`` (unix seconds)."""
 
     policy: str
     created_at: float = Field(
-        description="when the current model started: creation, reset, engine change or import"
+        description="when the current model started: creation, reset, engine change or "
+        "import; a model relearned from the log: the start of its window"
     )
     modified_at: float = Field(description="the later of created_at and the newest logged reward")
+    retrain: RetrainProperties | None = Field(
+        None, description="the latest relearning from the log; null: none"
+    )
 
 
 class FeatureScore(BaseModel):

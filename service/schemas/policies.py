@@ -121,6 +121,15 @@ class PolicySpec(StrictModel):
             "from the prior when it comes back. null: keep every arm's state until retired"
         ),
     )
+    retrain_days: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        None,
+        description=(
+            "when a change of the engine needs a new model, train it on the rewarded "
+            "decisions of this many last days of the event log in the background while the "
+            'current model serves, then switch (docs/personalizer.md, "Relearning from the '
+            'log"); null or 0: the new model starts from scratch at once'
+        ),
+    )
     features: dict[str, Any] | None = Field(
         None,
         description="the featurizer of JSON features (bandit_core FeaturizerConfig: bits, "
@@ -308,7 +317,16 @@ class PolicyInfo(PolicySpec):
     revision: str = Field(description="changes with every configuration change")
     created_at: float
     updated_at: float
-    reset_at: float = Field(description="when the learned state last started from scratch")
+    reset_at: float = Field(
+        description="when the learned state last started from scratch (a model relearned "
+        "from the log: the start of the log window it learned)"
+    )
+    retrained_from: float | None = Field(
+        None,
+        description="the reset_at of the model a relearned one replaced: the rewards of that "
+        "model's events still pending are logged and reach the relearned model from the log; "
+        "null: not relearned",
+    )
     declared: PolicySpec | None = Field(
         None,
         description="the settings the policies file (BANDIT_POLICIES_FILE) last applied; at "

@@ -26,11 +26,13 @@ module                 use case (public surface)
 ``evaluation_jobs``    ``Evaluations``: offline evaluations of a loop's log, run in worker processes
 ``evaluations``        an evaluation's plan, replay and estimates (also ``bandit evaluate``)
 ``evaluation_views``   an evaluation record in the native API's shape
+``auto_optimize``      ``AutoOptimizer``: scheduled evaluations, the better setting applied
 ``learning_settings``  ``LearningSettings``: the seam an API family reads settings through
 ``log_upkeep``         ``LogUpkeep``: event-log partitions, retention, ``logs`` routes
 ``audit``              ``AuditTrail``: who changed a policy, its model or its log; the history
 ``recovery``           ``Recovery``: rebuild the policies the store lost from the event log
 ``rebuild``            ``rebuild_policy``: a policy's state replayed from the event log
+``retrain``            ``Retrains``: a new model relearned from the log while the old serves
 ``policies_file``      ``PoliciesFile``: the policies file applied at start (create, overrides)
 ``activity``           ``ActivityViews``: the console's aggregates and events from the event log
 ``drift_watch``        ``DriftWatch``: each policy's applied rewards watched for a change
@@ -55,6 +57,7 @@ from service.storage.state_store import StateStore
 from service.usecases.activity import ActivityViews
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
+from service.usecases.auto_optimize import AutoOptimizer
 from service.usecases.evaluation_jobs import Evaluations
 from service.usecases.feature_cardinality import FeatureCardinalities
 from service.usecases.finalizations import ServedTally
@@ -68,6 +71,7 @@ from service.usecases.policy_cache import PolicyCache
 from service.usecases.readiness import Monitor
 from service.usecases.recommend import Recommender
 from service.usecases.recovery import Recovery
+from service.usecases.retrain import Retrains
 from service.usecases.rewards import Rewards
 from service.usecases.snapshots import Snapshots
 from service.usecases.sweeper import Sweeper
@@ -75,6 +79,7 @@ from service.usecases.sweeper import Sweeper
 __all__ = [
     "ActivityViews",
     "AuditTrail",
+    "AutoOptimizer",
     "Evaluations",
     "FeatureCardinalities",
     "FeatureImportances",
@@ -87,6 +92,7 @@ __all__ = [
     "PolicyCache",
     "Recommender",
     "Recovery",
+    "Retrains",
     "Rewards",
     "Snapshots",
     "Sweeper",
@@ -119,6 +125,8 @@ class UseCases:
     audit: AuditTrail
     recovery: Recovery
     activity: ActivityViews
+    retrains: Retrains
+    auto_optimizer: AutoOptimizer
 
 
 def build_use_cases(
@@ -139,10 +147,12 @@ def build_use_cases(
     folds = Folds(cache, store, settings, clock)
     rewards.finalizations.deltas_written = folds.accepted
     audit = AuditTrail(sink, event_log, clock)
-    admin = PolicyAdmin(cache, store, event_log, settings, audit, clock)
+    retrains = Retrains(cache, store, event_log, sink, settings, audit, learning, clock)
+    admin = PolicyAdmin(cache, store, event_log, settings, audit, clock, retrains)
     recommender = Recommender(cache, store, sink, settings, clock, rewards.drift)
     features = FeatureRanking(cache, event_log, settings)
     recovery = Recovery(cache, store, sink, event_log, settings, audit, learning)
+    evaluations = Evaluations(admin, settings, learning, clock)
     return UseCases(
         store=store,
         sink=sink,
@@ -159,9 +169,11 @@ def build_use_cases(
         models=Models(admin, store, event_log, clock),
         feature_importances=FeatureImportances(admin, store, settings, clock),
         feature_cardinalities=FeatureCardinalities(event_log),
-        evaluations=Evaluations(admin, settings, learning, clock),
+        evaluations=evaluations,
         log_upkeep=LogUpkeep(admin, event_log, settings, clock),
         audit=audit,
         recovery=recovery,
         activity=ActivityViews(event_log, clock),
+        retrains=retrains,
+        auto_optimizer=AutoOptimizer(admin, evaluations, learning, clock),
     )

@@ -9,7 +9,7 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
@@ -32,6 +32,9 @@ from service.storage.base import EventLog
 from service.storage.state_store import CounterStore, PartStore, PolicyDirectory
 from service.usecases.audit import DELETE, RESET, RETIRE_ARMS, AuditTrail, settings_of
 from service.usecases.policy_cache import METRICS_PREFIX, PULLS_PREFIX, PolicyCache
+
+if TYPE_CHECKING:
+    from service.usecases.retrain import Retrains
 
 
 def check_guardrails_allowed(spec: PolicySpec, settings: Settings) -> None:
@@ -58,10 +61,18 @@ class PolicyAdmin:
     settings: Settings
     audit: AuditTrail
     clock: Callable[[], float] = time.time
+    retrains: Retrains | None = None
+    """Relearns a new model from the log when the engine changes (``retrain_days``)."""
 
     async def get_policy(self, name: str) -> PolicyInfo:
         runtime, _, _ = await self.cache.load(name)
         return runtime.info
+
+    async def upcoming_policy(self, name: str) -> PolicyInfo:
+        """The config of ``name``; while a new model is relearned from the log for
+        another config (:mod:`service.usecases.retrain`), that one."""
+        info = await self.get_policy(name)
+        return info if self.retrains is None else await self.retrains.upcoming(info)
 
     async def list_policies(self) -> list[PolicyInfo]:
         out = []
@@ -79,7 +90,10 @@ class PolicyAdmin:
         log_config: bool = True,
         declared: PolicySpec | None = None,
     ) -> PolicyInfo:
-        """Create or replace a policy; a change the engine sees resets its state.
+        """Create or replace a policy; a change the engine sees resets its state, or,
+        with ``retrain_days`` and rewards logged in that window, starts relearning a new
+        model from the log while the current one serves (:mod:`service.usecases.retrain`:
+        the config takes effect at the switch; the config it will be is returned).
         ``declared``: what the policies file applies (kept from the old config if None).
         The audit trail records the creation, or the settings changed."""
         check_guardrails_allowed(spec, self.settings)
@@ -93,6 +107,11 @@ class PolicyAdmin:
         info = new_info(name, spec, now, old, reset=reset)
         if declared is not None:
             info.declared = declared
+        if old is not None and reset and self.retrains is not None:
+            retrain = await self.retrains.start(old, info)
+            if retrain is not None:  # the current model serves until the switch
+                self.audit.settings_change(old, info, {"retrain_id": retrain.retrain_id})
+                return info
         if log_config:
             await asyncio.to_thread(
                 self.event_log.upsert_policy, name, info.model_dump(mode="json")

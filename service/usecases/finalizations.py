@@ -310,7 +310,8 @@ class Finalizations:
                 if not ev.pending:
                     raise EventAlreadyFinalError(ev)
                 value, state = (item.value, item.state) if item.decide is None else item.decide(ev)
-                if ev.reset_at != runtime.info.reset_at and value is not None:
+                relearned = ev.reset_at == runtime.info.retrained_from is not None
+                if ev.reset_at != runtime.info.reset_at and value is not None and not relearned:
                     raise Conflict(
                         f"policy {name!r} was reset or reconfigured after event {item.event_id!r}"
                     )
@@ -318,9 +319,12 @@ class Finalizations:
                 results.append(refusal)
                 continue
             now = self.clock()
-            if value is not None and ev.learn and folded:
+            # an event of the model a relearned one replaced: its reward is logged and
+            # reaches the relearned model from the log (service.usecases.retrain)
+            learns = ev.learn and not relearned
+            if value is not None and learns and folded:
                 deltas[delta_key(item.event_id)] = encode_delta(ev, value, now)
-            elif value is not None and ev.learn:
+            elif value is not None and learns:
                 if not imported:
                     import_stored(runtime, {p: values[p] for p in parts})
                     imported = True

@@ -47,6 +47,11 @@ class LearningSettings(Protocol):
         ``when`` (a rebuild replays only those)."""
         ...
 
+    def auto_optimization(self, info: PolicyInfo) -> tuple[float, float] | None:
+        """``(period seconds, start unix time)`` of the policy's Auto-Optimize schedule
+        (:mod:`service.usecases.auto_optimize`); None when it asks for none."""
+        ...
+
 
 ApplySetting = Callable[[str, str, str], Awaitable[str]]
 """``apply(policy, name, arguments)``: make the setting ``arguments``, named ``name``, the

@@ -33,7 +33,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from pydantic import ValidationError
@@ -63,6 +63,9 @@ from service.usecases.audit import MODEL_IMPORT, changed_settings
 from service.usecases.events import DELTA_PREFIX
 from service.usecases.policy_cache import PolicyCache
 
+if TYPE_CHECKING:
+    from service.usecases.retrain import RetrainStatus
+
 MODEL_KIND = "bandit_model"
 MODEL_FORMAT = 1
 PART_PREFIXES = (ARM_PREFIX, USER_PREFIX, SHARED_PART)
@@ -91,11 +94,13 @@ class WholePolicy:
 @dataclass(frozen=True)
 class ModelTimes:
     """``created_at``: when the current model started (creation, reset, engine change or
-    import: the policy's ``reset_at``); ``modified_at``: the later of that and the newest
-    logged reward (unix seconds)."""
+    import: the policy's ``reset_at``; a model relearned from the log: its window's
+    start); ``modified_at``: the later of that and the newest logged reward (unix
+    seconds); ``retrain``: the latest relearning from the log (None: none)."""
 
     created_at: float
     modified_at: float
+    retrain: RetrainStatus | None = None
 
 
 async def read_whole_policy(cache: PolicyCache, store: PartStore, name: str) -> WholePolicy:
@@ -273,4 +278,6 @@ class Models:
         info = await self.admin.get_policy(name)
         last_reward = await asyncio.to_thread(self.event_log.last_reward_at, name)
         modified = info.reset_at if last_reward is None else max(info.reset_at, last_reward)
-        return ModelTimes(created_at=info.reset_at, modified_at=modified)
+        retrains = self.admin.retrains
+        retrain = None if retrains is None else await retrains.status(name)
+        return ModelTimes(created_at=info.reset_at, modified_at=modified, retrain=retrain)

@@ -33,16 +33,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from bandit_core import clock_at, policy_from_bytes
+from bandit_core import BasePolicy, clock_at, policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
-from service.storage.base import EventLog, LoggedDecision
+from service.storage.base import DecisionRecord, EventLog, LoggedDecision
 from service.storage.state_store import CounterStore, LastSeenIndex, PartStore, PolicyDirectory
 from service.usecases.events import DELTA_PREFIX
 from service.usecases.json_features import logged_rows
@@ -90,6 +91,38 @@ def _collect(
     return rewarded, pulls, seen
 
 
+def learn_logged(policy: BasePolicy, info: PolicyInfo, rewarded: Iterable[LoggedDecision]) -> None:
+    """Update ``policy`` (of ``info``'s spec) with each rewarded event's logged reward, in
+    the order given, on the served arm's logged row (for a policy with ``features``, its
+    logged JSON featurized again by the policy's featurizer), at the decision's time."""
+    row = served_rows(policy, info)
+    for event in rewarded:
+        d = event.decision
+        assert event.reward is not None  # the caller passes rewarded events only
+        policy.add_arm(d.arm_id)
+        with clock_at(policy, d.created_at):  # the time the service updated it with
+            policy.update(d.arm_id, row(d), event.reward.value, user_id=d.user_id)
+
+
+def served_rows(
+    policy: BasePolicy, info: PolicyInfo
+) -> Callable[[DecisionRecord], np.ndarray | SparseRows]:
+    """The row ``policy`` (of ``info``'s spec) learns a logged decision's reward on: the
+    served arm's logged float row, or (for a policy with ``features``) its logged JSON
+    featurized again by the policy's featurizer."""
+    config = info.featurizer_config
+    featurizer = None if config is None else Featurizer(config)
+
+    def row(d: DecisionRecord) -> np.ndarray | SparseRows:
+        served = next(c for c in d.candidates if c["id"] == d.arm_id)
+        if featurizer is None:
+            return np.asarray(served["features"], dtype=np.float64)
+        rows = logged_rows(featurizer, policy, d.context, [served])
+        return rows.one_row(0) if isinstance(rows, SparseRows) else rows[0]
+
+    return row
+
+
 async def rebuild_policy(
     event_log: EventLog,
     store: RebuildTarget,
@@ -113,20 +146,7 @@ async def rebuild_policy(
         policy.import_parts(model.export_parts(model.part_names()))
     rewarded, pulls, seen = await asyncio.to_thread(_collect, event_log, info, learning)
     n_decisions = sum(pulls.values())
-    config = info.featurizer_config
-    featurizer = None if config is None else Featurizer(config)
-    for event in rewarded:
-        d = event.decision
-        served = next(c for c in d.candidates if c["id"] == d.arm_id)
-        x: np.ndarray | SparseRows
-        if featurizer is None:
-            x = np.asarray(served["features"], dtype=np.float64)
-        else:  # the log keeps JSON features as sent: featurize the served row again
-            rows = logged_rows(featurizer, policy, d.context, [served])
-            x = rows.one_row(0) if isinstance(rows, SparseRows) else rows[0]
-        policy.add_arm(d.arm_id)
-        with clock_at(policy, d.created_at):  # the time the service updated it with
-            policy.update(d.arm_id, x, event.reward.value, user_id=d.user_id)  # type: ignore[union-attr]
+    learn_logged(policy, info, rewarded)
     if info.arms:
         for arm in [a for a in policy.arm_ids if a not in info.arms]:
             policy.retire_arm(arm)

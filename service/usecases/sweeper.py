@@ -157,11 +157,13 @@ class Sweeper:
         """How the wait of a pending event ends: the sum of the rewards it received
         (``rewardAggregation: sum``) or, with none, the default reward when it was
         activated; it expires unlearned when neither applies or the policy was reset
-        since it was served."""
+        since it was served (a model relearned from the log since is no reset: the
+        reward is logged, and the relearned model takes it from the log)."""
         default = runtime.info.default_reward
 
         def outcome(event: PendingEvent) -> tuple[float | None, EventState]:
-            if event.reset_at != runtime.info.reset_at:
+            relearned = event.reset_at == runtime.info.retrained_from is not None
+            if event.reset_at != runtime.info.reset_at and not relearned:
                 return None, EventState.EXPIRED
             if event.reward_sum is not None:
                 return clipped(event.reward_sum, runtime.info.reward_range), EventState.REWARDED

@@ -24,7 +24,8 @@ from tests.service.conftest import API_KEY, POLICY, running
 
 pytestmark = pytest.mark.anyio
 ACTOR = "key:" + hashlib.sha256(API_KEY.encode()).hexdigest()[:12]
-TIMES = {"name", "revision", "created_at", "updated_at", "reset_at", "declared"}
+# a config's fields that are not settings (the audit trail records the spec's)
+TIMES = {"name", "revision", "created_at", "updated_at", "reset_at", "retrained_from", "declared"}
 
 
 class Trail:

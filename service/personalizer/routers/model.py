@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from service.api.deps import ModelsDep
 from service.personalizer.routers.routes import personalizer_router
-from service.personalizer.schemas import PersonalizerModelProperties
+from service.personalizer.schemas import PersonalizerModelProperties, PersonalizerRetrain
 from service.routers.policies import MODEL_FILE, MODEL_MEDIA_TYPE
 
 
@@ -62,9 +62,22 @@ def make_model_router(
         models: ModelsDep, loop: str = Loop
     ) -> PersonalizerModelProperties:
         times = await models.model_times(loop)
+        retrain = times.retrain
         return PersonalizerModelProperties(
             creation_time=datetime.fromtimestamp(times.created_at, UTC),
             last_modified_time=datetime.fromtimestamp(times.modified_at, UTC),
+            retrain=None
+            if retrain is None
+            else PersonalizerRetrain(
+                state=retrain.state,
+                start_time=datetime.fromtimestamp(retrain.started_at, UTC),
+                finish_time=None
+                if retrain.finished_at is None
+                else datetime.fromtimestamp(retrain.finished_at, UTC),
+                window_start_time=datetime.fromtimestamp(retrain.since, UTC),
+                events_used=retrain.events,
+                message=retrain.message,
+            ),
         )
 
     return router

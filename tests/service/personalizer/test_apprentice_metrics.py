@@ -61,6 +61,9 @@ async def test_apprentice_metrics_outlive_the_mode_and_every_model_reset(
 
         await configure(http, learningMode="Online")
         assert await apprentice_metrics(http) == learned
+        # a new learning policy starts the model over (not relearned from the log:
+        # tests/service/test_retrain.py)
+        await configure(http, modelRetrainDays=0)
         policy = f"{BASE}/configurations/policy"
         changes = [
             ("PUT", policy, {"name": "ua", "arguments": "--cb_explore_adf --epsilon 0.2 -q UA"}),

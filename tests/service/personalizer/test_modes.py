@@ -333,11 +333,11 @@ async def test_concurrent_rewards_of_a_sum_are_applied_once_as_their_total(
 
 
 @pytest.mark.parametrize("backend", ["embedded"])
-async def test_service_configuration_keeps_the_model_and_new_interactions_reset_it(
+async def test_service_configuration_keeps_the_model_and_new_interactions_relearn_it(
     make_settings: Any,
 ) -> None:
     """docs/personalizer.md, "Learning settings and the model"."""
-    async with running(make_settings()) as (_, http, _):
+    async with running(make_settings()) as (app, http, _):
         await create_loop(http)
         put = await http.put(
             f"/policies/{LOOP}",
@@ -353,6 +353,8 @@ async def test_service_configuration_keeps_the_model_and_new_interactions_reset_
         await reward(http, (await rank(http, CONTEXTS[0]))["eventId"], 1.0)
         learned = await model_scores(http)
         assert learned != prior
+        log = app.state.use_cases.event_log
+        await wait_for(lambda: log.last_reward_at(LOOP) is not None)  # what a retrain reads
         for changes in (
             {"explorationPercentage": 0.5, "rewardWaitTime": "PT1H", "defaultReward": 0.1},
             {"rewardAggregation": "sum"},
@@ -368,9 +370,21 @@ async def test_service_configuration_keeps_the_model_and_new_interactions_reset_
         )
         assert same.status_code == 200
         assert await model_scores(http) == learned  # only the exploration changed
+        # other interactions: a new model, relearned from the logged reward
+        # (tests/service/test_retrain.py checks it against the rebuild in closed form)
         other = await http.put(policy, json={"name": "q", "arguments": "--cb_explore_adf -q ui"})
         assert other.status_code == 200
-        assert await model_scores(http) == dict.fromkeys(learned, 0.0)  # learning starts again
+        properties_path = f"/policies/{LOOP}/model/properties"
+        deadline = time.monotonic() + 120
+        while (properties := (await http.get(properties_path)).json())["retrain"][
+            "state"
+        ] == "running":
+            assert time.monotonic() < deadline, properties
+            await asyncio.sleep(0.1)
+        assert properties["retrain"]["state"] == "done"
+        assert properties["retrain"]["events"] == 1
+        relearned = await model_scores(http)
+        assert relearned not in (learned, dict.fromkeys(learned, 0.0))
 
 
 @pytest.mark.parametrize("backend", ["embedded", "redis"])
