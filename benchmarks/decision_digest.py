@@ -6,7 +6,7 @@ round with a user id and exploration on, the rest greedy), then one ``select_bat
 and one ``select_until``. Two more streams go through JSON features
 (:func:`bandit_core.featurized.featurized_rows`): the hybrid LinUCB default and the
 sparse diagonal LinUCB. One more is the default Personalizer loop
-(``service.personalizer.loops.DEFAULT_LOOP_SPEC``, built as the service builds it) on
+(``service.personalizer.loop_policy.DEFAULT_LOOP_SPEC``, built as the service builds it) on
 the request of ``benchmarks.featurizer`` (15 context features in 3 namespaces, 50
 actions of 6 features). Into one hash per stream go the served arm, the ranking, the
 propensities, scores and widths of each decision, the parts a selection changed, the
@@ -129,7 +129,7 @@ def default_loop_stream() -> str:
     and Personalizer's rank response carries none."""
     import service.usecases  # noqa: F401  (first: the loops module alone meets an import cycle)
     from benchmarks.featurizer import request
-    from service.personalizer.loops import DEFAULT_LOOP_SPEC
+    from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
     from service.policies import build_policy
 
     spec = DEFAULT_LOOP_SPEC

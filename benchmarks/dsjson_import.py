@@ -25,7 +25,7 @@ import orjson
 
 from benchmarks._harness import add_label_argument, load, write_json
 from service.personalizer.log_commands import import_files
-from service.personalizer.loops import DEFAULT_LOOP_SPEC
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import new_info
 from service.storage.migrate import upgrade_head
 from service.storage.sql_log import SqlEventLog

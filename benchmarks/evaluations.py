@@ -32,7 +32,7 @@ from bandit_core.evaluation import WindowSums, importance_weights, progressive_d
 from bandit_core.storefront import Storefront
 from benchmarks._harness import add_label_argument, table, write_json
 from service.api.app import LEARNING_SETTINGS
-from service.personalizer.loops import DEFAULT_LOOP_SPEC
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import build_policy
 from service.schemas import PolicySpec
 from service.storage.base import DecisionRecord, LoggedDecision, RewardRecord

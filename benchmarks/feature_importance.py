@@ -37,7 +37,7 @@ from bandit_core.featurized import featurized_rows, named_columns
 from bandit_core.importance import feature_importance
 from bandit_core.storefront import Storefront
 from benchmarks._harness import add_label_argument, write_json
-from service.personalizer.loops import DEFAULT_LOOP_SPEC
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import build_policy
 
 TABS = ("home", "deals", "search")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from service.personalizer.learning_modes import mode_at
-from service.personalizer.loops import (
+from service.personalizer.loop_policy import (
     DEFAULT_LOOP_SPEC,
     ENGINE_OF_VW,
     parse_vw_arguments,

@@ -34,6 +34,13 @@ from service.personalizer.learning_modes import (
     serving_of,
     with_mode,
 )
+from service.personalizer.loop_policy import (
+    DEFAULT_LOOP_SPEC,
+    ENGINE_OF_VW,
+    POLICY_ARGUMENTS_KEY,
+    parse_vw_arguments,
+    vw_arguments,
+)
 from service.personalizer.loop_rewards import apply_held_rewards, reward_loop_event
 from service.personalizer.schemas import (
     PersonalizerPolicy,
@@ -42,36 +49,18 @@ from service.personalizer.schemas import (
 )
 from service.personalizer.settings import (
     APPRENTICE,
-    DEFAULT_RETRAIN_DAYS,
     ONLINE,
     LoopSettings,
     update_frequency,
     update_interval,
 )
-from service.personalizer.vw_arguments import read_vw_arguments
-from service.policies import spec_of
-from service.schemas import PolicyInfo, PolicySpec, RecommendRequest
+from service.schemas import PolicySpec, RecommendRequest
 from service.storage.state_store import PartStore
 from service.usecases.admin import PolicyAdmin
 from service.usecases.recommend import Recommender
 from service.usecases.rewards import Rewards
 
 DEFAULT_LOOP = "personalizer"
-DEFAULT_EPSILON = 0.2
-# 2^8 hashed buckets + the bias: the shared model keeps a full 257 x 257 matrix
-DEFAULT_FEATURES: dict[str, Any] = {"bits": 8, "interactions": [["*", "*"]]}
-DEFAULT_LOOP_SPEC = PolicySpec(
-    algorithm="hybrid_linucb",
-    params={"alpha": 0.0, "context_dim": 0},
-    features=DEFAULT_FEATURES,
-    reward_range=(-1.0, 1.0),
-    default_reward=0.0,
-    reward_wait_seconds=600.0,
-    epsilon=DEFAULT_EPSILON,
-    retrain_days=float(DEFAULT_RETRAIN_DAYS),
-)
-# the engine of a loop whose learning policy is given as VW arguments
-ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
 # kept in PolicySpec.personalizer; log_retention_days and model_retrain_days act here
 KEPT_SETTINGS = (
     "model_export_frequency",
@@ -84,8 +73,6 @@ KEPT_SETTINGS = (
     "model_retrain_days",
 )
 POLICY_NAME_KEY = "policyName"
-# the learning-policy string last written, read back while the engine is what it made
-POLICY_ARGUMENTS_KEY = "policyArguments"
 
 
 def parse_duration(value: str, field: str) -> float:
@@ -96,82 +83,6 @@ def parse_duration(value: str, field: str) -> float:
         return timeparse.parse_duration(value, field)
     except ValueError as exc:
         raise InvalidRequest(str(exc), ["body", field]) from None
-
-
-def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
-    """The policy-spec changes a Vowpal Wabbit argument string asks for, over the default
-    loop's engine, and the arguments with no effect here
-    (:func:`service.personalizer.vw_arguments.read_vw_arguments`, whose table says what
-    each option does): ``epsilon``; ``features`` with the interactions (none without
-    ``-q``, as in VW) and ``-b`` as its ``bits``; ``--random_seed`` as the ``params``
-    seed."""
-    read, ignored = read_vw_arguments(arguments)
-    features = {**DEFAULT_FEATURES, "interactions": read["interactions"]}
-    if "bits" in read:
-        features["bits"] = read["bits"]
-    params = dict(DEFAULT_LOOP_SPEC.params)
-    if "seed" in read:
-        params["seed"] = read["seed"]
-    # dimension None: derived from the features (2^bits + 1)
-    changes: dict[str, Any] = {"features": features, "params": params, "dimension": None}
-    if "epsilon" in read:
-        changes["epsilon"] = read["epsilon"]
-    return changes, ignored
-
-
-def vw_arguments(info: PolicyInfo) -> str:
-    """The learning-policy string of a loop: the one last written while the loop's
-    engine and epsilon are what it made; else, for the default engine, VW arguments
-    that make them; else the JSON policy spec (interactions VW's ``-q`` cannot write
-    included)."""
-    spec = spec_of(info)
-    written = LoopSettings.of(info).model_extra or {}
-    arguments = written.get(POLICY_ARGUMENTS_KEY)
-    if isinstance(arguments, str) and _engine_of(arguments, spec.epsilon) == _engine(spec):
-        return arguments
-    features = dict(spec.features or {})
-    pairs = features.pop("interactions", [])
-    bits = features.pop("bits", None)
-    params = dict(spec.params)
-    seed = params.pop("seed", None)
-    default = DEFAULT_LOOP_SPEC
-    default_features = {
-        k: v for k, v in (default.features or {}).items() if k not in ("interactions", "bits")
-    }
-    letters = [
-        "".join(":" if p == "*" else p[0] for p in pair)
-        for pair in pairs
-        if all(p == "*" or (len(p) == 2 and p.endswith("*")) for p in pair)
-    ]
-    if (spec.algorithm, params, features) != (
-        default.algorithm,
-        default.params,
-        default_features,
-    ) or len(letters) != len(pairs):
-        return spec.model_dump_json(exclude={"personalizer"})
-    words = ["--cb_explore_adf", "--epsilon", f"{spec.epsilon or 0.0:g}"]
-    for pair in letters:
-        words += ["-q", pair]
-    if bits is not None and bits != (default.features or {}).get("bits"):
-        words += ["-b", str(bits)]
-    if seed is not None:
-        words += ["--random_seed", str(seed)]
-    return " ".join(words)
-
-
-def _engine(spec: PolicySpec) -> tuple[Any, ...]:
-    return (spec.algorithm, spec.params, spec.features, spec.epsilon)
-
-
-def _engine_of(arguments: str, epsilon: float | None) -> tuple[Any, ...] | None:
-    """The engine and epsilon ``arguments`` make on a loop exploring with ``epsilon``
-    (None: they no longer parse)."""
-    try:
-        changes, _ = parse_vw_arguments(arguments)
-    except InvalidRequest:
-        return None
-    fields = {**DEFAULT_LOOP_SPEC.model_dump(), "epsilon": epsilon, **changes}
-    return _engine(PolicySpec.model_validate(fields))  # features as stored, defaults filled
 
 
 NATIVE_TO_PERSONALIZER = {

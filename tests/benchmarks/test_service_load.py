@@ -8,7 +8,7 @@ import service.usecases  # noqa: F401  (first: the loops module alone meets an i
 from bandit_core.features import Featurizer, FeaturizerConfig
 from benchmarks.featurizer import request
 from benchmarks.service_load import rank_body
-from service.personalizer.loops import DEFAULT_FEATURES
+from service.personalizer.loop_policy import DEFAULT_FEATURES
 from service.personalizer.schemas import PersonalizerRankRequest
 
 

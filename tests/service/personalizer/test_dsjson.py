@@ -25,7 +25,7 @@ from service.cli import main
 from service.personalizer import log_commands
 from service.personalizer.dsjson import DsjsonError, parse_line
 from service.personalizer.dsjson_export import export_line
-from service.personalizer.loops import DEFAULT_LOOP_SPEC
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import new_info
 from service.settings import get_settings
 from service.storage.base import LoggedDecision

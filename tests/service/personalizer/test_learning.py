@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from bandit_core.storefront import Storefront, StorefrontRound
-from service.personalizer.loops import DEFAULT_LOOP, DEFAULT_LOOP_SPEC
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
+from service.personalizer.loops import DEFAULT_LOOP
 from service.personalizer.schemas import PersonalizerRankResponse
 from tests.service.conftest import running
 

@@ -6,12 +6,8 @@ from __future__ import annotations
 import pytest
 
 from service.errors import InvalidRequest
-from service.personalizer.loops import (
-    DEFAULT_LOOP_SPEC,
-    parse_duration,
-    parse_vw_arguments,
-    vw_arguments,
-)
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC, parse_vw_arguments, vw_arguments
+from service.personalizer.loops import parse_duration
 from service.policies import new_info
 from service.timeparse import format_duration
 

@@ -24,7 +24,8 @@ import bandit_core
 from bandit_core.state import unpack
 from bandit_core.storefront import Storefront
 from service.cli import main
-from service.personalizer.loops import DEFAULT_LOOP, DEFAULT_LOOP_SPEC
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
+from service.personalizer.loops import DEFAULT_LOOP
 from tests.databases import postgres_schema
 from tests.servers import API_KEY, AppProcess, RedisServer
 from tests.service.personalizer.test_learning import personalizer_body

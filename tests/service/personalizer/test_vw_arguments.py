@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from service.errors import InvalidRequest
-from service.personalizer.loops import DEFAULT_LOOP_SPEC, parse_vw_arguments
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC, parse_vw_arguments
 from service.personalizer.vw_arguments import HONOURED, NO_EFFECT, OPTIONS, REFUSED
 from tests.service.conftest import running
 
