@@ -286,6 +286,9 @@ async def test_rewards_pending_when_updates_turn_immediate_are_folded(
     folded by the writer, and later rewards update the model at once."""
     async with running(make_settings(fold_check_seconds=0.05)) as (app, http, _):
         await _create(http, 3600.0)
+        # this hour's period claimed (by the writer's loop or here, folding nothing): no
+        # fold comes before the change, whenever the loop first looks at the policy
+        await app.state.use_cases.folds.fold_due()
         ids = await decisions(http, 21)
         rewards = _rewards(ids[:20])
         await _reward_concurrently(http, rewards, clients=4)
