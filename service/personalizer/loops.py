@@ -126,8 +126,10 @@ class Loops:
     # ---- configuration ---------------------------------------------------------------
     async def service_configuration(self, loop: str) -> PersonalizerServiceConfiguration:
         """The loop's settings as Personalizer's service configuration, with its latest
-        apprentice metrics once Apprentice mode was turned on."""
-        info = await self.admin.get_policy(loop)
+        apprentice metrics once Apprentice mode was turned on; while a new model is
+        relearned from the log for another config (:mod:`service.usecases.retrain`), that
+        config's settings, as :meth:`policy_configuration` shows its learning policy."""
+        info = await self.admin.upcoming_policy(loop)
         kept = LoopSettings.of(info)
         stored = await self.admin.cache.read(loop, [APPRENTICE_METRICS_KEY], {})
         data = stored[APPRENTICE_METRICS_KEY].data

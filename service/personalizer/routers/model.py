@@ -57,7 +57,12 @@ def make_model_router(
         await models.reset_model(loop)
         return Response(status_code=204)
 
-    @router.get("/model/properties", response_model=PersonalizerModelProperties)
+    # exclude_none: the specification's two fields alone when the model was never relearned
+    @router.get(
+        "/model/properties",
+        response_model=PersonalizerModelProperties,
+        response_model_exclude_none=True,
+    )
     async def get_model_properties(
         models: ModelsDep, loop: str = Loop
     ) -> PersonalizerModelProperties:
