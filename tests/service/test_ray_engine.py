@@ -40,7 +40,9 @@ from tests.servers import ROOT
 from tests.service.conftest import running
 from tests.service.test_estimate_partitions import respaced_copy
 
-pytestmark = pytest.mark.timeout(1800)  # a cluster's start on a loaded machine takes minutes
+# a two-node Ray cluster per module: the slow tier; a cluster's start on a loaded machine
+# takes minutes
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EVENTS = 300
 WHOLE_LOG = {"start_time": "2020-01-01T00:00:00Z", "end_time": "2100-01-01T00:00:00Z"}
