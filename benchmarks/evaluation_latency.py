@@ -24,10 +24,13 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import numpy as np
+from fastapi import FastAPI
 
 from bandit_core.storefront import Storefront
 from benchmarks._harness import add_label_argument, write_json
@@ -78,9 +81,10 @@ async def timed_ranks(http: httpx.AsyncClient, rounds: list) -> list[float]:
     return times
 
 
-async def run(rounds: int, calls: int, job: str = "evaluation") -> dict:
-    rng = np.random.default_rng(0)
-    shop = list(Storefront().rounds(rounds + calls, replace_at=None, rng=rng))
+@asynccontextmanager
+async def embedded_app() -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """The service's app on the embedded default in a temporary data directory, started
+    (its lifespan entered), and an in-process client holding its one API key."""
     with tempfile.TemporaryDirectory() as data:
         settings = Settings(
             data_dir=Path(data), demo_policy=False, snapshot_interval_seconds=0, api_keys=["k"]
@@ -91,57 +95,64 @@ async def run(rounds: int, calls: int, job: str = "evaluation") -> dict:
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://app", headers={"Authorization": "Bearer k"}
             ) as http:
-                for r in shop[:rounds]:
-                    ranked = (await http.post("/personalizer/v1.0/rank", json=body(r))).json()
-                    k = r.item_ids.index(ranked["rewardActionId"])
-                    await http.post(
-                        f"/personalizer/v1.0/events/{ranked['eventId']}/reward",
-                        json={"value": float(rng.random() < r.mu[k])},
+                yield app, http
+
+
+async def run(rounds: int, calls: int, job: str = "evaluation") -> dict:
+    rng = np.random.default_rng(0)
+    shop = list(Storefront().rounds(rounds + calls, replace_at=None, rng=rng))
+    async with embedded_app() as (app, http):
+        for r in shop[:rounds]:
+            ranked = (await http.post("/personalizer/v1.0/rank", json=body(r))).json()
+            k = r.item_ids.index(ranked["rewardActionId"])
+            await http.post(
+                f"/personalizer/v1.0/events/{ranked['eventId']}/reward",
+                json={"value": float(rng.random() < r.mu[k])},
+            )
+        await asyncio.sleep(1.0)
+        idle, busy, evaluations = [], [], 0
+        pending = shop[rounds:]
+        if job == "feature-importance":
+            idle, busy, evaluations = await feature_importance_slices(http, pending, calls)
+        for s in range(0, calls if job == "evaluation" else 0, 50):
+            slice_ = pending[s : s + 50]
+            running = (s // 50) % 2 == 1
+            if running:
+                created = await http.post(
+                    "/personalizer/v1.0/evaluations",
+                    json={
+                        "name": "load",
+                        **WHOLE_LOG,
+                        "enableOfflineExperimentation": True,
+                        "policies": [
+                            {
+                                "name": "interactions",
+                                "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
+                            }
+                        ],
+                    },
+                )
+                location = created.headers["location"]
+                while (await http.get(location)).json()["status"] == "pending":
+                    view = app.state.use_cases.evaluations.store.get(
+                        "personalizer", created.json()["id"]
                     )
-                await asyncio.sleep(1.0)
-                idle, busy, evaluations = [], [], 0
-                pending = shop[rounds:]
-                if job == "feature-importance":
-                    idle, busy, evaluations = await feature_importance_slices(http, pending, calls)
-                for s in range(0, calls if job == "evaluation" else 0, 50):
-                    slice_ = pending[s : s + 50]
-                    running = (s // 50) % 2 == 1
-                    if running:
-                        created = await http.post(
-                            "/personalizer/v1.0/evaluations",
-                            json={
-                                "name": "load",
-                                **WHOLE_LOG,
-                                "enableOfflineExperimentation": True,
-                                "policies": [
-                                    {
-                                        "name": "interactions",
-                                        "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
-                                    }
-                                ],
-                            },
-                        )
-                        location = created.headers["location"]
-                        while (await http.get(location)).json()["status"] == "pending":
-                            view = app.state.use_cases.evaluations.store.get(
-                                "personalizer", created.json()["id"]
-                            )
-                            if view is not None and view.status == "running":
-                                break
-                            await asyncio.sleep(0.05)
-                        evaluations += 1
-                    times = await timed_ranks(http, slice_)
-                    if running:
-                        still = app.state.use_cases.evaluations.store.get(
-                            "personalizer", created.json()["id"]
-                        )
-                        assert still is not None and still.status == "running", (
-                            "the evaluation ended inside the slice"
-                        )
-                        await http.delete(location)
-                        busy += times
-                    else:
-                        idle += times
+                    if view is not None and view.status == "running":
+                        break
+                    await asyncio.sleep(0.05)
+                evaluations += 1
+            times = await timed_ranks(http, slice_)
+            if running:
+                still = app.state.use_cases.evaluations.store.get(
+                    "personalizer", created.json()["id"]
+                )
+                assert still is not None and still.status == "running", (
+                    "the evaluation ended inside the slice"
+                )
+                await http.delete(location)
+                busy += times
+            else:
+                idle += times
 
     def stats(xs: list[float]) -> dict:
         xs = sorted(xs)

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,8 +27,7 @@ import numpy as np
 
 from bandit_core.storefront import Storefront, StorefrontRound
 from benchmarks._harness import add_label_argument, write_json
-from service.api.app import create_app
-from service.settings import Settings
+from benchmarks.evaluation_latency import embedded_app
 
 SERVED = "--cb_explore_adf --epsilon 0.2 -q :: -b 6"
 APPLIED = "--cb_explore_adf --epsilon 0.2 -q :: -b 7"
@@ -67,59 +64,50 @@ async def run(retrain_days: int, rounds: int, after: int) -> dict[str, Any]:
     rng = np.random.default_rng(7)
     shop = list(Storefront().rounds(rounds + after, replace_at=None, rng=rng))
     draws = rng.random(rounds + after)
-    with tempfile.TemporaryDirectory() as data:
-        settings = Settings(
-            data_dir=Path(data), demo_policy=False, snapshot_interval_seconds=0, api_keys=["k"]
+    async with embedded_app() as (app, http):
+        config = (await http.get(f"{BASE}/configurations/service")).json()
+        config["modelRetrainDays"] = retrain_days
+        assert (await http.put(f"{BASE}/configurations/service", json=config)).is_success
+        policy = {"name": "served", "arguments": SERVED}
+        assert (await http.put(f"{BASE}/configurations/policy", json=policy)).is_success
+        before = await serve(http, shop[:rounds], draws[:rounds])
+        log = app.state.use_cases.event_log
+        while log.count("personalizer") != (rounds, rounds):
+            await asyncio.sleep(0.1)
+        evaluation = {
+            "name": "bits",
+            "startTime": "2020-01-01T00:00:00Z",
+            "endTime": "2100-01-01T00:00:00Z",
+            "policies": [{"name": "bits7", "arguments": APPLIED}],
+        }
+        created = await http.post(f"{BASE}/evaluations", json=evaluation)
+        location = created.headers["location"]
+        while (await http.get(location)).json()["status"] == "pending":
+            await asyncio.sleep(0.2)
+        applied = await http.post(
+            f"{BASE}/configurations/applyFromEvaluation",
+            json={"evaluationId": created.json()["id"], "policyName": "bits7"},
         )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 1))
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://app", headers={"Authorization": "Bearer k"}
-            ) as http:
-                config = (await http.get(f"{BASE}/configurations/service")).json()
-                config["modelRetrainDays"] = retrain_days
-                assert (await http.put(f"{BASE}/configurations/service", json=config)).is_success
-                policy = {"name": "served", "arguments": SERVED}
-                assert (await http.put(f"{BASE}/configurations/policy", json=policy)).is_success
-                before = await serve(http, shop[:rounds], draws[:rounds])
-                log = app.state.use_cases.event_log
-                while log.count("personalizer") != (rounds, rounds):
-                    await asyncio.sleep(0.1)
-                evaluation = {
-                    "name": "bits",
-                    "startTime": "2020-01-01T00:00:00Z",
-                    "endTime": "2100-01-01T00:00:00Z",
-                    "policies": [{"name": "bits7", "arguments": APPLIED}],
-                }
-                created = await http.post(f"{BASE}/evaluations", json=evaluation)
-                location = created.headers["location"]
-                while (await http.get(location)).json()["status"] == "pending":
-                    await asyncio.sleep(0.2)
-                applied = await http.post(
-                    f"{BASE}/configurations/applyFromEvaluation",
-                    json={"evaluationId": created.json()["id"], "policyName": "bits7"},
-                )
-                assert applied.status_code == 204, applied.text
-                started = time.perf_counter()
-                rates, switched_after = [], None
-                for i in range(after):
-                    rates += await serve(
-                        http, shop[rounds + i : rounds + i + 1], draws[rounds + i : rounds + i + 1]
-                    )
-                    state = await retrain_state(http)
-                    if switched_after is None and (state is None or state["state"] != "running"):
-                        switched_after = i + 1
-                state = await retrain_state(http)
-                return {
-                    "model_retrain_days": retrain_days,
-                    "click_rate_before": float(np.mean(before[-after:])),
-                    "click_rate_after": float(np.mean(rates)),
-                    "ratio": float(np.mean(rates) / np.mean(before[-after:])),
-                    "retrain": state,
-                    "rounds_before_switch": switched_after,
-                    "seconds_after_apply": time.perf_counter() - started,
-                }
+        assert applied.status_code == 204, applied.text
+        started = time.perf_counter()
+        rates, switched_after = [], None
+        for i in range(after):
+            rates += await serve(
+                http, shop[rounds + i : rounds + i + 1], draws[rounds + i : rounds + i + 1]
+            )
+            state = await retrain_state(http)
+            if switched_after is None and (state is None or state["state"] != "running"):
+                switched_after = i + 1
+        state = await retrain_state(http)
+        return {
+            "model_retrain_days": retrain_days,
+            "click_rate_before": float(np.mean(before[-after:])),
+            "click_rate_after": float(np.mean(rates)),
+            "ratio": float(np.mean(rates) / np.mean(before[-after:])),
+            "retrain": state,
+            "rounds_before_switch": switched_after,
+            "seconds_after_apply": time.perf_counter() - started,
+        }
 
 
 def main(argv: list[str] | None = None) -> None:
