@@ -22,11 +22,17 @@ from service.usecases import UseCases
 router = APIRouter(prefix="/console", route_class=ConsoleRoute, include_in_schema=False)
 
 HOME_WINDOW_SECONDS = 3600.0
-HOME_BUCKETS = 12  # 5-minute buckets: the last one gives the per-minute rates
-CHART_BUCKETS = 60
+HOME_BUCKETS = 12  # 5-minute buckets: the last two give the per-minute rates
 ARMS_WINDOW_SECONDS = 86_400.0
 ARMS_BUCKETS = 24
-WINDOWS = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86_400.0, "7d": 7 * 86_400.0}
+# each window's length and buckets: whole minutes (the event log's rollups answer for
+# those), of 15 minutes and 2 hours for the 24-hour and 7-day views (their rollups)
+WINDOWS = {
+    "1h": (3600.0, 60),
+    "6h": (6 * 3600.0, 72),
+    "24h": (86_400.0, 96),
+    "7d": (7 * 86_400.0, 84),
+}
 Window = Literal["1h", "6h", "24h", "7d"]
 POLICY_NAME: TypeAdapter[str] = TypeAdapter(PolicyName)
 
@@ -55,7 +61,7 @@ def policy_name(name: str) -> str:
 @router.get("/", name="console_home")
 async def home(request: Request) -> Response:
     """Page 1: every policy with its algorithm, decisions and rewards per minute (the
-    last 5 minutes), its mean reward over the last hour, and the stores' health."""
+    last 5 to 10 minutes), its mean reward over the last hour, and the stores' health."""
     session = signed_in(request)
     use_cases = use_cases_of(request)
     rows = []
@@ -63,7 +69,7 @@ async def home(request: Request) -> Response:
         activity = await use_cases.activity.policy_activity(
             info.name, HOME_WINDOW_SECONDS, HOME_BUCKETS
         )
-        decisions_per_minute, rewards_per_minute = activity.last_bucket_rates()
+        decisions_per_minute, rewards_per_minute = activity.recent_rates()
         rows.append(
             {
                 "info": info,
@@ -91,7 +97,7 @@ async def policy(
     use_cases = use_cases_of(request)
     info = await use_cases.admin.get_policy(policy_name(name))
     stats = await use_cases.admin.stats(name)
-    activity = await use_cases.activity.policy_activity(name, WINDOWS[window], CHART_BUCKETS)
+    activity = await use_cases.activity.policy_activity(name, *WINDOWS[window])
     return page(
         request,
         session,
@@ -131,7 +137,9 @@ async def _arms_page(
                 "stats": stats.arms.get(arm),
                 "logged": activity.arm_rewards.get(arm),
                 "chosen": sum(chosen.values()),
-                "last_chosen": max(chosen) + activity.bucket_seconds if chosen else None,
+                "last_chosen": min(max(chosen) + activity.bucket_seconds, activity.now)
+                if chosen
+                else None,
                 "registered": arm in registered,
                 "learned": arm in stats.arms,
             }

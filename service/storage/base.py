@@ -359,8 +359,8 @@ class EventLog(Protocol):
 
     def activity(self, policy: str, since: float, until: float, bucket_seconds: float) -> Activity:
         """Decisions and rewards per arm of ``policy`` with ``since <= created_at <
-        until``, counted in buckets of ``bucket_seconds`` (reads only the range's
-        partitions, through the ``(policy, created_at)`` indexes)."""
+        until``, counted in buckets of ``bucket_seconds``; all three whole minutes (a
+        ValueError otherwise), so the per-minute or per-hour rollups answer it."""
         ...
 
     def event_trail(self, event_id: str) -> EventTrail | None:

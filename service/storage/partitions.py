@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from service.storage.schema import PARTITIONED_TABLES
+from service.storage.schema import PARTITIONED_TABLES, ROLLUP_OF
 
 DAY_SECONDS = 86_400
 # an arbitrary 64-bit key for pg_advisory_xact_lock, shared by every replica
@@ -164,7 +164,7 @@ def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> dict
     (``cutoffs``: policy -> unix time; a policy absent keeps everything); returns the
     names dropped, each with the policies whose rows it held. The rows older than a
     cutoff in partitions that stay are left to :meth:`SqlEventLog.delete_events`
-    (bounded batches)."""
+    (bounded batches). The rollup rows of a dropped day go with it."""
     if not cutoffs:
         return {}
     latest = max(cutoffs.values())
@@ -187,5 +187,12 @@ def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> dict
                 owners = policies_in(conn, partition.name)
                 if all(cutoffs.get(p, -float("inf")) >= end for p in owners):
                     conn.execute(sa.text(f"DROP TABLE {partition.name}"))
+                    # a dropped table fires no delete trigger: its day leaves the rollup
+                    rollup = ROLLUP_OF[table]
+                    conn.execute(
+                        sa.delete(rollup).where(
+                            rollup.c.start >= partition.start, rollup.c.start < end
+                        )
+                    )
                     dropped[partition.name] = owners
     return dropped

@@ -2,11 +2,11 @@
 (:meth:`~service.storage.sql_log.SqlEventLog.activity`, ``event_trail``, ``partitions``),
 on PostgreSQL and SQLite.
 
-Every aggregate is bounded in time on ``created_at``, so PostgreSQL prunes the day
-partitions outside the range and both dialects read the ``(policy, created_at ...)``
-indexes; an event is found by the primary key of ``decisions`` and the unique
-``(event_id, created_at)`` keys of ``rewards`` and ``late_rewards``, whose first column
-is the event id.
+The aggregates read the rollup tables ``decision_counts`` and ``reward_sums`` (per
+1, 15 and 60 minutes, kept by triggers: ``migrations/``, docs/console.md "Performance")
+over their primary keys ``(policy, period, start, arm_id)``; an event is found by the
+primary key of ``decisions`` and the unique ``(event_id, created_at)`` keys of
+``rewards`` and ``late_rewards``, whose first column is the event id.
 """
 
 from __future__ import annotations
@@ -27,39 +27,56 @@ from service.storage.base import (
     RewardRecord,
 )
 from service.storage.partitions import Partition, list_partitions
-from service.storage.schema import PARTITIONED_TABLES, decisions, late_rewards, rewards
+from service.storage.schema import (
+    PARTITIONED_TABLES,
+    ROLLUP_PERIODS,
+    decision_counts,
+    decisions,
+    late_rewards,
+    reward_sums,
+    rewards,
+)
 
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
 _LATE_FIELDS = [f.name for f in dataclasses.fields(RewardRecord) if f.name != "source"]
 
 
-def _bucket(conn: Connection, column: Any, since: float, bucket_seconds: float) -> Any:
-    """The bucket index of ``column``: ``floor((column - since) / bucket_seconds)``.
-    SQLite's ``floor`` exists only in builds with its math functions; its integer cast
-    truncates, which is the floor of the non-negative values the range allows
-    (PostgreSQL's cast rounds instead)."""
-    offset = (column - since) / bucket_seconds
-    if conn.dialect.name == "sqlite":
-        return sa.cast(offset, sa.Integer)
-    return sa.func.floor(offset)
+def rollup_period(since: float, until: float, bucket_seconds: float) -> int:
+    """The longest of :data:`ROLLUP_PERIODS` that divides ``since``, ``until`` and
+    ``bucket_seconds``: its rows fall each in one bucket of the range. A ValueError
+    when none does (the range must lie on whole minutes)."""
+    for period in sorted(ROLLUP_PERIODS, reverse=True):
+        if all(value % period == 0 for value in (since, until, bucket_seconds)):
+            return period
+    raise ValueError(
+        f"an activity range lies on whole minutes, but got since={since}, until={until}, "
+        f"bucket_seconds={bucket_seconds}"
+    )
 
 
 def _per_bucket_and_arm(
-    conn: Connection,
-    table: sa.Table,
-    window: tuple[str, float, float, float],
-    *aggregates: Any,
+    conn: Connection, rollup: sa.Table, window: tuple[str, float, float, float], *sums: Any
 ) -> sa.Select[Any]:
-    """``aggregates`` of ``table``'s rows of the policy with ``since <= created_at <
-    until`` (``window``: policy, since, until, bucket seconds), grouped and ordered by
-    bucket index and arm."""
+    """``sums`` of the ``rollup`` rows of the policy starting in ``[since, until)``
+    (``window``: policy, since, until, bucket seconds), grouped and ordered by bucket
+    index and arm."""
     policy, since, until, bucket_seconds = window
-    bucket = _bucket(conn, table.c.created_at, since, bucket_seconds).label("bucket")
+    offset = (rollup.c.start - since) / bucket_seconds
+    # exact: the starts and the bounds are whole multiples of the period. SQLite's
+    # integer cast truncates, the floor of these non-negative offsets.
+    index = sa.cast(offset, sa.Integer) if conn.dialect.name == "sqlite" else sa.func.floor(offset)
+    bucket = index.label("bucket")
     return (
-        sa.select(bucket, table.c.arm_id, *aggregates)
-        .where(table.c.policy == policy, table.c.created_at >= since, table.c.created_at < until)
-        .group_by(bucket, table.c.arm_id)
-        .order_by(bucket, table.c.arm_id)
+        sa.select(bucket, rollup.c.arm_id, *sums)
+        .where(
+            rollup.c.policy == policy,
+            rollup.c.period == rollup_period(since, until, bucket_seconds),
+            rollup.c.start >= since,
+            rollup.c.start < until,
+        )
+        .group_by(bucket, rollup.c.arm_id)
+        .having(sums[0] > 0)  # rows whose events were all deleted count 0
+        .order_by(bucket, rollup.c.arm_id)
     )
 
 
@@ -67,16 +84,27 @@ def read_activity(
     conn: Connection, policy: str, since: float, until: float, bucket_seconds: float
 ) -> Activity:
     """Decisions and rewards per (bucket, arm) of ``policy`` in ``[since, until)``: two
-    grouped queries over the time range."""
+    grouped queries over the rollup rows of the range (:func:`rollup_period`), as many
+    as its periods times its arms whatever the events."""
     window = (policy, since, until, bucket_seconds)
-    explored = sa.func.sum(sa.case((decisions.c.explored, 1), else_=0))
-    chosen = _per_bucket_and_arm(conn, decisions, window, sa.func.count(), explored)
-    value = rewards.c.value
+    sum_ = sa.func.sum
+    chosen = _per_bucket_and_arm(
+        conn,
+        decision_counts,
+        window,
+        sum_(decision_counts.c.decisions),
+        sum_(decision_counts.c.explored),
+    )
     applied = _per_bucket_and_arm(
-        conn, rewards, window, sa.func.count(), sa.func.sum(value), sa.func.sum(value * value)
+        conn,
+        reward_sums,
+        window,
+        sum_(reward_sums.c.rewards),
+        sum_(reward_sums.c.total),
+        sum_(reward_sums.c.squares),
     )
     selections = [
-        ArmSelections(since + int(index) * bucket_seconds, arm, int(count), int(explored or 0))
+        ArmSelections(since + int(index) * bucket_seconds, arm, int(count), int(explored))
         for index, arm, count, explored in conn.execute(chosen)
     ]
     reward_buckets = [

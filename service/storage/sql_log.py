@@ -9,9 +9,8 @@ decision and reward exactly once. On PostgreSQL both tables are partitioned by d
 ``cursor.copy``) into the partitioned parent, which cannot skip duplicates: when a
 record is logged already, the batch is copied into a staging table and inserted from
 there with ``ON CONFLICT DO NOTHING`` (docs/performance.md "Event-log writes"); SQLite
-inserts the rows.
-``iter_events`` streams with a server-side cursor on PostgreSQL. A database that cannot
-be reached raises :class:`EventLogUnavailableError` (a :class:`StoreUnavailableError`).
+inserts the rows. ``iter_events`` streams with a server-side cursor on PostgreSQL. A
+database out of reach raises :class:`EventLogUnavailableError` (a StoreUnavailableError).
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from service.storage.base import (
 )
 from service.storage.partitions import Partition, create_partitions, drop_partitions_before
 from service.storage.schema import (
+    ROLLUP_OF,
     audit_log,
     create_log_engine,
     decisions,
@@ -198,7 +198,7 @@ class SqlEventLog:
         of that name never replays the old one's events."""
         with self._begin_write() as conn:
             conn.execute(sa.delete(policies).where(policies.c.name == name))
-            for table in (decisions, rewards, late_rewards, model_snapshots):
+            for table in (decisions, rewards, late_rewards, model_snapshots, *ROLLUP_OF.values()):
                 conn.execute(sa.delete(table).where(table.c.policy == name))
 
     def policies(self) -> dict[str, dict[str, Any]]:

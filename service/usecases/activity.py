@@ -55,6 +55,7 @@ class PolicyActivity:
     since: float
     until: float
     bucket_seconds: float
+    now: float
     points: list[RewardPoint]
     arm_rewards: dict[str, RewardPoint]
     arm_decisions: dict[str, dict[float, int]]
@@ -63,13 +64,18 @@ class PolicyActivity:
     rewards: int
     reward_mean: float | None
 
-    def last_bucket_rates(self) -> tuple[float, float]:
-        """Decisions and rewards per minute in the last bucket (``[until −
-        bucket_seconds, until)``)."""
-        start = self.until - self.bucket_seconds
-        decisions = sum(counts.get(start, 0) for counts in self.arm_decisions.values())
-        rewards = sum(p.rewards for p in self.points if p.start == start)
-        minutes = self.bucket_seconds / 60.0
+    def recent_rates(self) -> tuple[float, float]:
+        """Decisions and rewards per minute over the last two buckets, from the start of
+        the one before the last to now (the last bucket holds ``now``)."""
+        start = self.until - 2 * self.bucket_seconds
+        decisions = sum(
+            count
+            for counts in self.arm_decisions.values()
+            for bucket, count in counts.items()
+            if bucket >= start
+        )
+        rewards = sum(p.rewards for p in self.points if p.start >= start)
+        minutes = (self.now - start) / 60.0
         return decisions / minutes, rewards / minutes
 
     def selection_share(self) -> dict[str, float]:
@@ -115,11 +121,13 @@ class ActivityViews:
     async def policy_activity(
         self, policy: str, window_seconds: float, buckets: int
     ) -> PolicyActivity:
-        """The activity of ``policy`` over the last ``window_seconds`` in ``buckets``
-        buckets, the last one ending now."""
-        until = self.clock()
-        since = until - window_seconds
+        """The activity of ``policy`` in ``buckets`` buckets of ``window_seconds /
+        buckets`` (a whole number of minutes) on the clock's grid of that length, the
+        last one holding now: the event log's rollups answer for whole minutes."""
+        now = self.clock()
         bucket_seconds = window_seconds / buckets
+        until = math.floor(now / bucket_seconds + 1) * bucket_seconds
+        since = until - window_seconds
         activity = await asyncio.to_thread(
             self.event_log.activity, policy, since, until, bucket_seconds
         )
@@ -137,6 +145,7 @@ class ActivityViews:
             since=since,
             until=until,
             bucket_seconds=bucket_seconds,
+            now=now,
             points=[reward_point(start, group) for start, group in sorted(by_start.items())],
             arm_rewards={arm: reward_point(since, group) for arm, group in by_arm.items()},
             arm_decisions=dict(arm_decisions),

@@ -27,6 +27,8 @@ TABLES = {
     "model_snapshots",
     "evaluations",
     "audit_log",
+    "decision_counts",
+    "reward_sums",
 }
 
 

@@ -1,19 +1,25 @@
 """The event log's console reads (``activity``, ``event_trail``) on the real PostgreSQL
-and on SQLite, against the same sums computed from the records in Python, and the
+and on SQLite, against the same sums computed from the records in Python (through the
+rollups' triggers, retries, deletes, the partition upkeep and the migration), and the
 95% intervals of :mod:`service.usecases.activity` against their closed form."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from service.storage.base import LATE_SOURCE, DecisionRecord, RewardBucket, RewardRecord
+from service.storage.migrate import downgrade, upgrade_head
+from service.storage.partitions import DAY_SECONDS
 from service.storage.sql_log import SqlEventLog
 from service.usecases.activity import Z_95, ActivityViews, reward_point
+from tests.databases import database
 
-T0 = 1_700_000_000.0
+ROLLUPS_PARENT = "9a4c6e2f7b18"  # the revision before the rollups' migration
+T0 = 1_699_999_200.0  # a whole hour: activity ranges lie on the rollups' periods
 BUCKET = 60.0
 
 
@@ -40,10 +46,13 @@ def _reward(
     return RewardRecord(f"e{i}", policy, arm, value, source, t)
 
 
-def test_activity_counts_each_bucket_and_arm_as_the_records_say(log: SqlEventLog) -> None:
-    rng = np.random.default_rng(7)
-    n = 300
-    times = T0 + rng.uniform(0, 10 * BUCKET, n)
+def _random_records(
+    n: int, span: float, seed: int = 7
+) -> tuple[list[DecisionRecord], list[RewardRecord]]:
+    """``n`` decisions of policy ``p`` over ``[T0, T0 + span)`` on arms a, b, c, each
+    rewarded 5 s later, and one decision and reward of another policy."""
+    rng = np.random.default_rng(seed)
+    times = T0 + rng.uniform(0, span, n)
     arms = rng.choice(["a", "b", "c"], n)
     explored = rng.random(n) < 0.2
     values = rng.normal(0.4, 0.3, n)
@@ -56,37 +65,120 @@ def test_activity_counts_each_bucket_and_arm_as_the_records_say(log: SqlEventLog
         for i, (t, arm, v) in enumerate(zip(times, arms, values))
     ]
     other = [_decision(10_000, T0 + 30, "a", policy="other")]
-    log.append(decisions + other, rewards + [_reward(10_000, T0 + 31, "a", 9.0, policy="other")])
+    return decisions + other, rewards + [_reward(10_000, T0 + 31, "a", 9.0, policy="other")]
 
-    since, until = T0 + 2 * BUCKET, T0 + 8 * BUCKET
-    activity = log.activity("p", since, until, BUCKET)
+
+def _assert_activity_is_the_records(
+    log: SqlEventLog,
+    records: tuple[list[DecisionRecord], list[RewardRecord]],
+    since: float,
+    until: float,
+    bucket: float,
+) -> None:
+    """``log.activity("p", ...)`` holds the counts and sums computed from ``records``."""
+    activity = log.activity("p", since, until, bucket)
+
+    def key(t: float, arm: str) -> tuple[float, str]:
+        return (since + math.floor((t - since) / bucket) * bucket, arm)
 
     expected_counts: dict[tuple[float, str], list[int]] = {}
-    for t, arm, x in zip(times, arms, explored):
-        if since <= t < until:
-            key = (since + math.floor((t - since) / BUCKET) * BUCKET, str(arm))
-            counts = expected_counts.setdefault(key, [0, 0])
+    for d in records[0]:
+        if d.policy == "p" and since <= d.created_at < until:
+            counts = expected_counts.setdefault(key(d.created_at, d.arm_id), [0, 0])
             counts[0] += 1
-            counts[1] += int(x)
+            counts[1] += int(d.explored)
     got_counts = {(s.start, s.arm_id): [s.decisions, s.explored] for s in activity.selections}
     assert got_counts == expected_counts
 
     expected_sums: dict[tuple[float, str], list[float]] = {}
-    for t, arm, v in zip(times + 5.0, arms, values):
-        if since <= t < until:
-            key = (since + math.floor((t - since) / BUCKET) * BUCKET, str(arm))
-            sums = expected_sums.setdefault(key, [0, 0.0, 0.0])
+    for r in records[1]:
+        if r.policy == "p" and since <= r.created_at < until:
+            sums = expected_sums.setdefault(key(r.created_at, r.arm_id), [0, 0.0, 0.0])
             sums[0] += 1
-            sums[1] += v
-            sums[2] += v * v
+            sums[1] += r.value
+            sums[2] += r.value * r.value
     got_sums = {
         (b.start, b.arm_id): [b.rewards, b.total, b.total_squares] for b in activity.rewards
     }
     assert got_sums.keys() == expected_sums.keys()
-    for key, (count, total, squares) in expected_sums.items():
-        assert got_sums[key][0] == count
-        assert got_sums[key][1] == pytest.approx(total, rel=1e-12, abs=1e-12)
-        assert got_sums[key][2] == pytest.approx(squares, rel=1e-12)
+    for k, (count, total, squares) in expected_sums.items():
+        assert got_sums[k][0] == count
+        assert got_sums[k][1] == pytest.approx(total, rel=1e-9, abs=1e-9)
+        assert got_sums[k][2] == pytest.approx(squares, rel=1e-9)
+
+
+@pytest.mark.parametrize("bucket", [60.0, 1800.0, 7200.0])
+def test_activity_counts_each_bucket_and_arm_as_the_records_say(
+    log: SqlEventLog, bucket: float
+) -> None:
+    """Buckets of 1 minute, 30 minutes and 2 hours read the rollups per 1, 15 and 60
+    minutes: each gives what the records say."""
+    records = _random_records(300, 10 * bucket)
+    log.append(*records)
+    _assert_activity_is_the_records(log, records, T0 + 2 * bucket, T0 + 8 * bucket, bucket)
+
+
+def test_activity_counts_a_batch_sent_again_once_and_forgets_deleted_events(
+    log: SqlEventLog,
+) -> None:
+    records = _random_records(200, 3600.0, seed=11)
+    log.append(*records)
+    log.append(*records)  # the writer's retry: every record logged already
+    _assert_activity_is_the_records(log, records, T0, T0 + 3600.0, 60.0)
+
+    cutoff = T0 + 1800.0
+    assert log.delete_events("p", cutoff, batch_size=37) > 0
+    kept = (
+        [d for d in records[0] if d.policy != "p" or d.created_at >= cutoff],
+        [r for r in records[1] if r.policy != "p" or r.created_at >= cutoff],
+    )
+    _assert_activity_is_the_records(log, kept, T0, T0 + 3600.0, 60.0)
+    _assert_activity_is_the_records(log, kept, T0, T0 + 3600.0, 3600.0)
+
+    log.delete_policy("p")
+    empty = log.activity("p", T0, T0 + 3600.0, 60.0)
+    assert (empty.selections, empty.rewards) == ([], [])
+    assert log.activity("other", T0, T0 + 60.0, 60.0).selections[0].decisions == 1
+
+
+def test_activity_refuses_a_range_off_whole_minutes(log: SqlEventLog) -> None:
+    with pytest.raises(ValueError, match="whole minutes"):
+        log.activity("p", T0 + 1.5, T0 + 61.5, 60.0)
+    with pytest.raises(ValueError, match="whole minutes"):
+        log.activity("p", T0, T0 + 3600.0, 90.0)
+
+
+def test_migration_counts_the_rows_logged_before_it(tmp_path: Path) -> None:
+    """Downgrading past the rollups and upgrading again rebuilds them from the rows
+    logged meanwhile (what the migration does to an existing log)."""
+    for kind in ("postgresql", "sqlite"):
+        with database(kind, tmp_path / kind) as url:
+            upgrade_head(url)
+            downgrade(url, ROLLUPS_PARENT)
+            log = SqlEventLog(url)
+            records = _random_records(200, 7200.0, seed=5)
+            log.append(*records)
+            upgrade_head(url)
+            _assert_activity_is_the_records(log, records, T0, T0 + 7200.0, 300.0)
+            _assert_activity_is_the_records(log, records, T0, T0 + 7200.0, 3600.0)
+            log.close()
+
+
+def test_partition_upkeep_keeps_the_rollups(tmp_path: Path) -> None:
+    """On PostgreSQL, rows moved out of the default partition into their day are counted
+    once, and a day partition dropped by the retention leaves the rollups."""
+    with database("postgresql", tmp_path) as url:
+        upgrade_head(url)
+        log = SqlEventLog(url)
+        records = _random_records(400, 2 * DAY_SECONDS, seed=3)
+        log.append(*records)  # no day partitions yet: every row in the default ones
+        assert log.prepare_partitions(T0, days_ahead=3)
+        _assert_activity_is_the_records(log, records, T0, T0 + 2 * DAY_SECONDS, 3600.0)
+        first_day_end = (T0 // DAY_SECONDS + 1) * DAY_SECONDS
+        log.apply_retention({"p": first_day_end, "other": first_day_end}, batch_size=1000)
+        kept = tuple([r for r in rs if r.created_at >= first_day_end] for rs in records)
+        _assert_activity_is_the_records(log, kept, T0, T0 + 2 * DAY_SECONDS, 3600.0)  # type: ignore[arg-type]
+        log.close()
 
 
 def test_activity_takes_the_start_of_the_range_and_leaves_its_end(log: SqlEventLog) -> None:
@@ -130,16 +222,23 @@ def test_the_interval_is_the_normal_interval_of_the_sample_mean() -> None:
 
 
 @pytest.mark.anyio
-async def test_policy_activity_ends_now_and_rates_its_last_bucket(log: SqlEventLog) -> None:
-    now = T0 + 3600.0
+async def test_policy_activity_ends_on_the_bucket_holding_now_and_rates_the_last_two(
+    log: SqlEventLog,
+) -> None:
+    now = T0 + 3600.0 + 120.0  # two minutes into the bucket [T0 + 3600, T0 + 3900)
     log.append(
         [_decision(i, now - 10 - i, "a") for i in range(30)] + [_decision(99, now - 400, "b")],
         [_reward(i, now - 5 - i, "a", 1.0 if i % 3 else 0.0) for i in range(30)],
     )
     views = ActivityViews(log, clock=lambda: now)
     activity = await views.policy_activity("p", 3600.0, 12)
-    assert (activity.since, activity.until, activity.bucket_seconds) == (T0, now, 300.0)
+    assert (activity.since, activity.until, activity.bucket_seconds) == (
+        T0 + 300.0,
+        T0 + 3900.0,
+        300.0,
+    )
     assert activity.decisions == 31
-    assert activity.last_bucket_rates() == (30 / 5, 30 / 5)
+    # the last two buckets start at T0 + 3300: 7 minutes before now
+    assert activity.recent_rates() == (31 / 7, 30 / 7)
     assert activity.reward_mean == pytest.approx(20 / 30)
     assert activity.selection_share() == {"a": 30 / 31, "b": 1 / 31}
