@@ -40,9 +40,18 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A vertical line at ``x`` marking an event at time ``at`` (a drift detection)."""
+
+    x: float
+    at: float
+    title: str
+
+
+@dataclass(frozen=True)
 class Chart:
     """An SVG chart: series as polylines, an optional interval band (polygon), the
-    axes' ticks as (position, label)."""
+    axes' ticks as (position, label), and vertical rules marking events."""
 
     width: int
     height: int
@@ -50,6 +59,7 @@ class Chart:
     band: str | None
     y_ticks: list[tuple[float, str]]
     x_ticks: list[tuple[float, str]]
+    rules: list[Rule] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -81,9 +91,10 @@ class _Scale:
         return [(self.x(t), time.strftime("%H:%M", time.gmtime(t))) for t in times]
 
 
-def reward_chart(activity: PolicyActivity) -> Chart:
-    """The mean reward of each bucket at the bucket's middle, and its 95% interval as a
-    band (docs/console.md, "Reward over time")."""
+def reward_chart(activity: PolicyActivity, drift_at: list[float]) -> Chart:
+    """The mean reward of each bucket at the bucket's middle, its 95% interval as a
+    band, and a rule at each time of ``drift_at``, the drift detections (docs/console.md,
+    "Reward over time")."""
     points = activity.points
     low = min((p.low for p in points), default=0.0)
     high = max((p.high for p in points), default=1.0)
@@ -112,6 +123,10 @@ def reward_chart(activity: PolicyActivity) -> Chart:
         band,
         scale.y_ticks(),
         scale.x_ticks(),
+        [
+            Rule(scale.x(t), t, time.strftime("drift detected %H:%M:%S UTC", time.gmtime(t)))
+            for t in drift_at
+        ],
     )
 
 

@@ -91,13 +91,14 @@ async def home(request: Request) -> Response:
 async def policy(
     request: Request, name: str, window: Annotated[Window, Query()] = "1h"
 ) -> Response:
-    """Page 2: the reward over time with 95% intervals and each arm's share of the
-    decisions over ``window``, the exploration share, the counters and the settings."""
+    """Page 2: the reward over time with 95% intervals and the drift detections, each
+    arm's share of the decisions over ``window``, the exploration share, the counters and the settings."""
     session = signed_in(request)
     use_cases = use_cases_of(request)
     info = await use_cases.admin.get_policy(policy_name(name))
     stats = await use_cases.admin.stats(name)
     activity = await use_cases.activity.policy_activity(name, *WINDOWS[window])
+    drift_at = await use_cases.activity.drift_detections(name, activity.since, activity.until)
     return page(
         request,
         session,
@@ -108,7 +109,7 @@ async def policy(
             "activity": activity,
             "window": window,
             "windows": list(WINDOWS),
-            "reward_chart": reward_chart(activity),
+            "reward_chart": reward_chart(activity, drift_at),
             "share_chart": share_chart(activity),
             "settings": info.model_dump(mode="json", exclude={"name", "declared"}),
         },

@@ -15,7 +15,7 @@ class AuditEntry(BaseModel):
     policy: str
     action: str = Field(
         description="create, update, delete, reset, retire_arms, model_import, "
-        "snapshot_restore, rebuild, log_delete or retention"
+        "snapshot_restore, rebuild, log_delete, retention or drift (a drift detection)"
     )
     actor: str = Field(
         description="who: key:<first 12 hex digits of the API key's SHA-256>, loopback, "

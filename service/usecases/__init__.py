@@ -147,6 +147,7 @@ def build_use_cases(
     folds = Folds(cache, store, settings, clock)
     rewards.finalizations.deltas_written = folds.accepted
     audit = AuditTrail(sink, event_log, clock)
+    rewards.drift.audit = audit
     retrains = Retrains(cache, store, event_log, sink, settings, audit, learning, clock)
     admin = PolicyAdmin(cache, store, event_log, settings, audit, clock, retrains)
     recommender = Recommender(cache, store, sink, settings, clock, rewards.drift)

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 
 from service.errors import NotFound
 from service.storage.base import EventLog, EventTrail, RewardBucket
+from service.usecases.audit import DRIFT
 
 Z_95 = 1.959963984540054
 """The standard normal quantile of a two-sided 95% interval."""
 MATCHING_DECISIONS = 1000
 """How many of the latest decisions a baseline's matching ratio is read over."""
+MOST_AUDIT_RECORDS = 1000
+"""How many of a policy's audit records a window's drift detections are looked for in."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,16 @@ class ActivityViews:
             rewards=rewards,
             reward_mean=total / rewards if rewards else None,
         )
+
+    async def drift_detections(self, policy: str, since: float, until: float) -> list[float]:
+        """The times in ``[since, until)`` at which the drift detector of any replica
+        detected a change of ``policy``'s rewards (its audit records of action
+        ``drift``, :mod:`service.usecases.drift_watch`), oldest first; looked for in the
+        policy's first :data:`MOST_AUDIT_RECORDS` audit records since ``since``."""
+        records = await asyncio.to_thread(
+            self.event_log.audit_records, policy, since, None, MOST_AUDIT_RECORDS
+        )
+        return [r.created_at for r in records if r.action == DRIFT and r.created_at < until]
 
     async def baseline_matching(
         self, policy: str, since: float, limit: int = MATCHING_DECISIONS

@@ -55,6 +55,7 @@ SNAPSHOT_RESTORE = "snapshot_restore"
 REBUILD = "rebuild"
 LOG_DELETE = "log_delete"
 RETENTION = "retention"
+DRIFT = "drift"  # the drift detector's detection (service.usecases.drift_watch)
 
 # who acts outside a request (acting_as); None: the request's actor, else SYSTEM
 _ACTOR: ContextVar[str | None] = ContextVar("bandit_actor", default=None)

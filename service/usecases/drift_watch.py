@@ -7,7 +7,8 @@ detector (:mod:`bandit_core.drift`) with the policy's ``drift_detection`` settin
 close the stream is to the next one (the detector's excursion, in reward units, against
 the threshold). The detectors live in the process: with several workers or replicas,
 each watches the rewards it applies, a sample of the policy's stream (docs/operations.md,
-"Drift detection").
+"Drift detection"). Each detection is also an audit record (action ``drift``, actor
+``system``, :attr:`DriftWatch.audit`), which the console marks on the reward chart.
 
 A policy with a ``drift_response`` explores more for a while after a detection
 (:meth:`DriftWatch.exploration_boost`, applied by the recommend use case with
@@ -19,10 +20,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bandit_core.drift import PageHinkley, PageHinkleyConfig
 from service.observability import metrics
 from service.schemas import DriftResponse
+from service.usecases.audit import DRIFT, SYSTEM, acting_as
+
+if TYPE_CHECKING:
+    from service.usecases.audit import AuditTrail
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +37,11 @@ logger = logging.getLogger(__name__)
 class DriftWatch:
     """One Page-Hinkley detector per policy, created at the policy's first reward and
     started anew when the policy's settings change, and the time of each policy's
-    latest detection in this process."""
+    latest detection in this process; ``audit`` records each detection."""
 
     detectors: dict[str, PageHinkley] = field(default_factory=dict)
     detected_at: dict[str, float] = field(default_factory=dict)
+    audit: AuditTrail | None = None
 
     def observe(
         self,
@@ -56,6 +63,10 @@ class DriftWatch:
         if detected:
             metrics.DRIFT_DETECTIONS.labels(policy).inc()
             self.detected_at[policy] = now
+            if self.audit is not None:
+                detail = {"reward": reward, "threshold": config.threshold}
+                with acting_as(SYSTEM):
+                    self.audit.record(policy, DRIFT, detail=detail)
             if response is not None:
                 until = now + response.seconds
                 metrics.EXPLORATION_BOOST_UNTIL.labels(policy).set(until)

@@ -1,9 +1,12 @@
 """The service watches each policy's applied rewards for a change (docs/operations.md,
-"Drift detection"): a click rate that falls is detected and counted on /metrics; a
-policy whose rewards keep their rate counts none."""
+"Drift detection"): a click rate that falls is detected, counted on /metrics, recorded
+in the audit trail and marked on the console's reward chart; a policy whose rewards
+keep their rate has none."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import uuid
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.service.conftest import running
+from tests.service.console_client import console_client, sign_in
 
 pytestmark = pytest.mark.anyio
 
@@ -81,3 +85,36 @@ async def test_each_policy_watches_with_its_own_detector_settings(make_settings:
             assert r.status_code == 422 and "drift_detection" in r.text, r.text
     assert _drift_samples(text, names[5.0])["bandit_drift_detections_total"] >= 1.0
     assert _drift_samples(text, names[50.0])["bandit_drift_detections_total"] == 0.0
+
+
+async def test_a_detection_is_an_audit_record_marked_on_the_console_reward_chart(
+    make_settings: Any,
+) -> None:
+    """A detection is recorded as the system's ``drift`` action with the reward that
+    set it off, and the policy page's reward chart draws one rule at its time; the
+    policy whose rewards keep their rate has neither."""
+    spec = {"algorithm": "linucb", "dimension": 2, "arms": ["a"]}
+    body = {**spec, "drift_detection": {"threshold": 5.0}}
+    async with running(make_settings()) as (app, http, client):
+        for name in ("falls", "steady"):
+            assert (await http.put(f"/policies/{name}", json=body)).status_code == 200
+        for i in range(140):
+            for name, reward in (("falls", float(i < 100)), ("steady", 1.0)):
+                decision = await client.recommend(name, [1.0, 0.0])
+                assert (await client.reward(decision.event_id, reward)).applied
+        assert await asyncio.to_thread(app.state.use_cases.sink.flush, 10)
+        history = {
+            name: (await http.get(f"/policies/{name}/history")).json()["records"]
+            for name in ("falls", "steady")
+        }
+        drifts = [r for r in history["falls"] if r["action"] == "drift"]
+        assert len(drifts) == 1
+        assert drifts[0]["actor"] == "system"
+        assert drifts[0]["detail"] == {"reward": 0.0, "threshold": 5.0}
+        assert not [r for r in history["steady"] if r["action"] == "drift"]
+        async with console_client(app) as browser:
+            assert (await sign_in(browser)).status_code == 303
+            pages = {n: (await browser.get(f"/console/policies/{n}")).text for n in history}
+    rules = re.findall(r'<line class="drift"[^>]* data-at="([0-9.]+)"', pages["falls"])
+    assert [float(at) for at in rules] == [pytest.approx(drifts[0]["created_at"], abs=1e-3)]
+    assert 'class="drift"' not in pages["steady"]
