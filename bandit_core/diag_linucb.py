@@ -180,6 +180,12 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
             shared.index.copy(), shared.w[None, :].copy(), np.array([float(shared.n)])
         )
 
+    def arm_weights(self, arm_id: str) -> FeatureWeights:
+        """The shared weights ``w`` (:meth:`feature_weights`): every arm's mean is
+        ``z_a^T w`` over its own row (docs/algorithms.md section 8)."""
+        self._known_arm(arm_id)
+        return self.feature_weights()
+
     def _score(
         self, arm_ids: list[str], states: list[DiagSharedState], X: SparseRows, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -224,6 +224,19 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
         counts = [float(self._arms[a].n) for a in arms]
         return FeatureWeights(np.arange(c.d), np.array(rows), np.array(counts))
 
+    def arm_weights(self, arm_id: str) -> FeatureWeights:
+        """``[beta, theta_a]`` over the row ``[z, x]``: the mean ``z^T beta + x^T
+        theta_a`` of ``arm_id``'s score (docs/algorithms.md section 8), counted by its
+        rewards; ``[beta, 0]`` counted by every reward when no arm has a part."""
+        c = self.config
+        shared = self._shared
+        state = self._known_arm(arm_id)
+        if state is None:  # no per-arm parts
+            row = np.concatenate([shared.theta, np.zeros(c.context_dim)])
+            return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(shared.n)]))
+        row = np.concatenate([shared.theta, self.theta(arm_id)])
+        return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(state.n)]))
+
     def _score(
         self, arm_ids: list[str], states: list[HybridArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray | None]:

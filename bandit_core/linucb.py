@@ -76,6 +76,17 @@ class LinUCB(BasePolicy[LinearArmState, SharedT, None]):
             rewards=np.array([float(s.n) for s in states]),
         )
 
+    def arm_weights(self, arm_id: str) -> FeatureWeights:
+        """``theta_a = A_a^-1 b_a`` of ``arm_id`` over all ``d`` columns, the mean
+        ``x^T theta_a`` of its score (docs/algorithms.md section 1), counted by its
+        rewards."""
+        state = self._known_arm(arm_id)
+        return FeatureWeights(
+            columns=np.arange(self.config.d),
+            weights=np.array(state.theta).reshape(1, self.config.d),
+            rewards=np.array([float(state.n)]),
+        )
+
     def _new_arm_state(self) -> LinearArmState:
         return LinearArmState.prior(self.config.d, self.config.ridge_lambda)
 

@@ -500,6 +500,14 @@ class BasePolicy(BatchSelection, BatchUpdates, ArmTable[ArmT, SharedT, UserT]):
         policy whose score is not linear in its input."""
         return None
 
+    def arm_weights(self, arm_id: str) -> FeatureWeights | None:
+        """The weights ``w`` of the mean of ``arm_id``'s score over its input row ``x``,
+        one row: the mean is ``sum_j w_j x_j``, so ``w_j x_j`` is column ``j``'s
+        contribution to it (docs/algorithms.md sections 1 and 8); ``None`` (the default)
+        for a policy whose score is not linear in its input. An arm the policy does not
+        know raises :class:`UnknownArmError`."""
+        return None
+
     def arm_stats(self, arm_id: str) -> ArmStats:
         """Learning counters of one arm (``rewarded``, ``reward_sum``, extras)."""
         state = self._known_arm(arm_id)

@@ -207,13 +207,21 @@ async def event_search(
 async def event(request: Request, event_id: str) -> Response:
     """Page 3: one logged decision: context and candidates as sent, the scores in the
     decision's ranking (the served arm's first), the propensity and the chosen arm, the
-    guardrail's verdict and the rewards."""
+    guardrail's verdict, the rewards, and each feature's part in the chosen arm's score
+    for a linear policy."""
     session = signed_in(request)
-    trail = await use_cases_of(request).activity.event(event_id)
+    use_cases = use_cases_of(request)
+    trail = await use_cases.activity.event(event_id)
     decision = trail.decision
     candidates = decision.candidates if isinstance(decision.candidates, list) else []
     ids = [candidate.get("id") for candidate in candidates]
-    return page(request, session, "event.html", {"trail": trail, "candidate_ids": ids})
+    parts = await use_cases.contributions.of(decision)
+    return page(
+        request,
+        session,
+        "event.html",
+        {"trail": trail, "candidate_ids": ids, "parts": parts},
+    )
 
 
 @router.get("/{rest:path}", name="console_not_found")

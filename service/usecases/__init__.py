@@ -58,6 +58,7 @@ from service.usecases.activity import ActivityViews
 from service.usecases.admin import PolicyAdmin
 from service.usecases.audit import AuditTrail
 from service.usecases.auto_optimize import AutoOptimizer
+from service.usecases.contributions import ScoreContributions
 from service.usecases.evaluation_jobs import Evaluations
 from service.usecases.feature_cardinality import FeatureCardinalities
 from service.usecases.finalizations import ServedTally
@@ -125,6 +126,7 @@ class UseCases:
     audit: AuditTrail
     recovery: Recovery
     activity: ActivityViews
+    contributions: ScoreContributions
     retrains: Retrains
     auto_optimizer: AutoOptimizer
 
@@ -175,6 +177,7 @@ def build_use_cases(
         audit=audit,
         recovery=recovery,
         activity=ActivityViews(event_log, clock),
+        contributions=ScoreContributions(cache),
         retrains=retrains,
         auto_optimizer=AutoOptimizer(admin, evaluations, learning, clock),
     )

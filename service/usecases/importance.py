@@ -185,7 +185,7 @@ def _entries(
     return [
         FeatureImportance(
             column=c,
-            names=_float_names(info, c) if names is None else list(names.names(c)),
+            names=[float_column_name(info, c)] if names is None else list(names.names(c)),
             importance=float(i),
             weight=float(w),
             mean=float(m),
@@ -202,10 +202,11 @@ def _entries(
     ]
 
 
-def _float_names(info: PolicyInfo, column: int) -> list[str]:
-    """``feature_names`` name the context's (the first) columns; any other is ``x[i]``."""
+def float_column_name(info: PolicyInfo, column: int) -> str:
+    """The name of a float-vector policy's ``column``: ``feature_names`` name the
+    context's (the first) columns; any other is ``x[i]``."""
     named = info.feature_names or []
-    return [named[column]] if column < len(named) else [f"x[{column}]"]
+    return named[column] if column < len(named) else f"x[{column}]"
 
 
 def log_range_featurizer(info: PolicyInfo) -> FeaturizerConfig:

@@ -117,6 +117,49 @@ def test_hybrid_rows_are_beta_then_each_arms_theta() -> None:
         np.testing.assert_array_equal(row, np.concatenate([p.beta, p.theta(arm)]))
 
 
+@pytest.mark.parametrize(
+    ("algorithm", "params", "per_arm"),
+    [
+        ("linucb", {}, True),
+        ("guardrailed_linucb", {}, True),
+        ("diag_linucb", {}, False),
+        ("hybrid_linucb", {"context_dim": 2}, True),
+        ("hybrid_linucb", {"context_dim": 0}, False),
+    ],
+)
+def test_an_arms_weights_times_its_row_sum_to_the_mean_of_its_score(
+    algorithm: str, params: dict, per_arm: bool
+) -> None:
+    """``arm_weights(a) . x_a`` is the mean the score adds ``alpha * width`` to, for
+    every candidate of a selection: the per-column products are the score's parts. A
+    per-arm model refuses an arm it does not know; a shared one's weights are every
+    arm's."""
+    rng = np.random.default_rng(11)
+    d, alpha = 5, 0.7
+    p = bandit_core.make_policy(algorithm, d=d, alpha=alpha, **params)
+    for arm in "abc":
+        p.add_arm(arm)
+    for t in range(40):
+        p.update("abc"[t % 3], rng.normal(size=d), float(rng.random()))
+    X = rng.normal(size=(3, d))
+    decision = p.select(["a", "b", "c"], X, explore=False)
+    assert decision.widths is not None
+    rows = dict(zip("abc", X, strict=True))
+    for arm, score, width in zip(decision.ranking, decision.scores, decision.widths, strict=True):
+        w = p.arm_weights(arm)
+        assert w is not None and w.weights.shape == (1, len(w.columns))
+        mean = float(w.weights[0] @ rows[arm][w.columns])
+        assert mean == pytest.approx(score - alpha * width, rel=1e-9, abs=1e-9)
+    if per_arm:
+        with pytest.raises(bandit_core.errors.UnknownArmError):
+            p.arm_weights("never-added")
+    else:
+        unknown, known = p.arm_weights("never-added"), p.arm_weights("a")
+        assert unknown is not None and known is not None
+        np.testing.assert_array_equal(unknown.weights, known.weights)
+    assert bandit_core.make_policy("random", d=d).arm_weights("a") is None
+
+
 def _trained_on_favourites(
     policy_name: str, featurizer: Featurizer, rounds: int, seed: int, **params
 ):
