@@ -57,6 +57,12 @@ the machine's. The coalescing comparison of docs/performance.md:
 
     python -m benchmarks.service_load --own-servers --ks 50 --workers 1 --backends redis+postgres --json-bits 7 --connections 1,4,16,64 --coalescing on,off --loads max --duration 5
 
+``--console-user N`` follows each ``max`` load with N pairs of alternating ``max`` runs
+without and with a console user (:func:`console_user`: the policy page of the policy
+driven, once a second), the comparison of docs/console.md:
+
+    python -m benchmarks.service_load --own-servers --ks 50 --workers 1 --backends redis+postgres --connections 16 --loads max --console-user 3 --duration 8
+
 ``--reward-batching off,on`` serves every row once with ``BANDIT_REWARD_BATCHING``
 false and once true (one store transaction per reward, or a policy's concurrent rewards
 coalesced: docs/performance.md, "Rewards in batches"); the ``recommend+reward`` rows
@@ -78,8 +84,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +301,31 @@ def rank_body() -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
+@contextmanager
+def console_user(base: str, policy: str) -> Iterator[list[tuple[int, float]]]:
+    """A console user on a thread: ``GET /console/policies/{policy}`` (the 1-hour
+    policy page; no API keys, so the loopback rule lets it in) once a second while
+    the block runs; yields the (status, milliseconds) of each page, filled as it goes."""
+    pages: list[tuple[int, float]] = []
+    stop = threading.Event()
+
+    def refresh() -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(f"{base}/console/policies/{policy}", timeout=30) as r:
+                r.read()
+                pages.append((r.status, 1000 * (time.perf_counter() - t0)))
+            stop.wait(max(0.0, 1.0 - (time.perf_counter() - t0)))
+
+    thread = threading.Thread(target=refresh, daemon=True)
+    thread.start()
+    try:
+        yield pages
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _drive(
     server: Server,
     tmp: Path,
@@ -315,6 +349,28 @@ def _drive(
         top = wrk(url, rec, args.duration, connections, server=server)
         if "max" in args.loads:
             rows.append({**at, "load": "recommend max", **top, "loadavg": h.load()["loadavg"]})
+        if args.console_user and native:  # alternating runs without and with the user
+            policy = json.loads(body)["policy"]
+            for state in ["off", "on"] * args.console_user:
+                if state == "off":
+                    r = wrk(url, rec, args.duration, connections, server=server)
+                    pages: list[tuple[int, float]] = []
+                else:
+                    with console_user(server.base, policy) as pages:
+                        r = wrk(url, rec, args.duration, connections, server=server)
+                    assert pages and all(status == 200 for status, _ in pages), pages
+                load = "recommend max, console user " + state
+                page_ms = sorted(ms for _, ms in pages)
+                rows.append(
+                    {
+                        **at,
+                        "load": load,
+                        **r,
+                        "console_pages": len(pages),
+                        "console_page_p50_ms": page_ms[len(page_ms) // 2] if pages else None,
+                        "loadavg": h.load()["loadavg"],
+                    }
+                )
         if "half" in args.loads:  # each connection pauses between requests
             rate = max(top["requests_per_s"] / 2, 1)
             pause = max(0, round(1000 * connections / rate - (top["p50_ms"] or 0)))
@@ -594,6 +650,14 @@ def main(argv: list[str] | None = None) -> int:
         help="on, off or off,on: BANDIT_REWARD_BATCHING of the servers (default on)",
     )
     parser.add_argument(
+        "--console-user",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after each max load, N pairs of alternating max-load runs without and with a "
+        "console user refreshing the policy page every second",
+    )
+    parser.add_argument(
         "--plot",
         action="store_true",
         help="draw the run against connections (docs/img/service_load_<label>.png)",
@@ -651,6 +715,8 @@ def main(argv: list[str] | None = None) -> int:
                 "p99_ms",
                 "non_2xx",
                 "transaction_retries",
+                "console_pages",
+                "console_page_p50_ms",
                 "x trivial ceiling",
                 "cpu_ms_per_request",
                 "x trivial cpu",
