@@ -47,27 +47,29 @@ ROLLUPS = (
 )
 
 
-def _create_tables() -> None:
+def _create_table(name: str, *values: sa.Column) -> None:
     op.create_table(
-        "decision_counts",
+        name,
         sa.Column("policy", sa.Text(), nullable=False),
         sa.Column("period", sa.Integer(), nullable=False),
         sa.Column("start", sa.Double(), nullable=False),
         sa.Column("arm_id", sa.Text(), nullable=False),
+        *values,
+        sa.PrimaryKeyConstraint("policy", "period", "start", "arm_id", name=f"pk_{name}"),
+    )
+
+
+def _create_tables() -> None:
+    _create_table(
+        "decision_counts",
         sa.Column("decisions", sa.BigInteger(), nullable=False),
         sa.Column("explored", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("policy", "period", "start", "arm_id", name="pk_decision_counts"),
     )
-    op.create_table(
+    _create_table(
         "reward_sums",
-        sa.Column("policy", sa.Text(), nullable=False),
-        sa.Column("period", sa.Integer(), nullable=False),
-        sa.Column("start", sa.Double(), nullable=False),
-        sa.Column("arm_id", sa.Text(), nullable=False),
         sa.Column("rewards", sa.BigInteger(), nullable=False),
         sa.Column("total", sa.Double(), nullable=False),
         sa.Column("squares", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("policy", "period", "start", "arm_id", name="pk_reward_sums"),
     )
 
 
@@ -76,6 +78,18 @@ def _upsert(rollup: str, columns: Sequence[str], select: str) -> str:
     return (
         f"INSERT INTO {rollup} ({KEY}, {', '.join(columns)}) {select} "
         f"ON CONFLICT ({KEY}) DO UPDATE SET {adds}"
+    )
+
+
+def _count_existing(
+    table: str, rollup: str, columns: Sequence[str], values: Sequence[str], index: str, periods: str
+) -> None:
+    """The rollup rows of the rows ``table`` holds; ``index``: a row's period index."""
+    sums = ", ".join(f"sum({v.format(row=table)})" for v in values)
+    op.execute(
+        f"INSERT INTO {rollup} ({KEY}, {', '.join(columns)}) "
+        f"SELECT policy, p.period, {index} * p.period, arm_id, {sums} "
+        f"FROM {table} CROSS JOIN {periods} GROUP BY 1, 2, 3, 4"
     )
 
 
@@ -98,12 +112,7 @@ def _upgrade_postgresql() -> None:
                 f"REFERENCING {transition} TABLE AS changed FOR EACH STATEMENT "
                 f"EXECUTE FUNCTION {rollup}_add()"
             )
-        sums = ", ".join(f"sum({v.format(row=table)})" for v in values)
-        op.execute(
-            f"INSERT INTO {rollup} ({KEY}, {', '.join(columns)}) "
-            f"SELECT policy, p.period, floor(created_at / p.period) * p.period, arm_id, {sums} "
-            f"FROM {table} CROSS JOIN {PERIODS} GROUP BY 1, 2, 3, 4"
-        )
+        _count_existing(table, rollup, columns, values, "floor(created_at / p.period)", PERIODS)
 
 
 def _upgrade_sqlite() -> None:
@@ -122,12 +131,8 @@ def _upgrade_sqlite() -> None:
                 f"CREATE TRIGGER {rollup}_{event.lower()} AFTER {event} ON {table} "
                 f"BEGIN {_upsert(rollup, columns, select)}; END"
             )
-        sums = ", ".join(f"sum({v.format(row=table)})" for v in values)
-        op.execute(
-            f"INSERT INTO {rollup} ({KEY}, {', '.join(columns)}) "
-            f"SELECT policy, p.period, CAST(created_at / p.period AS INTEGER) * p.period, "
-            f"arm_id, {sums} FROM {table} CROSS JOIN {periods} GROUP BY 1, 2, 3, 4"
-        )
+        index = "CAST(created_at / p.period AS INTEGER)"
+        _count_existing(table, rollup, columns, values, index, periods)
 
 
 def upgrade() -> None:

@@ -105,28 +105,31 @@ late_rewards = sa.Table(
     sa.Index(None, "policy", "created_at"),
 )
 
+
 # per (policy, period, start, arm) counts of ``decisions`` and sums of ``rewards`` over
 # ``[start, start + period)``, period ROLLUP_PERIODS; kept by database triggers on every
 # insert and delete (migration 5d2a8c4e6f19, docs/console.md "Performance"), so the
 # console's charts read O(buckets) rows, not O(events)
-decision_counts = sa.Table(
+def _rollup(name: str, *values: sa.Column[Any]) -> sa.Table:
+    """A rollup table: its ``values`` per (policy, period, period start, arm)."""
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("policy", sa.Text, primary_key=True),
+        sa.Column("period", sa.Integer, primary_key=True),
+        sa.Column("start", sa.Double, primary_key=True),
+        sa.Column("arm_id", sa.Text, primary_key=True),
+        *values,
+    )
+
+
+decision_counts = _rollup(
     "decision_counts",
-    metadata,
-    sa.Column("policy", sa.Text, primary_key=True),
-    sa.Column("period", sa.Integer, primary_key=True),
-    sa.Column("start", sa.Double, primary_key=True),
-    sa.Column("arm_id", sa.Text, primary_key=True),
     sa.Column("decisions", sa.BigInteger, nullable=False),
     sa.Column("explored", sa.BigInteger, nullable=False),
 )
-
-reward_sums = sa.Table(
+reward_sums = _rollup(
     "reward_sums",
-    metadata,
-    sa.Column("policy", sa.Text, primary_key=True),
-    sa.Column("period", sa.Integer, primary_key=True),
-    sa.Column("start", sa.Double, primary_key=True),
-    sa.Column("arm_id", sa.Text, primary_key=True),
     sa.Column("rewards", sa.BigInteger, nullable=False),
     sa.Column("total", sa.Double, nullable=False),
     sa.Column("squares", sa.Double, nullable=False),
