@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "  each --policy NAME=ARGUMENTS: VW arguments (--cb_explore_adf --epsilon E -q ab, as\n"
             "            PUT configurations/policy reads them) or a JSON policy spec\n"
             "  with --offline-experimentation, the best of a small grid (epsilon 0.05 / 0.2,\n"
-            "            interactions off / on, ridge_lambda 0.3 / 3) around the policy's own settings.\n"
+            "            interactions off / on, ridge_lambda 0.3 / 3) around the policy's own settings,\n"
+            "            and its own settings with a half-life of a day / a week (--half_life_seconds)\n"
+            "            when --since and --until span four half-lives or more.\n"
             "A learning setting is replayed with progressive validation: at each decision it gives its\n"
             "action probabilities (exploration included), then learns that decision's logged reward. The\n"
             "logged propensities turn them into IPS (sum w r / n) and SNIPS (sum w r / sum w) estimates,\n"
@@ -152,7 +154,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         info = info_from_record(configs[args.log_policy])
         policies = [EvaluationPolicy(name=n, arguments=a) for n, a in args.policy]
         try:
-            candidates, grid = plan(LEARNING_SETTINGS, info, policies, args.offline_experimentation)
+            span = None if args.since is None or args.until is None else args.until - args.since
+            candidates, grid = plan(
+                LEARNING_SETTINGS, info, policies, args.offline_experimentation, span
+            )
         except ApiError as exc:
             raise UsageError(f"--policy: {exc.message}") from None
         since = float("-inf") if args.since is None else args.since

@@ -206,7 +206,9 @@ class Evaluations:
         if end_time <= start_time:
             start_field, end_field = time_fields
             raise InvalidRequest(f"{end_field} must be after {start_field}", ["body", end_field])
-        candidates, grid = plan(self.learning, info, policies, offline_experimentation)
+        candidates, grid = plan(
+            self.learning, info, policies, offline_experimentation, end_time - start_time
+        )
         now = self.clock()
         record = EvaluationRecord(
             policy=loop,
