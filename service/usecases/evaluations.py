@@ -63,8 +63,9 @@ GRID: dict[str, tuple[Any, ...]] = {
 """The learning settings offline experimentation tries around the loop's own."""
 GRID_HALF_LIVES = (86400.0, 604800.0)
 """Half-lives (a day, a week) offline experimentation also tries, each as the loop's own
-setting with ``half_life_seconds``, when the evaluated range spans
-:data:`HALF_LIVES_IN_RANGE` of them (a shorter range could not tell forgetting apart)."""
+setting with ``half_life_seconds``, when the log the evaluated range can hold
+(:func:`logged_span`) spans :data:`HALF_LIVES_IN_RANGE` of them (a shorter log could not
+tell forgetting apart)."""
 HALF_LIVES_IN_RANGE = 4.0
 BASELINE, RANDOM, ONLINE = "Baseline", "Random", "Online"
 PROGRESS_EVERY_SECONDS = 1.0
@@ -126,8 +127,8 @@ def grid_candidates(
     learning: LearningSettings, loop: PolicySpec, span_seconds: float | None = None
 ) -> list[PolicySpec]:
     """The specs offline experimentation tries (:data:`GRID`, then the loop's own setting
-    with each of :data:`GRID_HALF_LIVES` that an evaluated range of ``span_seconds``
-    holds :data:`HALF_LIVES_IN_RANGE` times; None: no half-life); none when the grid's
+    with each of :data:`GRID_HALF_LIVES` that ``span_seconds`` of log holds
+    :data:`HALF_LIVES_IN_RANGE` times; None: no half-life); none when the grid's
     settings do not map onto the loop's (:meth:`LearningSettings.explorable`)."""
     if not learning.explorable(loop) or loop.features is None:
         return []
@@ -155,6 +156,12 @@ def grid_candidates(
     return specs
 
 
+def logged_span(info: PolicyInfo, start: float, end: float, now: float) -> float:
+    """Seconds of ``[start, end)`` in which the policy ``info`` can have logged decisions:
+    after its creation and before ``now`` (0 when none)."""
+    return max(0.0, min(end, now) - max(start, info.created_at))
+
+
 def plan(
     learning: LearningSettings,
     info: PolicyInfo,
@@ -163,8 +170,8 @@ def plan(
     span_seconds: float | None = None,
 ) -> tuple[list[Candidate], list[PolicySpec]]:
     """What an evaluation of the policy ``info`` replays: the online setting, Baseline,
-    Random and ``policies`` (a 400 names a bad one), and the grid when asked (with its
-    half-lives when the evaluated range spans ``span_seconds``, :func:`grid_candidates`);
+    Random and ``policies`` (a 400 names a bad one), and the grid when asked (with the
+    half-lives that ``span_seconds`` of log, :func:`logged_span`, holds: :func:`grid_candidates`);
     settings are read and written by ``learning``."""
     loop_spec = spec_of(info)
     online = learning.online_name(info)

@@ -12,7 +12,7 @@ from service.personalizer.learning_settings import LoopLearningSettings
 from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC, parse_vw_arguments
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo
-from service.usecases.evaluations import GRID, plan
+from service.usecases.evaluations import GRID, logged_span, plan
 
 DAY = 86400.0
 WEEK = 7 * DAY
@@ -73,3 +73,13 @@ def test_a_half_life_setting_is_the_loops_own_with_it_and_reads_back_from_its_ar
             spec.features,
         )
         assert parse_vw_arguments(written)[0]["params"] == spec.params
+
+
+def test_the_span_is_the_part_of_the_range_the_policy_can_have_logged() -> None:
+    """Between the policy's creation and now: a range reaching back before the loop
+    existed (an evaluation of the whole log) holds only the loop's life."""
+    loop = _loop().model_copy(update={"created_at": 1000.0})
+    assert logged_span(loop, float("-inf"), float("inf"), 1000.0 + 5 * DAY) == 5 * DAY
+    assert logged_span(loop, 2000.0, 3000.0, 1e9) == 1000.0
+    assert logged_span(loop, 0.0, 500.0, 1e9) == 0.0  # before its creation
+    assert logged_span(loop, 0.0, 1e12, 1500.0) == 500.0  # the future holds no decisions
