@@ -52,13 +52,17 @@ is the UCB width (``alpha``) and/or the epsilon floor with its propensities
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple, TypeAlias
 
 import numpy as np
 
-from bandit_core.errors import InvalidInputError, StateFormatError
+from bandit_core.clock import Clocked
+from bandit_core.diag_forgetting import DiagDiscountedState, check_entries
+from bandit_core.errors import ConfigError, InvalidInputError
 from bandit_core.features import SparseRows
+from bandit_core.forgetting import DiscountedLinUCBConfig
 from bandit_core.importance import FeatureWeights
+from bandit_core.parts import SHARED_PART
 from bandit_core.policy import PolicyConfig, SelectContext
 from bandit_core.shared_model import SharedModelPolicy
 from bandit_core.state import ArrayState
@@ -72,10 +76,14 @@ class DiagLinUCBConfig(PolicyConfig):
     """Diagonal LinUCB hyperparameters: ``ridge_lambda``, the prior precision of every
     feature (``A_ii`` before any reward), and ``fit``, how the weights follow the
     rewards (``"joint"`` or ``"per_feature"``, module docstring); ``d`` is the row
-    length, e.g. the featurizer's ``2**bits + 1``."""
+    length, e.g. the featurizer's ``2**bits + 1``. ``gamma`` or ``half_life_seconds``
+    discount the sums as D-LinUCB does (:mod:`bandit_core.diag_forgetting`); with them
+    the fit is ``"per_feature"`` (the default then; ``"joint"`` is refused)."""
 
     ridge_lambda: float = 1.0
-    fit: Literal["joint", "per_feature"] = "joint"
+    fit: Literal["joint", "per_feature"] | None = None
+    gamma: float | None = None
+    half_life_seconds: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,7 +92,31 @@ class DiagLinUCBConfig(PolicyConfig):
             "ridge_lambda",
             check_real(self.ridge_lambda, "ridge_lambda", low=0.0, low_open=True),
         )
-        object.__setattr__(self, "fit", check_choice(self.fit, "fit", FITS))
+        discounted = self.gamma is not None or self.half_life_seconds is not None
+        if discounted:  # checked as discounted_linucb checks them
+            clock = DiscountedLinUCBConfig(
+                d=1, gamma=self.gamma, half_life_seconds=self.half_life_seconds
+            )
+            object.__setattr__(self, "gamma", clock.gamma)
+            object.__setattr__(self, "half_life_seconds", clock.half_life_seconds)
+        fit = check_choice(self.fit or ("per_feature" if discounted else "joint"), "fit", FITS)
+        if discounted and fit != "per_feature":
+            raise ConfigError(
+                "gamma and half_life_seconds discount the per-feature sums, whose weights "
+                "are their closed form: fit must be 'per_feature' (the default with "
+                f"them), but got {fit!r}"
+            )
+        object.__setattr__(self, "fit", fit)
+
+    @property
+    def decay(self) -> float | None:
+        """``-ln gamma`` per clock unit (an update of the policy, or a second with
+        ``half_life_seconds``) when the model discounts; None when it does not."""
+        if self.gamma is None and self.half_life_seconds is None:
+            return None
+        return -DiscountedLinUCBConfig(
+            d=1, gamma=self.gamma, half_life_seconds=self.half_life_seconds
+        ).log_decay
 
 
 @dataclass
@@ -103,16 +135,7 @@ class DiagSharedState(ArrayState):
     reward_sum: float = 0.0
 
     def __post_init__(self) -> None:
-        m = self.index.shape
-        if (
-            len(m) != 1
-            or self.sum_sq.shape != m
-            or self.w.shape != m
-            or self.index.dtype.kind not in "iu"
-        ):
-            raise StateFormatError(f"{self.KIND!r} state needs index, sum_sq and w of one length m")
-        if m[0] > 1 and not (np.diff(self.index) > 0).all():
-            raise StateFormatError(f"{self.KIND!r} state index must be strictly increasing")
+        check_entries(self.KIND, self.index, sum_sq=self.sum_sq, w=self.w)
 
     @classmethod
     def prior(cls) -> DiagSharedState:
@@ -144,9 +167,14 @@ class Entries(NamedTuple):
     w: np.ndarray
 
 
-class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
+# the shared part: the sums, or a discounting model's (bandit_core.diag_forgetting)
+DiagPart: TypeAlias = DiagSharedState | DiagDiscountedState
+
+
+class DiagLinUCB(Clocked, SharedModelPolicy[DiagSharedState, DiagPart, None]):
     """LinUCB with a per-feature (diagonal) precision over sparse rows; arms keep no
-    state. See the module docstring."""
+    state. See the module docstring; with ``gamma`` or ``half_life_seconds`` the shared
+    part is :class:`~bandit_core.diag_forgetting.DiagDiscountedState`."""
 
     NAME: ClassVar[str] = "diag_linucb"
     CONFIG: ClassVar[type[PolicyConfig]] = DiagLinUCBConfig
@@ -155,29 +183,60 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
     SPARSE_ROWS: ClassVar[bool] = True
     config: DiagLinUCBConfig
 
+    def __init__(self, config: PolicyConfig) -> None:
+        # the shared prior (made in super().__init__) depends on whether the model discounts
+        self._decay = config.decay if isinstance(config, DiagLinUCBConfig) else None
+        super().__init__(config)
+
+    def uses_wall_clock(self) -> bool:
+        """True with ``half_life_seconds``."""
+        return self.config.half_life_seconds is not None
+
+    def _decode_part(self, name: str, data: bytes | None) -> ArrayState | None:
+        if self._decay is None or data is None or name != SHARED_PART:
+            return super()._decode_part(name, data)
+        return DiagDiscountedState.from_bytes(data)
+
     def _new_arm_state(self) -> DiagSharedState:
         raise NotImplementedError(
             "diag_linucb keeps no per-arm state"
         )  # SharedModelPolicy never asks
 
-    def _new_shared_state(self) -> DiagSharedState:
+    def _new_shared_state(self) -> DiagPart:
+        if self._decay is not None:
+            return DiagDiscountedState.prior()
         return DiagSharedState.prior()
+
+    def _entries(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(precision, variance, w)`` at ``columns``: ``A_ii``, ``1 / A_ii`` and the
+        weights; of a discounting model ``V_ii``, ``V~_ii / V_ii^2`` and ``b_i / V_ii`` as
+        of ``now`` (docs/algorithms.md (10.4)), its clock outside
+        :meth:`~bandit_core.clock.Clocked.at` or before it."""
+        shared, lam = self._shared, self.config.ridge_lambda
+        if isinstance(shared, DiagDiscountedState):
+            assert self._decay is not None  # the only way to a discounted part
+            m1, m2, b = shared.sums(columns, shared.read_time(self._now), self._decay)
+            precision = lam + m1
+            return precision, (lam + m2) / (precision * precision), b / precision
+        _, _, sum_sq, w = shared.lookup(columns)
+        precision = lam + sum_sq
+        return precision, 1.0 / precision, w
 
     def weights(self, columns: np.ndarray) -> np.ndarray:
         """The weights ``w_i`` at ``columns`` (0 where no reward touched the column)."""
-        return self._shared.lookup(np.asarray(columns, dtype=np.int64)).w
+        return self._entries(np.asarray(columns, dtype=np.int64))[2]
 
     def precisions(self, columns: np.ndarray) -> np.ndarray:
-        """The diagonal precisions ``A_ii = lambda + sum_t z_{t,i}^2`` at ``columns``."""
-        entries = self._shared.lookup(np.asarray(columns, dtype=np.int64))
-        return self.config.ridge_lambda + entries.sum_sq
+        """The diagonal precisions ``A_ii = lambda + sum_t z_{t,i}^2`` at ``columns``
+        (``V_ii = lambda + sum_t w_t z_{t,i}^2`` of a discounting model)."""
+        return self._entries(np.asarray(columns, dtype=np.int64))[0]
 
     def feature_weights(self) -> FeatureWeights:
         """The weights ``w`` at the columns a reward touched (every other weight is 0),
         one row counted by every reward."""
         shared = self._shared
         return FeatureWeights(
-            shared.index.copy(), shared.w[None, :].copy(), np.array([float(shared.n)])
+            shared.index.copy(), self.weights(shared.index)[None, :], np.array([float(shared.n)])
         )
 
     def arm_weights(self, arm_id: str) -> FeatureWeights:
@@ -190,14 +249,13 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
         self, arm_ids: list[str], states: list[DiagSharedState], X: SparseRows, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
         K = X.n_rows
-        _, _, sum_sq, w = self._shared.lookup(X.indices)
-        precision = self.config.ridge_lambda + sum_sq
         z = X.values
+        _, variance, w = self._entries(X.indices)
         row = np.repeat(np.arange(K), np.diff(X.indptr))
         # Sums in row order over each row's entries: the same entries in the same order
         # give the same bits, whether X came sparse or dense.
         mean = np.bincount(row, weights=z * w, minlength=K)
-        width = np.sqrt(np.bincount(row, weights=z * z / precision, minlength=K))
+        width = np.sqrt(np.bincount(row, weights=z * z * variance, minlength=K))
         return mean + self.config.alpha * width, width
 
     def _update(
@@ -207,6 +265,14 @@ class DiagLinUCB(SharedModelPolicy[DiagSharedState, DiagSharedState, None]):
         shared = self._shared
         keep = x.values != 0.0
         columns, z = x.indices[keep], x.values[keep]
+        if isinstance(shared, DiagDiscountedState):
+            assert self._decay is not None  # the only way to a discounted part
+            if not self.uses_wall_clock():  # the policy's update count
+                now = shared.n + 1.0
+            else:
+                now = shared.clock if self._now is None else self._now
+            shared.add(columns, z, reward, now, self._decay)
+            return
         at, found, old_sq, w = shared.lookup(columns)
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is refused below
             before = self.config.ridge_lambda + old_sq  # D_ii

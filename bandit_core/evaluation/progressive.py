@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from statistics import NormalDist
 
 import numpy as np
 
+from bandit_core.clock import clock_at
 from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
 from bandit_core.policy import AnyPolicy
@@ -162,7 +164,9 @@ def progressive_distribution(
     docstring): row ``i`` is its select distribution on event ``i`` (epsilon included, in
     ``arm_ids`` order, zero-padded) before it learns event ``i``'s reward. ``events`` is
     read once (a generator building each event's rows on the fly keeps memory flat);
-    ``progress`` is called with 1 after each event. The policy is trained in place.
+    ``progress`` is called with 1 after each event. The policy is trained in place; a
+    policy with a wall clock (:class:`~bandit_core.clock.Clocked`) runs each event at
+    its ``time``.
 
     >>> import bandit_core
     >>> p = bandit_core.make_policy("linucb", d=1, alpha=0.0, epsilon=0.2, seed=0)
@@ -172,13 +176,16 @@ def progressive_distribution(
     """
     rows = []
     for e in events:
-        decision = policy.select(e.arm_ids, e.X, user_id=e.user_id)
-        index = {a: j for j, a in enumerate(e.arm_ids)}
-        row = np.zeros(k_max)
-        row[[index[a] for a in decision.ranking]] = decision.propensities
-        rows.append(row)
-        policy.add_arm(e.chosen)
-        policy.update(e.chosen, e.X[e.action], e.reward, user_id=e.user_id)
+        # a policy with a wall clock selects and learns at the decision's time, as it
+        # did when served (docs/algorithms.md section 10.3)
+        with nullcontext() if e.time is None else clock_at(policy, e.time):
+            decision = policy.select(e.arm_ids, e.X, user_id=e.user_id)
+            index = {a: j for j, a in enumerate(e.arm_ids)}
+            row = np.zeros(k_max)
+            row[[index[a] for a in decision.ranking]] = decision.propensities
+            rows.append(row)
+            policy.add_arm(e.chosen)
+            policy.update(e.chosen, e.X[e.action], e.reward, user_id=e.user_id)
         if progress is not None:
             progress(1)
     return np.array(rows).reshape(len(rows), k_max)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "  each --policy NAME=ARGUMENTS: VW arguments (--cb_explore_adf --epsilon E -q ab, as\n"
             "            PUT configurations/policy reads them) or a JSON policy spec\n"
             "  with --offline-experimentation, the best of a small grid (epsilon 0.05 / 0.2,\n"
-            "            interactions off / on, ridge_lambda 0.3 / 3) around the policy's own settings.\n"
+            "            interactions off / on, ridge_lambda 0.3 / 3) around the policy's own settings,\n"
+            "            and its own settings with a half-life of a day / a week (--half_life_seconds)\n"
+            "            when the policy's log in [--since, --until) can span four half-lives or more.\n"
             "A learning setting is replayed with progressive validation: at each decision it gives its\n"
             "action probabilities (exploration included), then learns that decision's logged reward. The\n"
             "logged propensities turn them into IPS (sum w r / n) and SNIPS (sum w r / sum w) estimates,\n"
@@ -129,7 +132,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from service.storage.base import StoreUnavailableError
     from service.storage.sql_log import SqlEventLog
     from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
-    from service.usecases.evaluations import evaluate, load_decisions, plan
+    from service.usecases.evaluations import evaluate, load_decisions, logged_span, plan
 
     try:
         url = make_url(args.data)
@@ -151,12 +154,15 @@ def _evaluate(args: argparse.Namespace) -> int:
             )
         info = info_from_record(configs[args.log_policy])
         policies = [EvaluationPolicy(name=n, arguments=a) for n, a in args.policy]
-        try:
-            candidates, grid = plan(LEARNING_SETTINGS, info, policies, args.offline_experimentation)
-        except ApiError as exc:
-            raise UsageError(f"--policy: {exc.message}") from None
         since = float("-inf") if args.since is None else args.since
         until = float("inf") if args.until is None else args.until
+        span = logged_span(info, since, until, time.time())
+        try:
+            candidates, grid = plan(
+                LEARNING_SETTINGS, info, policies, args.offline_experimentation, span
+            )
+        except ApiError as exc:
+            raise UsageError(f"--policy: {exc.message}") from None
         # on Ray, each actor reads the decisions itself
         decisions = (
             [] if engine.kind == "ray" else load_decisions(event_log, args.log_policy, since, until)

@@ -36,15 +36,17 @@ def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
     loop's engine, and the arguments with no effect here
     (:func:`service.personalizer.vw_arguments.read_vw_arguments`, whose table says what
     each option does): ``epsilon``; ``features`` with the interactions (none without
-    ``-q``, as in VW) and ``-b`` as its ``bits``; ``--random_seed`` as the ``params``
-    seed."""
+    ``-q``, as in VW) and ``-b`` as its ``bits``; ``--random_seed`` and
+    ``--half_life_seconds`` as those ``params`` (the shared model's seed and its
+    forgetting, docs/algorithms.md section 10.3)."""
     read, ignored = read_vw_arguments(arguments)
     features = {**DEFAULT_FEATURES, "interactions": read["interactions"]}
     if "bits" in read:
         features["bits"] = read["bits"]
     params = dict(DEFAULT_LOOP_SPEC.params)
-    if "seed" in read:
-        params["seed"] = read["seed"]
+    for name in ("seed", "half_life_seconds"):
+        if name in read:
+            params[name] = read[name]
     # dimension None: derived from the features (2^bits + 1)
     changes: dict[str, Any] = {"features": features, "params": params, "dimension": None}
     if "epsilon" in read:
@@ -67,6 +69,7 @@ def vw_arguments(info: PolicyInfo) -> str:
     bits = features.pop("bits", None)
     params = dict(spec.params)
     seed = params.pop("seed", None)
+    half_life = params.pop("half_life_seconds", None)
     default = DEFAULT_LOOP_SPEC
     default_features = {
         k: v for k, v in (default.features or {}).items() if k not in ("interactions", "bits")
@@ -89,7 +92,14 @@ def vw_arguments(info: PolicyInfo) -> str:
         words += ["-b", str(bits)]
     if seed is not None:
         words += ["--random_seed", str(seed)]
+    if half_life is not None:
+        words += ["--half_life_seconds", _number(half_life)]
     return " ".join(words)
+
+
+def _number(value: float) -> str:
+    """``value`` written so that it reads back the same: 86400, not 86400.0."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _engine(spec: PolicySpec) -> tuple[Any, ...]:

@@ -17,6 +17,7 @@ but ``-q``/``--quadratic``/``--interactions``, which add up.
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +84,16 @@ def _seed(value: str, changes: dict[str, Any]) -> None:
         raise _invalid(f"--random_seed must be an integer, but got {value!r}") from None
 
 
+def _half_life(value: str, changes: dict[str, Any]) -> None:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise _invalid(f"--half_life_seconds must be a number, but got {value!r}") from None
+    if not 0.0 < seconds < math.inf:
+        raise _invalid(f"--half_life_seconds must be positive and finite, but got {value}")
+    changes["half_life_seconds"] = seconds
+
+
 def _flag(_value: str, _changes: dict[str, Any]) -> None:
     """A flag that names what the loop is already."""
 
@@ -121,6 +132,13 @@ OPTIONS: tuple[VwOption, ...] = (
     ),
     VwOption(("-b", "--bit_precision"), True, HONOURED, "the featurizer's hash bits", _bits),
     VwOption(("--random_seed",), True, HONOURED, "the seed of the exploration", _seed),
+    VwOption(
+        ("--half_life_seconds",),
+        True,
+        HONOURED,
+        "not VW's: the shared model forgets, a reward that many seconds old weighing half",
+        _half_life,
+    ),
     VwOption(("-l", "--learning_rate"), True, NO_EFFECT, "a ridge model has no learning rate"),
     VwOption(("--power_t",), True, NO_EFFECT, "a ridge model has no learning-rate decay"),
     VwOption(("--l1",), True, NO_EFFECT, "no L1 penalty in a ridge model"),
@@ -168,7 +186,7 @@ def _tokens(arguments: str) -> list[tuple[str, str | None]]:
 
 def read_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
     """The settings a learning-policy string gives (``epsilon``, ``interactions`` as
-    featurizer pairs, ``bits``, ``seed``; only those written, but ``interactions``,
+    featurizer pairs, ``bits``, ``seed``, ``half_life_seconds``; only those written, but ``interactions``,
     always there) and the options it gives that have no effect here (as written,
     for the ``Warning`` header). No ``-q``: no interactions, as in VW. A refused or
     unknown option, or a bad value, is a 400 naming it."""

@@ -44,6 +44,7 @@ from service.usecases.evaluations import (
     PROGRESS_EVERY_SECONDS,
     RANDOM,
     Candidate,
+    logged_span,
     plan,
 )
 from service.usecases.importance import scores_over_log_on
@@ -206,8 +207,9 @@ class Evaluations:
         if end_time <= start_time:
             start_field, end_field = time_fields
             raise InvalidRequest(f"{end_field} must be after {start_field}", ["body", end_field])
-        candidates, grid = plan(self.learning, info, policies, offline_experimentation)
         now = self.clock()
+        span = logged_span(info, start_time, end_time, now)
+        candidates, grid = plan(self.learning, info, policies, offline_experimentation, span)
         record = EvaluationRecord(
             policy=loop,
             evaluation_id=evaluation_id or str(uuid.uuid4()),

@@ -11,7 +11,8 @@ that have a logged reward, and estimates, per decision, the reward of:
 * ``Custom``: each learning setting of the request (VW arguments, parsed as
   ``configurations/policy`` parses them, or a JSON policy spec);
 * ``OfflineExperimentation`` (when asked): the best of a small grid of settings around
-  the loop's own (:data:`GRID`: exploration, interactions on or off, ridge regularization).
+  the loop's own (:data:`GRID`: exploration, interactions on or off, ridge regularization;
+  and :data:`GRID_HALF_LIVES`, forgetting, over a range long enough).
 
 Learning settings are replayed with progressive validation and every estimate is kept
 as per-period sums (:mod:`bandit_core.evaluation.progressive`, periods of
@@ -60,6 +61,12 @@ GRID: dict[str, tuple[Any, ...]] = {
     "ridge_lambda": (0.3, 3.0),
 }
 """The learning settings offline experimentation tries around the loop's own."""
+GRID_HALF_LIVES = (86400.0, 604800.0)
+"""Half-lives (a day, a week) offline experimentation also tries, each as the loop's own
+setting with ``half_life_seconds``, when the log the evaluated range can hold
+(:func:`logged_span`) spans :data:`HALF_LIVES_IN_RANGE` of them (a shorter log could not
+tell forgetting apart)."""
+HALF_LIVES_IN_RANGE = 4.0
 BASELINE, RANDOM, ONLINE = "Baseline", "Random", "Online"
 PROGRESS_EVERY_SECONDS = 1.0
 
@@ -116,12 +123,20 @@ def spec_from_arguments(
     return spec
 
 
-def grid_candidates(learning: LearningSettings, loop: PolicySpec) -> list[PolicySpec]:
-    """The specs offline experimentation tries (:data:`GRID`); none when the grid's
+def grid_candidates(
+    learning: LearningSettings, loop: PolicySpec, span_seconds: float | None = None
+) -> list[PolicySpec]:
+    """The specs offline experimentation tries (:data:`GRID`, then the loop's own setting
+    with each of :data:`GRID_HALF_LIVES` that ``span_seconds`` of log holds
+    :data:`HALF_LIVES_IN_RANGE` times; None: no half-life); none when the grid's
     settings do not map onto the loop's (:meth:`LearningSettings.explorable`)."""
     if not learning.explorable(loop) or loop.features is None:
         return []
-    specs = []
+    specs = [
+        loop.model_copy(update={"params": {**loop.params, "half_life_seconds": half_life}})
+        for half_life in GRID_HALF_LIVES
+        if span_seconds is not None and span_seconds >= HALF_LIVES_IN_RANGE * half_life
+    ]
     for epsilon in GRID["epsilon"]:
         for interactions in GRID["interactions"]:
             for ridge in GRID["ridge_lambda"]:
@@ -141,15 +156,23 @@ def grid_candidates(learning: LearningSettings, loop: PolicySpec) -> list[Policy
     return specs
 
 
+def logged_span(info: PolicyInfo, start: float, end: float, now: float) -> float:
+    """Seconds of ``[start, end)`` in which the policy ``info`` can have logged decisions:
+    after its creation and before ``now`` (0 when none)."""
+    return max(0.0, min(end, now) - max(start, info.created_at))
+
+
 def plan(
     learning: LearningSettings,
     info: PolicyInfo,
     policies: Sequence[PolicyArguments],
     offline_experimentation: bool,
+    span_seconds: float | None = None,
 ) -> tuple[list[Candidate], list[PolicySpec]]:
     """What an evaluation of the policy ``info`` replays: the online setting, Baseline,
-    Random and ``policies`` (a 400 names a bad one), and the grid when asked; settings
-    are read and written by ``learning``."""
+    Random and ``policies`` (a 400 names a bad one), and the grid when asked (with the
+    half-lives that ``span_seconds`` of log, :func:`logged_span`, holds: :func:`grid_candidates`);
+    settings are read and written by ``learning``."""
     loop_spec = spec_of(info)
     online = learning.online_name(info)
     reserved = {online, BASELINE, RANDOM}
@@ -169,7 +192,8 @@ def plan(
         loc: list[str | int] = ["body", "policies", i, "arguments"]
         spec = spec_from_arguments(learning, loop_spec, p.arguments, loc)
         candidates.append(Candidate(p.name, p.arguments, "Custom", spec))
-    return candidates, grid_candidates(learning, loop_spec) if offline_experimentation else []
+    grid = grid_candidates(learning, loop_spec, span_seconds) if offline_experimentation else []
+    return candidates, grid
 
 
 # ---- the computation (runs in a worker process, or in bandit evaluate) -------------------

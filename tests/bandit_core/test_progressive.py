@@ -22,6 +22,7 @@ from bandit_core.evaluation import (
     snips,
     uniform_distribution,
 )
+from bandit_core.policy import AnyPolicy
 
 
 def _log(
@@ -97,3 +98,30 @@ def test_baseline_and_uniform_targets() -> None:
     assert baseline_distribution([2, 3]).tolist() == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
     assert np.allclose(uniform_distribution([2, 4]), [[0.5, 0.5, 0, 0], [0.25] * 4])
     assert baseline_distribution([]).shape == (0, 0)
+
+
+def test_a_wall_clock_policy_is_replayed_at_each_decision_time() -> None:
+    """``half_life_seconds = 60``: "a" earns three rewards of 1 at ``t0`` (theta 3/4),
+    "b" one at ``t0 + 600``. Ten half-lives later "a" weighs ``3 / 1024`` (theta
+    ``(3/1024) / (1 + 3/1024) < 1/2``), so the greedy policy serves "b" at ``t0 + 600``,
+    as the service would; replayed without the times it would still serve "a"."""
+    t0 = 1.8e9
+
+    def event(chosen: str, at: float) -> LoggedEvent:
+        return LoggedEvent.build(
+            ["a", "b"], chosen, 1.0, arm_features=np.ones((2, 1)), pscore=0.5, time=at
+        )
+
+    events = [event("a", t0)] * 3 + [event("b", t0 + 600.0), event("a", t0 + 600.0)]
+
+    def policy() -> AnyPolicy:
+        return bandit_core.make_policy(
+            "discounted_linucb", d=1, alpha=0.0, epsilon=0.0, half_life_seconds=60.0
+        )
+
+    timed = progressive_distribution(policy(), events, 2)
+    assert timed[3].tolist() == [1.0, 0.0] and timed[4].tolist() == [0.0, 1.0]
+    untimed = [
+        LoggedEvent.build(e.arm_ids, e.chosen, 1.0, arm_features=e.X, pscore=0.5) for e in events
+    ]
+    assert progressive_distribution(policy(), untimed, 2)[4].tolist() == [1.0, 0.0]

@@ -80,9 +80,14 @@ async def _half_life_story(http: Any, now: list[float]) -> None:
     assert latest == pytest.approx(2.75 / 4.25, rel=1e-12)
 
 
-async def test_a_half_life_policy_forgets_by_the_time_of_its_decisions(make_settings: Any) -> None:
+@pytest.mark.parametrize("algorithm", ["discounted_linucb", "hybrid_linucb", "diag_linucb"])
+async def test_a_half_life_policy_forgets_by_the_time_of_its_decisions(
+    make_settings: Any, algorithm: str
+) -> None:
+    """The per-arm model, the shared one and the diagonal one: with one feature and one
+    arm all three are the same weighted ridge."""
     async with running(make_settings()) as (app, http, _):
-        spec = _policy("discounted_linucb", half_life_seconds=HALF_LIFE)
+        spec = _policy(algorithm, half_life_seconds=HALF_LIFE)
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         now = [T0]
         _set_clock(app, now)

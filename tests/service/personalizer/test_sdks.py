@@ -346,6 +346,17 @@ def test_configuration_round_trips_and_maps_onto_the_policy(endpoint: str) -> No
     # the answer's Warning header, tests/service/personalizer/test_vw_arguments.py)
     assert updated == {"name": "mine", "arguments": written}
     assert sdk.get_service_configuration()["explorationPercentage"] == 0.1
+    # a forgetting shared model (docs/personalizer.md, "Learning policy"), ranked with
+    forgetting = "--cb_explore_adf --epsilon 0.2 -q :: --half_life_seconds 86400"
+    assert (
+        sdk.update_policy({"name": "forgets", "arguments": forgetting})["arguments"] == forgetting
+    )
+    policy = httpx.get(
+        f"{endpoint}/policies/personalizer", headers={"Authorization": f"Bearer {API_KEY}"}
+    ).json()
+    assert (policy["algorithm"], policy["params"]["half_life_seconds"]) == ("hybrid_linucb", 86400)
+    ranked = client(endpoint).rank({"contextFeatures": CONTEXT, "actions": ACTIONS})
+    client(endpoint).reward(ranked["eventId"], {"value": 1.0})
     assert sdk.reset_policy() == {
         "name": "default",
         "arguments": "--cb_explore_adf --epsilon 0.2 -q ::",
@@ -634,13 +645,14 @@ def test_offline_evaluations_with_the_2022_sdk(endpoint: str) -> None:
     end = datetime.now(UTC) + timedelta(minutes=1)
     evaluation_id = uuid.uuid4().hex
     custom = {"name": "no-interactions", "arguments": "--cb_explore_adf --epsilon 0.2"}
+    forgetting = {"name": "half-life", "arguments": "--epsilon 0.2 -q :: --half_life_seconds 60"}
     settings.create_evaluation(
         evaluation_id,
         {
             "name": "sdk",
             "startTime": begin,
             "endTime": end,
-            "policies": [custom],
+            "policies": [custom, forgetting],
             "enablePolicyOptimization": True,
         },
     )
@@ -659,6 +671,8 @@ def test_offline_evaluations_with_the_2022_sdk(endpoint: str) -> None:
         low, high = value["summary"]["confidenceInterval"]
         assert low <= value["summary"]["expectedReward"] <= high
         assert value["timeseries"]["data"]
+    names = {v["name"]: v for v in result["content"]["value"]}
+    assert names["half-life"]["arguments"] == forgetting["arguments"]
     # Baseline serves "news" (the first action), which this traffic never rewards
     assert sources["Baseline"]["summary"]["expectedReward"] == 0.0
     assert evaluation_id in {e["id"] for e in settings.list_evaluations()}

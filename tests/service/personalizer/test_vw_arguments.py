@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from service.errors import InvalidRequest
-from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC, parse_vw_arguments
+from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC, parse_vw_arguments, vw_arguments
 from service.personalizer.vw_arguments import HONOURED, NO_EFFECT, OPTIONS, REFUSED
+from service.schemas import PolicyInfo
 from tests.service.conftest import running
 
 pytestmark = pytest.mark.anyio
@@ -57,6 +58,32 @@ def test_random_seed_is_the_models_seed() -> None:
     params = parse_vw_arguments("--random_seed 7")[0]["params"]
     assert params == {**DEFAULT_LOOP_SPEC.params, "seed": 7}
     assert "--random_seed must be an integer" in _refused("--random_seed x")
+
+
+def test_half_life_seconds_makes_the_shared_model_forget() -> None:
+    for arguments in ("--half_life_seconds 86400", "--half_life_seconds=86400"):
+        params = parse_vw_arguments(arguments)[0]["params"]
+        assert params == {**DEFAULT_LOOP_SPEC.params, "half_life_seconds": 86400.0}
+    assert "half_life_seconds" not in parse_vw_arguments("-q ::")[0]["params"]
+    assert "--half_life_seconds must be positive and finite" in _refused("--half_life_seconds 0")
+    assert "--half_life_seconds must be positive and finite" in _refused("--half_life_seconds inf")
+    assert "--half_life_seconds must be a number" in _refused("--half_life_seconds day")
+
+
+@pytest.mark.parametrize("half_life", [86400.0, 90.5])
+def test_a_half_life_is_written_back_as_it_reads(half_life: float) -> None:
+    """A loop whose engine is the default shared model with a half-life is described by
+    VW arguments (not its JSON spec) that parse back to the same engine."""
+    params = {**DEFAULT_LOOP_SPEC.params, "half_life_seconds": half_life}
+    spec = DEFAULT_LOOP_SPEC.model_copy(update={"params": params})
+    info = PolicyInfo(
+        name="shop", revision="", created_at=0.0, updated_at=0.0, reset_at=0.0, **spec.model_dump()
+    )
+    written = vw_arguments(info)
+    assert (
+        written.startswith("--cb_explore_adf") and f"--half_life_seconds {half_life:g}" in written
+    )
+    assert parse_vw_arguments(written)[0]["params"] == params
 
 
 def test_the_adf_flags_name_the_shared_model() -> None:
