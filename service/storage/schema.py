@@ -3,7 +3,10 @@
 The Alembic migrations in ``migrations/`` own the schema; this metadata mirrors them
 (``tests/migrations`` checks that autogenerate finds no difference). Times are unix
 seconds as double precision, so records round-trip exactly on both dialects;
-JSON columns are JSONB on PostgreSQL.
+JSON columns are JSONB on PostgreSQL, except ``decisions.candidates``: PostgreSQL's
+``json``, kept as the text the writer sent (only its syntax checked), as nothing queries
+into it and parsing it into JSONB was most of the database's CPU per logged decision
+(docs/performance.md "Event-log writes").
 
 On PostgreSQL ``decisions`` and ``rewards`` are partitioned by range of ``created_at``
 (``service.storage.partitions``; docs/operations.md "Event-log partitions"), so their
@@ -40,6 +43,8 @@ NAMING_CONVENTION = {
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 Json = sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+# a JSON column stored as its text on PostgreSQL too (module docstring)
+JsonText = sa.JSON(none_as_null=True).with_variant(postgresql.JSON(none_as_null=True), "postgresql")
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
@@ -60,7 +65,7 @@ decisions = sa.Table(
     sa.Column("created_at", sa.Double, primary_key=True),
     sa.Column("user_id", sa.Text, nullable=True),
     sa.Column("context", Json, nullable=False),
-    sa.Column("candidates", Json, nullable=False),
+    sa.Column("candidates", JsonText, nullable=False),
     sa.Column("arm_id", sa.Text, nullable=False),
     sa.Column("propensity", sa.Double, nullable=False),
     sa.Column("scores", Json, nullable=False),

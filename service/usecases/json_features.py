@@ -30,6 +30,9 @@ from service.usecases.candidates import candidate_arms
 
 ACTION_CACHE_SIZE = 65_536
 """Hashed candidate feature objects kept per featurizer (a few KB each at most)."""
+LIST_CACHE_SIZE = 256
+"""Candidate lists (their actions' cache entries, by the list's canonical JSON) kept per
+featurizer: a catalog sent whole again is one lookup instead of one per action."""
 FEATURIZERS_KEPT = 16
 """Featurizers (one per distinct ``features`` config) a process keeps with their caches."""
 
@@ -47,6 +50,7 @@ class CachedFeaturizer:
         self.featurizer = Featurizer(config)
         self.max_size = max_size
         self._actions: OrderedDict[bytes, tuple[HashedFeatures, orjson.Fragment]] = OrderedDict()
+        self._lists: OrderedDict[bytes, list[tuple[HashedFeatures, Any]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._actions)
@@ -82,6 +86,32 @@ class CachedFeaturizer:
         if len(self._actions) > self.max_size:
             self._actions.popitem(last=False)
         return entry
+
+    def hashed_actions(
+        self, actions: Sequence[Any], arm_index: Sequence[int | None]
+    ) -> list[tuple[HashedFeatures, Any]]:
+        """:meth:`hashed_action` of every candidate of a request, in order. A list whose
+        canonical JSON was seen before (the same actions in the same order) is one
+        lookup: the canonical JSON of a list is its items' joined, so the key fixes every
+        item's (22 against 74 us for the rank request of docs/performance.md section 9).
+        Only lists every item of which was cached, and so checked, are kept."""
+        try:
+            key: bytes | None = orjson.dumps(actions, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):
+            key = None
+        if key is not None and b"null" in key:
+            key = None  # an item is not cacheable (class docstring)
+        if key is not None:
+            cached = self._lists.get(key)
+            if cached is not None:
+                self._lists.move_to_end(key)
+                return cached
+        entries = [self.hashed_action(features, k, arm_index) for k, features in enumerate(actions)]
+        if key is not None:
+            self._lists[key] = entries
+            if len(self._lists) > LIST_CACHE_SIZE:
+                self._lists.popitem(last=False)
+        return entries
 
 
 class JsonCandidates:
@@ -133,7 +163,7 @@ class JsonCandidates:
         cached = self.featurizer(info)
         try:
             index = [i for _, _, i in arms]
-            entries = [cached.hashed_action(features, k, index) for k, features in enumerate(raw)]
+            entries = cached.hashed_actions(raw, index)
             hashed = [entry[0] for entry in entries]
             ctx = cached.featurizer.hash_features(context, ("context",))
             check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)

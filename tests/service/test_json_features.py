@@ -15,7 +15,7 @@ import pytest
 
 import bandit_core
 from bandit_core import policy_from_bytes
-from bandit_core.errors import InvalidInputError
+from bandit_core.errors import InvalidFeatureError, InvalidInputError
 from bandit_core.features import Featurizer, FeaturizerConfig
 from bandit_core.featurized import featurized_rows
 from service.api.app import LEARNING_SETTINGS
@@ -288,6 +288,43 @@ def test_cached_actions_give_the_rows_of_uncached_ones_bit_for_bit() -> None:
             featurized_rows(plain, policy, CONTEXT, actions),
         )
     assert len(cached) == 2  # bounded; the object with a null was not cached
+
+
+def test_a_candidate_list_seen_before_is_one_lookup_with_the_same_entries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = PolicySpec(**SHARED)
+    cached = CachedFeaturizer(FeaturizerConfig.from_dict(spec.features))
+    plain = CachedFeaturizer(FeaturizerConfig.from_dict(spec.features))
+    catalog = [a["features"] for a in items("a", 4)]
+    with_null = [*catalog, {"item": {"category": "food", "note": None}}]
+    index = list(range(5))
+    calls: list[int] = []
+    per_action = CachedFeaturizer.hashed_action
+
+    def counted(self: CachedFeaturizer, features: Any, k: int, arms: Any) -> Any:
+        calls.append(k)
+        return per_action(self, features, k, arms)
+
+    monkeypatch.setattr(CachedFeaturizer, "hashed_action", counted)
+    for actions in (catalog, with_null):
+        for _ in range(2):
+            entries = cached.hashed_actions(actions, index)
+            expected = [per_action(plain, a, k, index) for k, a in enumerate(actions)]
+            assert [orjson.dumps(logged) for _, logged in entries] == [
+                orjson.dumps(logged) for _, logged in expected
+            ]
+            for (h, _), (e, _) in zip(entries, expected):
+                np.testing.assert_array_equal(h.hashes, e.hashes)
+                np.testing.assert_array_equal(h.values, e.values)
+                assert h.namespaces == e.namespaces
+    # the catalog's items were looked up once; the list with a null item, every time
+    assert calls == [0, 1, 2, 3] + [0, 1, 2, 3, 4] * 2
+    bad = [*catalog, {"item": {"price": "x" * 2000}}]
+    for _ in range(2):  # a list with a bad item is never kept: the same 422 each time
+        with pytest.raises(InvalidFeatureError) as exc:
+            cached.hashed_actions(bad, index)
+        assert exc.value.loc[:2] == ("actions", 4)
 
 
 async def test_a_logged_json_stream_replays_under_another_featurizer(make_settings: Any) -> None:
