@@ -1,8 +1,8 @@
 """decisions.candidates as json (its text) instead of jsonb on PostgreSQL
 
 Revision ID: 5d2e8a4c7f19
-Revises: 9a4c6e2f7b18
-Create Date: 2026-11-28 04:00:00
+Revises: 5d2a8c4e6f19
+Create Date: 2026-11-28 04:10:00
 
 Nothing queries into a decision's candidates, and parsing them into JSONB (a dense K = 50,
 d = 32 decision holds 1,600 numbers) was most of PostgreSQL's CPU per logged decision
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "5d2e8a4c7f19"
-down_revision: str | None = "9a4c6e2f7b18"
+down_revision: str | None = "5d2a8c4e6f19"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
