@@ -240,6 +240,12 @@ class Settings(BaseSettings):
         description="how often a process looks for Auto-Optimize runs that are due and "
         "decides the finished ones (docs/personalizer.md, Auto-Optimize)",
     )
+    retrain_check_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="how often a process looks for relearned models whose late rewards "
+        "are not learned yet (left by a restart; docs/personalizer.md, Relearning from the log)",
+    )
     evaluation_stale_seconds: float = Field(
         30.0,
         gt=0,

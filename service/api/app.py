@@ -203,6 +203,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             asyncio.create_task(
                 use_cases.auto_optimizer.run(stop, settings.auto_optimize_check_seconds)
             ),
+            asyncio.create_task(use_cases.retrains.run(stop, settings.retrain_check_seconds)),
         ]
 
         async def stop_tasks() -> None:

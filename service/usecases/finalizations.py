@@ -41,19 +41,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import orjson
 from prometheus_client import Counter
 
 from bandit_core import clock_at
 from service.errors import Conflict, NotFound
 from service.observability import metrics
-from service.policies import Runtime
+from service.policies import CONFIG_KEY, Runtime, decode_info
 from service.schemas import PolicyInfo
 from service.storage.base import VersionedValue
 from service.usecases.events import EventState, PendingEvent, delta_key, event_key
 from service.usecases.folds import defers_updates, encode_delta
-from service.usecases.policy_cache import PolicyCache, import_stored
+from service.usecases.policy_cache import METRICS_PREFIX, PolicyCache, import_stored
 
 log = logging.getLogger("bandit.service")
+
+RELEARNED_KEY = METRICS_PREFIX + "relearned"
+"""The ids (a JSON list) of the events a relearned model's predecessor served whose
+reward was applied after the switch: logged, not learned live; the retrain's
+reconciliation learns them from the log and takes them off (service.usecases.retrain)."""
 
 
 class EventAlreadyFinalError(Exception):
@@ -164,6 +170,9 @@ class Finalizations:
     deltas_written: Callable[[str, int], None] = lambda name, count: None
     _queues: dict[str, _PolicyQueue] = field(default_factory=dict, init=False, repr=False)
     _drains: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+    _configs: dict[str, tuple[bytes, PolicyInfo]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @property
     def idle(self) -> bool:
@@ -245,7 +254,9 @@ class Finalizations:
         is raised; with several, each failed one's error is in its place in the list
         instead of an event (see the module docstring)."""
         runtime = batch[0].runtime
-        keys = list(dict.fromkeys(event_key(item.event_id) for item in batch))
+        # the stored config, not the cached one, says which model an event's reward is for
+        keys = [CONFIG_KEY, RELEARNED_KEY]
+        keys += dict.fromkeys(event_key(item.event_id) for item in batch)
         parts_of = [item.parts() for item in batch]
         parts = list(dict.fromkeys(p for item_parts in parts_of for p in item_parts))
         if self.tally is not None and any(item.event.imitated is not None for item in batch):
@@ -296,6 +307,10 @@ class Finalizations:
         policy = runtime.policy
         folded = defers_updates(runtime)
         deltas: dict[str, bytes] = {}
+        config = values[CONFIG_KEY]
+        serving = runtime.info if config is None else self._decoded(name, config)
+        relearned_ids: list[str] = orjson.loads(values[RELEARNED_KEY] or b"[]")
+        marked = len(relearned_ids)
         events: dict[str, PendingEvent] = {}
         changed: dict[str, None] = {}
         counted: dict[str, bytes] = {}
@@ -310,8 +325,9 @@ class Finalizations:
                 if not ev.pending:
                     raise EventAlreadyFinalError(ev)
                 value, state = (item.value, item.state) if item.decide is None else item.decide(ev)
-                relearned = ev.reset_at == runtime.info.retrained_from is not None
-                if ev.reset_at != runtime.info.reset_at and value is not None and not relearned:
+                relearned = ev.reset_at == serving.retrained_from is not None
+                current = ev.reset_at == serving.reset_at == runtime.info.reset_at
+                if value is not None and not (current or relearned):
                     raise Conflict(
                         f"policy {name!r} was reset or reconfigured after event {item.event_id!r}"
                     )
@@ -322,6 +338,8 @@ class Finalizations:
             # an event of the model a relearned one replaced: its reward is logged and
             # reaches the relearned model from the log (service.usecases.retrain)
             learns = ev.learn and not relearned
+            if value is not None and ev.learn and relearned:
+                relearned_ids.append(item.event_id)
             if value is not None and learns and folded:
                 deltas[delta_key(item.event_id)] = encode_delta(ev, value, now)
             elif value is not None and learns:
@@ -350,7 +368,17 @@ class Finalizations:
         out.update({key: ev.to_json() for key, ev in events.items()})
         out.update(counted)
         out.update(deltas)
+        if len(relearned_ids) > marked:
+            out[RELEARNED_KEY] = orjson.dumps(relearned_ids)
         return out
+
+    def _decoded(self, name: str, config: bytes) -> PolicyInfo:
+        """Policy ``name``'s stored config ``config`` decoded (the last one of each policy
+        is kept: it rarely changes)."""
+        known = self._configs.get(name)
+        if known is None or known[0] != config:
+            known = self._configs[name] = (config, decode_info(config))
+        return known[1]
 
 
 def _alphas(

@@ -10,9 +10,11 @@ other engine fields, an applied evaluation) needs a new model and the policy has
    retrain: the caller starts the model over at once, as without ``retrain_days``.
 2. A worker process (:class:`~service.usecases.worker_pool.WorkerPool`) replays the
    window's rewards under the new settings in the order they were applied
-   (:func:`relearn_task`, the replay of :func:`~service.usecases.rebuild.learn_logged`).
+   (:func:`~service.usecases.retrain_passes.relearn_task`, the replay of
+   :func:`~service.usecases.rebuild.learn_logged`).
 3. Catch-up: the rewards logged meanwhile (the writer flushed first) are learned too
-   (:func:`updates_task`, a second pass of the worker skipping the events learned).
+   (:func:`~service.usecases.retrain_passes.updates_task`, a second pass of the worker
+   skipping the events learned).
 4. The switch: one store transaction writes the new config (``reset_at`` the window's
    start, so that ``bandit rebuild`` replays the same events; ``retrained_from`` the old
    model's ``reset_at``), every part of the new model (stored parts it lacks deleted) and
@@ -20,37 +22,41 @@ other engine fields, an applied evaluation) needs a new model and the policy has
    and the record is still this retrain's: a reset or another configuration change in
    between wins (the record says ``superseded``). The audit trail records it.
 5. Rewards of the old model's events that are applied after the catch-up read (a
-   reward racing the switch, or one for an event still pending at the switch, which the
-   finalization logs without learning: its row was featurized for the old model) reach
-   the new model from the log once those events' reward wait is over
-   (:meth:`Retrains._reconcile`).
+   reward racing the switch, or one for an event the old model served, rewarded after
+   the switch, which the finalization logs without learning: its row was featurized for
+   the old model, and the finalization adds its id to :data:`RELEARNED_KEY`) reach the
+   new model from the log once those events' reward wait is over
+   (:meth:`Retrains.reconcile`), in one transaction that also marks the record
+   ``reconciled``. What that needs is in the store (the record's ``horizon`` and
+   ``learned``, the ids under :data:`RELEARNED_KEY`), so a process that restarts
+   before it learns them on its next check (:meth:`Retrains.run`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-from bandit_core import clock_at, policy_from_bytes
+from bandit_core import policy_from_bytes
 from service.policies import CONFIG_KEY, build_policy, encode_info, spec_of
 from service.schemas import PolicyInfo, RetrainState
 from service.settings import Settings
-from service.storage.base import EventLog, LoggedDecision, LogSink
-from service.storage.state_store import PartStore
+from service.storage.base import EventLog, LogSink
+from service.storage.state_store import PartStore, PolicyDirectory
 from service.usecases.audit import AuditTrail, changed_settings
 from service.usecases.events import DELTA_PREFIX
+from service.usecases.finalizations import RELEARNED_KEY
 from service.usecases.learning_settings import LearningSettings
 from service.usecases.models import PART_PREFIXES
 from service.usecases.policy_cache import METRICS_PREFIX, PolicyCache
-from service.usecases.rebuild import learn_logged, served_rows
+from service.usecases.retrain_passes import Relearned, apply_updates, relearn_task, updates_task
 from service.usecases.worker_pool import WorkerPool
 
 log = logging.getLogger("bandit.service")
@@ -86,6 +92,11 @@ class RetrainStatus:
     finished_at: float | None = None
     events: int | None = None
     message: str | None = None
+    horizon: float | None = None
+    """Rewards applied before it are in the passes; after it, the ``learned`` ones are."""
+    learned: list[str] = field(default_factory=list)
+    reconciled: bool = False
+    """Whether the rewards the passes missed were learned (step 5)."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -95,108 +106,8 @@ class RetrainStatus:
         return cls(**orjson.loads(data))
 
 
-@dataclass(frozen=True)
-class Relearned:
-    """A pass of the worker: the engine bytes of the model (None for a pass of updates),
-    the updates to apply (arm, row, reward, decided at, user), the ids of the events
-    learned whose reward came after the pass's horizon, and how many it learned."""
-
-    model: bytes | None
-    updates: list[tuple[str, Any, float, float, str | None]]
-    recent: list[str]
-    events: int
-
-
-def window_rewards(
-    event_log: EventLog,
-    info: PolicyInfo,
-    learning: LearningSettings,
-    since: float,
-    until: float | None = None,
-    after: float = -math.inf,
-    skip: Iterable[str] = (),
-) -> list[LoggedDecision]:
-    """The rewarded decisions of ``info.name`` made in ``[since, until)`` that the policy
-    learns from (not degraded, :meth:`LearningSettings.learns_at`), whose reward was
-    applied after ``after`` and whose event id is not in ``skip``; in the order their
-    rewards were applied."""
-    skipped = set(skip)
-    out = [
-        e
-        for e in event_log.iter_events(info.name, since=since, until=until)
-        if e.reward is not None
-        and not e.decision.degraded
-        and e.reward.created_at > after
-        and e.decision.event_id not in skipped
-        and learning.learns_at(info, e.decision.created_at)
-    ]
-    out.sort(key=_rewarded_at)
-    return out
-
-
-def _rewarded_at(event: LoggedDecision) -> float:
-    assert event.reward is not None  # window_rewards keeps rewarded events only
-    return event.reward.created_at
-
-
-def _recent(events: list[LoggedDecision], horizon: float) -> list[str]:
-    return [e.decision.event_id for e in events if _rewarded_at(e) > horizon]
-
-
-def relearn_task(
-    log_url: str, target: dict[str, Any], since: float, horizon: float, learning: LearningSettings
-) -> Relearned:
-    """Worker entry point: the model of the config ``target`` learned from the window
-    ``[since, ...)`` of the log at ``log_url`` (:func:`window_rewards`); ``recent`` the
-    events learned whose reward came after ``horizon``."""
-    from service.storage.sql_log import SqlEventLog
-
-    event_log = SqlEventLog(log_url)
-    try:
-        info = PolicyInfo.model_validate(target)
-        events = window_rewards(event_log, info, learning, since)
-        policy = build_policy(spec_of(info))
-        learn_logged(policy, info, events)
-        return Relearned(policy.to_bytes(), [], _recent(events, horizon), len(events))
-    finally:
-        event_log.close()
-
-
-def updates_task(
-    log_url: str,
-    target: dict[str, Any],
-    since: float,
-    until: float | None,
-    horizon: float,
-    skip: list[str],
-    learning: LearningSettings,
-) -> Relearned:
-    """Worker entry point: the updates of the rewarded decisions of ``target``'s policy in
-    ``[since, until)`` rewarded after ``horizon`` and not in ``skip``, their rows
-    featurized for ``target``."""
-    from service.storage.sql_log import SqlEventLog
-
-    event_log = SqlEventLog(log_url)
-    try:
-        info = PolicyInfo.model_validate(target)
-        events = window_rewards(event_log, info, learning, since, until, horizon, skip)
-        row = served_rows(build_policy(spec_of(info)), info)
-        updates = []
-        for e in events:
-            d, reward = e.decision, e.reward
-            assert reward is not None  # window_rewards keeps rewarded events only
-            updates.append((d.arm_id, row(d), reward.value, d.created_at, d.user_id))
-        return Relearned(None, updates, _recent(events, horizon), len(events))
-    finally:
-        event_log.close()
-
-
-def apply_updates(policy: Any, updates: list[tuple[str, Any, float, float, str | None]]) -> None:
-    """Learn ``updates`` (:attr:`Relearned.updates`) in order."""
-    for arm, x, value, decided_at, user in updates:
-        policy.add_arm(arm)
-        with clock_at(policy, decided_at):
-            policy.update(arm, x, value, user_id=user)
+class RetrainStore(PartStore, PolicyDirectory, Protocol):
+    """The state store's roles a retrain uses (``service.storage.state_store``)."""
 
 
 @dataclass
@@ -204,7 +115,7 @@ class Retrains:
     """Relearn a policy's model from the log (module docstring); one per process."""
 
     cache: PolicyCache
-    store: PartStore
+    store: RetrainStore
     event_log: EventLog
     sink: LogSink
     settings: Settings
@@ -212,7 +123,8 @@ class Retrains:
     learning: LearningSettings
     clock: Callable[[], float] = time.time
     _workers: WorkerPool = field(init=False)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _tasks: set[asyncio.Task[object]] = field(default_factory=set, init=False)
+    _reconciling: set[str] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         self._workers = WorkerPool(1)
@@ -252,10 +164,13 @@ class Retrains:
         )
         record = status.to_json()
         await self.store.transact(old.name, [RETRAIN_KEY], lambda _: {RETRAIN_KEY: record})
-        task = asyncio.get_running_loop().create_task(self._run(old, status))
+        self._spawn(self._run(old, status))
+        return status
+
+    def _spawn(self, job: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.get_running_loop().create_task(job)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return status
 
     async def wait(self) -> None:
         """Wait for the retrains (and their reconciliations) this process runs."""
@@ -289,7 +204,7 @@ class Retrains:
                 )
             )
             apply_updates(policy, caught.updates)
-            learned = [*first.recent, *caught.recent]
+            status.horizon, status.learned = horizon, [*first.recent, *caught.recent]
             switched = await self._switch(name, status, policy, first.events + caught.events)
         except Exception as exc:  # the old model keeps serving; the record says why
             log.exception("retrain of %s failed", name)
@@ -298,7 +213,7 @@ class Retrains:
             await self._finish(name, status)
             return
         if switched is not None:
-            await self._reconcile(name, switched, status, horizon, learned)
+            await self.reconcile(name)
 
     async def _finish(self, name: str, status: RetrainStatus) -> None:
         """Write the record's end unless another retrain took its place."""
@@ -374,60 +289,105 @@ class Retrains:
         )
         return written
 
-    async def _reconcile(
-        self,
-        name: str,
-        switched: PolicyInfo,
-        status: RetrainStatus,
-        horizon: float,
-        learned: list[str],
-    ) -> None:
-        """Once the old model's events are past their wait (and a sweep), learn the rewards
-        of the window's decisions made before the switch that no pass learned (module
-        docstring, step 5), onto the stored model, unless it changed config since."""
+    async def reconcile(self, name: str) -> bool:
+        """Once the events of the model a relearned one replaced are past their wait (and
+        a sweep), learn the rewards of the window's decisions that no pass learned (module
+        docstring, step 5) onto the stored model, unless its config changed since; whether
+        the record is now ``reconciled``. Nothing to do (False) unless the latest retrain
+        of ``name`` switched and is not reconciled yet."""
+        if name in self._reconciling:
+            return False
+        self._reconciling.add(name)
+        try:
+            return await self._reconcile(name)
+        finally:
+            self._reconciling.discard(name)
+
+    async def _reconcile(self, name: str) -> bool:
+        status = await self.status(name)
+        if status is None or status.state != DONE or status.reconciled:
+            return False
+        switched = PolicyInfo.model_validate(status.target)
+        assert status.finished_at is not None and status.horizon is not None  # a switch's
         wait = switched.reward_wait_seconds + 2 * self.settings.sweeper_interval_seconds
-        await asyncio.sleep(wait)
+        await asyncio.sleep(max(0.0, status.finished_at + wait - self.clock()))
         await asyncio.to_thread(self.sink.flush, FLUSH_SECONDS)
+        marked = await self.cache.read(name, [RELEARNED_KEY], {})
+        ids = tuple(orjson.loads(marked[RELEARNED_KEY].data or b"[]"))
         late: Relearned = await asyncio.wrap_future(
             self._workers.submit(
                 updates_task,
                 self.settings.log_url,
-                switched.model_dump(mode="json"),
+                status.target,
                 status.since,
-                switched.updated_at,
-                horizon,
-                learned,
+                status.finished_at,
+                status.horizon,
+                status.learned,
                 self.learning,
+                ids,
             )
         )
-        if late.updates:
-            await self.apply_to_stored(name, switched.revision, late.updates)
+        done = RetrainStatus(**{**asdict(status), "reconciled": True}).to_json()
+        return await self.apply_to_stored(name, status, late, {RETRAIN_KEY: done})
 
     async def apply_to_stored(
         self,
         name: str,
-        revision: str,
-        updates: list[tuple[str, Any, float, float, str | None]],
+        status: RetrainStatus,
+        late: Relearned,
+        writes: dict[str, bytes | None],
     ) -> bool:
-        """Learn ``updates`` on the stored model of ``name`` in one transaction, if its
-        config is still ``revision``; whether it was."""
+        """Learn ``late``'s updates on the stored model of ``name`` and write ``writes`` in
+        one transaction, if the latest retrain is still ``status`` (not reconciled) and the
+        config the one it switched to; whether they were. The ids under
+        :data:`RELEARNED_KEY` the updates learned are taken off."""
         runtime, _, _ = await self.cache.load(name)
-        if runtime.info.revision != revision:
-            return False
         policy = build_policy(spec_of(runtime.info))
-        keys = list(dict.fromkeys(p for u in updates for p in policy.parts_for_update(u[0], u[4])))
+        updates = late.updates
+        parts = list(dict.fromkeys(p for u in updates for p in policy.parts_for_update(u[0], u[4])))
+        keys = [CONFIG_KEY, RETRAIN_KEY, RELEARNED_KEY, *parts, *writes]
+        taken = set(late.recent)  # the reconciliation's rewards all came after the horizon
+        written: list[bool] = []
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            config = values[CONFIG_KEY]
-            if config is None or PolicyInfo.model_validate_json(config).revision != revision:
+            written.clear()
+            config, record = values[CONFIG_KEY], values[RETRAIN_KEY]
+            if config is None or record is None:
                 return {}
-            fresh = build_policy(spec_of(runtime.info))
-            fresh.import_parts({k: values[k] for k in keys})
+            latest = RetrainStatus.from_json(record)
+            info = PolicyInfo.model_validate_json(config)
+            if latest.retrain_id != status.retrain_id or latest.reconciled:
+                return {}
+            if info.reset_at != status.since or info.retrained_from is None:
+                return {}  # reset or reconfigured since the switch
+            fresh = build_policy(spec_of(info))
+            fresh.import_parts({k: values[k] for k in parts})
             apply_updates(fresh, updates)
-            return dict(fresh.export_parts(keys))
+            out: dict[str, bytes | None] = dict(fresh.export_parts(parts))
+            out.update(writes)
+            marked: list[str] = orjson.loads(values[RELEARNED_KEY] or b"[]")
+            if any(i in taken for i in marked):
+                out[RELEARNED_KEY] = orjson.dumps([i for i in marked if i not in taken])
+            written.append(True)
+            return out
 
-        written = await self.store.transact(name, [CONFIG_KEY, *keys], fn)
+        await self.store.transact(name, list(dict.fromkeys(keys)), fn)
         return bool(written)
+
+    async def run(self, stop: asyncio.Event, seconds: float) -> None:
+        """Every ``seconds`` until ``stop``: reconcile the policies whose latest retrain
+        switched and is not reconciled (after a restart, the ones the process before left)."""
+        from service.usecases.periodic import every
+
+        await every(seconds, stop, self.check, "retrain reconciliation")
+
+    async def check(self) -> None:
+        """Start :meth:`reconcile` for each policy that needs it and has none running."""
+        for name in await self.store.list_policies():
+            status = await self.status(name)
+            unreconciled = status is not None and status.state == DONE and not status.reconciled
+            if unreconciled and name not in self._reconciling:
+                self._spawn(self.reconcile(name))
 
     def close(self) -> None:
         for task in self._tasks:
