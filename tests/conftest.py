@@ -1,5 +1,6 @@
 """Session fixtures of every test: the Redis and PostgreSQL the session owns
-(``tests.databases``), stopped when the session ends."""
+(``tests.databases``), stopped when the session ends; each module starts with no
+policy's metric series."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from service.observability import metrics
 from tests.databases import OWNED
 
 TIMED = pytest.mark.xdist_group("timed")
@@ -28,3 +30,14 @@ def owned_servers() -> Iterator[None]:
 def redis_url() -> str:
     """URL of the session's own Redis database; fixtures using it flush it."""
     return OWNED.redis_url()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_policy_series_of_other_modules() -> None:
+    """Drop the metric series of every policy (``metrics.POLICY_METRICS``) before a
+    module's tests: the registry is the process's, and every ``/metrics`` scrape walks
+    every series it holds, so after a worker's thousands of policies each scrape took
+    about a second. No service code keeps a series between calls, and no module reads
+    another's series."""
+    for metric in metrics.POLICY_METRICS:
+        metric.clear()

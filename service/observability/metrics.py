@@ -300,35 +300,33 @@ EXPLORATION_BOOST_UNTIL = Gauge(
 )
 
 # The metrics whose series :func:`render` drops for a policy that no longer exists.
-POLICY_FAMILIES = frozenset(
-    next(iter(metric.describe())).name
-    for metric in (
-        DECISIONS,
-        DEGRADED_DECISIONS,
-        REWARDS,
-        REWARD_POSITIVE_SUM,
-        REWARD_NEGATIVE_SUM,
-        GUARDRAIL_BLOCKS,
-        GUARDRAIL_ARGMAX_BLOCKED,
-        DELTA_G,
-        DELTA_G_LIMIT,
-        LNUCB_TA_ALPHA,
-        PENDING_EVENTS,
-        DEFAULT_REWARDS,
-        EXPIRED_EVENTS,
-        OVERDUE_PENDING,
-        SWEEPER_ERRORS,
-        REWARD_RECORD_ERRORS,
-        ARMS_FORGOTTEN,
-        TRANSACTION_RETRIES,
-        SNAPSHOT_LAST_SUCCESS,
-        SNAPSHOT_FAILURES,
-        DRIFT_DETECTIONS,
-        DRIFT_EXCURSION,
-        EXPLORATION_BOOST_UNTIL,
-        AUDIT_RECORDS,  # the audit trail keeps a deleted policy's records, GET /audit
-    )
+POLICY_METRICS = (
+    DECISIONS,
+    DEGRADED_DECISIONS,
+    REWARDS,
+    REWARD_POSITIVE_SUM,
+    REWARD_NEGATIVE_SUM,
+    GUARDRAIL_BLOCKS,
+    GUARDRAIL_ARGMAX_BLOCKED,
+    DELTA_G,
+    DELTA_G_LIMIT,
+    LNUCB_TA_ALPHA,
+    PENDING_EVENTS,
+    DEFAULT_REWARDS,
+    EXPIRED_EVENTS,
+    OVERDUE_PENDING,
+    SWEEPER_ERRORS,
+    REWARD_RECORD_ERRORS,
+    ARMS_FORGOTTEN,
+    TRANSACTION_RETRIES,
+    SNAPSHOT_LAST_SUCCESS,
+    SNAPSHOT_FAILURES,
+    DRIFT_DETECTIONS,
+    DRIFT_EXCURSION,
+    EXPLORATION_BOOST_UNTIL,
+    AUDIT_RECORDS,  # the audit trail keeps a deleted policy's records, GET /audit
 )
+POLICY_FAMILIES = frozenset(next(iter(metric.describe())).name for metric in POLICY_METRICS)
 
 
 OTHER_ARMS = "__other__"  # the arm label of every arm without its own series

@@ -112,14 +112,15 @@ class PolicyAdmin:
             if retrain is not None:  # the current model serves until the switch
                 self.audit.settings_change(old, info, {"retrain_id": retrain.retrain_id})
                 return info
-        if log_config:
-            await asyncio.to_thread(
-                self.event_log.upsert_policy, name, info.model_dump(mode="json")
-            )
-        if old is not None and reset:
-            await self._reset_state(name, info)
-        else:
-            await self._write_config(name, info)
+        with self.cache.config_writes.writing(name):
+            if log_config:
+                await asyncio.to_thread(
+                    self.event_log.upsert_policy, name, info.model_dump(mode="json")
+                )
+            if old is not None and reset:
+                await self._reset_state(name, info)
+            else:
+                await self._write_config(name, info)
         self.audit.settings_change(old, info, {"state_reset": True} if old and reset else None)
         return info
 
@@ -148,8 +149,9 @@ class PolicyAdmin:
     async def delete_policy(self, name: str) -> None:
         """Delete the policy, its state and its log (the audit trail keeps its records)."""
         old = await self.get_policy(name)
-        await asyncio.to_thread(self.event_log.delete_policy, name)
-        await self.store.delete_policy(name)
+        with self.cache.config_writes.writing(name):
+            await asyncio.to_thread(self.event_log.delete_policy, name)
+            await self.store.delete_policy(name)
         self.cache.forget(name)
         self.audit.record(name, DELETE, before=settings_of(old))
 
@@ -157,8 +159,11 @@ class PolicyAdmin:
         """Forget everything learned (and the pending events); keeps the config."""
         old = await self.get_policy(name)
         info = new_info(name, spec_of(old), self.clock(), old, reset=True)
-        await asyncio.to_thread(self.event_log.upsert_policy, name, info.model_dump(mode="json"))
-        await self._reset_state(name, info)
+        with self.cache.config_writes.writing(name):
+            await asyncio.to_thread(
+                self.event_log.upsert_policy, name, info.model_dump(mode="json")
+            )
+            await self._reset_state(name, info)
         self.audit.record(name, RESET, detail={"reset_at": info.reset_at})
         return info
 

@@ -11,7 +11,9 @@ it calls (:class:`CachedStore`); a use case that needs another role takes it its
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
@@ -61,6 +63,40 @@ async def no_stand_in(name: str, lost: Runtime | None) -> None:
     does not exist."""
 
 
+class ConfigWrites:
+    """The config writes of this process (policy create, replace, reset) in progress or
+    finished since a mark. Such a write records the config in the event log, then in the
+    store, and a reset clears the store's entry before it writes the new one: a policy
+    read meanwhile is in the log and not in the store without being lost
+    (:meth:`service.usecases.recovery.Recovery.check` leaves it alone)."""
+
+    def __init__(self) -> None:
+        self._running: Counter[str] = Counter()
+        self._finished: dict[str, int] = {}  # name -> the count of writes when its last ended
+        self._count = 0
+
+    def mark(self) -> int:
+        """The mark to pass to :meth:`since`."""
+        return self._count
+
+    @contextmanager
+    def writing(self, name: str) -> Iterator[None]:
+        """The block that writes the config of ``name`` to the event log and the store."""
+        self._running[name] += 1
+        try:
+            yield
+        finally:
+            self._running[name] -= 1
+            if not self._running[name]:
+                del self._running[name]
+            self._count += 1
+            self._finished[name] = self._count
+
+    def since(self, mark: int) -> set[str]:
+        """The names whose config write is in progress, or ended after ``mark``."""
+        return set(self._running) | {n for n, end in self._finished.items() if end > mark}
+
+
 def arms_of(parts: Sequence[str]) -> list[str]:
     """The arm ids among the part names ``parts``."""
     return [p[len(ARM_PREFIX) :] for p in parts if p.startswith(ARM_PREFIX)]
@@ -77,6 +113,7 @@ class PolicyCache:
         self._runtimes: dict[str, Runtime] = {}
         # asked when a policy's config is not in the store (set by Recovery)
         self.stand_in: StandIn = no_stand_in
+        self.config_writes = ConfigWrites()
 
     def new_runtime(self, info: PolicyInfo) -> Runtime:
         """An engine policy for ``info`` with no state loaded yet."""

@@ -72,9 +72,13 @@ class Recovery:
 
     async def check(self) -> list[str]:
         """Read the log's ``policies`` table, start the rebuild of each policy the store
-        does not list, and return :meth:`missing`."""
+        does not list (but one whose config this process was writing meanwhile), and
+        return :meth:`missing`."""
+        mark = self.cache.config_writes.mark()
         directory = await self._read_directory()
         present = set(await self.store.list_policies())
+        # a config written between the two reads may be in the log and not yet in the store
+        present |= self.cache.config_writes.since(mark)
         for name in sorted(directory.keys() - present):
             if name not in self._stand_ins:
                 self._register(name, self.cache.new_runtime(directory[name]))

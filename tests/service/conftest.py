@@ -4,6 +4,7 @@ and PostgreSQL, driven in process through ``httpx.ASGITransport``."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -17,6 +18,7 @@ import redis
 from service.api.app import create_app
 from service.client import AsyncBanditClient
 from service.settings import Settings
+from service.storage.migrate import upgrade_head
 from tests.databases import postgres_schema
 from tests.servers import RedisClusterServers, SentinelGroup
 
@@ -61,12 +63,28 @@ def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An SQLite event log migrated to head, which the embedded default's data
+    directories start from: the app's own ``upgrade head`` then finds nothing to do
+    (a migration from empty was most of an embedded app's start)."""
+    path = tmp_path_factory.mktemp("migrated") / "events.sqlite3"
+    upgrade_head(f"sqlite:///{path.as_posix()}")
+    return path
+
+
 @pytest.fixture
 def make_settings(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[Callable[..., Settings]]:
-    """Settings for the backend under test; keyword arguments override fields."""
+    """Settings for the backend under test; keyword arguments override fields. The
+    embedded default's ``data_dir`` holds a copy of :func:`migrated_sqlite`."""
     url = None if backend == "embedded" else request.getfixturevalue("redis_url")
+    if url is None:
+        (tmp_path / "data").mkdir()
+        shutil.copyfile(
+            request.getfixturevalue("migrated_sqlite"), tmp_path / "data" / "events.sqlite3"
+        )
     with _backend_urls(url) as urls:
 
         def make(**overrides: Any) -> Settings:

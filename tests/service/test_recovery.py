@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.service.conftest import POLICY, running
 
@@ -81,3 +82,99 @@ async def test_the_embedded_default_restarts_with_its_demo_policy_and_loop(
         n: i["reset_at"] for n, i in infos.items()
     }
     assert after["arms"] == before["arms"] and after["rewards"] == 1
+
+
+def _rebuilds() -> float:
+    """The rebuilds from the log this process started, whatever their outcome."""
+    return sum(
+        REGISTRY.get_sample_value("bandit_policy_rebuilds_total", {"outcome": outcome}) or 0.0
+        for outcome in ("rebuilt", "deleted", "failed")
+    )
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+@pytest.mark.parametrize("change", ["create", "replace", "reset"])
+@pytest.mark.parametrize("write_ends", ["after_the_check", "between_the_reads"])
+async def test_a_config_written_during_the_check_is_not_taken_for_a_lost_policy(
+    make_settings: Any, change: str, write_ends: str
+) -> None:
+    """A create or replace records the config in the log, then in the store (a reset
+    removes the store's entry before it writes the new one). The check reads the log,
+    then the store, while the write waits in its store step; the write ends after the
+    check, or between the store's answer and the check's use of it. Neither is a lost
+    policy: no stand-in, no rebuild."""
+    async with running(make_settings(rebuild_check_seconds=3600)) as (app, http, _):
+        use_cases = app.state.use_cases
+        recovery, store = use_cases.recovery, use_cases.store
+        if change != "create":
+            assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+            await _history(http, "p", 3)
+        rebuilds = _rebuilds()
+        store_step = store.add_policy
+        paused, resume = asyncio.Event(), asyncio.Event()
+
+        async def paused_step(name: str) -> None:
+            paused.set()
+            await resume.wait()
+            await store_step(name)
+
+        dimension = 4 if change == "replace" else 3  # a new dimension resets the state
+        requests = {
+            "create": lambda: http.put("/policies/p", json=POLICY),
+            "replace": lambda: http.put("/policies/p", json={**POLICY, "dimension": 4}),
+            "reset": lambda: http.post("/policies/p/reset"),
+        }
+        store.add_policy = paused_step
+        write = asyncio.ensure_future(requests[change]())
+        await asyncio.wait_for(paused.wait(), 10)
+        store.add_policy = store_step
+        listed = store.list_policies
+
+        async def listed_then_the_write_ends() -> list[str]:
+            names = await listed()
+            resume.set()
+            await write
+            return names
+
+        if write_ends == "between_the_reads":
+            store.list_policies = listed_then_the_write_ends
+        try:
+            assert await recovery.check() == []
+        finally:
+            store.list_policies = listed
+            resume.set()
+        assert (await write).status_code == 200, (await write).text
+        await recovery.wait()
+        assert recovery.missing() == [] and _rebuilds() == rebuilds
+        context = [0.1] * dimension
+        dec = await http.post("/recommend", json={"policy": "p", "context": context})
+        assert dec.status_code == 200 and not dec.json()["degraded"], dec.text
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_a_policy_deleted_between_the_checks_reads_is_not_taken_for_a_lost_one(
+    make_settings: Any,
+) -> None:
+    """A delete leaves the log, then the store: deleted after the check read the log
+    and before it read the store, the policy is in the one and not in the other without
+    being lost."""
+    async with running(make_settings(rebuild_check_seconds=3600)) as (app, http, _):
+        use_cases = app.state.use_cases
+        recovery, store = use_cases.recovery, use_cases.store
+        assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+        rebuilds = _rebuilds()
+        listed = store.list_policies
+
+        async def deleted_then_listed() -> list[str]:
+            assert (await http.delete("/policies/p")).status_code == 204
+            return await listed()
+
+        store.list_policies = deleted_then_listed
+        try:
+            assert await recovery.check() == []
+        finally:
+            store.list_policies = listed
+        await recovery.wait()
+        assert recovery.missing() == [] and _rebuilds() == rebuilds
+        r = await http.post("/recommend", json={"policy": "p", "context": [0.1, 0.2, 0.3]})
+        assert r.status_code == 404, r.text

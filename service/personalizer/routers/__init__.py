@@ -9,6 +9,7 @@ under ``/loops/{policy}``, each as ``/personalizer/...?api-version=...`` (the
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from typing import Literal
@@ -98,6 +99,9 @@ ROUTE_GROUPS = (
 loop_of, path_params)``); a new group of Personalizer routes is one more entry here."""
 
 
-def routers() -> list[APIRouter]:
-    """The Personalizer routers: every route group of every family."""
-    return [group(*family) for family in FAMILIES for group in ROUTE_GROUPS]
+@functools.cache
+def routers() -> tuple[APIRouter, ...]:
+    """The Personalizer routers: every route group of every family. Built once per
+    process (they hold no app's state, as the native routers, which are module
+    attributes): building their routes is most of an app's creation."""
+    return tuple(group(*family) for family in FAMILIES for group in ROUTE_GROUPS)
