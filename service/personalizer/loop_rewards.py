@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from service.errors import Conflict, InvalidRequest, NotFound
-from service.personalizer.settings import SUM
+from service.personalizer.settings import SUM, LoopSettings
 from service.schemas import RewardRequest
 from service.storage.base import LATE_SOURCE, RewardRecord
 from service.usecases.events import EventState, PendingEvent, event_key
@@ -39,17 +39,18 @@ def within_wait(event: PendingEvent, now: float, wait_seconds: float) -> bool:
     return now < deadline
 
 
-async def reward_loop_event(
-    rewards: Rewards, loop: str, event_id: str, value: float, aggregation: str
-) -> None:
-    """Take the reward ``value`` for ``event_id`` of ``loop`` under ``aggregation``
-    (module docstring). A reward for an event another loop served is ignored; one outside
-    the loop's reward range is a 400 naming ``value``."""
+async def reward_loop_event(rewards: Rewards, loop: str, event_id: str, value: float) -> None:
+    """Take the reward ``value`` for ``event_id`` of ``loop`` under the loop's
+    ``rewardAggregation`` (module docstring). A reward for an event another loop served
+    is ignored; one outside the loop's reward range is a 400 naming ``value``; 404 when
+    the loop does not exist."""
     owner = await rewards.owner(event_id)
     if owner is not None and owner != loop:
         return
-    runtime, _, raw = await rewards.cache.load(loop, extra=[event_key(event_id)])
-    data = raw[event_key(event_id)]
+    runtime, _, read = await rewards.cache.load_versioned(loop, extra=[event_key(event_id)])
+    aggregation = LoopSettings.of(runtime.info).reward_aggregation
+    stored = read[event_key(event_id)]
+    data = stored.data
     event = None if owner is None or data is None else PendingEvent.from_json(data)
     low, high = runtime.info.reward_range
     if not low <= value <= high:
@@ -64,7 +65,8 @@ async def reward_loop_event(
             if aggregation == SUM or event.reward_sum is not None:
                 event = await _add_to_sum(rewards, loop, event_id, value)
             else:
-                await rewards.reward(RewardRequest(event_id=event_id, reward=value))
+                request = RewardRequest(event_id=event_id, reward=value)
+                await rewards.reward_read(loop, runtime, request, stored)
             return
         except EventAlreadyFinalError as final:  # the wait ended meanwhile
             event = final.event
@@ -147,10 +149,10 @@ async def _held(rewards: Rewards, loop: str, event_id: str, value: float) -> boo
     return await _changed_event(rewards, loop, event_id, hold)
 
 
-async def apply_held_rewards(rewards: Rewards, loop: str, event_id: str, aggregation: str) -> None:
+async def apply_held_rewards(rewards: Rewards, loop: str, event_id: str) -> None:
     """Take the rewards the activated event ``event_id`` held (one transaction, so
     concurrent activations take them once) and apply them in the order received under
-    ``aggregation``, as if they came now."""
+    the loop's ``rewardAggregation``, as if they came now."""
     taken: list[list[float]] = []
 
     def take(ev: PendingEvent) -> bool:
@@ -163,4 +165,4 @@ async def apply_held_rewards(rewards: Rewards, loop: str, event_id: str, aggrega
 
     await _changed_event(rewards, loop, event_id, take)
     for value, _received_at in taken:
-        await reward_loop_event(rewards, loop, event_id, value, aggregation)
+        await reward_loop_event(rewards, loop, event_id, value)

@@ -354,19 +354,16 @@ class Loops:
         (:mod:`service.personalizer.loop_rewards`). As in Personalizer, a reward for an
         event this loop does not know or did not activate is accepted and not learned
         from; one after the reward wait is logged as late, not learned from."""
-        info = await self.admin.get_policy(loop)
-        aggregation = LoopSettings.of(info).reward_aggregation
-        await reward_loop_event(self.rewards, loop, event_id, value, aggregation)
+        await reward_loop_event(self.rewards, loop, event_id, value)
 
     async def activate(self, loop: str, event_id: str) -> None:
         """Activate a deferred event (accepted and ignored when unknown or finalized),
         then apply the rewards it received before (:func:`apply_held_rewards`)."""
-        info = await self.admin.get_policy(loop)
+        await self.admin.get_policy(loop)
         if await self.rewards.owner(event_id) != loop:
             return
         try:
             await self.rewards.activate(event_id)
         except (NotFound, Conflict):
             return
-        aggregation = LoopSettings.of(info).reward_aggregation
-        await apply_held_rewards(self.rewards, loop, event_id, aggregation)
+        await apply_held_rewards(self.rewards, loop, event_id)

@@ -112,6 +112,7 @@ class Finalization:
     state: EventState
     outcome: asyncio.Future[PendingEvent] | None = None
     decide: Outcome | None = None  # when set, it gives the value and the state instead
+    stored: VersionedValue | None = None  # the event key as read: the transaction assumes it
 
     @property
     def learns(self) -> bool:
@@ -193,12 +194,14 @@ class Finalizations:
         value: float | None,
         state: EventState,
         decide: Outcome | None = None,
+        stored: VersionedValue | None = None,
     ) -> PendingEvent:
         """Move the pending event ``event_id`` of policy ``name`` to ``state`` and, when
         ``value`` is not None, update the served arm's parts with it; returns the
-        finalized event. Raises :class:`EventAlreadyFinalError` if the event is no longer
+        finalized event. ``stored``: the event's key as just read (with its version),
+        which the transaction assumes instead of reading it again. Raises :class:`EventAlreadyFinalError` if the event is no longer
         pending, :class:`~service.errors.Conflict` if the policy was reset after it."""
-        item = Finalization(runtime, event_id, event, value, state, decide=decide)
+        item = Finalization(runtime, event_id, event, value, state, decide=decide, stored=stored)
         queue = self._queues.get(name)
         if not self.coalesce or queue is None:
             if self.coalesce:  # nothing in flight: apply alone, and queue what arrives
@@ -276,10 +279,11 @@ class Finalizations:
 
         deltas = [delta_key(item.event_id) for item in batch if item.learns]
         deltas = list(dict.fromkeys(deltas)) if defers_updates(runtime) else []
-        new = VersionedValue(0, None)  # a delta key is written once: assumed absent
-        await self.cache.transact(
-            runtime, name, [*keys, *parts, *deltas], fn, dict.fromkeys(deltas, new)
-        )
+        assumed = dict.fromkeys(deltas, VersionedValue(0, None))  # a delta is written once
+        for item in batch:  # a stale assumption fails the commit, which then reads afresh
+            if item.stored is not None:
+                assumed.setdefault(event_key(item.event_id), item.stored)
+        await self.cache.transact(runtime, name, [*keys, *parts, *deltas], fn, assumed)
         written = sum(isinstance(o, PendingEvent) and o.reward is not None for o in outcomes)
         if deltas and written:
             self.deltas_written(name, written)

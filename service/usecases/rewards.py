@@ -23,9 +23,10 @@ from typing import Protocol
 from bandit_core.drift import PageHinkleyConfig
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.observability import metrics
+from service.policies import Runtime
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
-from service.storage.base import LATE_SOURCE, LogSink, RewardRecord
+from service.storage.base import LATE_SOURCE, LogSink, RewardRecord, VersionedValue
 from service.storage.state_store import DeadlineIndex, EventRegistry
 from service.usecases.drift_watch import DriftWatch
 from service.usecases.events import EventState, PendingEvent, event_key
@@ -68,8 +69,16 @@ class Rewards:
         name = await self.store.event_policy(req.event_id)
         if name is None:
             raise NotFound(f"event_id {req.event_id!r} is unknown or expired", reason="event")
-        runtime, _, raw = await self.cache.load(name, extra=[event_key(req.event_id)])
-        event = stored_event(req.event_id, raw[event_key(req.event_id)])
+        runtime, _, read = await self.cache.load_versioned(name, extra=[event_key(req.event_id)])
+        return await self.reward_read(name, runtime, req, read[event_key(req.event_id)])
+
+    async def reward_read(
+        self, name: str, runtime: Runtime, req: RewardRequest, stored: VersionedValue
+    ) -> RewardResponse:
+        """:meth:`reward` of an event of policy ``name`` whose key was just read as
+        ``stored`` with ``runtime`` loaded (:meth:`PolicyCache.load_versioned`): the
+        transaction assumes that read (re-read only on a conflict)."""
+        event = stored_event(req.event_id, stored.data)
         if req.arm_id is not None and req.arm_id != event.arm_id:
             raise InvalidRequest(
                 f"arm_id must be the served arm {event.arm_id!r} of this event, but got {req.arm_id!r}",
@@ -87,7 +96,7 @@ class Rewards:
             )
         try:
             applied = await self.finalizations.finalize(
-                name, runtime, req.event_id, event, req.reward, EventState.REWARDED
+                name, runtime, req.event_id, event, req.reward, EventState.REWARDED, stored=stored
             )
         except EventAlreadyFinalError as final:
             event = final.event

@@ -16,6 +16,7 @@ import redis
 
 from bandit_core.errors import InvalidInputError
 from service.errors import Conflict, NotFound
+from service.schemas import RewardRequest
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.finalizations import EventAlreadyFinalError, Finalization
 from tests.service.conftest import running
@@ -328,3 +329,29 @@ async def _retries(http: Any) -> float:
         r'^bandit_store_transaction_retries_total\{policy="p"\} (\S+)$', text, re.MULTILINE
     )
     return float(found[0]) if found else 0.0
+
+
+@pytest.mark.parametrize("algorithm", ["linucb", "hybrid_shared"])
+async def test_a_reward_assuming_a_stale_read_of_its_event_is_applied_once(
+    make_settings: Any, algorithm: str
+) -> None:
+    """The finalizing transaction assumes the event as the reward's load read it: when
+    another reward finalized the event after that read, the commit's version check fails,
+    the event is read afresh, and the reward is answered as a repeat, not applied again."""
+    spec, body = POLICIES[algorithm]
+    async with running(make_settings()) as (app, http, _):
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
+        (event_id,) = await _decide(http, "p", body, 1)
+        rewards = app.state.use_cases.rewards
+        key = event_key(event_id)
+        runtime, _, read = await rewards.cache.load_versioned("p", extra=[key])
+        assert PendingEvent.from_json(read[key].data).pending
+        first = await rewards.reward(RewardRequest(event_id=event_id, reward=1.0))
+        assert first.applied
+        model = await _stored(app, "p", runtime.policy.parts_for_update(first.arm_id))
+        request = RewardRequest(event_id=event_id, reward=0.5)
+        again = await rewards.reward_read("p", runtime, request, read[key])
+        assert (again.applied, again.status, again.reward) == (False, "conflicting_reward", 1.0)
+        stats = (await http.get("/policies/p/stats")).json()
+        assert stats["rewards"] == 1
+        assert await _stored(app, "p", list(model)) == model  # the model took it once
