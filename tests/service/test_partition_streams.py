@@ -20,7 +20,7 @@ from service.cli.replay import ReplayStream, Run, replay_one, streamed_replays
 from service.policies import info_from_record
 from service.schemas.evaluations import EvaluationPolicy
 from service.storage.sql_log import SqlEventLog
-from service.usecases.evaluation_streams import CandidateStream, DecisionQuery
+from service.usecases.evaluation_streams import DecisionQuery, candidate_streams, ungrouped
 from service.usecases.evaluations import (
     LogArrays,
     candidate_periods,
@@ -108,17 +108,24 @@ def test_an_evaluations_candidates_over_the_days_equal_the_whole_log(days_url: s
     parts = tuple(query.days())
     assert len(parts) == 38
     assert [c.source for c in everyone][:4] == ["Online", "Baseline", "Random", "Custom"]
-    to_do: list[int] = []
-    streamed = LOCAL.stream(
-        [CandidateStream(parts, c.to_json()) for c in everyone],
-        done=lambda _, events: to_do.append(events),
-    )
     decisions = query.load()
-    assert sum(to_do) == len(everyone) * len(decisions)
     arrays = LogArrays(decisions)
-    for candidate, (events, periods) in zip(everyone, streamed, strict=True):
-        assert events == len(decisions)
-        assert periods == candidate_periods(decisions, arrays, candidate)
+    expected = [candidate_periods(decisions, arrays, c) for c in everyone]
+    learning = sum(c.spec is not None for c in everyone)
+    for groups in (1, 3, len(everyone)):
+        counts: list[int] = []
+
+        def count(_: int, events: int, counts: list[int] = counts) -> None:
+            counts.append(events)
+
+        streams = candidate_streams(parts, everyone, groups)
+        assert len(streams) == groups
+        streamed = LOCAL.stream(streams, done=count)
+        # the events replayed: every decision by every learning candidate, none by
+        # Baseline and Random (the local engine's count)
+        assert sum(counts) == learning * len(decisions)
+        assert [events for events, _ in streamed] == [len(decisions)] * groups
+        assert ungrouped(streamed) == expected
 
 
 def test_feature_importance_over_the_days_equals_the_whole_log(days_url: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -29,10 +30,13 @@ from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.cli.log_sources import LogSpec, load_log, partitions
 from service.cli.replay import ReplayStream, replay_one
+from service.policies import info_from_record
 from service.schemas import PolicySpec
+from service.schemas.evaluations import EvaluationPolicy
 from service.storage.sql_log import SqlEventLog
 from service.usecases.evaluation_jobs import importance_groups
-from service.usecases.evaluations import Candidate, evaluate, load_decisions
+from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
+from service.usecases.evaluations import Candidate, evaluate, load_decisions, plan
 from service.usecases.importance import scores_over_log_in_worker
 from service.usecases.offline_engine import OfflineEngine
 from tests.ray_cluster import RayCluster, _descendants, require_ray
@@ -298,6 +302,50 @@ def test_an_actor_killed_after_a_partition_goes_on_from_its_checkpoint(
     assert whole.events_seen == EVENTS and len(parts) == 38
 
 
+def test_an_evaluation_on_ray_counts_the_events_the_local_engine_counts(
+    cluster: RayCluster, storefront_log: Path, tmp_path: Path
+) -> None:
+    url = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
+    event_log = SqlEventLog(url)
+    try:
+        info = info_from_record(event_log.policies()["shop"])
+    finally:
+        event_log.close()
+    custom = [EvaluationPolicy(name="eps", arguments="--cb_explore_adf --epsilon 0.1")]
+    candidates, grid = plan(LEARNING_SETTINGS, info, custom, offline_experimentation=True)
+    query = DecisionQuery(url, "shop", -math.inf, math.inf)
+    decisions = len(query.load())
+    learning = sum(c.spec is not None for c in candidates) + len(grid)
+    assert learning < len(candidates) + len(grid)  # Baseline and Random replay nothing
+    results, steps = [], []
+    for engine in (OfflineEngine(), OfflineEngine("ray", cluster.address)):
+        calls: list[tuple[int, int]] = []
+
+        def called(done: int, to_do: int, calls: list[tuple[int, int]] = calls) -> None:
+            calls.append((done, to_do))
+
+        results.append(
+            evaluate_on(
+                engine,
+                query,
+                candidates,
+                grid,
+                called,
+                describe=LEARNING_SETTINGS.arguments,
+            )
+        )
+        steps.append(calls)
+    import ray
+
+    ray.shutdown()
+    assert results[0] == results[1]
+    for calls in steps:  # events done add up to the events to do, the same on both
+        assert {to_do for _, to_do in calls} == {learning * decisions}
+        assert sum(done for done, _ in calls) == learning * decisions
+    # on Ray, one stream per CPU of the cluster, each reporting its 38 days
+    assert len(steps[1]) == 2 * len(query.days()) == 2 * 38
+
+
 @pytest.mark.anyio
 async def test_an_evaluation_reports_its_events_and_deleting_it_kills_its_actors(
     cluster: RayCluster, storefront_log: Path, tmp_path: Path, make_settings: Any
@@ -317,7 +365,7 @@ async def test_an_evaluation_reports_its_events_and_deleting_it_kills_its_actors
             assert view["status"] in ("pending", "running"), view
             assert time.monotonic() < deadline, view
             await asyncio.sleep(0.2)
-        # events done over events to do: 9 streams x the rewarded decisions, a day at a time
+        # events done over events to do: 7 learning settings x the rewarded decisions
         assert view["status"] == "running" and 0 < view["progress"] < 1, view
         assert _actors(cluster)
         assert (await http.delete(path)).status_code in (200, 204)
