@@ -7,13 +7,18 @@ real cluster."""
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import math
 import pickle
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from bandit_core.datasets import news_dataset_path
 from service.api.app import LEARNING_SETTINGS
 from service.cli.log_sources import LogSpec, load_log, partitions
 from service.cli.replay import ReplayStream, Run, replay_one, streamed_replays
@@ -67,6 +72,35 @@ def test_replays_over_the_days_equal_the_whole_log(
         _same(result, whole)
         assert whole.matched > 0
         assert whole.events_seen < EVENTS if rounds else whole.events_seen == EVENTS
+
+
+def news_files(directory: Path, sizes: Sequence[int]) -> list[str]:
+    """The first ``sum(sizes)`` lines of the news data set: in files of ``sizes`` lines
+    (in order), then the whole in one file, last."""
+    with gzip.open(news_dataset_path(), "rt") as lines:
+        head = list(itertools.islice(lines, sum(sizes)))
+    paths, start = [], 0
+    for i, size in enumerate([*sizes, sum(sizes)]):
+        path = directory / f"news{i}.txt"
+        path.write_text("".join(head[start : start + size]))
+        paths.append(str(path))
+        start = (start + size) % sum(sizes)
+    return paths
+
+
+def test_a_log_of_several_files_is_replayed_file_by_file_as_one_log(tmp_path: Path) -> None:
+    *files, whole = news_files(tmp_path, [700, 500])
+    spec = LogSpec(files[0], "news", files=tuple(files))
+    assert partitions(spec) == [LogSpec(f, "news") for f in files]
+    assert [e.reward for e in load_log(spec, "linucb", {})[0]] == [
+        e.reward for e in load_log(LogSpec(whole, "news"), "linucb", {})[0]
+    ]
+    runs = [Run("linucb", {"alpha": 0.5}, 3), Run("lnucb_ta", {}, 4)]
+    streamed = streamed_replays(LOCAL, spec, runs, None, False, no_progress=True)
+    for run, result in zip(runs, streamed, strict=True):
+        once = replay_one(LogSpec(whole, "news"), run.policy, run.params, run.seed, None, False)
+        _same(result, once)
+        assert once.events_seen == 1200 and once.matched > 0
 
 
 def test_a_restarted_actor_sent_its_checkpoint_ends_where_an_undisturbed_one_ends(

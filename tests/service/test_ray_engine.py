@@ -43,6 +43,7 @@ from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
 from tests.service.test_estimate_partitions import respaced_copy
+from tests.service.test_partition_streams import news_files
 
 # a two-node Ray cluster per module: the slow tier; a cluster's start on a loaded machine
 # takes minutes
@@ -118,6 +119,7 @@ def test_offline_commands_on_ray_equal_the_local_engine(
     cluster: RayCluster, storefront_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     days = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
+    *files, _ = news_files(tmp_path, [700, 500])  # a log of two files, a partition each
     commands = {
         "estimate": [
             "estimate", "--format", "eventlog", "--data", days, "--log-policy", "shop",
@@ -125,6 +127,13 @@ def test_offline_commands_on_ray_equal_the_local_engine(
         ],
         "compare": [*COMPARE, "--alpha", "0.1", "1", "--rounds", "100", "--seeds", "2", "--jobs", "1"],
         "replay": ["replay", "--format", "news", "--policy", "linucb", "--rounds", "100", "--seeds", "3"],
+        "replay-files": [
+            "replay", "--format", "news", "--data", *files, "--policy", "linucb", "--seeds", "2",
+        ],
+        "compare-files": [
+            "compare", "--format", "news", "--data", *files, "--policy", "linucb",
+            "--policy", "lnucb_ta", "--jobs", "1",
+        ],
         "replay-days": [
             "replay", "--format", "eventlog", "--data", days, "--log-policy", "shop",
             "--policy", "linucb", "--alpha", "0.5", "--rejection", "--seeds", "2",
@@ -146,11 +155,12 @@ def test_offline_commands_on_ray_equal_the_local_engine(
     for name, argv in commands.items():
         local = _local(argv, tmp_path / f"{name}.json", capsys)
         on_ray = _finished(*remote[name])
-        if name in ("compare", "compare-days", "estimate"):
+        if name in ("compare", "compare-days", "compare-files", "estimate"):
             assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
         assert _untimed(on_ray) == _untimed(local), name
         assert local.get("results") or local.get("per_seed") or local.get("estimates")
     assert json.loads((tmp_path / "estimate.json").read_text())["partitions"] == 38  # 300 x 3 h
+    assert json.loads((tmp_path / "replay-files.json").read_text())["data"] == files
 
 
 @pytest.mark.anyio
