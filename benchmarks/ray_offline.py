@@ -26,7 +26,7 @@ per core (the first run's without it). Writes run ``--label`` of
 ``benchmarks/results/ray_offline.json``.
 
     python -m benchmarks.ray_offline                         # the numbers of docs/operations.md
-    python -m benchmarks.ray_offline --decisions 10000000 --candidates 16   # the issue's size
+    python -m benchmarks.ray_offline --decisions 10000000 --days 64 --candidates 16   # the issue's size
 """
 
 from __future__ import annotations
