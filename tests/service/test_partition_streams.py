@@ -23,10 +23,12 @@ from service.api.app import LEARNING_SETTINGS
 from service.cli.log_sources import LogSpec, load_log, partitions
 from service.cli.replay import ReplayStream, Run, replay_one, streamed_replays
 from service.policies import info_from_record
+from service.schemas import PolicySpec
 from service.schemas.evaluations import EvaluationPolicy
 from service.storage.sql_log import SqlEventLog
 from service.usecases.evaluation_streams import DecisionQuery, candidate_streams, ungrouped
 from service.usecases.evaluations import (
+    Candidate,
     LogArrays,
     candidate_periods,
     grid_candidates_of,
@@ -129,14 +131,20 @@ def test_a_restarted_actor_sent_its_checkpoint_ends_where_an_undisturbed_one_end
     assert pickle.loads(pickle.dumps(restarted.state)).seen == EVENTS
 
 
-def test_an_evaluations_candidates_over_the_days_equal_the_whole_log(days_url: str) -> None:
-    event_log = SqlEventLog(days_url)
+def evaluation_plan(url: str) -> tuple[list[Candidate], list[PolicySpec]]:
+    """The candidates and grid of an evaluation of the storefront's policy at ``url``
+    with one custom setting and offline experimentation."""
+    event_log = SqlEventLog(url)
     try:
         info = info_from_record(event_log.policies()["shop"])
     finally:
         event_log.close()
     custom = [EvaluationPolicy(name="eps", arguments="--cb_explore_adf --epsilon 0.1")]
-    candidates, grid = plan(LEARNING_SETTINGS, info, custom, offline_experimentation=True)
+    return plan(LEARNING_SETTINGS, info, custom, offline_experimentation=True)
+
+
+def test_an_evaluations_candidates_over_the_days_equal_the_whole_log(days_url: str) -> None:
+    candidates, grid = evaluation_plan(days_url)
     everyone = [*candidates, *grid_candidates_of(grid)]
     query = DecisionQuery(days_url, "shop", -math.inf, math.inf)
     parts = tuple(query.days())

@@ -30,20 +30,18 @@ from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.cli.log_sources import LogSpec, load_log, partitions
 from service.cli.replay import ReplayStream, replay_one
-from service.policies import info_from_record
 from service.schemas import PolicySpec
-from service.schemas.evaluations import EvaluationPolicy
 from service.storage.sql_log import SqlEventLog
 from service.usecases.evaluation_jobs import importance_groups
 from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
-from service.usecases.evaluations import Candidate, evaluate, load_decisions, plan
+from service.usecases.evaluations import Candidate, evaluate, load_decisions
 from service.usecases.importance import scores_over_log_in_worker
 from service.usecases.offline_engine import OfflineEngine
 from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
 from tests.service.test_estimate_partitions import respaced_copy
-from tests.service.test_partition_streams import news_files
+from tests.service.test_partition_streams import evaluation_plan, news_files
 
 # a two-node Ray cluster per module: the slow tier; a cluster's start on a loaded machine
 # takes minutes
@@ -316,13 +314,7 @@ def test_an_evaluation_on_ray_counts_the_events_the_local_engine_counts(
     cluster: RayCluster, storefront_log: Path, tmp_path: Path
 ) -> None:
     url = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
-    event_log = SqlEventLog(url)
-    try:
-        info = info_from_record(event_log.policies()["shop"])
-    finally:
-        event_log.close()
-    custom = [EvaluationPolicy(name="eps", arguments="--cb_explore_adf --epsilon 0.1")]
-    candidates, grid = plan(LEARNING_SETTINGS, info, custom, offline_experimentation=True)
+    candidates, grid = evaluation_plan(url)
     query = DecisionQuery(url, "shop", -math.inf, math.inf)
     decisions = len(query.load())
     learning = sum(c.spec is not None for c in candidates) + len(grid)
