@@ -6,25 +6,27 @@ features per arm, ``--arms`` arms, uniform logging, Bernoulli rewards of a linea
 rate) over ``--days`` days in a private PostgreSQL's day partitions, then evaluates
 ``--candidates`` learning settings on it (LinUCB over a grid of alpha and epsilon,
 progressive validation as an evaluation of the service replays them) four ways, on the
-same two cores:
+same two cores (``--engines`` picks some):
 
-* ``local x1``: the local engine in one process (the candidates one after the other);
-* ``local x2``: the same per-candidate streams on a pool of two processes;
-* ``ray 1 node``: one Ray actor per candidate on a one-node cluster of 2 CPUs;
-* ``ray 2 nodes``: the same on two nodes of 1 CPU each (this machine, loopback).
+* ``local1``, ``local x1``: the local engine in one process (one stream);
+* ``local2``, ``local x2``: two streams on a pool of two processes;
+* ``ray1``, ``ray 1 node``: one Ray actor per stream on a one-node cluster of 2 CPUs;
+* ``ray2``, ``ray 2 nodes``: the same on two nodes of 1 CPU each (this machine, loopback).
 
-Every candidate is a :class:`service.usecases.evaluation_streams.CandidateStream`: it
-reads the day partitions itself from PostgreSQL, one after the other (on Ray through
+The candidates are dealt into one :class:`service.usecases.evaluation_streams.CandidateStream`
+per core, as an evaluation on Ray deals them: each stream reads the day partitions
+itself from PostgreSQL, one after the other, once for all its candidates (on Ray through
 :meth:`OfflineEngine.stream`, its state checkpointed to the driver after each day); the
 driver sends the queries. The rate is events replayed (decisions x candidates) per
 second of wall time per core; Ray's overhead is its rate's shortfall from ``local x2``
 (the same cores); ``worker MiB`` is the largest peak RSS of a process that ran a
-candidate. Every run's per-candidate sums are checked equal to ``local x1``'s. Last,
+candidate. Every run's per-candidate sums are checked equal to the first run's. Last,
 the capacity table of docs/operations.md (:func:`capacity`) from the Ray one-node rate
-per core. Writes run ``--label`` of ``benchmarks/results/ray_offline.json``.
+per core (the first run's without it). Writes run ``--label`` of
+``benchmarks/results/ray_offline.json``.
 
     python -m benchmarks.ray_offline                         # the numbers of docs/operations.md
-    python -m benchmarks.ray_offline --decisions 10000000 --candidates 16   # the issue's size
+    python -m benchmarks.ray_offline --decisions 10000000 --days 64 --candidates 16   # the issue's size
 """
 
 from __future__ import annotations
@@ -46,7 +48,13 @@ from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.partitions import create_partitions
 from service.storage.sql_log import SqlEventLog
-from service.usecases.evaluation_streams import CandidateState, CandidateStream, DecisionQuery
+from service.usecases.evaluation_streams import (
+    CandidateStream,
+    DecisionQuery,
+    GroupState,
+    candidate_streams,
+    ungrouped,
+)
 from service.usecases.evaluations import Candidate
 from service.usecases.offline_engine import OfflineEngine
 
@@ -139,18 +147,18 @@ class MeasuredStream:
     def partitions(self) -> int:
         return self.inner.partitions
 
-    def begin(self) -> tuple[CandidateState, list[float]]:
+    def begin(self) -> tuple[GroupState, list[float]]:
         return self.inner.begin(), [0.0]
 
-    def advance(self, state: tuple[CandidateState, list[float]], partition: int) -> int:
+    def advance(self, state: tuple[GroupState, list[float]], partition: int) -> int:
         events = self.inner.advance(state[0], partition)
         state[1][0] = max(state[1][0], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         return events
 
-    def finished(self, state: tuple[CandidateState, list[float]]) -> bool:
+    def finished(self, state: tuple[GroupState, list[float]]) -> bool:
         return False
 
-    def result(self, state: tuple[CandidateState, list[float]]) -> tuple[Any, float]:
+    def result(self, state: tuple[GroupState, list[float]]) -> tuple[Any, float]:
         return self.inner.result(state[0]), state[1][0]
 
 
@@ -224,27 +232,48 @@ def generated_log(args: argparse.Namespace) -> tuple[str, float]:
     return url, time.perf_counter() - started
 
 
+ENGINES = {"local1": ("local x1", 1), "local2": ("local x2", 2), "ray1": ("ray 1 node", 1)}
+ENGINES["ray2"] = ("ray 2 nodes", 2)
+"""``--engines`` choices: (the run's name, Ray nodes or local processes), on 1 core for
+``local1``, 2 for the others."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_log_arguments(parser, decisions=20_000, days=4)
     parser.add_argument("--candidates", type=int, default=16)
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        choices=list(ENGINES),
+        default=list(ENGINES),
+        help="the runs to make, in this order (default: all four)",
+    )
+    parser.add_argument(
+        "--per-candidate",
+        action="store_true",
+        help="one stream per candidate, each reading every partition itself, instead of "
+        "one per core reading each partition once for its candidates",
+    )
     add_label_argument(parser, "ray_offline")
     args = parser.parse_args()
 
     url, generate_seconds = generated_log(args)
     parts = tuple(DecisionQuery(url, POLICY, float("-inf"), float("inf")).days())
-    tasks = [
-        MeasuredStream(CandidateStream(parts, c.to_json()))
-        for c in candidates(args.candidates, args.arms, args.dimension)
-    ]
-    events = args.decisions * len(tasks)
+    settings = candidates(args.candidates, args.arms, args.dimension)
+    events = args.decisions * len(settings)
+
+    def streams(cores: int) -> list[MeasuredStream]:
+        groups = len(settings) if args.per_candidate else cores
+        return [MeasuredStream(s) for s in candidate_streams(parts, settings, groups)]
 
     setup = {
         "decisions": args.decisions,
-        "candidates": len(tasks),
+        "candidates": len(settings),
         "days": args.days,
         "arms": args.arms,
         "dimension": args.dimension,
+        "streams": "per candidate" if args.per_candidate else "per core",
         "generate_seconds": generate_seconds,
     }
     runs: list[dict[str, Any]] = []
@@ -252,7 +281,7 @@ def main() -> None:
 
     def record(name: str, cores: int, wall: float, results: list[Any]) -> None:
         nonlocal reference
-        sums = [r for r, _ in results]
+        sums = ungrouped([r for r, _ in results])
         reference = reference or sums
         runs.append(
             {
@@ -261,25 +290,31 @@ def main() -> None:
                 "wall_seconds": wall,
                 "events_per_second_per_core": events / wall / cores,
                 "worker_peak_mib": max(m for _, m in results),
-                "equal_to_local": sums == reference,
+                "equal_to_first_run": sums == reference,
             }
         )
         print(f"{name}: {wall:.1f} s", flush=True)
         write_json("ray_offline", {**setup, "runs": runs}, args.label)  # kept if a later run fails
 
-    t = time.perf_counter()
-    results = [measured_stream(task) for task in tasks]
-    record("local x1", 1, time.perf_counter() - t, results)
-    t = time.perf_counter()
-    results = run_local_pool(tasks, 2)
-    record("local x2", 2, time.perf_counter() - t, results)
-    for name, nodes in (("ray 1 node", 1), ("ray 2 nodes", 2)):
-        wall, results = run_ray(tasks, nodes, 2)
-        record(name, 2, wall, results)
-    base = next(r for r in runs if r["engine"] == "local x2")["events_per_second_per_core"]
+    for engine in args.engines:
+        name, count = ENGINES[engine]
+        cores = 1 if engine == "local1" else 2
+        if engine.startswith("ray"):
+            wall, results = run_ray(streams(cores), count, cores)
+        else:
+            t = time.perf_counter()
+            if count == 1:
+                results = [measured_stream(s) for s in streams(cores)]
+            else:
+                results = run_local_pool(streams(cores), count)
+            wall = time.perf_counter() - t
+        record(name, cores, wall, results)
+    base = next((r for r in runs if r["engine"] == "local x2"), None)
     for r in runs:
         r["overhead_vs_local_x2"] = (
-            1 - r["events_per_second_per_core"] / base if r["cores"] == 2 else None
+            1 - r["events_per_second_per_core"] / base["events_per_second_per_core"]
+            if base is not None and r["cores"] == 2
+            else None
         )
     print(
         table(
@@ -291,11 +326,13 @@ def main() -> None:
                 "events_per_second_per_core",
                 "overhead_vs_local_x2",
                 "worker_peak_mib",
-                "equal_to_local",
+                "equal_to_first_run",
             ],
         )
     )
-    rate = next(r for r in runs if r["engine"] == "ray 1 node")["events_per_second_per_core"]
+    rate = next((r for r in runs if r["engine"] == "ray 1 node"), runs[0])[
+        "events_per_second_per_core"
+    ]
     rows = capacity(rate)
     print(table(rows, list(rows[0])))
     print(write_json("ray_offline", {**setup, "runs": runs, "capacity": rows}, args.label))

@@ -188,7 +188,10 @@ def add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
     p.add_argument(
         "--data",
         metavar="PATH|URL",
-        help="the log: a file for --format news/jsonl (a .gz file is decompressed), a database URL "
+        nargs="+",
+        help="the log: a file for --format news/jsonl (a .gz file is decompressed; several files "
+        "are one log, their events one after the other, each a partition the Ray engine reads "
+        "where it runs), a database URL "
         "(postgresql://user@host/db or sqlite:///path) for --format eventlog; with --format news it "
         "defaults to the news data set shipped with bandit_core (the LNUCB-TA paper's Table 3)",
     )

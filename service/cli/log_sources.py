@@ -48,6 +48,9 @@ class LogSpec:
     features: str | None = None
     """The featurizer config of --features / --features-file as canonical JSON (None: the
     logged policy's own)."""
+    files: tuple[str, ...] = ()
+    """Every file of a news or JSONL log of several (``data`` is the first), read one
+    after the other; () for a log of one file or an event log."""
 
 
 def _features_option(args: argparse.Namespace) -> str | None:
@@ -77,16 +80,20 @@ def _features_option(args: argparse.Namespace) -> str | None:
 def log_spec(args: argparse.Namespace) -> LogSpec:
     """The log the options of :func:`service.cli.arguments.add_log_source` name, checked
     (an option that does not apply to the format is a :class:`CliError`)."""
-    data = args.data
-    if data is None:
+    paths = args.data
+    if paths is None:
         if args.format != "news":
             raise CliError(f"--format {args.format} needs --data")
-        data = str(news_dataset_path())
+        paths = [str(news_dataset_path())]
     features = _features_option(args)
+    files = tuple(paths) if len(paths) > 1 else ()
     spec = LogSpec(
-        data, args.format, args.log_policy, args.since, args.until, args.unrewarded, features
+        paths[0], args.format, args.log_policy, args.since, args.until, args.unrewarded, features
     )
+    spec = dataclasses.replace(spec, files=files)
     if spec.fmt == "eventlog":
+        if files:
+            raise CliError("--format eventlog takes one --data URL, but got several")
         if spec.log_policy is None:
             raise CliError("--format eventlog needs --log-policy NAME")
     elif (
@@ -152,6 +159,8 @@ def _read_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[Log
     """The log and its feature length ``d`` (None: no events)."""
     if spec.fmt == "eventlog":
         events = _load_event_log(spec, policy, context_dim)
+    elif spec.files:
+        events = [e for part in partitions(spec) for e in _read_rows(part, None, 0)[0]]
     else:
         path = Path(spec.data)
         if not path.is_file():
@@ -182,9 +191,10 @@ def one_width(spec: LogSpec, widths: list[int]) -> int:
 def partitions(spec: LogSpec) -> list[LogSpec]:
     """The time-ordered partitions of ``spec``'s log that offline tasks read on their own:
     an event log's UTC days (``since``/``until`` cut at midnight, the days between its
-    policy's first and last decision in range), a file as a whole."""
+    policy's first and last decision in range), each file of a log of several files, a
+    file as a whole."""
     if spec.fmt != "eventlog":
-        return [spec]
+        return [dataclasses.replace(spec, data=f, files=()) for f in spec.files] or [spec]
     with _event_log(spec) as event_log:
         span = event_log.time_range(spec.log_policy or "")
     if span is None:
@@ -293,7 +303,7 @@ def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list
 def source_fields(spec: LogSpec) -> dict[str, Any]:
     """The log's description in a JSON result (a URL's password hidden)."""
     if spec.fmt != "eventlog":
-        return {"data": spec.data, "format": spec.fmt}
+        return {"data": list(spec.files) or spec.data, "format": spec.fmt}
     from sqlalchemy.engine import make_url
 
     return {
@@ -309,4 +319,6 @@ def source_fields(spec: LogSpec) -> dict[str, Any]:
 
 def source_title(spec: LogSpec) -> str:
     """The log's name in a plot's title."""
-    return f"the event log of {spec.log_policy}" if spec.fmt == "eventlog" else Path(spec.data).name
+    if spec.fmt == "eventlog":
+        return f"the event log of {spec.log_policy}"
+    return ", ".join(Path(f).name for f in spec.files or [spec.data])

@@ -240,6 +240,26 @@ def json_dumps(value: Any) -> str:
         return json.dumps(value)
 
 
+def json_loads(text: str | bytes) -> Any:
+    """The value of a JSON column's text by orjson (a seventh of the stdlib's time on a
+    decision's candidates), or by the stdlib when orjson would read it differently: a
+    run of 19 or more digits (orjson reads an integer past 64 bits as a double, the
+    stdlib as an int) or text orjson refuses. Both round other numbers to the nearest
+    double, so the values read are the stdlib's."""
+    if isinstance(text, str):
+        text = text.encode()
+    if _DIGIT_RUN not in text.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
+_DIGITS_AS_ZERO = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))  # "0-9" -> "0", else " "
+_DIGIT_RUN = b"0" * 19
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -258,7 +278,10 @@ def create_log_engine(url: str | URL, *, connect_timeout: float = 5.0) -> Engine
             with contextlib.suppress(OSError):
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(
-            parsed, connect_args={"check_same_thread": False}, json_serializer=json_dumps
+            parsed,
+            connect_args={"check_same_thread": False},
+            json_serializer=json_dumps,
+            json_deserializer=json_loads,
         )
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
@@ -267,4 +290,5 @@ def create_log_engine(url: str | URL, *, connect_timeout: float = 5.0) -> Engine
         pool_pre_ping=True,
         connect_args={"connect_timeout": max(1, round(connect_timeout))},
         json_serializer=json_dumps,
+        json_deserializer=json_loads,
     )

@@ -1,7 +1,8 @@
 """Where an evaluation's candidates are replayed (docs/offline.md "Evaluations",
 docs/operations.md "Offline work on a Ray cluster"): here, over the decisions read
-once, or on Ray, one :class:`CandidateStream` per candidate and grid setting, each an
-actor reading the evaluation's day partitions itself in time order
+once, or on Ray, the candidates and grid settings dealt into one :class:`CandidateStream`
+per CPU of the cluster, each an actor reading the evaluation's day partitions itself in
+time order, once for all its candidates
 (:meth:`~service.usecases.offline_engine.OfflineEngine.stream`). The periods of
 :data:`~service.usecases.evaluations.PERIOD_SECONDS` divide a day, so the per-period
 sums of the partitions, put one after the other, are those of the whole range, bit for
@@ -83,44 +84,81 @@ def decisions_in(query: DecisionQuery) -> int:
 
 @dataclass
 class CandidateState:
-    """A candidate's replay between partitions: its policy (None: Baseline or Random),
-    the per-period sums so far and the decisions read."""
+    """A candidate's replay between partitions: its policy (None: Baseline or Random)
+    and the per-period sums so far."""
 
     policy: BasePolicy | None
     periods: list[list[float]] = field(default_factory=list)
+
+
+@dataclass
+class GroupState:
+    """A :class:`CandidateStream`'s state between partitions: each candidate's, and the
+    decisions read."""
+
+    candidates: list[CandidateState]
     events: int = 0
 
 
 @dataclass(frozen=True)
 class CandidateStream:
-    """One candidate (as :meth:`Candidate.to_json`) replayed over the day partitions
-    ``parts`` in time order (a :class:`~service.usecases.offline_engine.PartitionStream`)."""
+    """Candidates (each as :meth:`Candidate.to_json`) replayed over the day partitions
+    ``parts`` in time order (a :class:`~service.usecases.offline_engine.PartitionStream`):
+    each partition is read and decoded once, then replayed by every candidate in turn.
+    Its events are those replayed: the decisions read times the learning candidates
+    (Baseline and Random replay nothing), as the local engine counts them."""
 
     parts: tuple[DecisionQuery, ...]
-    candidate: dict[str, Any]
+    candidates: tuple[dict[str, Any], ...]
 
     @property
     def partitions(self) -> int:
         return len(self.parts)
 
-    def begin(self) -> CandidateState:
-        spec = Candidate.from_json(self.candidate).spec
-        return CandidateState(None if spec is None else build_policy(spec))
+    def begin(self) -> GroupState:
+        specs = [Candidate.from_json(c).spec for c in self.candidates]
+        return GroupState([CandidateState(None if s is None else build_policy(s)) for s in specs])
 
-    def advance(self, state: CandidateState, partition: int) -> int:
+    def advance(self, state: GroupState, partition: int) -> int:
         decisions = self.parts[partition].load()
-        if decisions:
-            candidate = Candidate.from_json(self.candidate)
-            arrays = LogArrays(decisions)
-            state.periods += candidate_periods(decisions, arrays, candidate, policy=state.policy)
-            state.events += len(decisions)
-        return len(decisions)
+        if not decisions:
+            return 0
+        arrays = LogArrays(decisions)
+        for data, candidate_state in zip(self.candidates, state.candidates, strict=True):
+            candidate = Candidate.from_json(data)
+            candidate_state.periods += candidate_periods(
+                decisions, arrays, candidate, policy=candidate_state.policy
+            )
+        state.events += len(decisions)
+        return len(decisions) * sum(s.policy is not None for s in state.candidates)
 
-    def finished(self, state: CandidateState) -> bool:
+    def finished(self, state: GroupState) -> bool:
         return False
 
-    def result(self, state: CandidateState) -> tuple[int, list[list[float]]]:
-        return state.events, state.periods
+    def result(self, state: GroupState) -> tuple[int, list[list[list[float]]]]:
+        """The decisions read and each candidate's per-period sums."""
+        return state.events, [s.periods for s in state.candidates]
+
+
+def candidate_streams(
+    parts: Sequence[DecisionQuery], candidates: Sequence[Candidate], groups: int
+) -> list[CandidateStream]:
+    """``candidates`` dealt round-robin into at most ``groups`` streams (candidate ``i``
+    to stream ``i % groups``), so that each stream's share of learning candidates is
+    within one of the others'; :func:`ungrouped` puts their results back in order."""
+    count = max(1, min(groups, len(candidates)))
+    return [
+        CandidateStream(tuple(parts), tuple(c.to_json() for c in candidates[g::count]))
+        for g in range(count)
+    ]
+
+
+def ungrouped(results: Sequence[tuple[int, list[Any]]]) -> list[Any]:
+    """The per-candidate results of :func:`candidate_streams`' streams, in the order of
+    the candidates."""
+    count = len(results)
+    total = sum(len(r) for _, r in results)
+    return [results[i % count][1][i // count] for i in range(total)]
 
 
 def evaluate_on(
@@ -134,11 +172,12 @@ def evaluate_on(
     describe: Callable[[PolicySpec], str],
 ) -> dict[str, Any]:
     """:func:`~service.usecases.evaluations.evaluate` over the decisions of ``query``:
-    local, here; on Ray, one :class:`CandidateStream` per candidate and grid setting,
-    each reading the day partitions itself. Equal results either way. ``progress``
-    gets the events replayed since its last call and the events to do (on Ray, the
-    partitions' decisions are first counted where they lie, and every stream reads
-    each); ``check`` runs while Ray's work is pending (its exception stops it and
+    local, here; on Ray, the candidates and grid settings dealt into as many
+    :class:`CandidateStream` as the cluster has CPUs (:func:`candidate_streams`), each
+    reading the day partitions itself. Equal results either way. ``progress`` gets the
+    events replayed since its last call and the events to do, the decisions times the
+    learning candidates (on Ray, the partitions' decisions are first counted where they
+    lie); ``check`` runs while Ray's work is pending (its exception stops it and
     kills the actors)."""
     if engine.kind == "local":
         decisions = query.load()
@@ -147,14 +186,14 @@ def evaluate_on(
         return evaluate(decisions, candidates, grid, step, describe=describe)
     parts = tuple(query.days())
     everyone = [*candidates, *grid_candidates_of(grid)]
-    to_do = max(1, sum(engine.map(decisions_in, [(p,) for p in parts], check=check)))
-    to_do *= len(everyone)
+    decided = sum(engine.map(decisions_in, [(p,) for p in parts], check=check))
+    to_do = max(1, decided * sum(c.spec is not None for c in everyone))
 
     def done(_: int, events: int) -> None:
         if progress is not None:
             progress(events, to_do)
 
-    streams = [CandidateStream(parts, c.to_json()) for c in everyone]
+    streams = candidate_streams(parts, everyone, engine.cpus())
     results = engine.stream(streams, done, check)
     events = results[0][0] if results else 0
-    return evaluation_result(candidates, grid, [p for _, p in results], events, describe)
+    return evaluation_result(candidates, grid, ungrouped(results), events, describe)

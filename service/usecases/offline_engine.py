@@ -12,8 +12,9 @@ service's evaluations and feature-importance jobs send their independent tasks t
   same function over the same arguments gives the same result on either engine.
 
 Stateful passes over a log (learning replays, evaluations' candidates) go through
-:meth:`OfflineEngine.stream`: a :class:`PartitionStream` per candidate reads the log's
-partitions itself, in time order. Locally the streams run here one after the other; on
+:meth:`OfflineEngine.stream`: a :class:`PartitionStream` per candidate (or per group of
+candidates, :meth:`OfflineEngine.cpus` groups) reads the log's partitions itself, in
+time order. Locally the streams run here one after the other; on
 Ray each is an actor (restarted by Ray up to ``actor_restarts`` times), whose state
 comes back to the driver as bytes after each partition (its checkpoint): an actor
 restarted mid-partition is sent its last checkpoint and goes on from there, so the
@@ -181,6 +182,16 @@ class OfflineEngine:
                 results.append(stream.result(state))
             return results
         return self._ray_stream(streams, done, check)
+
+    def cpus(self) -> int:
+        """How many streams run at once: 1 here, the cluster's CPUs on Ray (each
+        stream's actor takes one)."""
+        if self.kind == "local":
+            return 1
+        import ray
+
+        self._connect()
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     def _ray_map(
         self,

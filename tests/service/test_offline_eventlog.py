@@ -309,6 +309,10 @@ def test_cli_estimate_matches_the_library(
         ),
         (["--format", "news", "--log-policy", "x"], "apply to --format eventlog only"),
         (
+            ["--format", "eventlog", "--log-policy", "x", "--data", "sqlite:///a", "sqlite:///b"],
+            "takes one --data URL, but got several",
+        ),
+        (
             ["--format", "eventlog", "--log-policy", "x", "--data", "sqlite:///no/such.db"],
             "no such SQLite file",
         ),

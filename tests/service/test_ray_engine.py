@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import math
 import os
 import shutil
 import signal
@@ -32,6 +33,7 @@ from service.cli.replay import ReplayStream, replay_one
 from service.schemas import PolicySpec
 from service.storage.sql_log import SqlEventLog
 from service.usecases.evaluation_jobs import importance_groups
+from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
 from service.usecases.evaluations import Candidate, evaluate, load_decisions
 from service.usecases.importance import scores_over_log_in_worker
 from service.usecases.offline_engine import OfflineEngine
@@ -39,6 +41,7 @@ from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
 from tests.service.test_estimate_partitions import respaced_copy
+from tests.service.test_partition_streams import evaluation_plan, news_files
 
 # a two-node Ray cluster per module: the slow tier; a cluster's start on a loaded machine
 # takes minutes
@@ -114,6 +117,7 @@ def test_offline_commands_on_ray_equal_the_local_engine(
     cluster: RayCluster, storefront_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     days = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
+    *files, _ = news_files(tmp_path, [700, 500])  # a log of two files, a partition each
     commands = {
         "estimate": [
             "estimate", "--format", "eventlog", "--data", days, "--log-policy", "shop",
@@ -121,6 +125,13 @@ def test_offline_commands_on_ray_equal_the_local_engine(
         ],
         "compare": [*COMPARE, "--alpha", "0.1", "1", "--rounds", "100", "--seeds", "2", "--jobs", "1"],
         "replay": ["replay", "--format", "news", "--policy", "linucb", "--rounds", "100", "--seeds", "3"],
+        "replay-files": [
+            "replay", "--format", "news", "--data", *files, "--policy", "linucb", "--seeds", "2",
+        ],
+        "compare-files": [
+            "compare", "--format", "news", "--data", *files, "--policy", "linucb",
+            "--policy", "lnucb_ta", "--jobs", "1",
+        ],
         "replay-days": [
             "replay", "--format", "eventlog", "--data", days, "--log-policy", "shop",
             "--policy", "linucb", "--alpha", "0.5", "--rejection", "--seeds", "2",
@@ -142,11 +153,12 @@ def test_offline_commands_on_ray_equal_the_local_engine(
     for name, argv in commands.items():
         local = _local(argv, tmp_path / f"{name}.json", capsys)
         on_ray = _finished(*remote[name])
-        if name in ("compare", "compare-days", "estimate"):
+        if name in ("compare", "compare-days", "compare-files", "estimate"):
             assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
         assert _untimed(on_ray) == _untimed(local), name
         assert local.get("results") or local.get("per_seed") or local.get("estimates")
     assert json.loads((tmp_path / "estimate.json").read_text())["partitions"] == 38  # 300 x 3 h
+    assert json.loads((tmp_path / "replay-files.json").read_text())["data"] == files
 
 
 @pytest.mark.anyio
@@ -298,6 +310,45 @@ def test_an_actor_killed_after_a_partition_goes_on_from_its_checkpoint(
     assert whole.events_seen == EVENTS and len(parts) == 38
 
 
+def test_an_evaluation_on_ray_counts_the_events_the_local_engine_counts(
+    cluster: RayCluster, storefront_log: Path, tmp_path: Path
+) -> None:
+    url = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
+    candidates, grid = evaluation_plan(url)
+    query = DecisionQuery(url, "shop", -math.inf, math.inf)
+    decisions = len(query.load())
+    learning = sum(c.spec is not None for c in candidates) + len(grid)
+    assert learning < len(candidates) + len(grid)  # Baseline and Random replay nothing
+    results, steps = [], []
+    for engine in (OfflineEngine(), OfflineEngine("ray", cluster.address)):
+        calls: list[tuple[int, int]] = []
+
+        def called(done: int, to_do: int, calls: list[tuple[int, int]] = calls) -> None:
+            calls.append((done, to_do))
+
+        results.append(
+            evaluate_on(
+                engine,
+                query,
+                candidates,
+                grid,
+                called,
+                describe=LEARNING_SETTINGS.arguments,
+            )
+        )
+        steps.append(calls)
+    cpus = OfflineEngine("ray", cluster.address).cpus()  # 1 once a test has stopped a node
+    import ray
+
+    ray.shutdown()
+    assert results[0] == results[1]
+    for calls in steps:  # events done add up to the events to do, the same on both
+        assert {to_do for _, to_do in calls} == {learning * decisions}
+        assert sum(done for done, _ in calls) == learning * decisions
+    # on Ray, one stream per CPU of the cluster, each reporting its 38 days
+    assert len(steps[1]) == cpus * len(query.days()) == cpus * 38
+
+
 @pytest.mark.anyio
 async def test_an_evaluation_reports_its_events_and_deleting_it_kills_its_actors(
     cluster: RayCluster, storefront_log: Path, tmp_path: Path, make_settings: Any
@@ -317,7 +368,7 @@ async def test_an_evaluation_reports_its_events_and_deleting_it_kills_its_actors
             assert view["status"] in ("pending", "running"), view
             assert time.monotonic() < deadline, view
             await asyncio.sleep(0.2)
-        # events done over events to do: 9 streams x the rewarded decisions, a day at a time
+        # events done over events to do: 7 learning settings x the rewarded decisions
         assert view["status"] == "running" and 0 < view["progress"] < 1, view
         assert _actors(cluster)
         assert (await http.delete(path)).status_code in (200, 204)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from service.storage.base import (
     StoreUnavailableError,
 )
 from service.storage.migrate import upgrade_head
-from service.storage.schema import database_url
+from service.storage.schema import database_url, json_loads
 from service.storage.sql_log import SqlEventLog
 from service.usecases.candidates import candidates_json
 from tests.databases import database
@@ -61,6 +62,19 @@ def test_append_round_trips_records_exactly(log: SqlEventLog) -> None:
     r = reward(1, value=-0.125, source="default")
     log.append([d, plain], [r])
     assert list(log.iter_events("p")) == [LoggedDecision(d, r), LoggedDecision(plain, None)]
+
+
+def test_json_columns_read_back_what_the_stdlib_reads(log: SqlEventLog) -> None:
+    # orjson reads the columns, but an integer past 64 bits stays an exact int, and
+    # every double is the one the stdlib reads
+    context = {"big": 2**70, "low": -(2**63) - 1, "id": 9 * 10**18, "x": [0.1, 1 / 3, 5e-324]}
+    d = decision(1, context=context)
+    log.append([d], [])
+    (event,) = list(log.iter_events("p"))
+    assert event.decision.context == context
+    assert type(event.decision.context["big"]) is int
+    for text in ["[0.1000000000000000055511151231257827, 1e400]", '{"a": 1, "a": 2}', "12" * 15]:
+        assert json_loads(text) == json.loads(text)
 
 
 def test_append_takes_candidates_already_encoded(log: SqlEventLog) -> None:
