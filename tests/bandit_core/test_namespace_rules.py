@@ -10,7 +10,7 @@ import pytest
 
 from bandit_core.errors import ConfigError
 from bandit_core.features import Featurizer, FeaturizerConfig, feature_hash
-from tests.bandit_core.test_features import ACTIONS, CONTEXT, describe_sum
+from tests.bandit_core.test_features import ACTIONS, CONTEXT, assert_equals_the_reference
 
 BITS = 16  # few collisions: a feature's bucket says which feature it is
 
@@ -97,12 +97,7 @@ def test_filtered_vectors_equal_the_scalar_reference_bit_for_bit(bits: int, outp
             ignore_linear=["u*", "s*"],
         )
     )
-    batch = featurizer.featurize(CONTEXT, ACTIONS)
-    rows = batch.actions if output == "dense" else batch.actions.to_dense()
-    for k, action in enumerate(ACTIONS):
-        np.testing.assert_array_equal(rows[k], describe_sum(featurizer, CONTEXT, action))
-    context = batch.context if output == "dense" else batch.context.to_dense()[0]
-    np.testing.assert_array_equal(context, describe_sum(featurizer, CONTEXT, None))
+    rows, context = assert_equals_the_reference(featurizer)
     single = featurizer.featurize_context(CONTEXT)
     np.testing.assert_array_equal(single if output == "dense" else single.to_dense()[0], context)
     hashed = featurizer.featurize_hashed(
