@@ -15,6 +15,7 @@ __all__ = [
     "AUTO_DENSE_MAX_BITS",
     "MAX_BITS",
     "MAX_DENSE_BITS",
+    "NAMESPACE_FILTERS",
     "FeatureLimits",
     "FeaturizerConfig",
     "from_mapping",
@@ -24,6 +25,8 @@ MAX_BITS = 30
 MAX_DENSE_BITS = 16
 """Dense output is refused above this: a (K, 2**16 + 1) float64 matrix is 26 MB at K = 50."""
 AUTO_DENSE_MAX_BITS = 10
+NAMESPACE_FILTERS = ("ignore", "keep", "ignore_linear")
+"""The config's namespace-pattern lists other than the interactions."""
 """``output="auto"`` means dense up to this many bits (full-matrix models), sparse above."""
 
 if TYPE_CHECKING:
@@ -73,7 +76,11 @@ class FeaturizerConfig:
     ``dim = 2**bits + 1`` entries, the last the bias. ``interactions``: pairs
     ``(context namespace pattern, action namespace pattern)``, ``*`` matching any run of
     characters (dots included; ``"*"`` also matches the default namespace ``""``);
-    ``()`` turns interactions off. ``context_in_actions``: whether each action's vector
+    ``()`` turns interactions off. ``ignore`` / ``keep`` / ``ignore_linear``: namespace
+    patterns left out, the only ones read (when given), and those whose own features are
+    left out while their interactions stay (VW's ``--ignore``, ``--keep``,
+    ``--ignore_linear``; :class:`~bandit_core.namespace_rules.NamespaceRules`); written by
+    :meth:`to_dict` only when given. ``context_in_actions``: whether each action's vector
     also holds the context's own features. ``output``: ``"dense"`` (numpy arrays, up to
     ``bits`` = 16), ``"sparse"`` (:class:`SparseRows`) or ``"auto"``, resolved on
     creation to dense up to ``bits`` = 10 and sparse above. ``limits``:
@@ -90,6 +97,9 @@ class FeaturizerConfig:
     bits: int = 18
     interactions: tuple[tuple[str, str], ...] = (("*", "*"),)
     context_in_actions: bool = True
+    ignore: tuple[str, ...] = ()
+    keep: tuple[str, ...] = ()
+    ignore_linear: tuple[str, ...] = ()
     output: Literal["auto", "dense", "sparse"] = "auto"
     limits: FeatureLimits = field(default_factory=FeatureLimits)
 
@@ -113,6 +123,19 @@ class FeaturizerConfig:
                 )
             checked.append((pair[0], pair[1]))
         object.__setattr__(self, "interactions", tuple(dict.fromkeys(checked)))
+        for name in NAMESPACE_FILTERS:
+            patterns = getattr(self, name)
+            if isinstance(patterns, (str, bytes)) or not isinstance(patterns, (list, tuple)):
+                raise ConfigError(
+                    f"{name} must be a list of namespace patterns, but got {patterns!r}"
+                )
+            for pattern in patterns:
+                if not isinstance(pattern, str) or len(pattern) > 256:
+                    raise ConfigError(
+                        f"each {name} entry must be a namespace pattern (a string of at most "
+                        f"256 characters), but got {pattern!r}"
+                    )
+            object.__setattr__(self, name, tuple(dict.fromkeys(patterns)))
         object.__setattr__(
             self, "context_in_actions", check_bool(self.context_in_actions, "context_in_actions")
         )
@@ -149,6 +172,9 @@ class FeaturizerConfig:
             "bits": self.bits,
             "interactions": [list(p) for p in self.interactions],
             "context_in_actions": self.context_in_actions,
+            **{
+                name: list(getattr(self, name)) for name in NAMESPACE_FILTERS if getattr(self, name)
+            },
             "output": self.output,
             "limits": {f.name: getattr(self.limits, f.name) for f in fields(self.limits)},
         }

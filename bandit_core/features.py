@@ -76,6 +76,7 @@ from bandit_core.feature_hashing import (
     interaction_hash_scalar,
     sort_stably,
 )
+from bandit_core.namespace_rules import NamespaceRules
 from bandit_core.sparse_rows import SparseRows
 
 __all__ = [
@@ -192,13 +193,8 @@ class Featurizer:
         self._max_string_length = config.limits.max_string_length  # read per value
         self._max_abs_value = config.limits.max_abs_value
         self._mask = np.uint32((1 << config.bits) - 1)
-        self._patterns = [(self._compile(c), self._compile(a)) for c, a in config.interactions]
-        self._every_pair = ("*", "*") in config.interactions
-
-    @staticmethod
-    def _compile(pattern: str) -> re.Pattern[str]:
-        return re.compile(
-            ".*".join(re.escape(part) for part in pattern.split("*")) + r"\Z", re.DOTALL
+        self._rules = NamespaceRules(
+            config.interactions, config.ignore, config.keep, config.ignore_linear
         )
 
     def interacts(self, context_namespace: str, action_namespace: str) -> bool:
@@ -207,9 +203,7 @@ class Featurizer:
         >>> Featurizer(FeaturizerConfig(interactions=[["user*", "item"]])).interacts("user.address", "item")
         True
         """
-        return any(
-            c.match(context_namespace) and a.match(action_namespace) for c, a in self._patterns
-        )
+        return self._rules.interacts(context_namespace, action_namespace)
 
     # --- parsing -------------------------------------------------------------------
 
@@ -363,7 +357,8 @@ class Featurizer:
         :class:`HashedFeatures` :meth:`hash_features` made of it."""
         if not isinstance(context, HashedFeatures):
             context = self.hash_features(context, ("context",))
-        return self._context_vector(context.hashes, context.values)
+        own = self._rules.masks(context.namespaces)[1] if self._rules.filters else slice(None)
+        return self._context_vector(context.hashes[own], context.values[own])
 
     def _context_vector(self, hashes: np.ndarray, values: np.ndarray) -> np.ndarray | SparseRows:
         idx = np.append((hashes & self._mask).astype(np.int64), self.config.bias_index)
@@ -415,7 +410,8 @@ class Featurizer:
         (by this featurizer or one with the same ``limits``): the same vectors, bit for bit."""
         _check_actions(actions)
         counts = np.array([len(a.values) for a in actions], dtype=np.int64)
-        namespaces = None if self._every_pair else tuple(ns for a in actions for ns in a.namespaces)
+        every_pair = self._rules.every_pair and not self._rules.filters
+        namespaces = None if every_pair else tuple(ns for a in actions for ns in a.namespaces)
         return self._batch(
             context,
             np.concatenate([a.hashes for a in actions]),
@@ -434,7 +430,9 @@ class Featurizer:
     ) -> FeatureBatch:
         """The vectors of a request from its context's features and the K actions'
         features one after the other (``counts[k]`` of them for action ``k``; their
-        namespaces may be None when every pair of namespaces interacts).
+        namespaces may be None when every pair of namespaces interacts and every namespace
+        is read whole). Namespaces the config does not read are left out first; those
+        under ``ignore_linear`` then give their interactions only.
 
         Every bucket sums its entries in one order: the context's, the action's, the
         interactions (context-major), the bias. Dense output sums the context's entries
@@ -444,6 +442,13 @@ class Featurizer:
         bit for bit, as one pass over every entry of every row."""
         config = self.config
         K = len(counts)
+        own_ctx: Any = slice(None)
+        own_act: Any = slice(None)
+        if self._rules.filters:
+            read = self._rules.select(ctx.namespaces, act_namespaces or (), counts)
+            ctx = HashedFeatures(*read.context(ctx.hashes, ctx.values), read.ctx_namespaces)
+            (h_act, v_act), act_namespaces = read.actions(h_act, v_act), read.act_namespaces
+            counts, own_ctx, own_act = read.counts, read.own_context, read.own_actions
         h_ctx, v_ctx = ctx.hashes, ctx.values
         row_act = np.repeat(np.arange(K), counts)
 
@@ -454,6 +459,8 @@ class Featurizer:
         if pair_mask is not None:
             h_int, v_int, row_int = h_int[pair_mask], v_int[pair_mask], row_int[pair_mask]
 
+        h_ctx, v_ctx = h_ctx[own_ctx], v_ctx[own_ctx]
+        row_act, h_act, v_act = row_act[own_act], h_act[own_act], v_act[own_act]
         context = self._context_vector(h_ctx, v_ctx)
         n_ctx = len(h_ctx) if config.context_in_actions else 0
         rows = np.concatenate([row_act, row_int.ravel(), np.arange(K)])
@@ -487,24 +494,14 @@ class Featurizer:
         """(n_context, n_action_total) bool mask of the interacting pairs, None when all
         pairs interact; raises when the request exceeds ``max_interactions``.
         ``act_namespaces`` may be None only when every pair interacts."""
-        if act_namespaces is None or self._every_pair:  # ("*", "*"): no namespace to look at
+        if act_namespaces is None or self._rules.every_pair:  # ("*", "*"): no namespace to look at
             allowed, total = None, len(ctx_namespaces) * n_act
         else:
-            ctx_ns = {ns: i for i, ns in enumerate(dict.fromkeys(ctx_namespaces))}
-            act_ns = {ns: i for i, ns in enumerate(dict.fromkeys(act_namespaces))}
-            allowed = np.array(
-                [[self.interacts(c, a) for a in act_ns] for c in ctx_ns], dtype=bool
-            ).reshape(len(ctx_ns), len(act_ns))
-            c_ids = np.fromiter(
-                (ctx_ns[ns] for ns in ctx_namespaces), dtype=np.int64, count=len(ctx_namespaces)
-            )
-            a_ids = np.fromiter(
-                (act_ns[ns] for ns in act_namespaces), dtype=np.int64, count=len(act_namespaces)
-            )
+            allowed, c_ids, a_ids = self._rules.pair_table(ctx_namespaces, act_namespaces)
             total = (
-                np.bincount(c_ids, minlength=len(ctx_ns))
+                np.bincount(c_ids, minlength=allowed.shape[0])
                 @ allowed
-                @ np.bincount(a_ids, minlength=len(act_ns))
+                @ np.bincount(a_ids, minlength=allowed.shape[1])
             )
         if total > self._limits.max_interactions:
             raise _fail(
@@ -514,7 +511,7 @@ class Featurizer:
             )
         if allowed is None or allowed.all():
             return None
-        return allowed[c_ids[:, None], a_ids[None, :]]
+        return np.asarray(allowed[c_ids[:, None], a_ids[None, :]], dtype=bool)
 
     def _assemble(
         self, rows: np.ndarray, idx: np.ndarray, vals: np.ndarray, n_rows: int, single: bool = True
@@ -556,8 +553,11 @@ class Featurizer:
         mask = int(self._mask)
         ctx = self._parse(context, ("context",))
         ctx_hashes = [feature_hash(n) for n in ctx.names]
+        reads, own = self._rules.reads, self._rules.linear
         ctx_named = [
-            NamedFeature(n, h & mask, v) for n, h, v in zip(ctx.names, ctx_hashes, ctx.values)
+            NamedFeature(n, h & mask, v)
+            for n, h, v, ns in zip(ctx.names, ctx_hashes, ctx.values, ctx.namespaces)
+            if reads(ns) and own(ns)
         ]
         bias = NamedFeature(BIAS_NAME, self.config.bias_index, 1.0)
         if action is None:
@@ -568,10 +568,12 @@ class Featurizer:
             NamedFeature(f"{cn} ^ {an}", interaction_hash_scalar(ch, ah) & mask, cv * av)
             for cn, ch, cv, cns in zip(ctx.names, ctx_hashes, ctx.values, ctx.namespaces)
             for an, ah, av, ans in zip(act.names, act_hashes, act.values, act.namespaces)
-            if self.interacts(cns, ans)
+            if reads(cns) and reads(ans) and self.interacts(cns, ans)
         ]
         act_named = [
-            NamedFeature(n, h & mask, v) for n, h, v in zip(act.names, act_hashes, act.values)
+            NamedFeature(n, h & mask, v)
+            for n, h, v, ns in zip(act.names, act_hashes, act.values, act.namespaces)
+            if reads(ns) and own(ns)
         ]
         own_context = ctx_named if self.config.context_in_actions else []
         return [*own_context, *act_named, *interactions, bias]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bandit_core.feature_config import NAMESPACE_FILTERS
 from service.errors import InvalidRequest
 from service.personalizer.settings import DEFAULT_RETRAIN_DAYS, LoopSettings
 from service.personalizer.vw_arguments import read_vw_arguments
@@ -36,13 +37,15 @@ def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
     loop's engine, and the arguments with no effect here
     (:func:`service.personalizer.vw_arguments.read_vw_arguments`, whose table says what
     each option does): ``epsilon``; ``features`` with the interactions (none without
-    ``-q``, as in VW) and ``-b`` as its ``bits``; ``--random_seed`` and
+    ``-q``, as in VW), ``--ignore``/``--keep``/``--ignore_linear`` as its namespace
+    patterns and ``-b`` as its ``bits``; ``--random_seed`` and
     ``--half_life_seconds`` as those ``params`` (the shared model's seed and its
     forgetting, docs/algorithms.md section 10.3)."""
     read, ignored = read_vw_arguments(arguments)
     features = {**DEFAULT_FEATURES, "interactions": read["interactions"]}
-    if "bits" in read:
-        features["bits"] = read["bits"]
+    for name in ("bits", *NAMESPACE_FILTERS):
+        if name in read:
+            features[name] = read[name]
     params = dict(DEFAULT_LOOP_SPEC.params)
     for name in ("seed", "half_life_seconds"):
         if name in read:
@@ -57,8 +60,8 @@ def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
 def vw_arguments(info: PolicyInfo) -> str:
     """The learning-policy string of a loop: the one last written while the loop's
     engine and epsilon are what it made; else, for the default engine, VW arguments
-    that make them; else the JSON policy spec (interactions VW's ``-q`` cannot write
-    included)."""
+    that make them; else the JSON policy spec (namespace patterns VW's letters cannot
+    write included)."""
     spec = spec_of(info)
     written = LoopSettings.of(info).model_extra or {}
     arguments = written.get(POLICY_ARGUMENTS_KEY)
@@ -67,6 +70,7 @@ def vw_arguments(info: PolicyInfo) -> str:
     features = dict(spec.features or {})
     pairs = features.pop("interactions", [])
     bits = features.pop("bits", None)
+    filters = {name: features.pop(name, []) for name in NAMESPACE_FILTERS}
     params = dict(spec.params)
     seed = params.pop("seed", None)
     half_life = params.pop("half_life_seconds", None)
@@ -74,20 +78,19 @@ def vw_arguments(info: PolicyInfo) -> str:
     default_features = {
         k: v for k, v in (default.features or {}).items() if k not in ("interactions", "bits")
     }
-    letters = [
-        "".join(":" if p == "*" else p[0] for p in pair)
-        for pair in pairs
-        if all(p == "*" or (len(p) == 2 and p.endswith("*")) for p in pair)
-    ]
+    patterns = [p for pair in pairs for p in pair] + [p for ps in filters.values() for p in ps]
     if (spec.algorithm, params, features) != (
         default.algorithm,
         default.params,
         default_features,
-    ) or len(letters) != len(pairs):
+    ) or not all(map(_is_letter_pattern, patterns)):
         return spec.model_dump_json(exclude={"personalizer"})
     words = ["--cb_explore_adf", "--epsilon", f"{spec.epsilon or 0.0:g}"]
-    for pair in letters:
-        words += ["-q", pair]
+    for pair in pairs:
+        words += ["-q", _letters(pair)]
+    for name, chosen in filters.items():
+        if chosen:
+            words += [f"--{name}", _letters(chosen)]
     if bits is not None and bits != (default.features or {}).get("bits"):
         words += ["-b", str(bits)]
     if seed is not None:
@@ -95,6 +98,16 @@ def vw_arguments(info: PolicyInfo) -> str:
     if half_life is not None:
         words += ["--half_life_seconds", _number(half_life)]
     return " ".join(words)
+
+
+def _is_letter_pattern(pattern: str) -> bool:
+    """Whether VW can write the namespace pattern: ``*`` or one letter and ``*``."""
+    return pattern == "*" or (len(pattern) == 2 and pattern.endswith("*"))
+
+
+def _letters(patterns: list[str]) -> str:
+    """The VW namespace letters of featurizer patterns (``*``: ``:``)."""
+    return "".join(":" if p == "*" else p[0] for p in patterns)
 
 
 def _number(value: float) -> str:

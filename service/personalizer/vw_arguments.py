@@ -12,7 +12,8 @@ An option is written ``--name value``, ``--name=value`` or, for a one-letter opt
 ``-qab`` / ``-b18``. Namespace letters follow VW: an interaction ``ab`` pairs the
 context namespaces whose name starts with ``a`` with the action namespaces whose name
 starts with ``b``; ``:`` is any namespace. An option given twice keeps its last value,
-but ``-q``/``--quadratic``/``--interactions``, which add up.
+but ``-q``/``--quadratic``/``--interactions`` and ``--ignore``/``--keep``/
+``--ignore_linear``, which add up.
 """
 
 from __future__ import annotations
@@ -59,7 +60,25 @@ def _pair(option: str) -> Callable[[str, dict[str, Any]], None]:
                     else ""
                 )
             )
-        changes["interactions"].append(["*" if c == ":" else c + "*" for c in value])
+        changes["interactions"].append([namespace_pattern(c) for c in value])
+
+    return add
+
+
+def namespace_pattern(letter: str) -> str:
+    """The featurizer's namespace pattern of a VW namespace letter: the namespaces whose
+    name starts with it (``:``: any namespace)."""
+    return "*" if letter == ":" else letter + "*"
+
+
+def _namespaces(option: str, key: str) -> Callable[[str, dict[str, Any]], None]:
+    """``--ignore`` and its kin: each letter of the value is one namespace (VW)."""
+
+    def add(value: str, changes: dict[str, Any]) -> None:
+        if not value:
+            raise _invalid(f"{option} takes namespace letters (':' for any), but got {value!r}")
+        patterns = changes.setdefault(key, [])
+        patterns.extend(p for p in map(namespace_pattern, value) if p not in patterns)
 
     return add
 
@@ -130,6 +149,27 @@ OPTIONS: tuple[VwOption, ...] = (
         "one context x action interaction (two namespace letters)",
         _pair("--interactions"),
     ),
+    VwOption(
+        ("--ignore",),
+        True,
+        HONOURED,
+        "the namespaces of these letters are left out: no feature, no interaction",
+        _namespaces("--ignore", "ignore"),
+    ),
+    VwOption(
+        ("--keep",),
+        True,
+        HONOURED,
+        "only the namespaces of these letters are read (over --ignore, as in VW)",
+        _namespaces("--keep", "keep"),
+    ),
+    VwOption(
+        ("--ignore_linear",),
+        True,
+        HONOURED,
+        "the namespaces of these letters give their interactions only, not their own features",
+        _namespaces("--ignore_linear", "ignore_linear"),
+    ),
     VwOption(("-b", "--bit_precision"), True, HONOURED, "the featurizer's hash bits", _bits),
     VwOption(("--random_seed",), True, HONOURED, "the seed of the exploration", _seed),
     VwOption(
@@ -151,12 +191,6 @@ OPTIONS: tuple[VwOption, ...] = (
         True,
         REFUSED,
         "the featurizer crosses one context namespace with one action namespace",
-    ),
-    VwOption(
-        ("--ignore", "--ignore_linear", "--keep"),
-        True,
-        REFUSED,
-        "the featurizer keeps every namespace",
     ),
     VwOption(("--first",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
     VwOption(("--bag",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
@@ -186,8 +220,9 @@ def _tokens(arguments: str) -> list[tuple[str, str | None]]:
 
 def read_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
     """The settings a learning-policy string gives (``epsilon``, ``interactions`` as
-    featurizer pairs, ``bits``, ``seed``, ``half_life_seconds``; only those written, but ``interactions``,
-    always there) and the options it gives that have no effect here (as written,
+    featurizer pairs, ``ignore``/``keep``/``ignore_linear`` as featurizer namespace
+    patterns, ``bits``, ``seed``, ``half_life_seconds``; only those written, but
+    ``interactions``, always there) and the options it gives that have no effect here (as written,
     for the ``Warning`` header). No ``-q``: no interactions, as in VW. A refused or
     unknown option, or a bad value, is a 400 naming it."""
     pairs = _tokens(arguments)

@@ -133,7 +133,7 @@ class PolicySpec(StrictModel):
     features: dict[str, Any] | None = Field(
         None,
         description="the featurizer of JSON features (bandit_core FeaturizerConfig: bits, "
-        "interactions, context_in_actions, output, limits); /recommend then takes context "
+        "interactions, ignore, keep, ignore_linear, context_in_actions, output, limits); /recommend then takes context "
         "and arm features as JSON feature objects",
         examples=[{"bits": 8, "interactions": [["*", "*"]]}],
     )

@@ -290,12 +290,20 @@ def test_featurize_equals_the_scalar_reference_bit_for_bit(bits: int, output: st
     featurizer = Featurizer(
         FeaturizerConfig(bits=bits, output=output, interactions=[["user*", "*"], ["", "seller"]])
     )
+    assert_equals_the_reference(featurizer)
+
+
+def assert_equals_the_reference(featurizer: Featurizer) -> tuple[np.ndarray, np.ndarray]:
+    """Asserts that ``featurize`` on CONTEXT and ACTIONS gives describe()'s sums, bit for
+    bit; returns the action rows and the context vector, dense."""
     batch = featurizer.featurize(CONTEXT, ACTIONS)
-    rows = batch.actions if output == "dense" else batch.actions.to_dense()
+    dense = featurizer.config.output == "dense"
+    rows = batch.actions if dense else batch.actions.to_dense()
     for k, action in enumerate(ACTIONS):
         np.testing.assert_array_equal(rows[k], describe_sum(featurizer, CONTEXT, action))
-    context = batch.context if output == "dense" else batch.context.to_dense()[0]
+    context = batch.context if dense else batch.context.to_dense()[0]
     np.testing.assert_array_equal(context, describe_sum(featurizer, CONTEXT, None))
+    return rows, context
 
 
 # A JSON feature object: namespaces of scalars, arrays and nested objects.

@@ -46,6 +46,38 @@ def test_quadratic_and_interactions_pair_namespaces_by_their_first_letter() -> N
     assert "-q takes two namespace letters" in _refused("-q u")
 
 
+@pytest.mark.parametrize("option", ["--ignore", "--keep", "--ignore_linear"])
+def test_namespace_rules_take_one_namespace_per_letter(option: str) -> None:
+    key = option.removeprefix("--")
+    for arguments in (f"{option} ud", f"{option}=ud", f"{option} u {option} d {option} u"):
+        features = parse_vw_arguments(f"-q :: {arguments}")[0]["features"]
+        assert features[key] == ["u*", "d*"], arguments  # they add up, each letter once
+    assert parse_vw_arguments(f"{option} :")[0]["features"][key] == ["*"]
+    assert key not in parse_vw_arguments("-q ::")[0]["features"]
+    assert f"{option} needs a value" in _refused(option)
+    assert f"{option} takes namespace letters" in _refused(f"{option}=")
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "--cb_explore_adf --epsilon 0.2 -q :: --ignore d",
+        "--cb_explore_adf --epsilon 0.2 -q ui --keep ui",
+        "--cb_explore_adf --epsilon 0.2 -q ui --ignore_linear u:",
+        "--cb_explore_adf --epsilon 0.2 --ignore ab --keep c --ignore_linear d",
+    ],
+)
+def test_namespace_rules_are_written_back_as_they_read(written: str) -> None:
+    """A loop whose engine has namespace rules is described by VW arguments that parse
+    back to the same engine."""
+    changes, _ = parse_vw_arguments(written)
+    spec = DEFAULT_LOOP_SPEC.model_copy(update=changes)
+    info = PolicyInfo(
+        name="shop", revision="", created_at=0.0, updated_at=0.0, reset_at=0.0, **spec.model_dump()
+    )
+    assert vw_arguments(info) == written
+
+
 def test_bit_precision_is_the_featurizers_hash_bits() -> None:
     for arguments in ("-b 10", "-b10", "--bit_precision 10", "--bit_precision=10"):
         assert parse_vw_arguments(arguments)[0]["features"]["bits"] == 10
@@ -165,3 +197,69 @@ async def test_the_string_read_back_is_the_string_written(make_settings: Any) ->
         assert again["features"]["bits"] == 6 and again["features"]["interactions"] == [
             ["u*", "a*"]
         ]
+
+
+async def _learned_ranking(
+    http: Any, loop: str, arguments: str
+) -> dict[tuple[str, str], list[Any]]:
+    """The ranking (id, probability) the new loop ``loop`` under ``arguments`` gives each
+    (tier, device) after 160 rounds in which gold users reward tea and silver users coffee."""
+    put = await http.put(f"/policies/{loop}", json=DEFAULT_LOOP_SPEC.model_dump())
+    assert put.status_code == 200, put.text
+    base = BASE.replace("/shop/", f"/{loop}/")
+    answer = await http.put(
+        f"{base}/configurations/policy", json={"name": "rules", "arguments": arguments}
+    )
+    assert answer.status_code == 200, answer.text
+    actions = [{"id": i, "features": [{"item": {"kind": i}}]} for i in ("tea", "coffee")]
+    best = {"gold": "tea", "silver": "coffee"}
+
+    def body(tier: str, device: str) -> dict[str, Any]:
+        context = [{"user": {"tier": tier}}, {"device": {"os": device}}]
+        return {"contextFeatures": context, "actions": actions}
+
+    for i in range(160):
+        tier, device = ("gold", "silver")[i % 2], ("ios", "android")[i // 2 % 2]
+        ranked = await http.post(f"{base}/rank", json=body(tier, device))
+        assert ranked.status_code == 201, ranked.text
+        chosen = ranked.json()["rewardActionId"]
+        reward = await http.post(
+            f"{base}/events/{ranked.json()['eventId']}/reward",
+            json={"value": float(chosen == best[tier])},
+        )
+        assert reward.status_code == 204, reward.text
+    rankings = {}
+    for tier in best:
+        for device in ("ios", "android"):
+            ranked = await http.post(f"{base}/rank", json=body(tier, device))
+            rankings[tier, device] = ranked.json()["ranking"]
+    return rankings
+
+
+def _greedy(ranking: list[dict[str, Any]]) -> str:
+    return str(max(ranking, key=lambda r: r["probability"])["id"])
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_loops_under_namespace_rules_rank_and_learn_what_they_read(
+    make_settings: Any,
+) -> None:
+    async with running(make_settings()) as (_, http, _):
+        # the user's namespace ignored: the loop cannot tell the tiers apart
+        blind = await _learned_ranking(
+            http, "blind", "--cb_explore_adf --epsilon 0.2 -q :: --ignore u"
+        )
+        assert blind["gold", "ios"] == blind["silver", "ios"]
+        # its own features dropped, its interactions kept: the loop learns each tier's drink
+        crossed = await _learned_ranking(
+            http, "crossed", "--cb_explore_adf --epsilon 0.2 -q :: --ignore_linear u"
+        )
+        assert [_greedy(crossed[t, "ios"]) for t in ("gold", "silver")] == ["tea", "coffee"]
+        # only user and item read: the device makes no difference, the tier does
+        kept = await _learned_ranking(
+            http, "kept", "--cb_explore_adf --epsilon 0.2 -q :: --keep ui"
+        )
+        assert kept["gold", "ios"] == kept["gold", "android"]
+        assert [_greedy(kept[t, "android"]) for t in ("gold", "silver")] == ["tea", "coffee"]
+        spec = (await http.get("/policies/kept")).json()
+        assert spec["features"]["keep"] == ["u*", "i*"]
