@@ -25,12 +25,12 @@ T0 = 1_800_000_000.0  # Unix time
 HALF_LIFE = 60.0
 
 
-def _policy(algorithm: str, **params: Any) -> dict[str, Any]:
-    """One arm "a" whose every row is the context ``[1.0]``; ``alpha = 0`` and the prior
-    ``lambda = 1``, so its score is ``theta = b / V``."""
+def _policy(algorithm: str, dimension: int = 1, **params: Any) -> dict[str, Any]:
+    """One arm "a" whose every row is the context of ``dimension`` ones; ``alpha = 0``
+    and the prior ``lambda = 1``, so its score is :func:`_score_of_ones`."""
     return {
         "algorithm": algorithm,
-        "dimension": 1,
+        "dimension": dimension,
         "arms": ["a"],
         "params": {"alpha": 0.0, **params},
         "reward_wait_seconds": 3600,
@@ -44,9 +44,16 @@ def _set_clock(app: Any, at: list[float]) -> None:
         case.clock = lambda: at[0]
 
 
-async def _decide(http: Any) -> tuple[str, float]:
-    """A decision of policy "p": its event id and the score of "a"."""
-    r = await http.post("/recommend", json={"policy": "p", "context": [1.0]})
+def _score_of_ones(b: float, w: float, ones: int) -> float:
+    """The weighted ridge's mean on rows of ``ones`` ones, every one with the weights
+    summing to ``w`` and the weighted rewards to ``b``: ``1^T (I + w 1 1^T)^-1 1 b``."""
+    return ones * b / (1.0 + ones * w)
+
+
+async def _decide(http: Any, ones: int = 1) -> tuple[str, float]:
+    """A decision of policy "p" on the context of ``ones`` ones: its event id and the
+    score of "a"."""
+    r = await http.post("/recommend", json={"policy": "p", "context": [1.0] * ones})
     assert r.status_code == 200, r.text
     body = r.json()
     return body["event_id"], body["ranking"][0]["score"]
@@ -57,41 +64,51 @@ async def _reward(http: Any, event_id: str, reward: float) -> None:
     assert r.status_code == 200 and r.json()["applied"], r.text
 
 
-async def _half_life_story(http: Any, now: list[float]) -> None:
+async def _half_life_story(http: Any, now: list[float], ones: int = 1) -> None:
     """Ten rewards of 1 at ``T0``, then decisions and rewards one and two half-lives
-    later, each score checked against ``theta = b / V`` with ``V = 1 + sum w``,
-    ``b = sum w r`` and ``w = 2^-(age / half-life)``."""
+    later, on rows of ``ones`` ones, each score checked against
+    :func:`_score_of_ones` with ``w = sum 2^-(age / half-life)`` and ``b = sum w r``
+    (``b / (1 + w)`` on one feature)."""
     for _ in range(10):
-        event_id, _ = await _decide(http)
+        event_id, _ = await _decide(http, ones)
         await _reward(http, event_id, 1.0)
-    _, fresh = await _decide(http)
-    assert fresh == pytest.approx(10 / 11, rel=1e-12)
-    late_event, _ = await _decide(http)  # decided at T0, rewarded two half-lives later
-    now[0] = T0 + HALF_LIFE  # V = 1 + 10 / 2, b = 10 / 2
-    event_id, aged = await _decide(http)
-    assert aged == pytest.approx(5 / 6, rel=1e-12)
-    await _reward(http, event_id, 0.0)  # at weight 1: V = 7, b = 5
-    _, after_zero = await _decide(http)
-    assert after_zero == pytest.approx(5 / 7, rel=1e-12)
+    _, fresh = await _decide(http, ones)
+    assert fresh == pytest.approx(_score_of_ones(10, 10, ones), rel=1e-12)
+    late_event, _ = await _decide(http, ones)  # decided at T0, rewarded two half-lives later
+    now[0] = T0 + HALF_LIFE  # w = 10 / 2, b = 10 / 2
+    event_id, aged = await _decide(http, ones)
+    assert aged == pytest.approx(_score_of_ones(5, 5, ones), rel=1e-12)
+    await _reward(http, event_id, 0.0)  # at weight 1: w = 6, b = 5
+    _, after_zero = await _decide(http, ones)
+    assert after_zero == pytest.approx(_score_of_ones(5, 6, ones), rel=1e-12)
     now[0] = T0 + 2 * HALF_LIFE
     await _reward(http, late_event, 1.0)  # decided a half-life before the arm's clock: w = 1/2
-    # scored at T0 + 2h: V = (7 + 1/2) / 2 + 1/2 = 4.25, b = (5 + 1/2) / 2 = 2.75
-    _, latest = await _decide(http)
-    assert latest == pytest.approx(2.75 / 4.25, rel=1e-12)
+    # scored at T0 + 2h: w = (6 + 1/2) / 2 = 3.25, b = (5 + 1/2) / 2 = 2.75
+    _, latest = await _decide(http, ones)
+    assert latest == pytest.approx(_score_of_ones(2.75, 3.25, ones), rel=1e-12)
 
 
-@pytest.mark.parametrize("algorithm", ["discounted_linucb", "hybrid_linucb", "diag_linucb"])
+@pytest.mark.parametrize(
+    "algorithm, params, ones",
+    [
+        ("discounted_linucb", {}, 1),
+        ("hybrid_linucb", {}, 1),
+        ("diag_linucb", {}, 1),
+        ("hybrid_linucb", {"context_dim": 1}, 2),
+    ],
+)
 async def test_a_half_life_policy_forgets_by_the_time_of_its_decisions(
-    make_settings: Any, algorithm: str
+    make_settings: Any, algorithm: str, params: dict[str, Any], ones: int
 ) -> None:
     """The per-arm model, the shared one and the diagonal one: with one feature and one
-    arm all three are the same weighted ridge."""
+    arm all three are the same weighted ridge. The hybrid model with per-arm parts on
+    the row ``[z, x] = [1, 1]`` of its one arm is that ridge over two features."""
     async with running(make_settings()) as (app, http, _):
-        spec = _policy(algorithm, half_life_seconds=HALF_LIFE)
+        spec = _policy(algorithm, ones, half_life_seconds=HALF_LIFE, **params)
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         now = [T0]
         _set_clock(app, now)
-        await _half_life_story(http, now)
+        await _half_life_story(http, now, ones)
 
 
 async def test_a_window_in_seconds_drops_the_rewards_older_than_it(make_settings: Any) -> None:
