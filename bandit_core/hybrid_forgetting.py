@@ -77,7 +77,7 @@ class HybridDiscountedArmState(DiscountedArmState):
 @dataclass(frozen=True)
 class HybridFit:
     """The weighted hybrid ridge at one time: ``beta`` (``k``), each arm's ``theta_a``
-    (``theta``, ``(N, d)``), and what the widths need (see :func:`joint_fit`)."""
+    (``theta``, ``(N, d)``), and what the widths (10.6) need (see :func:`joint_fit`)."""
 
     beta: np.ndarray
     theta: np.ndarray
@@ -86,21 +86,25 @@ class HybridFit:
     A_inv_B: np.ndarray  # (N, d, k)
     A_tilde: np.ndarray  # (N, d, d), decayed
     B_tilde: np.ndarray  # (N, d, k), decayed
-    M: np.ndarray  # (N, k, k): each arm's term of the shared width matrix
     C: np.ndarray  # (k, k): A~_0 + sum_a M_a
 
     def terms(
         self, index: np.ndarray, Z: np.ndarray, X: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(phi^T theta, sqrt(phi^T V^-1 V~ V^-1 phi))`` (10.1) of each candidate row
-        ``phi = [Z[i], X[i] in the block of arm index[i]]``, by (10.5)."""
-        A_inv_B = self.A_inv_B[index]
+        ``phi = [Z[i], X[i] in the block of arm index[i]]``, by (10.6); the arm's own
+        ``u_0^T M_a u_0`` is ``v^T A~_a v - 2 t . v`` with ``v = A_a^-1 B_a u_0``,
+        ``t = B~_a u_0``."""
+        A_inv_B, A_tilde = self.A_inv_B[index], self.A_tilde[index]
         mean = Z @ self.beta + np.einsum("ij,ij->i", X, self.theta[index])
         u0 = (Z - np.einsum("idk,id->ik", A_inv_B, X)) @ self.S_inv
-        ua = np.einsum("ide,ie->id", self.A_inv[index], X) - np.einsum("idk,ik->id", A_inv_B, u0)
-        quad = np.einsum("ij,ijk,ik->i", u0, self.C - self.M[index], u0)
-        quad += 2.0 * np.einsum("id,idk,ik->i", ua, self.B_tilde[index], u0)
-        quad += np.einsum("id,ide,ie->i", ua, self.A_tilde[index], ua)
+        v = np.einsum("idk,ik->id", A_inv_B, u0)
+        t = np.einsum("idk,ik->id", self.B_tilde[index], u0)
+        ua = np.einsum("ide,ie->id", self.A_inv[index], X) - v
+        quad = np.einsum("ij,ij->i", u0 @ self.C, u0)
+        quad -= np.einsum("id,ide,ie->i", v, A_tilde, v) - 2.0 * np.einsum("id,id->i", t, v)
+        quad += 2.0 * np.einsum("id,id->i", ua, t)
+        quad += np.einsum("id,ide,ie->i", ua, A_tilde, ua)
         return mean, np.sqrt(np.maximum(quad, 0.0, out=quad), out=quad)
 
 
@@ -114,7 +118,8 @@ def joint_fit(
     """The weighted hybrid ridge of ``shared`` and ``arms`` with every block decayed
     (10.2) to the time ``at``; the parts do not change. With ``S = A_0 - sum_a B_a^T
     A_a^-1 B_a``, ``beta = S^-1 (b_0 - sum_a B_a^T A_a^-1 b_a)`` and ``theta_a =
-    A_a^-1 (b_a - B_a beta)`` (10.5)."""
+    A_a^-1 (b_a - B_a beta)`` (10.5). The sums over arms are one product of the arms'
+    blocks stacked as ``(N d, k)`` matrices."""
     k = len(shared.b)
     g0 = math.exp(log_decay * max(at - shared.clock, 0.0))
     A0 = g0 * shared.V + (1.0 - g0) * ridge_lambda * np.eye(k)
@@ -132,15 +137,13 @@ def joint_fit(
     A_inv = np.linalg.inv(A)
     A_inv_B = A_inv @ B
     A_inv_b = np.einsum("nde,ne->nd", A_inv, b)
-    B_T = B.transpose(0, 2, 1)
-    S_inv = np.linalg.inv(A0 - np.einsum("nkd,ndj->kj", B_T, A_inv_B))
-    beta = S_inv @ (b0 - np.einsum("nkd,nd->k", B_T, A_inv_b))
+    B_rows, A_inv_B_rows = B.reshape(-1, k), A_inv_B.reshape(-1, k)
+    S_inv = np.linalg.inv(A0 - B_rows.T @ A_inv_B_rows)
+    beta = S_inv @ (b0 - B_rows.T @ A_inv_b.reshape(-1))
     theta = A_inv_b - A_inv_B @ beta
-    cross = B_tilde.transpose(0, 2, 1) @ A_inv_B
-    M = A_inv_B.transpose(0, 2, 1) @ A_tilde @ A_inv_B - cross - cross.transpose(0, 2, 1)
-    return HybridFit(
-        beta, theta, S_inv, A_inv, A_inv_B, A_tilde, B_tilde, M, A0_tilde + M.sum(axis=0)
-    )
+    cross = B_tilde.reshape(-1, k).T @ A_inv_B_rows
+    C = A0_tilde + A_inv_B_rows.T @ (A_tilde @ A_inv_B).reshape(-1, k) - cross - cross.T
+    return HybridFit(beta, theta, S_inv, A_inv, A_inv_B, A_tilde, B_tilde, C)
 
 
 def _stacked(
