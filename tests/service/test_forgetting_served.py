@@ -191,3 +191,14 @@ async def test_replaying_the_log_at_its_decision_times_gives_the_state_the_servi
 def _part(policy: Any) -> Any:
     """The part that learned: arm "a"'s, or the shared model's."""
     return policy.arm_state("a") if "arm:a" in policy.part_names() else policy.shared_state
+
+
+async def test_a_window_with_per_arm_parts_is_a_422_naming_context_dim(make_settings: Any) -> None:
+    """The hybrid model with per-arm parts forgets by discounting only (docs/algorithms.md
+    section 10.3); a window is refused, naming the field, and nothing is stored."""
+    async with running(make_settings()) as (_, http, _):
+        spec = _policy("hybrid_linucb", 2, context_dim=1, window=10)
+        r = await http.put("/policies/p", json=spec)
+        assert r.status_code == 422, r.text
+        assert "context_dim" in r.text
+        assert (await http.get("/policies/p")).status_code == 404
