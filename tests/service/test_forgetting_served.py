@@ -157,40 +157,44 @@ async def test_the_rebuild_from_the_log_replays_the_decision_times(make_settings
 
 
 @pytest.mark.parametrize(
-    "algorithm, params",
+    "algorithm, params, ones",
     [
-        ("discounted_linucb", {"half_life_seconds": HALF_LIFE}),
-        ("hybrid_linucb", {"half_life_seconds": HALF_LIFE}),
+        ("discounted_linucb", {"half_life_seconds": HALF_LIFE}, 1),
+        ("hybrid_linucb", {"half_life_seconds": HALF_LIFE}, 1),
+        ("hybrid_linucb", {"half_life_seconds": HALF_LIFE, "context_dim": 1}, 2),
     ],
 )
 async def test_replaying_the_log_at_its_decision_times_gives_the_state_the_service_built(
-    make_settings: Any, algorithm: str, params: dict[str, Any]
+    make_settings: Any, algorithm: str, params: dict[str, Any], ones: int
 ) -> None:
     """The offline replay runs a policy with a wall clock at each logged decision's
     time (docs/algorithms.md section 10.3): on one arm every logged event matches, so the
     replayed policy learns every reward, at the time the service learned it."""
     async with running(make_settings()) as (app, http, _):
-        assert (await http.put("/policies/p", json=_policy(algorithm, **params))).status_code == 200
+        spec = _policy(algorithm, ones, **params)
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
         now = [T0]
         _set_clock(app, now)
-        await _half_life_story(http, now)
+        await _half_life_story(http, now, ones)
         live = policy_from_bytes(
             base64.b64decode((await http.get("/policies/p/snapshot")).json()["data"])
         )
         use_cases = app.state.use_cases
         await asyncio.to_thread(use_cases.sink.flush, 5.0)
-        replayed = make_policy(algorithm, d=1, alpha=0.0, **params)
+        replayed = make_policy(algorithm, d=ones, alpha=0.0, **params)
         result = await asyncio.to_thread(replay, replayed, EventLogSource(use_cases.event_log, "p"))
     assert result.matched == 12  # the rewarded decisions of the story
-    ours, theirs = _part(replayed), _part(live)
-    assert ours.clock == theirs.clock == T0 + HALF_LIFE
-    for field in ("V", "V_tilde", "b", "theta"):
-        np.testing.assert_allclose(getattr(ours, field), getattr(theirs, field), rtol=1e-9)
+    for ours, theirs in zip(_parts(replayed), _parts(live), strict=True):
+        assert ours.clock == theirs.clock == T0 + HALF_LIFE
+        for field in ("V", "V_tilde", "b", "theta"):
+            np.testing.assert_allclose(getattr(ours, field), getattr(theirs, field), rtol=1e-9)
 
 
-def _part(policy: Any) -> Any:
-    """The part that learned: arm "a"'s, or the shared model's."""
-    return policy.arm_state("a") if "arm:a" in policy.part_names() else policy.shared_state
+def _parts(policy: Any) -> list[Any]:
+    """The parts that learned: arm "a"'s, the shared model's, or both (the hybrid model
+    with per-arm parts)."""
+    parts = [policy.arm_state("a")] if "arm:a" in policy.part_names() else []
+    return parts + ([policy.shared_state] if "shared" in policy.part_names() else [])
 
 
 async def test_a_window_with_per_arm_parts_is_a_422_naming_context_dim(make_settings: Any) -> None:
