@@ -181,7 +181,7 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         self._stack = HybridStack()
 
     def uses_wall_clock(self) -> bool:
-        """True for a shared model with ``half_life_seconds`` or ``window_seconds``."""
+        """True with ``half_life_seconds`` or ``window_seconds``."""
         return self._forgetting is not None and self._forgetting.wall_clock
 
     def _decode_part(self, name: str, data: bytes | None) -> ArrayState | None:
