@@ -61,10 +61,13 @@ def _check(policy: Any, obs: list, rows: list, weights: np.ndarray, now: float |
             got = [policy.select([arm], x[None, :]).scores[0] for x in CANDIDATES]
             np.testing.assert_allclose(got, want, rtol=TOL, atol=TOL)
         np.testing.assert_allclose(policy.beta, theta[:K], rtol=TOL, atol=TOL)
+        rows = [np.concatenate([theta[:K], theta[K + i : K + i + 1]]) for i in range(len(ARMS))]
         for i, arm in enumerate(ARMS):
             np.testing.assert_allclose(
                 policy.theta(arm), theta[K + i : K + i + 1], rtol=TOL, atol=TOL
             )
+            np.testing.assert_allclose(policy.arm_weights(arm).weights[0], rows[i], atol=TOL)
+        np.testing.assert_allclose(policy.feature_weights().weights, rows, rtol=TOL, atol=TOL)
 
 
 def _hybrid(**params: Any) -> Any:
