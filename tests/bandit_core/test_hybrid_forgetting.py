@@ -171,3 +171,18 @@ def test_a_row_that_overflows_changes_no_part() -> None:
 def test_a_window_with_per_arm_parts_names_context_dim(params: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match="context_dim"):
         _hybrid(**params)
+
+
+def test_a_retired_arm_leaves_its_rewards_as_rows_of_shared_features() -> None:
+    """Retiring "b" drops its part; its rewards stay in the shared sums, so ``beta`` is
+    the weighted joint ridge with "b"'s contexts set to 0 (docs/algorithms.md 10.3)."""
+    rng = np.random.default_rng(2)
+    p = _hybrid(gamma=0.8, alpha=1.0)
+    obs = [([*rng.normal(size=3)], float(rng.uniform()), 0.0, False, ARMS[t % 3]) for t in range(9)]
+    rows, _, _ = _feed(p, obs, timed=False)
+    p.retire_arm("b")
+    kept = [
+        (np.where(arm == "b", [1.0, 1.0, 0.0], 1.0) * x, r) for (x, r), (*_, arm) in zip(rows, obs)
+    ]
+    theta, _ = _joint_ridge(obs, kept, 0.8 ** (8 - np.arange(9)))
+    np.testing.assert_allclose(p.beta, theta[:K], rtol=TOL, atol=TOL)
