@@ -204,10 +204,7 @@ class DiscountedArmState(ArrayState):
         """Add the observation ``(x, reward)`` made at clock ``at``: a later ``at`` moves
         the clock on (decaying what was there by ``g = gamma^(at - clock)``), an earlier
         one enters with the weight ``w`` of its age."""
-        if at >= self.clock:
-            g, w, clock = math.exp(log_decay * (at - self.clock)), 1.0, at
-        else:
-            g, w, clock = 1.0, math.exp(log_decay * (self.clock - at)), self.clock
+        g, w, clock = clock_factors(self.clock, at, log_decay)
         # The three new arrays are rows of one buffer: one finiteness check covers them
         # before any field changes. V <- g V + (1 - g) lambda I + w x x^T, and V_tilde
         # likewise with g^2 and w^2 (the paper's rescaled recursion).
@@ -233,6 +230,16 @@ class DiscountedArmState(ArrayState):
         self.width_matrix = V_inv @ V_tilde @ V_inv
         self.n += 1
         self.reward_sum += reward
+
+
+def clock_factors(clock: float, at: float, log_decay: float) -> tuple[float, float, float]:
+    """``(g, w, clock')`` of an observation made at ``at`` entering a part at ``clock``
+    (10.2): a later ``at`` decays the part by ``g = gamma^(at - clock)`` and moves its
+    clock to ``at``; an earlier one leaves it (``g = 1``) and enters with the weight
+    ``w = gamma^(clock - at)`` of its age."""
+    if at >= clock:
+        return math.exp(log_decay * (at - clock)), 1.0, at
+    return 1.0, math.exp(log_decay * (clock - at)), clock
 
 
 class DecayingStack(RidgeStack[DiscountedArmState]):

@@ -46,10 +46,12 @@ from numpy.typing import ArrayLike
 from bandit_core.clock import Clocked
 from bandit_core.errors import ConfigError, InvalidInputError
 from bandit_core.features import SparseRows
+from bandit_core.forgetting import DiscountedArmState
+from bandit_core.hybrid_forgetting import HybridDiscountedArmState, HybridFit, joint_fit
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
-from bandit_core.parts import SHARED_PART
+from bandit_core.parts import ARM_PREFIX, SHARED_PART
 from bandit_core.policy import PolicyConfig, SelectContext
 from bandit_core.shared_forgetting import (
     FORGETTING_OPTIONS,
@@ -68,8 +70,9 @@ class HybridLinUCBConfig(LinUCBConfig):
     the per-arm part at the end of each row; the first ``shared_dim = d - context_dim``
     entries are the shared features ``z``. ``context_dim = 0`` (the default): no per-arm
     part. ``ridge_lambda`` is the prior of both parts (the paper's ``A_0 = I_k``,
-    ``A_a = I_d`` at 1). The shared model (``context_dim = 0``) may forget:
-    ``gamma`` or ``half_life_seconds`` (D-LinUCB), ``window`` and/or ``window_seconds``
+    ``A_a = I_d`` at 1). The model may forget: ``gamma`` or ``half_life_seconds``
+    (D-LinUCB; with per-arm parts as :mod:`bandit_core.hybrid_forgetting` describes),
+    and the shared model (``context_dim = 0``) also ``window`` and/or ``window_seconds``
     (SW-LinUCB), as :mod:`bandit_core.shared_forgetting` describes."""
 
     context_dim: int = 0
@@ -85,17 +88,17 @@ class HybridLinUCBConfig(LinUCBConfig):
             self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1)
         )
         options = self.forgetting.checked(self.ridge_lambda)
-        if options.forgets and self.context_dim:
+        if options.window is not None and self.context_dim:
             raise ConfigError(
-                "the forgetting options (gamma, half_life_seconds, window, window_seconds) "
-                f"apply to the shared model: context_dim must be 0, but got {self.context_dim}"
+                "window and window_seconds apply to the shared model: context_dim must be 0, "
+                f"but got {self.context_dim} (with per-arm parts give gamma or half_life_seconds)"
             )
         for name in FORGETTING_OPTIONS:
             object.__setattr__(self, name, getattr(options, name))
 
     @property
     def forgetting(self) -> ForgettingOptions:
-        """How the shared part forgets (docs/algorithms.md section 10.3); none by default."""
+        """How the model forgets (docs/algorithms.md section 10.3); none by default."""
         return ForgettingOptions(
             self.gamma, self.half_life_seconds, self.window, self.window_seconds
         )
@@ -127,6 +130,8 @@ class HybridArmState(LinearArmState):
 
 # the shared part: Algorithm 2's, or a forgetting one (bandit_core.shared_forgetting)
 SharedPart: TypeAlias = HybridSharedState | ForgettingState
+# an arm's part: Algorithm 2's, or a discounted one (bandit_core.hybrid_forgetting)
+ArmPart: TypeAlias = HybridArmState | HybridDiscountedArmState
 
 
 class HybridStack(RidgeStack[LinearArmState]):
@@ -150,10 +155,10 @@ class HybridStack(RidgeStack[LinearArmState]):
         np.matmul(state.A_inv, cast(HybridArmState, state).B, out=self.A_inv_B[i])
 
 
-class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None]):
+class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
     """Hybrid LinUCB (Li et al. 2010, Algorithm 2); with ``context_dim = 0`` a shared-matrix
-    LinUCB whose arms keep no state, and which may forget
-    (:mod:`bandit_core.shared_forgetting`). See the module docstring."""
+    LinUCB whose arms keep no state. It may forget (:mod:`bandit_core.shared_forgetting`,
+    and with per-arm parts :mod:`bandit_core.hybrid_forgetting`). See the module docstring."""
 
     NAME: ClassVar[str] = "hybrid_linucb"
     CONFIG: ClassVar[type[PolicyConfig]] = HybridLinUCBConfig
@@ -168,17 +173,37 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
             if isinstance(config, HybridLinUCBConfig) and config.forgetting.forgets
             else None
         )
+        # with per-arm parts a forgetting model is the weighted joint ridge of all parts
+        self._joint = isinstance(config, HybridLinUCBConfig) and (
+            config.forgetting.forgets and config.context_dim > 0
+        )
         super().__init__(config)
         self._stack = HybridStack()
 
     def uses_wall_clock(self) -> bool:
-        """True for a shared model with ``half_life_seconds`` or ``window_seconds``."""
+        """True with ``half_life_seconds`` or ``window_seconds``."""
         return self._forgetting is not None and self._forgetting.wall_clock
 
     def _decode_part(self, name: str, data: bytes | None) -> ArrayState | None:
-        if self._forgetting is None or data is None or name != SHARED_PART:
+        if self._forgetting is None or data is None:
             return super()._decode_part(name, data)
-        return self._forgetting.state_class.from_bytes(data)
+        if name == SHARED_PART:
+            return self._forgetting.state_class.from_bytes(data)
+        if self._joint and name.startswith(ARM_PREFIX):
+            return HybridDiscountedArmState.from_bytes(data)
+        return super()._decode_part(name, data)
+
+    def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
+        """The parts a selection reads; with per-arm parts and forgetting every arm's
+        part, since each arm's decay enters the shared estimate (docs/algorithms.md
+        section 10.3)."""
+        if self._joint:
+            arm_ids = list(dict.fromkeys([*self._arms, *arm_ids]))
+        return super().parts_for_select(arm_ids, user_id)
+
+    def parts_for_update(self, arm_id: str, user_id: str | None = None) -> list[str]:
+        """The parts an update of ``arm_id`` writes: its own and ``"shared"``."""
+        return super().parts_for_select([arm_id], user_id)
 
     def _keeps_arm_parts(self) -> bool:
         return self.config.context_dim > 0
@@ -189,25 +214,49 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
             return self._forgetting.prior(self.config.shared_dim)
         return HybridSharedState(**_prior(self.config.shared_dim, self.config.ridge_lambda))
 
-    def _new_arm_state(self) -> HybridArmState:
+    def _new_arm_state(self) -> ArmPart:
         c = self.config
+        if self._joint:
+            return HybridDiscountedArmState.empty(c.context_dim, c.shared_dim, c.ridge_lambda)
         return HybridArmState(
             **_prior(c.context_dim, c.ridge_lambda), B=np.zeros((c.context_dim, c.shared_dim))
         )
 
     @property
     def beta(self) -> np.ndarray:
-        """The shared coefficients ``beta = A_0^-1 b_0`` (length ``shared_dim``), a copy."""
-        return self._shared.theta.copy()
+        """The shared coefficients ``beta = A_0^-1 b_0`` (length ``shared_dim``), a copy;
+        with per-arm parts and forgetting (10.5) as of the policy's time."""
+        return self._coefficients([])[0]
 
     def theta(self, arm_id: str) -> np.ndarray:
         """The per-arm coefficients ``theta_a = A_a^-1 (b_a - B_a beta)`` of ``arm_id``
         (length ``context_dim``; empty without a per-arm part)."""
-        state = self._known_arm(arm_id)
-        if state is None:
+        if self._known_arm(arm_id) is None:
             return np.zeros(0)
-        theta: np.ndarray = state.A_inv @ (state.b - state.B @ self._shared.theta)
-        return theta
+        return self._coefficients([arm_id])[1][0]
+
+    def _coefficients(self, arm_ids: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``beta`` and the ``theta_a`` of each of ``arm_ids`` (arms with parts)."""
+        if self._joint:
+            fit, index = self._fit()
+            return fit.beta, [fit.theta[index[a]] for a in arm_ids]
+        beta = self._shared.theta.copy()
+        states = [cast(HybridArmState, self._known_arm(a)) for a in arm_ids]
+        return beta, [s.A_inv @ (s.b - s.B @ beta) for s in states]
+
+    def _fit(self) -> tuple[HybridFit, dict[str, int]]:
+        """The weighted joint ridge of every part (10.5) as of the policy's time (its
+        shared part's clock when none is set or it is earlier), and each arm's row in it."""
+        assert self._forgetting is not None  # only a forgetting model has a joint fit
+        shared = cast(DiscountedArmState, self._shared)
+        at = shared.clock
+        if self._forgetting.wall_clock and self._now is not None:
+            at = max(at, self._now)
+        arms = cast(dict[str, HybridDiscountedArmState], self._arms)
+        fit = joint_fit(
+            shared, list(arms.values()), at, self._forgetting.log_decay, self.config.ridge_lambda
+        )
+        return fit, {a: i for i, a in enumerate(arms)}
 
     def feature_weights(self) -> FeatureWeights:
         """The weights of the score's mean ``z^T beta + x^T theta_a`` over the row
@@ -217,10 +266,11 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
         c = self.config
         shared = self._shared
         arms = list(self._arms) if not self._arm_free else []
+        beta, thetas = self._coefficients(arms)
         if not arms:
-            row = np.concatenate([shared.theta, np.zeros(c.context_dim)])
+            row = np.concatenate([beta, np.zeros(c.context_dim)])
             return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(shared.n)]))
-        rows = [np.concatenate([shared.theta, self.theta(a)]) for a in arms]
+        rows = [np.concatenate([beta, theta]) for theta in thetas]
         counts = [float(self._arms[a].n) for a in arms]
         return FeatureWeights(np.arange(c.d), np.array(rows), np.array(counts))
 
@@ -234,16 +284,23 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
         if state is None:  # no per-arm parts
             row = np.concatenate([shared.theta, np.zeros(c.context_dim)])
             return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(shared.n)]))
-        row = np.concatenate([shared.theta, self.theta(arm_id)])
+        beta, [theta] = self._coefficients([arm_id])
+        row = np.concatenate([beta, theta])
         return FeatureWeights(np.arange(c.d), row[None, :], np.array([float(state.n)]))
 
     def _score(
-        self, arm_ids: list[str], states: list[HybridArmState], X: np.ndarray, ctx: SelectContext
+        self, arm_ids: list[str], states: list[ArmPart], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray | None]:
         shared = self._shared
         k = self.config.shared_dim
         alpha = self.config.alpha
         Z = X[:, :k]
+        if self._joint:  # forgetting with per-arm parts: the joint fit as of now
+            self._take_updated()
+            fit, index = self._fit()
+            rows = np.array([index[a] for a in arm_ids], dtype=np.intp)
+            mean, width = fit.terms(rows, Z, X[:, k:])
+            return (mean + alpha * width, width) if alpha else (mean + 0.0, None)
         if not isinstance(shared, HybridSharedState):  # a forgetting shared model
             mean, width = self._forgetting_terms(shared, Z)
             return (mean + alpha * width, width) if alpha else (mean + 0.0, None)
@@ -254,7 +311,7 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
             quad = np.einsum("ij,ij->i", Z @ shared.A_inv, Z)
         else:
             stack = self._stack
-            stack.sync(arm_ids, states, self._take_updated())
+            stack.sync(arm_ids, cast(list[LinearArmState], states), self._take_updated())
             x = X[:, k:]  # (K, d), d >= 1: no contraction below runs over an empty axis
             theta = stack.theta - np.matmul(stack.A_inv_B, shared.theta)
             mean += np.einsum("ij,ij->i", x, theta)
@@ -278,13 +335,16 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
     def _update(
         self,
         arm_id: str,
-        state: HybridArmState | None,
+        state: ArmPart | None,
         x: np.ndarray,
         reward: float,
         ctx: SelectContext,
     ) -> None:
         c = self.config
         shared = self._shared
+        if isinstance(state, HybridDiscountedArmState):  # forgetting with per-arm parts
+            self._joint_update(state, x, reward)
+            return
         if not isinstance(shared, HybridSharedState):  # a forgetting shared model
             assert self._forgetting is not None  # the only way to a forgetting part
             self._forgetting.add(shared, x, reward, self._now)
@@ -293,8 +353,32 @@ class HybridLinUCB(Clocked, SharedModelPolicy[HybridArmState, SharedPart, None])
             shared.add(x, reward, reward, c.refactor_every)
             return
         _hybrid_update(
-            shared, state, x[: c.shared_dim], x[c.shared_dim :], reward, c.refactor_every
+            shared,
+            state,
+            x[: c.shared_dim],
+            x[c.shared_dim :],
+            reward,
+            c.refactor_every,
         )
+
+    def _joint_update(
+        self, state: HybridDiscountedArmState, row: np.ndarray, reward: float
+    ) -> None:
+        """Add ``([z, x], reward)`` to the arm's blocks and the shared one, both at the
+        policy's time (docs/algorithms.md section 10.3); refused whole if it overflows."""
+        assert self._forgetting is not None  # only a forgetting model has these parts
+        shared = cast(DiscountedArmState, self._shared)
+        with np.errstate(over="ignore"):  # overflow is refused here
+            outer = np.multiply.outer(row, row)
+        if not all_finite(outer):
+            raise InvalidInputError(
+                f"x with max |x| = {np.abs(row).max()} overflows the ridge statistics"
+            )
+        k = self.config.shared_dim
+        forgetting = self._forgetting
+        at = forgetting.observation_time(shared, self._now)
+        state.add_row(row[:k], row[k:], reward, at, forgetting.log_decay, self.config.ridge_lambda)
+        forgetting.add(shared, row[:k], reward, self._now)
 
     @property
     def folds_updates(self) -> bool:

@@ -114,13 +114,18 @@ class SharedForgetting:
         assert self.options.window is not None  # checked: a window model has one
         return WindowArmState.prior(dim, self.ridge_lambda, self.options.window)
 
-    def add(self, state: ForgettingState, z: np.ndarray, reward: float, now: float | None) -> None:
-        """Add the reward ``reward`` of features ``z`` observed at ``now`` (on the
-        per-update clock: the part's next update count; without a time: its clock)."""
+    def observation_time(self, state: ForgettingState, now: float | None) -> float:
+        """The clock reading of a reward observed at ``now`` entering ``state``: on the
+        per-update clock the part's next update count; on wall-clock time ``now`` (the
+        part's clock without a time)."""
         if not self.wall_clock:
-            at = state.n + 1.0
-        else:
-            at = state.clock if now is None else now
+            return state.n + 1.0
+        return state.clock if now is None else now
+
+    def add(self, state: ForgettingState, z: np.ndarray, reward: float, now: float | None) -> None:
+        """Add the reward ``reward`` of features ``z`` observed at ``now``
+        (:meth:`observation_time`)."""
+        at = self.observation_time(state, now)
         if isinstance(state, DiscountedArmState):
             state.add(z, reward, at, self.log_decay, self.ridge_lambda)
         else:

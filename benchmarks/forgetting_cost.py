@@ -6,7 +6,9 @@ At ``K`` arms and ``d`` features (default 50 x 32), every contender runs the loo
 ``update`` of the served arm), interleaved in one process (:mod:`benchmarks._harness`):
 LinUCB, and each forgetting policy on its per-update clock (``gamma`` 0.99;
 ``window`` 1000) and on wall-clock time (``half_life_seconds`` 3600;
-``window_seconds`` 3600 with ``window`` 1000), where decision ``i`` is made and
+``window_seconds`` 3600 with ``window`` 1000), and hybrid LinUCB with per-arm parts
+over the last 8 features (``context_dim`` 8; ``d`` must exceed it) without forgetting,
+with ``gamma`` 0.99 and with ``half_life_seconds`` 3600, where decision ``i`` is made and
 rewarded at ``now = i`` seconds, as the service passes the time. Every policy is warmed
 with ``--warm`` decisions first (its arms hold data). Prints the CPU time per decision
 and its ratio to LinUCB's (median over rounds of the per-round ratio) and writes
@@ -19,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 
-from bandit_core import make_policy
+from bandit_core import clock_at, make_policy
 from benchmarks._harness import (
     Runner,
     add_label_argument,
@@ -50,6 +53,14 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any], bool]] = {
         {"window": 1000, "window_seconds": 3600.0},
         True,
     ),
+    # per-arm parts over the last 8 features, shared ones over the rest
+    "hybrid_linucb per-arm": ("hybrid_linucb", {"context_dim": 8}, False),
+    "hybrid_linucb per-arm gamma": ("hybrid_linucb", {"context_dim": 8, "gamma": 0.99}, False),
+    "hybrid_linucb per-arm half_life_seconds": (
+        "hybrid_linucb",
+        {"context_dim": 8, "half_life_seconds": 3600.0},
+        True,
+    ),
 }
 
 
@@ -69,10 +80,10 @@ def runner(
         for _ in range(n):
             i = next(clock)
             X = X_pool[i % 64]
-            kwargs = {"now": float(i)} if timed else {}
-            dec = policy.select(ids, X, **kwargs)
-            j = pos[dec.arm_id]
-            policy.update(dec.arm_id, X[j], R_pool[i % 64, j], **kwargs)
+            with clock_at(policy, float(i)) if timed else nullcontext():
+                dec = policy.select(ids, X)
+                j = pos[dec.arm_id]
+                policy.update(dec.arm_id, X[j], R_pool[i % 64, j])
 
     run(warm)
     return run

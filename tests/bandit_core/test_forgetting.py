@@ -353,6 +353,7 @@ def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change() -> 
         ("discounted_linucb", {"half_life_seconds": 30.0}),
         ("sliding_window_linucb", {"window": 5, "window_seconds": 20.0}),
         ("hybrid_linucb", {"half_life_seconds": 30.0}),
+        ("hybrid_linucb", {"half_life_seconds": 30.0, "context_dim": 1}),
         ("discounted_linucb", {"gamma": 0.9}),  # per-update clock: the times change nothing
     ],
 )

@@ -25,12 +25,12 @@ T0 = 1_800_000_000.0  # Unix time
 HALF_LIFE = 60.0
 
 
-def _policy(algorithm: str, **params: Any) -> dict[str, Any]:
-    """One arm "a" whose every row is the context ``[1.0]``; ``alpha = 0`` and the prior
-    ``lambda = 1``, so its score is ``theta = b / V``."""
+def _policy(algorithm: str, dimension: int = 1, **params: Any) -> dict[str, Any]:
+    """One arm "a" whose every row is the context of ``dimension`` ones; ``alpha = 0``
+    and the prior ``lambda = 1``, so its score is :func:`_score_of_ones`."""
     return {
         "algorithm": algorithm,
-        "dimension": 1,
+        "dimension": dimension,
         "arms": ["a"],
         "params": {"alpha": 0.0, **params},
         "reward_wait_seconds": 3600,
@@ -44,9 +44,16 @@ def _set_clock(app: Any, at: list[float]) -> None:
         case.clock = lambda: at[0]
 
 
-async def _decide(http: Any) -> tuple[str, float]:
-    """A decision of policy "p": its event id and the score of "a"."""
-    r = await http.post("/recommend", json={"policy": "p", "context": [1.0]})
+def _score_of_ones(b: float, w: float, ones: int) -> float:
+    """The weighted ridge's mean on rows of ``ones`` ones, every one with the weights
+    summing to ``w`` and the weighted rewards to ``b``: ``1^T (I + w 1 1^T)^-1 1 b``."""
+    return ones * b / (1.0 + ones * w)
+
+
+async def _decide(http: Any, ones: int = 1) -> tuple[str, float]:
+    """A decision of policy "p" on the context of ``ones`` ones: its event id and the
+    score of "a"."""
+    r = await http.post("/recommend", json={"policy": "p", "context": [1.0] * ones})
     assert r.status_code == 200, r.text
     body = r.json()
     return body["event_id"], body["ranking"][0]["score"]
@@ -57,41 +64,51 @@ async def _reward(http: Any, event_id: str, reward: float) -> None:
     assert r.status_code == 200 and r.json()["applied"], r.text
 
 
-async def _half_life_story(http: Any, now: list[float]) -> None:
+async def _half_life_story(http: Any, now: list[float], ones: int = 1) -> None:
     """Ten rewards of 1 at ``T0``, then decisions and rewards one and two half-lives
-    later, each score checked against ``theta = b / V`` with ``V = 1 + sum w``,
-    ``b = sum w r`` and ``w = 2^-(age / half-life)``."""
+    later, on rows of ``ones`` ones, each score checked against
+    :func:`_score_of_ones` with ``w = sum 2^-(age / half-life)`` and ``b = sum w r``
+    (``b / (1 + w)`` on one feature)."""
     for _ in range(10):
-        event_id, _ = await _decide(http)
+        event_id, _ = await _decide(http, ones)
         await _reward(http, event_id, 1.0)
-    _, fresh = await _decide(http)
-    assert fresh == pytest.approx(10 / 11, rel=1e-12)
-    late_event, _ = await _decide(http)  # decided at T0, rewarded two half-lives later
-    now[0] = T0 + HALF_LIFE  # V = 1 + 10 / 2, b = 10 / 2
-    event_id, aged = await _decide(http)
-    assert aged == pytest.approx(5 / 6, rel=1e-12)
-    await _reward(http, event_id, 0.0)  # at weight 1: V = 7, b = 5
-    _, after_zero = await _decide(http)
-    assert after_zero == pytest.approx(5 / 7, rel=1e-12)
+    _, fresh = await _decide(http, ones)
+    assert fresh == pytest.approx(_score_of_ones(10, 10, ones), rel=1e-12)
+    late_event, _ = await _decide(http, ones)  # decided at T0, rewarded two half-lives later
+    now[0] = T0 + HALF_LIFE  # w = 10 / 2, b = 10 / 2
+    event_id, aged = await _decide(http, ones)
+    assert aged == pytest.approx(_score_of_ones(5, 5, ones), rel=1e-12)
+    await _reward(http, event_id, 0.0)  # at weight 1: w = 6, b = 5
+    _, after_zero = await _decide(http, ones)
+    assert after_zero == pytest.approx(_score_of_ones(5, 6, ones), rel=1e-12)
     now[0] = T0 + 2 * HALF_LIFE
     await _reward(http, late_event, 1.0)  # decided a half-life before the arm's clock: w = 1/2
-    # scored at T0 + 2h: V = (7 + 1/2) / 2 + 1/2 = 4.25, b = (5 + 1/2) / 2 = 2.75
-    _, latest = await _decide(http)
-    assert latest == pytest.approx(2.75 / 4.25, rel=1e-12)
+    # scored at T0 + 2h: w = (6 + 1/2) / 2 = 3.25, b = (5 + 1/2) / 2 = 2.75
+    _, latest = await _decide(http, ones)
+    assert latest == pytest.approx(_score_of_ones(2.75, 3.25, ones), rel=1e-12)
 
 
-@pytest.mark.parametrize("algorithm", ["discounted_linucb", "hybrid_linucb", "diag_linucb"])
+@pytest.mark.parametrize(
+    "algorithm, params, ones",
+    [
+        ("discounted_linucb", {}, 1),
+        ("hybrid_linucb", {}, 1),
+        ("diag_linucb", {}, 1),
+        ("hybrid_linucb", {"context_dim": 1}, 2),
+    ],
+)
 async def test_a_half_life_policy_forgets_by_the_time_of_its_decisions(
-    make_settings: Any, algorithm: str
+    make_settings: Any, algorithm: str, params: dict[str, Any], ones: int
 ) -> None:
     """The per-arm model, the shared one and the diagonal one: with one feature and one
-    arm all three are the same weighted ridge."""
+    arm all three are the same weighted ridge. The hybrid model with per-arm parts on
+    the row ``[z, x] = [1, 1]`` of its one arm is that ridge over two features."""
     async with running(make_settings()) as (app, http, _):
-        spec = _policy(algorithm, half_life_seconds=HALF_LIFE)
+        spec = _policy(algorithm, ones, half_life_seconds=HALF_LIFE, **params)
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         now = [T0]
         _set_clock(app, now)
-        await _half_life_story(http, now)
+        await _half_life_story(http, now, ones)
 
 
 async def test_a_window_in_seconds_drops_the_rewards_older_than_it(make_settings: Any) -> None:
@@ -140,37 +157,52 @@ async def test_the_rebuild_from_the_log_replays_the_decision_times(make_settings
 
 
 @pytest.mark.parametrize(
-    "algorithm, params",
+    "algorithm, params, ones",
     [
-        ("discounted_linucb", {"half_life_seconds": HALF_LIFE}),
-        ("hybrid_linucb", {"half_life_seconds": HALF_LIFE}),
+        ("discounted_linucb", {"half_life_seconds": HALF_LIFE}, 1),
+        ("hybrid_linucb", {"half_life_seconds": HALF_LIFE}, 1),
+        ("hybrid_linucb", {"half_life_seconds": HALF_LIFE, "context_dim": 1}, 2),
     ],
 )
 async def test_replaying_the_log_at_its_decision_times_gives_the_state_the_service_built(
-    make_settings: Any, algorithm: str, params: dict[str, Any]
+    make_settings: Any, algorithm: str, params: dict[str, Any], ones: int
 ) -> None:
     """The offline replay runs a policy with a wall clock at each logged decision's
     time (docs/algorithms.md section 10.3): on one arm every logged event matches, so the
     replayed policy learns every reward, at the time the service learned it."""
     async with running(make_settings()) as (app, http, _):
-        assert (await http.put("/policies/p", json=_policy(algorithm, **params))).status_code == 200
+        spec = _policy(algorithm, ones, **params)
+        assert (await http.put("/policies/p", json=spec)).status_code == 200
         now = [T0]
         _set_clock(app, now)
-        await _half_life_story(http, now)
+        await _half_life_story(http, now, ones)
         live = policy_from_bytes(
             base64.b64decode((await http.get("/policies/p/snapshot")).json()["data"])
         )
         use_cases = app.state.use_cases
         await asyncio.to_thread(use_cases.sink.flush, 5.0)
-        replayed = make_policy(algorithm, d=1, alpha=0.0, **params)
+        replayed = make_policy(algorithm, d=ones, alpha=0.0, **params)
         result = await asyncio.to_thread(replay, replayed, EventLogSource(use_cases.event_log, "p"))
     assert result.matched == 12  # the rewarded decisions of the story
-    ours, theirs = _part(replayed), _part(live)
-    assert ours.clock == theirs.clock == T0 + HALF_LIFE
-    for field in ("V", "V_tilde", "b", "theta"):
-        np.testing.assert_allclose(getattr(ours, field), getattr(theirs, field), rtol=1e-9)
+    for ours, theirs in zip(_parts(replayed), _parts(live), strict=True):
+        assert ours.clock == theirs.clock == T0 + HALF_LIFE
+        for field in ("V", "V_tilde", "b", "theta"):
+            np.testing.assert_allclose(getattr(ours, field), getattr(theirs, field), rtol=1e-9)
 
 
-def _part(policy: Any) -> Any:
-    """The part that learned: arm "a"'s, or the shared model's."""
-    return policy.arm_state("a") if "arm:a" in policy.part_names() else policy.shared_state
+def _parts(policy: Any) -> list[Any]:
+    """The parts that learned: arm "a"'s, the shared model's, or both (the hybrid model
+    with per-arm parts)."""
+    parts = [policy.arm_state("a")] if "arm:a" in policy.part_names() else []
+    return parts + ([policy.shared_state] if "shared" in policy.part_names() else [])
+
+
+async def test_a_window_with_per_arm_parts_is_a_422_naming_context_dim(make_settings: Any) -> None:
+    """The hybrid model with per-arm parts forgets by discounting only (docs/algorithms.md
+    section 10.3); a window is refused, naming the field, and nothing is stored."""
+    async with running(make_settings()) as (_, http, _):
+        spec = _policy("hybrid_linucb", 2, context_dim=1, window=10)
+        r = await http.put("/policies/p", json=spec)
+        assert r.status_code == 422, r.text
+        assert "context_dim" in r.text
+        assert (await http.get("/policies/p")).status_code == 404
