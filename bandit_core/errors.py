@@ -23,6 +23,8 @@ Messages name the argument, what was expected and what came, e.g.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BanditError(ValueError):
     """Base class of every error raised by bandit_core."""
@@ -70,3 +72,25 @@ class ModelError(BanditError):
     """The model is at fault, not the input (which :class:`InvalidInputError` blames): it
     produced a non-finite score for finite, representable features (raised by ``select``),
     or, raised by a caller such as the service, its stored state does not read back."""
+
+
+def json_kind(value: Any) -> str:
+    """How an error message names a value that is not what was expected (``the number 3``,
+    ``an array``, ``a numpy.int64``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return (
+        f"a {type(value).__module__}.{type(value).__qualname__}"
+        if type(value).__module__ != "builtins"
+        else f"a {type(value).__name__}"
+    )

@@ -76,7 +76,10 @@ class FeaturizerConfig:
     ``dim = 2**bits + 1`` entries, the last the bias. ``interactions``: pairs
     ``(context namespace pattern, action namespace pattern)``, ``*`` matching any run of
     characters (dots included; ``"*"`` also matches the default namespace ``""``);
-    ``()`` turns interactions off. ``ignore`` / ``keep`` / ``ignore_linear``: namespace
+    ``()`` turns interactions off. ``interaction_terms``: terms of three or more namespace
+    patterns, each matching the context's and the action's namespaces alike
+    (:mod:`bandit_core.interaction_terms`; written by :meth:`to_dict` only when given).
+    ``ignore`` / ``keep`` / ``ignore_linear``: namespace
     patterns left out, the only ones read (when given), and those whose own features are
     left out while their interactions stay (VW's ``--ignore``, ``--keep``,
     ``--ignore_linear``; :class:`~bandit_core.namespace_rules.NamespaceRules`); written by
@@ -96,6 +99,7 @@ class FeaturizerConfig:
 
     bits: int = 18
     interactions: tuple[tuple[str, str], ...] = (("*", "*"),)
+    interaction_terms: tuple[tuple[str, ...], ...] = ()
     context_in_actions: bool = True
     ignore: tuple[str, ...] = ()
     keep: tuple[str, ...] = ()
@@ -123,6 +127,22 @@ class FeaturizerConfig:
                 )
             checked.append((pair[0], pair[1]))
         object.__setattr__(self, "interactions", tuple(dict.fromkeys(checked)))
+        terms = self.interaction_terms
+        if isinstance(terms, (str, bytes)) or not isinstance(terms, (list, tuple)):
+            raise ConfigError(
+                f"interaction_terms must be a list of lists of namespace patterns, but got {terms!r}"
+            )
+        for term in terms:
+            if (
+                not isinstance(term, (list, tuple))
+                or len(term) < 3
+                or not all(isinstance(p, str) and len(p) <= 256 for p in term)
+            ):
+                raise ConfigError(
+                    "each interaction term must be a list of three or more namespace patterns, "
+                    f"but got {term!r}"
+                )
+        object.__setattr__(self, "interaction_terms", tuple(dict.fromkeys(tuple(t) for t in terms)))
         for name in NAMESPACE_FILTERS:
             patterns = getattr(self, name)
             if isinstance(patterns, (str, bytes)) or not isinstance(patterns, (list, tuple)):
@@ -172,6 +192,11 @@ class FeaturizerConfig:
             "bits": self.bits,
             "interactions": [list(p) for p in self.interactions],
             "context_in_actions": self.context_in_actions,
+            **(
+                {"interaction_terms": [list(t) for t in self.interaction_terms]}
+                if self.interaction_terms
+                else {}
+            ),
             **{
                 name: list(getattr(self, name)) for name in NAMESPACE_FILTERS if getattr(self, name)
             },

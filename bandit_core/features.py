@@ -67,7 +67,7 @@ import mmh3
 import numpy as np
 
 from bandit_core.bucket_names import BucketNames, NamedFeature
-from bandit_core.errors import ConfigError, InvalidFeatureError
+from bandit_core.errors import ConfigError, InvalidFeatureError, json_kind
 from bandit_core.feature_config import FeatureLimits, FeaturizerConfig
 from bandit_core.feature_hashing import (
     FEATURE_SEED,
@@ -76,6 +76,7 @@ from bandit_core.feature_hashing import (
     interaction_hash_scalar,
     sort_stably,
 )
+from bandit_core.interaction_terms import InteractionTerms
 from bandit_core.namespace_rules import NamespaceRules
 from bandit_core.sparse_rows import SparseRows
 
@@ -165,13 +166,15 @@ def _exact_json(value: Any, path: tuple[str | int, ...]) -> Any:
             return json_type(value)
     raise _fail(
         path,
-        f"a JSON value (object, array, string, number, boolean or null), but got {_kind(value)}",
+        f"a JSON value (object, array, string, number, boolean or null), but got {json_kind(value)}",
     )
 
 
 def _check_actions(actions: Any) -> None:
     if isinstance(actions, (str, bytes, dict)) or not isinstance(actions, Sequence) or not actions:
-        raise _fail(("actions",), f"a non-empty list of feature objects, but got {_kind(actions)}")
+        raise _fail(
+            ("actions",), f"a non-empty list of feature objects, but got {json_kind(actions)}"
+        )
 
 
 def _fail(path: tuple[str | int, ...], expected: str) -> InvalidFeatureError:
@@ -196,6 +199,7 @@ class Featurizer:
         self._rules = NamespaceRules(
             config.interactions, config.ignore, config.keep, config.ignore_linear
         )
+        self._terms = InteractionTerms(config.interaction_terms, config.limits.max_interactions)
 
     def interacts(self, context_namespace: str, action_namespace: str) -> bool:
         """Whether features of these two namespaces interact under the config's pairs.
@@ -224,10 +228,10 @@ class Featurizer:
                 )
             for i, obj in enumerate(root):
                 if not isinstance(obj, dict):
-                    raise _fail((*root_path, i), f"a JSON object, but got {_kind(obj)}")
+                    raise _fail((*root_path, i), f"a JSON object, but got {json_kind(obj)}")
                 self._walk(obj, DEFAULT_NAMESPACE, (*root_path, i), 1, out)
         else:
-            raise _fail(root_path, f"a JSON object or a list of objects, but got {_kind(root)}")
+            raise _fail(root_path, f"a JSON object or a list of objects, but got {json_kind(root)}")
         return out
 
     def _walk(
@@ -288,7 +292,7 @@ class Featurizer:
             if inner is not None:
                 raise _fail(
                     path + (i,),
-                    f"a number, string, boolean or null in an array, but got {_kind(inner)}",
+                    f"a number, string, boolean or null in an array, but got {json_kind(inner)}",
                 )
 
     def _leaf(
@@ -410,7 +414,7 @@ class Featurizer:
         (by this featurizer or one with the same ``limits``): the same vectors, bit for bit."""
         _check_actions(actions)
         counts = np.array([len(a.values) for a in actions], dtype=np.int64)
-        every_pair = self._rules.every_pair and not self._rules.filters
+        every_pair = self._rules.every_pair and not (self._rules.filters or self._terms)
         namespaces = None if every_pair else tuple(ns for a in actions for ns in a.namespaces)
         return self._batch(
             context,
@@ -458,6 +462,12 @@ class Featurizer:
         row_int = np.broadcast_to(row_act, h_int.shape)
         if pair_mask is not None:
             h_int, v_int, row_int = h_int[pair_mask], v_int[pair_mask], row_int[pair_mask]
+        if self._terms:  # k-way terms after the pairs, in each row's order
+            ns = (ctx.namespaces, act_namespaces or ())
+            terms = self._terms.entries((h_ctx, v_ctx, ns[0]), (h_act, v_act, ns[1]), counts)
+            row_int, h_int, v_int = (
+                np.append(x, t) for x, t in zip((row_int, h_int, v_int), terms)
+            )
 
         h_ctx, v_ctx = h_ctx[own_ctx], v_ctx[own_ctx]
         row_act, h_act, v_act = row_act[own_act], h_act[own_act], v_act[own_act]
@@ -570,6 +580,14 @@ class Featurizer:
             for an, ah, av, ans in zip(act.names, act_hashes, act.values, act.namespaces)
             if reads(cns) and reads(ans) and self.interacts(cns, ans)
         ]
+        row = zip(
+            ctx.names + act.names,
+            ctx_hashes + act_hashes,
+            ctx.values + act.values,
+            ctx.namespaces + act.namespaces,
+        )
+        terms = self._terms.scalar_entries([f for f in row if reads(f[3])])
+        interactions += [NamedFeature(n, h & mask, v) for n, h, v in terms]
         act_named = [
             NamedFeature(n, h & mask, v)
             for n, h, v, ns in zip(act.names, act_hashes, act.values, act.namespaces)
@@ -577,23 +595,3 @@ class Featurizer:
         ]
         own_context = ctx_named if self.config.context_in_actions else []
         return [*own_context, *act_named, *interactions, bias]
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return (
-        f"a {type(value).__module__}.{type(value).__qualname__}"
-        if type(value).__module__ != "builtins"
-        else f"a {type(value).__name__}"
-    )

@@ -43,7 +43,7 @@ def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
     forgetting, docs/algorithms.md section 10.3)."""
     read, ignored = read_vw_arguments(arguments)
     features = {**DEFAULT_FEATURES, "interactions": read["interactions"]}
-    for name in ("bits", *NAMESPACE_FILTERS):
+    for name in ("bits", "interaction_terms", *NAMESPACE_FILTERS):
         if name in read:
             features[name] = read[name]
     params = dict(DEFAULT_LOOP_SPEC.params)
@@ -69,6 +69,7 @@ def vw_arguments(info: PolicyInfo) -> str:
         return arguments
     features = dict(spec.features or {})
     pairs = features.pop("interactions", [])
+    terms = features.pop("interaction_terms", [])
     bits = features.pop("bits", None)
     filters = {name: features.pop(name, []) for name in NAMESPACE_FILTERS}
     params = dict(spec.params)
@@ -78,7 +79,7 @@ def vw_arguments(info: PolicyInfo) -> str:
     default_features = {
         k: v for k, v in (default.features or {}).items() if k not in ("interactions", "bits")
     }
-    patterns = [p for pair in pairs for p in pair] + [p for ps in filters.values() for p in ps]
+    patterns = [p for group in (*pairs, *terms, *filters.values()) for p in group]
     if (spec.algorithm, params, features) != (
         default.algorithm,
         default.params,
@@ -88,6 +89,8 @@ def vw_arguments(info: PolicyInfo) -> str:
     words = ["--cb_explore_adf", "--epsilon", f"{spec.epsilon or 0.0:g}"]
     for pair in pairs:
         words += ["-q", _letters(pair)]
+    for term in terms:
+        words += ["--interactions", _letters(term)]
     for name, chosen in filters.items():
         if chosen:
             words += [f"--{name}", _letters(chosen)]

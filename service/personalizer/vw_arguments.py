@@ -11,8 +11,11 @@ Every option Personalizer's portal and its Optimization discovery write is in
 An option is written ``--name value``, ``--name=value`` or, for a one-letter option,
 ``-qab`` / ``-b18``. Namespace letters follow VW: an interaction ``ab`` pairs the
 context namespaces whose name starts with ``a`` with the action namespaces whose name
-starts with ``b``; ``:`` is any namespace. An option given twice keeps its last value,
-but ``-q``/``--quadratic``/``--interactions`` and ``--ignore``/``--keep``/
+starts with ``b``; ``:`` is any namespace. An interaction of three or more letters
+(``--cubic abc``, ``--interactions abcd``) is a featurizer term whose letters each match
+context and action namespaces alike, as VW treats shared and action features as
+namespaces of one example. An option given twice keeps its last value, but
+``-q``/``--quadratic``/``--interactions``/``--cubic`` and ``--ignore``/``--keep``/
 ``--ignore_linear``, which add up.
 """
 
@@ -32,6 +35,8 @@ REFUSED = "refused"
 # the shared model keeps a (2^b + 1)^2 matrix: 2^12 + 1 = 4097 columns is 134 MB
 MAX_BITS = 12
 MIN_BITS = 1
+# VW's interactions take any number of namespaces; eight bounds a term's cost
+MAX_TERM_LETTERS = 8
 
 
 def _invalid(message: str) -> InvalidRequest:
@@ -48,19 +53,22 @@ def _epsilon(value: str, changes: dict[str, Any]) -> None:
     changes["epsilon"] = epsilon
 
 
-def _pair(option: str) -> Callable[[str, dict[str, Any]], None]:
+def _interaction(option: str, low: int, high: int) -> Callable[[str, dict[str, Any]], None]:
+    """An interaction of ``low`` to ``high`` namespace letters: two letters are one
+    featurizer pair (context, action); three or more one featurizer term
+    (``interaction_terms``, each letter matching context and action namespaces alike)."""
+    count = {2: "two", 3: "three"}[low] + ("" if low == high else " or more")
+
     def add(value: str, changes: dict[str, Any]) -> None:
-        if len(value) != 2:
+        if not low <= len(value) <= high:
             raise _invalid(
-                f"{option} takes two namespace letters (':' for any), but got {value!r}"
-                + (
-                    "; interactions of three or more namespaces are not supported (the "
-                    "featurizer crosses one context namespace with one action namespace)"
-                    if len(value) > 2
-                    else ""
-                )
+                f"{option} takes {count} namespace letters (':' for any), but got {value!r}"
             )
-        changes["interactions"].append([namespace_pattern(c) for c in value])
+        patterns = [namespace_pattern(c) for c in value]
+        if len(value) == 2:
+            changes["interactions"].append(patterns)
+        elif patterns not in changes.setdefault("interaction_terms", []):
+            changes["interaction_terms"].append(patterns)
 
     return add
 
@@ -140,14 +148,19 @@ OPTIONS: tuple[VwOption, ...] = (
     ),
     VwOption(("--epsilon",), True, HONOURED, "epsilon-greedy exploration", _epsilon),
     VwOption(
-        ("-q", "--quadratic"), True, HONOURED, "one context x action interaction", _pair("-q")
+        ("-q", "--quadratic"),
+        True,
+        HONOURED,
+        "one context x action interaction",
+        _interaction("-q", 2, 2),
     ),
     VwOption(
         ("--interactions",),
         True,
         HONOURED,
-        "one context x action interaction (two namespace letters)",
-        _pair("--interactions"),
+        "two letters: one context x action interaction; three or more: the product of one "
+        "feature per letter, context and action namespaces alike",
+        _interaction("--interactions", 2, MAX_TERM_LETTERS),
     ),
     VwOption(
         ("--ignore",),
@@ -170,6 +183,13 @@ OPTIONS: tuple[VwOption, ...] = (
         "the namespaces of these letters give their interactions only, not their own features",
         _namespaces("--ignore_linear", "ignore_linear"),
     ),
+    VwOption(
+        ("--cubic",),
+        True,
+        HONOURED,
+        "the product of one feature per letter (three), context and action namespaces alike",
+        _interaction("--cubic", 3, 3),
+    ),
     VwOption(("-b", "--bit_precision"), True, HONOURED, "the featurizer's hash bits", _bits),
     VwOption(("--random_seed",), True, HONOURED, "the seed of the exploration", _seed),
     VwOption(
@@ -186,12 +206,6 @@ OPTIONS: tuple[VwOption, ...] = (
     VwOption(("--cb_type",), True, NO_EFFECT, "evaluations report IPS and SNIPS estimates"),
     VwOption(("--dsjson", "--json"), False, NO_EFFECT, "the input format of VW's command line"),
     VwOption(("--quiet",), False, NO_EFFECT, "VW's console output"),
-    VwOption(
-        ("--cubic",),
-        True,
-        REFUSED,
-        "the featurizer crosses one context namespace with one action namespace",
-    ),
     VwOption(("--first",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
     VwOption(("--bag",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
     VwOption(("--cover",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),

@@ -42,8 +42,26 @@ def test_quadratic_and_interactions_pair_namespaces_by_their_first_letter() -> N
     both = parse_vw_arguments("-q :: --interactions u:")[0]["features"]["interactions"]
     assert both == [["*", "*"], ["u*", "*"]]  # they add up; ':' is any namespace
     assert parse_vw_arguments("--epsilon 0.1")[0]["features"]["interactions"] == []
-    assert "three or more namespaces are not supported" in _refused("--interactions uab")
+    assert "--interactions takes two or more namespace letters" in _refused("--interactions u")
     assert "-q takes two namespace letters" in _refused("-q u")
+
+
+def test_cubic_and_longer_interactions_are_featurizer_terms() -> None:
+    """Three or more letters make one term whose letters match context and action
+    namespaces alike; ``--cubic abc`` is ``--interactions abc``; pairs stay pairs."""
+    cubic = parse_vw_arguments("-q ui --cubic ud: --cubic=ud: --interactions uda:")[0]
+    assert cubic["features"]["interactions"] == [["u*", "i*"]]
+    assert cubic["features"]["interaction_terms"] == [["u*", "d*", "*"], ["u*", "d*", "a*", "*"]]
+    for spelling in ("--cubic udi", "--interactions udi"):
+        features = parse_vw_arguments(spelling)[0]["features"]
+        assert (features["interactions"], features["interaction_terms"]) == (
+            [],
+            [["u*", "d*", "i*"]],
+        )
+    assert "interaction_terms" not in parse_vw_arguments("-q ::")[0]["features"]
+    assert "--cubic takes three namespace letters" in _refused("--cubic ud")
+    assert "--cubic takes three namespace letters" in _refused("--cubic udia")
+    assert "--interactions takes two or more" in _refused("--interactions " + "u" * 9)
 
 
 @pytest.mark.parametrize("option", ["--ignore", "--keep", "--ignore_linear"])
@@ -65,6 +83,7 @@ def test_namespace_rules_take_one_namespace_per_letter(option: str) -> None:
         "--cb_explore_adf --epsilon 0.2 -q ui --keep ui",
         "--cb_explore_adf --epsilon 0.2 -q ui --ignore_linear u:",
         "--cb_explore_adf --epsilon 0.2 --ignore ab --keep c --ignore_linear d",
+        "--cb_explore_adf --epsilon 0.2 -q ui --interactions udi --interactions ::ui",
     ],
 )
 def test_namespace_rules_are_written_back_as_they_read(written: str) -> None:
@@ -263,3 +282,21 @@ async def test_loops_under_namespace_rules_rank_and_learn_what_they_read(
         assert [_greedy(kept[t, "android"]) for t in ("gold", "silver")] == ["tea", "coffee"]
         spec = (await http.get("/policies/kept")).json()
         assert spec["features"]["keep"] == ["u*", "i*"]
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_a_loop_under_cubic_ranks_and_learns_through_the_personalizer_routes(
+    make_settings: Any,
+) -> None:
+    """No pair at all: only the user x device x item term can tell the tiers apart, and
+    the loop learns each tier's drink on both devices."""
+    async with running(make_settings()) as (_, http, _):
+        written = "--cb_explore_adf --epsilon 0.2 --cubic udi"
+        cubic = await _learned_ranking(http, "cubic", written)
+        for device in ("ios", "android"):
+            assert [_greedy(cubic[t, device]) for t in ("gold", "silver")] == ["tea", "coffee"]
+        spec = (await http.get("/policies/cubic")).json()
+        assert spec["features"]["interaction_terms"] == [["u*", "d*", "i*"]]
+        base = BASE.replace("/shop/", "/cubic/")
+        read = (await http.get(f"{base}/configurations/policy")).json()
+        assert read == {"name": "rules", "arguments": written}
