@@ -37,7 +37,8 @@ def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
     loop's engine, and the arguments with no effect here
     (:func:`service.personalizer.vw_arguments.read_vw_arguments`, whose table says what
     each option does): ``epsilon``; ``features`` with the interactions (none without
-    ``-q``, as in VW), ``--ignore``/``--keep``/``--ignore_linear`` as its namespace
+    ``-q``, as in VW) and the terms of three or more namespaces (``--cubic``,
+    ``--interactions abc``), ``--ignore``/``--keep``/``--ignore_linear`` as its namespace
     patterns and ``-b`` as its ``bits``; ``--random_seed`` and
     ``--half_life_seconds`` as those ``params`` (the shared model's seed and its
     forgetting, docs/algorithms.md section 10.3)."""
