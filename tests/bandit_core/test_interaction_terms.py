@@ -15,6 +15,7 @@ import pytest
 from bandit_core.errors import ConfigError, InvalidFeatureError
 from bandit_core.features import Featurizer, FeaturizerConfig
 from tests.bandit_core.test_features import ACTIONS, CONTEXT, assert_equals_the_reference
+from tests.bandit_core.test_namespace_rules import assert_the_hashed_path_gives
 
 BITS = 16
 
@@ -99,13 +100,7 @@ def test_vectors_with_terms_equal_the_scalar_reference_bit_for_bit(bits: int, ou
         )
     )
     rows, _ = assert_equals_the_reference(featurizer)
-    hashed = featurizer.featurize_hashed(
-        featurizer.hash_features(CONTEXT, ("context",)),
-        [featurizer.hash_features(a) for a in ACTIONS],
-    )
-    np.testing.assert_array_equal(
-        hashed.actions if output == "dense" else hashed.actions.to_dense(), rows
-    )
+    assert_the_hashed_path_gives(featurizer, rows)
 
 
 def test_no_terms_leave_the_vectors_as_they_were() -> None:

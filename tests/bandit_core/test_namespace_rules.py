@@ -100,13 +100,17 @@ def test_filtered_vectors_equal_the_scalar_reference_bit_for_bit(bits: int, outp
     rows, context = assert_equals_the_reference(featurizer)
     single = featurizer.featurize_context(CONTEXT)
     np.testing.assert_array_equal(single if output == "dense" else single.to_dense()[0], context)
+    assert_the_hashed_path_gives(featurizer, rows)
+
+
+def assert_the_hashed_path_gives(featurizer: Featurizer, rows: np.ndarray) -> None:
+    """Asserts that ``featurize_hashed`` on CONTEXT and ACTIONS gives these dense rows."""
     hashed = featurizer.featurize_hashed(
         featurizer.hash_features(CONTEXT, ("context",)),
         [featurizer.hash_features(a) for a in ACTIONS],
     )
-    np.testing.assert_array_equal(
-        hashed.actions if output == "dense" else hashed.actions.to_dense(), rows
-    )
+    dense = featurizer.config.output == "dense"
+    np.testing.assert_array_equal(hashed.actions if dense else hashed.actions.to_dense(), rows)
 
 
 def test_config_writes_the_rules_only_when_given_and_reads_them_back() -> None:
