@@ -58,13 +58,16 @@ class InteractionTerms:
         would exceed ``max_entries``."""
         h_ctx, v_ctx, ns_ctx = ctx
         h_act, v_act, ns_act = act
-        ctx_masks, act_masks = self._masks(ns_ctx), self._masks(ns_act)
-        ends = np.concatenate([[0], np.cumsum(counts)])
-        total = sum(
-            int(np.prod(cm.sum(axis=1) + am[:, ends[k] : ends[k + 1]].sum(axis=1)))
-            for k in range(len(counts))
-            for cm, am in zip(ctx_masks, act_masks)
-        )
+        K, n_ctx = len(counts), len(h_ctx)
+        h_all, v_all = np.concatenate([h_ctx, h_act]), np.concatenate([v_ctx, v_act])
+        row_of_act = np.repeat(np.arange(K), counts)
+        tables = []  # per term, per pattern: (K, n_ctx + n_act) which features row k offers
+        for cm, am in zip(self._masks(ns_ctx), self._masks(ns_act)):
+            table = np.zeros((len(cm), K, n_ctx + len(h_act)), dtype=bool)
+            table[:, :, :n_ctx] = cm[:, None, :]
+            table[:, row_of_act, n_ctx + np.arange(len(h_act))] = am
+            tables.append(table)
+        total = sum(int(np.prod(t.sum(axis=2), axis=0).sum()) for t in tables)
         if total > self._max_entries:
             raise InvalidFeatureError(
                 "actions",
@@ -72,22 +75,17 @@ class InteractionTerms:
                 f"request, but these features make {total}",
                 ("actions",),
             )
-        rows, hashes, values = [], [], []
-        for k in range(len(counts)):
-            row = slice(ends[k], ends[k + 1])
-            h_row = np.concatenate([h_ctx, h_act[row]])
-            v_row = np.concatenate([v_ctx, v_act[row]])
-            for cm, am in zip(ctx_masks, act_masks):
-                match = np.concatenate([cm, am[:, row]], axis=1)
-                h, v = h_row[match[0]], v_row[match[0]]
-                for m in match[1:]:
-                    h = interaction_hash(h[:, None], h_row[m][None, :]).ravel()
-                    v = (v[:, None] * v_row[m][None, :]).ravel()
-                rows.append(np.full(len(h), k, dtype=np.int64))
-                hashes.append(h)
-                values.append(v)
-        if not rows:
-            return np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0)
+        rows, hashes, values = [np.zeros(0, np.int64)], [np.zeros(0, np.uint32)], [np.zeros(0)]
+        for table in tables:
+            row, first = np.nonzero(table[0])
+            h, v = h_all[first], v_all[first]
+            for match in table[1:]:
+                row, partner = _join_by_row(row, match)
+                h = interaction_hash(h[partner[0]], h_all[partner[1]])
+                v = v[partner[0]] * v_all[partner[1]]
+            rows.append(row)
+            hashes.append(h)
+            values.append(v)
         return np.concatenate(rows), np.concatenate(hashes), np.concatenate(values)
 
     def scalar_entries(
@@ -112,3 +110,18 @@ class InteractionTerms:
                 ]
             out.extend(combos)
         return out
+
+
+def _join_by_row(
+    row: np.ndarray, match: np.ndarray
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Each entry of row ``row[i]`` (rows non-decreasing) joined with every feature
+    ``match`` offers in that row, in feature order: the joined rows and, per joined
+    entry, (its entry's index, its feature's index); ordered entry by entry."""
+    offered_row, offered = np.nonzero(match)
+    per_row = np.bincount(offered_row, minlength=match.shape[0])
+    starts = np.cumsum(per_row) - per_row
+    reps = per_row[row]
+    entry = np.repeat(np.arange(len(row)), reps)
+    within = np.arange(len(entry)) - np.repeat(np.cumsum(reps) - reps, reps)
+    return row[entry], (entry, offered[starts[row[entry]] + within])
