@@ -161,15 +161,20 @@ class AutoOptimizer:
         return True
 
     async def _undecided(self, name: str) -> list[EvaluationRecord]:
-        records = await asyncio.to_thread(self.evaluations.store.list_for, name)
-        return [
-            r
-            for r in records
+        succeeded = [r for r in await self._run_records(name) if r.status == "succeeded"]
+        return [r for r in succeeded if r.result is not None and DECISION_KEY not in r.result]
+
+    async def _run_records(self, name: str) -> list[EvaluationRecord]:
+        """Policy ``name``'s Auto-Optimize records with their results (the store's
+        listing leaves results out)."""
+        store = self.evaluations.store
+        listed = await asyncio.to_thread(store.list_for, name)
+        records = [
+            await asyncio.to_thread(store.get, name, r.evaluation_id)
+            for r in listed
             if r.evaluation_id.startswith(RUN_PREFIX)
-            and r.status == "succeeded"
-            and r.result is not None
-            and DECISION_KEY not in r.result
         ]
+        return [r for r in records if r is not None]
 
     async def _decide(self, record: EvaluationRecord) -> None:
         assert record.result is not None
@@ -192,8 +197,7 @@ class AutoOptimizer:
         """The Auto-Optimize runs of policy ``name`` (404 unknown policy), as the store
         lists its evaluations."""
         await self.admin.get_policy(name)
-        records = await asyncio.to_thread(self.evaluations.store.list_for, name)
-        return [run_view(r) for r in records if r.evaluation_id.startswith(RUN_PREFIX)]
+        return [run_view(r) for r in await self._run_records(name)]
 
     async def run(self, stop: asyncio.Event, seconds: float) -> None:
         """:meth:`run_once` every ``seconds`` until ``stop``."""
