@@ -61,6 +61,7 @@ from service.storage.state_store import LastSeenIndex, PartStore
 from service.usecases.admin import PolicyAdmin, check_guardrails_allowed
 from service.usecases.audit import MODEL_IMPORT, changed_settings
 from service.usecases.events import DELTA_PREFIX
+from service.usecases.folds import Folds
 from service.usecases.policy_cache import PolicyCache
 
 if TYPE_CHECKING:
@@ -203,10 +204,13 @@ class Models:
     admin: PolicyAdmin
     store: ModelStore
     event_log: EventLog
+    folds: Folds
     clock: Callable[[], float] = time.time
 
     async def export_model(self, name: str) -> bytes:
-        """The model file of ``name`` (404 unknown policy)."""
+        """The model file of ``name`` (404 unknown policy), with every reward accepted
+        before it: the pending deltas are folded first."""
+        await self.folds.fold_pending(name)
         whole = await read_whole_policy(self.admin.cache, self.store, name)
         return encode_model(whole, self.clock())
 
