@@ -224,6 +224,7 @@ async def test_slot_rewards_reach_the_model_and_each_slot_learns_its_own_best(
     best = {"hero": "music", "side": "sports"}
     late: list[dict[str, str]] = []
     async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+        await immediate_updates(http)  # learning from round to round, not once a second
         for round_ in range(150):
             body = page(slot("hero", "news"), slot("side", "food"))
             ranked = (await http.post(RANK, json=body, headers=HEADERS)).json()
