@@ -195,6 +195,20 @@ class Folds:
                 break
         return done
 
+    async def pending(self, name: str) -> tuple[int, float | None]:
+        """How many rewards of ``name`` wait as deltas for a fold, and when the oldest of
+        them was accepted (unix seconds; None: none waits)."""
+        keys = await self.store.keys(name, [DELTA_PREFIX])
+        if not keys:
+            return 0, None
+        values = await self.store.read(name, keys, {})
+        accepted = [
+            float(orjson.loads(data)["accepted_at"])
+            for value in values.values()
+            if (data := value.data) is not None
+        ]
+        return len(accepted), min(accepted, default=None)
+
     async def fold_due(self) -> int:
         """Fold every folding policy whose ``model_update_interval`` period began since
         its last fold here, when this replica claims that period; returns the rewards

@@ -97,11 +97,16 @@ class ModelTimes:
     """``created_at``: when the current model started (creation, reset, engine change or
     import: the policy's ``reset_at``; a model relearned from the log: its window's
     start); ``modified_at``: the later of that and the newest logged reward (unix
-    seconds); ``retrain``: the latest relearning from the log (None: none)."""
+    seconds); ``retrain``: the latest relearning from the log (None: none);
+    ``pending_rewards``: the rewards waiting as deltas for a fold, the oldest for
+    ``staleness_seconds`` (0: none waits; :meth:`Folds.pending
+    <service.usecases.folds.Folds.pending>`)."""
 
     created_at: float
     modified_at: float
     retrain: RetrainStatus | None = None
+    pending_rewards: int = 0
+    staleness_seconds: float = 0.0
 
 
 async def read_whole_policy(cache: PolicyCache, store: PartStore, name: str) -> WholePolicy:
@@ -284,4 +289,6 @@ class Models:
         modified = info.reset_at if last_reward is None else max(info.reset_at, last_reward)
         retrains = self.admin.retrains
         retrain = None if retrains is None else await retrains.status(name)
-        return ModelTimes(created_at=info.reset_at, modified_at=modified, retrain=retrain)
+        pending, oldest = await self.folds.pending(name)
+        stale = 0.0 if oldest is None else max(0.0, self.clock() - oldest)
+        return ModelTimes(info.reset_at, modified, retrain, pending, stale)

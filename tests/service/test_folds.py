@@ -353,3 +353,24 @@ async def test_fold_pending_folds_every_batch(make_settings: Any) -> None:
         assert await Folds(PolicyCache(store), store, small).fold_pending(NAME) == 10
         assert await _pending(app) == []
         assert_close(await _shared(app), await _one_by_one(app, rewards))
+
+
+async def test_model_properties_report_the_pending_rewards_and_their_wait(
+    make_settings: Any,
+) -> None:
+    """The model-properties route counts the rewards waiting for a fold and says how
+    long the oldest waited (between its acceptance and the read); none after a fold."""
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 6))
+        fresh = (await http.get(f"/policies/{NAME}/model/properties")).json()
+        assert (fresh["pending_rewards"], fresh["staleness_seconds"]) == (0, 0.0)
+        started = time.time()
+        await _reward_concurrently(http, rewards, clients=2)
+        await asyncio.sleep(0.2)
+        properties = (await http.get(f"/policies/{NAME}/model/properties")).json()
+        assert properties["pending_rewards"] == len(rewards)
+        assert 0.2 <= properties["staleness_seconds"] <= time.time() - started
+        assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
+        folded = (await http.get(f"/policies/{NAME}/model/properties")).json()
+        assert (folded["pending_rewards"], folded["staleness_seconds"]) == (0, 0.0)
