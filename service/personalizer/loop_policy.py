@@ -14,6 +14,7 @@ from service.policies import spec_of
 from service.schemas import PolicyInfo, PolicySpec
 
 DEFAULT_EPSILON = 0.2
+DEFAULT_UPDATE_INTERVAL = 1.0
 # 2^8 hashed buckets + the bias: the shared model keeps a full 257 x 257 matrix
 DEFAULT_FEATURES: dict[str, Any] = {"bits": 8, "interactions": [["*", "*"]]}
 DEFAULT_LOOP_SPEC = PolicySpec(
@@ -25,6 +26,9 @@ DEFAULT_LOOP_SPEC = PolicySpec(
     reward_wait_seconds=600.0,
     epsilon=DEFAULT_EPSILON,
     retrain_days=float(DEFAULT_RETRAIN_DAYS),
+    # modelUpdateFrequency PT1S: rewards kept as deltas and folded once a second
+    # (service.usecases.folds), so a loop takes thousands of rewards a second
+    model_update_interval=DEFAULT_UPDATE_INTERVAL,
 )
 # the engine of a loop whose learning policy is given as VW arguments
 ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")

@@ -176,6 +176,9 @@ async def reset_model(models: ModelsDep, name: str = Name) -> PolicyInfo:
 
 @router.get("/{name}/model/properties", response_model=ModelProperties, responses=_errors)
 async def model_properties(models: ModelsDep, name: str = Name) -> ModelProperties:
+    """When the model started and was last rewarded, its latest relearning, and its
+    staleness: the rewards still waiting for a fold and how long the oldest waited
+    (docs/architecture.md, "Folded model updates")."""
     times = await models.model_times(name)
     retrain = times.retrain
     return ModelProperties(
@@ -183,6 +186,8 @@ async def model_properties(models: ModelsDep, name: str = Name) -> ModelProperti
         created_at=times.created_at,
         modified_at=times.modified_at,
         retrain=None if retrain is None else RetrainProperties.model_validate(asdict(retrain)),
+        pending_rewards=times.pending_rewards,
+        staleness_seconds=times.staleness_seconds,
     )
 
 

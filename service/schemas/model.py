@@ -80,6 +80,15 @@ class ModelProperties(BaseModel):
     retrain: RetrainProperties | None = Field(
         None, description="the latest relearning from the log; null: none"
     )
+    pending_rewards: int = Field(
+        0,
+        description="accepted rewards waiting as deltas for the next fold (model_update_interval)",
+    )
+    staleness_seconds: float = Field(
+        0.0,
+        description="how long the oldest reward not yet folded into the model has waited; "
+        "0: the model holds every accepted reward",
+    )
 
 
 class FeatureScore(BaseModel):

@@ -151,7 +151,7 @@ def build_use_cases(
     audit = AuditTrail(sink, event_log, clock)
     rewards.drift.audit = audit
     retrains = Retrains(cache, store, event_log, sink, settings, audit, learning, clock)
-    admin = PolicyAdmin(cache, store, event_log, settings, audit, clock, retrains)
+    admin = PolicyAdmin(cache, store, event_log, settings, audit, clock, retrains, folds)
     recommender = Recommender(cache, store, sink, settings, clock, rewards.drift)
     features = FeatureRanking(cache, event_log, settings)
     recovery = Recovery(cache, store, sink, event_log, settings, audit, learning)
@@ -166,10 +166,10 @@ def build_use_cases(
         folds=folds,
         sweeper=Sweeper(cache, store, rewards, settings, clock),
         admin=admin,
-        snapshots=Snapshots(cache, store, event_log, settings, audit, clock),
+        snapshots=Snapshots(cache, store, event_log, settings, audit, folds, clock),
         monitor=Monitor(store, sink, event_log, admin, settings, recovery),
         features=features,
-        models=Models(admin, store, event_log, clock),
+        models=Models(admin, store, event_log, folds, clock),
         feature_importances=FeatureImportances(admin, store, settings, clock),
         feature_cardinalities=FeatureCardinalities(event_log),
         evaluations=evaluations,

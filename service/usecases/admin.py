@@ -34,6 +34,7 @@ from service.usecases.audit import DELETE, RESET, RETIRE_ARMS, AuditTrail, setti
 from service.usecases.policy_cache import METRICS_PREFIX, PULLS_PREFIX, PolicyCache
 
 if TYPE_CHECKING:
+    from service.usecases.folds import Folds
     from service.usecases.retrain import Retrains
 
 
@@ -63,6 +64,8 @@ class PolicyAdmin:
     clock: Callable[[], float] = time.time
     retrains: Retrains | None = None
     """Relearns a new model from the log when the engine changes (``retrain_days``)."""
+    folds: Folds | None = None
+    """Folds the pending rewards before the stats read the model."""
 
     async def get_policy(self, name: str) -> PolicyInfo:
         runtime, _, _ = await self.cache.load(name)
@@ -209,9 +212,14 @@ class PolicyAdmin:
                 reason="arm",
             )
 
-    async def stats(self, name: str) -> PolicyStats:
+    async def stats(self, name: str, fold_pending: bool = True) -> PolicyStats:
         """Counts and per-arm statistics of ``name``; also publishes its gauges (alpha
-        per arm, delta_G and its limit, pending events)."""
+        per arm, delta_G and its limit, pending events). Unless ``fold_pending`` is
+        false, the rewards still pending as deltas are folded first
+        (:meth:`Folds.fold_pending <service.usecases.folds.Folds.fold_pending>`): the
+        stats count every accepted reward."""
+        if fold_pending and self.folds is not None:
+            await self.folds.fold_pending(name)
         runtime, arms, counters = await self.cache.load_all(name)
         policy = runtime.policy
         out: dict[str, ArmStatsOut] = {}

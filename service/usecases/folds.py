@@ -183,6 +183,32 @@ class Folds:
                 metrics.MODEL_STALENESS.labels(name).set(max(0.0, self.clock() - oldest))
             return len(folded)
 
+    async def fold_pending(self, name: str) -> int:
+        """Fold every delta of ``name`` pending now, batch after batch of
+        ``fold_max_deltas``, so that a read of the model after it (export, snapshot,
+        stats) sees every reward accepted before it; returns how many were folded. Each
+        batch is one :meth:`fold`: exactly once as the periodic folds."""
+        done = 0
+        while (count := await self.fold(name)) > 0:
+            done += count
+            if count < self.settings.fold_max_deltas:
+                break
+        return done
+
+    async def pending(self, name: str) -> tuple[int, float | None]:
+        """How many rewards of ``name`` wait as deltas for a fold, and when the oldest of
+        them was accepted (unix seconds; None: none waits)."""
+        keys = await self.store.keys(name, [DELTA_PREFIX])
+        if not keys:
+            return 0, None
+        values = await self.store.read(name, keys, {})
+        accepted = [
+            float(orjson.loads(data)["accepted_at"])
+            for value in values.values()
+            if (data := value.data) is not None
+        ]
+        return len(accepted), min(accepted, default=None)
+
     async def fold_due(self) -> int:
         """Fold every folding policy whose ``model_update_interval`` period began since
         its last fold here, when this replica claims that period; returns the rewards

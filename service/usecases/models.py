@@ -61,6 +61,7 @@ from service.storage.state_store import LastSeenIndex, PartStore
 from service.usecases.admin import PolicyAdmin, check_guardrails_allowed
 from service.usecases.audit import MODEL_IMPORT, changed_settings
 from service.usecases.events import DELTA_PREFIX
+from service.usecases.folds import Folds
 from service.usecases.policy_cache import PolicyCache
 
 if TYPE_CHECKING:
@@ -96,11 +97,16 @@ class ModelTimes:
     """``created_at``: when the current model started (creation, reset, engine change or
     import: the policy's ``reset_at``; a model relearned from the log: its window's
     start); ``modified_at``: the later of that and the newest logged reward (unix
-    seconds); ``retrain``: the latest relearning from the log (None: none)."""
+    seconds); ``retrain``: the latest relearning from the log (None: none);
+    ``pending_rewards``: the rewards waiting as deltas for a fold, the oldest for
+    ``staleness_seconds`` (0: none waits; :meth:`Folds.pending
+    <service.usecases.folds.Folds.pending>`)."""
 
     created_at: float
     modified_at: float
     retrain: RetrainStatus | None = None
+    pending_rewards: int = 0
+    staleness_seconds: float = 0.0
 
 
 async def read_whole_policy(cache: PolicyCache, store: PartStore, name: str) -> WholePolicy:
@@ -203,10 +209,13 @@ class Models:
     admin: PolicyAdmin
     store: ModelStore
     event_log: EventLog
+    folds: Folds
     clock: Callable[[], float] = time.time
 
     async def export_model(self, name: str) -> bytes:
-        """The model file of ``name`` (404 unknown policy)."""
+        """The model file of ``name`` (404 unknown policy), with every reward accepted
+        before it: the pending deltas are folded first."""
+        await self.folds.fold_pending(name)
         whole = await read_whole_policy(self.admin.cache, self.store, name)
         return encode_model(whole, self.clock())
 
@@ -280,4 +289,6 @@ class Models:
         modified = info.reset_at if last_reward is None else max(info.reset_at, last_reward)
         retrains = self.admin.retrains
         retrain = None if retrains is None else await retrains.status(name)
-        return ModelTimes(created_at=info.reset_at, modified_at=modified, retrain=retrain)
+        pending, oldest = await self.folds.pending(name)
+        stale = 0.0 if oldest is None else max(0.0, self.clock() - oldest)
+        return ModelTimes(info.reset_at, modified, retrain, pending, stale)

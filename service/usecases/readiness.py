@@ -181,7 +181,8 @@ class Monitor:
             return
         for name in await self.store.list_policies():
             try:
-                await self.admin.stats(name)
+                # the gauges of the last folded model: a refresh is no reason to fold
+                await self.admin.stats(name, fold_pending=False)
             except NotFound:
                 continue
 

@@ -24,6 +24,7 @@ from service.storage.base import EventLog
 from service.storage.base import Snapshot as LogSnapshot
 from service.storage.state_store import LastSeenIndex, PartStore, PeriodClaims, PolicyDirectory
 from service.usecases.audit import SNAPSHOT_RESTORE, AuditTrail
+from service.usecases.folds import Folds
 from service.usecases.models import read_whole_policy
 from service.usecases.periodic import count_unavailable, each_period
 from service.usecases.policy_cache import PolicyCache
@@ -49,11 +50,14 @@ class Snapshots:
     event_log: EventLog
     settings: Settings
     audit: AuditTrail
+    folds: Folds
     clock: Callable[[], float] = time.time
 
     async def export_snapshot(self, name: str) -> Snapshot:
         """The whole model of ``name``: the state of every stored arm, the shared part and
-        every user part (:func:`~service.usecases.models.read_whole_policy`)."""
+        every user part (:func:`~service.usecases.models.read_whole_policy`), with every
+        reward accepted before it: the pending deltas are folded first."""
+        await self.folds.fold_pending(name)
         whole = await read_whole_policy(self.cache, self.store, name)
         return Snapshot(
             policy=name,

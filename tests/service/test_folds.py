@@ -9,6 +9,7 @@ the rebuild from the log."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import threading
 import time
 from typing import Any
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+import bandit_core
 from bandit_core.hybrid_linucb import HybridSharedState
+from bandit_core.state import unpack
 from service.api.app import LEARNING_SETTINGS, make_store
 from service.policies import build_policy, spec_of
 from service.settings import Settings
@@ -300,3 +303,74 @@ async def test_rewards_pending_when_updates_turn_immediate_are_folded(
         assert r.status_code == 200 and r.json()["applied"]
         shared = await _shared(app)
         assert shared is not None and shared.n == 21 and await _pending(app) == []
+
+
+async def test_export_snapshot_and_stats_fold_the_pending_rewards_first(
+    make_settings: Any,
+) -> None:
+    """The stats, a snapshot and a model file each see every reward accepted before
+    them: the pending deltas are folded first (one fold each, deleting its deltas), so
+    the shared part then equals the rewards applied one by one, and nothing is left
+    pending to be folded again."""
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 30))
+        ids = list(rewards)
+        await _reward_concurrently(http, {e: rewards[e] for e in ids[:10]}, clients=2)
+        assert len(await _pending(app)) == 10
+        stats = (await http.get(f"/policies/{NAME}/stats")).json()
+        assert stats["policy_stats"]["rewarded"] == 10
+        assert await _pending(app) == []
+
+        await _reward_concurrently(http, {e: rewards[e] for e in ids[10:20]}, clients=2)
+        snapshot = (await http.get(f"/policies/{NAME}/snapshot")).json()
+        policy = bandit_core.policy_from_bytes(base64.b64decode(snapshot["data"]))
+        assert policy.policy_stats()["rewarded"] == 20
+        assert await _pending(app) == []
+
+        await _reward_concurrently(http, {e: rewards[e] for e in ids[20:]}, clients=2)
+        exported = await http.get(f"/policies/{NAME}/model")
+        assert exported.status_code == 200, exported.text
+        _, _, arrays = unpack(exported.content, "bandit_model")
+        assert bandit_core.policy_from_bytes(arrays["engine"].tobytes()).policy_stats()[
+            "rewarded"
+        ] == len(rewards)
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert await app.state.use_cases.folds.fold(NAME) == 0
+
+
+async def test_fold_pending_folds_every_batch(make_settings: Any) -> None:
+    """More deltas pending than one fold takes (``fold_max_deltas``): ``fold_pending``
+    folds batch after batch until none is left, each reward once."""
+    settings = make_settings(**NO_LOOP)
+    async with running(settings) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 10))
+        await _reward_concurrently(http, rewards, clients=2)
+        store = app.state.use_cases.store
+        small = settings.model_copy(update={"fold_max_deltas": 4})
+        assert await Folds(PolicyCache(store), store, small).fold_pending(NAME) == 10
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards))
+
+
+async def test_model_properties_report_the_pending_rewards_and_their_wait(
+    make_settings: Any,
+) -> None:
+    """The model-properties route counts the rewards waiting for a fold and says how
+    long the oldest waited (between its acceptance and the read); none after a fold."""
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        await _create(http, 3600.0)
+        rewards = _rewards(await decisions(http, 6))
+        fresh = (await http.get(f"/policies/{NAME}/model/properties")).json()
+        assert (fresh["pending_rewards"], fresh["staleness_seconds"]) == (0, 0.0)
+        started = time.time()
+        await _reward_concurrently(http, rewards, clients=2)
+        await asyncio.sleep(0.2)
+        properties = (await http.get(f"/policies/{NAME}/model/properties")).json()
+        assert properties["pending_rewards"] == len(rewards)
+        assert 0.2 <= properties["staleness_seconds"] <= time.time() - started
+        assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
+        folded = (await http.get(f"/policies/{NAME}/model/properties")).json()
+        assert (folded["pending_rewards"], folded["staleness_seconds"]) == (0, 0.0)

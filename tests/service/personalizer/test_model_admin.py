@@ -127,13 +127,22 @@ def export(url: str) -> bytes:
     return b"".join(admin(url).export_model(signed=True))
 
 
+def update_at_once(http: httpx.Client, loop_url: str) -> None:
+    """Give the loop at ``loop_url`` immediate updates (``modelUpdateFrequency`` PT0S):
+    each reward is in the model before the next rank, whenever the folds run."""
+    url = f"{loop_url}/personalizer/configurations/service"
+    config = http.get(url, headers=HEADERS).json()
+    put = http.put(url, json={**config, "modelUpdateFrequency": "PT0S"}, headers=HEADERS)
+    assert put.status_code == 200, put.text
+
+
 def test_an_exported_model_serves_the_same_decisions_on_another_server(
     servers: dict[str, str],
 ) -> None:
     source, target = servers["embedded"], servers["redis_postgres"]
     with httpx.Client(timeout=30) as http:
         storefront(http, source, 300, seed=1)
-        model = export(source)
+        model = export(source)  # the rewards pending as deltas included
         assert len(model) > 1_048_576  # above the JSON body limit: model files have their own
         learned = bandit_core.policy_from_bytes(engine_state(model))
         assert learned.policy_stats()["rewarded"] == 300
@@ -143,6 +152,8 @@ def test_an_exported_model_serves_the_same_decisions_on_another_server(
         for url in (target, source):
             admin(url).import_model(io.BytesIO(model))
         assert engine_state(export(target)) == engine_state(model)
+        for url in (source, target):  # the same model before every rank on both
+            update_at_once(http, url)
         served = {url: storefront(http, url, 60, seed=2) for url in (source, target)}
         assert decisions(served[source]) == decisions(served[target])
         assert engine_state(export(source)) == engine_state(export(target))

@@ -24,7 +24,9 @@ async def test_model_update_frequency_is_the_loops_fold_interval(make_settings: 
     headers = {"Ocp-Apim-Subscription-Key": settings.api_keys[0]}
     async with running(settings) as (app, http, _):
         config = (await http.get(CONFIG, headers=headers)).json()
-        assert config["modelUpdateFrequency"] == "PT0S"  # every reward at once
+        assert config["modelUpdateFrequency"] == "PT1S"  # the default loop folds each second
+        default = (await http.get(f"/policies/{DEFAULT_LOOP}")).json()
+        assert default["model_update_interval"] == 1.0
         put = await http.put(
             CONFIG, json={**config, "modelUpdateFrequency": "PT30M"}, headers=headers
         )

@@ -119,8 +119,18 @@ async def test_bad_requests_are_400s_naming_the_field_and_store_nothing(
         assert (await stats(http))["decisions"] == 0
 
 
+async def immediate_updates(http: Any) -> None:
+    """Set the loop's ``modelUpdateFrequency`` to ``PT0S``: each reward in the model at
+    once (the policy stats below read the model)."""
+    config = (await http.get("/personalizer/configurations/service", headers=HEADERS)).json()
+    at_once = {**config, "modelUpdateFrequency": "PT0S"}
+    put = await http.put("/personalizer/configurations/service", json=at_once, headers=HEADERS)
+    assert put.status_code == 200, put.text
+
+
 async def test_each_slot_is_rewarded_once_with_its_earliest_reward(make_settings: Any) -> None:
     async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+        await immediate_updates(http)
         body = page(slot("hero", "news"), slot("side", "music"), eventId="page-1")
         ranked = (await http.post(RANK, json=body, headers=HEADERS)).json()
         assert (await http.post(RANK, json=body, headers=HEADERS)).json() == ranked  # idempotent
@@ -179,6 +189,7 @@ async def test_deferred_slots_learn_only_once_activated_and_default_when_unrewar
     async with running(make_settings(personalizer_loop=True)) as (_, http, _):
         config = (await http.get("/personalizer/configurations/service", headers=HEADERS)).json()
         quick = {**config, "rewardWaitTime": "PT0.3S", "defaultReward": 0.5}
+        quick["modelUpdateFrequency"] = "PT0S"  # the stats read the model
         assert (
             await http.put("/personalizer/configurations/service", json=quick, headers=HEADERS)
         ).status_code == 200
@@ -213,6 +224,7 @@ async def test_slot_rewards_reach_the_model_and_each_slot_learns_its_own_best(
     best = {"hero": "music", "side": "sports"}
     late: list[dict[str, str]] = []
     async with running(make_settings(personalizer_loop=True)) as (_, http, _):
+        await immediate_updates(http)  # learning from round to round, not once a second
         for round_ in range(150):
             body = page(slot("hero", "news"), slot("side", "food"))
             ranked = (await http.post(RANK, json=body, headers=HEADERS)).json()
