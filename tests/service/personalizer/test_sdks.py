@@ -351,9 +351,18 @@ def test_configuration_round_trips_and_maps_onto_the_policy(endpoint: str) -> No
     assert (
         sdk.update_policy({"name": "forgets", "arguments": forgetting})["arguments"] == forgetting
     )
-    policy = httpx.get(
-        f"{endpoint}/policies/personalizer", headers={"Authorization": f"Bearer {API_KEY}"}
-    ).json()
+    # the new engine serves once the loop's relearn from the log switches to it
+    deadline = time.monotonic() + 60
+    while (
+        "half_life_seconds"
+        not in (
+            policy := httpx.get(
+                f"{endpoint}/policies/personalizer", headers={"Authorization": f"Bearer {API_KEY}"}
+            ).json()
+        )["params"]
+    ):
+        assert time.monotonic() < deadline, policy
+        time.sleep(0.05)
     assert (policy["algorithm"], policy["params"]["half_life_seconds"]) == ("hybrid_linucb", 86400)
     ranked = client(endpoint).rank({"contextFeatures": CONTEXT, "actions": ACTIONS})
     client(endpoint).reward(ranked["eventId"], {"value": 1.0})
