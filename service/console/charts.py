@@ -130,6 +130,32 @@ def reward_chart(activity: PolicyActivity, drift_at: list[float]) -> Chart:
     )
 
 
+def latency_chart(activity: PolicyActivity) -> Chart:
+    """The p50 and p99 decision latency (ms) of each bucket at the bucket's middle, from
+    the event log's latency histogram (docs/console.md, "Decision latency")."""
+    points = activity.latency
+    scale = _Scale(
+        activity.since, activity.until, 0.0, max((p.p99_ms for p in points), default=1.0)
+    )
+    half = activity.bucket_seconds / 2
+    series = []
+    for colour, (name, of) in zip(
+        COLOURS, (("p50", lambda p: p.p50_ms), ("p99", lambda p: p.p99_ms)), strict=False
+    ):
+        markers = [
+            Marker(
+                scale.x(p.start + half),
+                scale.y(of(p)),
+                of(p),
+                p.decisions,
+                f"{name} {of(p):.3g} ms of {p.decisions} decisions",
+            )
+            for p in points
+        ]
+        series.append(Series(name, colour, " ".join(f"{m.x},{m.y}" for m in markers), markers))
+    return Chart(WIDTH, HEIGHT, series, None, scale.y_ticks(), scale.x_ticks())
+
+
 def share_chart(activity: PolicyActivity) -> Chart:
     """Each of the most chosen arms' share of the decisions of each bucket (0 to 1)."""
     totals: dict[float, int] = {}

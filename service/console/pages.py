@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import TypeAdapter, ValidationError
 
-from service.console.charts import reward_chart, share_chart
+from service.console.charts import latency_chart, reward_chart, share_chart
 from service.console.rendering import ConsoleRoute, page
 from service.console.session import Session, SignInRequired, change_form, current_session
 from service.errors import ApiError, NotFound
@@ -111,6 +111,7 @@ async def policy(
             "windows": list(WINDOWS),
             "reward_chart": reward_chart(activity, drift_at),
             "share_chart": share_chart(activity),
+            "latency_chart": latency_chart(activity),
             "settings": info.model_dump(mode="json", exclude={"name", "declared"}),
         },
     )

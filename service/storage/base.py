@@ -107,6 +107,9 @@ class DecisionRecord:
     explored: bool = False
     guardrail: dict[str, Any] | None = None
     degraded: bool = False
+    # microseconds from the request's receipt to its decision logged (None: not served
+    # by this process's recommend, e.g. imported)
+    latency_us: int | None = None
 
 
 LATE_SOURCE = "late"
@@ -160,6 +163,22 @@ class RewardBucket:
     total_squares: float
 
 
+LATENCY_BINS_PER_OCTAVE = 8
+"""Latency bin ``b`` holds ``[2^(b/8), 2^((b+1)/8))`` microseconds (9% wide): a
+decision's bin is ``floor(8·ln(max(latency_us, 1)) / ln 2)``, computed by the event
+log's triggers (docs/console.md, "Decision latency")."""
+
+
+@dataclass(frozen=True)
+class LatencyBin:
+    """How many decisions of the bucket starting at ``start`` took a latency in bin
+    ``bin`` (:data:`LATENCY_BINS_PER_OCTAVE`)."""
+
+    start: float
+    bin: int
+    decisions: int
+
+
 @dataclass(frozen=True)
 class Activity:
     """A policy's decisions and rewards in ``[since, until)`` in buckets of
@@ -170,6 +189,7 @@ class Activity:
     bucket_seconds: float
     selections: list[ArmSelections]
     rewards: list[RewardBucket]
+    latency: list[LatencyBin]
 
 
 @dataclass(frozen=True)

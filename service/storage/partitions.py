@@ -187,12 +187,12 @@ def drop_partitions_before(engine: Engine, cutoffs: Mapping[str, float]) -> dict
                 owners = policies_in(conn, partition.name)
                 if all(cutoffs.get(p, -float("inf")) >= end for p in owners):
                     conn.execute(sa.text(f"DROP TABLE {partition.name}"))
-                    # a dropped table fires no delete trigger: its day leaves the rollup
-                    rollup = ROLLUP_OF[table]
-                    conn.execute(
-                        sa.delete(rollup).where(
-                            rollup.c.start >= partition.start, rollup.c.start < end
+                    # a dropped table fires no delete trigger: its day leaves the rollups
+                    for rollup in ROLLUP_OF[table]:
+                        conn.execute(
+                            sa.delete(rollup).where(
+                                rollup.c.start >= partition.start, rollup.c.start < end
+                            )
                         )
-                    )
                     dropped[partition.name] = owners
     return dropped

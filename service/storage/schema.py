@@ -73,6 +73,7 @@ decisions = sa.Table(
     sa.Column("explored", sa.Boolean, nullable=False),
     sa.Column("guardrail", Json, nullable=True),
     sa.Column("degraded", sa.Boolean, nullable=False),
+    sa.Column("latency_us", sa.BigInteger, nullable=True),
     sa.Index(None, "policy", "created_at", "event_id"),
     postgresql_partition_by="RANGE (created_at)",
 )
@@ -140,9 +141,23 @@ reward_sums = _rollup(
     sa.Column("squares", sa.Double, nullable=False),
 )
 
+# per (policy, period, start, latency bin) the decisions whose ``latency_us`` fell in
+# the bin (service.storage.base.LATENCY_BINS_PER_OCTAVE; migration 6b1f3d7a2c85): the
+# console's p50/p99 latency per bucket
+decision_latency = sa.Table(
+    "decision_latency",
+    metadata,
+    sa.Column("policy", sa.Text, primary_key=True),
+    sa.Column("period", sa.Integer, primary_key=True),
+    sa.Column("start", sa.Double, primary_key=True),
+    sa.Column("bin", sa.Integer, primary_key=True),
+    sa.Column("decisions", sa.BigInteger, nullable=False),
+)
+
 ROLLUP_PERIODS = (60, 900, 3600)
-"""The periods (seconds) of the rows of ``decision_counts`` and ``reward_sums``."""
-ROLLUP_OF = {"decisions": decision_counts, "rewards": reward_sums}
+"""The periods (seconds) of the rows of the rollup tables."""
+ROLLUP_OF = {"decisions": (decision_counts, decision_latency), "rewards": (reward_sums,)}
+ROLLUP_TABLES = (decision_counts, decision_latency, reward_sums)
 
 model_snapshots = sa.Table(
     "model_snapshots",

@@ -2,7 +2,8 @@
 (:meth:`~service.storage.sql_log.SqlEventLog.activity`, ``event_trail``, ``partitions``),
 on PostgreSQL and SQLite.
 
-The aggregates read the rollup tables ``decision_counts`` and ``reward_sums`` (per
+The aggregates read the rollup tables ``decision_counts``, ``reward_sums`` and
+``decision_latency`` (per
 1, 15 and 60 minutes, kept by triggers: ``migrations/``, docs/console.md "Performance")
 over their primary keys ``(policy, period, start, arm_id)``; an event is found by the
 primary key of ``decisions`` and the unique ``(event_id, created_at)`` keys of
@@ -23,6 +24,7 @@ from service.storage.base import (
     ArmSelections,
     DecisionRecord,
     EventTrail,
+    LatencyBin,
     RewardBucket,
     RewardRecord,
 )
@@ -31,6 +33,7 @@ from service.storage.schema import (
     PARTITIONED_TABLES,
     ROLLUP_PERIODS,
     decision_counts,
+    decision_latency,
     decisions,
     late_rewards,
     reward_sums,
@@ -59,33 +62,35 @@ def _per_bucket_and_arm(
 ) -> sa.Select[Any]:
     """``sums`` of the ``rollup`` rows of the policy starting in ``[since, until)``
     (``window``: policy, since, until, bucket seconds), grouped and ordered by bucket
-    index and arm."""
+    index and arm (``decision_latency``: by bucket index and latency bin)."""
     policy, since, until, bucket_seconds = window
+    key = "bin" if rollup is decision_latency else "arm_id"
     offset = (rollup.c.start - since) / bucket_seconds
     # exact: the starts and the bounds are whole multiples of the period. SQLite's
     # integer cast truncates, the floor of these non-negative offsets.
     index = sa.cast(offset, sa.Integer) if conn.dialect.name == "sqlite" else sa.func.floor(offset)
     bucket = index.label("bucket")
     return (
-        sa.select(bucket, rollup.c.arm_id, *sums)
+        sa.select(bucket, rollup.c[key], *sums)
         .where(
             rollup.c.policy == policy,
             rollup.c.period == rollup_period(since, until, bucket_seconds),
             rollup.c.start >= since,
             rollup.c.start < until,
         )
-        .group_by(bucket, rollup.c.arm_id)
+        .group_by(bucket, rollup.c[key])
         .having(sums[0] > 0)  # rows whose events were all deleted count 0
-        .order_by(bucket, rollup.c.arm_id)
+        .order_by(bucket, rollup.c[key])
     )
 
 
 def read_activity(
     conn: Connection, policy: str, since: float, until: float, bucket_seconds: float
 ) -> Activity:
-    """Decisions and rewards per (bucket, arm) of ``policy`` in ``[since, until)``: two
-    grouped queries over the rollup rows of the range (:func:`rollup_period`), as many
-    as its periods times its arms whatever the events."""
+    """Decisions and rewards per (bucket, arm) and decisions per (bucket, latency bin) of
+    ``policy`` in ``[since, until)``: three grouped queries over the rollup rows of the
+    range (:func:`rollup_period`), as many as its periods times its arms (or bins)
+    whatever the events."""
     window = (policy, since, until, bucket_seconds)
     sum_ = sa.func.sum
     chosen = _per_bucket_and_arm(
@@ -111,7 +116,12 @@ def read_activity(
         RewardBucket(since + int(index) * bucket_seconds, arm, int(count), float(total), float(sq))
         for index, arm, count, total, sq in conn.execute(applied)
     ]
-    return Activity(since, until, bucket_seconds, selections, reward_buckets)
+    timed = _per_bucket_and_arm(conn, decision_latency, window, sum_(decision_latency.c.decisions))
+    latency = [
+        LatencyBin(since + int(index) * bucket_seconds, int(bin_), int(count))
+        for index, bin_, count in conn.execute(timed)
+    ]
+    return Activity(since, until, bucket_seconds, selections, reward_buckets, latency)
 
 
 def read_event_trail(conn: Connection, event_id: str) -> EventTrail | None:

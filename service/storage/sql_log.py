@@ -39,7 +39,7 @@ from service.storage.base import (
 )
 from service.storage.partitions import Partition, create_partitions, drop_partitions_before
 from service.storage.schema import (
-    ROLLUP_OF,
+    ROLLUP_TABLES,
     audit_log,
     create_log_engine,
     decisions,
@@ -198,7 +198,7 @@ class SqlEventLog:
         of that name never replays the old one's events."""
         with self._begin_write() as conn:
             conn.execute(sa.delete(policies).where(policies.c.name == name))
-            for table in (decisions, rewards, late_rewards, model_snapshots, *ROLLUP_OF.values()):
+            for table in (decisions, rewards, late_rewards, model_snapshots, *ROLLUP_TABLES):
                 conn.execute(sa.delete(table).where(table.c.policy == name))
 
     def policies(self) -> dict[str, dict[str, Any]]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from service.errors import NotFound
-from service.storage.base import EventLog, EventTrail, RewardBucket
+from service.storage.base import LATENCY_BINS_PER_OCTAVE, EventLog, EventTrail, RewardBucket
 from service.usecases.audit import DRIFT
 
 Z_95 = 1.959963984540054
@@ -49,6 +49,38 @@ def reward_point(start: float, buckets: list[RewardBucket]) -> RewardPoint:
     return RewardPoint(start, n, mean, mean - half, mean + half)
 
 
+def latency_bin_upper_ms(bin_: int) -> float:
+    """The upper edge of latency bin ``bin_`` in milliseconds: ``2^((b+1)/8) / 1000``
+    (:data:`~service.storage.base.LATENCY_BINS_PER_OCTAVE`)."""
+    return float(2.0 ** ((bin_ + 1) / LATENCY_BINS_PER_OCTAVE) / 1000.0)
+
+
+def binned_percentile(counts: dict[int, int], percent: int) -> float:
+    """The nearest-rank ``percent``-th percentile of the latencies counted per bin in
+    ``counts``, in milliseconds: the upper edge of the bin holding the ``⌈percent·n /
+    100⌉``-th smallest, so at most one bin (9%) above the exact value (docs/console.md,
+    "Decision latency")."""
+    n = sum(counts.values())
+    rank = max(1, -(-percent * n // 100))
+    seen = 0
+    for bin_ in sorted(counts):
+        seen += counts[bin_]
+        if seen >= rank:
+            return latency_bin_upper_ms(bin_)
+    raise ValueError("no latency counted")
+
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    """The decision latency of the bucket starting at ``start``: its ``decisions`` with
+    a latency and their p50 and p99 in milliseconds (:func:`binned_percentile`)."""
+
+    start: float
+    decisions: int
+    p50_ms: float
+    p99_ms: float
+
+
 @dataclass(frozen=True)
 class PolicyActivity:
     """A policy's decisions and rewards over ``[since, until)`` in buckets of
@@ -66,6 +98,7 @@ class PolicyActivity:
     explored: int
     rewards: int
     reward_mean: float | None
+    latency: list[LatencyPoint]
 
     def recent_rates(self) -> tuple[float, float]:
         """Decisions and rewards per minute over the last two buckets, from the start of
@@ -144,6 +177,9 @@ class ActivityViews:
             by_arm[b.arm_id].append(b)
         rewards = sum(b.rewards for b in activity.rewards)
         total = sum(b.total for b in activity.rewards)
+        latency_bins: dict[float, dict[int, int]] = defaultdict(dict)
+        for timed in activity.latency:
+            latency_bins[timed.start][timed.bin] = timed.decisions
         return PolicyActivity(
             since=since,
             until=until,
@@ -156,6 +192,15 @@ class ActivityViews:
             explored=sum(s.explored for s in activity.selections),
             rewards=rewards,
             reward_mean=total / rewards if rewards else None,
+            latency=[
+                LatencyPoint(
+                    start,
+                    sum(bins.values()),
+                    binned_percentile(bins, 50),
+                    binned_percentile(bins, 99),
+                )
+                for start, bins in sorted(latency_bins.items())
+            ],
         )
 
     async def drift_detections(self, policy: str, since: float, until: float) -> list[float]:

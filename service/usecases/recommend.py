@@ -96,13 +96,14 @@ class Recommender:
         ``serving`` None: the model's own decision). A request with annotations, or with
         a serving mode under the policy's cached configuration (or none cached), is
         served on its own."""
+        received = time.perf_counter()
         if (
             not self.settings.recommend_coalescing
             or annotations
             or (serving is not None and self._may_serve_otherwise(req.policy, serving))
         ):
-            return await self.serve_one(req, annotations, serving)
-        return await self.batches.recommend(req)
+            return await self.serve_one(req, annotations, serving, received)
+        return await self.batches.recommend(req, received)
 
     def _may_serve_otherwise(self, name: str, serving: ServingModeOf) -> bool:
         """Whether ``serving`` may serve something other than the model's decision: the
@@ -115,8 +116,12 @@ class Recommender:
         req: RecommendRequest,
         annotations: Mapping[str, Any] | None = None,
         serving: ServingModeOf | None = None,
+        received: float | None = None,
     ) -> Recommendation:
-        """``req`` served on its own: the plain path."""
+        """``req`` served on its own: the plain path; ``received``: when it was received
+        (``time.perf_counter``; None: now)."""
+        if received is None:
+            received = time.perf_counter()
         digest = None if req.event_id is None else request_digest(req)
         if req.event_id is not None:
             original = await self.event_ids.original(req.policy, req.event_id, digest)
@@ -142,6 +147,7 @@ class Recommender:
             digest,
             learn=mode is None or mode.learn,
             imitated=imitated,
+            received=received,
         )
         if not degraded:
             try:

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 Outcome = Recommendation | BaseException | None
 """A batched request's recommendation, the error it failed with, or None: serve it on its
 own (a client event id the batch could not register)."""
+Waiting = tuple[RecommendRequest, "asyncio.Future[Recommendation]", float]
+"""A request waiting for the next batch: its future and when it was received
+(``time.perf_counter``)."""
 
 
 @dataclass
@@ -58,22 +61,20 @@ class Coalescer:
     recommender: Recommender
     # policy name -> the requests waiting for the batch in flight to finish (present
     # while a batch of that policy is being served)
-    waiting: dict[str, list[tuple[RecommendRequest, asyncio.Future[Recommendation]]]] = field(
-        default_factory=dict
-    )
+    waiting: dict[str, list[Waiting]] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)  # referenced until done
 
-    async def recommend(self, req: RecommendRequest) -> Recommendation:
-        """``req`` served at once when no batch of its policy is in flight, else in the
-        next batch."""
+    async def recommend(self, req: RecommendRequest, received: float) -> Recommendation:
+        """``req`` (received at ``received``, ``time.perf_counter``) served at once when
+        no batch of its policy is in flight, else in the next batch."""
         waiting = self.waiting.get(req.policy)
         if waiting is not None:  # a batch is in flight: join the next one
             future: asyncio.Future[Recommendation] = asyncio.get_running_loop().create_future()
-            waiting.append((req, future))
+            waiting.append((req, future, received))
             return await future
         self.waiting[req.policy] = []
         try:
-            return await self.recommender.serve_one(req)
+            return await self.recommender.serve_one(req, received=received)
         finally:
             self._start_next_batch(req.policy)
 
@@ -90,31 +91,31 @@ class Coalescer:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _serve_batch(
-        self, name: str, batch: list[tuple[RecommendRequest, asyncio.Future[Recommendation]]]
-    ) -> None:
+    async def _serve_batch(self, name: str, batch: list[Waiting]) -> None:
         try:
-            results = await self.serve([req for req, _ in batch])
+            results = await self.serve([req for req, _, _ in batch], [t for _, _, t in batch])
         except Exception as exc:  # noqa: BLE001 -- the batch failed (no such policy...): each request did
             results = [exc] * len(batch)
         except BaseException:  # cancelled: so are the requests that waited for it
-            for _, future in batch:
+            for _, future, _ in batch:
                 future.cancel()
             raise
         finally:
             self._start_next_batch(name)
-        for (req, future), result in zip(batch, results):
+        for (req, future, received), result in zip(batch, results):
             if result is None:  # served on its own, not holding up the next batch
-                self._spawn(_settle(future, self.recommender.serve_one(req)))
+                self._spawn(_settle(future, self.recommender.serve_one(req, received=received)))
             else:
                 _resolve(future, result)
 
-    async def serve(self, reqs: list[RecommendRequest]) -> list[Outcome]:
-        """The outcome of each of a batch of one policy's requests."""
+    async def serve(self, reqs: list[RecommendRequest], received: list[float]) -> list[Outcome]:
+        """The outcome of each of a batch of one policy's requests, received at
+        ``received`` (``time.perf_counter``)."""
         recommender = self.recommender
         cached = recommender.cache.cached(reqs[0].policy)
         if len(reqs) == 1 or cached is None or not cached.policy.batches_selections:
-            return await asyncio.gather(*map(recommender.serve_one, reqs), return_exceptions=True)
+            alone = (recommender.serve_one(r, received=t) for r, t in zip(reqs, received))
+            return await asyncio.gather(*alone, return_exceptions=True)
         runtime, candidates, degraded = await recommender.load_for_select(reqs)
         policy = runtime.policy
         if any(
@@ -123,7 +124,9 @@ class Coalescer:
         ):
             # rare (arms new to LNUCB-TA): served one after another in order, each
             # selection redone inside its own transaction as on the plain path
-            return [await _outcome(recommender.serve_one(req)) for req in reqs]
+            return [
+                await _outcome(recommender.serve_one(r, received=t)) for r, t in zip(reqs, received)
+            ]
         results: list[Outcome] = [c if isinstance(c, Exception) else None for c in candidates]
         chosen = [(i, c) for i, c in enumerate(candidates) if not isinstance(c, Exception)]
         selections = [
@@ -146,7 +149,7 @@ class Coalescer:
             event_id = req.event_id or secrets.token_hex(16)
             rec = recommendation_of(req, runtime, decision, event_id, versions[key], degraded)
             digest = None if req.event_id is None else request_digest(req)
-            served[i] = ServedDecision(req, c, decision, rec, digest)
+            served[i] = ServedDecision(req, c, decision, rec, digest, received=received[i])
         own = {i: s for i, s in served.items() if s.req.event_id is not None}
         if own and not degraded:
             free = await recommender.event_ids.register_all(

@@ -8,6 +8,7 @@ from is the caller's :class:`ServingMode` (none: the model's own decision, learn
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
@@ -212,6 +213,9 @@ class ServedDecision:
     """The request's digest under a client's event id (a repeat must match it)."""
     learn: bool = True
     imitated: bool | None = None
+    received: float = field(default_factory=time.perf_counter)
+    """When the request was received (``time.perf_counter``): its logged latency runs
+    from here to :meth:`record`."""
 
     @property
     def event_id(self) -> str:
@@ -246,7 +250,7 @@ class ServedDecision:
         return candidates_json(ids, X)
 
     def record(self, now: float) -> DecisionRecord:
-        """The event-log record of the decision."""
+        """The event-log record of the decision, its latency measured to now."""
         rec = self.recommendation
         return DecisionRecord(
             event_id=rec.event_id,
@@ -262,6 +266,7 @@ class ServedDecision:
             explored=self.decision.explored,
             guardrail=None if rec.guardrail is None else rec.guardrail.as_dict(),
             degraded=rec.degraded,
+            latency_us=round((time.perf_counter() - self.received) * 1e6),
         )
 
     def count(self, runtime: Runtime) -> None:

@@ -29,6 +29,7 @@ TABLES = {
     "audit_log",
     "decision_counts",
     "reward_sums",
+    "decision_latency",
 }
 
 

@@ -6,6 +6,7 @@ transaction per batch, and a request's own failure failing it alone."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -172,3 +173,34 @@ async def test_client_event_ids_in_a_batch(make_settings: Callable[..., Any]) ->
         assert (await http.post("/recommend", json=other)).status_code == 409
         rewarded = await http.post("/reward", json={"event_id": "mine-3", "reward": 1.0})
         assert rewarded.status_code == 200 and rewarded.json()["applied"], rewarded.text
+
+
+@pytest.mark.parametrize("coalescing", [True, False])
+async def test_each_path_logs_the_latency_from_receipt_to_decision(
+    make_settings: Callable[..., Any], coalescing: bool
+) -> None:
+    """Each logged decision carries its latency: positive and within the wall time of
+    the calls. Coalesced, the requests that waited for the first one's decision took
+    longer than it (their latency runs from their receipt, not from their batch)."""
+    async with running(make_settings(recommend_coalescing=coalescing)) as (app, http, _):
+        r = await http.put("/policies/p", json={**BASE, **POLICIES["dense"]})
+        assert r.status_code == 200, r.text
+        use_cases = app.state.use_cases
+        body = {"policy": "p", "context": [1.0, 0.0, 1.0], "arms": [{"id": a} for a in ARMS]}
+        requests = [RecommendRequest.model_validate(body) for _ in range(6)]
+        began = time.perf_counter()
+        if coalescing:
+            served = await asyncio.gather(*map(use_cases.recommender.recommend, requests))
+        else:
+            served = [await use_cases.recommender.recommend(r) for r in requests]
+        elapsed_us = (time.perf_counter() - began) * 1e6
+        await asyncio.to_thread(use_cases.sink.flush, 5.0)
+        logged = {
+            d.event_id: d.latency_us
+            for d in await asyncio.to_thread(use_cases.event_log.recent_decisions, "p", 10)
+        }
+        latencies = [logged[s.event_id] for s in served]
+        assert all(us is not None and 0 < us <= elapsed_us for us in latencies), latencies
+        if coalescing:
+            first, *waited = latencies
+            assert min(waited) > first, latencies  # type: ignore[operator]
