@@ -60,6 +60,7 @@ class Served:
     events: dict[str, tuple[str, float]]
     reward_mean: float
     created_at: float
+    latencies: list[tuple[float, int]]  # each logged decision's time and latency (µs)
 
 
 def _free_port() -> int:
@@ -167,7 +168,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
             _wait_logged(database_url, POLICY, len(events))
             _wait_logged(database_url, SHOP, SHOP_ROUNDS)
             _wait_logged(database_url, LOOP, LOOP_RANKS)
-            yield Served(base, events, mean, created_at)
+            yield Served(base, events, mean, created_at, _latencies(database_url, POLICY))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -184,6 +185,17 @@ def _wait_logged(database_url: str, policy: str, rewards: int, timeout: float = 
             time.sleep(0.1)
     finally:
         event_log.close()
+
+
+def _latencies(database_url: str, policy: str) -> list[tuple[float, int]]:
+    """The time and latency of each decision of ``policy`` in the event log."""
+    event_log = SqlEventLog(database_url)
+    try:
+        logged = event_log.recent_decisions(policy, 10 * DECISIONS)
+    finally:
+        event_log.close()
+    assert all(d.latency_us is not None for d in logged)
+    return [(d.created_at, d.latency_us) for d in logged if d.latency_us is not None]
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +260,28 @@ def test_the_policy_page_charts_the_logged_rewards(served: Served, page: Page) -
     assert round(weighted, 3) == round(served.reward_mean, 3)
     expect(page.locator("#shares")).to_contain_text("%")
     expect(page.locator("#settings")).to_contain_text('"algorithm": "linucb"')
+    _assert_latency_chart_is_the_logged_latencies(page, served.latencies)
     shot(page, "policy")
+
+
+def _assert_latency_chart_is_the_logged_latencies(
+    page: Page, latencies: list[tuple[float, int]]
+) -> None:
+    """The latency chart's p50 and p99 points (1-minute buckets) are the nearest-rank
+    percentiles of the logged latencies of each minute within one 9% bin."""
+    by_minute: dict[float, list[int]] = {}
+    for created_at, latency_us in latencies:
+        by_minute.setdefault(created_at // 60, []).append(latency_us)
+    for name, percent in (("p50", 50), ("p99", 99)):
+        points = page.locator(f"#latency-chart g.series[data-name={name}] circle.point")
+        expect(points.first).to_be_visible()
+        values = [float(v) for v in points.evaluate_all("ps => ps.map(p => p.dataset.value)")]
+        counts = [int(c) for c in points.evaluate_all("ps => ps.map(p => p.dataset.count)")]
+        assert counts == [len(v) for _, v in sorted(by_minute.items())]
+        for got, (_, minute) in zip(values, sorted(by_minute.items()), strict=True):
+            exact_ms = sorted(minute)[-(-percent * len(minute) // 100) - 1] / 1000
+            # data-value has 6 decimals: 1 ns, far below a bin at these latencies
+            assert exact_ms * 2 ** (-1 / 8) - 1e-6 <= got <= exact_ms * 2 ** (2 / 8) + 1e-6
 
 
 def test_the_event_page_shows_the_served_arm_and_its_reward(served: Served, page: Page) -> None:
