@@ -19,6 +19,7 @@ from service.storage.evaluations import SqlEvaluationStore
 from service.storage.schema import create_log_engine
 from tests.service.conftest import running, wait_for
 from tests.service.personalizer.test_learning import personalizer_body
+from tests.service.personalizer.test_multislot import immediate_updates
 
 pytestmark = pytest.mark.anyio
 
@@ -71,6 +72,8 @@ async def test_estimates_match_the_log_and_the_better_setting_raises_the_click_r
     rounds = list(Storefront().rounds(3000, replace_at=None, rng=rng))
     draws = rng.random(3000)
     async with running(make_settings(personalizer_loop=True)) as (app, http, _):
+        # the simulation serves rounds faster than a 1 s fold: it learns from round to round
+        await immediate_updates(http)
         policy = {"name": "plain", "arguments": PLAIN}
         assert (
             await http.put("/personalizer/v1.0/configurations/policy", json=policy)
@@ -372,6 +375,7 @@ async def test_v1_feature_importance_is_filled_when_the_evaluation_asks_for_it(
     rounds = list(Storefront().rounds(800, replace_at=None, rng=rng))
     draws = rng.random(800)
     async with running(make_settings(personalizer_loop=True)) as (app, http, _):
+        await immediate_updates(http)  # a log learned from round to round, as served
         await serve(http, rounds, draws)
         await logged(app, 800)
         results = {}
