@@ -17,7 +17,7 @@ import pytest
 from bandit_core.storefront import Storefront
 from tests.service.conftest import running
 from tests.service.personalizer.test_auto_optimize import POLICY, enable
-from tests.service.personalizer.test_evaluations import logged, serve
+from tests.service.personalizer.test_evaluations import logged, relearned, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -83,11 +83,7 @@ async def test_a_loop_without_the_interactions_it_needs_gets_the_better_setting(
         status = (await http.get(f"/personalizer/v1.0/evaluations/{run['evaluation_id']}")).json()
         assert status["status"] == "optimalPolicyApplied"
         # the new interactions need a new model: relearned from the loop's rewarded log
-        path = f"/policies/{LOOP}/model/properties"
-        deadline = time.monotonic() + 120
-        while (properties := (await http.get(path)).json())["retrain"]["state"] == "running":
-            assert time.monotonic() < deadline, properties
-            await asyncio.sleep(0.2)
+        properties = await relearned(http, LOOP)
         assert properties["retrain"]["state"] == "done", properties
         assert properties["retrain"]["events"] == ROUNDS
 

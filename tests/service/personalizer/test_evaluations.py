@@ -58,6 +58,17 @@ async def finished(
         await asyncio.sleep(0.5)
 
 
+async def relearned(http: Any, loop: str = "personalizer") -> dict[str, Any]:
+    """The model properties of ``loop`` once its relearn from the log has ended (a
+    changed learning policy relearns in the background while the old model serves)."""
+    path = f"/policies/{loop}/model/properties"
+    deadline = time.monotonic() + 120
+    while (properties := (await http.get(path)).json())["retrain"]["state"] == "running":
+        assert time.monotonic() < deadline, properties
+        await asyncio.sleep(0.2)
+    return properties
+
+
 async def logged(app: Any, decisions: int) -> None:
     log = app.state.use_cases.event_log
     await wait_for(lambda: log.count("personalizer") == (decisions, decisions), timeout=30)
@@ -141,6 +152,7 @@ async def test_estimates_match_the_log_and_the_better_setting_raises_the_click_r
             "status"
         ]
         assert status == "optimalPolicyApplied"
+        assert (await relearned(http))["retrain"]["state"] == "done"
         _, after = await serve(http, rounds[2000:], draws[2000:])
         assert np.mean(after) > np.mean(before[-1000:]) + 0.03, (
             np.mean(after),
