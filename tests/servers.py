@@ -103,6 +103,14 @@ class RedisServer:
             self.proc.wait(timeout=15)
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL: the server dies at once, as in a crash; :meth:`start` brings it back
+        on the same port from its append-only file."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=15)
+        self.proc = None
+
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url)
 
