@@ -10,6 +10,7 @@ import pytest
 
 from service.observability import metrics
 from tests.databases import OWNED
+from tests.servers import RedisClusterServers, SentinelGroup
 
 TIMED = pytest.mark.xdist_group("timed")
 """The mark of a test that asserts how long something takes (a probe's answer, the
@@ -30,6 +31,30 @@ def owned_servers() -> Iterator[None]:
 def redis_url() -> str:
     """URL of the session's own Redis database; fixtures using it flush it."""
     return OWNED.redis_url()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A 3-master, 3-replica Redis Cluster for the whole session (the
+    tests marked ``ON_REDIS_CLUSTER`` of tests/service/conftest.py)."""
+    cluster = RedisClusterServers()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelGroup]:
+    """A master, a replica and three sentinels for the whole session (the
+    tests marked ``ON_REDIS_SENTINEL`` of tests/service/conftest.py)."""
+    group = SentinelGroup()
+    group.start()
+    try:
+        yield group
+    finally:
+        group.stop()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -3,7 +3,9 @@ on one Redis serve a shared model with ``model_update_interval``; 8 clients per 
 reward its events. Every reward the service took is folded into the ``shared`` part
 exactly once, equal to the rewards applied one by one (1e-9), also when one replica is
 SIGKILLed while rewards and folds run: the other takes the folds' periods over, nothing
-is lost and nothing is applied twice."""
+is lost and nothing is applied twice. Each case runs on the test's own Redis, on the
+session's Redis Cluster (3 masters, 3 replicas) and on its Sentinel group (a master, a
+replica, three sentinels)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from service.schemas import PolicySpec
 from service.settings import Settings
 from service.usecases.events import EventState, PendingEvent
 from tests.reliability.traffic import HEADERS, wait_until
-from tests.servers import AppProcess, RedisServer, apps, settings_env
+from tests.servers import AppProcess, apps, settings_env
+from tests.service.conftest import ON_REDIS_CLUSTER, ON_REDIS_SENTINEL
 from tests.service.test_folds import assert_close, decisions
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600), pytest.mark.slow]
@@ -63,13 +66,29 @@ async def _reward(url: str, events: list[str], value: Callable[[str], float]) ->
     await asyncio.gather(*(client(i) for i in range(CLIENTS)))
 
 
-def _state(client: redis.Redis) -> tuple[HybridSharedState | None, int]:
+def _redis(
+    request: pytest.FixtureRequest, deployment: str
+) -> tuple[str, redis.Redis | redis.RedisCluster]:
+    """The ``BANDIT_REDIS_URL`` of ``deployment`` and a client of its data, flushed."""
+    servers = request.getfixturevalue(
+        {"redis": "private_redis", "cluster": "redis_cluster", "sentinel": "redis_sentinel"}[
+            deployment
+        ]
+    )
+    client = servers.client()
+    client.flushall()  # a cluster client sends it to every master
+    return servers.url, client
+
+
+def _state(client: redis.Redis | redis.RedisCluster) -> tuple[HybridSharedState | None, int]:
     data = client.get("bandit:{p}:k:shared")
     pending = sum(1 for _ in client.hscan_iter("bandit:{p}:versions", match="delta:*"))
     return (None if data is None else HybridSharedState.from_bytes(data)), pending
 
 
-def _expected(client: redis.Redis, spec: PolicySpec, events: list[str]) -> HybridSharedState:
+def _expected(
+    client: redis.Redis | redis.RedisCluster, spec: PolicySpec, events: list[str]
+) -> HybridSharedState:
     """The rewards of the events stored as rewarded, applied one by one in a random
     order to a fresh engine."""
     policy = build_policy(spec)
@@ -87,14 +106,25 @@ def _expected(client: redis.Redis, spec: PolicySpec, events: list[str]) -> Hybri
     return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
 
 
+@pytest.mark.parametrize(
+    "deployment",
+    [
+        "redis",
+        pytest.param("cluster", marks=ON_REDIS_CLUSTER),
+        pytest.param("sentinel", marks=ON_REDIS_SENTINEL),
+    ],
+)
 @pytest.mark.parametrize("kill", [False, True], ids=["both-live", "one-sigkilled"])
 async def test_two_replicas_fold_every_reward_once(
-    make_settings: Callable[..., Settings], private_redis: RedisServer, kill: bool
+    make_settings: Callable[..., Settings],
+    request: pytest.FixtureRequest,
+    deployment: str,
+    kill: bool,
 ) -> None:
-    settings = make_settings(fold_check_seconds=0.05, fold_max_deltas=64)
+    url, client = _redis(request, deployment)
+    settings = make_settings(redis_url=url, fold_check_seconds=0.05, fold_max_deltas=64)
     env = settings_env(settings)
     a, b = AppProcess(env), AppProcess(env)
-    client = redis.Redis.from_url(private_redis.url)
     with apps(a, b):
         async with httpx.AsyncClient(base_url=a.url, headers=HEADERS) as http:
             assert (await http.put("/policies/p", json=SPEC)).status_code == 200

@@ -20,37 +20,15 @@ from service.client import AsyncBanditClient
 from service.settings import Settings
 from service.storage.migrate import upgrade_head
 from tests.databases import postgres_schema
-from tests.servers import RedisClusterServers, SentinelGroup
 
 API_KEY = "test-key-0123456789"
 BACKENDS = ["embedded", "redis_postgres"]
-# The marks of a test on the session's Redis Cluster (Sentinel group): starting one takes
+# The marks of a test on the session's Redis Cluster (Sentinel group; the fixtures
+# ``redis_cluster`` and ``redis_sentinel`` of tests/conftest.py): starting one takes
 # seconds, so ``slow``; one xdist group each, so a parallel run starts one cluster and
 # one Sentinel group, on the worker that runs all of their tests.
 ON_REDIS_CLUSTER = [pytest.mark.slow, pytest.mark.xdist_group("redis_cluster")]
 ON_REDIS_SENTINEL = [pytest.mark.slow, pytest.mark.xdist_group("redis_sentinel")]
-
-
-@pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[RedisClusterServers]:
-    """A 3-master, 3-replica Redis Cluster for the whole session."""
-    cluster = RedisClusterServers()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def redis_sentinel() -> Iterator[SentinelGroup]:
-    """A master, a replica and three sentinels for the whole session."""
-    group = SentinelGroup()
-    group.start()
-    try:
-        yield group
-    finally:
-        group.stop()
 
 
 @pytest.fixture
