@@ -45,6 +45,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from bandit_core.batch_updates import BatchUpdates
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import Featurizer, SparseRows
 from bandit_core.policy import Policy
@@ -276,22 +277,43 @@ def run_storefront(
     rng: np.random.Generator,
     *,
     progress: Callable[[int], None] | None = None,
+    fold_every: int = 1,
 ) -> StorefrontRun:
     """Let ``policy`` choose among the offered items of ``rounds`` rounds of ``shop`` (rows
     by ``encode``), draw a Bernoulli click with the chosen item's ``mu`` and learn from it.
     ``rng`` spawns two streams, one for the storefront (catalogs, shoppers, offers) and one
     for the clicks, so runs of different policies from equal ``rng`` see the same shoppers
-    and offers whatever they choose."""
+    and offers whatever they choose.
+
+    ``fold_every`` > 1 learns the clicks as the service's folded updates do (docs/
+    architecture.md, "Folded model updates"): kept aside and learned together by
+    ``update_batch`` after every ``fold_every`` rounds, so a round chooses with the model
+    of the last completed batch (a 1 s fold at ``R`` rewards a second: ``fold_every=R``)."""
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise InvalidInputError(f"rounds must be a positive int, but got {rounds!r}")
+    if isinstance(fold_every, bool) or not isinstance(fold_every, int) or fold_every < 1:
+        raise InvalidInputError(f"fold_every must be a positive int, but got {fold_every!r}")
+    learn_batch = policy.update_batch if isinstance(policy, BatchUpdates) else None
+    if fold_every > 1 and learn_batch is None:
+        raise InvalidInputError("fold_every above 1 needs a policy with update_batch")
     world, clicks_rng = rng.spawn(2)
     clicks, chosen, best = np.empty(rounds), np.empty(rounds), np.empty(rounds)
+    arms: list[str] = []
+    rows: list[Any] = []
     for t, r in enumerate(shop.rounds(rounds, replace_at, world)):
         ids = r.item_ids
         X = encode(r.context, r.actions)
         k = ids.index(policy.select(ids, X).arm_id)
         clicks[t] = float(clicks_rng.random() < r.mu[k])
-        policy.update(ids[k], X.one_row(k) if isinstance(X, SparseRows) else X[k], clicks[t])
+        row = X.one_row(k) if isinstance(X, SparseRows) else X[k]
+        if fold_every == 1 or learn_batch is None:
+            policy.update(ids[k], row, clicks[t])
+        else:
+            arms.append(ids[k])
+            rows.append(row)
+            if len(arms) == fold_every:
+                learn_batch(arms, rows, clicks[t + 1 - fold_every : t + 1].tolist())
+                arms, rows = [], []
         chosen[t], best[t] = r.mu[k], r.mu.max()
         if progress is not None:
             progress(1)

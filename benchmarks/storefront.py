@@ -18,6 +18,7 @@ click rate of the chosen item and of the best offered one) and the figure
 
     python -m benchmarks.storefront                     # the numbers of docs/features.md
     python -m benchmarks.storefront --seeds 2 --rounds 2000 --replace-at 1000 --label quick
+    python -m benchmarks.storefront --contender "shared hybrid_linucb, epsilon" --fold-every 100 --label fold100
 """
 
 from __future__ import annotations
@@ -199,6 +200,20 @@ def main(argv: list[str] | None = None) -> int:
         default=0.5,
         help="UCB width of the UCB contenders (default %(default)s)",
     )
+    parser.add_argument(
+        "--fold-every",
+        type=int,
+        default=1,
+        help="learn the clicks in batches of this many rounds, as a fold does (a 1 s fold at "
+        "R rewards a second: R); 1: each click at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--contender",
+        action="append",
+        default=None,
+        help="run only the contenders whose label starts with this (repeatable; random is "
+        "always run, as the table's lift is over it)",
+    )
     add_label_argument(parser, "storefront", figure=True)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = parser.parse_args(argv)
@@ -217,7 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seeds))
     spans = phases(args.rounds, args.replace_at, args.span)
     runs: dict[str, list[dict[str, Any]]] = {}
-    todo = contenders(args.alpha)
+    todo = [
+        c
+        for c in contenders(args.alpha)
+        if args.contender is None
+        or c.algorithm == "random"
+        or any(c.label.startswith(p) for p in args.contender)
+    ]
     with tqdm(
         total=len(todo) * len(seeds) * args.rounds,
         unit="round",
@@ -241,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.replace_at,
                     np.random.default_rng(seed),
                     progress=bar.update,
+                    fold_every=args.fold_every,
                 )
                 runs.setdefault(c.label, []).append(
                     {
@@ -286,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "per_arm_featurizer": per_arm.config.to_dict(),
         "rounds": args.rounds,
         "replace_at": args.replace_at,
+        "fold_every": args.fold_every,
         "window": args.window,
         "seeds": seeds,
         "phases": {n: list(r) for n, r in spans.items()},

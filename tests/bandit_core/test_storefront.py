@@ -167,3 +167,30 @@ def test_the_shared_model_keeps_its_lift_when_every_item_gets_a_new_id() -> None
     assert hybrid[after] > per_arm[after] + 0.04
     assert hybrid[after] - random[after] > 0.7 * (hybrid[before] - random[before])
     assert hybrid[before] - random[before] > 0.08  # there was a lift to keep
+
+
+def test_folded_clicks_are_learned_in_batches_after_every_fold() -> None:
+    """``fold_every``: a round chooses with the model of the last completed batch (the
+    clicks learned before it are a multiple of ``fold_every``), every batch is learned,
+    and the clicks learned are the run's clicks."""
+    shop = Storefront(catalog_size=20, offered=5)
+    featurizer = Featurizer(FeaturizerConfig(bits=4, output="dense"))
+    policy = bandit_core.make_policy("hybrid_linucb", d=featurizer.config.dim, seed=0)
+    learned: list[int] = []
+    select = policy.select
+
+    def recorded(*args: object, **kwargs: object) -> object:
+        learned.append(policy.shared_state.n)
+        return select(*args, **kwargs)  # type: ignore[arg-type]
+
+    policy.select = recorded  # type: ignore[method-assign]
+    run = run_storefront(
+        policy, shared_rows(featurizer), shop, 200, None, np.random.default_rng(0), fold_every=50
+    )
+    assert learned == [50 * (t // 50) for t in range(200)]
+    assert policy.shared_state.n == 200
+    assert policy.shared_state.reward_sum == pytest.approx(run.clicks.sum())
+    with pytest.raises(InvalidInputError, match="fold_every"):
+        run_storefront(
+            policy, shared_rows(featurizer), shop, 10, None, np.random.default_rng(0), fold_every=0
+        )
