@@ -192,6 +192,14 @@ class DiagLinUCB(Clocked, SharedModelPolicy[DiagSharedState, DiagPart, None]):
         """True with ``half_life_seconds``."""
         return self.config.half_life_seconds is not None
 
+    @property
+    def folds_updates(self) -> bool:
+        """True with the per-feature fit and no forgetting: a reward adds ``z_i^2`` and
+        ``r z_i`` to the sums of its columns, in any order (docs/algorithms.md section
+        8.1). The joint fit's update reads the current weights, and a forgetting part
+        decays to each row's time: their rewards stay one by one."""
+        return self.config.fit == "per_feature" and self._decay is None
+
     def _decode_part(self, name: str, data: bytes | None) -> ArrayState | None:
         if self._decay is None or data is None or name != SHARED_PART:
             return super()._decode_part(name, data)

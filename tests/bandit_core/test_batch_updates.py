@@ -127,3 +127,33 @@ def test_the_default_is_update_one_by_one_bit_for_bit(name: str) -> None:
     for arm, x, reward in zip(arms, X, r, strict=True):
         one_by_one.update(arm, x, reward)
     assert batched.to_bytes() == one_by_one.to_bytes()
+
+
+def test_diag_linucb_per_feature_fit_folds_in_any_order() -> None:
+    """diag_linucb folds with its per-feature fit and no forgetting (a reward adds to its
+    columns' sums): a batch equals the updates one by one in a random order, to 1e-9.
+    Its joint fit and its forgetting variants do not fold; the joint fit's updates do
+    not commute (two orders give weights apart by far more than rounding)."""
+    rng = np.random.default_rng(9)
+    arms, X, r = _log(rng, 200, d=64)
+    folded, one_by_one = (
+        make_policy("diag_linucb", d=64, fit="per_feature", reward_range=(-1.0, 1.0))
+        for _ in range(2)
+    )
+    assert folded.folds_updates
+    folded.update_batch(arms, list(X), list(r))
+    for i in rng.permutation(len(arms)):
+        one_by_one.update(arms[i], X[i], r[i])
+    a, b = folded.shared_state, one_by_one.shared_state
+    np.testing.assert_array_equal(a.index, b.index)
+    for name in ("sum_sq", "w"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=0, atol=1e-9)
+    assert a.n == b.n == len(arms)
+
+    assert not make_policy("diag_linucb", d=64, gamma=0.99).folds_updates
+    joint = [make_policy("diag_linucb", d=64, reward_range=(-1.0, 1.0)) for _ in range(2)]
+    assert not joint[0].folds_updates
+    for policy, order in zip(joint, (range(len(arms)), rng.permutation(len(arms))), strict=True):
+        for i in order:
+            policy.update(arms[i], X[i], r[i])
+    assert np.abs(joint[0].shared_state.w - joint[1].shared_state.w).max() > 1e-3

@@ -374,3 +374,89 @@ async def test_model_properties_report_the_pending_rewards_and_their_wait(
         assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
         folded = (await http.get(f"/policies/{NAME}/model/properties")).json()
         assert (folded["pending_rewards"], folded["staleness_seconds"]) == (0, 0.0)
+
+
+SMALL_FEATURES = {"bits": 3, "interactions": [["*", "*"]]}
+# name -> (spec, whether its rewards are folded): of the other shared models, diag_linucb's
+# per-feature fit folds (its rewards add to per-column sums, in any order); its joint fit
+# (an update reads the current weights) and hybrid_linucb with per-arm parts (an update
+# writes the arm's part too) update the model at once, model_update_interval or not
+OTHER_MODELS: dict[str, tuple[dict[str, Any], bool]] = {
+    "diag_per_feature": (
+        {"algorithm": "diag_linucb", "params": {"alpha": 0.0, "fit": "per_feature"}},
+        True,
+    ),
+    "diag_joint": ({"algorithm": "diag_linucb", "params": {"alpha": 0.0}}, False),
+    "hybrid_per_arm": (
+        {"algorithm": "hybrid_linucb", "params": {"alpha": 0.0, "context_dim": 9}},
+        False,
+    ),
+}
+
+
+async def _parts_one_by_one(
+    app: Any, rewards: dict[str, float], order: np.ndarray
+) -> tuple[dict[str, bytes], Any]:
+    """The parts the rewards wrote (by name) and the engine after the rewards applied one
+    by one in ``order`` to a fresh engine, from the rows the events kept."""
+    events = list(rewards)
+    stored = await app.state.use_cases.store.read(NAME, [event_key(e) for e in events], {})
+    policy = build_policy(spec_of((await app.state.use_cases.cache.load(NAME))[0].info))
+    names: set[str] = set()
+    for i in order:
+        data = stored[event_key(events[i])].data
+        assert data is not None
+        event = PendingEvent.from_json(data)
+        policy.add_arm(event.arm_id)
+        policy.update(event.arm_id, event.row(), rewards[events[i]])
+        names.update(policy.parts_for_update(event.arm_id))
+    return dict(policy.export_parts(sorted(names))), policy
+
+
+@pytest.mark.parametrize("model", list(OTHER_MODELS))
+async def test_other_shared_models_fold_or_update_at_once_equal_to_one_by_one(
+    make_settings: Any, model: str
+) -> None:
+    """With ``model_update_interval`` set: a model that folds keeps each reward as a
+    delta until the fold, and the folded part equals the rewards applied one by one in a
+    random order (1e-9); a model that does not leaves no delta, and after each reward its
+    stored parts are those of the rewards applied one by one in their order, bit for bit."""
+    spec, folds = OTHER_MODELS[model]
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        r = await http.put(
+            f"/policies/{NAME}",
+            json={
+                **spec,
+                "features": SMALL_FEATURES,
+                "reward_range": [-1.0, 1.0],
+                "epsilon": 0.2,
+                "model_update_interval": 3600.0,
+            },
+        )
+        assert r.status_code == 200, r.text
+        rewards = _rewards(await decisions(http, 30))
+        store = app.state.use_cases.store
+        for k, event_id in enumerate(rewards, start=1):
+            r = await http.post("/reward", json={"event_id": event_id, "reward": rewards[event_id]})
+            assert r.status_code == 200 and r.json()["applied"], r.text
+            if not folds and k in (1, 15, 30):
+                want, _ = await _parts_one_by_one(app, dict(list(rewards.items())[:k]), range(k))
+                got = await store.read(NAME, list(want), {})
+                assert {name: got[name].data for name in want} == want
+        pending = await _pending(app)
+        assert len(pending) == (len(rewards) if folds else 0)
+        assert await app.state.use_cases.folds.fold(NAME) == len(pending)
+        assert await _pending(app) == []
+        if folds:
+            order = np.random.default_rng(3).permutation(len(rewards))
+            _, engine = await _parts_one_by_one(app, rewards, order)
+            got = (await store.read(NAME, ["shared"], {}))["shared"].data
+            assert got is not None
+            folded = type(engine.shared_state).from_bytes(got)
+            np.testing.assert_array_equal(folded.index, engine.shared_state.index)
+            for field in ("sum_sq", "w"):
+                np.testing.assert_allclose(
+                    getattr(folded, field), getattr(engine.shared_state, field), rtol=0, atol=1e-9
+                )
+            assert folded.n == len(rewards)
+            assert folded.reward_sum == pytest.approx(sum(rewards.values()), abs=1e-9)
