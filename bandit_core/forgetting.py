@@ -84,7 +84,7 @@ class ClockedPolicy(Clocked, BasePolicy[ClockedArmT, None, None]):
     def _score_batch(
         self, arm_ids: list[str], states: list[ClockedArmT], X_batch: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        if self._wall_clock and self._now is not None:  # each row scored as of now
+        if self._wall_clock:  # each row scored as of now (or each arm at its own clock)
             scores, widths = np.empty(X_batch.shape[:2]), np.empty(X_batch.shape[:2])
             for i, X in enumerate(X_batch):
                 scores[i], widths[i] = self._score(arm_ids, states, X, ctx)
@@ -347,14 +347,21 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
         X: np.ndarray,
         ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
-        mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
-        if self._now is not None and isinstance(self._stack, DecayingStack):
-            elapsed = self._now - np.array([s.clock for s in states])
-            # an arm never rewarded has its prior at any time
-            stale = np.flatnonzero((elapsed > 0.0) & np.array([s.n > 0 for s in states]))
+        stack = self._stack
+        if self._now is None or not isinstance(stack, DecayingStack):
+            mean, width = stack.ucb_terms(arm_ids, states, X, self._take_updated())
+            return mean + self.config.alpha * width, width
+        stack.sync(arm_ids, states, self._take_updated())
+        elapsed = self._now - np.array([s.clock for s in states])
+        # an arm never rewarded has its prior at any time
+        stale = np.flatnonzero((elapsed > 0.0) & np.array([s.n > 0 for s in states]))
+        factors = np.exp(self.config.log_decay * np.maximum(elapsed, 0.0))
+        if stale.size == len(states):
+            mean, width = stack.decayed_terms(X, factors, self.config.ridge_lambda)
+        else:
+            mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
             if stale.size:
-                factors = np.exp(self.config.log_decay * np.maximum(elapsed, 0.0))
-                decayed = self._stack.decayed_terms(X, factors, self.config.ridge_lambda)
+                decayed = stack.decayed_terms(X, factors, self.config.ridge_lambda)
                 mean[stale], width[stale] = decayed[0][stale], decayed[1][stale]
         return mean + self.config.alpha * width, width
 
@@ -521,21 +528,47 @@ def _oldest(state: WindowArmState) -> float:
 
 
 class WindowStack(RidgeStack[WindowArmState]):
-    """:class:`~bandit_core.linear.RidgeStack` of window states plus the time of each
-    arm's oldest observation (``oldest``, shape ``(K,)``), so that a selection at ``now``
-    finds the arms whose rows aged out of ``window_seconds`` in one comparison."""
+    """:class:`~bandit_core.linear.RidgeStack` of window states that also scores them at a
+    later time, when rows have aged out of ``window_seconds`` (section 10.2).
+
+    Row ``i`` of the stacks holds the fit of arm ``i`` over its rows younger than a cutoff
+    ``c = now - window_seconds``, valid for every ``c`` in ``[lo[i], hi[i])`` (the same
+    rows are live there): the state's own fit for ``c`` below its oldest row, else the
+    ridge summed anew from the live rows. :meth:`refit` re-fits only the arms whose
+    interval the cutoff has left, so an arm nobody pulls is re-fitted once per row that
+    ages out, not at every selection.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.oldest = np.zeros(0)
+        self.lo = np.zeros(0)
+        self.hi = np.zeros(0)
 
     def _rebuild(self) -> None:
         super()._rebuild()
-        self.oldest = np.array([_oldest(s) for s in self._states])
+        self.lo = np.full(len(self._states), -math.inf)
+        self.hi = np.array([_oldest(s) for s in self._states])
 
     def _write(self, i: int, state: WindowArmState) -> None:
         super()._write(i, state)
-        self.oldest[i] = _oldest(state)
+        self.lo[i], self.hi[i] = -math.inf, _oldest(state)
+
+    def refit(self, now: float, window_seconds: float, ridge_lambda: float) -> None:
+        """Bring every row to the fit over its arm's rows younger than ``window_seconds``
+        at ``now`` (``-inf``: every row, the state's own fit), after :meth:`sync`."""
+        cutoff = now - window_seconds
+        for i in np.flatnonzero((cutoff < self.lo) | (cutoff >= self.hi)):
+            state = self._states[i]
+            if cutoff < _oldest(state):
+                self._write(i, state)
+                continue
+            A, b = state.live_ridge(now, window_seconds, ridge_lambda)
+            self.A_inv[i] = np.linalg.inv(A)
+            np.matmul(self.A_inv[i], b, self.theta[i])
+            times = state.times[: state.size]
+            live = state.live(now, window_seconds)
+            self.lo[i] = times[~live].max()
+            self.hi[i] = times[live].min() if live.any() else math.inf
 
 
 class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
@@ -560,13 +593,14 @@ class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
     def _score(
         self, arm_ids: list[str], states: list[WindowArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
-        seconds, now = self.config.window_seconds, self._now
-        if seconds is not None and now is not None and isinstance(self._stack, WindowStack):
-            for i in np.flatnonzero(self._stack.oldest <= now - seconds):
-                A, b = states[i].live_ridge(now, seconds, self.config.ridge_lambda)
-                z = np.linalg.solve(A, X[i])
-                mean[i], width[i] = z @ b, math.sqrt(max(float(z @ X[i]), 0.0))
+        stack = self._stack
+        stack.sync(arm_ids, states, self._take_updated())
+        seconds = self.config.window_seconds
+        if seconds is not None and isinstance(stack, WindowStack):
+            # without a time each arm is scored at its own clock: its state's fit
+            now = -math.inf if self._now is None else self._now
+            stack.refit(now, seconds, self.config.ridge_lambda)
+        mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
         return mean + self.config.alpha * width, width
 
     def _update(

@@ -328,11 +328,21 @@ def test_clock_at_leaves_a_policy_without_a_clock_alone() -> None:
     assert plain.to_bytes() == timed.to_bytes()
 
 
-def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change() -> None:
-    """The per-arm decompositions a half-life policy keeps for scoring at ``now`` follow
-    every update, whichever candidate lists come and go: the scores equal those of a
-    copy rebuilt from bytes, which keeps none."""
-    p = make_policy("discounted_linucb", d=3, half_life_seconds=15.0, seed=2)
+@pytest.mark.parametrize(
+    "algorithm, params",
+    [
+        ("discounted_linucb", {"half_life_seconds": 15.0}),
+        ("sliding_window_linucb", {"window": 6, "window_seconds": 9.0}),
+    ],
+)
+def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change(
+    algorithm: str, params: dict
+) -> None:
+    """What a wall-clock policy keeps for scoring at ``now`` (the per-arm decompositions of
+    a half-life, the re-fitted windows) follows every update and every time, forward or
+    back, whichever candidate lists come and go: the scores equal those of a copy rebuilt
+    from bytes, which keeps none, and without a time those of the arms' own clocks."""
+    p = make_policy(algorithm, d=3, seed=2, **params)
     rng = np.random.default_rng(6)
     arms = [f"a{i}" for i in range(12)]
     for t in range(150):
@@ -341,10 +351,12 @@ def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change() -> 
         dec = p.select(ids, X, now=float(t))
         p.update(dec.arm_id, X[ids.index(dec.arm_id)], float(rng.uniform()), now=float(t))
         if t % 10 == 9:
-            clone = policy_from_bytes(p.to_bytes())
+            state = p.to_bytes()
             X = rng.normal(size=(len(arms), 3))
-            ours, fresh = p.select(arms, X, now=t + 7.0), clone.select(arms, X, now=t + 7.0)
-            np.testing.assert_allclose(ours.scores, fresh.scores, rtol=1e-12, atol=1e-12)
+            for now in (t + 7.0, t + 3.0, t + 40.0, None):
+                ours = p.select(arms, X, now=now)
+                fresh = policy_from_bytes(state).select(arms, X, now=now)
+                np.testing.assert_allclose(ours.scores, fresh.scores, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(
