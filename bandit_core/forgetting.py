@@ -4,29 +4,22 @@ Two disjoint per-arm models, each a ridge regression that weighs recent rewards 
 
 * **D-LinUCB** (Russac, Vernade and Cappé, "Weighted Linear Bandits for Non-Stationary
   Environments", NeurIPS 2019, Algorithm 1): an observation made ``Δ`` clock units before
-  the arm's clock weighs ``w = gamma^Δ``. With ``M = sum w x x^T``, ``M~ = sum w^2 x x^T``
-  and ``b = sum w r x``, the arm keeps ``V = lambda*I + M``, ``V~ = lambda*I + M~``,
-  ``theta = V^-1 b``, and scores ``x^T theta + alpha * sqrt(x^T V^-1 V~ V^-1 x)``
-  (section 10.1). The weights are kept relative to the arm's clock (the paper's rescaled
-  form), so every weight is at most 1 and no ``gamma^-t`` overflows at any horizon:
-  moving the clock on by ``Δ`` multiplies ``M`` by ``g = gamma^Δ``, ``M~`` by ``g^2`` and
-  ``b`` by ``g``, which is the paper's ``V <- gamma V + (1 - gamma) lambda I`` step.
+  the arm's clock weighs ``w = gamma^Δ``; the arm keeps ``V = lambda*I + sum w x x^T``,
+  ``V~ = lambda*I + sum w^2 x x^T``, ``b = sum w r x``, ``theta = V^-1 b``, and scores
+  ``x^T theta + alpha * sqrt(x^T V^-1 V~ V^-1 x)`` (section 10.1), with the weights kept
+  relative to the arm's clock (the rescaled form (10.2): none exceeds 1, nothing overflows).
 * **SW-LinUCB** (Cheung, Simchi-Levi and Zhu, "Learning to Optimize under
   Non-Stationarity", AISTATS 2019): the ridge over the arm's last ``window`` observations
-  (and, with ``window_seconds``, only those younger than that), scored as LinUCB
-  (section 10.2). The window's observations are stored in the arm's part, so its memory
-  is bounded: ``8 * (window * (d + 2) + 2 d^2 + 2 d)`` bytes per arm.
+  (with ``window_seconds``, only those younger than that), scored as LinUCB (section
+  10.2); the part stores the window's rows: ``8 * (window * (d + 2) + 2 d^2 + 2 d)`` bytes.
 
 Two clocks. Per update (``gamma``; ``window``): the clock of an arm is its update count.
 Wall-clock (``half_life_seconds``, ``gamma = 0.5^(1 / half_life_seconds)`` per second;
-``window_seconds``): the time comes in as the ``now`` argument of
-:meth:`ClockedPolicy.select` and :meth:`ClockedPolicy.update`, or for every call in a
-block from :func:`bandit_core.clock.clock_at` (seconds on any fixed origin, e.g. Unix time); nothing here
-reads a clock. The decay of an arm is applied when
-its part is written (an update at ``now``) and, without changing the part, when it is
-read (a selection at ``now`` scores every arm as of ``now``, so an arm nobody pulled
-loses weight as time passes). A selection or update without a time uses each arm's own
-clock (its last update).
+``window_seconds``): the time is the ``now`` of :meth:`ClockedPolicy.select` and
+:meth:`ClockedPolicy.update`, or of :func:`bandit_core.clock.clock_at` for a block
+(seconds on any fixed origin); nothing here reads a clock. An update at ``now`` writes the
+decay into the arm's part; a selection at ``now`` scores every arm as of ``now`` without
+changing its part. Without a time each arm is used at its own clock (its last update).
 """
 
 from __future__ import annotations
@@ -244,17 +237,12 @@ def clock_factors(clock: float, at: float, log_decay: float) -> tuple[float, flo
 
 class DecayingStack(RidgeStack[DiscountedArmState]):
     """:class:`~bandit_core.linear.RidgeStack` of discounted states that also scores them
-    as of a later time (section 10.1, "Two clocks") without a ``d x d`` solve per arm.
-
-    In the eigenbasis of ``V = Q diag(e) Q^T`` the decay (10.2) is diagonal:
-    ``V(g) = Q diag(s) Q^T`` with ``s = g e + (1 - g) lambda``. With ``beta = Q^T b``
-    and ``T = Q^T V~ Q`` kept per arm, ``z = Q^T x`` and ``y = z / s``, the terms of
-    (10.1) at factor ``g`` are ``x^T theta(g) = g beta . y`` and
-    ``x^T V(g)^-1 V~(g) V(g)^-1 x = g^2 y^T T y + (1 - g^2) lambda y . y``: two stacked
-    matrix-vector products per candidate, like LinUCB's one. An arm's decomposition is
-    computed when its state changes and kept by arm id, so a changed candidate list
-    stacks the kept ones (the arms of earlier lists are dropped once they outnumber the
-    latest list four to one).
+    as of a later time by (10.2a) (section 10.1, "Two clocks"): with ``V = Q diag(e) Q^T``,
+    ``beta = Q^T b`` and ``T = Q^T V~ Q`` kept per arm (:func:`eigen_rows`), two stacked
+    matrix-vector products per candidate, no ``d x d`` solve. An arm's decomposition is
+    computed when its state changes and kept by arm id, so a changed candidate list stacks
+    the kept ones (those of earlier lists are dropped once they outnumber the latest four
+    to one).
     """
 
     def __init__(self) -> None:
@@ -528,16 +516,11 @@ def _oldest(state: WindowArmState) -> float:
 
 
 class WindowStack(RidgeStack[WindowArmState]):
-    """:class:`~bandit_core.linear.RidgeStack` of window states that also scores them at a
-    later time, when rows have aged out of ``window_seconds`` (section 10.2).
-
-    Row ``i`` of the stacks holds the fit of arm ``i`` over its rows younger than a cutoff
-    ``c = now - window_seconds``, valid for every ``c`` in ``[lo[i], hi[i])`` (the same
-    rows are live there): the state's own fit for ``c`` below its oldest row, else the
-    ridge summed anew from the live rows. :meth:`refit` re-fits only the arms whose
-    interval the cutoff has left, so an arm nobody pulls is re-fitted once per row that
-    ages out, not at every selection.
-    """
+    """:class:`~bandit_core.linear.RidgeStack` of window states scored at a later time
+    (section 10.2): row ``i`` holds arm ``i``'s fit over its rows younger than a cutoff
+    ``c = now - window_seconds``, the same for every ``c`` in ``[lo[i], hi[i])`` (the
+    state's own fit below its oldest row), so :meth:`refit` re-fits an arm once per row
+    that ages out, not at every selection."""
 
     def __init__(self) -> None:
         super().__init__()
