@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike
 from bandit_core.clock import Clocked
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
-from bandit_core.linear import RidgeStack, stacked_ucb_terms
+from bandit_core.linear import RidgeStack, sherman_morrison_term, stacked_ucb_terms
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_real, check_true
@@ -114,9 +114,6 @@ class ClockedPolicy(Clocked, BasePolicy[ClockedArmT, None, None]):
         update = super().update
         with nullcontext() if now is None else self.at(now):
             update(arm_id, x, reward, user_id=user_id)
-
-
-# ---- D-LinUCB -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -198,9 +195,7 @@ class DiscountedArmState(ArrayState):
         the clock on (decaying what was there by ``g = gamma^(at - clock)``), an earlier
         one enters with the weight ``w`` of its age."""
         g, w, clock = clock_factors(self.clock, at, log_decay)
-        # The three new arrays are rows of one buffer: one finiteness check covers them
-        # before any field changes. V <- g V + (1 - g) lambda I + w x x^T, and V_tilde
-        # likewise with g^2 and w^2 (the paper's rescaled recursion).
+        # (10.2) then the row, into one buffer: one finiteness check before any field changes
         d = len(x)
         new = np.empty((2 * d + 1, d))
         V, V_tilde, b = new[:d], new[d:-1], new[-1]
@@ -365,9 +360,6 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
         state.add(x, reward, at, self.config.log_decay, self.config.ridge_lambda)
 
 
-# ---- SW-LinUCB ------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class SlidingWindowLinUCBConfig(PolicyConfig):
     """SW-LinUCB hyperparameters: ``ridge_lambda`` (the prior ``A = lambda*I``),
@@ -428,10 +420,9 @@ class WindowArmState(ArrayState):
 
     def live(self, now: float, window_seconds: float | None) -> np.ndarray:
         """Mask over the first ``size`` rows of the observations still in the window at ``now``."""
-        times = self.times[: self.size]
         if window_seconds is None:
             return np.ones(self.size, dtype=bool)
-        return times > now - window_seconds
+        return self.times[: self.size] > now - window_seconds
 
     def live_ridge(
         self, now: float, window_seconds: float, ridge_lambda: float
@@ -443,21 +434,18 @@ class WindowArmState(ArrayState):
         return ridge_lambda * np.eye(xs.shape[1]) + xs.T @ xs, xs.T @ rewards
 
     def add(
-        self,
-        x: np.ndarray,
-        reward: float,
-        at: float,
-        ridge_lambda: float,
-        window_seconds: float | None,
+        self, x: np.ndarray, reward: float, at: float, ridge_lambda: float, seconds: float | None
     ) -> None:
         """Add the observation ``(x, reward)`` made at ``at``, dropping the observations
-        that left the window: those no longer younger than ``window_seconds`` and, when
-        all ``window`` rows are taken, the oldest."""
+        that left the window: those no longer younger than ``seconds`` (the policy's
+        ``window_seconds``) and, when all ``window`` rows are taken, the oldest."""
         clock = max(self.clock, at)
         rows = self._writable_rows()
         A, b, size = self.A.copy(), self.b.copy(), self.size
-        if window_seconds is not None:
-            expired = self.times[:size] <= clock - window_seconds
+        # A^-1 by Sherman-Morrison while rows only enter and leave one by one (None: anew)
+        A_inv: np.ndarray | None = self.A_inv
+        if seconds is not None:
+            expired = self.times[:size] <= clock - seconds
             if expired.any():
                 gone = self.xs[:size][expired]
                 A -= gone.T @ gone
@@ -468,17 +456,23 @@ class WindowArmState(ArrayState):
                     array[:new_size] = array[:size][kept]
                     array[new_size:size] = 0.0
                 size = new_size
-        young = window_seconds is None or at > clock - window_seconds
+                # one downdate per row while cheaper than the inverse (the rule of add_batch)
+                A_inv = _downdated(A_inv, gone) if 2 * len(gone) < len(x) else None
+        young = seconds is None or at > clock - seconds
         if young:
             if size == len(self.times):  # full: the oldest observation leaves
                 i = int(np.argmin(self.times))
-                old = self.xs[i]
+                old = self.xs[i].copy()
                 A -= np.multiply.outer(old, old)
                 b -= self.rewards[i] * old
             else:
-                i, size = size, size + 1
+                i, size, old = size, size + 1, None
             A += np.multiply.outer(x, x)
             b += reward * x
+            if A_inv is not None:
+                A_inv = A_inv - sherman_morrison_term(A_inv, x)
+                if old is not None:
+                    A_inv = _downdated(A_inv, old[None, :])
         if not (all_finite(A) and all_finite(b)):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
@@ -493,21 +487,26 @@ class WindowArmState(ArrayState):
             xs = self.xs[:size]
             A = ridge_lambda * np.eye(len(x)) + xs.T @ xs
             b = xs.T @ self.rewards[:size]
-            self.since_rebuild = 0
+            self.since_rebuild, A_inv = 0, None
         self.A, self.b = A, b
-        self.A_inv = np.linalg.inv(A)
+        self.A_inv = np.linalg.inv(A) if A_inv is None or not all_finite(A_inv) else A_inv
         self.theta = self.A_inv @ b
 
     def _writable_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``xs``, ``rewards`` and ``times``, copied first if they are read-only views
         (a state read from bytes)."""
         if not self.xs.flags.writeable:
-            self.xs, self.rewards, self.times = (
-                self.xs.copy(),
-                self.rewards.copy(),
-                self.times.copy(),
-            )
+            self.xs, self.rewards, self.times = map(np.copy, (self.xs, self.rewards, self.times))
         return self.xs, self.rewards, self.times
+
+
+def _downdated(A_inv: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``(A - sum o o^T)^-1`` over the rows ``o`` of ``rows`` (each one a row of ``A``, so
+    ``A`` stays above ``lambda*I``) by reverse Sherman-Morrison steps, O(d^2) each."""
+    for o in rows:
+        u = A_inv.dot(o)
+        A_inv = A_inv + np.multiply.outer(u, u) / (1.0 - o.dot(u))
+    return A_inv
 
 
 def _oldest(state: WindowArmState) -> float:
@@ -524,8 +523,7 @@ class WindowStack(RidgeStack[WindowArmState]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lo = np.zeros(0)
-        self.hi = np.zeros(0)
+        self.lo, self.hi = np.zeros(0), np.zeros(0)
 
     def _rebuild(self) -> None:
         super()._rebuild()

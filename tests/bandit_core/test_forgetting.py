@@ -163,8 +163,25 @@ def test_sliding_window_equals_the_ridge_over_the_last_window_updates(obs, windo
     A, b = _windowed_ridge(rows[-window:], 3)
     s = p.arm_state("a")
     _close(s.A, A)
+    _close(s.A_inv, np.linalg.inv(A))
     _close(s.theta, np.linalg.solve(A, b))
     assert s.size == min(window, len(rows)) and s.n == len(rows)
+
+
+def test_the_window_inverse_kept_by_sherman_morrison_stays_exact() -> None:
+    """A full window's ``A^-1`` follows each row in and the oldest out by two rank-one
+    steps, re-derived every ``window`` updates: over 2,500 updates of a 1,000-row
+    window it equals the inverse of the ridge over the window's rows."""
+    p = make_policy("sliding_window_linucb", d=8, window=1000, ridge_lambda=LAMBDA)
+    p.add_arm("a")
+    rng = np.random.default_rng(3)
+    rows = [(rng.normal(size=8), float(rng.uniform())) for _ in range(2500)]
+    for k, (x, r) in enumerate(rows):
+        p.update("a", x, r)
+        if k in (999, 1998, 2499):  # full, one step before a re-derivation, halfway after
+            A, b = _windowed_ridge(rows[k - 999 : k + 1], 8)
+            _close(p.arm_state("a").A_inv, np.linalg.inv(A))
+            _close(p.arm_state("a").theta, np.linalg.solve(A, b))
 
 
 @settings(max_examples=40, deadline=None)
@@ -194,6 +211,7 @@ def test_sliding_window_in_seconds_equals_the_ridge_over_the_young_observations(
             kept.append((np.array(x), r, at))
     A, b = _windowed_ridge([(x, r) for x, r, _ in kept], 3)
     _close(p.arm_state("a").A, A)
+    _close(p.arm_state("a").A_inv, np.linalg.inv(A))
     now = clock + later
     A, b = _windowed_ridge([(x, r) for x, r, t in kept if t > now - seconds], 3)
     x = np.array([0.5, -0.5, 1.0])
