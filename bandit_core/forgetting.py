@@ -457,7 +457,8 @@ class WindowArmState(ArrayState):
                     array[new_size:size] = 0.0
                 size = new_size
                 # one downdate per row while cheaper than the inverse (the rule of add_batch)
-                A_inv = _downdated(A_inv, gone) if 2 * len(gone) < len(x) else None
+                cheap = 2 * len(gone) < len(x)
+                A_inv = _downdated(self.A_inv, gone) if cheap else None
         young = seconds is None or at > clock - seconds
         if young:
             if size == len(self.times):  # full: the oldest observation leaves
@@ -538,7 +539,7 @@ class WindowStack(RidgeStack[WindowArmState]):
         """Bring every row to the fit over its arm's rows younger than ``window_seconds``
         at ``now`` (``-inf``: every row, the state's own fit), after :meth:`sync`."""
         cutoff = now - window_seconds
-        for i in np.flatnonzero((cutoff < self.lo) | (cutoff >= self.hi)):
+        for i in np.flatnonzero((cutoff < self.lo) | (cutoff >= self.hi)).tolist():
             state = self._states[i]
             if cutoff < _oldest(state):
                 self._write(i, state)

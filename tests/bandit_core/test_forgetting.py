@@ -184,6 +184,25 @@ def test_the_window_inverse_kept_by_sherman_morrison_stays_exact() -> None:
             _close(p.arm_state("a").theta, np.linalg.solve(A, b))
 
 
+def test_the_window_inverse_follows_several_rows_aging_out_at_once() -> None:
+    """Rows leaving ``window_seconds`` together are downdated one by one while fewer than
+    ``d / 2`` leave (else ``A`` is inverted anew): after every update ``A^-1`` equals the
+    inverse of the ridge over the rows younger than the window."""
+    p = make_policy("sliding_window_linucb", d=8, window=100, window_seconds=20.0)
+    p.add_arm("a")
+    rng = np.random.default_rng(4)
+    rows, now = [], 0.0
+    for _ in range(400):
+        now += float(rng.choice([0.0, 0.5, 3.0, 12.0]))  # several rows share a time
+        x, r = rng.normal(size=8), float(rng.uniform())
+        p.update("a", x, r, now=now)
+        rows = [(y, q, t) for y, q, t in rows if t > now - 20.0] + [(x, r, now)]
+        A, b = _windowed_ridge([(y, q) for y, q, _ in rows], 8)
+        A = A + (1.0 - LAMBDA) * np.eye(8)  # the policy's ridge_lambda is 1
+        _close(p.arm_state("a").A_inv, np.linalg.inv(A))
+        _close(p.arm_state("a").theta, np.linalg.solve(A, b))
+
+
 @settings(max_examples=40, deadline=None)
 @given(observations, st.integers(1, 12), st.floats(1.0, 100.0), st.floats(0.0, 150.0))
 def test_sliding_window_in_seconds_equals_the_ridge_over_the_young_observations(
