@@ -4,29 +4,22 @@ Two disjoint per-arm models, each a ridge regression that weighs recent rewards 
 
 * **D-LinUCB** (Russac, Vernade and Cappé, "Weighted Linear Bandits for Non-Stationary
   Environments", NeurIPS 2019, Algorithm 1): an observation made ``Δ`` clock units before
-  the arm's clock weighs ``w = gamma^Δ``. With ``M = sum w x x^T``, ``M~ = sum w^2 x x^T``
-  and ``b = sum w r x``, the arm keeps ``V = lambda*I + M``, ``V~ = lambda*I + M~``,
-  ``theta = V^-1 b``, and scores ``x^T theta + alpha * sqrt(x^T V^-1 V~ V^-1 x)``
-  (section 10.1). The weights are kept relative to the arm's clock (the paper's rescaled
-  form), so every weight is at most 1 and no ``gamma^-t`` overflows at any horizon:
-  moving the clock on by ``Δ`` multiplies ``M`` by ``g = gamma^Δ``, ``M~`` by ``g^2`` and
-  ``b`` by ``g``, which is the paper's ``V <- gamma V + (1 - gamma) lambda I`` step.
+  the arm's clock weighs ``w = gamma^Δ``; the arm keeps ``V = lambda*I + sum w x x^T``,
+  ``V~ = lambda*I + sum w^2 x x^T``, ``b = sum w r x``, ``theta = V^-1 b``, and scores
+  ``x^T theta + alpha * sqrt(x^T V^-1 V~ V^-1 x)`` (section 10.1), with the weights kept
+  relative to the arm's clock (the rescaled form (10.2): none exceeds 1, nothing overflows).
 * **SW-LinUCB** (Cheung, Simchi-Levi and Zhu, "Learning to Optimize under
   Non-Stationarity", AISTATS 2019): the ridge over the arm's last ``window`` observations
-  (and, with ``window_seconds``, only those younger than that), scored as LinUCB
-  (section 10.2). The window's observations are stored in the arm's part, so its memory
-  is bounded: ``8 * (window * (d + 2) + 2 d^2 + 2 d)`` bytes per arm.
+  (with ``window_seconds``, only those younger than that), scored as LinUCB (section
+  10.2); the part stores the window's rows: ``8 * (window * (d + 2) + 2 d^2 + 2 d)`` bytes.
 
 Two clocks. Per update (``gamma``; ``window``): the clock of an arm is its update count.
 Wall-clock (``half_life_seconds``, ``gamma = 0.5^(1 / half_life_seconds)`` per second;
-``window_seconds``): the time comes in as the ``now`` argument of
-:meth:`ClockedPolicy.select` and :meth:`ClockedPolicy.update`, or for every call in a
-block from :func:`bandit_core.clock.clock_at` (seconds on any fixed origin, e.g. Unix time); nothing here
-reads a clock. The decay of an arm is applied when
-its part is written (an update at ``now``) and, without changing the part, when it is
-read (a selection at ``now`` scores every arm as of ``now``, so an arm nobody pulled
-loses weight as time passes). A selection or update without a time uses each arm's own
-clock (its last update).
+``window_seconds``): the time is the ``now`` of :meth:`ClockedPolicy.select` and
+:meth:`ClockedPolicy.update`, or of :func:`bandit_core.clock.clock_at` for a block
+(seconds on any fixed origin); nothing here reads a clock. An update at ``now`` writes the
+decay into the arm's part; a selection at ``now`` scores every arm as of ``now`` without
+changing its part. Without a time each arm is used at its own clock (its last update).
 """
 
 from __future__ import annotations
@@ -44,7 +37,7 @@ from numpy.typing import ArrayLike
 from bandit_core.clock import Clocked
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
-from bandit_core.linear import RidgeStack, stacked_ucb_terms
+from bandit_core.linear import RidgeStack, sherman_morrison_term, stacked_ucb_terms
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_real, check_true
@@ -84,7 +77,7 @@ class ClockedPolicy(Clocked, BasePolicy[ClockedArmT, None, None]):
     def _score_batch(
         self, arm_ids: list[str], states: list[ClockedArmT], X_batch: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        if self._wall_clock and self._now is not None:  # each row scored as of now
+        if self._wall_clock:  # each row scored as of now (or each arm at its own clock)
             scores, widths = np.empty(X_batch.shape[:2]), np.empty(X_batch.shape[:2])
             for i, X in enumerate(X_batch):
                 scores[i], widths[i] = self._score(arm_ids, states, X, ctx)
@@ -121,9 +114,6 @@ class ClockedPolicy(Clocked, BasePolicy[ClockedArmT, None, None]):
         update = super().update
         with nullcontext() if now is None else self.at(now):
             update(arm_id, x, reward, user_id=user_id)
-
-
-# ---- D-LinUCB -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -205,9 +195,7 @@ class DiscountedArmState(ArrayState):
         the clock on (decaying what was there by ``g = gamma^(at - clock)``), an earlier
         one enters with the weight ``w`` of its age."""
         g, w, clock = clock_factors(self.clock, at, log_decay)
-        # The three new arrays are rows of one buffer: one finiteness check covers them
-        # before any field changes. V <- g V + (1 - g) lambda I + w x x^T, and V_tilde
-        # likewise with g^2 and w^2 (the paper's rescaled recursion).
+        # (10.2) then the row, into one buffer: one finiteness check before any field changes
         d = len(x)
         new = np.empty((2 * d + 1, d))
         V, V_tilde, b = new[:d], new[d:-1], new[-1]
@@ -244,17 +232,12 @@ def clock_factors(clock: float, at: float, log_decay: float) -> tuple[float, flo
 
 class DecayingStack(RidgeStack[DiscountedArmState]):
     """:class:`~bandit_core.linear.RidgeStack` of discounted states that also scores them
-    as of a later time (section 10.1, "Two clocks") without a ``d x d`` solve per arm.
-
-    In the eigenbasis of ``V = Q diag(e) Q^T`` the decay (10.2) is diagonal:
-    ``V(g) = Q diag(s) Q^T`` with ``s = g e + (1 - g) lambda``. With ``beta = Q^T b``
-    and ``T = Q^T V~ Q`` kept per arm, ``z = Q^T x`` and ``y = z / s``, the terms of
-    (10.1) at factor ``g`` are ``x^T theta(g) = g beta . y`` and
-    ``x^T V(g)^-1 V~(g) V(g)^-1 x = g^2 y^T T y + (1 - g^2) lambda y . y``: two stacked
-    matrix-vector products per candidate, like LinUCB's one. An arm's decomposition is
-    computed when its state changes and kept by arm id, so a changed candidate list
-    stacks the kept ones (the arms of earlier lists are dropped once they outnumber the
-    latest list four to one).
+    as of a later time by (10.2a) (section 10.1, "Two clocks"): with ``V = Q diag(e) Q^T``,
+    ``beta = Q^T b`` and ``T = Q^T V~ Q`` kept per arm (:func:`eigen_rows`), two stacked
+    matrix-vector products per candidate, no ``d x d`` solve. An arm's decomposition is
+    computed when its state changes and kept by arm id, so a changed candidate list stacks
+    the kept ones (those of earlier lists are dropped once they outnumber the latest four
+    to one).
     """
 
     def __init__(self) -> None:
@@ -347,14 +330,21 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
         X: np.ndarray,
         ctx: SelectContext,
     ) -> tuple[np.ndarray, np.ndarray]:
-        mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
-        if self._now is not None and isinstance(self._stack, DecayingStack):
-            elapsed = self._now - np.array([s.clock for s in states])
-            # an arm never rewarded has its prior at any time
-            stale = np.flatnonzero((elapsed > 0.0) & np.array([s.n > 0 for s in states]))
+        stack = self._stack
+        if self._now is None or not isinstance(stack, DecayingStack):
+            mean, width = stack.ucb_terms(arm_ids, states, X, self._take_updated())
+            return mean + self.config.alpha * width, width
+        stack.sync(arm_ids, states, self._take_updated())
+        elapsed = self._now - np.array([s.clock for s in states])
+        # an arm never rewarded has its prior at any time
+        stale = np.flatnonzero((elapsed > 0.0) & np.array([s.n > 0 for s in states]))
+        factors = np.exp(self.config.log_decay * np.maximum(elapsed, 0.0))
+        if stale.size == len(states):
+            mean, width = stack.decayed_terms(X, factors, self.config.ridge_lambda)
+        else:
+            mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
             if stale.size:
-                factors = np.exp(self.config.log_decay * np.maximum(elapsed, 0.0))
-                decayed = self._stack.decayed_terms(X, factors, self.config.ridge_lambda)
+                decayed = stack.decayed_terms(X, factors, self.config.ridge_lambda)
                 mean[stale], width[stale] = decayed[0][stale], decayed[1][stale]
         return mean + self.config.alpha * width, width
 
@@ -368,9 +358,6 @@ class DiscountedLinUCB(ClockedPolicy[DiscountedArmState]):
     ) -> None:
         at = self._observation_time(state.n, state.clock)
         state.add(x, reward, at, self.config.log_decay, self.config.ridge_lambda)
-
-
-# ---- SW-LinUCB ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -433,10 +420,9 @@ class WindowArmState(ArrayState):
 
     def live(self, now: float, window_seconds: float | None) -> np.ndarray:
         """Mask over the first ``size`` rows of the observations still in the window at ``now``."""
-        times = self.times[: self.size]
         if window_seconds is None:
             return np.ones(self.size, dtype=bool)
-        return times > now - window_seconds
+        return self.times[: self.size] > now - window_seconds
 
     def live_ridge(
         self, now: float, window_seconds: float, ridge_lambda: float
@@ -448,21 +434,18 @@ class WindowArmState(ArrayState):
         return ridge_lambda * np.eye(xs.shape[1]) + xs.T @ xs, xs.T @ rewards
 
     def add(
-        self,
-        x: np.ndarray,
-        reward: float,
-        at: float,
-        ridge_lambda: float,
-        window_seconds: float | None,
+        self, x: np.ndarray, reward: float, at: float, ridge_lambda: float, seconds: float | None
     ) -> None:
         """Add the observation ``(x, reward)`` made at ``at``, dropping the observations
-        that left the window: those no longer younger than ``window_seconds`` and, when
-        all ``window`` rows are taken, the oldest."""
+        that left the window: those no longer younger than ``seconds`` (the policy's
+        ``window_seconds``) and, when all ``window`` rows are taken, the oldest."""
         clock = max(self.clock, at)
         rows = self._writable_rows()
         A, b, size = self.A.copy(), self.b.copy(), self.size
-        if window_seconds is not None:
-            expired = self.times[:size] <= clock - window_seconds
+        # A^-1 by Sherman-Morrison while rows only enter and leave one by one (None: anew)
+        A_inv: np.ndarray | None = self.A_inv
+        if seconds is not None:
+            expired = self.times[:size] <= clock - seconds
             if expired.any():
                 gone = self.xs[:size][expired]
                 A -= gone.T @ gone
@@ -473,17 +456,24 @@ class WindowArmState(ArrayState):
                     array[:new_size] = array[:size][kept]
                     array[new_size:size] = 0.0
                 size = new_size
-        young = window_seconds is None or at > clock - window_seconds
+                # one downdate per row while cheaper than the inverse (the rule of add_batch)
+                cheap = 2 * len(gone) < len(x)
+                A_inv = _downdated(self.A_inv, gone) if cheap else None
+        young = seconds is None or at > clock - seconds
         if young:
             if size == len(self.times):  # full: the oldest observation leaves
                 i = int(np.argmin(self.times))
-                old = self.xs[i]
+                old = self.xs[i].copy()
                 A -= np.multiply.outer(old, old)
                 b -= self.rewards[i] * old
             else:
-                i, size = size, size + 1
+                i, size, old = size, size + 1, None
             A += np.multiply.outer(x, x)
             b += reward * x
+            if A_inv is not None:
+                A_inv = A_inv - sherman_morrison_term(A_inv, x)
+                if old is not None:
+                    A_inv = _downdated(A_inv, old[None, :])
         if not (all_finite(A) and all_finite(b)):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
@@ -498,21 +488,26 @@ class WindowArmState(ArrayState):
             xs = self.xs[:size]
             A = ridge_lambda * np.eye(len(x)) + xs.T @ xs
             b = xs.T @ self.rewards[:size]
-            self.since_rebuild = 0
+            self.since_rebuild, A_inv = 0, None
         self.A, self.b = A, b
-        self.A_inv = np.linalg.inv(A)
+        self.A_inv = np.linalg.inv(A) if A_inv is None or not all_finite(A_inv) else A_inv
         self.theta = self.A_inv @ b
 
     def _writable_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``xs``, ``rewards`` and ``times``, copied first if they are read-only views
         (a state read from bytes)."""
         if not self.xs.flags.writeable:
-            self.xs, self.rewards, self.times = (
-                self.xs.copy(),
-                self.rewards.copy(),
-                self.times.copy(),
-            )
+            self.xs, self.rewards, self.times = map(np.copy, (self.xs, self.rewards, self.times))
         return self.xs, self.rewards, self.times
+
+
+def _downdated(A_inv: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``(A - sum o o^T)^-1`` over the rows ``o`` of ``rows`` (each one a row of ``A``, so
+    ``A`` stays above ``lambda*I``) by reverse Sherman-Morrison steps, O(d^2) each."""
+    for o in rows:
+        u = A_inv.dot(o)
+        A_inv = A_inv + np.multiply.outer(u, u) / (1.0 - o.dot(u))
+    return A_inv
 
 
 def _oldest(state: WindowArmState) -> float:
@@ -521,21 +516,41 @@ def _oldest(state: WindowArmState) -> float:
 
 
 class WindowStack(RidgeStack[WindowArmState]):
-    """:class:`~bandit_core.linear.RidgeStack` of window states plus the time of each
-    arm's oldest observation (``oldest``, shape ``(K,)``), so that a selection at ``now``
-    finds the arms whose rows aged out of ``window_seconds`` in one comparison."""
+    """:class:`~bandit_core.linear.RidgeStack` of window states scored at a later time
+    (section 10.2): row ``i`` holds arm ``i``'s fit over its rows younger than a cutoff
+    ``c = now - window_seconds``, the same for every ``c`` in ``[lo[i], hi[i])`` (the
+    state's own fit below its oldest row), so :meth:`refit` re-fits an arm once per row
+    that ages out, not at every selection."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.oldest = np.zeros(0)
+        self.lo, self.hi = np.zeros(0), np.zeros(0)
 
     def _rebuild(self) -> None:
         super()._rebuild()
-        self.oldest = np.array([_oldest(s) for s in self._states])
+        self.lo = np.full(len(self._states), -math.inf)
+        self.hi = np.array([_oldest(s) for s in self._states])
 
     def _write(self, i: int, state: WindowArmState) -> None:
         super()._write(i, state)
-        self.oldest[i] = _oldest(state)
+        self.lo[i], self.hi[i] = -math.inf, _oldest(state)
+
+    def refit(self, now: float, window_seconds: float, ridge_lambda: float) -> None:
+        """Bring every row to the fit over its arm's rows younger than ``window_seconds``
+        at ``now`` (``-inf``: every row, the state's own fit), after :meth:`sync`."""
+        cutoff = now - window_seconds
+        for i in np.flatnonzero((cutoff < self.lo) | (cutoff >= self.hi)).tolist():
+            state = self._states[i]
+            if cutoff < _oldest(state):
+                self._write(i, state)
+                continue
+            A, b = state.live_ridge(now, window_seconds, ridge_lambda)
+            self.A_inv[i] = np.linalg.inv(A)
+            np.matmul(self.A_inv[i], b, self.theta[i])
+            times = state.times[: state.size]
+            live = state.live(now, window_seconds)
+            self.lo[i] = times[~live].max()
+            self.hi[i] = times[live].min() if live.any() else math.inf
 
 
 class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
@@ -560,13 +575,14 @@ class SlidingWindowLinUCB(ClockedPolicy[WindowArmState]):
     def _score(
         self, arm_ids: list[str], states: list[WindowArmState], X: np.ndarray, ctx: SelectContext
     ) -> tuple[np.ndarray, np.ndarray]:
-        mean, width = self._stack.ucb_terms(arm_ids, states, X, self._take_updated())
-        seconds, now = self.config.window_seconds, self._now
-        if seconds is not None and now is not None and isinstance(self._stack, WindowStack):
-            for i in np.flatnonzero(self._stack.oldest <= now - seconds):
-                A, b = states[i].live_ridge(now, seconds, self.config.ridge_lambda)
-                z = np.linalg.solve(A, X[i])
-                mean[i], width[i] = z @ b, math.sqrt(max(float(z @ X[i]), 0.0))
+        stack = self._stack
+        stack.sync(arm_ids, states, self._take_updated())
+        seconds = self.config.window_seconds
+        if seconds is not None and isinstance(stack, WindowStack):
+            # without a time each arm is scored at its own clock: its state's fit
+            now = -math.inf if self._now is None else self._now
+            stack.refit(now, seconds, self.config.ridge_lambda)
+        mean, width = stacked_ucb_terms(stack.A_inv, stack.theta, X)
         return mean + self.config.alpha * width, width
 
     def _update(

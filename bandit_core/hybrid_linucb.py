@@ -201,6 +201,11 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
             arm_ids = list(dict.fromkeys([*self._arms, *arm_ids]))
         return super().parts_for_select(arm_ids, user_id)
 
+    @property
+    def selects_every_arm(self) -> bool:
+        """True with per-arm parts and forgetting: the joint fit (10.5) reads every arm."""
+        return self._joint
+
     def parts_for_update(self, arm_id: str, user_id: str | None = None) -> list[str]:
         """The parts an update of ``arm_id`` writes: its own and ``"shared"``."""
         return super().parts_for_select([arm_id], user_id)

@@ -238,6 +238,14 @@ class ArmTable(abc.ABC, Generic[ArmT, SharedT, UserT]):
             names.append(USER_PREFIX + user_id)
         return names
 
+    @property
+    def selects_every_arm(self) -> bool:
+        """Whether a selection reads the part of every arm with state, not only the
+        candidates' (the hybrid model with forgetting and per-arm parts,
+        docs/algorithms.md section 10.3): a store serving the policy from several
+        processes loads every stored arm part before a selection."""
+        return False
+
     def parts_for_update(self, arm_id: str, user_id: str | None = None) -> list[str]:
         """Names of the state parts one update of ``arm_id`` reads and writes."""
         return self.parts_for_select([arm_id], user_id)

@@ -10,8 +10,10 @@ LinUCB, and each forgetting policy on its per-update clock (``gamma`` 0.99;
 over the last 8 features (``context_dim`` 8; ``d`` must exceed it) without forgetting,
 with ``gamma`` 0.99 and with ``half_life_seconds`` 3600, where decision ``i`` is made and
 rewarded at ``now = i`` seconds, as the service passes the time. Every policy is warmed
-with ``--warm`` decisions first (its arms hold data). Prints the CPU time per decision
-and its ratio to LinUCB's (median over rounds of the per-round ratio) and writes
+with ``--warm`` decisions first (its arms hold data). Two rows (``op:``) time alone the
+steps a discounted update adds to LinUCB's (:func:`operation_runners`), per call. Prints
+the CPU time per decision (per call for ``op:``) and its ratio to LinUCB's decision
+(median over rounds of the per-round ratio) and writes
 ``benchmarks/results/forgetting_cost.json``:
 
     python -m benchmarks.forgetting_cost [--rounds 15] [--label before]
@@ -89,6 +91,29 @@ def runner(
     return run
 
 
+def operation_runners(d: int) -> dict[str, Runner]:
+    """The steps of a discounted update that LinUCB's Sherman-Morrison update does not
+    take, alone on one warmed arm's ``V`` and ``V~`` (``d x d``): the inverse of ``V``
+    (``numpy.linalg.inv``) and the products ``V^-1 b``, ``V^-1 V~ V^-1``."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(200, d)) / np.sqrt(d)
+    V = np.eye(d) + X.T @ X
+    V_tilde = np.eye(d) + 0.5 * X.T @ X
+    b = X.T @ rng.uniform(size=200)
+    V_inv = np.linalg.inv(V)
+
+    def inverse(n: int) -> None:
+        for _ in range(n):
+            np.linalg.inv(V)
+
+    def products(n: int) -> None:
+        for _ in range(n):
+            V_inv.dot(b)
+            V_inv @ V_tilde @ V_inv
+
+    return {"op: inverse of V": inverse, "op: theta and V^-1 V~ V^-1": products}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--K", type=int, default=50, help="candidates per decision (default 50)")
@@ -103,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         label: runner(algorithm, params, timed, args.K, args.d, args.warm)
         for label, (algorithm, params, timed) in CONTENDERS.items()
     }
+    runners.update(operation_runners(args.d))
     before = load()
     measured = interleave(runners, rounds=args.rounds)
     base = measured["linucb"]

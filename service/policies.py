@@ -208,6 +208,8 @@ class Runtime:
     versions: dict[str, int] = field(default_factory=dict)
     config_version: int = 0  # store version of ``info`` (0: not known)
     absorbed: int = 0  # loads applied so far; a transaction checks no load interleaved
+    # the version of "shared" when the stored arm parts were last listed (selects_every_arm)
+    arms_listed_at: int = -1
     labelled_arms: frozenset[str] = frozenset()  # arms with their own metric series
 
     @property

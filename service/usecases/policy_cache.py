@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from bandit_core import BasePolicy, ModelError, StateFormatError
-from bandit_core.policy import ARM_PREFIX
+from bandit_core.policy import ARM_PREFIX, SHARED_PART
 from service.errors import NotFound, with_policy
 from service.observability import metrics
 from service.policies import CONFIG_KEY, Runtime, build_policy, decode_info, spec_of
@@ -35,6 +35,7 @@ from service.usecases.events import DELTA_PREFIX, EVENT_PREFIX
 PULLS_PREFIX = "pulls:"  # the counter of an arm's decisions: pulls:<id>
 METRICS_PREFIX = "metrics:"  # a use case's own record beside the parts (metrics:apprentice)
 NOT_PARTS = (EVENT_PREFIX, METRICS_PREFIX, DELTA_PREFIX)
+ARM_LISTINGS = 3  # listings of the stored arm parts per load at most (selects_every_arm)
 
 
 class CachedStore(PartStore, CounterStore, LastSeenIndex, Protocol):
@@ -206,8 +207,30 @@ class PolicyCache:
         if config is not None:
             runtime.config_version = config.version
         _absorb(runtime, {p: values[p] for p in parts if p in values})
+        if SHARED_PART in parts and runtime.policy.selects_every_arm:
+            parts = await self._load_stored_arms(name, runtime, parts_of)
         absent = VersionedValue(0, None)
         return runtime, parts, {k: values.get(k, absent) for k in extra}
+
+    async def _load_stored_arms(
+        self, name: str, runtime: Runtime, parts_of: Callable[[BasePolicy], list[str]]
+    ) -> list[str]:
+        """Load every arm part stored for ``name`` into a policy whose selection reads
+        them all (``selects_every_arm``), so that arms written only by other processes
+        enter its fit; return ``parts_of(policy)`` then. Every update writes
+        ``"shared"``, so the arm parts are listed (one scan of the policy's keys) only
+        when its version moved since the last listing, and listed again when it moved
+        during the read of the new arms (up to :data:`ARM_LISTINGS` times)."""
+        for _ in range(ARM_LISTINGS):
+            shared = runtime.versions.get(SHARED_PART, 0)
+            if shared == runtime.arms_listed_at:
+                break
+            stored = await self.store.keys(name, [ARM_PREFIX])
+            parts = list(dict.fromkeys([*parts_of(runtime.policy), *stored]))
+            runtime.arms_listed_at = shared
+            known = {p: runtime.versions[p] for p in parts if p in runtime.versions}
+            _absorb(runtime, await self.read(name, parts, known))
+        return parts_of(runtime.policy)
 
     async def known_arms(self, name: str, runtime: Runtime) -> list[str]:
         """The registered arms of ``name``, then every other arm ever served (by its

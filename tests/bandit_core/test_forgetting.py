@@ -163,8 +163,44 @@ def test_sliding_window_equals_the_ridge_over_the_last_window_updates(obs, windo
     A, b = _windowed_ridge(rows[-window:], 3)
     s = p.arm_state("a")
     _close(s.A, A)
+    _close(s.A_inv, np.linalg.inv(A))
     _close(s.theta, np.linalg.solve(A, b))
     assert s.size == min(window, len(rows)) and s.n == len(rows)
+
+
+def test_the_window_inverse_kept_by_sherman_morrison_stays_exact() -> None:
+    """A full window's ``A^-1`` follows each row in and the oldest out by two rank-one
+    steps, re-derived every ``window`` updates: over 2,500 updates of a 1,000-row
+    window it equals the inverse of the ridge over the window's rows."""
+    p = make_policy("sliding_window_linucb", d=8, window=1000, ridge_lambda=LAMBDA)
+    p.add_arm("a")
+    rng = np.random.default_rng(3)
+    rows = [(rng.normal(size=8), float(rng.uniform())) for _ in range(2500)]
+    for k, (x, r) in enumerate(rows):
+        p.update("a", x, r)
+        if k in (999, 1998, 2499):  # full, one step before a re-derivation, halfway after
+            A, b = _windowed_ridge(rows[k - 999 : k + 1], 8)
+            _close(p.arm_state("a").A_inv, np.linalg.inv(A))
+            _close(p.arm_state("a").theta, np.linalg.solve(A, b))
+
+
+def test_the_window_inverse_follows_several_rows_aging_out_at_once() -> None:
+    """Rows leaving ``window_seconds`` together are downdated one by one while fewer than
+    ``d / 2`` leave (else ``A`` is inverted anew): after every update ``A^-1`` equals the
+    inverse of the ridge over the rows younger than the window."""
+    p = make_policy("sliding_window_linucb", d=8, window=100, window_seconds=20.0)
+    p.add_arm("a")
+    rng = np.random.default_rng(4)
+    rows, now = [], 0.0
+    for _ in range(400):
+        now += float(rng.choice([0.0, 0.5, 3.0, 12.0]))  # several rows share a time
+        x, r = rng.normal(size=8), float(rng.uniform())
+        p.update("a", x, r, now=now)
+        rows = [(y, q, t) for y, q, t in rows if t > now - 20.0] + [(x, r, now)]
+        A, b = _windowed_ridge([(y, q) for y, q, _ in rows], 8)
+        A = A + (1.0 - LAMBDA) * np.eye(8)  # the policy's ridge_lambda is 1
+        _close(p.arm_state("a").A_inv, np.linalg.inv(A))
+        _close(p.arm_state("a").theta, np.linalg.solve(A, b))
 
 
 @settings(max_examples=40, deadline=None)
@@ -194,6 +230,7 @@ def test_sliding_window_in_seconds_equals_the_ridge_over_the_young_observations(
             kept.append((np.array(x), r, at))
     A, b = _windowed_ridge([(x, r) for x, r, _ in kept], 3)
     _close(p.arm_state("a").A, A)
+    _close(p.arm_state("a").A_inv, np.linalg.inv(A))
     now = clock + later
     A, b = _windowed_ridge([(x, r) for x, r, t in kept if t > now - seconds], 3)
     x = np.array([0.5, -0.5, 1.0])
@@ -328,11 +365,21 @@ def test_clock_at_leaves_a_policy_without_a_clock_alone() -> None:
     assert plain.to_bytes() == timed.to_bytes()
 
 
-def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change() -> None:
-    """The per-arm decompositions a half-life policy keeps for scoring at ``now`` follow
-    every update, whichever candidate lists come and go: the scores equal those of a
-    copy rebuilt from bytes, which keeps none."""
-    p = make_policy("discounted_linucb", d=3, half_life_seconds=15.0, seed=2)
+@pytest.mark.parametrize(
+    "algorithm, params",
+    [
+        ("discounted_linucb", {"half_life_seconds": 15.0}),
+        ("sliding_window_linucb", {"window": 6, "window_seconds": 9.0}),
+    ],
+)
+def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change(
+    algorithm: str, params: dict
+) -> None:
+    """What a wall-clock policy keeps for scoring at ``now`` (the per-arm decompositions of
+    a half-life, the re-fitted windows) follows every update and every time, forward or
+    back, whichever candidate lists come and go: the scores equal those of a copy rebuilt
+    from bytes, which keeps none, and without a time those of the arms' own clocks."""
+    p = make_policy(algorithm, d=3, seed=2, **params)
     rng = np.random.default_rng(6)
     arms = [f"a{i}" for i in range(12)]
     for t in range(150):
@@ -341,10 +388,12 @@ def test_scores_at_a_later_time_stay_exact_when_the_candidate_lists_change() -> 
         dec = p.select(ids, X, now=float(t))
         p.update(dec.arm_id, X[ids.index(dec.arm_id)], float(rng.uniform()), now=float(t))
         if t % 10 == 9:
-            clone = policy_from_bytes(p.to_bytes())
+            state = p.to_bytes()
             X = rng.normal(size=(len(arms), 3))
-            ours, fresh = p.select(arms, X, now=t + 7.0), clone.select(arms, X, now=t + 7.0)
-            np.testing.assert_allclose(ours.scores, fresh.scores, rtol=1e-12, atol=1e-12)
+            for now in (t + 7.0, t + 3.0, t + 40.0, None):
+                ours = p.select(arms, X, now=now)
+                fresh = policy_from_bytes(state).select(arms, X, now=now)
+                np.testing.assert_allclose(ours.scores, fresh.scores, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import redis
 
-from bandit_core import make_policy, policy_from_bytes
+from bandit_core import clock_at, make_policy, policy_from_bytes
 from bandit_core.evaluation.replay import replay
 from service.storage.offline_source import EventLogSource
 from tests.service.conftest import running
@@ -206,3 +206,47 @@ async def test_a_window_with_per_arm_parts_is_a_422_naming_context_dim(make_sett
         assert r.status_code == 422, r.text
         assert "context_dim" in r.text
         assert (await http.get("/policies/p")).status_code == 404
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_hybrid_fit_sees_the_arms_another_process_rewarded(make_settings: Any) -> None:
+    """Two processes on one store, a policy with no registered arms: arm "b" is decided
+    and rewarded only through the second, yet the first one's fit for a request over
+    "a" holds "b"'s part (the joint ridge (10.5) reads every arm with a part in the
+    store), so both score "a" as the engine fed the same rewards does."""
+    settings = make_settings()
+    now = [T0]
+    spec = {**_policy("hybrid_linucb", 2, context_dim=1, half_life_seconds=HALF_LIFE)}
+    del spec["arms"]
+    engine = make_policy(
+        "hybrid_linucb", d=2, context_dim=1, alpha=0.0, half_life_seconds=HALF_LIFE
+    )
+    engine.add_arm("a")
+    engine.add_arm("b")
+
+    async def decide(http: Any, arm: str) -> tuple[str, float]:
+        body = {"policy": "p", "context": [1.0, 1.0], "arms": [{"id": arm}]}
+        r = await http.post("/recommend", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["event_id"], r.json()["ranking"][0]["score"]
+
+    async with running(settings) as (one, http_one, _), running(settings) as (two, http_two, _):
+        assert (await http_one.put("/policies/p", json=spec)).status_code == 200
+        _set_clock(one, now)
+        _set_clock(two, now)
+        event_id, _ = await decide(http_one, "a")  # the first process holds "a", not "b"
+        await _reward(http_one, event_id, 1.0)
+        with clock_at(engine, T0):
+            engine.update("a", [1.0, 1.0], 1.0)
+        await decide(http_one, "a")
+        for reward in (1.0, 1.0, 0.0):
+            event_id, _ = await decide(http_two, "b")
+            await _reward(http_two, event_id, reward)
+            with clock_at(engine, T0):
+                engine.update("b", [1.0, 1.0], reward)
+        now[0] = T0 + HALF_LIFE / 2
+        with clock_at(engine, now[0]):
+            want = engine.select(["a"], [[1.0, 1.0]]).scores[0]
+        for http in (http_one, http_two):
+            _, score = await decide(http, "a")
+            assert score == pytest.approx(want, rel=1e-9)
