@@ -76,7 +76,15 @@ class Triggers:
                 []
                 if self.postgresql
                 else list(
-                    conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE type = 'trigger'"))
+                    conn.execute(
+                        # only those it drops: the others (decision_latency's) stay
+                        sa.select(sa.column("sql"))
+                        .select_from(sa.table("sqlite_master"))
+                        .where(
+                            sa.column("type") == "trigger",
+                            sa.column("name").in_([n for ns in TRIGGERS.values() for n in ns]),
+                        )
+                    )
                     .scalars()
                     .all()
                 )
