@@ -113,19 +113,24 @@ def reward_chart(activity: PolicyActivity, drift_at: list[float]) -> Chart:
     half = activity.bucket_seconds / 2
     series = []
     for name, colour, points in lines:
+        # each point's x and the heights of its mean, low and high
+        at = [
+            (scale.x(p.start + half), scale.y(p.mean), scale.y(p.low), scale.y(p.high))
+            for p in points
+        ]
         markers = [
             Marker(
-                scale.x(p.start + half),
-                scale.y(p.mean),
+                x,
+                y,
                 p.mean,
                 p.rewards,
                 f"{name}: {p.mean:.4f} [{p.low:.4f}, {p.high:.4f}], {p.rewards} rewards",
-                (scale.y(p.low), scale.y(p.high)),
+                (y_low, y_high),
             )
-            for p in points
+            for p, (x, y, y_low, y_high) in zip(points, at, strict=True)
         ]
-        upper = [f"{scale.x(p.start + half)},{scale.y(p.high)}" for p in points]
-        lower = [f"{scale.x(p.start + half)},{scale.y(p.low)}" for p in reversed(points)]
+        upper = [f"{x},{y_high}" for x, _, _, y_high in at]
+        lower = [f"{x},{y_low}" for x, _, y_low, _ in reversed(at)]
         line = " ".join(f"{m.x},{m.y}" for m in markers)
         series.append(Series(name, colour, line, markers, " ".join(upper + lower) or None))
     return Chart(
