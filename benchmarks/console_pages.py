@@ -31,6 +31,7 @@ from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.partitions import DAY_SECONDS, create_partitions
 from service.storage.sql_log import SqlEventLog
+from service.usecases.events import ips_weights
 from tests.databases import database
 
 POLICY = "storefront"
@@ -69,7 +70,10 @@ def fill(log: SqlEventLog, total: int, now: float, seed: int = 0) -> str:
                     explored=bool(j % 10 == 0),
                 )
             )
-            rewards.append(RewardRecord(f"e{i}", POLICY, arm, float(values[j]), "explicit", t + 60))
+            weights = ips_weights(arm, ARMS, 0.9)
+            rewards.append(
+                RewardRecord(f"e{i}", POLICY, arm, float(values[j]), "explicit", t + 60, *weights)
+            )
         log.append(decisions, rewards)
     return f"e{total // 2}"
 

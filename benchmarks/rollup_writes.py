@@ -30,6 +30,7 @@ from service.storage.base import DecisionRecord, RewardRecord
 from service.storage.migrate import upgrade_head
 from service.storage.partitions import DAY_SECONDS, create_partitions
 from service.storage.sql_log import SqlEventLog
+from service.usecases.events import ips_weights
 from tests.databases import database
 
 ARMS = [f"item-{i}" for i in range(20)]
@@ -41,7 +42,8 @@ TRIGGERS = {
 
 def batch(first: int, size: int, now: float) -> tuple[list[DecisionRecord], list[RewardRecord]]:
     """``size`` decisions of one policy over the minute before ``now`` (ids from
-    ``first``), each with its reward, K = 20 candidates of 3 floats."""
+    ``first``), each with its reward (and its importance weights), K = 20 candidates of
+    3 floats."""
     decisions, rewards = [], []
     for i in range(first, first + size):
         t = now - 60.0 + 60.0 * (i - first) / size
@@ -60,7 +62,9 @@ def batch(first: int, size: int, now: float) -> tuple[list[DecisionRecord], list
                 explored=i % 10 == 0,
             )
         )
-        rewards.append(RewardRecord(f"e{i}", "storefront", arm, float(i % 3 == 0), "explicit", t))
+        weights = ips_weights(arm, ARMS, 0.9)
+        value = float(i % 3 == 0)
+        rewards.append(RewardRecord(f"e{i}", "storefront", arm, value, "explicit", t, *weights))
     return decisions, rewards
 
 
@@ -76,7 +80,15 @@ class Triggers:
                 []
                 if self.postgresql
                 else list(
-                    conn.execute(sa.text("SELECT sql FROM sqlite_master WHERE type = 'trigger'"))
+                    conn.execute(
+                        # only those it drops: the others (decision_latency's) stay
+                        sa.select(sa.column("sql"))
+                        .select_from(sa.table("sqlite_master"))
+                        .where(
+                            sa.column("type") == "trigger",
+                            sa.column("name").in_([n for ns in TRIGGERS.values() for n in ns]),
+                        )
+                    )
                     .scalars()
                     .all()
                 )

@@ -22,21 +22,27 @@ MOST_ARMS_DRAWN = len(COLOURS)
 @dataclass(frozen=True)
 class Marker:
     """A point of a series with the value it shows, how many records it stands for
-    (``count``) and its tooltip (``title``)."""
+    (``count``) and its tooltip (``title``); ``whisker``: the heights of its interval's
+    ends, when it has one (drawn as a line, seen where a band is one bucket wide)."""
 
     x: float
     y: float
     value: float
     count: int
     title: str
+    whisker: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
 class Series:
+    """A polyline through ``markers`` and, when ``band`` is set, its interval band (the
+    polygon's points)."""
+
     name: str
     colour: str
     points: str
     markers: list[Marker] = field(default_factory=list)
+    band: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,13 +56,12 @@ class Rule:
 
 @dataclass(frozen=True)
 class Chart:
-    """An SVG chart: series as polylines, an optional interval band (polygon), the
+    """An SVG chart: series as polylines (each with its interval band, if any), the
     axes' ticks as (position, label), and vertical rules marking events."""
 
     width: int
     height: int
     series: list[Series]
-    band: str | None
     y_ticks: list[tuple[float, str]]
     x_ticks: list[tuple[float, str]]
     rules: list[Rule] = field(default_factory=list)
@@ -92,35 +97,46 @@ class _Scale:
 
 
 def reward_chart(activity: PolicyActivity, drift_at: list[float]) -> Chart:
-    """The mean reward of each bucket at the bucket's middle, its 95% interval as a
-    band, and a rule at each time of ``drift_at``, the drift detections (docs/console.md,
-    "Reward over time")."""
-    points = activity.points
-    low = min((p.low for p in points), default=0.0)
-    high = max((p.high for p in points), default=1.0)
+    """The mean reward of each bucket at the bucket's middle and the IPS estimates of
+    the baseline's and of uniform random's reward, each with its 95% interval as a band,
+    and a rule at each time of ``drift_at``, the drift detections (docs/console.md,
+    "Reward over time", "Baseline and random")."""
+    lines = [
+        ("policy", COLOURS[0], activity.points),
+        ("baseline (IPS)", COLOURS[2], activity.baseline),
+        ("random (IPS)", COLOURS[3], activity.random),
+    ]
+    every = [p for _, _, points in lines for p in points]
+    low = min((p.low for p in every), default=0.0)
+    high = max((p.high for p in every), default=1.0)
     scale = _Scale(activity.since, activity.until, low, high)
     half = activity.bucket_seconds / 2
-    markers = [
-        Marker(
-            scale.x(p.start + half),
-            scale.y(p.mean),
-            p.mean,
-            p.rewards,
-            f"{p.mean:.4f} [{p.low:.4f}, {p.high:.4f}], {p.rewards} rewards",
-        )
-        for p in points
-    ]
-    band = None
-    if points:
-        upper = [f"{scale.x(p.start + half)},{scale.y(p.high)}" for p in points]
-        lower = [f"{scale.x(p.start + half)},{scale.y(p.low)}" for p in reversed(points)]
-        band = " ".join(upper + lower)
-    line = " ".join(f"{m.x},{m.y}" for m in markers)
+    series = []
+    for name, colour, points in lines:
+        # each point's x and the heights of its mean, low and high
+        at = [
+            (scale.x(p.start + half), scale.y(p.mean), scale.y(p.low), scale.y(p.high))
+            for p in points
+        ]
+        markers = [
+            Marker(
+                x,
+                y,
+                p.mean,
+                p.rewards,
+                f"{name}: {p.mean:.4f} [{p.low:.4f}, {p.high:.4f}], {p.rewards} rewards",
+                (y_low, y_high),
+            )
+            for p, (x, y, y_low, y_high) in zip(points, at, strict=True)
+        ]
+        upper = [f"{x},{y_high}" for x, _, _, y_high in at]
+        lower = [f"{x},{y_low}" for x, _, y_low, _ in reversed(at)]
+        line = " ".join(f"{m.x},{m.y}" for m in markers)
+        series.append(Series(name, colour, line, markers, " ".join(upper + lower) or None))
     return Chart(
         WIDTH,
         HEIGHT,
-        [Series("mean reward", COLOURS[0], line, markers)],
-        band,
+        series,
         scale.y_ticks(),
         scale.x_ticks(),
         [
@@ -153,7 +169,7 @@ def latency_chart(activity: PolicyActivity) -> Chart:
             for p in points
         ]
         series.append(Series(name, colour, " ".join(f"{m.x},{m.y}" for m in markers), markers))
-    return Chart(WIDTH, HEIGHT, series, None, scale.y_ticks(), scale.x_ticks())
+    return Chart(WIDTH, HEIGHT, series, scale.y_ticks(), scale.x_ticks())
 
 
 def share_chart(activity: PolicyActivity) -> Chart:
@@ -178,7 +194,7 @@ def share_chart(activity: PolicyActivity) -> Chart:
             for start, total in sorted(totals.items())
         ]
         series.append(Series(arm, colour, " ".join(f"{m.x},{m.y}" for m in markers), markers))
-    return Chart(WIDTH, HEIGHT, series, None, scale.y_ticks(), scale.x_ticks())
+    return Chart(WIDTH, HEIGHT, series, scale.y_ticks(), scale.x_ticks())
 
 
 INTERVAL_LABEL_WIDTH = 200

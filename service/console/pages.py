@@ -91,12 +91,19 @@ async def home(request: Request) -> Response:
 async def policy(
     request: Request, name: str, window: Annotated[Window, Query()] = "1h"
 ) -> Response:
-    """Page 2: the reward over time with 95% intervals and the drift detections, each
-    arm's share of the decisions over ``window``, the exploration share, the counters and the settings."""
+    """Page 2: the reward over time with 95% intervals beside the baseline's and uniform
+    random's IPS estimates, and the drift detections, each arm's share of the decisions
+    over ``window``, the exploration share, the counters, a folded model's staleness
+    and the settings."""
     session = signed_in(request)
     use_cases = use_cases_of(request)
     info = await use_cases.admin.get_policy(policy_name(name))
-    stats = await use_cases.admin.stats(name)
+    # as GET /policies/{name}/model/properties reports it; read before the counters,
+    # which fold nothing (viewing the page leaves the rewards pending for their fold)
+    times = None
+    if info.model_update_interval is not None:
+        times = await use_cases.models.model_times(name)
+    stats = await use_cases.admin.stats(name, fold_pending=False)
     activity = await use_cases.activity.policy_activity(name, *WINDOWS[window])
     drift_at = await use_cases.activity.drift_detections(name, activity.since, activity.until)
     return page(
@@ -106,6 +113,7 @@ async def policy(
         {
             "info": info,
             "stats": stats,
+            "times": times,
             "activity": activity,
             "window": window,
             "windows": list(WINDOWS),

@@ -122,7 +122,10 @@ class RewardRecord:
     ``explicit`` (POST /reward, or the sum of a Personalizer loop's rewards) or
     ``default`` (the sweeper after reward_wait_seconds). A reward received after the
     wait has source ``late`` and goes to the ``late_rewards`` table: logged, never
-    learned from (``arm_id`` empty when the event was gone)."""
+    learned from (``arm_id`` empty when the event was gone). ``baseline_weight`` and
+    ``random_weight`` are the decision's importance weights of the baseline and of
+    uniform random (``service.usecases.events.ips_weights``; None for a decision logged
+    without them, and for late rewards)."""
 
     event_id: str
     policy: str
@@ -130,6 +133,8 @@ class RewardRecord:
     value: float
     source: str
     created_at: float
+    baseline_weight: float | None = None
+    random_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -154,13 +159,22 @@ class ArmSelections:
 @dataclass(frozen=True)
 class RewardBucket:
     """The rewards applied to one arm in one time bucket: their count, sum and sum of
-    squares (the mean and its interval follow, docs/console.md "Reward over time")."""
+    squares (the mean and its interval follow, docs/console.md "Reward over time"), and
+    of the ``weighted`` ones among them (those logged with importance weights,
+    :class:`RewardRecord`) the sum and sum of squares of ``r·w`` for the baseline's and
+    uniform random's weights (their IPS estimates, docs/console.md "Baseline and
+    random")."""
 
     start: float
     arm_id: str
     rewards: int
     total: float
     total_squares: float
+    weighted: int = 0
+    baseline_total: float = 0.0
+    baseline_squares: float = 0.0
+    random_total: float = 0.0
+    random_squares: float = 0.0
 
 
 LATENCY_BINS_PER_OCTAVE = 8

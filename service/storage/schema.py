@@ -90,6 +90,10 @@ rewards = sa.Table(
     sa.Column("value", sa.Double, nullable=False),
     sa.Column("source", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
+    # the decision's importance weights of the baseline and of uniform random
+    # (service.usecases.events.ips_weights; migration 8e3b5f1a2d64), null when unknown
+    sa.Column("baseline_weight", sa.Double, nullable=True),
+    sa.Column("random_weight", sa.Double, nullable=True),
     sa.CheckConstraint("source IN ('explicit', 'default')", name="source"),
     sa.UniqueConstraint("event_id", "created_at"),
     sa.Index(None, "policy", "created_at"),
@@ -139,6 +143,13 @@ reward_sums = _rollup(
     sa.Column("rewards", sa.BigInteger, nullable=False),
     sa.Column("total", sa.Double, nullable=False),
     sa.Column("squares", sa.Double, nullable=False),
+    # of the rewards logged with weights: how many, and the sums and sums of squares of
+    # their IPS terms value·weight (migration 8e3b5f1a2d64)
+    sa.Column("weighted", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("baseline_total", sa.Double, nullable=False, server_default="0"),
+    sa.Column("baseline_squares", sa.Double, nullable=False, server_default="0"),
+    sa.Column("random_total", sa.Double, nullable=False, server_default="0"),
+    sa.Column("random_squares", sa.Double, nullable=False, server_default="0"),
 )
 
 # per (policy, period, start, latency bin) the decisions whose ``latency_us`` fell in

@@ -41,7 +41,19 @@ from service.storage.schema import (
 )
 
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
-_LATE_FIELDS = [f.name for f in dataclasses.fields(RewardRecord) if f.name != "source"]
+_REWARD_FIELDS = [f.name for f in dataclasses.fields(RewardRecord)]
+_LATE_FIELDS = [name for name in _REWARD_FIELDS if name in late_rewards.c]
+# the columns of reward_sums in the order of RewardBucket's fields after the arm
+_REWARD_SUMS = (
+    "rewards",
+    "total",
+    "squares",
+    "weighted",
+    "baseline_total",
+    "baseline_squares",
+    "random_total",
+    "random_squares",
+)
 
 
 def rollup_period(since: float, until: float, bucket_seconds: float) -> int:
@@ -87,10 +99,10 @@ def _per_bucket_and_arm(
 def read_activity(
     conn: Connection, policy: str, since: float, until: float, bucket_seconds: float
 ) -> Activity:
-    """Decisions and rewards per (bucket, arm) and decisions per (bucket, latency bin) of
-    ``policy`` in ``[since, until)``: three grouped queries over the rollup rows of the
-    range (:func:`rollup_period`), as many as its periods times its arms (or bins)
-    whatever the events."""
+    """Decisions and rewards (with their IPS sums) per (bucket, arm) and decisions per
+    (bucket, latency bin) of ``policy`` in ``[since, until)``: three grouped queries over
+    the rollup rows of the range (:func:`rollup_period`), as many as its periods times
+    its arms (or bins) whatever the events."""
     window = (policy, since, until, bucket_seconds)
     sum_ = sa.func.sum
     chosen = _per_bucket_and_arm(
@@ -101,20 +113,23 @@ def read_activity(
         sum_(decision_counts.c.explored),
     )
     applied = _per_bucket_and_arm(
-        conn,
-        reward_sums,
-        window,
-        sum_(reward_sums.c.rewards),
-        sum_(reward_sums.c.total),
-        sum_(reward_sums.c.squares),
+        conn, reward_sums, window, *(sum_(reward_sums.c[name]) for name in _REWARD_SUMS)
     )
     selections = [
         ArmSelections(since + int(index) * bucket_seconds, arm, int(count), int(explored))
         for index, arm, count, explored in conn.execute(chosen)
     ]
     reward_buckets = [
-        RewardBucket(since + int(index) * bucket_seconds, arm, int(count), float(total), float(sq))
-        for index, arm, count, total, sq in conn.execute(applied)
+        RewardBucket(
+            since + int(index) * bucket_seconds,
+            arm,
+            int(count),
+            float(total),
+            float(sq),
+            int(weighted),
+            *map(float, ips),
+        )
+        for index, arm, count, total, sq, weighted, *ips in conn.execute(applied)
     ]
     timed = _per_bucket_and_arm(conn, decision_latency, window, sum_(decision_latency.c.decisions))
     latency = [
@@ -139,7 +154,7 @@ def read_event_trail(conn: Connection, event_id: str) -> EventTrail | None:
     applied = [
         RewardRecord(**r._mapping)
         for r in conn.execute(
-            sa.select(*(rewards.c[name] for name in [*_LATE_FIELDS, "source"])).where(
+            sa.select(*(rewards.c[name] for name in _REWARD_FIELDS)).where(
                 rewards.c.event_id == event_id, rewards.c.policy == decision.policy
             )
         )

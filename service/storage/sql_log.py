@@ -54,7 +54,7 @@ from service.storage.sql_copy import copy_insert, insert_rows
 
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
 _REWARD_FIELDS = [f.name for f in dataclasses.fields(RewardRecord)]
-_LATE_FIELDS = [name for name in _REWARD_FIELDS if name != "source"]
+_LATE_FIELDS = [name for name in _REWARD_FIELDS if name in late_rewards.c]
 # AuditRecord field -> audit_log column
 _AUDIT_COLUMNS = {
     f.name: "id" if f.name == "record_id" else f.name for f in dataclasses.fields(AuditRecord)

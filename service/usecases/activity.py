@@ -35,18 +35,46 @@ class RewardPoint:
     high: float
 
 
-def reward_point(start: float, buckets: list[RewardBucket]) -> RewardPoint:
-    """The rewards of ``buckets`` together: mean ``x̄ = Σx / n`` and the normal interval
-    ``x̄ ± z·s/√n`` with the sample variance ``s² = (Σx² − n·x̄²) / (n − 1)``
-    (docs/console.md, "Reward over time")."""
-    n = sum(b.rewards for b in buckets)
-    mean = sum(b.total for b in buckets) / n
+def mean_point(start: float, n: int, total: float, squares: float) -> RewardPoint:
+    """The mean ``x̄ = Σx / n`` of ``n`` values whose sum is ``total`` and sum of squares
+    ``squares``, with the normal interval ``x̄ ± z·s/√n`` and the sample variance
+    ``s² = (Σx² − n·x̄²) / (n − 1)`` (docs/console.md, "Reward over time")."""
+    mean = total / n
     if n < 2:
         return RewardPoint(start, n, mean, mean, mean)
-    squares = sum(b.total_squares for b in buckets)
     variance = max(0.0, (squares - n * mean * mean) / (n - 1))
     half = Z_95 * math.sqrt(variance / n)
     return RewardPoint(start, n, mean, mean - half, mean + half)
+
+
+def reward_point(start: float, buckets: list[RewardBucket]) -> RewardPoint:
+    """The rewards of ``buckets`` together: their mean and its 95% interval
+    (:func:`mean_point`)."""
+    return mean_point(
+        start,
+        sum(b.rewards for b in buckets),
+        sum(b.total for b in buckets),
+        sum(b.total_squares for b in buckets),
+    )
+
+
+def ips_points(start: float, buckets: list[RewardBucket]) -> tuple[RewardPoint, RewardPoint]:
+    """The IPS estimates of the baseline's and of uniform random's mean reward over the
+    rewards of ``buckets`` logged with weights: ``V̂ = Σ r·w / n`` over those ``n``
+    rewards, with the normal 95% interval of the mean of the terms ``r·w``
+    (:func:`mean_point`; docs/console.md, "Baseline and random"). ``n`` must be
+    positive."""
+    n = sum(b.weighted for b in buckets)
+    baseline = mean_point(
+        start,
+        n,
+        sum(b.baseline_total for b in buckets),
+        sum(b.baseline_squares for b in buckets),
+    )
+    random = mean_point(
+        start, n, sum(b.random_total for b in buckets), sum(b.random_squares for b in buckets)
+    )
+    return baseline, random
 
 
 def latency_bin_upper_ms(bin_: int) -> float:
@@ -84,14 +112,18 @@ class LatencyPoint:
 @dataclass(frozen=True)
 class PolicyActivity:
     """A policy's decisions and rewards over ``[since, until)`` in buckets of
-    ``bucket_seconds``: the reward per bucket, each arm's decisions per bucket start,
-    and the totals."""
+    ``bucket_seconds``: the reward per bucket, the IPS estimates of the baseline's and
+    of uniform random's reward per bucket (:func:`ips_points`; buckets without a reward
+    logged with weights have none), each arm's decisions per bucket start, and the
+    totals."""
 
     since: float
     until: float
     bucket_seconds: float
     now: float
     points: list[RewardPoint]
+    baseline: list[RewardPoint]
+    random: list[RewardPoint]
     arm_rewards: dict[str, RewardPoint]
     arm_decisions: dict[str, dict[float, int]]
     decisions: int
@@ -177,6 +209,11 @@ class ActivityViews:
             by_arm[b.arm_id].append(b)
         rewards = sum(b.rewards for b in activity.rewards)
         total = sum(b.total for b in activity.rewards)
+        estimated = [
+            ips_points(start, group)
+            for start, group in sorted(by_start.items())
+            if any(b.weighted for b in group)
+        ]
         latency_bins: dict[float, dict[int, int]] = defaultdict(dict)
         for timed in activity.latency:
             latency_bins[timed.start][timed.bin] = timed.decisions
@@ -186,6 +223,8 @@ class ActivityViews:
             bucket_seconds=bucket_seconds,
             now=now,
             points=[reward_point(start, group) for start, group in sorted(by_start.items())],
+            baseline=[baseline for baseline, _ in estimated],
+            random=[random for _, random in estimated],
             arm_rewards={arm: reward_point(since, group) for arm, group in by_arm.items()},
             arm_decisions=dict(arm_decisions),
             decisions=sum(s.decisions for s in activity.selections),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -76,6 +77,16 @@ def stored_row(X: np.ndarray | SparseRows, i: int) -> list[float] | dict[str, An
     return X[i].tolist()
 
 
+def ips_weights(served: str, candidates: Sequence[str], propensity: float) -> list[float]:
+    """The importance weights of a decision that served ``served`` with probability
+    ``propensity`` among ``candidates`` (after exclusions): ``1{served = baseline} / p``
+    for the baseline, the first candidate, and ``1 / (K p)`` for the uniformly random
+    policy over the ``K`` candidates. A reward ``r`` times a weight is that policy's
+    inverse-propensity term (docs/console.md, "Baseline and random")."""
+    baseline = 1.0 / propensity if served == candidates[0] else 0.0
+    return [baseline, 1.0 / (len(candidates) * propensity)]
+
+
 def request_digest(request: BaseModel) -> str:
     """A digest of the request's content (its JSON with sorted keys, defaults filled in):
     equal for the same body in any key order, different for any other body. A repeated
@@ -112,6 +123,9 @@ class PendingEvent:
     ``held_rewards`` are the ``[value, received_at]`` pairs of the rewards a Personalizer
     loop received before the event was activated (applied at its activation,
     :mod:`service.personalizer.loop_rewards`; logged unlearned if it expires first).
+    ``ips_weights`` are the decision's importance weights ``[1{served = baseline} / p,
+    1 / (K p)]`` of the baseline and of uniform random (:func:`ips_weights`), logged
+    with its reward (docs/console.md, "Baseline and random").
     """
 
     state: EventState
@@ -130,6 +144,7 @@ class PendingEvent:
     reward_sum: float | None = None
     deadline: float | None = None
     held_rewards: list[list[float]] | None = None
+    ips_weights: list[float] | None = None
 
     @property
     def pending(self) -> bool:
@@ -168,7 +183,7 @@ class PendingEvent:
             out["request_digest"] = self.request_digest
         if not self.learn:
             out["learn"] = False
-        for name in ("imitated", "reward_sum", "deadline", "held_rewards"):
+        for name in ("imitated", "reward_sum", "deadline", "held_rewards", "ips_weights"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return dumps(out)
@@ -194,4 +209,5 @@ class PendingEvent:
             reward_sum=ev.get("reward_sum"),
             deadline=ev.get("deadline"),
             held_rewards=ev.get("held_rewards"),
+            ips_weights=ev.get("ips_weights"),
         )

@@ -23,7 +23,7 @@ from service.policies import Runtime
 from service.schemas import PolicyInfo, RecommendRequest
 from service.storage.base import DecisionRecord
 from service.usecases.candidates import candidates_json
-from service.usecases.events import EventState, PendingEvent, stored_row
+from service.usecases.events import EventState, PendingEvent, ips_weights, stored_row
 from service.usecases.json_features import logged_candidates
 
 
@@ -239,6 +239,7 @@ class ServedDecision:
             learn=self.learn,
             imitated=self.imitated,
             deadline=now + runtime.info.reward_wait_seconds,
+            ips_weights=ips_weights(arm, ids, float(self.decision.propensity)),
         ).to_json()
 
     def _candidates_json(self) -> orjson.Fragment:

@@ -220,6 +220,9 @@ class Rewards:
         source = "explicit" if event.state is EventState.REWARDED else "default"
         # set together by the transition out of pending into either state
         assert event.reward is not None and event.finalized_at is not None
+        # the weights are the stored event's: a repeat logs the same record, which the
+        # log skips as a duplicate (so its IPS terms are counted once)
+        baseline_weight, random_weight = event.ips_weights or (None, None)
         self.sink.submit_reward(
             RewardRecord(
                 event_id=event_id,
@@ -228,5 +231,7 @@ class Rewards:
                 value=float(event.reward),
                 source=source,
                 created_at=float(event.finalized_at),
+                baseline_weight=baseline_weight,
+                random_weight=random_weight,
             )
         )

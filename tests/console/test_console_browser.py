@@ -61,6 +61,8 @@ class Served:
     reward_mean: float
     created_at: float
     latencies: list[tuple[float, int]]  # each logged decision's time and latency (µs)
+    # the log's IPS estimates of the baseline's and uniform random's mean reward
+    ips: tuple[float, float]
 
 
 def _free_port() -> int:
@@ -168,7 +170,14 @@ def served(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator
             _wait_logged(database_url, POLICY, len(events))
             _wait_logged(database_url, SHOP, SHOP_ROUNDS)
             _wait_logged(database_url, LOOP, LOOP_RANKS)
-            yield Served(base, events, mean, created_at, _latencies(database_url, POLICY))
+            yield Served(
+                base,
+                events,
+                mean,
+                created_at,
+                _latencies(database_url, POLICY),
+                _ips_estimates(database_url, POLICY),
+            )
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -196,6 +205,24 @@ def _latencies(database_url: str, policy: str) -> list[tuple[float, int]]:
         event_log.close()
     assert all(d.latency_us is not None for d in logged)
     return [(d.created_at, d.latency_us) for d in logged if d.latency_us is not None]
+
+
+def _ips_estimates(database_url: str, policy: str) -> tuple[float, float]:
+    """The IPS estimates of the baseline's (the first candidate's) and uniform random's
+    mean reward over the rewarded decisions of ``policy`` in the event log:
+    ``Σ r·1{a = first}/p / n`` and ``Σ r/(K p) / n``."""
+    event_log = SqlEventLog(database_url)
+    try:
+        logged = [(e.decision, e.reward) for e in event_log.iter_events(policy)]
+    finally:
+        event_log.close()
+    baseline, uniform = [], []
+    for d, r in logged:
+        assert r is not None and isinstance(d.candidates, list)
+        first = d.candidates[0]["id"]
+        baseline.append(r.value * (d.arm_id == first) / d.propensity)
+        uniform.append(r.value / (len(d.candidates) * d.propensity))
+    return sum(baseline) / len(baseline), sum(uniform) / len(uniform)
 
 
 @pytest.fixture(scope="module")
@@ -250,14 +277,32 @@ def test_the_policy_page_charts_the_logged_rewards(served: Served, page: Page) -
     sign_in(page, served.base)
     page.click(f"text={POLICY}")
     expect(page.locator("#reward-mean")).to_have_text(f"{served.reward_mean:.4f}")
-    points = page.locator("#reward-chart circle.point")
-    expect(points.first).to_be_visible()
-    # the points (each a bucket's mean over its count of rewards) average to the log's mean
-    values = [float(v) for v in points.evaluate_all("ps => ps.map(p => p.dataset.value)")]
-    counts = [int(c) for c in points.evaluate_all("ps => ps.map(p => p.dataset.count)")]
-    assert sum(counts) == DECISIONS
-    weighted = sum(v * c for v, c in zip(values, counts)) / sum(counts)
-    assert round(weighted, 3) == round(served.reward_mean, 3)
+    # the points (each a bucket's mean over its count of rewards) average to the log's
+    # mean; the baseline's and random's to their IPS estimates from the logged decisions
+    for name, expected in (
+        ("policy", served.reward_mean),
+        ("baseline (IPS)", served.ips[0]),
+        ("random (IPS)", served.ips[1]),
+    ):
+        series = page.locator(f'#reward-chart g.series[data-name="{name}"]')
+        points = series.locator("circle.point")
+        expect(points.first).to_be_visible()
+        values = [float(v) for v in points.evaluate_all("ps => ps.map(p => p.dataset.value)")]
+        counts = [int(c) for c in points.evaluate_all("ps => ps.map(p => p.dataset.count)")]
+        assert sum(counts) == DECISIONS
+        weighted = sum(v * c for v, c in zip(values, counts)) / sum(counts)
+        assert abs(weighted - expected) < 1e-5, (name, weighted, expected)
+        # each line with its 95% interval: a band in the line's colour, and at each
+        # point a whisker through it
+        colour = series.locator("polyline").get_attribute("stroke")
+        band = page.locator(f'#reward-chart polygon.band[data-name="{name}"]')
+        expect(band).to_have_attribute("style", f"fill: {colour}")
+        through = series.locator("line.whisker").evaluate_all(
+            "ws => ws.map(w => [+w.getAttribute('y1'), +w.getAttribute('y2')])"
+        )
+        heights = points.evaluate_all("ps => ps.map(p => +p.getAttribute('cy'))")
+        assert len(through) == len(heights)
+        assert all(min(w) <= y <= max(w) for w, y in zip(through, heights))
     expect(page.locator("#shares")).to_contain_text("%")
     expect(page.locator("#settings")).to_contain_text('"algorithm": "linucb"')
     _assert_latency_chart_is_the_logged_latencies(page, served.latencies)

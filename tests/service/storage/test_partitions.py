@@ -28,9 +28,13 @@ from tests.databases import database
 FIRST_REVISION = "7c3e5a1d9b20"
 DAY0 = 20_000  # 2024-10-04 (unix days)
 NOW = (DAY0 + 2) * DAY_SECONDS + 3600.0  # one hour into the third day
-# columns of decisions added after the first revision (null in the rows logged before)
-LATER_COLUMNS = {"latency_us"}
-FIRST_COLUMNS = [c for c in decisions.c if c.name not in LATER_COLUMNS]
+# columns of decisions and rewards added after the first revision (null in the rows
+# logged before)
+LATER_COLUMNS = {"latency_us", "baseline_weight", "random_weight"}
+FIRST_COLUMNS = {
+    table.name: [c for c in table.c if c.name not in LATER_COLUMNS]
+    for table in (decisions, rewards)
+}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
@@ -77,9 +81,11 @@ def contents(url: str) -> dict[str, list[tuple]]:
         with engine.connect() as conn:
             return {
                 "decisions": conn.execute(
-                    sa.select(*FIRST_COLUMNS).order_by(decisions.c.event_id)
+                    sa.select(*FIRST_COLUMNS["decisions"]).order_by(decisions.c.event_id)
                 ).all(),
-                "rewards": conn.execute(sa.select(rewards).order_by(rewards.c.id)).all(),
+                "rewards": conn.execute(
+                    sa.select(*FIRST_COLUMNS["rewards"]).order_by(rewards.c.id)
+                ).all(),
             }
     finally:
         engine.dispose()
@@ -101,7 +107,13 @@ def test_upgrade_keeps_every_logged_row(url: str) -> None:
                 for d in made
             ],
         )
-        conn.execute(sa.insert(rewards), [dataclasses.asdict(r) for r in rewarded])
+        conn.execute(
+            sa.insert(rewards),
+            [
+                {k: v for k, v in dataclasses.asdict(r).items() if k not in LATER_COLUMNS}
+                for r in rewarded
+            ],
+        )
     engine.dispose()
     before = contents(url)
     assert (len(before["decisions"]), len(before["rewards"])) == (60, 30)

@@ -1,7 +1,8 @@
 """The event log's console reads (``activity``, ``event_trail``) on the real PostgreSQL
-and on SQLite, against the same sums computed from the records in Python (through the
-rollups' triggers, retries, deletes, the partition upkeep and the migration), and the
-95% intervals of :mod:`service.usecases.activity` against their closed form."""
+and on SQLite, against the same sums computed from the records in Python (the rewards'
+counts, sums and IPS sums, through the rollups' triggers, retries, deletes, the partition
+upkeep and the migration), and the 95% intervals and IPS estimates of
+:mod:`service.usecases.activity` against their closed form."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from service.storage.migrate import downgrade, upgrade_head
 from service.storage.partitions import DAY_SECONDS
 from service.storage.schema import decisions, rewards
 from service.storage.sql_log import SqlEventLog
-from service.usecases.activity import Z_95, ActivityViews, reward_point
+from service.usecases.activity import Z_95, ActivityViews, ips_points, reward_point
 from tests.databases import database
 
 ROLLUPS_PARENT = "9a4c6e2f7b18"  # the revision before the rollups' migration
-LATER_COLUMNS = {"latency_us"}  # added after it
+LATER_COLUMNS = {"latency_us", "baseline_weight", "random_weight"}  # added after it
 T0 = 1_699_999_200.0  # a whole hour: activity ranges lie on the rollups' periods
 BUCKET = 60.0
 
@@ -45,28 +46,45 @@ def _decision(
 
 
 def _reward(
-    i: int, t: float, arm: str, value: float, policy: str = "p", source: str = "explicit"
+    i: int,
+    t: float,
+    arm: str,
+    value: float,
+    policy: str = "p",
+    source: str = "explicit",
+    weights: tuple[float, float] | None = None,
 ) -> RewardRecord:
-    return RewardRecord(f"e{i}", policy, arm, value, source, t)
+    baseline_weight, random_weight = weights or (None, None)
+    return RewardRecord(f"e{i}", policy, arm, value, source, t, baseline_weight, random_weight)
 
 
 def _random_records(
     n: int, span: float, seed: int = 7
 ) -> tuple[list[DecisionRecord], list[RewardRecord]]:
     """``n`` decisions of policy ``p`` over ``[T0, T0 + span)`` on arms a, b, c, each
-    rewarded 5 s later, and one decision and reward of another policy."""
+    rewarded 5 s later, nine in ten with the importance weights of a decision among
+    the three whose baseline is ``a``, and one decision and reward of another
+    policy."""
     rng = np.random.default_rng(seed)
     times = T0 + rng.uniform(0, span, n)
     arms = rng.choice(["a", "b", "c"], n)
     explored = rng.random(n) < 0.2
     values = rng.normal(0.4, 0.3, n)
+    propensities = rng.uniform(0.05, 1.0, n)
+    weighted = rng.random(n) < 0.9
     decisions = [
         _decision(i, float(t), str(arm), explored=bool(x))
         for i, (t, arm, x) in enumerate(zip(times, arms, explored))
     ]
     rewards = [
-        _reward(i, float(t) + 5.0, str(arm), float(v))
-        for i, (t, arm, v) in enumerate(zip(times, arms, values))
+        _reward(
+            i,
+            float(t) + 5.0,
+            str(arm),
+            float(v),
+            weights=(float(arm == "a") / p, 1.0 / (3 * p)) if w else None,
+        )
+        for i, (t, arm, v, p, w) in enumerate(zip(times, arms, values, propensities, weighted))
     ]
     other = [_decision(10_000, T0 + 30, "a", policy="other")]
     return decisions + other, rewards + [_reward(10_000, T0 + 31, "a", 9.0, policy="other")]
@@ -94,21 +112,39 @@ def _assert_activity_is_the_records(
     got_counts = {(s.start, s.arm_id): [s.decisions, s.explored] for s in activity.selections}
     assert got_counts == expected_counts
 
+    # count, sum, squares; weighted, then sum and squares of r·w for each weight
     expected_sums: dict[tuple[float, str], list[float]] = {}
     for r in records[1]:
         if r.policy == "p" and since <= r.created_at < until:
-            sums = expected_sums.setdefault(key(r.created_at, r.arm_id), [0, 0.0, 0.0])
-            sums[0] += 1
-            sums[1] += r.value
-            sums[2] += r.value * r.value
+            sums = expected_sums.setdefault(key(r.created_at, r.arm_id), [0] * 8)
+            sums[:3] = [sums[0] + 1, sums[1] + r.value, sums[2] + r.value * r.value]
+            if r.baseline_weight is not None and r.random_weight is not None:
+                terms = [r.value * r.baseline_weight, r.value * r.random_weight]
+                sums[3] += 1
+                sums[4:] = [
+                    sums[4] + terms[0],
+                    sums[5] + terms[0] ** 2,
+                    sums[6] + terms[1],
+                    sums[7] + terms[1] ** 2,
+                ]
     got_sums = {
-        (b.start, b.arm_id): [b.rewards, b.total, b.total_squares] for b in activity.rewards
+        (b.start, b.arm_id): [
+            b.rewards,
+            b.total,
+            b.total_squares,
+            b.weighted,
+            b.baseline_total,
+            b.baseline_squares,
+            b.random_total,
+            b.random_squares,
+        ]
+        for b in activity.rewards
     }
     assert got_sums.keys() == expected_sums.keys()
-    for k, (count, total, squares) in expected_sums.items():
-        assert got_sums[k][0] == count
-        assert got_sums[k][1] == pytest.approx(total, rel=1e-9, abs=1e-9)
-        assert got_sums[k][2] == pytest.approx(squares, rel=1e-9)
+    for k, expected in expected_sums.items():
+        assert (got_sums[k][0], got_sums[k][3]) == (expected[0], expected[3])
+        assert got_sums[k][1:3] == pytest.approx(expected[1:3], rel=1e-9, abs=1e-9)
+        assert got_sums[k][4:] == pytest.approx(expected[4:], rel=1e-9, abs=1e-9)
 
 
 @pytest.mark.parametrize("bucket", [60.0, 1800.0, 7200.0])
@@ -170,10 +206,24 @@ def test_migration_counts_the_rows_logged_before_it(tmp_path: Path) -> None:
                         for d in records[0]
                     ],
                 )
-                conn.execute(sa.insert(rewards), [dataclasses.asdict(r) for r in records[1]])
+                conn.execute(
+                    sa.insert(rewards),
+                    [
+                        {k: v for k, v in dataclasses.asdict(r).items() if k not in LATER_COLUMNS}
+                        for r in records[1]
+                    ],
+                )
             upgrade_head(url)
-            _assert_activity_is_the_records(log, records, T0, T0 + 7200.0, 300.0)
-            _assert_activity_is_the_records(log, records, T0, T0 + 7200.0, 3600.0)
+            # logged without the weights' columns: no IPS term
+            unweighted = (
+                records[0],
+                [
+                    dataclasses.replace(r, baseline_weight=None, random_weight=None)
+                    for r in records[1]
+                ],
+            )
+            _assert_activity_is_the_records(log, unweighted, T0, T0 + 7200.0, 300.0)
+            _assert_activity_is_the_records(log, unweighted, T0, T0 + 7200.0, 3600.0)
             log.close()
 
 
@@ -232,6 +282,41 @@ def test_the_interval_is_the_normal_interval_of_the_sample_mean() -> None:
     assert point.high == pytest.approx(values.mean() + half, rel=1e-9)
     one = reward_point(5.0, [RewardBucket(5.0, "a", 1, 0.7, 0.49)])
     assert (one.low, one.mean, one.high) == (0.7, 0.7, 0.7)
+
+
+def test_the_ips_estimates_are_the_means_of_the_weighted_rewards() -> None:
+    """Of the rewards logged with weights, the baseline's and random's estimates are the
+    sample means of ``r·w`` with their normal intervals; the others are left out."""
+    rng = np.random.default_rng(4)
+    values = rng.random(40)
+    propensities = rng.uniform(0.1, 1.0, 40)
+    baseline = np.where(rng.random(40) < 0.5, 1.0 / propensities, 0.0)
+    uniform = 1.0 / (4 * propensities)
+    buckets = []
+    for arm, part in zip("ab", (slice(0, 15), slice(15, 40))):
+        b, u = values[part] * baseline[part], values[part] * uniform[part]
+        unweighted = 3  # rewards logged without weights: in the mean reward, not the IPS
+        buckets.append(
+            RewardBucket(
+                0.0,
+                arm,
+                len(b) + unweighted,
+                float(values[part].sum()) + unweighted,
+                float((values[part] ** 2).sum()) + unweighted,
+                len(b),
+                float(b.sum()),
+                float((b * b).sum()),
+                float(u.sum()),
+                float((u * u).sum()),
+            )
+        )
+    for point, terms in zip(ips_points(0.0, buckets), (values * baseline, values * uniform)):
+        half = Z_95 * terms.std(ddof=1) / math.sqrt(len(terms))
+        assert point.rewards == 40
+        assert point.mean == pytest.approx(terms.mean(), rel=1e-12)
+        assert (point.low, point.high) == pytest.approx(
+            (terms.mean() - half, terms.mean() + half), rel=1e-9
+        )
 
 
 @pytest.mark.anyio
