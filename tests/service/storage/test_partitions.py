@@ -29,7 +29,7 @@ FIRST_REVISION = "7c3e5a1d9b20"
 DAY0 = 20_000  # 2024-10-04 (unix days)
 NOW = (DAY0 + 2) * DAY_SECONDS + 3600.0  # one hour into the third day
 # columns of decisions added after the first revision (null in the rows logged before)
-LATER_COLUMNS = {"latency_us"}
+LATER_COLUMNS = {"latency_us", "drop_probability"}
 FIRST_COLUMNS = [c for c in decisions.c if c.name not in LATER_COLUMNS]
 
 
