@@ -8,7 +8,8 @@
   :func:`support`'s diagnostic (a deterministic log cannot evaluate another policy);
 * :func:`off_policy_estimates` -- all three for a fixed greedy policy on logged events;
 * :func:`progressive_distribution`, :class:`WindowSums` -- learning settings evaluated as
-  they learn along the log, as per-period sums with Gaussian intervals (evaluations).
+  they learn along the log, as per-period sums with Gaussian intervals (evaluations);
+  :class:`RewardModels` their DR estimates' reward models, fit progressively from the log.
 """
 
 from bandit_core.evaluation.estimators import (
@@ -23,6 +24,8 @@ from bandit_core.evaluation.estimators import (
 )
 from bandit_core.evaluation.offpolicy import off_policy_estimates, ridge_q_hat, target_distribution
 from bandit_core.evaluation.progressive import (
+    ESTIMATORS,
+    RewardModels,
     WindowSums,
     baseline_distribution,
     importance_weights,
@@ -42,9 +45,11 @@ from bandit_core.evaluation.replay import (
 from bandit_core.evaluation.summary import Spread
 
 __all__ = [
+    "ESTIMATORS",
     "EstimateResult",
     "ReplayResult",
     "ReplayRun",
+    "RewardModels",
     "SeedReplays",
     "Spread",
     "SupportDiagnostic",

@@ -21,6 +21,9 @@ from service.cli.engine_options import add_engine_options, engine_of
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.usecases.offline_engine import OfflineEngineError
 
+ESTIMATOR_NAMES = {"ips": "IPS", "dr": "DR", "mtr": "DR (mtr)"}
+"""How the table names an evaluation's estimator (docs/offline.md, "Evaluations")."""
+
 
 class UsageError(Exception):
     """Bad input: one line on stderr, exit status 2."""
@@ -55,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "action probabilities (exploration included), then learns that decision's logged reward. The\n"
             "logged propensities turn them into IPS (sum w r / n) and SNIPS (sum w r / sum w) estimates,\n"
             "w = target probability / logged propensity, with 95% Gaussian intervals, in total and per\n"
-            "5-minute period. Prints a table, writes --json and plots the estimates over time (--plot:\n"
+            "5-minute period; a loop whose learning policy has --cb_type dr or mtr adds its doubly\n"
+            "robust estimate and names the optimal policy by it. Prints a table, writes --json and plots the estimates over time (--plot:\n"
             "the IPS estimate of everything up to each period, with its interval as a band).\n\n"
             "example: bandit evaluate --data sqlite:///storefront.sqlite3 --log-policy shop \\\n"
             "             --policy 'interactions=--cb_explore_adf -q ::' --plot e.png --json e.json"
@@ -163,6 +167,7 @@ def _evaluate(args: argparse.Namespace) -> int:
             )
         except ApiError as exc:
             raise UsageError(f"--policy: {exc.message}") from None
+        estimator = LEARNING_SETTINGS.estimator(info)
         # on Ray, each actor reads the decisions itself
         decisions = (
             [] if engine.kind == "ray" else load_decisions(event_log, args.log_policy, since, until)
@@ -192,6 +197,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                 grid,
                 advance_events,
                 describe=LEARNING_SETTINGS.arguments,
+                estimator=estimator,
             )
         if not result["events"]:
             raise UsageError(nothing)
@@ -207,7 +213,12 @@ def _evaluate(args: argparse.Namespace) -> int:
                 bar.update(events)
 
             result = evaluate(
-                decisions, candidates, grid, advance, describe=LEARNING_SETTINGS.arguments
+                decisions,
+                candidates,
+                grid,
+                advance,
+                describe=LEARNING_SETTINGS.arguments,
+                estimator=estimator,
             )
     rows = _rows(result)
     _print_table(rows, result)
@@ -232,9 +243,11 @@ def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     from service.usecases.evaluations import total
 
     rows = []
+    estimator = result["estimator"]
     for p in result["policies"]:
         sums = total(p["periods"])
         ips_h, snips_h = sums.ips_half_width(), sums.snips_half_width()
+        value, half = sums.estimate(estimator), sums.half_width(estimator)
         rows.append(
             {
                 "name": p["name"],
@@ -247,23 +260,36 @@ def _rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "snips": sums.snips,
                 "snips_low": sums.snips - snips_h,
                 "snips_high": sums.snips + snips_h,
+                "estimate": value,
+                "estimate_low": value - half,
+                "estimate_high": value + half,
             }
         )
     return rows
 
 
 def _print_table(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
+    """IPS and SNIPS of every setting, and the evaluation's own estimator when it is DR."""
     width = max(len(r["name"]) for r in rows)
+    estimator = ESTIMATOR_NAMES[result["estimator"]]
+    own = result["estimator"] != "ips"
     print(
-        f"{'policy':<{width}}  {'source':<22}  {'events':>6}  {'IPS [95% interval]':<26}  SNIPS [95% interval]"
+        f"{'policy':<{width}}  {'source':<22}  {'events':>6}  {'IPS [95% interval]':<26}  "
+        + f"{'SNIPS [95% interval]':<26}  {estimator} [95% interval]" * own
+        + "SNIPS [95% interval]" * (not own)
     )
     for r in rows:
         print(
             f"{r['name']:<{width}}  {r['source']:<22}  {r['events']:>6}  "
             f"{r['ips']:.4f} [{r['ips_low']:.4f}, {r['ips_high']:.4f}]  "
             f"{r['snips']:.4f} [{r['snips_low']:.4f}, {r['snips_high']:.4f}]"
+            + f"  {r['estimate']:.4f} [{r['estimate_low']:.4f}, {r['estimate_high']:.4f}]"
+            * own
         )
-    print(f"optimal policy (highest IPS among the learning settings): {result['optimal_policy']}")
+    print(
+        f"optimal policy (highest {estimator} among the learning settings): "
+        f"{result['optimal_policy']}"
+    )
 
 
 def _plot(path: Path, result: dict[str, Any], log_policy: str) -> None:

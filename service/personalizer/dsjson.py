@@ -26,8 +26,9 @@ field                       becomes
                             the loop's ``default`` reward; no ``o`` at all: ``explicit``
 ``_skipLearn``              ``true``: a deferred event never activated: the decision is
                             logged without a reward (never learned from)
-``pdrop``                   checked to lie in [0, 1); the events kept are imported as
-                            they are (drops at random leave the means unbiased)
+``pdrop``                   checked to lie in [0, 1), kept as the decisions'
+                            ``drop_probability``; the events kept are imported as they
+                            are (drops at random leave the means unbiased)
 ==========================  =============================================================
 
 A multi-slot line (``c._slots`` and ``_outcomes``) is one decision per slot, ``E:slot<i>``
@@ -195,7 +196,7 @@ class _Choice:
 
 
 def _records(
-    choice: _Choice, loop: str, created_at: float, learn: bool
+    choice: _Choice, loop: str, created_at: float, learn: bool, pdrop: float | None
 ) -> tuple[DecisionRecord, RewardRecord | None]:
     if not 0.0 < choice.propensity <= 1.0:
         raise _fail(f"{choice.field}probability", "a probability in (0, 1]", choice.propensity)
@@ -214,6 +215,7 @@ def _records(
         scores=scores,
         model_version=0,
         explored=choice.propensity < max(choice.probabilities),
+        drop_probability=pdrop,
     )
     source = _reward_source(choice.outcomes, f"{choice.field}o")
     if choice.cost is None or not learn:
@@ -288,7 +290,7 @@ def parse_line(raw: bytes | str, loop: str, actions: ActionSets | None = None) -
         choices = [_single_choice(line, namespaces, candidates, event_id)]
     decisions, rewards = [], []
     for choice in choices:
-        decision, reward = _records(choice, loop, created_at, not skip)
+        decision, reward = _records(choice, loop, created_at, not skip, pdrop)
         decisions.append(decision)
         if reward is not None:
             rewards.append(reward)

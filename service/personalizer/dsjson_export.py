@@ -52,7 +52,8 @@ def export_line(event: LoggedDecision) -> bytes:
     else the served action's propensity and the rest shared evenly (the log keeps only
     the served one's). A rewarded decision has ``_label_cost`` and the ``_label_*``
     fields, an explicit reward one outcome ``v``; one without a reward is written with
-    ``_skipLearn`` (never learned from)."""
+    ``_skipLearn`` (never learned from); an imported decision's ``drop_probability`` as
+    ``pdrop``."""
     decision, reward = event.decision, event.reward
     candidates = _candidates(decision)
     ids = [a["id"] for a in candidates]
@@ -97,6 +98,8 @@ def export_line(event: LoggedDecision) -> bytes:
     }
     if reward is None:
         line["_skipLearn"] = True
+    if decision.drop_probability is not None:
+        line["pdrop"] = decision.drop_probability
     return orjson.dumps(line)
 
 

@@ -5,8 +5,8 @@ time series per learning setting). The native API's shape:
 :func:`service.usecases.evaluation_views.native_view`.
 
 Estimates come from the stored per-period sums (``bandit_core.evaluation.progressive``):
-``expectedReward`` / ``averageReward`` is the IPS estimate, the intervals are 95%
-Gaussian.
+``expectedReward`` / ``averageReward`` is the estimate of the evaluation's estimator (the
+loop's ``--cb_type``: IPS, or DR with its reward model), the intervals are 95% Gaussian.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from service.personalizer.evaluation_schemas import (
 from service.storage.evaluations import EvaluationRecord
 from service.timeparse import format_duration
 from service.usecases.auto_optimize import DECISION_KEY, RUN_PREFIX
-from service.usecases.evaluations import total
+from service.usecases.evaluations import result_estimator, total
 
 V1_STATUS = {
     "pending": "pending",
@@ -65,7 +65,7 @@ def _policies(record: EvaluationRecord) -> list[dict[str, Any]]:
     return [{**c, "periods": None} for c in record.request["candidates"]]
 
 
-def _summary(sums: WindowSums, when: float, window: str) -> PolicyResultSummary:
+def _summary(sums: WindowSums, when: float, window: str, estimator: str) -> PolicyResultSummary:
     return PolicyResultSummary(
         time_stamp=_time(when),
         ips_estimator_numerator=sums.ips_numerator,
@@ -74,8 +74,8 @@ def _summary(sums: WindowSums, when: float, window: str) -> PolicyResultSummary:
         aggregate_time_window=window,
         non_zero_probability=sums.nonzero,
         sum_of_squares=sums.sum_of_squares,
-        confidence_interval=sums.ips_half_width(),
-        average_reward=sums.ips,
+        confidence_interval=sums.half_width(estimator),
+        average_reward=sums.estimate(estimator),
     )
 
 
@@ -83,6 +83,7 @@ def v1_evaluation(record: EvaluationRecord) -> PersonalizerEvaluation:
     """The v1.0 / v1.1-preview shape: ``summary`` one entry per 5-minute period with
     events, ``totalSummary`` the whole range (its ``timeStamp`` the range's end)."""
     period = format_duration(record.result["period_seconds"]) if record.result else "PT5M"
+    estimator = result_estimator(record.result or {})
     results = []
     for p in _policies(record):
         rows = p["periods"]
@@ -93,13 +94,14 @@ def v1_evaluation(record: EvaluationRecord) -> PersonalizerEvaluation:
                 policy_source=p["source"],
                 summary=None
                 if rows is None
-                else [_summary(WindowSums(*r[1:]), r[0], period) for r in rows],
+                else [_summary(WindowSums(*r[1:]), r[0], period, estimator) for r in rows],
                 total_summary=None
                 if rows is None
                 else _summary(
                     total(rows),
                     record.end_time,
                     format_duration(record.end_time - record.start_time),
+                    estimator,
                 ),
             )
         )
@@ -168,6 +170,7 @@ def preview_evaluation(
     content = None
     if record.result is not None:
         step, period = interval * 60.0, record.result["period_seconds"]
+        estimator = result_estimator(record.result)
         values = []
         for p in record.result["policies"]:
             rows = [r for r in p["periods"] if r[0] + period > lo and r[0] < hi]
@@ -178,14 +181,14 @@ def preview_evaluation(
             points, so_far = [], WindowSums()
             for key in sorted(buckets):
                 so_far = so_far + buckets[key] if mode == "Expanding" else buckets[key]
-                points.append({"timeStamp": _time(key), **_estimate(so_far)})
+                points.append({"timeStamp": _time(key), **_estimate(so_far, estimator)})
             values.append(
                 PolicyTimeSeries.model_validate(
                     {
                         "name": p["name"],
                         "arguments": p["arguments"],
                         "policySource": p["source"],
-                        "summary": _estimate(total(rows)),
+                        "summary": _estimate(total(rows), estimator),
                         "timeseries": {"data": points},
                     }
                 )
@@ -205,9 +208,9 @@ def _seconds(value: datetime) -> float:
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
 
 
-def _estimate(sums: WindowSums) -> dict[str, Any]:
-    half = sums.ips_half_width()
-    return {"expectedReward": sums.ips, "confidenceInterval": [sums.ips - half, sums.ips + half]}
+def _estimate(sums: WindowSums, estimator: str) -> dict[str, Any]:
+    value, half = sums.estimate(estimator), sums.half_width(estimator)
+    return {"expectedReward": value, "confidenceInterval": [value - half, value + half]}
 
 
 DEFAULT_PAGE_SIZE = 100

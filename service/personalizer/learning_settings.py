@@ -13,6 +13,7 @@ from service.personalizer.learning_modes import mode_at
 from service.personalizer.loop_policy import (
     DEFAULT_LOOP_SPEC,
     ENGINE_OF_VW,
+    cb_type_of,
     parse_vw_arguments,
     vw_arguments,
 )
@@ -48,6 +49,10 @@ class LoopLearningSettings:
     def explorable(self, loop: PolicySpec) -> bool:
         """The grid's settings map onto the default shared model only."""
         return loop.algorithm == DEFAULT_LOOP_SPEC.algorithm
+
+    def estimator(self, info: PolicyInfo) -> str:
+        """The loop's ``--cb_type`` (:func:`cb_type_of`): ``ips``, ``dr`` or ``mtr``."""
+        return cb_type_of(info)
 
     def learns_at(self, info: PolicyInfo, when: float) -> bool:
         return mode_at(LoopSettings.of(info), when) != LOGGING_ONLY

@@ -9,7 +9,7 @@ from typing import Any
 from bandit_core.feature_config import NAMESPACE_FILTERS
 from service.errors import InvalidRequest
 from service.personalizer.settings import DEFAULT_RETRAIN_DAYS, LoopSettings
-from service.personalizer.vw_arguments import read_vw_arguments
+from service.personalizer.vw_arguments import CB_TYPES, read_vw_arguments
 from service.policies import spec_of
 from service.schemas import PolicyInfo, PolicySpec
 
@@ -34,6 +34,8 @@ DEFAULT_LOOP_SPEC = PolicySpec(
 ENGINE_OF_VW = ("algorithm", "params", "features", "dimension")
 # the learning-policy string last written, read back while the engine is what it made
 POLICY_ARGUMENTS_KEY = "policyArguments"
+# the --cb_type of the VW arguments last written (the estimator of the loop's evaluations)
+CB_TYPE_KEY = "cbType"
 
 
 def parse_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
@@ -105,7 +107,22 @@ def vw_arguments(info: PolicyInfo) -> str:
         words += ["--random_seed", str(seed)]
     if half_life is not None:
         words += ["--half_life_seconds", _number(half_life)]
+    if cb_type_of(info) != "ips":
+        words += ["--cb_type", cb_type_of(info)]
     return " ".join(words)
+
+
+def cb_type_in(arguments: str) -> str:
+    """The ``--cb_type`` of VW ``arguments`` (``ips`` without one)."""
+    return str(read_vw_arguments(arguments)[0].get("cb_type", "ips"))
+
+
+def cb_type_of(info: PolicyInfo) -> str:
+    """The estimator of the loop's evaluations: the ``--cb_type`` of the VW arguments last
+    written as its learning policy, kept while a JSON policy spec replaces the engine
+    (``ips`` when none was written)."""
+    kept = (LoopSettings.of(info).model_extra or {}).get(CB_TYPE_KEY)
+    return kept if kept in CB_TYPES else "ips"
 
 
 def _is_letter_pattern(pattern: str) -> bool:

@@ -35,9 +35,11 @@ from service.personalizer.learning_modes import (
     with_mode,
 )
 from service.personalizer.loop_policy import (
+    CB_TYPE_KEY,
     DEFAULT_LOOP_SPEC,
     ENGINE_OF_VW,
     POLICY_ARGUMENTS_KEY,
+    cb_type_in,
     parse_vw_arguments,
     vw_arguments,
 )
@@ -267,7 +269,11 @@ class Loops:
             return await self.policy_configuration(loop), []
         changes, ignored = parse_vw_arguments(contract.arguments)
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in ENGINE_OF_VW}
-        kept = {**kept, POLICY_ARGUMENTS_KEY: contract.arguments}
+        kept = {
+            **kept,
+            POLICY_ARGUMENTS_KEY: contract.arguments,
+            CB_TYPE_KEY: cb_type_in(contract.arguments),
+        }
         await self.admin.update_policy(
             loop, {**engine, **changes, "personalizer": kept, "retrain_days": days}
         )
@@ -285,7 +291,12 @@ class Loops:
         """Back to the default learning policy (the default loop's engine and epsilon)."""
         info = await self.admin.get_policy(loop)
         settings = LoopSettings.of(info)
-        kept = settings.without(POLICY_NAME_KEY).without(POLICY_ARGUMENTS_KEY).stored()
+        kept = (
+            settings.without(POLICY_NAME_KEY)
+            .without(POLICY_ARGUMENTS_KEY)
+            .without(CB_TYPE_KEY)
+            .stored()
+        )
         engine = {f: getattr(DEFAULT_LOOP_SPEC, f) for f in (*ENGINE_OF_VW, "epsilon")}
         changes = {"personalizer": kept, "retrain_days": float(settings.model_retrain_days)}
         await self.admin.update_policy(loop, {**engine, **changes})

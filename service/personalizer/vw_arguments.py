@@ -121,6 +121,17 @@ def _half_life(value: str, changes: dict[str, Any]) -> None:
     changes["half_life_seconds"] = seconds
 
 
+CB_TYPES = ("ips", "dr", "mtr")
+"""The ``--cb_type`` values: the estimator the loop's evaluations report (docs/personalizer.md,
+"Learning policy")."""
+
+
+def _cb_type(value: str, changes: dict[str, Any]) -> None:
+    if value not in CB_TYPES:
+        raise _invalid(f"--cb_type must be one of {', '.join(CB_TYPES)}, but got {value!r}")
+    changes["cb_type"] = value
+
+
 def _flag(_value: str, _changes: dict[str, Any]) -> None:
     """A flag that names what the loop is already."""
 
@@ -203,7 +214,14 @@ OPTIONS: tuple[VwOption, ...] = (
     VwOption(("--power_t",), True, NO_EFFECT, "a ridge model has no learning-rate decay"),
     VwOption(("--l1",), True, NO_EFFECT, "no L1 penalty in a ridge model"),
     VwOption(("--l2",), True, NO_EFFECT, "the ridge penalty is the policy's ridge_lambda"),
-    VwOption(("--cb_type",), True, NO_EFFECT, "evaluations report IPS and SNIPS estimates"),
+    VwOption(
+        ("--cb_type",),
+        True,
+        HONOURED,
+        "the estimator of the loop's evaluations and Auto-Optimize: ips, dr or mtr (doubly "
+        "robust with the arm's mean reward so far, or its 1/p-weighted mean)",
+        _cb_type,
+    ),
     VwOption(("--dsjson", "--json"), False, NO_EFFECT, "the input format of VW's command line"),
     VwOption(("--quiet",), False, NO_EFFECT, "VW's console output"),
     VwOption(("--first",), True, REFUSED, "exploration here is epsilon-greedy (--epsilon)"),
@@ -235,7 +253,7 @@ def _tokens(arguments: str) -> list[tuple[str, str | None]]:
 def read_vw_arguments(arguments: str) -> tuple[dict[str, Any], list[str]]:
     """The settings a learning-policy string gives (``epsilon``, ``interactions`` as
     featurizer pairs, ``ignore``/``keep``/``ignore_linear`` as featurizer namespace
-    patterns, ``bits``, ``seed``, ``half_life_seconds``; only those written, but
+    patterns, ``bits``, ``seed``, ``half_life_seconds``, ``cb_type``; only those written, but
     ``interactions``, always there) and the options it gives that have no effect here (as written,
     for the ``Warning`` header). No ``-q``: no interactions, as in VW. A refused or
     unknown option, or a bad value, is a 400 naming it."""

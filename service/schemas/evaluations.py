@@ -63,11 +63,15 @@ class Estimate(BaseModel):
     ci_high: float
 
 
+ESTIMATE_DESCRIPTION = "the estimate of the evaluation's estimator (ips: equal to ips)"
+
+
 class PeriodEstimate(BaseModel):
     start: float = Field(description="unix seconds")
     events: int
     ips: Estimate
     snips: Estimate
+    estimate: Estimate = Field(description=ESTIMATE_DESCRIPTION)
 
 
 class EvaluatedPolicy(BaseModel):
@@ -77,6 +81,7 @@ class EvaluatedPolicy(BaseModel):
     events: int
     ips: Estimate
     snips: Estimate
+    estimate: Estimate = Field(description=ESTIMATE_DESCRIPTION)
     periods: list[PeriodEstimate]
 
 
@@ -93,12 +98,18 @@ class EvaluationView(BaseModel):
     end_time: float
     message: str | None = None
     period_seconds: float | None = None
+    estimator: str | None = Field(
+        None,
+        description="ips, dr or mtr: what each result's estimate is and optimal_policy "
+        "ranks by (once it succeeded)",
+    )
     optimal_policy: str | None = None
     results: list[EvaluatedPolicy] | None = None
 
 
 class AutoOptimizeEstimate(BaseModel):
-    """A learning setting's IPS estimate in an Auto-Optimize run, with its 95% interval."""
+    """A learning setting's estimate in an Auto-Optimize run (its evaluation's estimator),
+    with its 95% interval."""
 
     name: str
     source: str

@@ -110,6 +110,9 @@ class DecisionRecord:
     # microseconds from the request's receipt to its decision logged (None: not served
     # by this process's recommend, e.g. imported)
     latency_us: int | None = None
+    # the probability that the logging system dropped an event like this one (DSJSON's
+    # pdrop, kept from an imported log; None: none given)
+    drop_probability: float | None = None
 
 
 LATE_SOURCE = "late"

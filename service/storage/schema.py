@@ -74,6 +74,7 @@ decisions = sa.Table(
     sa.Column("guardrail", Json, nullable=True),
     sa.Column("degraded", sa.Boolean, nullable=False),
     sa.Column("latency_us", sa.BigInteger, nullable=True),
+    sa.Column("drop_probability", sa.Double, nullable=True),
     sa.Index(None, "policy", "created_at", "event_id"),
     postgresql_partition_by="RANGE (created_at)",
 )

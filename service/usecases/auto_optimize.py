@@ -1,9 +1,10 @@
 """Auto-Optimize (docs/personalizer.md, "Auto-Optimize"): on a policy's schedule, an
 offline evaluation with optimization discovery over the last :data:`WINDOW_DAYS` of its
 log (what the log holds, when less), run as any evaluation (worker processes, the
-offline engine seam); the best learning setting found is applied only when its IPS
-estimate is higher than the online setting's and the lower end of its 95% interval is
-above the online setting's lower end; applying it relearns the model from the log
+offline engine seam); the best learning setting found is applied only when its estimate
+(the evaluation's estimator: IPS, or DR for a policy that asks for it) is higher than the
+online setting's and the lower end of its 95% interval is above the online setting's
+lower end; applying it relearns the model from the log
 (:mod:`service.usecases.retrain`).
 
 The schedule is the API family's reading of the policy's settings
@@ -30,7 +31,7 @@ from service.schemas.evaluations import AutoOptimizeRun
 from service.storage.evaluations import EvaluationRecord
 from service.usecases.admin import PolicyAdmin
 from service.usecases.evaluation_jobs import Evaluations
-from service.usecases.evaluations import BASELINE, ONLINE, RANDOM, total
+from service.usecases.evaluations import BASELINE, ONLINE, RANDOM, result_estimator, total
 from service.usecases.learning_settings import ApplySetting, LearningSettings
 
 log = logging.getLogger("bandit.service")
@@ -52,22 +53,23 @@ def due_run(start: float, period: float, now: float) -> int | None:
 
 def decide(result: dict[str, Any]) -> dict[str, Any]:
     """Whether to apply the best learning setting of an evaluation's ``result``: each
-    setting's IPS estimate with its 95% interval, the best one other than the online
-    setting, and the decision with its reason (module docstring)."""
+    setting's estimate (the result's estimator) with its 95% interval, the best one other
+    than the online setting, and the decision with its reason (module docstring)."""
+    estimator = result_estimator(result)
     estimates = []
     for p in result["policies"]:
         if p["source"] in (BASELINE, RANDOM):
             continue
         sums = total(p["periods"])
-        half = sums.ips_half_width()
+        mean, half = sums.estimate(estimator), sums.half_width(estimator)
         estimates.append(
             {
                 "name": p["name"],
                 "source": p["source"],
                 "arguments": p["arguments"],
-                "mean": sums.ips,
-                "low": sums.ips - half,
-                "high": sums.ips + half,
+                "mean": mean,
+                "low": mean - half,
+                "high": mean + half,
             }
         )
     online = next(e for e in estimates if e["source"] == ONLINE)

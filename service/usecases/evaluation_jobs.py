@@ -106,7 +106,14 @@ def run_evaluation(
         query = DecisionQuery(log_url, policy, record.start_time, record.end_time)
         try:
             result = evaluate_on(
-                engine, query, candidates, grid, progress, check, describe=learning.arguments
+                engine,
+                query,
+                candidates,
+                grid,
+                progress,
+                check,
+                describe=learning.arguments,
+                estimator=record.request.get("estimator", "ips"),
             )
         except TimeoutError:
             store.update(
@@ -225,6 +232,7 @@ class Evaluations:
                 "candidates": [c.to_json() for c in candidates],
                 "grid": [g.model_dump(mode="json") for g in grid],
                 "offline_experimentation": offline_experimentation,
+                "estimator": self.learning.estimator(info),
                 # what the feature importance replays (with offline experimentation)
                 "policy_info": info.model_dump(mode="json") if offline_experimentation else None,
             },

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bandit_core.evaluation import RewardModels
 from bandit_core.policy import BasePolicy
 from service.policies import build_policy
 from service.schemas import PolicySpec
@@ -93,11 +94,12 @@ class CandidateState:
 
 @dataclass
 class GroupState:
-    """A :class:`CandidateStream`'s state between partitions: each candidate's, and the
-    decisions read."""
+    """A :class:`CandidateStream`'s state between partitions: each candidate's, the
+    decisions read and the DR reward models fit on them."""
 
     candidates: list[CandidateState]
     events: int = 0
+    models: RewardModels = field(default_factory=RewardModels)
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class CandidateStream:
         decisions = self.parts[partition].load()
         if not decisions:
             return 0
-        arrays = LogArrays(decisions)
+        arrays = LogArrays(decisions, state.models)
         for data, candidate_state in zip(self.candidates, state.candidates, strict=True):
             candidate = Candidate.from_json(data)
             candidate_state.periods += candidate_periods(
@@ -170,6 +172,7 @@ def evaluate_on(
     check: Callable[[], None] | None = None,
     *,
     describe: Callable[[PolicySpec], str],
+    estimator: str = "ips",
 ) -> dict[str, Any]:
     """:func:`~service.usecases.evaluations.evaluate` over the decisions of ``query``:
     local, here; on Ray, the candidates and grid settings dealt into as many
@@ -177,13 +180,13 @@ def evaluate_on(
     reading the day partitions itself. Equal results either way. ``progress`` gets the
     events replayed since its last call and the events to do, the decisions times the
     learning candidates (on Ray, the partitions' decisions are first counted where they
-    lie); ``check`` runs while Ray's work is pending (its exception stops it and
+    lie); ``estimator`` ranks the settings; ``check`` runs while Ray's work is pending (its exception stops it and
     kills the actors)."""
     if engine.kind == "local":
         decisions = query.load()
         work = max(1, sum(c.spec is not None for c in candidates) + len(grid)) * len(decisions)
         step = (lambda k: progress(k, work)) if progress is not None else None
-        return evaluate(decisions, candidates, grid, step, describe=describe)
+        return evaluate(decisions, candidates, grid, step, describe=describe, estimator=estimator)
     parts = tuple(query.days())
     everyone = [*candidates, *grid_candidates_of(grid)]
     decided = sum(engine.map(decisions_in, [(p,) for p in parts], check=check))
@@ -196,4 +199,4 @@ def evaluate_on(
     streams = candidate_streams(parts, everyone, engine.cpus())
     results = engine.stream(streams, done, check)
     events = results[0][0] if results else 0
-    return evaluation_result(candidates, grid, ungrouped(results), events, describe)
+    return evaluation_result(candidates, grid, ungrouped(results), events, describe, estimator)

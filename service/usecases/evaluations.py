@@ -16,8 +16,10 @@ that have a logged reward, and estimates, per decision, the reward of:
 
 Learning settings are replayed with progressive validation and every estimate is kept
 as per-period sums (:mod:`bandit_core.evaluation.progressive`, periods of
-:data:`PERIOD_SECONDS`), from which the IPS and SNIPS estimates and their Gaussian
-intervals of any window follow.
+:data:`PERIOD_SECONDS`), from which the IPS, SNIPS and DR estimates and their Gaussian
+intervals of any window follow. An evaluation reports and ranks its settings by one
+estimator (:data:`~bandit_core.evaluation.ESTIMATORS`), the policy's as its API family
+reads it (:meth:`LearningSettings.estimator`), kept in the result as ``estimator``.
 
 The runs, their records and their queue: :mod:`service.usecases.evaluation_jobs`.
 """
@@ -34,6 +36,7 @@ from pydantic import ValidationError
 
 from bandit_core.datasets import LoggedEvent
 from bandit_core.evaluation import (
+    RewardModels,
     WindowSums,
     baseline_distribution,
     importance_weights,
@@ -41,6 +44,7 @@ from bandit_core.evaluation import (
     progressive_distribution,
     uniform_distribution,
 )
+from bandit_core.evaluation.estimators import estimator_terms
 from bandit_core.evaluation.progressive import SUM_FIELDS
 from bandit_core.features import SparseRows
 from bandit_core.featurized import featurized_rows
@@ -239,9 +243,13 @@ def logged_events(
 @dataclass
 class LogArrays:
     """What every estimate needs from the evaluated decisions: time period, served
-    position, propensity, reward and candidate count of each (n,)."""
+    position, propensity, reward and candidate count of each (n,), and the DR reward
+    models' predictions (n, K_max) from ``models`` fit on the decisions before each
+    (``models`` learns these decisions: pass the same object to the next slice of a log
+    read in parts)."""
 
     decisions: list[LoggedDecision]
+    models: RewardModels = field(default_factory=RewardModels)
     period: np.ndarray = field(init=False)
     action: np.ndarray = field(init=False)
     pscore: np.ndarray = field(init=False)
@@ -261,11 +269,24 @@ class LogArrays:
             [e.reward.value for e in self.decisions if e.reward is not None], dtype=np.float64
         )
         self.sizes = [len(d.candidates) for d in ds]
+        self.q_hat = self.models.predictions(
+            [[c["id"] for c in d.candidates] for d in ds],
+            [d.arm_id for d in ds],
+            self.reward,
+            self.pscore,
+            max(self.sizes, default=0),
+        )
 
     def periods(self, action_dist: np.ndarray) -> list[list[float]]:
         """``[[period start, *sums], ...]`` of a target ``action_dist`` (n, K)."""
+        if not self.decisions:
+            return []
         w = importance_weights(self.action, self.pscore, action_dist)
-        sums = period_sums(self.period, w, self.reward)
+        dr, mtr = (
+            estimator_terms("dr", self.reward, self.action, self.pscore, action_dist, q)[0]
+            for q in self.q_hat
+        )
+        sums = period_sums(self.period, w, self.reward, dr, mtr)
         return [[float(p * PERIOD_SECONDS), *sums[p].to_list()] for p in sorted(sums)]
 
 
@@ -276,17 +297,18 @@ def evaluate(
     progress: Callable[[int], None] | None = None,
     *,
     describe: Callable[[PolicySpec], str],
+    estimator: str = "ips",
 ) -> dict[str, Any]:
     """The result of an evaluation: per candidate (and the best of ``grid`` as
     ``OfflineExperimentation``, its arguments written by ``describe``) its per-period
-    sums, and the optimal policy (highest IPS estimate among the learning settings).
-    ``progress`` gets 1 per event replayed."""
+    sums, and the optimal policy (highest ``estimator`` estimate among the learning
+    settings). ``progress`` gets 1 per event replayed."""
     arrays = LogArrays(decisions)
     periods = [
         candidate_periods(decisions, arrays, c, progress)
         for c in [*candidates, *grid_candidates_of(grid)]
     ]
-    return evaluation_result(candidates, grid, periods, len(decisions), describe)
+    return evaluation_result(candidates, grid, periods, len(decisions), describe, estimator)
 
 
 def grid_candidates_of(grid: Sequence[PolicySpec]) -> list[Candidate]:
@@ -323,17 +345,18 @@ def evaluation_result(
     periods: Sequence[list[list[float]]],
     events: int,
     describe: Callable[[PolicySpec], str],
+    estimator: str = "ips",
 ) -> dict[str, Any]:
     """The stored result of an evaluation from the per-period sums ``periods`` of each
     candidate, then of each grid setting (in that order) over ``events`` decisions; the
-    best grid setting's arguments as ``describe`` writes them."""
+    best grid setting (by ``estimator``) with its arguments as ``describe`` writes them."""
     results: list[dict[str, Any]] = [
         {"name": c.name, "arguments": c.arguments, "source": c.source, "periods": p}
         for c, p in zip(candidates, periods, strict=False)
     ]
     if grid:
         tried = list(zip(grid, periods[len(candidates) :], strict=True))
-        best, best_periods = max(tried, key=lambda t: total(t[1]).ips)
+        best, best_periods = max(tried, key=lambda t: total(t[1]).estimate(estimator))
         results.append(
             {
                 "name": "Offline experimentation",
@@ -345,13 +368,14 @@ def evaluation_result(
         )
     learning = [r for r in results if r["source"] not in (BASELINE, RANDOM)]
     optimal = (
-        max(learning, key=lambda r: total(r["periods"]).ips)["name"]
+        max(learning, key=lambda r: total(r["periods"]).estimate(estimator))["name"]
         if learning and events
         else None
     )
     return {
         "period_seconds": PERIOD_SECONDS,
         "events": events,
+        "estimator": estimator,
         "sum_fields": list(SUM_FIELDS),
         "policies": results,
         "optimal_policy": optimal,
@@ -361,12 +385,19 @@ def evaluation_result(
 def total(
     periods: Sequence[Sequence[float]], start: float = -math.inf, end: float = math.inf
 ) -> WindowSums:
-    """The sums of the stored periods starting in ``[start, end)``."""
+    """The sums of the stored periods starting in ``[start, end)`` (periods stored
+    before the DR sums existed read with those 0)."""
     out = WindowSums()
     for row in periods:
         if start <= row[0] < end:
             out = out + WindowSums(*row[1:])
     return out
+
+
+def result_estimator(result: dict[str, Any]) -> str:
+    """The estimator a stored evaluation ``result`` reports by (``ips`` for one stored
+    before results named theirs)."""
+    return str(result.get("estimator", "ips"))
 
 
 def load_decisions(

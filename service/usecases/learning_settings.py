@@ -42,6 +42,11 @@ class LearningSettings(Protocol):
         """Whether offline experimentation's grid of settings maps onto ``loop``'s."""
         ...
 
+    def estimator(self, info: PolicyInfo) -> str:
+        """The estimator the policy's evaluations report and rank settings by, one of
+        :data:`bandit_core.evaluation.ESTIMATORS` (docs/offline.md, "Evaluations")."""
+        ...
+
     def learns_at(self, info: PolicyInfo, when: float) -> bool:
         """Whether the policy learns from the rewards of a decision made at unix time
         ``when`` (a rebuild replays only those)."""

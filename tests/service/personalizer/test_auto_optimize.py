@@ -33,8 +33,12 @@ async def enable(http: Any, start: datetime = START, frequency: str = "P7D") -> 
     assert answer.status_code == 200, answer.text
 
 
-def periods(rewards: list[float], weights: list[float]) -> list[list[float]]:
-    sums = WindowSums.from_terms(np.asarray(weights), np.asarray(rewards))
+def periods(
+    rewards: list[float], weights: list[float], dr: list[float] | None = None
+) -> list[list[float]]:
+    """One period's sums; ``dr`` the DR terms of both reward models (None: ``w r``)."""
+    terms = None if dr is None else np.asarray(dr)
+    sums = WindowSums.from_terms(np.asarray(weights), np.asarray(rewards), terms, terms)
     return [[0.0, *sums.to_list()]]
 
 
@@ -73,6 +77,29 @@ def test_the_best_setting_is_applied_only_above_the_online_mean_and_lower_bound(
     worse = {**better, "periods": periods([0.0] * 400, ones)}
     decision = decide({**result, "policies": [result["policies"][0], worse]})
     assert decision["applied"] is False and "is not above the online" in decision["reason"]
+
+
+@pytest.mark.parametrize("estimator", ["dr", "mtr"])
+def test_a_dr_evaluation_is_decided_by_its_dr_estimates(estimator: str) -> None:
+    """The same sums decided by IPS and by DR (the result's estimator): IPS favours the
+    candidate, its DR terms do not."""
+    ones = [1.0] * 400
+    online = {"name": "Online", "source": "Online", "arguments": "a"}
+    better = {"name": "grid", "source": "OfflineExperimentation", "arguments": "b"}
+    result = {
+        "events": 400,
+        "policies": [
+            {**online, "periods": periods([1.0, 0, 0, 0] * 100, ones, [0.3] * 400)},
+            {**better, "periods": periods([1.0, 0] * 200, ones, [0.2] * 400)},
+        ],
+    }
+    assert decide(result)["applied"] is True  # stored before results named an estimator: IPS
+    decision = decide({**result, "estimator": estimator})
+    assert decision["applied"] is False and "is not above the online" in decision["reason"]
+    by_name = {e["name"]: e for e in decision["estimates"]}
+    assert by_name["Online"]["mean"] == pytest.approx(0.3)
+    assert by_name["grid"]["mean"] == pytest.approx(0.2)
+    assert by_name["grid"]["low"] == pytest.approx(0.2)  # every term 0.2: no spread
 
 
 @pytest.mark.parametrize("backend", ["embedded"])

@@ -1,11 +1,13 @@
 """Auto-Optimize on simulated storefront traffic (bandit_core/storefront.py, docs/personalizer.md
 "Auto-Optimize"): a loop serving a setting without the interactions the storefront needs gets
-the better one applied and relearned from its log, checked against the decision rule with the
-run's recorded numbers."""
+the better one applied and relearned from its log; a loop whose greedy log no grid setting can
+be estimated above keeps its setting, and the run says why. Both are checked against the
+decision rule with the run's recorded numbers."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -14,9 +16,11 @@ import numpy as np
 import pytest
 
 from bandit_core.storefront import Storefront
+from service.usecases.evaluations import load_decisions
 from tests.service.conftest import running
 from tests.service.personalizer.test_auto_optimize import POLICY, enable
 from tests.service.personalizer.test_evaluations import logged, relearned, serve
+from tests.service.personalizer.test_multislot import immediate_updates
 
 pytestmark = pytest.mark.anyio
 
@@ -53,14 +57,19 @@ def check_rule(run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return online, best
 
 
-async def served_loop(http: Any, app: Any, arguments: str, seed: int) -> None:
+async def served_loop(
+    http: Any, app: Any, arguments: str, seed: int, rounds: int = ROUNDS
+) -> list[float]:
+    """The clicks of ``rounds`` storefront rounds served under ``arguments``, logged, then
+    Auto-Optimize enabled from a minute ago."""
     policy = {"name": "current", "arguments": arguments}
     assert (await http.put(POLICY, json=policy)).status_code == 200
     rng = np.random.default_rng(seed)
-    rounds = list(Storefront().rounds(ROUNDS, replace_at=None, rng=rng))
-    await serve(http, rounds, rng.random(ROUNDS))
-    await logged(app, ROUNDS)
+    served = list(Storefront().rounds(rounds, replace_at=None, rng=rng))
+    clicks, _ = await serve(http, served, rng.random(rounds))
+    await logged(app, rounds)
     await enable(http, start=datetime.fromtimestamp(time.time() - 60, UTC), frequency="P7D")
+    return clicks
 
 
 @pytest.mark.slow
@@ -85,3 +94,37 @@ async def test_a_loop_without_the_interactions_it_needs_gets_the_better_setting(
         properties = await relearned(http, LOOP)
         assert properties["retrain"]["state"] == "done", properties
         assert properties["retrain"]["events"] == ROUNDS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_a_loop_no_grid_setting_can_be_estimated_above_keeps_its_setting(
+    make_settings: Any,
+) -> None:
+    """Why the outcome is fixed: the loop serves greedily (``--epsilon 0``) and learns each
+    reward at once (``modelUpdateFrequency`` PT0S), so once it has learned a click every
+    logged propensity is 1 (before, every setting is at its prior and ranks all actions
+    alike: weight 1), and a grid setting's weight ``pi(a) / p`` is at most 1 on every
+    clicked decision. Its IPS estimate, ``sum w r / n`` with rewards 0 or 1, is then at
+    most the realised click rate, which is the online setting's (replayed on its own log:
+    every weight 1), and the rule's first half fails whatever the draws. The test checks
+    both premises on the log and the run before the decision."""
+    arguments = "--cb_explore_adf --epsilon 0 -q :: --random_seed 11"
+    async with running(make_settings(personalizer_loop=True)) as (app, http, _):
+        await immediate_updates(http)
+        # the premises hold for any length of log: a short one keeps the test short
+        clicks = await served_loop(http, app, arguments, seed=4, rounds=400)
+        decisions = load_decisions(app.state.use_cases.event_log, LOOP, -math.inf, math.inf)
+        first_click = clicks.index(1.0)
+        assert all(d.decision.propensity == 1.0 for d in decisions[first_click + 1 :])
+        run = await one_decided_run(app, http)
+        online, best = check_rule(run)
+        assert online["mean"] == pytest.approx(np.mean(clicks), rel=1e-12)
+        assert all(e["mean"] <= online["mean"] for e in run["estimates"])
+        assert run["applied"] is False
+        assert run["reason"] == (
+            f"{best['name']}'s mean {best['mean']:.4f} is not above the online {online['mean']:.4f}"
+        )
+        assert (await http.get(POLICY)).json() == {"name": "current", "arguments": arguments}
+        properties = (await http.get(f"/policies/{LOOP}/model/properties")).json()
+        assert properties.get("retrain") is None, properties

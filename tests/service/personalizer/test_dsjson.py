@@ -76,8 +76,12 @@ def test_outcomes_skip_learn_and_pdrop() -> None:
     # never activated: logged, not learned from
     assert skipped.decisions[0].event_id == "user@x|session|42"
     assert skipped.rewards == []
-    # no _tag: the 1-based position is the id; pdrop in [0, 1) is accepted
+    # no _tag: the 1-based position is the id; pdrop in [0, 1) is kept with the decision
     assert sampled.decisions[0].arm_id == "2"
+    assert sampled.decisions[0].drop_probability == 0.25
+    assert activated.decisions[0].drop_probability is None
+    assert orjson.loads(export_line(LoggedDecision(sampled.decisions[0], None)))["pdrop"] == 0.25
+    assert "pdrop" not in orjson.loads(export_line(LoggedDecision(activated.decisions[0], None)))
     assert sampled.decisions[0].created_at == 1772439480.0  # 09:18 at +01:00
     assert [(r.value, r.source) for r in sampled.rewards] == [(2.0, "explicit")]
 
@@ -253,6 +257,8 @@ def test_export_then_import_changes_nothing_evaluates_and_rebuilds(
             },
             "p": [0.8 if served == 0 else 0.1, *([0.1, 0.1] if served == 0 else [0.8, 0.1])],
         }
+        if i % 7 == 0:  # a log sampled before it was written: its drop probability
+            line["pdrop"] = 0.125 * (i % 3)
         lines.append(line)
 
     source = tmp_path / "source.json"
@@ -264,6 +270,10 @@ def test_export_then_import_changes_nothing_evaluates_and_rebuilds(
     )
     original = _events(log_url, LOOP)
     assert len(original) == 300
+    pdrop = {line["EventId"]: line.get("pdrop") for line in lines}
+    assert {e.decision.event_id: e.decision.drop_probability for e in original} == pdrop
+    with gzip.open(exported) as written:
+        assert {(w := orjson.loads(x))["EventId"]: w.get("pdrop") for x in written} == pdrop
     # an evaluation runs on the imported events, with their logged propensities: the
     # uniform policy's IPS estimate is sum r (1/3) / p over n
     report = tmp_path / "evaluation.json"

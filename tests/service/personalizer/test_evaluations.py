@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from bandit_core.storefront import Storefront, StorefrontRound
+from service.storage.base import LoggedDecision
 from service.storage.evaluations import SqlEvaluationStore
 from service.storage.schema import create_log_engine
+from service.usecases.evaluations import load_decisions
 from tests.service.conftest import running, wait_for
 from tests.service.personalizer.test_learning import personalizer_body
 from tests.service.personalizer.test_multislot import immediate_updates
@@ -205,6 +207,71 @@ async def test_an_evaluation_whose_process_died_runs_again_after_a_restart(
         assert again["policyResults"] == first["policyResults"]  # a run depends on the log only
         listed = (await http.get("/personalizer/v1.1-preview.3/evaluations")).json()
         assert {e["id"] for e in listed} == {"first", "orphan"}
+
+
+def uniform_dr(decisions: list[LoggedDecision], weighted: bool) -> float:
+    """The DR estimate of the uniform policy on ``decisions``, worked from its definition
+    (docs/offline.md, "Evaluations"): ``q`` of an item is its mean reward so far
+    (``weighted``: each reward weighted 1/p, the ``mtr`` model), 0 before it was served."""
+    seen: dict[str, list[float]] = {}
+    terms = []
+    for e in decisions:
+        d, r = e.decision, e.reward.value if e.reward is not None else math.nan
+        ids = [c["id"] for c in d.candidates]
+        q = {a: seen[a][1] / seen[a][0] if a in seen else 0.0 for a in ids}
+        terms.append(sum(q.values()) / len(ids) + (r - q[d.arm_id]) / len(ids) / d.propensity)
+        weight = 1.0 / d.propensity if weighted else 1.0
+        counts = seen.setdefault(d.arm_id, [0.0, 0.0])
+        counts[0] += weight
+        counts[1] += weight * r
+    return float(np.mean(terms))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_the_loops_cb_type_is_the_estimator_of_its_evaluations(make_settings: Any) -> None:
+    """The same log evaluated under ``--cb_type dr``, ``mtr`` and ``ips``: the estimates
+    (``averageReward``, the native ``estimate``) are DR with each reward model, then IPS;
+    Random's, whose distribution is known, are checked against their definitions."""
+    rng = np.random.default_rng(4)
+    rounds = list(Storefront().rounds(60, replace_at=None, rng=rng))
+    async with running(make_settings(personalizer_loop=True)) as (app, http, _):
+        await immediate_updates(http)  # learned round by round: propensities vary
+        config = "/personalizer/v1.0/configurations/policy"
+        policy = {"name": "plain", "arguments": f"{PLAIN} --cb_type dr"}
+        assert (await http.put(config, json=policy)).status_code == 200
+        await serve(http, rounds, rng.random(60))
+        await logged(app, 60)
+        decisions = load_decisions(
+            app.state.use_cases.event_log, "personalizer", -math.inf, math.inf
+        )
+        expected = {"dr": uniform_dr(decisions, False), "mtr": uniform_dr(decisions, True)}
+        assert not math.isclose(expected["dr"], expected["mtr"], rel_tol=1e-6)
+        for cb_type in ("dr", "mtr", "ips"):
+            policy = {"name": "plain", "arguments": f"{PLAIN} --cb_type {cb_type}"}
+            put = await http.put(config, json=policy)
+            assert (put.status_code, put.json()["arguments"]) == (200, policy["arguments"])
+            path = f"/personalizer/v1.1-preview.3/evaluations/{cb_type}"
+            created = await http.put(path, json={"name": cb_type, **WHOLE_LOG})
+            assert created.status_code == 201, created.text
+            result = await finished(http, path, ("pending",))
+            assert result["status"] == "completed", result
+            by_source = {p["policySource"]: p["totalSummary"] for p in result["policyResults"]}
+            random = by_source["Random"]
+            ips = random["ipsEstimatorNumerator"] / random["ipsEstimatorDenominator"]
+            assert math.isclose(random["averageReward"], expected.get(cb_type, ips), rel_tol=1e-9)
+            if cb_type != "ips":
+                assert not math.isclose(random["averageReward"], ips, rel_tol=1e-6)
+            native = (await http.get(f"/policies/personalizer/evaluations/{cb_type}")).json()
+            assert native["estimator"] == cb_type
+            for p, v1 in zip(native["results"], result["policyResults"], strict=True):
+                assert math.isclose(
+                    p["estimate"]["value"], v1["totalSummary"]["averageReward"], rel_tol=1e-12
+                )
+            same = [
+                math.isclose(p["ips"]["value"], p["estimate"]["value"]) for p in native["results"]
+            ]
+            assert all(same) == (cb_type == "ips")
 
 
 @pytest.mark.parametrize("backend", ["embedded"])

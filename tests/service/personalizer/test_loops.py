@@ -33,7 +33,7 @@ def test_vw_arguments_map_epsilon_and_interactions_and_ignore_learning_rates() -
     )
     assert changes["epsilon"] == 0.1
     assert changes["features"]["interactions"] == [["u*", "a*"], ["*", "*"]]
-    assert ignored == ["--dsjson", "--cb_type ips", "-l 0.5", "--power_t 0"]
+    assert ignored == ["--dsjson", "-l 0.5", "--power_t 0"]
     assert parse_vw_arguments("--cb_explore_adf")[0]["features"]["interactions"] == []
 
 

@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from service.errors import InvalidRequest
-from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC, parse_vw_arguments, vw_arguments
+from service.personalizer.loop_policy import (
+    DEFAULT_LOOP_SPEC,
+    cb_type_in,
+    cb_type_of,
+    parse_vw_arguments,
+    vw_arguments,
+)
 from service.personalizer.vw_arguments import HONOURED, NO_EFFECT, OPTIONS, REFUSED
 from service.schemas import PolicyInfo
 from tests.service.conftest import running
@@ -135,6 +141,27 @@ def test_a_half_life_is_written_back_as_it_reads(half_life: float) -> None:
         written.startswith("--cb_explore_adf") and f"--half_life_seconds {half_life:g}" in written
     )
     assert parse_vw_arguments(written)[0]["params"] == params
+
+
+def test_cb_type_is_read_and_written_back_but_leaves_the_engine_alone() -> None:
+    """``--cb_type`` names the estimator of the loop's evaluations (its effect there:
+    tests/service/personalizer/test_evaluations.py); it changes nothing of the engine."""
+    plain = parse_vw_arguments("--cb_explore_adf -q ::")[0]
+    for cb_type in ("ips", "dr", "mtr"):
+        arguments = f"--cb_explore_adf -q :: --cb_type {cb_type}"
+        assert parse_vw_arguments(arguments) == (plain, [])
+        assert cb_type_in(arguments) == cb_type
+    assert cb_type_in("--cb_explore_adf") == "ips"
+    assert "--cb_type must be one of ips, dr, mtr, but got 'dm'" in _refused("--cb_type dm")
+    # a loop whose epsilon changed since its string was written: arguments that make it,
+    # the cb_type kept
+    written = {"policyArguments": "--cb_explore_adf --epsilon 0.1 --cb_type dr", "cbType": "dr"}
+    spec = DEFAULT_LOOP_SPEC.model_copy(update={"epsilon": 0.3, "personalizer": written})
+    info = PolicyInfo(
+        name="shop", revision="", created_at=0.0, updated_at=0.0, reset_at=0.0, **spec.model_dump()
+    )
+    assert cb_type_of(info) == "dr"
+    assert vw_arguments(info) == "--cb_explore_adf --epsilon 0.3 -q :: --cb_type dr"
 
 
 def test_the_adf_flags_name_the_shared_model() -> None:

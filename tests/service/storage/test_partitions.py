@@ -30,7 +30,7 @@ DAY0 = 20_000  # 2024-10-04 (unix days)
 NOW = (DAY0 + 2) * DAY_SECONDS + 3600.0  # one hour into the third day
 # columns of decisions and rewards added after the first revision (null in the rows
 # logged before)
-LATER_COLUMNS = {"latency_us", "baseline_weight", "random_weight"}
+LATER_COLUMNS = {"latency_us", "baseline_weight", "random_weight", "drop_probability"}
 FIRST_COLUMNS = {
     table.name: [c for c in table.c if c.name not in LATER_COLUMNS]
     for table in (decisions, rewards)
