@@ -37,7 +37,8 @@ from tests.databases import database
 from tests.service.conftest import API_KEY, running, wait_for
 
 # One worker runs every test of this module, so its module-scoped servers start once.
-pytestmark = pytest.mark.xdist_group(__name__)
+# slow: its module-scoped logs are filled by an app over HTTP, on SQLite and PostgreSQL
+pytestmark = [pytest.mark.xdist_group(__name__), pytest.mark.slow]
 
 ARMS = ("a", "b", "c")
 EPSILON = 0.3

@@ -415,6 +415,7 @@ async def test_five_hundred_negative_default_rewards_due_at_once(make_settings: 
         assert counted == pytest.approx(-0.5 * events)
 
 
+@pytest.mark.slow  # hundreds of HTTP decisions and rewards per algorithm and backend
 @pytest.mark.parametrize("algorithm", ["linucb", "diag_linucb"])  # per-arm, shared model
 async def test_the_model_sums_are_the_sums_of_the_applied_rewards_whatever_their_signs(
     make_settings: Any, algorithm: str
