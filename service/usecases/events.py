@@ -87,6 +87,23 @@ def ips_weights(served: str, candidates: Sequence[str], propensity: float) -> li
     return [baseline, 1.0 / (len(candidates) * propensity)]
 
 
+def nonzeros(x: list[float] | dict[str, Any]) -> dict[str, Any]:
+    """A stored row by its nonzeros (``{"dim", "indices", "values"}``, the form of
+    :func:`stored_row`'s sparse rows; a dense row also gets ``"dense": true``, so that
+    :meth:`PendingEvent.row` gives it back dense): how a finalized event keeps its row (a
+    hashed dense row of the default loop is mostly zeros)."""
+    if isinstance(x, dict):
+        return x
+    dense = np.asarray(x, dtype=np.float64)
+    nonzero = np.flatnonzero(dense)
+    return {
+        "dim": len(dense),
+        "indices": nonzero.tolist(),
+        "values": dense[nonzero].tolist(),
+        "dense": True,
+    }
+
+
 def request_digest(request: BaseModel) -> str:
     """A digest of the request's content (its JSON with sorted keys, defaults filled in):
     equal for the same body in any key order, different for any other body. A repeated
@@ -156,6 +173,10 @@ class PendingEvent:
         if isinstance(x, dict):
             indices = np.array(x["indices"], dtype=np.int64)
             values = np.array(x["values"], dtype=np.float64)
+            if x.get("dense"):  # a dense row kept by its nonzeros (nonzeros)
+                row = np.zeros(int(x["dim"]))
+                row[indices] = values
+                return row
             return SparseRows(
                 np.array([0, len(indices)], dtype=np.int64), indices, values, int(x["dim"])
             )
@@ -168,7 +189,7 @@ class PendingEvent:
         out: dict[str, Any] = {
             "state": self.state.value,
             "arm_id": self.arm_id,
-            "x": self.x,
+            "x": self.x if self.finalized_at is None else nonzeros(self.x),
             "user_id": self.user_id,
             "activated": self.activated,
             "created_at": self.created_at,

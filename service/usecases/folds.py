@@ -46,7 +46,7 @@ from service.observability import metrics
 from service.policies import Runtime
 from service.settings import Settings
 from service.storage.state_store import PartStore, PeriodClaims, PolicyDirectory
-from service.usecases.events import DELTA_PREFIX, PendingEvent, dumps
+from service.usecases.events import DELTA_PREFIX, PendingEvent, dumps, nonzeros
 from service.usecases.periodic import every
 from service.usecases.policy_cache import PolicyCache, import_stored
 
@@ -77,19 +77,13 @@ class Delta:
 def encode_delta(event: PendingEvent, reward: float, accepted_at: float) -> bytes:
     """The stored delta of ``event``'s ``reward``: JSON holding the row's nonzeros only
     (a hashed JSON row is mostly zeros: about 300 bytes for the default loop's 257)."""
-    x = event.x
-    if isinstance(x, dict):  # a sparse row as the event keeps it
-        dim, indices, values = int(x["dim"]), list(x["indices"]), list(x["values"])
-    else:
-        dense = np.asarray(x, dtype=np.float64)
-        nonzero = np.flatnonzero(dense)
-        dim, indices, values = len(dense), nonzero.tolist(), dense[nonzero].tolist()
+    row = nonzeros(event.x)
     return dumps(
         {
             "arm_id": event.arm_id,
-            "dim": dim,
-            "indices": indices,
-            "values": values,
+            "dim": int(row["dim"]),
+            "indices": row["indices"],
+            "values": row["values"],
             "reward": reward,
             "decided_at": event.created_at,
             "accepted_at": accepted_at,

@@ -1,6 +1,7 @@
 """A pending event's stored JSON: what earlier versions wrote reads back and is written
-again byte for byte (replicas of two versions share events during a rolling upgrade);
-the response is stored only under a client's event id."""
+again byte for byte (replicas of two versions share events during a rolling upgrade),
+except that a finalized event keeps its row by its nonzeros; the response is stored only
+under a client's event id."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ PENDING = (
     b'"activated":true,"created_at":1700000000.25,"reset_at":1699999999.5,'
     b'"response":{"event_id":"e","arm_id":"a","degraded":false}}'
 )
+DENSE_ROW = b'"x":[0.5,-0.0,1e-300]'
+NONZEROS = b'"x":{"dim":3,"indices":[0,2],"values":[0.5,1e-300],"dense":true}'
+FINALIZED = PENDING.replace(DENSE_ROW, NONZEROS)
 
 
 @pytest.mark.parametrize(
@@ -23,13 +27,13 @@ PENDING = (
     [
         (PENDING, EventState.PENDING, None),
         (
-            PENDING.replace(b'"pending"', b'"rewarded"')[:-1]
+            FINALIZED.replace(b'"pending"', b'"rewarded"')[:-1]
             + b',"reward":0.75,"finalized_at":1700000001.5}',
             EventState.REWARDED,
             0.75,
         ),
         (
-            PENDING.replace(b'"pending"', b'"expired"').replace(
+            FINALIZED.replace(b'"pending"', b'"expired"').replace(
                 b'"activated":true', b'"activated":false'
             )[:-1]
             + b',"reward":null,"finalized_at":1700000002.0}',
@@ -47,7 +51,9 @@ def test_stored_events_round_trip_byte_for_byte(
         reward,
         state is EventState.PENDING,
     )
-    assert event.x == [0.5, -0.0, 1e-300] and str(event.x[1]) == "-0.0"
+    if event.pending:
+        assert event.x == [0.5, -0.0, 1e-300] and str(event.x[1]) == "-0.0"
+    assert event.row().tolist() == [0.5, 0.0, 1e-300]
     assert event.to_json() == data
 
 
@@ -55,10 +61,18 @@ def test_finalizing_appends_reward_and_time_after_the_pending_fields() -> None:
     event = PendingEvent.from_json(PENDING)
     event.state, event.reward, event.finalized_at = EventState.DEFAULTED, 0.0, 1700000003.0
     assert event.to_json() == (
-        PENDING.replace(b'"pending"', b'"defaulted"')[:-1]
+        FINALIZED.replace(b'"pending"', b'"defaulted"')[:-1]
         + b',"reward":0.0,"finalized_at":1700000003.0}'
     )
-    assert PendingEvent.from_json(event.to_json()) == event
+    again = PendingEvent.from_json(event.to_json())
+    assert again.row().tolist() == event.row().tolist() == [0.5, 0.0, 1e-300]
+
+
+def test_a_finalized_event_stored_with_its_dense_row_is_written_by_its_nonzeros() -> None:
+    data = PENDING.replace(b'"pending"', b'"rewarded"')[:-1] + b',"reward":1.0,"finalized_at":2.0}'
+    event = PendingEvent.from_json(data)
+    assert event.row().tolist() == [0.5, -0.0, 1e-300]
+    assert event.to_json() == data.replace(DENSE_ROW, NONZEROS)
 
 
 def test_an_event_without_a_response_round_trips_without_the_field() -> None:
