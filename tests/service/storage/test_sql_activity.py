@@ -23,7 +23,12 @@ from service.usecases.activity import Z_95, ActivityViews, ips_points, reward_po
 from tests.databases import database
 
 ROLLUPS_PARENT = "9a4c6e2f7b18"  # the revision before the rollups' migration
-LATER_COLUMNS = {"latency_us", "baseline_weight", "random_weight", "drop_probability"}  # added after it
+LATER_COLUMNS = {
+    "latency_us",
+    "baseline_weight",
+    "random_weight",
+    "drop_probability",
+}  # added after it
 T0 = 1_699_999_200.0  # a whole hour: activity ranges lie on the rollups' periods
 BUCKET = 60.0
 
