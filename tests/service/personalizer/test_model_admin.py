@@ -224,10 +224,12 @@ def finished(url: str, job_id: str) -> dict[str, Any]:
 
 def shop_traffic(url: str) -> tuple[datetime, datetime]:
     """``FI_ROUNDS`` storefront rounds on the loop ``shop`` of ``url`` (created with the
-    default loop's spec), logged; the time range they span."""
+    default loop's spec, learning from each reward before the next rank so that the log
+    does not depend on when folds run), logged; the time range they span."""
     with httpx.Client(timeout=30) as http:
         spec = DEFAULT_LOOP_SPEC.model_dump(mode="json")
         assert http.put(f"{url}/policies/shop", json=spec, headers=NATIVE).status_code == 200
+        update_at_once(http, f"{url}/loops/shop")
         start = datetime.now(UTC)
         storefront(http, f"{url}/loops/shop", FI_ROUNDS - 1, seed=5)
         last = datetime.now(UTC)
