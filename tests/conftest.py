@@ -5,6 +5,7 @@ policy's metric series."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -33,28 +34,38 @@ def redis_url() -> str:
     return OWNED.redis_url()
 
 
+class Servers(Protocol):
+    """A group of server processes a test session starts and stops."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Servers)
+
+
+def running(servers: S) -> Iterator[S]:
+    """``servers`` started, then stopped when the generator closes."""
+    servers.start()
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisClusterServers]:
     """A 3-master, 3-replica Redis Cluster for the whole session (the
     tests marked ``ON_REDIS_CLUSTER`` of tests/service/conftest.py)."""
-    cluster = RedisClusterServers()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from running(RedisClusterServers())
 
 
 @pytest.fixture(scope="session")
 def redis_sentinel() -> Iterator[SentinelGroup]:
     """A master, a replica and three sentinels for the whole session (the
     tests marked ``ON_REDIS_SENTINEL`` of tests/service/conftest.py)."""
-    group = SentinelGroup()
-    group.start()
-    try:
-        yield group
-    finally:
-        group.stop()
+    yield from running(SentinelGroup())
 
 
 @pytest.fixture(scope="module", autouse=True)

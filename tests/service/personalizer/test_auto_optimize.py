@@ -47,16 +47,19 @@ def test_due_runs_follow_the_start_and_the_period() -> None:
     assert [due_run(100.0, 10.0, t) for t in (100.0, 109.9, 110.0, 135.0)] == [0, 0, 1, 3]
 
 
+ONES = [1.0] * 400
+"""Importance weights of 1 for the 400 events of the decision tests below."""
+ONLINE = {"name": "Online", "source": "Online", "arguments": "a"}
+GRID = {"name": "grid", "source": "OfflineExperimentation", "arguments": "b"}
+
+
 def test_the_best_setting_is_applied_only_above_the_online_mean_and_lower_bound() -> None:
-    ones = [1.0] * 400
-    online = {"name": "Online", "source": "Online", "arguments": "a"}
-    better = {"name": "grid", "source": "OfflineExperimentation", "arguments": "b"}
     # online 0.25 with every weight 1; the candidate 0.5, weights 2 on half of the events
     result = {
         "events": 400,
         "policies": [
-            {**online, "periods": periods([1.0, 0, 0, 0] * 100, ones)},
-            {**better, "periods": periods([1.0, 0] * 200, [1.0, 1.0] * 200)},
+            {**ONLINE, "periods": periods([1.0, 0, 0, 0] * 100, ONES)},
+            {**GRID, "periods": periods([1.0, 0] * 200, [1.0, 1.0] * 200)},
             {"name": "Random", "source": "Random", "arguments": "", "periods": []},
         ],
     }
@@ -69,12 +72,12 @@ def test_the_best_setting_is_applied_only_above_the_online_mean_and_lower_bound(
     half = 1.959963984540054 * np.sqrt(0.25 * 0.75 / 400)  # Bernoulli(0.25), n = 400
     assert by_name["Online"]["low"] == pytest.approx(0.25 - half, rel=2e-3)
     # a higher mean with a wide interval: not applied, and the reason says so
-    wide = {**better, "periods": periods([1.0] + [0.0] * 399, [120.0] + [1.0] * 399)}
+    wide = {**GRID, "periods": periods([1.0] + [0.0] * 399, [120.0] + [1.0] * 399)}
     decision = decide({**result, "policies": [result["policies"][0], wide]})
     assert decision["applied"] is False
     assert "lower 95% bound" in decision["reason"]
     # a lower mean: not applied
-    worse = {**better, "periods": periods([0.0] * 400, ones)}
+    worse = {**GRID, "periods": periods([0.0] * 400, ONES)}
     decision = decide({**result, "policies": [result["policies"][0], worse]})
     assert decision["applied"] is False and "is not above the online" in decision["reason"]
 
@@ -83,14 +86,11 @@ def test_the_best_setting_is_applied_only_above_the_online_mean_and_lower_bound(
 def test_a_dr_evaluation_is_decided_by_its_dr_estimates(estimator: str) -> None:
     """The same sums decided by IPS and by DR (the result's estimator): IPS favours the
     candidate, its DR terms do not."""
-    ones = [1.0] * 400
-    online = {"name": "Online", "source": "Online", "arguments": "a"}
-    better = {"name": "grid", "source": "OfflineExperimentation", "arguments": "b"}
     result = {
         "events": 400,
         "policies": [
-            {**online, "periods": periods([1.0, 0, 0, 0] * 100, ones, [0.3] * 400)},
-            {**better, "periods": periods([1.0, 0] * 200, ones, [0.2] * 400)},
+            {**ONLINE, "periods": periods([1.0, 0, 0, 0] * 100, ONES, [0.3] * 400)},
+            {**GRID, "periods": periods([1.0, 0] * 200, ONES, [0.2] * 400)},
         ],
     }
     assert decide(result)["applied"] is True  # stored before results named an estimator: IPS
