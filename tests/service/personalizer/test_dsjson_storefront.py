@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,23 +70,36 @@ def click_rate(rounds: list[StorefrontRound], draws: np.ndarray, chosen: list[in
     return float(np.mean([d < r.mu[k] for r, d, k in zip(rounds, draws, chosen, strict=True)]))
 
 
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """Point the ``bandit`` commands run in this process at other ``BANDIT_*`` values."""
+
+    def point(**env: str) -> None:
+        for name, value in env.items():
+            monkeypatch.setenv(f"BANDIT_{name}", value)
+        get_settings.cache_clear()
+
+    try:
+        yield point
+    finally:
+        get_settings.cache_clear()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["embedded"])
 async def test_a_rebuild_after_export_and_import_decides_as_the_model_that_logged(
-    make_settings: Any, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_settings: Any, redis_url: str, tmp_path: Path, cli_env: Callable[..., None]
 ) -> None:
+    """The original loop learns each reward before its next rank (``modelUpdateFrequency``
+    PT0S) and the rebuild replays the same rewards in the same order on the same JSON
+    featurized again, so the rebuilt model is the original's; both then rank the same
+    held-out storefront rounds without learning from them."""
     rng = np.random.default_rng(21)
     rounds = list(Storefront().rounds(TRAIN + EVALUATE, replace_at=None, rng=rng))
     draws = rng.random(TRAIN + EVALUATE)
     train, evaluate = rounds[:TRAIN], rounds[TRAIN:]
     exported = tmp_path / "personalizer.json.gz"
     original_settings = make_settings(personalizer_loop=True)
-
-    def use(**env: str) -> None:
-        for name, value in env.items():
-            monkeypatch.setenv(f"BANDIT_{name}", value)
-        get_settings.cache_clear()
-
     async with running(original_settings) as (app, http, _):
         await immediate_updates(http)  # learns each reward before the next rank
         clicks, _ = await serve(http, train, draws[:TRAIN])
@@ -93,7 +107,7 @@ async def test_a_rebuild_after_export_and_import_decides_as_the_model_that_logge
         assert await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
         config = app.state.use_cases.event_log.policies()[LOOP]
         original = (await http.get("/personalizer/v1.0/model")).content
-        use(DATABASE_URL=original_settings.log_url, DATA_DIR=str(original_settings.data_dir))
+        cli_env(DATABASE_URL=original_settings.log_url, DATA_DIR=str(original_settings.data_dir))
         export = ["export-log", "--format", "dsjson", "--loop", LOOP, "--output", str(exported)]
         assert await asyncio.to_thread(main, export) == 0
         served_original, greedy_original = await decisions(http, evaluate)
@@ -101,8 +115,8 @@ async def test_a_rebuild_after_export_and_import_decides_as_the_model_that_logge
     redis.Redis.from_url(redis_url).flushdb()
     with database("postgresql", tmp_path) as url:
         # a fresh loop with the original's settings, its history imported and replayed
-        use(DATABASE_URL=url, REDIS_URL=redis_url, DATA_DIR=str(tmp_path / "fresh"))
-        monkeypatch.setenv("BANDIT_RUN_MIGRATIONS", "true")
+        fresh = str(tmp_path / "fresh")
+        cli_env(DATABASE_URL=url, REDIS_URL=redis_url, DATA_DIR=fresh, RUN_MIGRATIONS="true")
         assert main(["partitions"]) == 0  # migrates
         log = SqlEventLog(url)
         log.upsert_policy(LOOP, config)
@@ -115,12 +129,11 @@ async def test_a_rebuild_after_export_and_import_decides_as_the_model_that_logge
             personalizer_loop=True,
             redis_url=redis_url,
             database_url=url,
-            data_dir=tmp_path / "fresh",
+            data_dir=fresh,
         )
         async with running(fresh_settings) as (_, http, _):
             rebuilt = (await http.get("/personalizer/v1.0/model")).content
             served_rebuilt, greedy_rebuilt = await decisions(http, evaluate)
-    get_settings.cache_clear()
 
     # the same rewards replayed in the order they were learned: the same model
     want, got = model_state(original), model_state(rebuilt)
