@@ -48,7 +48,7 @@ from bandit_core.errors import ConfigError, InvalidInputError
 from bandit_core.features import SparseRows
 from bandit_core.forgetting import DiscountedArmState, WindowArmState
 from bandit_core.hybrid_forgetting import HybridDiscountedArmState, HybridFit, joint_fit
-from bandit_core.hybrid_window import HybridWindowArmState, window_fit
+from bandit_core.hybrid_window import HybridWindowArmState, WindowFits
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
@@ -183,6 +183,7 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         )
         super().__init__(config)
         self._stack = HybridStack()
+        self._window_fits = WindowFits()  # used with per-arm parts and a window
 
     def uses_wall_clock(self) -> bool:
         """True with ``half_life_seconds`` or ``window_seconds``."""
@@ -262,12 +263,8 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         assert self._forgetting is not None  # only a forgetting model has a joint fit
         if self.config.window is not None:
             windows = cast(dict[str, HybridWindowArmState], self._arms)
-            fit = window_fit(
-                cast(WindowArmState, self._shared),
-                list(windows.values()),
-                self.config.window,
-                self.config.ridge_lambda,
-            )
+            shared = cast(WindowArmState, self._shared)
+            fit = self._window_fits.fit(shared, windows, self.config.window)
             return fit, {a: i for i, a in enumerate(windows)}
         shared = cast(DiscountedArmState, self._shared)
         at = shared.clock

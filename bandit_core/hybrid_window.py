@@ -16,22 +16,22 @@ over the window's rows:
   number ``s``.
 
 An update writes only its arm's part and ``"shared"``, so another arm's rows leave the
-window without its part being written: a read (:func:`window_fit`) subtracts them on
-copies (or sums the arm's live rows anew, whichever is fewer rows), and the arm's next
-update drops them. An arm's live rows have distinct numbers in ``(S - window, S]``, so a
-part holds at most ``window`` rows: ``8 * (window * (d + k + 2) + d^2 + d k + d)`` bytes
-(:func:`hybrid_window_memory_bytes`). As for discounting, the shared part holds the raw
-sums, not Algorithm 2's Schur complement, and the joint fit (10.5) is formed at each read
-from every arm's part: ``O(N (d^3 + d^2 k + d k^2) + k^3)`` for ``N`` arms, plus
-``O(w (d^2 + d k))`` for the ``w`` rows that left the window since their arms' last
-update (at most ``window``).
+window without its part being written: a read (:meth:`WindowFits.fit`) subtracts them,
+one by one in their order, from copies of the arm's sums, keeps the result and at the
+next read subtracts only the rows that left since (the same bits as subtracting them all
+at once in that order); the arm's next update drops them from its part. An arm's live rows have distinct numbers in ``(S - window, S]``, so
+a part holds at most ``window`` rows: ``8 * (window * (d + k + 2) + d^2 + d k + d)``
+bytes (:func:`hybrid_window_memory_bytes`). As for discounting, the shared part holds
+the raw sums, not Algorithm 2's Schur complement, and the joint fit (10.5) is formed at
+each read from every arm's part: ``O(N (d^3 + d^2 k + d k^2) + k^3)`` for ``N`` arms,
+plus ``O(d^2 + d k)`` per row that left the window since the last read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeAlias
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from bandit_core.forgetting import WindowArmState
 from bandit_core.hybrid_forgetting import HybridFit, fit_blocks
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite
+
+# an arm's blocks (A_a, b_a, B_a)
+Blocks: TypeAlias = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -84,10 +87,10 @@ class HybridWindowArmState(ArrayState):
         refused whole (:class:`InvalidInputError`) if a sum overflows."""
         window = len(self.seqs)
         gone = (self.seqs > 0) & (self.seqs <= seq - window)
-        A, B, b = self._without(gone)
-        A += np.multiply.outer(x, x)
-        B += np.multiply.outer(x, z)
-        b += reward * x
+        A, b, B = self.live_blocks(seq - window)  # new arrays below: the part is unchanged
+        A = A + np.multiply.outer(x, x)
+        b = b + reward * x
+        B = B + np.multiply.outer(x, z)
         if not (all_finite(A) and all_finite(B) and all_finite(b)):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
@@ -102,38 +105,39 @@ class HybridWindowArmState(ArrayState):
         self.reward_sum += reward
         self.since_rebuild += 1
         if self.since_rebuild >= window:  # bound the drift of the running sums
-            A, B, b = self._summed(seqs > 0, ridge_lambda)
+            A, b, B = self._summed(seqs > 0, ridge_lambda)
             self.since_rebuild = 0
-        self.A, self.B, self.b = A, B, b
+        self.A, self.b, self.B = A, b, B
 
-    def live_blocks(
-        self, latest: int, window: int, ridge_lambda: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(A_a, b_a, B_a)`` over the rows still in the window after the policy's
-        ``latest``-th reward (numbered above ``latest - window``); the part does not
-        change. The rows that left are subtracted, or the live ones summed anew when
-        they are fewer."""
-        held = self.seqs > 0
-        live = held & (self.seqs > latest - window)
-        gone = held & ~live
-        n_gone = int(gone.sum())
-        if not n_gone:
-            return self.A, self.b, self.B
-        A, B, b = self._summed(live, ridge_lambda) if live.sum() < n_gone else self._without(gone)
+    def live_rows(self, cutoff: int) -> np.ndarray:
+        """Mask of the rows still in the window when it holds the rewards numbered
+        above ``cutoff``."""
+        return (self.seqs > 0) & (self.seqs > cutoff)
+
+    def live_blocks(self, cutoff: int) -> Blocks:
+        """``(A_a, b_a, B_a)`` over the rows still in the window when it holds the
+        rewards numbered above ``cutoff``: the part's sums less the rows that left, in
+        their order (:meth:`without`); the part does not change."""
+        gone = np.flatnonzero((self.seqs > 0) & (self.seqs <= cutoff))
+        return self.without(gone[np.argsort(self.seqs[gone])], (self.A, self.b, self.B))
+
+    def without(self, rows: Iterable[int], blocks: Blocks) -> Blocks:
+        """New ``blocks`` ``(A, b, B)`` less the part's rows ``rows`` (indices), one at
+        a time in that order: rows taken out in two steps give the bits of one step, so
+        a read does not depend on when the previous one was made."""
+        A, b, B = blocks
+        for i in rows:
+            x = self.xs[i]
+            A = A - np.multiply.outer(x, x)
+            b = b - self.rewards[i] * x
+            B = B - np.multiply.outer(x, self.zs[i])
         return A, b, B
 
-    def _without(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """New ``(A, B, b)`` without the held rows masked by ``rows``."""
-        xs, zs = self.xs[rows], self.zs[rows]
-        return self.A - xs.T @ xs, self.B - xs.T @ zs, self.b - xs.T @ self.rewards[rows]
-
-    def _summed(
-        self, rows: np.ndarray, ridge_lambda: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """New ``(A, B, b)`` summed from the rows masked by ``rows`` and the prior."""
+    def _summed(self, rows: np.ndarray, ridge_lambda: float) -> Blocks:
+        """New ``(A, b, B)`` summed from the rows masked by ``rows`` and the prior."""
         xs, zs = self.xs[rows], self.zs[rows]
         A = ridge_lambda * np.eye(xs.shape[1]) + xs.T @ xs
-        return A, xs.T @ zs, xs.T @ self.rewards[rows]
+        return A, xs.T @ self.rewards[rows], xs.T @ zs
 
     def _writable_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``xs``, ``zs``, ``rewards`` and ``seqs``, copied first if they are read-only
@@ -144,24 +148,64 @@ class HybridWindowArmState(ArrayState):
         return self.xs, self.zs, self.rewards, self.seqs
 
 
-def window_fit(
-    shared: WindowArmState,
-    arms: Sequence[HybridWindowArmState],
-    window: int,
-    ridge_lambda: float,
-) -> HybridFit:
-    """The hybrid ridge (10.5) over the policy's last ``window`` rewards: ``shared``'s
-    sums (exactly the window's) and each arm's over its rows still in the window after
-    ``shared.n`` rewards (:meth:`HybridWindowArmState.live_blocks`); no part changes.
-    Unweighted, so :func:`~bandit_core.hybrid_forgetting.fit_blocks` gets the blocks as
-    their own ``V~`` and the width is LinUCB's ``sqrt(phi^T V^-1 phi)``."""
-    k = len(shared.b)
-    d = len(arms[0].b) if arms else 0
-    blocks = [a.live_blocks(shared.n, window, ridge_lambda) for a in arms]
-    A = np.array([blk[0] for blk in blocks], dtype=np.float64).reshape(-1, d, d)
-    b = np.array([blk[1] for blk in blocks], dtype=np.float64).reshape(-1, d)
-    B = np.array([blk[2] for blk in blocks], dtype=np.float64).reshape(-1, d, k)
-    return fit_blocks((shared.A, shared.b, shared.A), (A, b, B), (A, B))
+@dataclass
+class _KeptBlocks:
+    """An arm's live blocks at ``cutoff``, valid while its part is ``state`` with ``n``
+    rewards; ``leaving`` lists its live rows' indices, the oldest last."""
+
+    state: HybridWindowArmState
+    n: int
+    cutoff: int
+    leaving: list[int]
+    blocks: Blocks
+
+
+class WindowFits:
+    """The hybrid ridge (10.5) over a policy's last ``window`` rewards, with each arm's
+    live blocks kept between reads: a read subtracts only the rows that left the window
+    since the last one (one per reward of the policy), so it costs the joint fit plus
+    ``O(N)`` checks; an arm's blocks are formed anew when its part changes."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, _KeptBlocks] = {}
+
+    def fit(
+        self,
+        shared: WindowArmState,
+        arms: Mapping[str, HybridWindowArmState],
+        window: int,
+    ) -> HybridFit:
+        """The fit of ``shared`` (its sums are exactly the window's) and ``arms`` (each
+        over its rows still in the window after ``shared.n`` rewards); no part changes.
+        Unweighted, so :func:`~bandit_core.hybrid_forgetting.fit_blocks` gets the blocks
+        as their own ``V~`` and the width is LinUCB's ``sqrt(phi^T V^-1 phi)``."""
+        cutoff = shared.n - window
+        if len(self._kept) > len(arms):  # retired arms
+            self._kept = {a: kept for a, kept in self._kept.items() if a in arms}
+        blocks = [self._blocks(a, state, cutoff) for a, state in arms.items()]
+        k = len(shared.b)
+        d = len(blocks[0][1]) if blocks else 0
+        A = np.array([blk[0] for blk in blocks], dtype=np.float64).reshape(-1, d, d)
+        b = np.array([blk[1] for blk in blocks], dtype=np.float64).reshape(-1, d)
+        B = np.array([blk[2] for blk in blocks], dtype=np.float64).reshape(-1, d, k)
+        return fit_blocks((shared.A, shared.b, shared.A), (A, b, B), (A, B))
+
+    def _blocks(self, arm_id: str, state: HybridWindowArmState, cutoff: int) -> Blocks:
+        """``arm_id``'s blocks over its rows numbered above ``cutoff``."""
+        kept = self._kept.get(arm_id)
+        if kept is None or kept.state is not state or kept.n != state.n or cutoff < kept.cutoff:
+            live = np.flatnonzero(state.live_rows(cutoff))
+            leaving = live[np.argsort(-state.seqs[live])].tolist()
+            blocks = state.live_blocks(cutoff)
+            self._kept[arm_id] = _KeptBlocks(state, state.n, cutoff, leaving, blocks)
+            return blocks
+        gone = []
+        while kept.leaving and state.seqs[kept.leaving[-1]] <= cutoff:
+            gone.append(kept.leaving.pop())
+        if gone:
+            kept.blocks = state.without(gone, kept.blocks)
+        kept.cutoff = cutoff
+        return kept.blocks
 
 
 def hybrid_window_memory_bytes(d: int, k: int, window: int) -> int:

@@ -81,6 +81,21 @@ def test_a_long_run_stays_exact_and_each_part_bounded_by_the_window(seed: int) -
     assert max(sizes) - min(sizes) < 50
 
 
+def test_reads_between_every_reward_follow_the_rows_that_leave() -> None:
+    """A selection after every reward (the kept blocks of the arms not rewarded lose the
+    rows that left since the previous read) scores as a fresh model over the window."""
+    rng = np.random.default_rng(7)
+    window = 6
+    p = _hybrid(window=window, alpha=0.8)
+    log = []
+    for _ in range(300):
+        arm = str(rng.choice(ARMS, p=[0.7, 0.25, 0.05]))
+        x, r = rng.normal(size=3), float(rng.uniform())
+        p.update(arm, x, r)
+        log.append((arm, x, r))
+        np.testing.assert_allclose(_scores(p), _fresh_scores(p, log, window), rtol=TOL, atol=TOL)
+
+
 def test_an_arm_whose_rows_all_left_scores_as_one_never_rewarded() -> None:
     p = _hybrid(window=3, alpha=1.0)
     p.update("b", np.array([1.0, 0.0, 2.0]), 1.0)
