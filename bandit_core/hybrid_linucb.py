@@ -259,12 +259,13 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
 
     def _fit(self) -> tuple[HybridFit, dict[str, int]]:
         """The weighted joint ridge of every part (10.5) as of the policy's time (its
-        shared part's clock when none is set or it is earlier), and each arm's row in it."""
+        shared part's clock when none is set or it is earlier), or the ridge over the
+        window, and each arm's row in it."""
         assert self._forgetting is not None  # only a forgetting model has a joint fit
         if self.config.window is not None:
             windows = cast(dict[str, HybridWindowArmState], self._arms)
-            shared = cast(WindowArmState, self._shared)
-            fit = self._window_fits.fit(shared, windows, self.config.window)
+            window = cast(WindowArmState, self._shared)
+            fit = self._window_fits.fit(window, windows, self.config.window)
             return fit, {a: i for i, a in enumerate(windows)}
         shared = cast(DiscountedArmState, self._shared)
         at = shared.clock
