@@ -361,9 +361,8 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
     ) -> None:
         c = self.config
         shared = self._shared
-        if isinstance(
-            state, HybridDiscountedArmState | HybridWindowArmState
-        ):  # forgetting with per-arm parts
+        # forgetting with per-arm parts
+        if isinstance(state, HybridDiscountedArmState | HybridWindowArmState):
             self._joint_update(state, x, reward)
             return
         if not isinstance(shared, HybridSharedState):  # a forgetting shared model

@@ -180,7 +180,7 @@ class WindowFits:
         Unweighted, so :func:`~bandit_core.hybrid_forgetting.fit_blocks` gets the blocks
         as their own ``V~`` and the width is LinUCB's ``sqrt(phi^T V^-1 phi)``."""
         cutoff = shared.n - window
-        if len(self._kept) > len(arms):  # retired arms
+        if self._kept.keys() - arms.keys():  # retired arms
             self._kept = {a: kept for a, kept in self._kept.items() if a in arms}
         blocks = [self._blocks(a, state, cutoff) for a, state in arms.items()]
         k = len(shared.b)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from bandit_core import make_policy, policy_from_bytes
 from bandit_core.errors import ConfigError, InvalidInputError
 from bandit_core.hybrid_window import HybridWindowArmState, hybrid_window_memory_bytes
-from tests.bandit_core.test_hybrid_forgetting import ARMS, _check, _hybrid
+from tests.bandit_core.test_hybrid_forgetting import ARMS, K, _check, _hybrid, _joint_ridge
 from tests.bandit_core.test_shared_forgetting import CANDIDATES, LAMBDA, TOL, _feed, observations
 
 
@@ -106,6 +106,23 @@ def test_an_arm_whose_rows_all_left_scores_as_one_never_rewarded() -> None:
     assert p.arm_state("b").seqs.max() == 1.0  # the part keeps the row until "b" is updated
     p.update("b", np.array([1.0, 1.0, 1.0]), 0.0)
     assert sorted(p.arm_state("b").seqs[p.arm_state("b").seqs > 0]) == [5.0]
+
+
+def test_a_retired_arm_leaves_its_rewards_in_the_window_as_rows_of_shared_features() -> None:
+    """As with discounting (docs/algorithms.md 10.3): retiring "b" drops its part, its
+    rewards in the window stay in the shared sums with its contexts set to 0."""
+    rng = np.random.default_rng(3)
+    p = _hybrid(window=5, alpha=1.0)
+    obs = [([*rng.normal(size=3)], float(rng.uniform()), 0.0, False, ARMS[t % 3]) for t in range(9)]
+    rows, _, _ = _feed(p, obs, timed=False)
+    p.select(ARMS, CANDIDATES)  # the fit keeps every arm's blocks, "b"'s too
+    p.retire_arm("b")
+    kept = [
+        (np.where(arm == "b", [1.0, 1.0, 0.0], 1.0) * x, r) for (x, r), (*_, arm) in zip(rows, obs)
+    ]
+    theta, _ = _joint_ridge(obs, kept, _in_window(9, 5))
+    np.testing.assert_allclose(p.beta, theta[:K], rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(p.theta("a"), theta[K : K + 1], rtol=TOL, atol=TOL)
 
 
 def test_the_parts_round_trip_and_learn_the_same() -> None:
