@@ -116,10 +116,9 @@ def joint_fit(
     ridge_lambda: float,
 ) -> HybridFit:
     """The weighted hybrid ridge of ``shared`` and ``arms`` with every block decayed
-    (10.2) to the time ``at``; the parts do not change. With ``S = A_0 - sum_a B_a^T
-    A_a^-1 B_a``, ``beta = S^-1 (b_0 - sum_a B_a^T A_a^-1 b_a)`` and ``theta_a =
-    A_a^-1 (b_a - B_a beta)`` (10.5). The sums over arms are one product of the arms'
-    blocks stacked as ``(N d, k)`` matrices."""
+    (10.2) to the time ``at`` (:func:`fit_blocks`); the parts do not change. With
+    ``S = A_0 - sum_a B_a^T A_a^-1 B_a``, ``beta = S^-1 (b_0 - sum_a B_a^T A_a^-1 b_a)``
+    and ``theta_a = A_a^-1 (b_a - B_a beta)`` (10.5)."""
     k = len(shared.b)
     g0 = math.exp(log_decay * max(at - shared.clock, 0.0))
     A0 = g0 * shared.V + (1.0 - g0) * ridge_lambda * np.eye(k)
@@ -134,6 +133,22 @@ def joint_fit(
     b = g[:, :, 0] * _stacked(arms, "b", (d,))
     B = g * _stacked(arms, "B", (d, k))
     B_tilde = g * g * _stacked(arms, "B_tilde", (d, k))
+    return fit_blocks((A0, b0, A0_tilde), (A, b, B), (A_tilde, B_tilde))
+
+
+def fit_blocks(
+    shared: tuple[np.ndarray, np.ndarray, np.ndarray],
+    arms: tuple[np.ndarray, np.ndarray, np.ndarray],
+    tilde: tuple[np.ndarray, np.ndarray],
+) -> HybridFit:
+    """The hybrid ridge (10.5) of the blocks ``shared = (A_0, b_0, A~_0)`` (``k x k``,
+    ``k``, ``k x k``), ``arms = (A, b, B)`` stacked over the ``N`` arms (``(N, d, d)``,
+    ``(N, d)``, ``(N, d, k)``) and their ``tilde = (A~, B~)``, the blocks of ``V~``
+    (the blocks themselves for an unweighted ridge, whose width is then
+    ``sqrt(phi^T V^-1 phi)``). The sums over arms are one product of the arms' blocks
+    stacked as ``(N d, k)`` matrices."""
+    (A0, b0, A0_tilde), (A, b, B), (A_tilde, B_tilde) = shared, arms, tilde
+    k = len(b0)
     A_inv = np.linalg.inv(A)
     A_inv_B = A_inv @ B
     A_inv_b = np.einsum("nde,ne->nd", A_inv, b)

@@ -46,8 +46,9 @@ from numpy.typing import ArrayLike
 from bandit_core.clock import Clocked
 from bandit_core.errors import ConfigError, InvalidInputError
 from bandit_core.features import SparseRows
-from bandit_core.forgetting import DiscountedArmState
+from bandit_core.forgetting import DiscountedArmState, WindowArmState
 from bandit_core.hybrid_forgetting import HybridDiscountedArmState, HybridFit, joint_fit
+from bandit_core.hybrid_window import HybridWindowArmState, WindowFits
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
@@ -72,8 +73,10 @@ class HybridLinUCBConfig(LinUCBConfig):
     part. ``ridge_lambda`` is the prior of both parts (the paper's ``A_0 = I_k``,
     ``A_a = I_d`` at 1). The model may forget: ``gamma`` or ``half_life_seconds``
     (D-LinUCB; with per-arm parts as :mod:`bandit_core.hybrid_forgetting` describes),
-    and the shared model (``context_dim = 0``) also ``window`` and/or ``window_seconds``
-    (SW-LinUCB), as :mod:`bandit_core.shared_forgetting` describes."""
+    or ``window`` (SW-LinUCB over the policy's last ``window`` rewards; with per-arm
+    parts as :mod:`bandit_core.hybrid_window` describes), and the shared model
+    (``context_dim = 0``) also ``window_seconds``, as
+    :mod:`bandit_core.shared_forgetting` describes."""
 
     context_dim: int = 0
     gamma: float | None = None
@@ -88,10 +91,10 @@ class HybridLinUCBConfig(LinUCBConfig):
             self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1)
         )
         options = self.forgetting.checked(self.ridge_lambda)
-        if options.window is not None and self.context_dim:
+        if options.window_seconds is not None and self.context_dim:
             raise ConfigError(
-                "window and window_seconds apply to the shared model: context_dim must be 0, "
-                f"but got {self.context_dim} (with per-arm parts give gamma or half_life_seconds)"
+                "window_seconds applies to the shared model: context_dim must be 0, but got "
+                f"{self.context_dim} (with per-arm parts give window, gamma or half_life_seconds)"
             )
         for name in FORGETTING_OPTIONS:
             object.__setattr__(self, name, getattr(options, name))
@@ -130,8 +133,9 @@ class HybridArmState(LinearArmState):
 
 # the shared part: Algorithm 2's, or a forgetting one (bandit_core.shared_forgetting)
 SharedPart: TypeAlias = HybridSharedState | ForgettingState
-# an arm's part: Algorithm 2's, or a discounted one (bandit_core.hybrid_forgetting)
-ArmPart: TypeAlias = HybridArmState | HybridDiscountedArmState
+# an arm's part: Algorithm 2's, a discounted one (bandit_core.hybrid_forgetting) or a
+# windowed one (bandit_core.hybrid_window)
+ArmPart: TypeAlias = HybridArmState | HybridDiscountedArmState | HybridWindowArmState
 
 
 class HybridStack(RidgeStack[LinearArmState]):
@@ -179,6 +183,7 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         )
         super().__init__(config)
         self._stack = HybridStack()
+        self._window_fits = WindowFits()  # used with per-arm parts and a window
 
     def uses_wall_clock(self) -> bool:
         """True with ``half_life_seconds`` or ``window_seconds``."""
@@ -190,7 +195,8 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         if name == SHARED_PART:
             return self._forgetting.state_class.from_bytes(data)
         if self._joint and name.startswith(ARM_PREFIX):
-            return HybridDiscountedArmState.from_bytes(data)
+            windowed = not self._forgetting.discounted
+            return (HybridWindowArmState if windowed else HybridDiscountedArmState).from_bytes(data)
         return super()._decode_part(name, data)
 
     def parts_for_select(self, arm_ids: Sequence[str], user_id: str | None = None) -> list[str]:
@@ -221,6 +227,8 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
 
     def _new_arm_state(self) -> ArmPart:
         c = self.config
+        if self._joint and c.window is not None:
+            return HybridWindowArmState.empty(c.context_dim, c.shared_dim, c.window, c.ridge_lambda)
         if self._joint:
             return HybridDiscountedArmState.empty(c.context_dim, c.shared_dim, c.ridge_lambda)
         return HybridArmState(
@@ -251,8 +259,14 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
 
     def _fit(self) -> tuple[HybridFit, dict[str, int]]:
         """The weighted joint ridge of every part (10.5) as of the policy's time (its
-        shared part's clock when none is set or it is earlier), and each arm's row in it."""
+        shared part's clock when none is set or it is earlier), or the ridge over the
+        window, and each arm's row in it."""
         assert self._forgetting is not None  # only a forgetting model has a joint fit
+        if self.config.window is not None:
+            windows = cast(dict[str, HybridWindowArmState], self._arms)
+            window = cast(WindowArmState, self._shared)
+            fit = self._window_fits.fit(window, windows, self.config.window)
+            return fit, {a: i for i, a in enumerate(windows)}
         shared = cast(DiscountedArmState, self._shared)
         at = shared.clock
         if self._forgetting.wall_clock and self._now is not None:
@@ -347,7 +361,8 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
     ) -> None:
         c = self.config
         shared = self._shared
-        if isinstance(state, HybridDiscountedArmState):  # forgetting with per-arm parts
+        # forgetting with per-arm parts
+        if isinstance(state, HybridDiscountedArmState | HybridWindowArmState):
             self._joint_update(state, x, reward)
             return
         if not isinstance(shared, HybridSharedState):  # a forgetting shared model
@@ -367,12 +382,12 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         )
 
     def _joint_update(
-        self, state: HybridDiscountedArmState, row: np.ndarray, reward: float
+        self, state: HybridDiscountedArmState | HybridWindowArmState, row: np.ndarray, reward: float
     ) -> None:
         """Add ``([z, x], reward)`` to the arm's blocks and the shared one, both at the
         policy's time (docs/algorithms.md section 10.3); refused whole if it overflows."""
         assert self._forgetting is not None  # only a forgetting model has these parts
-        shared = cast(DiscountedArmState, self._shared)
+        shared = cast(ForgettingState, self._shared)
         with np.errstate(over="ignore"):  # overflow is refused here
             outer = np.multiply.outer(row, row)
         if not all_finite(outer):
@@ -382,7 +397,12 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         k = self.config.shared_dim
         forgetting = self._forgetting
         at = forgetting.observation_time(shared, self._now)
-        state.add_row(row[:k], row[k:], reward, at, forgetting.log_decay, self.config.ridge_lambda)
+        if isinstance(state, HybridWindowArmState):  # on the per-update clock: at = shared.n + 1
+            state.add_row(row[:k], row[k:], reward, int(at), self.config.ridge_lambda)
+        else:
+            state.add_row(
+                row[:k], row[k:], reward, at, forgetting.log_decay, self.config.ridge_lambda
+            )
         forgetting.add(shared, row[:k], reward, self._now)
 
     @property

@@ -8,12 +8,13 @@ LinUCB, and each forgetting policy on its per-update clock (``gamma`` 0.99;
 ``window`` 1000) and on wall-clock time (``half_life_seconds`` 3600;
 ``window_seconds`` 3600 with ``window`` 1000), and hybrid LinUCB with per-arm parts
 over the last 8 features (``context_dim`` 8; ``d`` must exceed it) without forgetting,
-with ``gamma`` 0.99 and with ``half_life_seconds`` 3600, where decision ``i`` is made and
-rewarded at ``now = i`` seconds, as the service passes the time. Every policy is warmed
-with ``--warm`` decisions first (its arms hold data). Two rows (``op:``) time alone the
-steps a discounted update adds to LinUCB's (:func:`operation_runners`), per call. Prints
-the CPU time per decision (per call for ``op:``) and its ratio to LinUCB's decision
-(median over rounds of the per-round ratio) and writes
+with ``gamma`` 0.99, with ``window`` 1000 and with ``half_life_seconds`` 3600, where
+decision ``i`` is made and rewarded at ``now = i`` seconds, as the service passes the
+time. Every policy is warmed with ``--warm`` decisions first (its arms hold data). Two
+rows (``op:``) time alone the steps a discounted update adds to LinUCB's
+(:func:`operation_runners`), per call. Prints the CPU time per decision (per call for
+``op:``) and its ratio to LinUCB's decision (median over rounds of the per-round ratio)
+and writes
 ``benchmarks/results/forgetting_cost.json``:
 
     python -m benchmarks.forgetting_cost [--rounds 15] [--label before]
@@ -58,6 +59,7 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any], bool]] = {
     # per-arm parts over the last 8 features, shared ones over the rest
     "hybrid_linucb per-arm": ("hybrid_linucb", {"context_dim": 8}, False),
     "hybrid_linucb per-arm gamma": ("hybrid_linucb", {"context_dim": 8, "gamma": 0.99}, False),
+    "hybrid_linucb per-arm window": ("hybrid_linucb", {"context_dim": 8, "window": 1000}, False),
     "hybrid_linucb per-arm half_life_seconds": (
         "hybrid_linucb",
         {"context_dim": 8, "half_life_seconds": 3600.0},

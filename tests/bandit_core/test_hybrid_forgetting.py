@@ -167,10 +167,9 @@ def test_a_row_that_overflows_changes_no_part() -> None:
     assert p.to_bytes() == before
 
 
-@pytest.mark.parametrize("params", [{"window": 5}, {"window_seconds": 30.0}])
-def test_a_window_with_per_arm_parts_names_context_dim(params: dict[str, Any]) -> None:
+def test_a_window_in_seconds_with_per_arm_parts_names_context_dim() -> None:
     with pytest.raises(ConfigError, match="context_dim"):
-        _hybrid(**params)
+        _hybrid(window_seconds=30.0)
 
 
 def test_a_retired_arm_leaves_its_rewards_as_rows_of_shared_features() -> None:

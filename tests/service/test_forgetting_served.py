@@ -197,15 +197,51 @@ def _parts(policy: Any) -> list[Any]:
     return parts + ([policy.shared_state] if "shared" in policy.part_names() else [])
 
 
-async def test_a_window_with_per_arm_parts_is_a_422_naming_context_dim(make_settings: Any) -> None:
-    """The hybrid model with per-arm parts forgets by discounting only (docs/algorithms.md
-    section 10.3); a window is refused, naming the field, and nothing is stored."""
+async def test_a_window_in_seconds_with_per_arm_parts_is_a_422_naming_context_dim(
+    make_settings: Any,
+) -> None:
+    """The hybrid model with per-arm parts takes a window in updates, not in seconds
+    (docs/algorithms.md section 10.3); ``window_seconds`` is refused, naming the field,
+    and nothing is stored."""
     async with running(make_settings()) as (_, http, _):
-        spec = _policy("hybrid_linucb", 2, context_dim=1, window=10)
+        spec = _policy("hybrid_linucb", 2, context_dim=1, window_seconds=30.0)
         r = await http.put("/policies/p", json=spec)
         assert r.status_code == 422, r.text
         assert "context_dim" in r.text
         assert (await http.get("/policies/p")).status_code == 404
+
+
+async def test_a_hybrid_window_with_per_arm_parts_scores_the_last_rewards(
+    make_settings: Any,
+) -> None:
+    """``window = 3`` with per-arm parts, served: after six rewards over two arms each
+    arm's score is that of Algorithm 2 (no forgetting) fed only the last three, and not
+    that of the model fed all six (docs/algorithms.md section 10.3)."""
+    spec = {**_policy("hybrid_linucb", 2, context_dim=1, window=3), "arms": ["a", "b"]}
+    story = [("a", 1.0), ("a", 1.0), ("b", 0.0), ("b", 1.0), ("a", 0.0), ("b", 0.0)]
+    fresh, whole = (make_policy("hybrid_linucb", d=2, context_dim=1, alpha=0.0) for _ in "fw")
+    for engine, rewards in ((fresh, story[-3:]), (whole, story)):
+        engine.add_arm("a")
+        engine.add_arm("b")
+        for arm, reward in rewards:
+            engine.update(arm, [1.0, 1.0], reward)
+
+    async def decide(http: Any, arm: str) -> tuple[str, float]:
+        body = {"policy": "p", "context": [1.0, 1.0], "arms": [{"id": arm}]}
+        r = await http.post("/recommend", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["event_id"], r.json()["ranking"][0]["score"]
+
+    async with running(make_settings()) as (_, http, _):
+        assert (await http.put("/policies/p", json=spec)).status_code == 200, spec
+        for arm, reward in story:
+            event_id, _ = await decide(http, arm)
+            await _reward(http, event_id, reward)
+        for arm in ("a", "b"):
+            _, score = await decide(http, arm)
+            want = fresh.select([arm], [[1.0, 1.0]]).scores[0]
+            assert score == pytest.approx(want, rel=1e-9, abs=1e-12)
+            assert score != pytest.approx(whole.select([arm], [[1.0, 1.0]]).scores[0])
 
 
 @pytest.mark.parametrize("backend", ["redis_postgres"])
