@@ -40,12 +40,18 @@ def _storable(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_storable)]
-ArmId = Annotated[Text, Field(min_length=1, max_length=256)]
+# The lengths come before the validator so that pydantic-core checks them on the string
+# itself; after it they run as Python functions (a rank request validates 50 arm ids).
+ArmId = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_storable)]
 EVENT_ID_MAX_LENGTH = 256
-EventId = Annotated[Text, Field(min_length=1, max_length=EVENT_ID_MAX_LENGTH)]
+EventId = Annotated[
+    str, Field(min_length=1, max_length=EVENT_ID_MAX_LENGTH), AfterValidator(_storable)
+]
 """A client's event id: any 1 to 256 characters but NUL (Azure Personalizer's rule), kept
 exactly; the stores key it injectively (docs/personalizer.md, "Event ids")."""
-StoredEventId = Annotated[Text, Field(min_length=1, max_length=EVENT_ID_MAX_LENGTH + 16)]
+StoredEventId = Annotated[
+    str, Field(min_length=1, max_length=EVENT_ID_MAX_LENGTH + 16), AfterValidator(_storable)
+]
 """An event id the service may hold, rewarded or activated by: a client's, or one the
 service derived from it with a suffix of at most 16 characters (a Personalizer multi-slot
 event's per-slot id ``<id>:slot<i>``)."""
