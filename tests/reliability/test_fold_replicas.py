@@ -40,7 +40,7 @@ SPEC: dict[str, Any] = {
     "model_update_interval": 0.2,
 }
 CLIENTS = 8  # per process
-PER_CLIENT = 40
+PER_CLIENT = 40  # the deployment and SIGKILL cases; one case runs 1,000
 
 
 async def _decide(url: str, n: int) -> list[str]:
@@ -121,6 +121,27 @@ async def test_two_replicas_fold_every_reward_once(
     deployment: str,
     kill: bool,
 ) -> None:
+    await two_replicas_reward(make_settings, request, deployment, kill, PER_CLIENT)
+
+
+@pytest.mark.timeout(1800)
+async def test_two_replicas_fold_a_thousand_rewards_per_client_once(
+    make_settings: Callable[..., Settings], request: pytest.FixtureRequest
+) -> None:
+    """The issue's size: 2 processes x 8 clients x 1,000 rewards, on the test's own Redis."""
+    await two_replicas_reward(make_settings, request, "redis", False, 1000)
+
+
+async def two_replicas_reward(
+    make_settings: Callable[..., Settings],
+    request: pytest.FixtureRequest,
+    deployment: str,
+    kill: bool,
+    per_client: int,
+) -> None:
+    """Both replicas decide ``CLIENTS * per_client`` events and reward them from CLIENTS
+    clients each (one replica SIGKILLed after a quarter is folded when ``kill``); the
+    folded ``shared`` part equals the stored rewards applied one by one."""
     url, client = _redis(request, deployment)
     settings = make_settings(redis_url=url, fold_check_seconds=0.05, fold_max_deltas=64)
     env = settings_env(settings)
@@ -128,7 +149,7 @@ async def test_two_replicas_fold_every_reward_once(
     with apps(a, b):
         async with httpx.AsyncClient(base_url=a.url, headers=HEADERS) as http:
             assert (await http.put("/policies/p", json=SPEC)).status_code == 200
-        n = CLIENTS * PER_CLIENT
+        n = CLIENTS * per_client
         on_a, on_b = await asyncio.gather(_decide(a.url, n), _decide(b.url, n))
         rng = np.random.default_rng(11)
         values = {e: float(v) for e, v in zip(on_a + on_b, rng.uniform(-1, 1, 2 * n), strict=True)}
