@@ -133,7 +133,8 @@ class Settings(BaseSettings):
         5.0,
         gt=0,
         description="how often the state store is compared with the event log's policies "
-        "table; a policy the store lacks is rebuilt from the log (also checked at start)",
+        "table; a policy the store lacks at two checks in a row is rebuilt from the log "
+        "(at once at start)",
     )
     allow_import_guardrails: bool = Field(
         False, description="accept guardrail specs of type 'import' (they load server-side code)"

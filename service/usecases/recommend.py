@@ -287,22 +287,32 @@ class Recommender:
     ) -> None:
         """Write the pending event of ``served``, put it on the deadline index and count
         the decision, in one transaction; a selection that changed state (guardrail
-        counters) is redone inside it over fresh values of those parts (``served`` then
-        holds the decision redone)."""
+        counters, a cold start that LNUCB-TA counts) is redone inside it over fresh values
+        of those parts (``served`` then holds the decision redone). An attempt after a
+        conflict redoes it from the draws the last attempt started from, unless another
+        selection drew from the policy's rng meanwhile: the rng stream, and with it later
+        tie-breaks, do not depend on how many attempts the store needed."""
         req, event_id = served.req, served.event_id
         key = event_key(event_id)
         changed = list(served.decision.state_changed)
         annotations = served.recommendation.annotations
+        policy = runtime.policy
+        draws: list[Mapping[str, Any]] = []  # the rng before and after the last redo
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             if values[key] is not None:
                 raise Conflict(f"event_id {event_id!r} is already in use")
             out: dict[str, bytes | None] = {}
             if changed:
+                # rewound only when no other selection drew since: it would draw twice
+                if draws and policy.rng_state == draws[1]:
+                    policy.rng_state = draws[0]
+                before = policy.rng_state
                 import_stored(runtime, {p: values[p] for p in changed})
                 served.decision, served.imitated = self.select(
                     runtime, served.candidates, req, mode, now
                 )
+                draws[:] = [before, policy.rng_state]
                 version = runtime.model_version(parts)
                 redone = recommendation_of(req, runtime, served.decision, event_id, version, False)
                 served.recommendation = replace(redone, annotations=annotations)

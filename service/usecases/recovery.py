@@ -4,10 +4,13 @@ The event log's ``policies`` table is the directory of record: a policy with a r
 there and no config in the state store (Redis flushed, restarted without its data, or
 restored from a backup older than the policy) is rebuilt from the log
 (:func:`service.usecases.rebuild.rebuild_policy`), never created afresh. :meth:`Recovery.check`
-compares the two at start and every ``rebuild_check_seconds``; a request that finds the
-config of a policy gone (:meth:`PolicyCache.load` asks :meth:`Recovery.stand_in`)
-starts the rebuild at once when the policy is in the directory as last read, or was
-cached by this process.
+compares the two at start and every ``rebuild_check_seconds``: the first check rebuilds
+each policy it finds missing, a later one only a policy the check before it found
+missing too (another replica's create or reset writes the log, then the store: between
+the check's two reads its policy looks lost, and is there at the next check). A request
+that finds the config of a policy gone (:meth:`PolicyCache.load` asks
+:meth:`Recovery.stand_in`) starts the rebuild at once when the policy is in the
+directory as last read, or was cached by this process.
 
 While a policy is missing or being rebuilt, its decisions are served degraded (flagged,
 nothing stored, as when the store is down) from a stand-in: the policy this process had
@@ -61,6 +64,8 @@ class Recovery:
     _stand_ins: dict[str, Runtime] = field(default_factory=dict, init=False)
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _reading: asyncio.Future[dict[str, dict[str, Any]]] | None = field(default=None, init=False)
+    _checked: bool = field(default=False, init=False)  # a check has read both sides
+    _suspects: set[str] = field(default_factory=set, init=False)  # missing at the last check
 
     def __post_init__(self) -> None:
         self.cache.stand_in = self.stand_in
@@ -71,15 +76,23 @@ class Recovery:
         return sorted(self._stand_ins)
 
     async def check(self) -> list[str]:
-        """Read the log's ``policies`` table, start the rebuild of each policy the store
-        does not list (but one whose config this process was writing meanwhile), and
-        return :meth:`missing`."""
+        """Read the log's ``policies`` table, then the store's list, and return
+        :meth:`missing`. A policy the store does not list (but one whose config this
+        process was writing meanwhile) is missing when this is the first check, when
+        the check before found it missing too, or when it has a stand-in already; its
+        rebuild starts. One found missing by this check only is remembered, and
+        forgotten by the next check that finds it (docs/reliability.md, "Redis loses
+        its data")."""
         mark = self.cache.config_writes.mark()
         directory = await self._read_directory()
         present = set(await self.store.list_policies())
         # a config written between the two reads may be in the log and not yet in the store
         present |= self.cache.config_writes.since(mark)
-        for name in sorted(directory.keys() - present):
+        absent = directory.keys() - present
+        lost = absent if not self._checked else absent & (self._suspects | self._stand_ins.keys())
+        self._checked = True
+        self._suspects = absent - lost
+        for name in sorted(lost):
             if name not in self._stand_ins:
                 self._register(name, self.cache.new_runtime(directory[name]))
             self._start(name)

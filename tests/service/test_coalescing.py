@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import redis
 
 from service.errors import ApiError
 from service.schemas import RecommendRequest
@@ -200,3 +201,57 @@ async def test_each_path_logs_the_latency_from_receipt_to_decision(
         }
         latencies = [logged[s.event_id] for s in served]
         assert all(us is not None and 0 < us <= elapsed_us for us in latencies), latencies
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_selection_redone_after_a_conflict_draws_as_without_one(
+    make_settings: Callable[..., Any],
+) -> None:
+    """LNUCB-TA's cold start changes its state, so its transaction redoes the selection
+    over fresh values; another writer moving a key the transaction read, between the
+    read and the commit, makes it redo the selection once more. Two identically seeded
+    policies, the second cold start of one of them conflicted so: the same decisions,
+    with the same rng state after each."""
+    settings = make_settings(recommend_coalescing=False)
+    async with running(settings) as (app, http, _):
+        for name in ("quiet", "conflicted"):
+            r = await http.put(f"/policies/{name}", json={**BASE, **POLICIES["ta"]})
+            assert r.status_code == 200, r.text
+        use_cases = app.state.use_cases
+        store = use_cases.store
+        other = redis.Redis.from_url(settings.redis_url)
+        transact = store.transact
+        conflicts: list[list[str]] = []
+
+        versions = "bandit:{conflicted}:versions"  # service/storage/redis_scripts.py
+
+        async def conflicted_once(policy: str, keys: Any, fn: Any, *args: Any) -> Any:
+            stored = "shared" in keys and other.hexists(versions, "shared")
+            if policy != "conflicted" or conflicts or not stored:  # not the second cold start
+                return await transact(policy, keys, fn, *args)
+
+            def moved_then_fn(values: dict[str, bytes | None]) -> Any:
+                if not conflicts:  # another writer moves "shared" (the same value) first
+                    other.hincrby(versions, "shared", 1)
+                conflicts.append(sorted(values))
+                return fn(values)
+
+            return await transact(policy, keys, moved_then_fn, *args)
+
+        served: dict[str, list[tuple[str, Any]]] = {}
+        store.transact = conflicted_once
+        try:
+            for name in ("quiet", "conflicted"):
+                served[name] = []
+                for k in range(4):  # a cold start of a..d, then of "e"
+                    arms = [{"id": a} for a in [*ARMS, *(["e"] if k == 2 else [])]]
+                    body = {"policy": name, "context": [1.0, float(k % 2), 0.0], "arms": arms}
+                    r = await http.post("/recommend", json=body)
+                    assert r.status_code == 200, r.text
+                    rng = use_cases.cache.cached(name).policy.rng_state
+                    served[name].append((r.json()["arm_id"], rng))
+        finally:
+            store.transact = transact
+            other.close()
+        assert len(conflicts) == 2 and "shared" in conflicts[0]  # the cold start of "e", redone
+        assert served["conflicted"] == served["quiet"]

@@ -12,6 +12,12 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
+from service.api.app import LEARNING_SETTINGS
+from service.storage.redis_store import RedisStateStore
+from service.storage.sql_log import SqlEventLog
+from service.usecases.audit import AuditTrail
+from service.usecases.policy_cache import PolicyCache
+from service.usecases.recovery import Recovery
 from tests.service.conftest import POLICY, running
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +51,9 @@ async def test_a_store_emptied_under_a_running_app_is_rebuilt_never_404(
         r = await http.post("/recommend", json={"policy": "p", "context": [0.1, 0.2, 0.3]})
         assert r.status_code == 200 and r.json()["degraded"], r.text
         await use_cases.recovery.wait()
-        assert (await use_cases.recovery.check()) == ["q"]  # the check finds q
+        # a check that finds q missing, then the next that finds it missing again
+        assert (await use_cases.recovery.check()) == []
+        assert (await use_cases.recovery.check()) == ["q"]
         await use_cases.recovery.wait()
 
         ready = await http.get("/readyz")
@@ -178,3 +186,82 @@ async def test_a_policy_deleted_between_the_checks_reads_is_not_taken_for_a_lost
         assert recovery.missing() == [] and _rebuilds() == rebuilds
         r = await http.post("/recommend", json={"policy": "p", "context": [0.1, 0.2, 0.3]})
         assert r.status_code == 404, r.text
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_policy_another_replica_creates_during_a_check_is_not_taken_for_a_lost_one(
+    make_settings: Any,
+) -> None:
+    """Replica B creates ``p``: its row in the log, then its config in Redis. Replica A's
+    check reads the log (``p`` there) and Redis (``p`` not yet there) meanwhile, which
+    no write of A's own explains: the finding is remembered, not acted on, and the next
+    check, finding ``p``, forgets it. A policy Redis really lost is found missing by two
+    checks in a row and rebuilt from the log at the second."""
+    settings = make_settings(rebuild_check_seconds=3600)
+    async with running(settings) as (app, http, _):
+        b = app.state.use_cases
+        assert settings.redis_url is not None
+        store = RedisStateStore(settings.redis_url)
+        event_log = SqlEventLog(settings.log_url)
+        a = Recovery(
+            PolicyCache(store),
+            store,
+            b.sink,
+            event_log,
+            settings,
+            AuditTrail(b.sink, event_log),
+            LEARNING_SETTINGS,
+        )
+        try:
+            assert await a.check() == []  # A's first check: nothing in the log yet
+            rebuilds = _rebuilds()
+            store_step = b.store.add_policy
+            paused, resume = asyncio.Event(), asyncio.Event()
+
+            async def paused_step(name: str) -> None:
+                paused.set()
+                await resume.wait()
+                await store_step(name)
+
+            b.store.add_policy = paused_step
+            create = asyncio.ensure_future(http.put("/policies/p", json=POLICY))
+            await asyncio.wait_for(paused.wait(), 10)
+            b.store.add_policy = store_step
+            listed = store.list_policies
+            seen: list[tuple[list[str], list[str]]] = []
+
+            async def listed_then_b_writes_the_config() -> list[str]:
+                names = await listed()
+                seen.append((names, sorted(await asyncio.to_thread(event_log.policies))))
+                resume.set()
+                assert (await create).status_code == 200
+                return names
+
+            store.list_policies = listed_then_b_writes_the_config
+            try:
+                assert await a.check() == []
+            finally:
+                store.list_policies = listed
+                resume.set()
+            assert seen == [([], ["p"])]  # the check found p in the log, not in Redis
+            assert (await create).status_code == 200
+            await a.wait()
+            assert a.missing() == [] and _rebuilds() == rebuilds
+            assert await a.check() == []  # p is there: the finding is forgotten
+
+            await _history(http, "p", 6)
+            before = (await http.get("/policies/p/stats")).json()
+            await asyncio.to_thread(b.sink.flush, 5.0)
+            await store.delete_policy("p")  # every key of p gone, as after FLUSHALL
+            assert await a.check() == []  # found missing once (not twice, as forgotten)
+            await a.wait()
+            assert a.missing() == [] and _rebuilds() == rebuilds
+            assert await a.check() == ["p"]  # and again: rebuilt from the log
+            await a.wait()
+            assert a.missing() == [] and _rebuilds() == rebuilds + 1
+            after = (await http.get("/policies/p/stats")).json()
+            assert (after["decisions"], after["rewards"]) == (6, 6)
+            assert after["arms"] == before["arms"]
+        finally:
+            await store.close()
+            await asyncio.to_thread(event_log.close)
