@@ -38,7 +38,12 @@ namespace wins over a context namespace of the same name), its
 candidates the actions of its ``_a`` (0-based), ``_p[0]`` the served one's propensity,
 its reward ``-_label_cost``, its outcomes ``_o`` read as ``o`` above.
 
-A reward is logged at its decision's time (the format has no time of the reward).
+A reward is logged at its decision's time (the format has no time of the reward), with
+the importance weights of the baseline and of uniform random that a served decision's
+reward carries (:func:`service.usecases.events.ips_weights`; docs/console.md, "Baseline
+and random"): the baseline is the decision's first candidate (``_multi[0]`` of a
+single-slot line; a slot's candidates are its ``_a``, the served one first, as the format
+names no slot baseline) and ``K`` the number of its candidates.
 This module reads lines; :func:`service.personalizer.dsjson_export.export_line` writes
 an event back as a single-slot line (a multi-slot rank's slot events each as their own
 line): importing what was exported gives the same records.
@@ -49,13 +54,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from service import timeparse
 from service.personalizer.schemas import SLOT_EVENT_SEPARATOR
 from service.storage.base import DecisionRecord, RewardRecord
+from service.usecases.events import ips_weights
 
 EXPLICIT = "explicit"
 DEFAULT = "default"
@@ -180,9 +186,9 @@ def _reward_source(outcomes: Any, field: str) -> str:
     return EXPLICIT if numeric else DEFAULT
 
 
-@dataclass(frozen=True)
-class _Choice:
-    """One decision of a line: candidates, ranking, probabilities, cost and outcomes."""
+class _Choice(NamedTuple):
+    """One decision of a line: candidates, ranking, probabilities, cost and outcomes (a
+    named tuple: built once per decision, 0.3 us against 1.4 us as a frozen dataclass)."""
 
     event_id: str
     context: list[dict[str, Any]]
@@ -220,7 +226,11 @@ def _records(
     source = _reward_source(choice.outcomes, f"{choice.field}o")
     if choice.cost is None or not learn:
         return decision, None
-    reward = RewardRecord(choice.event_id, loop, served, -choice.cost + 0.0, source, created_at)
+    ids = [a["id"] for a in choice.candidates]
+    baseline, uniform = ips_weights(served, ids, choice.propensity)
+    reward = RewardRecord(
+        choice.event_id, loop, served, -choice.cost + 0.0, source, created_at, baseline, uniform
+    )
     return decision, reward
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import gzip
 import sys
 import time
@@ -190,6 +191,21 @@ def _advanced(raw: IO[bytes], position: int, advance: Any) -> int:
     return now
 
 
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector off while it runs: the records of a batch of
+    5,000 events are tens of thousands of lists and dicts, which the collector scanned
+    again and again (8 us of the 36 us an event took to read); they form no cycles, so
+    reference counting frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def import_files(
     event_log: EventLog,
     loop: str,
@@ -201,7 +217,7 @@ def import_files(
     stops it, the failing file logged not at all. Counts only what committed."""
     counts = ImportCounts()
     total = sum(p.stat().st_size for p in files)
-    with progress_bar(total, not progress, "B") as bar:
+    with _no_cycle_collection(), progress_bar(total, not progress, "B") as bar:
         for path in files:
             file_counts = ImportCounts()
             event_log.append_batches(_batches(path, loop, file_counts, skip_bad, bar.update))

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,15 +32,7 @@ def copy_insert(
     into the staging table ``bandit_copy_<table>`` of this session (created on first
     use, its rows deleted at commit) and from there by ``insert``'s ``ON CONFLICT DO
     NOTHING``, after which the staging table is emptied."""
-    json_columns = {name for name in fields if isinstance(table.c[name].type, sa.JSON)}
-    rows = [
-        [
-            json_dumps(value) if name in json_columns and value is not None else value
-            for name in fields
-            for value in (getattr(record, name),)
-        ]
-        for record in records
-    ]
+    rows = _copy_rows(records, fields, [isinstance(table.c[name].type, sa.JSON) for name in fields])
     names = ", ".join(fields)
     driver = conn.connection.driver_connection
     try:
@@ -61,6 +54,28 @@ def copy_insert(
     # a transaction may copy several batches (EventLog.append_batches): each its own rows;
     # TRUNCATE, as a DELETE's dead rows would stay in the table until the commit
     conn.execute(sa.text(f"TRUNCATE {stage.name}"))
+
+
+def _copy_rows(records: Sequence[Any], fields: list[str], json: list[bool]) -> list[list[Any]]:
+    """The ``COPY`` rows of ``records``: the values of ``fields``, as JSON text where
+    ``json`` says so (:func:`json_dumps`; None stays NULL). A value shared by several
+    records (an import's decisions share their candidate list) is encoded once."""
+    values = operator.attrgetter(*fields)
+    encode = [i for i, is_json in enumerate(json) if is_json]
+    # by id(): the records hold every value while this runs, so no id is reused
+    encoded: dict[int, str] = {}
+    rows = []
+    for record in records:
+        row = list(values(record))
+        for i in encode:
+            value = row[i]
+            if value is not None:
+                text = encoded.get(id(value))
+                if text is None:
+                    text = encoded[id(value)] = json_dumps(value)
+                row[i] = text
+        rows.append(row)
+    return rows
 
 
 def _copy(driver: Any, target: str, rows: list[list[Any]]) -> None:
