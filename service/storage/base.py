@@ -89,6 +89,10 @@ class Claim:
 TransactionFn = Callable[[dict[str, bytes | None]], Mapping[str, bytes | None]]
 
 
+SLOT_EVENT_SEPARATOR = ":slot"
+"""Slot ``i`` of the multi-slot event ``E`` is logged as the single-slot event ``E:slot<i>``."""
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     """One served decision as written to the ``decisions`` table."""

@@ -1,4 +1,4 @@
-"""The Decision Service JSON-lines logs (``service.personalizer.dsjson``) and ``bandit
+"""The Decision Service JSON-lines logs (``service.storage.dsjson``) and ``bandit
 import-log`` / ``bandit export-log`` on SQLite and PostgreSQL: what each field of a line
 becomes, malformed lines named by file and line, one transaction per file, a second
 import that adds nothing, an export that imports back to the same events, and a rebuild
@@ -23,7 +23,7 @@ import pytest
 from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.personalizer import log_commands
-from service.personalizer.dsjson import DsjsonError, parse_line
+from service.storage.dsjson import DsjsonError, parse_line
 from service.personalizer.dsjson_export import export_line
 from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import new_info

@@ -54,8 +54,7 @@ from typing import Any
 import orjson
 
 from service import timeparse
-from service.personalizer.schemas import SLOT_EVENT_SEPARATOR
-from service.storage.base import DecisionRecord, RewardRecord
+from service.storage.base import SLOT_EVENT_SEPARATOR, DecisionRecord, RewardRecord
 
 EXPLICIT = "explicit"
 DEFAULT = "default"
