@@ -35,6 +35,7 @@ from service.cli.exit_codes import EXIT_OK
 from service.cli.log_sources import (
     LogSpec,
     PartitionFacts,
+    featurized,
     load_log,
     log_spec,
     one_width,
@@ -169,10 +170,8 @@ def streamed_replays(
     facts: dict[tuple[str, int] | None, list[PartitionFacts]] = {}
     streams, total = [], 0
     for run in runs:
-        # the rows, hence the facts, depend on the policy only for an event log
-        key = (
-            (run.policy, int(run.params.get("context_dim", 0))) if spec.fmt == "eventlog" else None
-        )
+        # the rows, hence the facts, depend on the policy only for a log of JSON features
+        key = (run.policy, int(run.params.get("context_dim", 0))) if featurized(spec) else None
         if key not in facts:
             tasks = [(part, run.policy, run.params, rejection) for part in parts]
             facts[key] = engine.map(partition_facts, tasks)
