@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from service import timeparse
-from service.storage.dsjson import ACTIONS_KEY, EXPLICIT, PROBABILITY_TOLERANCE
 from service.storage.base import DecisionRecord, LoggedDecision
+from service.storage.dsjson import ACTIONS_KEY, EXPLICIT, PROBABILITY_TOLERANCE
 
 
 def namespaces_of(context: Any) -> dict[str, Any]:

@@ -23,12 +23,12 @@ import pytest
 from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.personalizer import log_commands
-from service.storage.dsjson import DsjsonError, parse_line
 from service.personalizer.dsjson_export import export_line
 from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import new_info
 from service.settings import get_settings
 from service.storage.base import LoggedDecision
+from service.storage.dsjson import DsjsonError, parse_line
 from service.storage.memory_store import InProcessStateStore
 from service.storage.sql_log import SqlEventLog
 from service.usecases.rebuild import rebuild_policy
