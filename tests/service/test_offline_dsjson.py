@@ -9,14 +9,15 @@ is named by file and line, as the importer names it."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
-import orjson
 import pytest
 
 from service.cli import main
@@ -28,43 +29,24 @@ from service.settings import get_settings
 from service.storage.sql_log import SqlEventLog
 from service.usecases.offline_engine import OfflineEngine
 from tests.databases import database
+from tests.servers import ROOT
 
-SEGMENTS = ("new", "returning", "vip")
-ITEMS = ("tea", "scarf", "lamp")
+
+def _example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("log", ROOT / "examples" / "personalizer_log.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+dsjson_lines = _example().dsjson_lines
+"""``examples/personalizer_log.py``'s generated Personalizer log (``dsjson_lines(count,
+seed)``): a decision a minute, every 9th line ``_skipLearn``, every 10th without cost."""
+
 LINES = 240
 FEATURES = json.dumps(DEFAULT_LOOP_SPEC.features)
 TIMING = {"seconds", "cpu_seconds", "wall_seconds"}
-
-
-def dsjson_lines(count: int, seed: int) -> list[bytes]:
-    """``count`` DSJSON lines a minute apart from 2026-03-01 00:00 UTC, as Personalizer
-    logs an epsilon-greedy loop (0.8 on its pick, 0.1 on each other action): reward 1
-    when the served item fits the shopper's segment; every 9th line ``_skipLearn`` and
-    every 10th without ``_label_cost`` (no reward: skipped by a replay)."""
-    rng = np.random.default_rng(seed)
-    lines = []
-    for i in range(count):
-        segment = int(rng.integers(3))
-        pick, served = int(rng.integers(3)), int(rng.integers(3))
-        ranking = [served, *[j for j in range(3) if j != served]]
-        line: dict[str, Any] = {
-            "_label_cost": -float(served == segment),
-            "_label_probability": 0.8 if served == pick else 0.1,
-            "Timestamp": f"2026-03-01T{i // 60:02d}:{i % 60:02d}:00.0000000Z",
-            "EventId": f"e{i}",
-            "a": [j + 1 for j in ranking],
-            "c": {
-                "shopper": {"segment": SEGMENTS[segment], "visits": i % 5},
-                "_multi": [{"_tag": t, "j": [{"item": {"name": t}}]} for t in ITEMS],
-            },
-            "p": [0.8 if j == pick else 0.1 for j in ranking],
-        }
-        if i % 9 == 4:
-            line["_skipLearn"] = True
-        if i % 10 == 7:
-            del line["_label_cost"]
-        lines.append(orjson.dumps(line))
-    return lines
 
 
 def split_log(directory: Path, lines: list[bytes]) -> tuple[Path, Path]:
