@@ -26,7 +26,9 @@ FORMATS = ("news", "jsonl", "eventlog", "dsjson")
 REFEATURIZING = (
     "Re-featurizing: a policy with features logs its JSON as sent; --features JSON (or\n"
     "--features-file) replays the log under another featurizer config, the rows built for the\n"
-    "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n\n"
+    "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n"
+    "A DSJSON log (--format dsjson: Azure AI Personalizer's logs) is featurized under --features,\n"
+    "which it needs (docs/offline.md, DSJSON files).\n\n"
 )
 """The paragraph of ``--features`` in the descriptions of the commands that read logs."""
 

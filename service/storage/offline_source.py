@@ -49,7 +49,7 @@ Featurize = Callable[[Any, list[Any]], np.ndarray]
 with JSON features, e.g. ``lambda c, a: featurized_rows(featurizer, policy, c, a)``
 (``bandit_core.featurized``) under any featurizer config and policy layout."""
 DSJSON_LOOP = "dsjson"
-"""The loop name the decisions of a DSJSON file read offline carry (in no event log)."""
+"""The loop name the decisions of a DSJSON file read offline carry (they go to no event log)."""
 
 
 def to_logged_event(
