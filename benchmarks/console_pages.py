@@ -27,11 +27,10 @@ import numpy as np
 from benchmarks._harness import add_label_argument, load, write_json
 from service.api.app import create_app
 from service.settings import Settings
-from service.storage.base import DecisionRecord, RewardRecord
+from service.storage.base import DecisionRecord, RewardRecord, ips_weights
 from service.storage.migrate import upgrade_head
 from service.storage.partitions import DAY_SECONDS, create_partitions
 from service.storage.sql_log import SqlEventLog
-from service.usecases.events import ips_weights
 from tests.databases import database
 
 POLICY = "storefront"

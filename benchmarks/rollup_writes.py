@@ -26,11 +26,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from benchmarks._harness import add_label_argument, load, write_json
-from service.storage.base import DecisionRecord, RewardRecord
+from service.storage.base import DecisionRecord, RewardRecord, ips_weights
 from service.storage.migrate import upgrade_head
 from service.storage.partitions import DAY_SECONDS, create_partitions
 from service.storage.sql_log import SqlEventLog
-from service.usecases.events import ips_weights
 from tests.databases import database
 
 ARMS = [f"item-{i}" for i in range(20)]

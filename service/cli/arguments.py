@@ -22,11 +22,13 @@ from service.cli.exit_codes import EXIT_FAILURE, EXIT_USAGE
 from service.timeparse import parse_timestamp
 from service.usecases.offline_engine import OfflineEngineError
 
-FORMATS = ("news", "jsonl", "eventlog")
+FORMATS = ("news", "jsonl", "eventlog", "dsjson")
 REFEATURIZING = (
     "Re-featurizing: a policy with features logs its JSON as sent; --features JSON (or\n"
     "--features-file) replays the log under another featurizer config, the rows built for the\n"
-    "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n\n"
+    "evaluated policy's layout (its d follows); without it, under the logged policy's own config.\n"
+    "A DSJSON log (--format dsjson: Azure AI Personalizer's logs) is featurized under --features,\n"
+    "which it needs (docs/offline.md, DSJSON files).\n\n"
 )
 """The paragraph of ``--features`` in the descriptions of the commands that read logs."""
 
@@ -191,7 +193,9 @@ def add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
         nargs="+",
         help="the log: a file for --format news/jsonl (a .gz file is decompressed; several files "
         "are one log, their events one after the other, each a partition the Ray engine reads "
-        "where it runs), a database URL "
+        "where it runs), files or directories for --format dsjson (as bandit import-log reads "
+        "them; one log, a partition per file, the files in the order of their first decisions' "
+        "times), a database URL "
         "(postgresql://user@host/db or sqlite:///path) for --format eventlog; with --format news it "
         "defaults to the news data set shipped with bandit_core (the LNUCB-TA paper's Table 3)",
     )
@@ -202,7 +206,9 @@ def add_log_source(p: argparse.ArgumentParser, rejection: bool = True) -> None:
         help="log format: 'news' (102 integers a line: logged arm, click, 10x10 arm features; "
         "a uniformly random log), 'jsonl' (one JSON event a line, schema in bandit_core.datasets) or "
         "'eventlog' (the service's decisions and rewards of --log-policy, with their logged "
-        "propensities) (default news)",
+        "propensities) or 'dsjson' (Azure AI Personalizer's Decision Service JSON lines: the "
+        "served action, its logged probability, reward -_label_cost; a line without reward, "
+        "_skipLearn, is skipped; its JSON featurized under --features) (default news)",
     )
     p.add_argument(
         "--log-policy",
@@ -247,11 +253,12 @@ def _add_features_options(p: argparse.ArgumentParser) -> None:
     features.add_argument(
         "--features",
         metavar="JSON",
-        help="with --format eventlog, for a policy that logged JSON features: re-featurize every logged "
-        "decision under this featurizer config (the policy spec's features: bits, interactions, "
+        help="with --format eventlog, for a policy that logged JSON features, and --format dsjson "
+        "(required there): featurize every logged decision under this featurizer config "
+        "(the policy spec's features: bits, interactions, "
         'context_in_actions, output, limits), e.g. \'{"bits": 8, "interactions": []}\'; the rows '
         "follow the evaluated policy's layout (docs/features.md), its d is derived from them "
-        "(default: the logged policy's own features config)",
+        "(eventlog's default: the logged policy's own features config)",
     )
     features.add_argument(
         "--features-file",

@@ -1,8 +1,11 @@
 """The logs the offline-evaluation commands evaluate on (docs/offline.md): a news or
-JSON Lines file, or the service's own event log (``--format eventlog``, read through
+JSON Lines file, the service's own event log (``--format eventlog``, read through
 :class:`service.storage.offline_source.EventLogSource`), its logged JSON features re-featurized
-for the evaluated policy's layout when asked (docs/features.md). A log is read once per
-process (:func:`load_log` is cached per :class:`LogSpec`).
+for the evaluated policy's layout when asked (docs/features.md), or DSJSON files of Azure AI
+Personalizer's logs (``--format dsjson``, read through
+:func:`service.storage.offline_source.dsjson_events`), their JSON featurized under
+``--features``. A log is read once per process (:func:`load_log` is cached per
+:class:`LogSpec`).
 """
 
 from __future__ import annotations
@@ -49,8 +52,9 @@ class LogSpec:
     """The featurizer config of --features / --features-file as canonical JSON (None: the
     logged policy's own)."""
     files: tuple[str, ...] = ()
-    """Every file of a news or JSONL log of several (``data`` is the first), read one
-    after the other; () for a log of one file or an event log."""
+    """Every file of a news, JSONL or DSJSON log of several (``data`` is the first), read
+    one after the other (a DSJSON log's in the order of their first decisions' times); ()
+    for a log of one file or an event log."""
 
 
 def _features_option(args: argparse.Namespace) -> str | None:
@@ -85,6 +89,8 @@ def log_spec(args: argparse.Namespace) -> LogSpec:
         if args.format != "news":
             raise CliError(f"--format {args.format} needs --data")
         paths = [str(news_dataset_path())]
+    if args.format == "dsjson":
+        paths = _dsjson_files(paths)
     features = _features_option(args)
     files = tuple(paths) if len(paths) > 1 else ()
     spec = LogSpec(
@@ -105,16 +111,47 @@ def log_spec(args: argparse.Namespace) -> LogSpec:
         raise CliError(
             "--log-policy, --since, --until and --unrewarded apply to --format eventlog only"
         )
+    elif spec.fmt == "dsjson":
+        if features is None:
+            raise CliError(
+                "--format dsjson needs --features or --features-file: the featurizer config of "
+                "the loop that logged it (a Personalizer loop's default: "
+                '\'{"bits": 8, "interactions": [["*", "*"]]}\')'
+            )
     elif features is not None:
-        raise CliError("--features and --features-file apply to --format eventlog only")
+        raise CliError("--features and --features-file apply to --format eventlog and dsjson only")
     return spec
+
+
+def _dsjson_files(paths: list[str]) -> list[str]:
+    """The files of a DSJSON log's ``--data`` (a directory read as ``bandit import-log``
+    reads it), in the order of their first decisions' times (so that a learning replay
+    streams them in time order); a malformed first line is a :class:`CommandFailed`."""
+    from service.storage.dsjson_files import LOG_SUFFIXES, BadLine, first_time, log_files
+
+    try:
+        files = log_files([Path(p) for p in paths])
+    except FileNotFoundError as exc:
+        raise CliError(f"--data {exc}") from None
+    if not files:
+        raise CliError(f"--data {' '.join(paths)}: no files ending {', '.join(LOG_SUFFIXES)}")
+    try:
+        return [str(f) for f in sorted(files, key=first_time)]
+    except BadLine as exc:
+        raise CommandFailed(str(exc)) from None
+
+
+def featurized(spec: LogSpec) -> bool:
+    """Whether ``spec``'s log holds JSON features, made into rows for each evaluated
+    policy's layout (an event log, a DSJSON log): its rows depend on the policy."""
+    return spec.fmt in ("eventlog", "dsjson")
 
 
 def load_log(spec: LogSpec, policy: str, params: dict[str, Any]) -> tuple[LogSource, int]:
     """The log and its feature length ``d`` for evaluating ``policy`` with ``params``: an
     event log of JSON features is featurized for that policy's layout (and its
-    ``context_dim``), every other log is the same for every policy."""
-    if spec.fmt != "eventlog":
+    ``context_dim``), as is a DSJSON log; every other log is the same for every policy."""
+    if not featurized(spec):
         return _load_rows(spec, None, 0)
     return _load_rows(spec, policy, int(params.get("context_dim", 0)))
 
@@ -131,8 +168,10 @@ def read_partition(
 ) -> tuple[list[LoggedEvent], int | None]:
     """The events of one partition of a log (:func:`partitions`) for evaluating ``policy``
     with ``params``, read here and not kept (a partition may be empty: ``d`` is then None)."""
-    context_dim = int(params.get("context_dim", 0)) if spec.fmt == "eventlog" else 0
-    log, d = _read_rows(spec, policy if spec.fmt == "eventlog" else None, context_dim)
+    if featurized(spec):
+        log, d = _read_rows(spec, policy, int(params.get("context_dim", 0)))
+    else:
+        log, d = _read_rows(spec, None, 0)
     return list(log), d
 
 
@@ -160,7 +199,7 @@ def _read_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[Log
     if spec.fmt == "eventlog":
         events = _load_event_log(spec, policy, context_dim)
     elif spec.files:
-        events = [e for part in partitions(spec) for e in _read_rows(part, None, 0)[0]]
+        events = [e for part in partitions(spec) for e in _read_rows(part, policy, context_dim)[0]]
     else:
         path = Path(spec.data)
         if not path.is_file():
@@ -168,7 +207,11 @@ def _read_rows(spec: LogSpec, policy: str | None, context_dim: int) -> tuple[Log
         if spec.fmt == "news":
             log = load_news(path)
             return log, log.d
-        events = list(JsonlLog(path))
+        if spec.fmt == "dsjson":
+            assert policy is not None
+            events = _load_dsjson(spec, path, policy, context_dim)
+        else:
+            events = list(JsonlLog(path))
     if not events:
         return events, None
     return events, one_width(spec, [int(e.X.shape[1]) for e in events])
@@ -281,6 +324,21 @@ def _event_log(spec: LogSpec) -> Iterator[SqlEventLog]:
         event_log.close()
 
 
+def _load_dsjson(spec: LogSpec, path: Path, policy: str, context_dim: int) -> list[LoggedEvent]:
+    """Every rewarded decision of the DSJSON file ``path``, its JSON featurized under
+    ``--features`` for ``policy`` (:func:`_refeaturize`); a malformed line is a
+    :class:`CommandFailed` naming its file and line."""
+    from service.storage.dsjson_files import BadLine
+    from service.storage.offline_source import dsjson_events
+
+    config = _featurizer_config(spec, None)
+    assert config is not None  # log_spec requires --features with --format dsjson
+    try:
+        return list(dsjson_events(path, _refeaturize(spec, config, policy, context_dim)))
+    except BadLine as exc:
+        raise CommandFailed(str(exc)) from None
+
+
 def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list[LoggedEvent]:
     """Every event of ``spec``'s policy and time range, read from the service's event log;
     JSON features re-featurized for ``policy`` (:func:`_refeaturize`)."""
@@ -303,7 +361,10 @@ def _load_event_log(spec: LogSpec, policy: str | None, context_dim: int) -> list
 def source_fields(spec: LogSpec) -> dict[str, Any]:
     """The log's description in a JSON result (a URL's password hidden)."""
     if spec.fmt != "eventlog":
-        return {"data": list(spec.files) or spec.data, "format": spec.fmt}
+        fields = {"data": list(spec.files) or spec.data, "format": spec.fmt}
+        return (
+            fields if spec.features is None else {**fields, "features": json.loads(spec.features)}
+        )
     from sqlalchemy.engine import make_url
 
     return {

@@ -35,6 +35,7 @@ from service.cli.exit_codes import EXIT_OK
 from service.cli.log_sources import (
     LogSpec,
     PartitionFacts,
+    featurized,
     load_log,
     log_spec,
     one_width,
@@ -60,7 +61,8 @@ DESCRIPTION = (
     "logged arm the reward counts and the policy learns from it, otherwise the event is skipped.\n"
     "Stops after --rounds matched events or at the end of the log. Valid for uniformly random logs;\n"
     "use --rejection for logs with known non-uniform propensities, such as the service's own event\n"
-    "log (--format eventlog --data URL --log-policy NAME). With no --data, --format news replays\n"
+    "log (--format eventlog --data URL --log-policy NAME) and Azure AI Personalizer's logs\n"
+    "(--format dsjson --data PATH... --features JSON). With no --data, --format news replays\n"
     "the news data set shipped with bandit_core (the LNUCB-TA paper's Table 3).\n\n"
     f"{REFEATURIZING}"
     "Policies: {policies}.\n\n"
@@ -169,10 +171,8 @@ def streamed_replays(
     facts: dict[tuple[str, int] | None, list[PartitionFacts]] = {}
     streams, total = [], 0
     for run in runs:
-        # the rows, hence the facts, depend on the policy only for an event log
-        key = (
-            (run.policy, int(run.params.get("context_dim", 0))) if spec.fmt == "eventlog" else None
-        )
+        # the rows, hence the facts, depend on the policy only for a log of JSON features
+        key = (run.policy, int(run.params.get("context_dim", 0))) if featurized(spec) else None
         if key not in facts:
             tasks = [(part, run.policy, run.params, rejection) for part in parts]
             facts[key] = engine.map(partition_facts, tasks)

@@ -1,5 +1,5 @@
 """Logged events written as Decision Service JSON lines (``bandit export-log``): the
-inverse of :func:`service.personalizer.dsjson.parse_line`, whose module describes the
+inverse of :func:`service.storage.dsjson.parse_line`, whose module describes the
 format (docs/personalizer.md, "Importing and exporting logs").
 """
 
@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 
 from service import timeparse
-from service.personalizer.dsjson import ACTIONS_KEY, EXPLICIT, PROBABILITY_TOLERANCE
 from service.storage.base import DecisionRecord, LoggedDecision
+from service.storage.dsjson import ACTIONS_KEY, EXPLICIT, PROBABILITY_TOLERANCE
 
 
 def namespaces_of(context: Any) -> dict[str, Any]:
     """The ``c`` of a context (the inverse of
-    :func:`service.personalizer.dsjson.context_of`): the first object's
+    :func:`service.storage.dsjson.context_of`): the first object's
     namespaces, then each later object's namespaces gathered per name into a list of
     objects (with the first object's of that name, if any); a later object's top-level
     feature of a new name joins the first object's."""

@@ -1,6 +1,6 @@
 """``bandit import-log`` and ``bandit export-log``: a loop's event log from and to the
 Decision Service JSON-lines format of Azure AI Personalizer's logs and Vowpal Wabbit's
-``--dsjson`` (:mod:`service.personalizer.dsjson`; docs/personalizer.md, "Importing and
+``--dsjson`` (:mod:`service.storage.dsjson`; docs/personalizer.md, "Importing and
 exporting logs").
 
 An import streams each file (``.gz`` decompressed) in batches of
@@ -30,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 from service.cli.arguments import add_no_progress, timestamp_argument
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.cli.reports import progress_bar
+from service.storage.dsjson_files import LOG_SUFFIXES, BadLine, decompressed, log_files, read_line
 
 if TYPE_CHECKING:
     from service.storage.base import DecisionRecord, EventLog, RewardRecord
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 BATCH_EVENTS = 5000
 """Lines parsed before their records go to the database (memory stays bounded)."""
 FORMATS = ("dsjson",)
-LOG_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,26 +87,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     exporter.set_defaults(run=_export)
 
 
-def log_files(paths: Sequence[Path]) -> list[Path]:
-    """The files of ``paths``: a file as given, a directory's log files recursively in
-    name order; a path that does not exist is a :class:`FileNotFoundError`."""
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            files += sorted(
-                p for p in path.rglob("*") if p.is_file() and p.name.endswith(LOG_SUFFIXES)
-            )
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise FileNotFoundError(f"{path}: no such file or directory")
-    return files
-
-
-class BadLine(Exception):
-    """A malformed line: ``str()`` is ``file:line: why``."""
-
-
 @dataclass
 class ImportCounts:
     """What an import read: lines with an event, decisions and rewards in them, lines
@@ -150,28 +130,24 @@ def _batches(
     advance: Any,
 ) -> Iterator[tuple[list[DecisionRecord], list[RewardRecord]]]:
     """The records of ``path`` in batches; ``advance(n)`` after each with the bytes read."""
-    from service.personalizer.dsjson import ActionSets, DsjsonError, parse_line
+    from service.storage.dsjson import ActionSets
 
     actions = ActionSets()
 
     with path.open("rb") as raw:
-        stream: IO[bytes] = (
-            gzip.GzipFile(fileobj=raw) if path.name.endswith(".gz") else raw  # type: ignore[assignment]
-        )
         decisions: list[DecisionRecord] = []
         rewards: list[RewardRecord] = []
         position = 0
-        for number, line in enumerate(stream, 1):
+        for number, line in enumerate(decompressed(raw, path), 1):
             if not line.strip():
                 continue
             try:
-                event = parse_line(line, loop, actions)
-            except DsjsonError as exc:
-                where = f"{path}:{number}: {exc}"
+                event = read_line(line, path, number, loop, actions)
+            except BadLine as exc:
                 if not skip_bad:
-                    raise BadLine(where) from None
-                counts.skipped.append(where)
-                print(f"skipped {where}", file=sys.stderr)
+                    raise
+                counts.skipped.append(str(exc))
+                print(f"skipped {exc}", file=sys.stderr)
                 continue
             counts.lines += 1
             decisions += event.decisions

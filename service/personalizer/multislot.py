@@ -27,7 +27,6 @@ from bandit_core.errors import InvalidFeatureError
 from service.errors import Conflict, InvalidRequest
 from service.personalizer.loops import Loops
 from service.personalizer.schemas import (
-    SLOT_EVENT_SEPARATOR,
     PersonalizerAction,
     PersonalizerMultiSlotRankRequest,
     PersonalizerMultiSlotRankResponse,
@@ -36,6 +35,7 @@ from service.personalizer.schemas import (
     PersonalizerSlotResponse,
 )
 from service.schemas import PolicyInfo
+from service.storage.base import SLOT_EVENT_SEPARATOR
 from service.usecases.events import PendingEvent, event_key, request_digest
 from service.usecases.json_features import check_loggable
 

@@ -134,8 +134,6 @@ class PersonalizerInnerError(_Camel):
 
 MAX_SLOTS = 50
 """Most slots of a multi-slot rank (each is one decision, one store transaction)."""
-SLOT_EVENT_SEPARATOR = ":slot"
-"""Slot ``i`` of the multi-slot event ``E`` is the single-slot event ``E:slot<i>``."""
 SlotId = Annotated[Text, Field(min_length=1, max_length=256)]
 
 

@@ -28,6 +28,16 @@ if TYPE_CHECKING:  # the protocols import no SQLAlchemy
     from service.storage.partitions import Partition
 
 
+def ips_weights(served: str, candidates: Sequence[str], propensity: float) -> list[float]:
+    """The importance weights of a decision that served ``served`` with probability
+    ``propensity`` among ``candidates`` (after exclusions): ``1{served = baseline} / p``
+    for the baseline, the first candidate, and ``1 / (K p)`` for the uniformly random
+    policy over the ``K`` candidates. A reward ``r`` times a weight is that policy's
+    inverse-propensity term (docs/console.md, "Baseline and random")."""
+    baseline = 1.0 / propensity if served == candidates[0] else 0.0
+    return [baseline, 1.0 / (len(candidates) * propensity)]
+
+
 class StoreUnavailableError(RuntimeError):
     """The backing store could not be reached (the service degrades or answers 503)."""
 
@@ -89,6 +99,10 @@ class Claim:
 TransactionFn = Callable[[dict[str, bytes | None]], Mapping[str, bytes | None]]
 
 
+SLOT_EVENT_SEPARATOR = ":slot"
+"""Slot ``i`` of the multi-slot event ``E`` is logged as the single-slot event ``E:slot<i>``."""
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     """One served decision as written to the ``decisions`` table."""
@@ -127,7 +141,7 @@ class RewardRecord:
     wait has source ``late`` and goes to the ``late_rewards`` table: logged, never
     learned from (``arm_id`` empty when the event was gone). ``baseline_weight`` and
     ``random_weight`` are the decision's importance weights of the baseline and of
-    uniform random (``service.usecases.events.ips_weights``; None for a decision logged
+    uniform random (``ips_weights``; None for a decision logged
     without them, and for late rewards)."""
 
     event_id: str

@@ -17,6 +17,9 @@ time order, each joined with its reward) and yields one
 * ``reward`` -- the logged reward: the explicit ``POST /reward`` value or the default reward
   the sweeper applied after ``reward_wait_seconds`` (both are what the live model learned).
 
+:func:`dsjson_events` reads a DSJSON file (Azure AI Personalizer's logs) into the same
+events, as an import into the event log and :class:`EventLogSource` would.
+
 A decision without a logged reward (still pending, expired without activation, or served
 degraded while the state store was down) has no observed outcome: with ``unrewarded=None``
 (the default) it is skipped; with a number it counts as that reward (e.g. the policy's
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,11 +42,14 @@ from bandit_core.datasets import LoggedEvent
 from bandit_core.errors import InvalidInputError
 from service.schemas import is_json_features
 from service.storage import base
+from service.storage.dsjson_files import file_events
 
 Featurize = Callable[[Any, list[Any]], np.ndarray]
 """``(logged context, logged candidate features) -> X``: re-featurizes a decision logged
 with JSON features, e.g. ``lambda c, a: featurized_rows(featurizer, policy, c, a)``
 (``bandit_core.featurized``) under any featurizer config and policy layout."""
+DSJSON_LOOP = "dsjson"
+"""The loop name the decisions of a DSJSON file read offline carry (they go to no event log)."""
 
 
 def to_logged_event(
@@ -92,6 +99,22 @@ class EventLogSource:
     def __iter__(self) -> Iterator[LoggedEvent]:
         for logged in self.event_log.iter_events(self.policy, self.since, self.until):
             event = to_logged_event(logged, self.unrewarded, self.featurize)
+            if event is not None:
+                yield event
+
+
+def dsjson_events(path: Path, featurize: Featurize) -> Iterator[LoggedEvent]:
+    """The decisions of the DSJSON file ``path`` (:mod:`service.storage.dsjson`, as
+    ``bandit import-log`` reads them) in file order, each joined with its reward as the
+    event log joins them, as offline events (:func:`to_logged_event`): a decision without
+    a reward (``_skipLearn``, no ``_label_cost``) is skipped; ``featurize`` turns the
+    line's JSON context and actions into rows. A malformed line is a
+    :class:`service.storage.dsjson_files.BadLine` naming its file and line."""
+    for line in file_events(path, DSJSON_LOOP):
+        rewards = {r.event_id: r for r in line.rewards}
+        for decision in line.decisions:
+            logged = base.LoggedDecision(decision, rewards.get(decision.event_id))
+            event = to_logged_event(logged, None, featurize)
             if event is not None:
                 yield event
 

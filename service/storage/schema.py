@@ -92,7 +92,7 @@ rewards = sa.Table(
     sa.Column("source", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     # the decision's importance weights of the baseline and of uniform random
-    # (service.usecases.events.ips_weights; migration 8e3b5f1a2d64), null when unknown
+    # (service.storage.base.ips_weights; migration 8e3b5f1a2d64), null when unknown
     sa.Column("baseline_weight", sa.Double, nullable=True),
     sa.Column("random_weight", sa.Double, nullable=True),
     sa.CheckConstraint("source IN ('explicit', 'default')", name="source"),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -75,16 +74,6 @@ def stored_row(X: np.ndarray | SparseRows, i: int) -> list[float] | dict[str, An
         indices, values = X.row(i)
         return {"dim": X.dim, "indices": indices.tolist(), "values": values.tolist()}
     return X[i].tolist()
-
-
-def ips_weights(served: str, candidates: Sequence[str], propensity: float) -> list[float]:
-    """The importance weights of a decision that served ``served`` with probability
-    ``propensity`` among ``candidates`` (after exclusions): ``1{served = baseline} / p``
-    for the baseline, the first candidate, and ``1 / (K p)`` for the uniformly random
-    policy over the ``K`` candidates. A reward ``r`` times a weight is that policy's
-    inverse-propensity term (docs/console.md, "Baseline and random")."""
-    baseline = 1.0 / propensity if served == candidates[0] else 0.0
-    return [baseline, 1.0 / (len(candidates) * propensity)]
 
 
 def nonzeros(x: list[float] | dict[str, Any]) -> dict[str, Any]:

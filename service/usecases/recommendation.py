@@ -21,9 +21,9 @@ from bandit_core.features import SparseRows
 from service.observability import metrics
 from service.policies import Runtime
 from service.schemas import PolicyInfo, RecommendRequest
-from service.storage.base import DecisionRecord
+from service.storage.base import DecisionRecord, ips_weights
 from service.usecases.candidates import candidates_json
-from service.usecases.events import EventState, PendingEvent, ips_weights, stored_row
+from service.usecases.events import EventState, PendingEvent, stored_row
 from service.usecases.json_features import logged_candidates
 
 

@@ -544,4 +544,4 @@ def test_features_need_a_log_of_json_features(
     )
     assert code == 2 and "holds float vectors, not JSON features" in err, err
     code, _, err = _cli(["replay", "--features", '{"bits": 4}', "--policy", "linucb"], capsys)
-    assert code == 2 and "apply to --format eventlog only" in err, err
+    assert code == 2 and "apply to --format eventlog and dsjson only" in err, err

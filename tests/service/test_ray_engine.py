@@ -41,6 +41,7 @@ from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
 from tests.service.test_estimate_partitions import respaced_copy
+from tests.service.test_offline_dsjson import FEATURES, dsjson_lines, split_log
 from tests.service.test_partition_streams import evaluation_plan, news_files
 
 # a two-node Ray cluster per module: the slow tier; a cluster's start on a loaded machine
@@ -118,6 +119,8 @@ def test_offline_commands_on_ray_equal_the_local_engine(
 ) -> None:
     days = respaced_copy(storefront_log, tmp_path / "days.sqlite3", 3 * 3600.0)
     *files, _ = news_files(tmp_path, [700, 500])  # a log of two files, a partition each
+    parts, _ = split_log(tmp_path, dsjson_lines(240, 3))  # three DSJSON files
+    dsjson = ["--format", "dsjson", "--data", str(parts), "--features", FEATURES]
     commands = {
         "estimate": [
             "estimate", "--format", "eventlog", "--data", days, "--log-policy", "shop",
@@ -140,6 +143,10 @@ def test_offline_commands_on_ray_equal_the_local_engine(
             "compare", "--format", "eventlog", "--data", days, "--log-policy", "shop",
             "--policy", "linucb", "--policy", "hybrid_linucb", "--rounds", "20", "--jobs", "1",
         ],
+        "replay-dsjson": ["replay", *dsjson, "--policy", "linucb", "--rejection", "--seeds", "2"],
+        "estimate-dsjson": [
+            "estimate", *dsjson, "--policy", "linucb", "--alpha", "0", "--bootstrap", "50",
+        ],
         "evaluate": [
             "evaluate", "--data", f"sqlite:///{storefront_log}", "--log-policy", "shop",
             "--policy", "interactions=--cb_explore_adf --epsilon 0.2 -q ::",
@@ -153,7 +160,7 @@ def test_offline_commands_on_ray_equal_the_local_engine(
     for name, argv in commands.items():
         local = _local(argv, tmp_path / f"{name}.json", capsys)
         on_ray = _finished(*remote[name])
-        if name in ("compare", "compare-days", "compare-files", "estimate"):
+        if name in ("compare", "compare-days", "compare-files", "estimate", "estimate-dsjson"):
             assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
         assert _untimed(on_ray) == _untimed(local), name
         assert local.get("results") or local.get("per_seed") or local.get("estimates")

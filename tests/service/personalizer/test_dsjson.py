@@ -1,4 +1,4 @@
-"""The Decision Service JSON-lines logs (``service.personalizer.dsjson``) and ``bandit
+"""The Decision Service JSON-lines logs (``service.storage.dsjson``) and ``bandit
 import-log`` / ``bandit export-log`` on SQLite and PostgreSQL: what each field of a line
 becomes, malformed lines named by file and line, one transaction per file, a second
 import that adds nothing, an export that imports back to the same events, and a rebuild
@@ -8,6 +8,7 @@ tests after the format of Vowpal Wabbit's own Decision Service test logs."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 import re
 import shutil
@@ -23,12 +24,12 @@ import pytest
 from service.api.app import LEARNING_SETTINGS
 from service.cli import main
 from service.personalizer import log_commands
-from service.personalizer.dsjson import DsjsonError, parse_line
 from service.personalizer.dsjson_export import export_line
 from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import new_info
 from service.settings import get_settings
 from service.storage.base import LoggedDecision
+from service.storage.dsjson import DsjsonError, parse_line
 from service.storage.memory_store import InProcessStateStore
 from service.storage.sql_log import SqlEventLog
 from service.usecases.rebuild import rebuild_policy
@@ -121,8 +122,8 @@ def test_a_multi_slot_line_is_one_decision_per_slot() -> None:
             "c._multi: expected actions with distinct ids",
         ),
         (
-            lambda d: d["c"]["_multi"][1].update(j={"a": 1}),
-            "c._multi[1].j: expected a list of feature objects",
+            lambda d: d["c"]["_multi"][1].update(j=[1]),
+            "c._multi[1].j: expected a feature object or a list of them",
         ),
     ],
 )
@@ -146,6 +147,23 @@ def test_an_exported_line_imports_back_to_the_same_records() -> None:
                 assert again.decisions == [decision]
                 expected = rewards.get(decision.event_id)
                 assert again.rewards == ([] if expected is None else [expected])
+
+
+def test_a_candidate_with_one_feature_object_exports_and_imports_back() -> None:
+    """The native API takes a candidate's features as one JSON object as well as a list
+    of them; the export writes ``j`` as logged, and the import gives it back."""
+    event = parse_line(_lines("storefront.json")[0], LOOP)
+    decision = event.decisions[0]
+    assert isinstance(decision.candidates, list)
+    one_object = dataclasses.replace(
+        decision,
+        candidates=[
+            {"id": c["id"], "features": {"price": i + 0.5}}
+            for i, c in enumerate(decision.candidates)
+        ],
+    )
+    again = parse_line(export_line(LoggedDecision(one_object, None)), LOOP)
+    assert again.decisions == [one_object]
 
 
 # ---- the commands, on both databases --------------------------------------------------

@@ -1,4 +1,4 @@
-"""The importance weights of imported rewards (``service.personalizer.dsjson``;
+"""The importance weights of imported rewards (``service.storage.dsjson``;
 docs/console.md, "Baseline and random"): decisions served by a Personalizer loop among
 candidate lists of changing order and length (some with an excluded action), exported
 with ``bandit export-log`` and imported with ``bandit import-log`` into SQLite and

@@ -40,7 +40,7 @@ its reward ``-_label_cost``, its outcomes ``_o`` read as ``o`` above.
 
 A reward is logged at its decision's time (the format has no time of the reward), with
 the importance weights of the baseline and of uniform random that a served decision's
-reward carries (:func:`service.usecases.events.ips_weights`; docs/console.md, "Baseline
+reward carries (:func:`service.storage.base.ips_weights`; docs/console.md, "Baseline
 and random"): the baseline is the decision's first candidate (``_multi[0]`` of a
 single-slot line; a slot's candidates are its ``_a``, the served one first, as the format
 names no slot baseline) and ``K`` the number of its candidates.
@@ -59,9 +59,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from service import timeparse
-from service.personalizer.schemas import SLOT_EVENT_SEPARATOR
-from service.storage.base import DecisionRecord, RewardRecord
-from service.usecases.events import ips_weights
+from service.storage.base import SLOT_EVENT_SEPARATOR, DecisionRecord, RewardRecord, ips_weights
 
 EXPLICIT = "explicit"
 DEFAULT = "default"
@@ -130,8 +128,13 @@ def action_of(item: Any, number: int, field: str) -> dict[str, Any]:
     features = rest.pop("j", None)
     if features is None:
         return {"id": action_id, "features": context_of(rest)}
+    if isinstance(features, dict) and not rest:
+        # one object, as the native API takes a candidate's features and exports them
+        return {"id": action_id, "features": features}
+    if isinstance(features, dict):
+        features = [features]
     if not _is_objects(features) and features != []:
-        raise _fail(f"{field}.j", "a list of feature objects", features)
+        raise _fail(f"{field}.j", "a feature object or a list of them", features)
     return {"id": action_id, "features": features + (context_of(rest) if rest else [])}
 
 
