@@ -78,19 +78,13 @@ def stored_row(X: np.ndarray | SparseRows, i: int) -> list[float] | dict[str, An
 
 def nonzeros(x: list[float] | dict[str, Any]) -> dict[str, Any]:
     """A stored row by its nonzeros (``{"dim", "indices", "values"}``, the form of
-    :func:`stored_row`'s sparse rows; a dense row also gets ``"dense": true``, so that
-    :meth:`PendingEvent.row` gives it back dense): how a finalized event keeps its row (a
-    hashed dense row of the default loop is mostly zeros)."""
+    :func:`stored_row`'s sparse rows): how a pending delta keeps the row (a hashed dense
+    row of the default loop is mostly zeros; :mod:`service.usecases.folds`)."""
     if isinstance(x, dict):
         return x
     dense = np.asarray(x, dtype=np.float64)
     nonzero = np.flatnonzero(dense)
-    return {
-        "dim": len(dense),
-        "indices": nonzero.tolist(),
-        "values": dense[nonzero].tolist(),
-        "dense": True,
-    }
+    return {"dim": len(dense), "indices": nonzero.tolist(), "values": dense[nonzero].tolist()}
 
 
 def request_digest(request: BaseModel) -> str:
@@ -112,7 +106,10 @@ class PendingEvent:
     """One served decision waiting for (or finalized with) its reward.
 
     ``x`` is the feature row of the served arm (length ``dimension``; sparse rows by
-    their nonzeros, :func:`stored_row`; :meth:`row` gives it back); ``reset_at`` the
+    their nonzeros, :func:`stored_row`; :meth:`row` gives it back), None once the event
+    is finalized: the reward that needs it was applied or is kept with its own copy of
+    the row (a pending delta), and nothing reads it after, so a reward writes the event
+    back without it; ``reset_at`` the
     policy's reset time when it was served (a reward after a reset is refused);
     ``response`` the ``RecommendResponse`` JSON object, answered again to a repeated
     client event id whose request has the same ``request_digest`` (:func:`request_digest`);
@@ -136,7 +133,7 @@ class PendingEvent:
 
     state: EventState
     arm_id: str
-    x: list[float] | dict[str, Any]
+    x: list[float] | dict[str, Any] | None
     user_id: str | None
     activated: bool
     created_at: float
@@ -157,15 +154,13 @@ class PendingEvent:
         return self.state is EventState.PENDING
 
     def row(self) -> np.ndarray | SparseRows:
-        """The served row as the engine's ``update`` takes it: dense, or one sparse row."""
+        """The served row as the engine's ``update`` takes it: dense, or one sparse row
+        (a pending event's: a finalized one keeps none)."""
         x = self.x
+        assert x is not None, "a finalized event keeps no row"
         if isinstance(x, dict):
             indices = np.array(x["indices"], dtype=np.int64)
             values = np.array(x["values"], dtype=np.float64)
-            if x.get("dense"):  # a dense row kept by its nonzeros (nonzeros)
-                row = np.zeros(int(x["dim"]))
-                row[indices] = values
-                return row
             return SparseRows(
                 np.array([0, len(indices)], dtype=np.int64), indices, values, int(x["dim"])
             )
@@ -173,12 +168,12 @@ class PendingEvent:
 
     def to_json(self) -> bytes:
         """The stored JSON (field order as written since the first version; the two
-        finalization fields only once finalized, the response and the request digest only
-        when set)."""
+        finalization fields only once finalized, with ``"x": null``; the response and the
+        request digest only when set)."""
         out: dict[str, Any] = {
             "state": self.state.value,
             "arm_id": self.arm_id,
-            "x": self.x if self.finalized_at is None else nonzeros(self.x),
+            "x": self.x if self.finalized_at is None else None,
             "user_id": self.user_id,
             "activated": self.activated,
             "created_at": self.created_at,

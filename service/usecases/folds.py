@@ -76,7 +76,9 @@ class Delta:
 
 def encode_delta(event: PendingEvent, reward: float, accepted_at: float) -> bytes:
     """The stored delta of ``event``'s ``reward``: JSON holding the row's nonzeros only
-    (a hashed JSON row is mostly zeros: about 300 bytes for the default loop's 257)."""
+    (a hashed JSON row is mostly zeros: about 900 bytes for the default loop's 257); the
+    finalized event keeps no row, so this is the only stored copy until the fold."""
+    assert event.x is not None, "a pending event's row"
     row = nonzeros(event.x)
     return dumps(
         {

@@ -29,7 +29,7 @@ from service.storage.base import StoreUnavailableError
 from service.usecases.events import DELTA_PREFIX, EventState, PendingEvent, event_key
 from tests.servers import RedisServer
 from tests.service.conftest import API_KEY, running
-from tests.service.test_folds import NAME, SPEC, assert_close, decisions
+from tests.service.test_folds import NAME, SPEC, Served, assert_close, decisions, served_rows
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -42,22 +42,21 @@ async def _shared(store: Any) -> HybridSharedState | None:
     return None if data is None else HybridSharedState.from_bytes(data)
 
 
-async def _one_by_one(app: Any, events: list[str]) -> HybridSharedState:
+async def _one_by_one(app: Any, events: list[str], served: dict[str, Served]) -> HybridSharedState:
     """The rewards of ``events`` as their stored events hold them (all must be rewarded),
-    applied one by one in a random order to a fresh engine."""
+    applied one by one in a random order to a fresh engine, on the rows ``served``."""
     store = app.state.use_cases.store
     stored = await store.read(NAME, [event_key(e) for e in events], {})
     rewarded = []
-    for value in stored.values():
-        assert value.data is not None
-        event = PendingEvent.from_json(value.data)
+    for event_id in events:
+        data = stored[event_key(event_id)].data
+        assert data is not None
+        event = PendingEvent.from_json(data)
         assert event.state is EventState.REWARDED and event.reward is not None
-        rewarded.append(event)
+        rewarded.append((*served[event_id], event.reward))
     policy = build_policy(spec_of((await app.state.use_cases.cache.load(NAME))[0].info))
     for i in np.random.default_rng(5).permutation(len(rewarded)):
-        event = rewarded[i]
-        assert event.reward is not None
-        policy.update(event.arm_id, event.row(), event.reward)
+        policy.update(*rewarded[i])
     return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
 
 
@@ -83,6 +82,7 @@ async def test_redis_restarted_mid_fold_loses_nothing_and_applies_nothing_twice(
         r = await http.put(f"/policies/{NAME}", json={**SPEC, "model_update_interval": 3600.0})
         assert r.status_code == 200, r.text
         events = await decisions(http, REWARDS)
+        served = await served_rows(app.state.use_cases.store, NAME, events)
         values = np.random.default_rng(17).uniform(-1.0, 1.0, REWARDS)
         for event_id, value in zip(events, values, strict=True):
             r = await http.post("/reward", json={"event_id": event_id, "reward": float(value)})
@@ -138,7 +138,7 @@ async def test_redis_restarted_mid_fold_loses_nothing_and_applies_nothing_twice(
         assert folded == REWARDS
         assert await store.keys(NAME, [DELTA_PREFIX]) == []
         shared = await _shared(store)
-        want = await _one_by_one(app, events)
+        want = await _one_by_one(app, events, served)
         assert want.n == REWARDS
         assert_close(shared, want)
         assert await _fold_once_up(app) == 0

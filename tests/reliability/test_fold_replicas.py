@@ -86,23 +86,32 @@ def _state(client: redis.Redis | redis.RedisCluster) -> tuple[HybridSharedState 
     return (None if data is None else HybridSharedState.from_bytes(data)), pending
 
 
-def _expected(
-    client: redis.Redis | redis.RedisCluster, spec: PolicySpec, events: list[str]
-) -> HybridSharedState:
-    """The rewards of the events stored as rewarded, applied one by one in a random
-    order to a fresh engine."""
-    policy = build_policy(spec)
-    rewarded = []
+def _events(client: redis.Redis | redis.RedisCluster, events: list[str]) -> list[PendingEvent]:
+    out = []
     for event_id in events:
         data = client.get(f"bandit:{{p}}:k:event:{event_id}")
         assert data is not None
-        event = PendingEvent.from_json(data)
+        out.append(PendingEvent.from_json(data))
+    return out
+
+
+def _expected(
+    client: redis.Redis | redis.RedisCluster,
+    spec: PolicySpec,
+    events: list[str],
+    served: list[PendingEvent],
+) -> HybridSharedState:
+    """The rewards of the events stored as rewarded, applied one by one in a random
+    order to a fresh engine, on the rows of the events as ``served`` (read while
+    pending: a finalized event keeps no row)."""
+    policy = build_policy(spec)
+    rewarded = []
+    for event, pending in zip(_events(client, events), served, strict=True):
         if event.state is EventState.REWARDED:
-            rewarded.append(event)
+            assert event.reward is not None
+            rewarded.append((pending.arm_id, pending.row(), event.reward))
     for i in np.random.default_rng(3).permutation(len(rewarded)):
-        event = rewarded[i]
-        assert event.reward is not None
-        policy.update(event.arm_id, event.row(), event.reward)
+        policy.update(*rewarded[i])
     return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
 
 
@@ -151,6 +160,7 @@ async def two_replicas_reward(
             assert (await http.put("/policies/p", json=SPEC)).status_code == 200
         n = CLIENTS * per_client
         on_a, on_b = await asyncio.gather(_decide(a.url, n), _decide(b.url, n))
+        served = _events(client, on_a + on_b)
         rng = np.random.default_rng(11)
         values = {e: float(v) for e, v in zip(on_a + on_b, rng.uniform(-1, 1, 2 * n), strict=True)}
         rewarding = asyncio.gather(
@@ -173,7 +183,7 @@ async def two_replicas_reward(
         await wait_until(all_folded, 120, "every delta folded")
         spec = PolicySpec.model_validate(SPEC)
         shared, _ = _state(client)
-        want = _expected(client, spec, on_a + on_b)
+        want = _expected(client, spec, on_a + on_b, served)
         assert_close(shared, want)
         if not kill:
             assert want.n == 2 * n

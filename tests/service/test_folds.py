@@ -12,7 +12,7 @@ import asyncio
 import base64
 import threading
 import time
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pytest
@@ -32,6 +32,7 @@ from tests.service.conftest import running
 pytestmark = pytest.mark.anyio
 
 NAME = "loop"
+Served: TypeAlias = tuple[str, Any]  # an event's served arm and its row
 SPEC: dict[str, Any] = {
     "algorithm": "hybrid_linucb",
     "features": {"bits": 5, "interactions": [["*", "*"]]},
@@ -102,19 +103,31 @@ async def _until_folded(app: Any, n: int, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _one_by_one(app: Any, rewards: dict[str, float]) -> HybridSharedState:
-    """The shared part of the policy's rewards applied one by one to a fresh engine,
-    in a random order, from the rows the events kept."""
-    keys = [event_key(e) for e in rewards]
-    stored = await app.state.use_cases.store.read(NAME, keys, {})
-    info = (await app.state.use_cases.cache.load(NAME))[0].info
-    policy = build_policy(spec_of(info))
-    order = np.random.default_rng(7).permutation(len(keys))
-    for i in order:
-        data = stored[keys[i]].data
+async def served_rows(store: Any, policy: str, ids: list[str]) -> dict[str, Served]:
+    """The served arm and row of each pending event of ``ids`` (read before its reward:
+    a finalized event keeps no row)."""
+    stored = await store.read(policy, [event_key(e) for e in ids], {})
+    out = {}
+    for event_id in ids:
+        data = stored[event_key(event_id)].data
         assert data is not None
         event = PendingEvent.from_json(data)
-        policy.update(event.arm_id, event.row(), rewards[list(rewards)[i]])
+        assert event.pending
+        out[event_id] = (event.arm_id, event.row())
+    return out
+
+
+async def _one_by_one(
+    app: Any, rewards: dict[str, float], served: dict[str, Served]
+) -> HybridSharedState:
+    """The shared part of the policy's rewards applied one by one to a fresh engine,
+    in a random order, from the rows ``served``."""
+    info = (await app.state.use_cases.cache.load(NAME))[0].info
+    policy = build_policy(spec_of(info))
+    events = list(rewards)
+    for i in np.random.default_rng(7).permutation(len(events)):
+        arm, row = served[events[i]]
+        policy.update(arm, row, rewards[events[i]])
     return HybridSharedState.from_bytes(policy.export_parts(["shared"])["shared"])
 
 
@@ -142,10 +155,11 @@ async def test_concurrent_rewards_are_folded_once_each(make_settings: Any) -> No
     async with running(settings) as (app, http, _):
         await _create(http, 0.1)
         rewards = _rewards(await decisions(http, 160))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         await _reward_concurrently(http, rewards, clients=8)
 
         await _until_folded(app, len(rewards))
-        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
         metrics = (await http.get("/metrics")).text
         assert f'bandit_model_staleness_seconds{{policy="{NAME}"}}' in metrics
 
@@ -156,6 +170,7 @@ async def test_rewards_wait_as_deltas_until_the_fold(make_settings: Any) -> None
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
         rewards = _rewards(await decisions(http, 30))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         before = await _shared(app)
         await _reward_concurrently(http, rewards, clients=4)
         assert await _shared(app) == before
@@ -165,7 +180,7 @@ async def test_rewards_wait_as_deltas_until_the_fold(make_settings: Any) -> None
         assert len(await _pending(app)) == len(rewards)  # a repeat adds no delta
         assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
         assert await _pending(app) == []
-        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
         assert await app.state.use_cases.folds.fold(NAME) == 0
 
 
@@ -176,6 +191,7 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
         rewards = _rewards(await decisions(http, 40))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         await _reward_concurrently(http, rewards, clients=4)
         before = await _shared(app)
         store = app.state.use_cases.store
@@ -198,7 +214,7 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
         assert len(await _pending(app)) == len(rewards)
         app.state.use_cases.cache.forget(NAME)  # the dead writer's cache is gone with it
         assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
-        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
 
 @pytest.mark.parametrize("backend", ["redis_postgres"])
@@ -212,6 +228,7 @@ async def test_a_fold_racing_another_writer_applies_nothing_twice(make_settings:
     async with running(settings) as (app, http, _):
         await _create(http, 3600.0)
         rewards = _rewards(await decisions(http, 40))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         await _reward_concurrently(http, rewards, clients=4)
         folded_by_b: list[int] = []
 
@@ -246,7 +263,7 @@ async def test_a_fold_racing_another_writer_applies_nothing_twice(make_settings:
         assert folded_by_b == [len(rewards)]
         assert attempts == [len(rewards), 0] and folded_by_a == 0
         assert await _pending(app) == []
-        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
 
 async def test_a_reset_drops_the_pending_rewards(make_settings: Any) -> None:
@@ -267,6 +284,7 @@ async def test_the_rebuild_from_the_log_equals_the_folded_model(make_settings: A
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
         rewards = _rewards(await decisions(http, 45))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         ids = list(rewards)
         for part, fold in ((ids[:20], True), (ids[20:35], True), (ids[35:], False)):
             await _reward_concurrently(http, {e: rewards[e] for e in part}, clients=3)
@@ -279,7 +297,7 @@ async def test_the_rebuild_from_the_log_equals_the_folded_model(make_settings: A
             use_cases.event_log, use_cases.store, NAME, replace=True, learning=LEARNING_SETTINGS
         )
         assert await _pending(app) == []
-        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
 
 async def test_rewards_pending_when_updates_turn_immediate_are_folded(
@@ -315,6 +333,7 @@ async def test_export_snapshot_and_stats_fold_the_pending_rewards_first(
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
         await _create(http, 3600.0)
         rewards = _rewards(await decisions(http, 30))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         ids = list(rewards)
         await _reward_concurrently(http, {e: rewards[e] for e in ids[:10]}, clients=2)
         assert len(await _pending(app)) == 10
@@ -336,7 +355,7 @@ async def test_export_snapshot_and_stats_fold_the_pending_rewards_first(
             "rewarded"
         ] == len(rewards)
         assert await _pending(app) == []
-        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
         assert await app.state.use_cases.folds.fold(NAME) == 0
 
 
@@ -347,12 +366,13 @@ async def test_fold_pending_folds_every_batch(make_settings: Any) -> None:
     async with running(settings) as (app, http, _):
         await _create(http, 3600.0)
         rewards = _rewards(await decisions(http, 10))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         await _reward_concurrently(http, rewards, clients=2)
         store = app.state.use_cases.store
         small = settings.model_copy(update={"fold_max_deltas": 4})
         assert await Folds(PolicyCache(store), store, small).fold_pending(NAME) == 10
         assert await _pending(app) == []
-        assert_close(await _shared(app), await _one_by_one(app, rewards))
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
 
 async def test_model_properties_report_the_pending_rewards_and_their_wait(
@@ -395,21 +415,18 @@ OTHER_MODELS: dict[str, tuple[dict[str, Any], bool]] = {
 
 
 async def _parts_one_by_one(
-    app: Any, rewards: dict[str, float], order: np.ndarray
+    app: Any, rewards: dict[str, float], served: dict[str, Served], order: Any
 ) -> tuple[dict[str, bytes], Any]:
     """The parts the rewards wrote (by name) and the engine after the rewards applied one
-    by one in ``order`` to a fresh engine, from the rows the events kept."""
+    by one in ``order`` to a fresh engine, from the rows ``served``."""
     events = list(rewards)
-    stored = await app.state.use_cases.store.read(NAME, [event_key(e) for e in events], {})
     policy = build_policy(spec_of((await app.state.use_cases.cache.load(NAME))[0].info))
     names: set[str] = set()
     for i in order:
-        data = stored[event_key(events[i])].data
-        assert data is not None
-        event = PendingEvent.from_json(data)
-        policy.add_arm(event.arm_id)
-        policy.update(event.arm_id, event.row(), rewards[events[i]])
-        names.update(policy.parts_for_update(event.arm_id))
+        arm, row = served[events[i]]
+        policy.add_arm(arm)
+        policy.update(arm, row, rewards[events[i]])
+        names.update(policy.parts_for_update(arm))
     return dict(policy.export_parts(sorted(names))), policy
 
 
@@ -435,12 +452,15 @@ async def test_other_shared_models_fold_or_update_at_once_equal_to_one_by_one(
         )
         assert r.status_code == 200, r.text
         rewards = _rewards(await decisions(http, 30))
+        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
         store = app.state.use_cases.store
         for k, event_id in enumerate(rewards, start=1):
             r = await http.post("/reward", json={"event_id": event_id, "reward": rewards[event_id]})
             assert r.status_code == 200 and r.json()["applied"], r.text
             if not folds and k in (1, 15, 30):
-                want, _ = await _parts_one_by_one(app, dict(list(rewards.items())[:k]), range(k))
+                want, _ = await _parts_one_by_one(
+                    app, dict(list(rewards.items())[:k]), served, range(k)
+                )
                 got = await store.read(NAME, list(want), {})
                 assert {name: got[name].data for name in want} == want
         pending = await _pending(app)
@@ -449,7 +469,7 @@ async def test_other_shared_models_fold_or_update_at_once_equal_to_one_by_one(
         assert await _pending(app) == []
         if folds:
             order = np.random.default_rng(3).permutation(len(rewards))
-            _, engine = await _parts_one_by_one(app, rewards, order)
+            _, engine = await _parts_one_by_one(app, rewards, served, order)
             got = (await store.read(NAME, ["shared"], {}))["shared"].data
             assert got is not None
             folded = type(engine.shared_state).from_bytes(got)
