@@ -272,8 +272,8 @@ class WindowFits:
     ) -> HybridFit:
         """The fit over the rows of the policy's last ``window`` rewards timed after
         ``since``, of ``shared`` and of ``arms`` (:class:`TimedWindowState` parts); no
-        part changes. A part's blocks are summed anew from its live rows when they
-        differ from those of its previous read, and kept otherwise."""
+        part changes. A part none of whose rows left is read as it is; one with rows
+        gone is summed anew from its live rows, and kept while they stay the same."""
         cutoff = shared.n - window
         self._forget_retired(arms)
         A0, b0, _ = self._timed_blocks(SHARED_PART, shared, cutoff, since, ridge_lambda)
@@ -293,7 +293,10 @@ class WindowFits:
     def _timed_blocks(
         self, key: str, state: TimedWindowState, cutoff: int, since: float, ridge_lambda: float
     ) -> Blocks:
-        """``state``'s blocks over its rows live at ``cutoff`` and ``since``."""
+        """``state``'s blocks over its rows live at ``cutoff`` and ``since``: its own
+        sums while none of its rows has left."""
+        if not state.gone_rows(cutoff, since).any():
+            return state.A, state.b, state.B
         live = state.live_rows(cutoff, since)
         kept = self._timed.get(key)
         if (
