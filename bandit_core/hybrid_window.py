@@ -25,6 +25,14 @@ bytes (:func:`hybrid_window_memory_bytes`). As for discounting, the shared part 
 the raw sums, not Algorithm 2's Schur complement, and the joint fit (10.5) is formed at
 each read from every arm's part: ``O(N (d^3 + d^2 k + d k^2) + k^3)`` for ``N`` arms,
 plus ``O(d^2 + d k)`` per row that left the window since the last read.
+
+With ``window_seconds`` (section 10.3, "Window in seconds with per-arm parts") every
+part, ``"shared"`` included (its rows ``z`` as ``xs``, ``k = 0``), is a
+:class:`TimedWindowState`: each row also has its reward's time, the ``now`` of the
+update. At a read at ``t`` the window holds the rewards numbered ``s > S - window`` and
+timed after ``max(t, latest time) - window_seconds``; an update drops the rows out of it
+from its arm's part and ``"shared"``. A read (:meth:`WindowFits.fit_timed`) takes a
+part's sums while none of its rows left, else sums them anew from its live rows.
 """
 
 from __future__ import annotations
