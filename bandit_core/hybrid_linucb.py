@@ -425,7 +425,7 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         assert c.window is not None and c.window_seconds is not None  # checked: a timed window
         now = shared.clock if self._now is None else max(shared.clock, self._now)
         since = now - c.window_seconds
-        return self._window_fits.fit_timed(shared, arms, c.window, since, c.ridge_lambda)
+        return self._window_fits.fit_timed(shared, arms, c.window, since)
 
     def _timed_update(
         self, state: TimedWindowState, z: np.ndarray, x: np.ndarray, reward: float

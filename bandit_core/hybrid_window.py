@@ -32,7 +32,7 @@ part, ``"shared"`` included (its rows ``z`` as ``xs``, ``k = 0``), is a
 update. At a read at ``t`` the window holds the rewards numbered ``s > S - window`` and
 timed after ``max(t, latest time) - window_seconds``; an update drops the rows out of it
 from its arm's part and ``"shared"``. A read (:meth:`WindowFits.fit_timed`) takes a
-part's sums while none of its rows left, else sums them anew from its live rows.
+part's sums while none of its rows left, else its sums less the rows that left.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class HybridWindowArmState(ArrayState):
         self.reward_sum += reward
         self.since_rebuild += 1
         if self.since_rebuild >= window:  # bound the drift of the running sums
-            A, b, B = self.summed(self.seqs > 0, ridge_lambda)
+            A, b, B = self._summed(self.seqs > 0, ridge_lambda)
             self.since_rebuild = 0
         self.A, self.b, self.B = A, b, B
 
@@ -158,7 +158,7 @@ class HybridWindowArmState(ArrayState):
             B = B - np.multiply.outer(x, self.zs[i])
         return A, b, B
 
-    def summed(self, rows: np.ndarray, ridge_lambda: float) -> Blocks:
+    def _summed(self, rows: np.ndarray, ridge_lambda: float) -> Blocks:
         """New ``(A, b, B)`` summed from the rows masked by ``rows`` and the prior."""
         xs, zs = self.xs[rows], self.zs[rows]
         A = ridge_lambda * np.eye(xs.shape[1]) + xs.T @ xs
@@ -276,18 +276,17 @@ class WindowFits:
         arms: Mapping[str, TimedWindowState],
         window: int,
         since: float,
-        ridge_lambda: float,
     ) -> HybridFit:
         """The fit over the rows of the policy's last ``window`` rewards timed after
         ``since``, of ``shared`` and of ``arms`` (:class:`TimedWindowState` parts); no
-        part changes. A part none of whose rows left is read as it is; one with rows
-        gone is summed anew from its live rows, and kept while they stay the same."""
+        part changes. A part none of whose rows left is read as it is; from one with
+        rows gone they are subtracted (:meth:`HybridWindowArmState.live_blocks`), and
+        the result kept while the same rows stay live."""
         cutoff = shared.n - window
         self._forget_retired(arms)
-        A0, b0, _ = self._timed_blocks(SHARED_PART, shared, cutoff, since, ridge_lambda)
+        A0, b0, _ = self._timed_blocks(SHARED_PART, shared, cutoff, since)
         blocks = [
-            self._timed_blocks(ARM_PREFIX + a, state, cutoff, since, ridge_lambda)
-            for a, state in arms.items()
+            self._timed_blocks(ARM_PREFIX + a, state, cutoff, since) for a, state in arms.items()
         ]
         return _joint((A0, b0), blocks)
 
@@ -298,9 +297,7 @@ class WindowFits:
             self._kept = {a: kept for a, kept in self._kept.items() if a in known}
             self._timed = {a: kept for a, kept in self._timed.items() if a in known}
 
-    def _timed_blocks(
-        self, key: str, state: TimedWindowState, cutoff: int, since: float, ridge_lambda: float
-    ) -> Blocks:
+    def _timed_blocks(self, key: str, state: TimedWindowState, cutoff: int, since: float) -> Blocks:
         """``state``'s blocks over its rows live at ``cutoff`` and ``since``: its own
         sums while none of its rows has left."""
         if not state.gone_rows(cutoff, since).any():
@@ -313,7 +310,7 @@ class WindowFits:
             or kept[1] != state.n
             or not np.array_equal(kept[2], live)
         ):
-            kept = self._timed[key] = (state, state.n, live, state.summed(live, ridge_lambda))
+            kept = self._timed[key] = (state, state.n, live, state.live_blocks(cutoff, since))
         return kept[3]
 
     def _blocks(self, arm_id: str, state: HybridWindowArmState, cutoff: int) -> Blocks:
