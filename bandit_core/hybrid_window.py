@@ -245,6 +245,21 @@ class _KeptBlocks:
     blocks: Blocks
 
 
+@dataclass
+class _KeptTimed:
+    """A part's live blocks at ``cutoff`` and ``since`` (the window in seconds), valid
+    while it is ``state`` with ``n`` rewards and no live row leaves: the cutoffs stay
+    below ``next_seq`` and ``next_time``, the first number and time that would."""
+
+    state: TimedWindowState
+    n: int
+    cutoff: int
+    since: float
+    next_seq: float
+    next_time: float
+    blocks: Blocks
+
+
 class WindowFits:
     """The hybrid ridge (10.5) over a policy's last ``window`` rewards, with each arm's
     live blocks kept between reads: a read subtracts only the rows that left the window
@@ -253,8 +268,7 @@ class WindowFits:
 
     def __init__(self) -> None:
         self._kept: dict[str, _KeptBlocks] = {}
-        # with window_seconds: (part, its reward count, live rows, blocks) per part
-        self._timed: dict[str, tuple[TimedWindowState, int, np.ndarray, Blocks]] = {}
+        self._timed: dict[str, _KeptTimed] = {}
 
     def fit(
         self,
@@ -279,9 +293,10 @@ class WindowFits:
     ) -> HybridFit:
         """The fit over the rows of the policy's last ``window`` rewards timed after
         ``since``, of ``shared`` and of ``arms`` (:class:`TimedWindowState` parts); no
-        part changes. A part none of whose rows left is read as it is; from one with
-        rows gone they are subtracted (:meth:`HybridWindowArmState.live_blocks`), and
-        the result kept while the same rows stay live."""
+        part changes. The rows that left are subtracted from a part's sums
+        (:meth:`HybridWindowArmState.live_blocks`) and the result kept while the same
+        rows stay live, so a read costs the joint fit plus ``O(N)`` checks and
+        ``O(window)`` for each part one of whose rows left since the last."""
         cutoff = shared.n - window
         self._forget_retired(arms)
         A0, b0, _ = self._timed_blocks(SHARED_PART, shared, cutoff, since)
@@ -298,20 +313,24 @@ class WindowFits:
             self._timed = {a: kept for a, kept in self._timed.items() if a in known}
 
     def _timed_blocks(self, key: str, state: TimedWindowState, cutoff: int, since: float) -> Blocks:
-        """``state``'s blocks over its rows live at ``cutoff`` and ``since``: its own
-        sums while none of its rows has left."""
-        if not state.gone_rows(cutoff, since).any():
-            return state.A, state.b, state.B
-        live = state.live_rows(cutoff, since)
+        """``state``'s blocks over its rows live at ``cutoff`` and ``since``, kept while
+        ``cutoff`` and ``since`` stay between those they were formed at and the number
+        and time of the first live row to leave (the same rows are live there)."""
         kept = self._timed.get(key)
         if (
             kept is None
-            or kept[0] is not state
-            or kept[1] != state.n
-            or not np.array_equal(kept[2], live)
+            or kept.state is not state
+            or kept.n != state.n
+            or not kept.cutoff <= cutoff < kept.next_seq
+            or not kept.since <= since < kept.next_time
         ):
-            kept = self._timed[key] = (state, state.n, live, state.live_blocks(cutoff, since))
-        return kept[3]
+            live = state.live_rows(cutoff, since)
+            next_seq = float(state.seqs[live].min()) if live.any() else math.inf
+            next_time = float(state.times[live].min()) if live.any() else math.inf
+            blocks = state.live_blocks(cutoff, since)
+            kept = _KeptTimed(state, state.n, cutoff, since, next_seq, next_time, blocks)
+            self._timed[key] = kept
+        return kept.blocks
 
     def _blocks(self, arm_id: str, state: HybridWindowArmState, cutoff: int) -> Blocks:
         """``arm_id``'s blocks over its rows numbered above ``cutoff``."""
