@@ -178,7 +178,9 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
             config.forgetting.forgets and config.context_dim > 0
         )
         # with per-arm parts and window_seconds every part is a TimedWindowState
-        self._timed = self._joint and config.forgetting.window_seconds is not None
+        self._timed = isinstance(config, HybridLinUCBConfig) and (
+            config.context_dim > 0 and config.window_seconds is not None
+        )
         super().__init__(config)
         self._stack = HybridStack()
         self._window_fits = WindowFits()  # used with per-arm parts and a window
@@ -257,7 +259,7 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         if self._joint:
             fit, index = self._fit()
             return fit.beta, [fit.theta[index[a]] for a in arm_ids]
-        beta = self._shared.theta.copy()
+        beta = cast(HybridSharedState | ForgettingState, self._shared).theta.copy()
         states = [cast(HybridArmState, self._known_arm(a)) for a in arm_ids]
         return beta, [s.A_inv @ (s.b - s.B @ beta) for s in states]
 
@@ -329,9 +331,10 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
             rows = np.array([index[a] for a in arm_ids], dtype=np.intp)
             mean, width = fit.terms(rows, Z, X[:, k:])
             return (mean + alpha * width, width) if alpha else (mean + 0.0, None)
-        if not isinstance(shared, HybridSharedState):  # a forgetting shared model
+        if isinstance(shared, DiscountedArmState | WindowArmState):  # a forgetting shared model
             mean, width = self._forgetting_terms(shared, Z)
             return (mean + alpha * width, width) if alpha else (mean + 0.0, None)
+        assert isinstance(shared, HybridSharedState)  # a timed part is joint: scored above
         mean = Z @ shared.theta
         if self._arm_free:
             if not alpha:
@@ -374,10 +377,11 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         if isinstance(state, HybridDiscountedArmState | HybridWindowArmState):
             self._joint_update(state, x, reward)
             return
-        if not isinstance(shared, HybridSharedState):  # a forgetting shared model
+        if isinstance(shared, DiscountedArmState | WindowArmState):  # a forgetting shared model
             assert self._forgetting is not None  # the only way to a forgetting part
             self._forgetting.add(shared, x, reward, self._now)
             return
+        assert isinstance(shared, HybridSharedState)  # a timed part is joint: updated above
         if state is None:  # no per-arm part: LinUCB over z (A_0 += z z', b_0 += r z)
             shared.add(x, reward, reward, c.refactor_every)
             return

@@ -137,7 +137,8 @@ class HybridWindowArmState(ArrayState):
     def live_rows(self, cutoff: int, since: float = -math.inf) -> np.ndarray:
         """Mask of the rows still in the window at ``cutoff`` and ``since``
         (:meth:`gone_rows`)."""
-        return (self.seqs > 0) & ~self.gone_rows(cutoff, since)
+        live: np.ndarray = (self.seqs > 0) & ~self.gone_rows(cutoff, since)
+        return live
 
     def live_blocks(self, cutoff: int, since: float = -math.inf) -> Blocks:
         """``(A_a, b_a, B_a)`` over the rows still in the window at ``cutoff`` and
