@@ -2,7 +2,9 @@
 10.3, "Hybrid model with per-arm parts"): after any sequence of rewards over several
 arms, ``beta``, each ``theta_a`` and every score equal the hybrid ridge over exactly the
 policy's last ``window`` rewards, computed from scratch and by a fresh hybrid model fed
-those rewards; each part stays bounded by ``window`` rows however many rewards come."""
+those rewards; each part stays bounded by ``window`` rows however many rewards come.
+With ``window_seconds`` the same holds at any read time over the rewards timed in the
+window (docs/algorithms.md section 10.3, "Window in seconds with per-arm parts")."""
 
 from __future__ import annotations
 
