@@ -44,11 +44,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bandit_core.clock import Clocked
-from bandit_core.errors import ConfigError, InvalidInputError
+from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
 from bandit_core.forgetting import DiscountedArmState, WindowArmState
 from bandit_core.hybrid_forgetting import HybridDiscountedArmState, HybridFit, joint_fit
-from bandit_core.hybrid_window import HybridWindowArmState, WindowFits
+from bandit_core.hybrid_window import HybridWindowArmState, TimedWindowState, WindowFits
 from bandit_core.importance import FeatureWeights
 from bandit_core.linear import LinearArmState, RidgeStack
 from bandit_core.linucb import LinUCBConfig
@@ -73,9 +73,9 @@ class HybridLinUCBConfig(LinUCBConfig):
     part. ``ridge_lambda`` is the prior of both parts (the paper's ``A_0 = I_k``,
     ``A_a = I_d`` at 1). The model may forget: ``gamma`` or ``half_life_seconds``
     (D-LinUCB; with per-arm parts as :mod:`bandit_core.hybrid_forgetting` describes),
-    or ``window`` (SW-LinUCB over the policy's last ``window`` rewards; with per-arm
-    parts as :mod:`bandit_core.hybrid_window` describes), and the shared model
-    (``context_dim = 0``) also ``window_seconds``, as
+    or ``window`` and/or ``window_seconds`` (SW-LinUCB over the policy's last
+    ``window`` rewards, younger than ``window_seconds`` when given; with per-arm parts
+    as :mod:`bandit_core.hybrid_window` describes), as
     :mod:`bandit_core.shared_forgetting` describes."""
 
     context_dim: int = 0
@@ -91,11 +91,6 @@ class HybridLinUCBConfig(LinUCBConfig):
             self, "context_dim", check_int(self.context_dim, "context_dim", low=0, high=self.d - 1)
         )
         options = self.forgetting.checked(self.ridge_lambda)
-        if options.window_seconds is not None and self.context_dim:
-            raise ConfigError(
-                "window_seconds applies to the shared model: context_dim must be 0, but got "
-                f"{self.context_dim} (with per-arm parts give window, gamma or half_life_seconds)"
-            )
         for name in FORGETTING_OPTIONS:
             object.__setattr__(self, name, getattr(options, name))
 
@@ -131,8 +126,9 @@ class HybridArmState(LinearArmState):
     B: np.ndarray
 
 
-# the shared part: Algorithm 2's, or a forgetting one (bandit_core.shared_forgetting)
-SharedPart: TypeAlias = HybridSharedState | ForgettingState
+# the shared part: Algorithm 2's, a forgetting one (bandit_core.shared_forgetting) or, with
+# per-arm parts and window_seconds, a timed window one (bandit_core.hybrid_window)
+SharedPart: TypeAlias = HybridSharedState | ForgettingState | TimedWindowState
 # an arm's part: Algorithm 2's, a discounted one (bandit_core.hybrid_forgetting) or a
 # windowed one (bandit_core.hybrid_window)
 ArmPart: TypeAlias = HybridArmState | HybridDiscountedArmState | HybridWindowArmState
@@ -181,6 +177,10 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         self._joint = isinstance(config, HybridLinUCBConfig) and (
             config.forgetting.forgets and config.context_dim > 0
         )
+        # with per-arm parts and window_seconds every part is a TimedWindowState
+        self._timed = isinstance(config, HybridLinUCBConfig) and (
+            config.context_dim > 0 and config.window_seconds is not None
+        )
         super().__init__(config)
         self._stack = HybridStack()
         self._window_fits = WindowFits()  # used with per-arm parts and a window
@@ -192,6 +192,8 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
     def _decode_part(self, name: str, data: bytes | None) -> ArrayState | None:
         if self._forgetting is None or data is None:
             return super()._decode_part(name, data)
+        if self._timed and (name == SHARED_PART or name.startswith(ARM_PREFIX)):
+            return TimedWindowState.from_bytes(data)
         if name == SHARED_PART:
             return self._forgetting.state_class.from_bytes(data)
         if self._joint and name.startswith(ARM_PREFIX):
@@ -221,6 +223,9 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
 
     # ---- the model ---------------------------------------------------------------------
     def _new_shared_state(self) -> SharedPart:
+        c = self.config
+        if self._timed and c.window is not None:  # rows z as the part's x (k = 0)
+            return TimedWindowState.empty(c.shared_dim, 0, c.window, c.ridge_lambda)
         if self._forgetting is not None:
             return self._forgetting.prior(self.config.shared_dim)
         return HybridSharedState(**_prior(self.config.shared_dim, self.config.ridge_lambda))
@@ -228,7 +233,8 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
     def _new_arm_state(self) -> ArmPart:
         c = self.config
         if self._joint and c.window is not None:
-            return HybridWindowArmState.empty(c.context_dim, c.shared_dim, c.window, c.ridge_lambda)
+            windowed = TimedWindowState if self._timed else HybridWindowArmState
+            return windowed.empty(c.context_dim, c.shared_dim, c.window, c.ridge_lambda)
         if self._joint:
             return HybridDiscountedArmState.empty(c.context_dim, c.shared_dim, c.ridge_lambda)
         return HybridArmState(
@@ -253,7 +259,7 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         if self._joint:
             fit, index = self._fit()
             return fit.beta, [fit.theta[index[a]] for a in arm_ids]
-        beta = self._shared.theta.copy()
+        beta = cast(HybridSharedState | ForgettingState, self._shared).theta.copy()
         states = [cast(HybridArmState, self._known_arm(a)) for a in arm_ids]
         return beta, [s.A_inv @ (s.b - s.B @ beta) for s in states]
 
@@ -262,6 +268,11 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         shared part's clock when none is set or it is earlier), or the ridge over the
         window, and each arm's row in it."""
         assert self._forgetting is not None  # only a forgetting model has a joint fit
+        if self._timed:
+            timed = cast(dict[str, TimedWindowState], self._arms)
+            return self._timed_fit(cast(TimedWindowState, self._shared), timed), {
+                a: i for i, a in enumerate(timed)
+            }
         if self.config.window is not None:
             windows = cast(dict[str, HybridWindowArmState], self._arms)
             window = cast(WindowArmState, self._shared)
@@ -320,9 +331,10 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
             rows = np.array([index[a] for a in arm_ids], dtype=np.intp)
             mean, width = fit.terms(rows, Z, X[:, k:])
             return (mean + alpha * width, width) if alpha else (mean + 0.0, None)
-        if not isinstance(shared, HybridSharedState):  # a forgetting shared model
+        if isinstance(shared, DiscountedArmState | WindowArmState):  # a forgetting shared model
             mean, width = self._forgetting_terms(shared, Z)
             return (mean + alpha * width, width) if alpha else (mean + 0.0, None)
+        assert isinstance(shared, HybridSharedState)  # a timed part is joint: scored above
         mean = Z @ shared.theta
         if self._arm_free:
             if not alpha:
@@ -365,10 +377,11 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
         if isinstance(state, HybridDiscountedArmState | HybridWindowArmState):
             self._joint_update(state, x, reward)
             return
-        if not isinstance(shared, HybridSharedState):  # a forgetting shared model
+        if isinstance(shared, DiscountedArmState | WindowArmState):  # a forgetting shared model
             assert self._forgetting is not None  # the only way to a forgetting part
             self._forgetting.add(shared, x, reward, self._now)
             return
+        assert isinstance(shared, HybridSharedState)  # a timed part is joint: updated above
         if state is None:  # no per-arm part: LinUCB over z (A_0 += z z', b_0 += r z)
             shared.add(x, reward, reward, c.refactor_every)
             return
@@ -395,6 +408,9 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
                 f"x with max |x| = {np.abs(row).max()} overflows the ridge statistics"
             )
         k = self.config.shared_dim
+        if isinstance(state, TimedWindowState):
+            self._timed_update(state, row[:k], row[k:], reward)
+            return
         forgetting = self._forgetting
         at = forgetting.observation_time(shared, self._now)
         if isinstance(state, HybridWindowArmState):  # on the per-update clock: at = shared.n + 1
@@ -404,6 +420,31 @@ class HybridLinUCB(Clocked, SharedModelPolicy[ArmPart, SharedPart, None]):
                 row[:k], row[k:], reward, at, forgetting.log_decay, self.config.ridge_lambda
             )
         forgetting.add(shared, row[:k], reward, self._now)
+
+    def _timed_fit(self, shared: TimedWindowState, arms: dict[str, TimedWindowState]) -> HybridFit:
+        """The fit over the window in seconds as of the policy's time: ``now``, or the
+        shared part's clock when none is set or it is earlier (docs/algorithms.md
+        section 10.3, "Window with per-arm parts")."""
+        c = self.config
+        assert c.window is not None and c.window_seconds is not None  # checked: a timed window
+        now = shared.clock if self._now is None else max(shared.clock, self._now)
+        since = now - c.window_seconds
+        return self._window_fits.fit_timed(shared, arms, c.window, since)
+
+    def _timed_update(
+        self, state: TimedWindowState, z: np.ndarray, x: np.ndarray, reward: float
+    ) -> None:
+        """Add ``([z, x], reward)``, the policy's next reward, at the policy's time (the
+        shared part's clock without one) to the arm's part and ``"shared"``, both
+        dropping the rows out of the window after it."""
+        c = self.config
+        assert c.window_seconds is not None  # checked: a timed window
+        shared = cast(TimedWindowState, self._shared)
+        at = shared.clock if self._now is None else self._now
+        since = shared.next_clock(at) - c.window_seconds
+        seq = shared.n + 1
+        state.add_row(z, x, reward, seq, c.ridge_lambda, at, since)
+        shared.add_row(np.zeros(0), z, reward, seq, c.ridge_lambda, at, since)
 
     @property
     def folds_updates(self) -> bool:

@@ -8,7 +8,8 @@ LinUCB, and each forgetting policy on its per-update clock (``gamma`` 0.99;
 ``window`` 1000) and on wall-clock time (``half_life_seconds`` 3600;
 ``window_seconds`` 3600 with ``window`` 1000), and hybrid LinUCB with per-arm parts
 over the last 8 features (``context_dim`` 8; ``d`` must exceed it) without forgetting,
-with ``gamma`` 0.99, with ``window`` 1000 and with ``half_life_seconds`` 3600, where
+with ``gamma`` 0.99, with ``window`` 1000, with ``window_seconds`` 600 (``window`` 1000:
+the 600 s leave first) and with ``half_life_seconds`` 3600, where
 decision ``i`` is made and rewarded at ``now = i`` seconds, as the service passes the
 time. Every policy is warmed with ``--warm`` decisions first (its arms hold data). Two
 rows (``op:``) time alone the steps a discounted update adds to LinUCB's
@@ -60,6 +61,11 @@ CONTENDERS: dict[str, tuple[str, dict[str, Any], bool]] = {
     "hybrid_linucb per-arm": ("hybrid_linucb", {"context_dim": 8}, False),
     "hybrid_linucb per-arm gamma": ("hybrid_linucb", {"context_dim": 8, "gamma": 0.99}, False),
     "hybrid_linucb per-arm window": ("hybrid_linucb", {"context_dim": 8, "window": 1000}, False),
+    "hybrid_linucb per-arm window_seconds": (
+        "hybrid_linucb",
+        {"context_dim": 8, "window": 1000, "window_seconds": 600.0},
+        True,
+    ),
     "hybrid_linucb per-arm half_life_seconds": (
         "hybrid_linucb",
         {"context_dim": 8, "half_life_seconds": 3600.0},

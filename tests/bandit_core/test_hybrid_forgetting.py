@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bandit_core import clock_at, make_policy, policy_from_bytes
-from bandit_core.errors import ConfigError, InvalidInputError
+from bandit_core.errors import InvalidInputError
 from bandit_core.hybrid_forgetting import HybridDiscountedArmState
 from tests.bandit_core.test_shared_forgetting import (
     CANDIDATES,
@@ -165,11 +165,6 @@ def test_a_row_that_overflows_changes_no_part() -> None:
     with pytest.raises(InvalidInputError, match="overflows"), np.errstate(over="ignore"):
         p.update("a", np.array([1e200, 1.0, 1.0]), 1.0)
     assert p.to_bytes() == before
-
-
-def test_a_window_in_seconds_with_per_arm_parts_names_context_dim() -> None:
-    with pytest.raises(ConfigError, match="context_dim"):
-        _hybrid(window_seconds=30.0)
 
 
 def test_a_retired_arm_leaves_its_rewards_as_rows_of_shared_features() -> None:

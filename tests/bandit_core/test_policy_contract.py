@@ -32,6 +32,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {name: (name, {}) for name in POLICIES} 
         {"context_dim": 2, "half_life_seconds": 60.0},
     ),
     "hybrid_linucb[context_dim=2,window=8]": ("hybrid_linucb", {"context_dim": 2, "window": 8}),
+    "hybrid_linucb[context_dim=2,window_seconds=60]": (
+        "hybrid_linucb",
+        {"context_dim": 2, "window": 8, "window_seconds": 60.0},
+    ),
     "diag_linucb[fit=per_feature]": ("diag_linucb", {"fit": "per_feature"}),
     "discounted_linucb[half_life_seconds=60]": ("discounted_linucb", {"half_life_seconds": 60.0}),
     "sliding_window_linucb[window_seconds=60]": (

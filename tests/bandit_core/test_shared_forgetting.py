@@ -184,7 +184,6 @@ def test_the_forgetting_part_round_trips_and_decides_the_same(
         ({"window_seconds": 0.0}, "window_seconds"),
         ({"gamma": 0.9, "half_life_seconds": 60.0}, "half_life_seconds"),
         ({"gamma": 0.9, "window": 10}, "window"),
-        ({"window_seconds": 30.0, "context_dim": 1}, "context_dim"),
     ],
 )
 def test_a_bad_forgetting_option_names_the_field(params: dict[str, Any], field: str) -> None:

@@ -197,18 +197,55 @@ def _parts(policy: Any) -> list[Any]:
     return parts + ([policy.shared_state] if "shared" in policy.part_names() else [])
 
 
-async def test_a_window_in_seconds_with_per_arm_parts_is_a_422_naming_context_dim(
+async def test_a_window_in_seconds_with_per_arm_parts_scores_the_rewards_in_it(
     make_settings: Any,
 ) -> None:
-    """The hybrid model with per-arm parts takes a window in updates, not in seconds
-    (docs/algorithms.md section 10.3); ``window_seconds`` is refused, naming the field,
-    and nothing is stored."""
-    async with running(make_settings()) as (_, http, _):
-        spec = _policy("hybrid_linucb", 2, context_dim=1, window_seconds=30.0)
-        r = await http.put("/policies/p", json=spec)
-        assert r.status_code == 422, r.text
-        assert "context_dim" in r.text
-        assert (await http.get("/policies/p")).status_code == 404
+    """``window_seconds = 30`` with per-arm parts, served (docs/algorithms.md section
+    10.3): each arm scores as Algorithm 2 (no forgetting) fed only the rewards whose
+    decision is younger than 30 s: a reward sent 40 s after its decision counts at the
+    decision's time, so it is already out of the window."""
+    spec = {**_policy("hybrid_linucb", 2, context_dim=1, window_seconds=30.0), "arms": ["a", "b"]}
+    early = [("a", 1.0), ("a", 1.0), ("b", 0.0)]  # decided and rewarded at T0
+    late = [("b", 1.0), ("a", 0.0)]  # decided and rewarded at T0 + 20
+    held = ("b", 1.0)  # decided at T0, rewarded at T0 + 40
+
+    def fresh(rewards: list[tuple[str, float]]) -> Any:
+        engine = make_policy("hybrid_linucb", d=2, context_dim=1, alpha=0.0)
+        engine.add_arm("a")
+        engine.add_arm("b")
+        for arm, reward in rewards:
+            engine.update(arm, [1.0, 1.0], reward)
+        return engine
+
+    async def decide(http: Any, arm: str) -> tuple[str, float]:
+        body = {"policy": "p", "context": [1.0, 1.0], "arms": [{"id": arm}]}
+        r = await http.post("/recommend", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()["event_id"], r.json()["ranking"][0]["score"]
+
+    async def check(http: Any, engine: Any) -> None:
+        for arm in ("a", "b"):
+            _, score = await decide(http, arm)
+            want = engine.select([arm], [[1.0, 1.0]]).scores[0]
+            assert score == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+    async with running(make_settings()) as (app, http, _):
+        assert (await http.put("/policies/p", json=spec)).status_code == 200, spec
+        now = [T0]
+        _set_clock(app, now)
+        held_event, _ = await decide(http, held[0])
+        for t, story in ((T0, early), (T0 + 20.0, late)):
+            now[0] = t
+            for arm, reward in story:
+                event_id, _ = await decide(http, arm)
+                await _reward(http, event_id, reward)
+        await check(http, fresh(early + late))  # all five in the window
+        now[0] = T0 + 40.0  # the early ones are 40 s old
+        await _reward(http, held_event, held[1])
+        await check(http, fresh(late))
+        # counted at its reward's time it would have changed the fit
+        counted = fresh([*late, held]).select(["b"], [[1.0, 1.0]]).scores[0]
+        assert counted != pytest.approx(fresh(late).select(["b"], [[1.0, 1.0]]).scores[0])
 
 
 async def test_a_hybrid_window_with_per_arm_parts_scores_the_last_rewards(
