@@ -42,7 +42,7 @@ from service.usecases.policy_cache import PolicyCache
 
 class RewardedStore(EventRegistry, DeadlineIndex, Protocol):
     """The state store's roles the rewards call beside the cache: which policy owns an
-    event, and when a finished event is deleted (``service.storage.state_store``)."""
+    event, and when an activated event is due (``service.storage.state_store``)."""
 
 
 @dataclass
