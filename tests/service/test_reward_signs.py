@@ -81,15 +81,24 @@ def learned(stats: dict[str, Any]) -> tuple[int, float]:
 async def check_counted(
     app: Any, http: Any, policy: str, applied: list[float], metric_before: float
 ) -> None:
-    """``applied`` reached the model, the counters, the log and the metrics once each."""
+    """``applied`` reached the model, the counters, the log and the metrics once each.
+    The counters move in the commit that finalizes an event, and the log and the metrics
+    are recorded right after it (by the sweeper's task, for a default reward): polled."""
     stats = (await http.get(f"/policies/{policy}/stats")).json()
     assert stats["rewards"] == len(applied)
     rewarded, total = learned(stats)
     assert rewarded == len(applied)
     assert total == pytest.approx(sum(applied), abs=1e-12)
-    assert await logged_rewards(app, policy) == pytest.approx(sorted(applied), abs=1e-12)
-    counted = await metric_reward_sum(http, policy) - metric_before
-    assert counted == pytest.approx(sum(applied), abs=1e-9)
+
+    async def recorded() -> bool:
+        logged = await logged_rewards(app, policy)
+        counted = await metric_reward_sum(http, policy) - metric_before
+        return bool(
+            logged == pytest.approx(sorted(applied), abs=1e-12)
+            and counted == pytest.approx(sum(applied), abs=1e-9)
+        )
+
+    await poll(recorded, 15.0)
 
 
 async def test_native_reward_of_any_sign_in_range(make_settings: Any) -> None:
@@ -407,9 +416,10 @@ async def test_five_hundred_negative_default_rewards_due_at_once(make_settings: 
         sweeper.clock = lambda: time.time() + 5.0  # every wait has ended
         due = time.monotonic()
 
-        async def finalized() -> bool:
+        async def finalized() -> bool:  # counted in the commits, then in the metrics
             stats = (await http.get(f"/policies/{DEFAULT_LOOP}/stats")).json()
-            return stats["default_rewards"] >= events
+            counted = await metric_reward_sum(http, DEFAULT_LOOP) - before
+            return stats["default_rewards"] >= events and counted <= -0.5 * events + 1e-9
 
         await poll(finalized, 60.0)
         took = time.monotonic() - due
