@@ -24,7 +24,7 @@ bandit_default_rewards_total             counter    policy                  defa
 bandit_expired_events_total              counter    policy                  deferred events never activated
 bandit_overdue_pending_seconds           gauge      policy                  oldest due pending event's age past its deadline (latest)
 bandit_sweeper_errors_total              counter    policy                  due events (or policy sweeps) the sweeper failed
-bandit_reward_record_errors_total        counter    policy, step            applied rewards whose log/metrics/schedule step failed
+bandit_reward_record_errors_total        counter    policy, step            applied rewards whose log/metrics step failed
 bandit_arms_forgotten_total              counter    policy                  arm states forgotten after arm_idle_seconds
 bandit_event_log_lag_seconds             gauge      (none)                  age of the oldest unflushed record (max)
 bandit_event_log_spool_depth             gauge      (none)                  records spooled on disk (livesum)
@@ -180,7 +180,7 @@ SWEEPER_ERRORS = Counter(
 )
 REWARD_RECORD_ERRORS = Counter(
     "bandit_reward_record_errors",
-    "Applied rewards or expiries whose logging, metrics or retention schedule failed afterwards",
+    "Applied rewards or expiries whose logging or metrics failed afterwards",
     ["policy", "step"],
 )
 ARMS_FORGOTTEN = Counter(

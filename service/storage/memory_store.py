@@ -173,21 +173,10 @@ class InProcessStateStore:
             entry = self._events.get(event_id)
             return None if entry is None else entry[0]
 
-    async def schedule(
-        self,
-        policy: str,
-        event_id: str,
-        deadline: float,
-        counters: Mapping[str, float] | None = None,
-        seen: Mapping[str, float] | None = None,
-    ) -> None:
-        """Put ``event_id`` on the deadline index (replacing an earlier deadline), add
-        ``counters`` and mark ``seen``."""
+    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
+        """Put ``event_id`` on the deadline index (replacing an earlier deadline)."""
         with self._lock:
-            space = self._space(policy)
-            space.deadlines[event_id] = float(deadline)
-            self._add(space, counters or {})
-            self._see(space, seen or {})
+            self._space(policy).deadlines[event_id] = float(deadline)
 
     async def mark_seen(self, policy: str, seen: Mapping[str, float]) -> None:
         """Put each name of ``seen`` on the last-seen index at its time."""

@@ -335,29 +335,11 @@ class RedisStateStore:
         raw = await self._call(self._redis.get(registry_key(event_id)))
         return None if raw is None else reply_text(raw)
 
-    async def schedule(
-        self,
-        policy: str,
-        event_id: str,
-        deadline: float,
-        counters: Mapping[str, float] | None = None,
-        seen: Mapping[str, float] | None = None,
-    ) -> None:
-        """ZADD to the policy's deadline index, HINCRBYFLOAT each counter and ZADD the
-        ``seen`` names to the last-seen index, in one MULTI/EXEC."""
-        prefix = policy_prefix(policy)
-        if not counters and not seen:
-            await self._call(self._redis.zadd(prefix + "deadlines", {event_id: deadline}))
-            return
-
-        def queue(pipe: Any) -> None:
-            pipe.zadd(prefix + "deadlines", {event_id: deadline})
-            for name, delta in (counters or {}).items():
-                pipe.hincrbyfloat(prefix + "counters", name, float(delta))
-            if seen:
-                pipe.zadd(prefix + "seen", {name: float(t) for name, t in seen.items()})
-
-        await self._pipeline(queue, True)
+    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
+        """ZADD to the policy's deadline index."""
+        await self._call(
+            self._redis.zadd(policy_prefix(policy) + "deadlines", {event_id: deadline})
+        )
 
     async def mark_seen(self, policy: str, seen: Mapping[str, float]) -> None:
         """ZADD the names to the policy's last-seen index."""

@@ -113,17 +113,10 @@ class EventRegistry(Protocol):
 class DeadlineIndex(Protocol):
     """Each policy's deadline index: event id -> when the sweeper acts on it."""
 
-    async def schedule(
-        self,
-        policy: str,
-        event_id: str,
-        deadline: float,
-        counters: Mapping[str, float] | None = None,
-        seen: Mapping[str, float] | None = None,
-    ) -> None:
-        """Put ``event_id`` on the policy's deadline index (unix seconds), add
-        ``counters`` as :meth:`CounterStore.add_counters` does and ``seen`` as
-        :meth:`LastSeenIndex.mark_seen` does, in one round trip."""
+    async def schedule(self, policy: str, event_id: str, deadline: float) -> None:
+        """Put ``event_id`` on the policy's deadline index (unix seconds), replacing an
+        earlier deadline; a transaction's commit does the same with its
+        :class:`~service.storage.base.Schedule`."""
         ...
 
     async def unschedule(self, policy: str, event_id: str) -> None:

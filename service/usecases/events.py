@@ -30,6 +30,7 @@ import orjson
 from pydantic import BaseModel
 
 from bandit_core.features import SparseRows
+from service.storage.base import Schedule
 
 EVENT_PREFIX = "event:"
 DELTA_PREFIX = "delta:"  # a reward accepted, waiting for the next fold (service.usecases.folds)
@@ -216,3 +217,30 @@ class PendingEvent:
             held_rewards=ev.get("held_rewards"),
             ips_weights=ev.get("ips_weights"),
         )
+
+
+def retention_schedule(
+    finalized: list[tuple[str, PendingEvent]], retention_seconds: float
+) -> Schedule:
+    """What the commit finalizing the ``(event id, event)`` pairs also does (atomically,
+    docs/architecture.md, "POST /reward"): each event onto the deadline index at its
+    ``finalized_at`` plus ``retention_seconds`` (the sweeper deletes it then), the
+    policy's ``pending`` counter less one each, ``rewards`` and ``default_rewards`` more
+    by the rewards applied, and each rewarded event's arm seen at its finalization."""
+    assert finalized  # a commit with writes finalized at least one event
+    deadlines: dict[str, float] = {}
+    counters = {"pending": -float(len(finalized))}
+    seen: dict[str, float] = {}
+    for event_id, event in finalized:
+        assert event.finalized_at is not None  # set by the transition out of pending
+        deadlines[event_id] = event.finalized_at + retention_seconds
+        source = SOURCE_OF_STATE.get(event.state)
+        if source is None:  # expired: no reward applied
+            continue
+        counters["rewards"] = counters.get("rewards", 0.0) + 1.0
+        if source == "default":
+            counters["default_rewards"] = counters.get("default_rewards", 0.0) + 1.0
+        seen[event.arm_id] = max(seen.get(event.arm_id, 0.0), event.finalized_at)
+    first = next(iter(deadlines))
+    more = {e: t for e, t in deadlines.items() if e != first}
+    return Schedule(first, deadlines[first], counters, seen, more)

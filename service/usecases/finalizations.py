@@ -49,8 +49,14 @@ from service.errors import Conflict, NotFound
 from service.observability import metrics
 from service.policies import CONFIG_KEY, Runtime, decode_info
 from service.schemas import PolicyInfo
-from service.storage.base import VersionedValue
-from service.usecases.events import EventState, PendingEvent, delta_key, event_key
+from service.storage.base import Schedule, VersionedValue
+from service.usecases.events import (
+    EventState,
+    PendingEvent,
+    delta_key,
+    event_key,
+    retention_schedule,
+)
 from service.usecases.folds import defers_updates, encode_delta
 from service.usecases.policy_cache import METRICS_PREFIX, PolicyCache, import_stored
 
@@ -161,10 +167,13 @@ class ServedTally(Protocol):
 class Finalizations:
     """Applies finalizations one store transaction per batch (see the module docstring);
     one per process, shared by the reward use case and the sweeper; ``tally`` counts the
-    events served other than by the model's own decision."""
+    events served other than by the model's own decision; a finalized event is kept
+    ``retention_seconds`` (``Settings.done_event_retention_seconds``) from its
+    finalization."""
 
     cache: PolicyCache
     clock: Callable[[], float]
+    retention_seconds: float
     coalesce: bool = True
     tally: ServedTally | None = None
     # told how many deltas of a policy a transaction wrote (Folds.accepted)
@@ -283,7 +292,17 @@ class Finalizations:
         for item in batch:  # a stale assumption fails the commit, which then reads afresh
             if item.stored is not None:
                 assumed.setdefault(event_key(item.event_id), item.stored)
-        await self.cache.transact(runtime, name, [*keys, *parts, *deltas], fn, assumed)
+
+        def schedule() -> Schedule:  # called after fn, on the outcomes it left
+            finalized = [
+                (item.event_id, o)
+                for item, o in zip(batch, outcomes)
+                if isinstance(o, PendingEvent)
+            ]
+            return retention_schedule(finalized, self.retention_seconds)
+
+        all_keys = [*keys, *parts, *deltas]
+        await self.cache.transact(runtime, name, all_keys, fn, assumed, schedule)
         written = sum(isinstance(o, PendingEvent) and o.reward is not None for o in outcomes)
         if deltas and written:
             self.deltas_written(name, written)

@@ -42,7 +42,7 @@ from service.usecases.policy_cache import PolicyCache
 
 class RewardedStore(EventRegistry, DeadlineIndex, Protocol):
     """The state store's roles the rewards call beside the cache: which policy owns an
-    event, and when a finished event is deleted (``service.storage.state_store``)."""
+    event, and when an activated event is due (``service.storage.state_store``)."""
 
 
 @dataclass
@@ -61,7 +61,11 @@ class Rewards:
     def __post_init__(self) -> None:
         # the finalized events' time is this use case's clock, read when they finalize
         self.finalizations = Finalizations(
-            self.cache, lambda: self.clock(), self.settings.reward_batching, self.tally
+            self.cache,
+            lambda: self.clock(),
+            self.settings.done_event_retention_seconds,
+            self.settings.reward_batching,
+            self.tally,
         )
 
     async def reward(self, req: RewardRequest) -> RewardResponse:
@@ -156,15 +160,14 @@ class Rewards:
     async def record_final(
         self, name: str, event_id: str, event: PendingEvent, source: str | None
     ) -> None:
-        """Once an event left ``pending``: log the applied reward first (the model already
-        holds it; ``source`` ``"explicit"`` or ``"default"``, None for an expiry: then the
-        rewards it held for an activation are logged as late), then the
-        metrics, and the retention schedule, the counters and (for an applied reward) the
-        arm as seen. Never raises: the transition is done, so a failing step is logged
-        and counted (``bandit_reward_record_errors_total``) and the others still run; a
-        reward the log missed is logged again when the sweeper deletes the event."""
+        """Once an event left ``pending`` (its commit scheduled its retention and counted
+        it: ``service.usecases.events.retention_schedule``): log the applied reward
+        first (the model already holds it; ``source`` ``"explicit"`` or ``"default"``,
+        None for an expiry: then the rewards it held for an activation are logged as
+        late), then the metrics. Never raises: the transition is done, so a failing step
+        is logged and counted (``bandit_reward_record_errors_total``) and the other still
+        runs; a reward the log missed is logged again when the sweeper deletes the event."""
         now = self.clock()
-        counters = {"pending": -1.0}
 
         def step(which: str) -> AbstractContextManager[None]:
             what = f"policy {name!r}, event {event_id!r}: recording step {which!r}"
@@ -174,9 +177,6 @@ class Rewards:
             with step("log"):
                 self.log_held_rewards(name, event_id, event)
         else:
-            counters["rewards"] = 1.0
-            if source == "default":
-                counters["default_rewards"] = 1.0
             with step("log"):
                 self.log_reward(name, event_id, event)
         with step("metrics"):
@@ -192,10 +192,6 @@ class Rewards:
                 config = PageHinkleyConfig() if runtime is None else runtime.info.drift_config
                 response = None if runtime is None else runtime.info.drift_response
                 self.drift.observe(name, float(event.reward), config, now, response)
-        retention = now + self.settings.done_event_retention_seconds
-        seen = None if source is None else {event.arm_id: now}  # the update saw the arm
-        with step("schedule"):
-            await self.store.schedule(name, event_id, retention, counters, seen)
 
     def log_held_rewards(self, name: str, event_id: str, event: PendingEvent) -> None:
         """Submit the rewards an expired event held for an activation that never came

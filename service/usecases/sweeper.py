@@ -229,8 +229,9 @@ class Sweeper:
         await self.cache.transact(runtime, name, [key], fn)
         if kept_until:
             if kept_until[0] is not None:
-                # still on its pending deadline (the finalizing process failed to schedule
-                # its retention): move it, or it would come due at every sweep
+                # still on its pending deadline: finalized by a version that scheduled the
+                # retention after the commit and failed to (a rolling upgrade), or listed
+                # while pending and finalized since; move it, or it comes due every sweep
                 await self.store.schedule(name, event_id, kept_until[0])
             return
         if deleted and deleted[0].state in (EventState.REWARDED, EventState.DEFAULTED):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -122,9 +124,10 @@ async def test_redis_lost_right_after_the_model_update(
     make_settings: Callable[..., Settings],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The worst moment: Redis goes away after the reward's model transaction committed
-    and before the event's bookkeeping. The reward is in the model, so it must reach the
-    event log too, and the client's retry after recovery must not apply it again."""
+    """The worst moment: Redis goes away right after the reward's commit. The commit
+    held the event's retention schedule and counters, so nothing after it needs Redis:
+    the answer is applied, the reward reaches the event log, the event waits out its
+    retention, and the client's retry after recovery does not apply it again."""
     from service.api.app import create_app
 
     settings = make_settings(log_flush_seconds=0.02, sweeper_interval_seconds=0.05)
@@ -140,16 +143,18 @@ async def test_redis_lost_right_after_the_model_update(
                 await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
             ).json()
             store = app.state.use_cases.store
-            schedule = store.schedule
+            counted = await store.counters("p")
+            transact = store.transact
 
-            async def outage_then_schedule(*args: object) -> None:
-                monkeypatch.setattr(store, "schedule", schedule)
+            async def commit_then_outage(*args: Any, **kwargs: Any) -> dict[str, int]:
+                monkeypatch.setattr(store, "transact", transact)
+                versions = await transact(*args, **kwargs)
                 private_redis.stop()
-                await schedule(*args)
+                return versions
 
-            monkeypatch.setattr(store, "schedule", outage_then_schedule)
+            monkeypatch.setattr(store, "transact", commit_then_outage)
             first = await http.post("/reward", json={"event_id": event["event_id"], "reward": 0.75})
-            assert first.status_code in (200, 503), first.text
+            assert first.status_code == 200 and first.json()["status"] == "applied", first.text
             private_redis.start()
             for _ in range(50):  # the client's retries (Retry-After) until Redis answers
                 again = await http.post(
@@ -165,3 +170,8 @@ async def test_redis_lost_right_after_the_model_update(
             await asyncio.to_thread(app.state.use_cases.sink.flush, 10.0)
             _, rewards, counts = logged(db_url, "p")
             assert rewards == {event["event_id"]: 0.75} and counts == (1, 1)
+            # on its retention deadline (a day), no longer on its reward deadline (an hour)
+            assert event["event_id"] not in await store.due_events("p", time.time() + 7200, 10)
+            after = await store.counters("p")
+            assert after["pending"] == counted["pending"] - 1
+            assert after.get("rewards", 0.0) == counted.get("rewards", 0.0) + 1

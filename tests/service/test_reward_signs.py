@@ -81,15 +81,24 @@ def learned(stats: dict[str, Any]) -> tuple[int, float]:
 async def check_counted(
     app: Any, http: Any, policy: str, applied: list[float], metric_before: float
 ) -> None:
-    """``applied`` reached the model, the counters, the log and the metrics once each."""
+    """``applied`` reached the model, the counters, the log and the metrics once each.
+    The counters move in the commit that finalizes an event, and the log and the metrics
+    are recorded right after it (by the sweeper's task, for a default reward): polled."""
     stats = (await http.get(f"/policies/{policy}/stats")).json()
     assert stats["rewards"] == len(applied)
     rewarded, total = learned(stats)
     assert rewarded == len(applied)
     assert total == pytest.approx(sum(applied), abs=1e-12)
-    assert await logged_rewards(app, policy) == pytest.approx(sorted(applied), abs=1e-12)
-    counted = await metric_reward_sum(http, policy) - metric_before
-    assert counted == pytest.approx(sum(applied), abs=1e-9)
+
+    async def recorded() -> bool:
+        logged = await logged_rewards(app, policy)
+        counted = await metric_reward_sum(http, policy) - metric_before
+        return bool(
+            logged == pytest.approx(sorted(applied), abs=1e-12)
+            and counted == pytest.approx(sum(applied), abs=1e-9)
+        )
+
+    await poll(recorded, 15.0)
 
 
 async def test_native_reward_of_any_sign_in_range(make_settings: Any) -> None:
@@ -298,40 +307,46 @@ async def test_a_failure_after_the_reward_is_applied_answers_applied(
         assert (stats["rewards"], learned(stats)) == (1, (1, -0.5))
 
 
-async def test_a_failed_retention_schedule_is_repaired_by_the_sweeper(
-    make_settings: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The store dropping the connection when the applied reward's retention is scheduled:
-    the answer says applied, and when the event's old deadline comes the sweeper moves it
-    to the end of its retention instead of finding it due at every sweep."""
-    spec = {**SIGNED, "reward_wait_seconds": 0.3}
+async def test_a_reward_and_its_retention_schedule_commit_together(make_settings: Any) -> None:
+    """The store dropping the connection at the reward's commit: the answer is 503 and
+    the event is left as it was (pending, on its reward deadline, the counters as they
+    were). The retry commits the reward with the event's retention schedule and the
+    counters at once: no separate schedule call follows, nothing is left to repair."""
+    spec = {**SIGNED, "reward_wait_seconds": 600.0}
     settings = make_settings(done_event_retention_seconds=3600.0)
     async with running(settings) as (app, http, _):
         assert (await http.put("/policies/p", json=spec)).status_code == 200
         ev = (await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0.5]})).json()
-        store, sweeper = app.state.use_cases.store, app.state.use_cases.sweeper
-        sweeper.clock = lambda: 0.0  # the event stays pending until it is rewarded
+        store, event_id = app.state.use_cases.store, ev["event_id"]
+        before = await store.counters("p")
+        scheduled: list[tuple[Any, ...]] = []
 
-        async def unreachable(*args: Any, **kwargs: Any) -> None:
+        async def unreachable(*args: Any, **kwargs: Any) -> dict[str, int]:
             raise StoreUnavailableError("connection reset by peer")
 
-        errors = await metric(http, "bandit_reward_record_errors_total", "p")
-        store.schedule = unreachable
+        async def separate_schedule(*args: Any, **kwargs: Any) -> None:
+            scheduled.append(args)
+
+        store.transact, store.schedule = unreachable, separate_schedule
         try:
-            with caplog.at_level(logging.ERROR, logger="bandit.service"):
-                r = await http.post("/reward", json={"event_id": ev["event_id"], "reward": -1.0})
+            r = await http.post("/reward", json={"event_id": event_id, "reward": -1.0})
+            assert r.status_code == 503, r.text
+            del store.transact
+            assert await store.due_events("p", time.time() + 1200, 10) == [event_id]
+            assert await store.counters("p") == before
+            r = await http.post("/reward", json={"event_id": event_id, "reward": -1.0})
         finally:
+            vars(store).pop("transact", None)
             del store.schedule
         assert r.status_code == 200 and r.json()["status"] == "applied", r.text
-        assert f"event {ev['event_id']!r}: recording step 'schedule' failed" in caplog.text
-        assert await metric(http, "bandit_reward_record_errors_total", "p") == errors + 1
-        sweeper.clock = time.time
-
-        async def moved() -> bool:
-            return ev["event_id"] not in await store.due_events("p", time.time() + 60, 10)
-
-        await poll(moved, 10.0)  # its deadline passed: the sweeper moved it
-        repeat = await http.post("/reward", json={"event_id": ev["event_id"], "reward": -1.0})
+        assert scheduled == []
+        # off its reward deadline, onto its retention's (an hour after the reward)
+        assert await store.due_events("p", time.time() + 1200, 10) == []
+        assert await store.due_events("p", time.time() + 3700, 10) == [event_id]
+        after = await store.counters("p")
+        assert after["pending"] == before["pending"] - 1
+        assert after.get("rewards", 0.0) == before.get("rewards", 0.0) + 1
+        repeat = await http.post("/reward", json={"event_id": event_id, "reward": -1.0})
         assert repeat.json()["status"] == "already_rewarded"  # kept for its retention
         stats = (await http.get("/policies/p/stats")).json()
         assert learned(stats) == (1, -1.0)
@@ -401,9 +416,10 @@ async def test_five_hundred_negative_default_rewards_due_at_once(make_settings: 
         sweeper.clock = lambda: time.time() + 5.0  # every wait has ended
         due = time.monotonic()
 
-        async def finalized() -> bool:
+        async def finalized() -> bool:  # counted in the commits, then in the metrics
             stats = (await http.get(f"/policies/{DEFAULT_LOOP}/stats")).json()
-            return stats["default_rewards"] >= events
+            counted = await metric_reward_sum(http, DEFAULT_LOOP) - before
+            return stats["default_rewards"] >= events and counted <= -0.5 * events + 1e-9
 
         await poll(finalized, 60.0)
         took = time.monotonic() - due

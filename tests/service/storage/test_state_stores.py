@@ -284,16 +284,6 @@ async def test_deadline_index(store: StateStore, policy: str) -> None:
     assert await store.due_events(policy, now, limit=0) == []
 
 
-async def test_schedule_adds_counters_in_the_same_call(store: StateStore, policy: str) -> None:
-    now = time.time()
-    await store.add_counters(policy, {"pending": 2.0})
-    await store.schedule(policy, "e1", now - 1, {"pending": 1.0, "pulls:a": 1.0})
-    await store.schedule(policy, "e2", now - 2, {"pending": -1.0, "rewards": 1.0})
-    await store.schedule(policy, "e3", now - 3, {})
-    assert await store.due_events(policy, now, limit=10) == ["e3", "e2", "e1"]
-    assert await store.counters(policy) == {"pending": 2.0, "pulls:a": 1.0, "rewards": 1.0}
-
-
 async def test_transaction_does_its_schedule_with_the_commit(
     store: StateStore, policy: str
 ) -> None:
@@ -327,7 +317,9 @@ async def test_transaction_does_its_schedule_with_the_commit(
 
 async def test_last_seen_index(store: StateStore, policy: str) -> None:
     await store.mark_seen(policy, {"b": 20.0, "a": 20.0, "old": 10.0, "new": 40.0})
-    await store.schedule(policy, "e", 99.0, {"pulls:x": 1.0}, seen={"x": 15.0})
+    await store.schedule(policy, "e", 99.0)
+    await store.add_counters(policy, {"pulls:x": 1.0})
+    await store.mark_seen(policy, {"x": 15.0})
     await store.mark_seen(policy, {"new": 30.0})  # a later time replaces the earlier one
     await store.mark_seen(policy, {"seen-again": 5.0})
     await store.mark_seen(policy, {"seen-again": 50.0})
@@ -396,7 +388,8 @@ async def test_policies_and_delete_policy(
     assert (await store.list_policies()).count(policy) == 1
     await store.transact(policy, ["arm:1", "shared"], lambda v: {"arm:1": b"s", "shared": b"t"})
     await store.add_counters(policy, {"pulls:1": 1})
-    await store.schedule(policy, "e", 1.0, seen={"1": 1.0})
+    await store.schedule(policy, "e", 1.0)
+    await store.mark_seen(policy, {"1": 1.0})
     await store.claim_period(policy, "job", 1)
     if backend is not None:
         # 2 values, versions, clock, counters, deadlines, seen, claimed
