@@ -27,9 +27,10 @@ from prometheus_client.samples import Sample
 
 import service.observability.metrics
 from service.settings import Settings
-from service.storage.base import EventLogUnavailableError
 from tests.databases import postgres_schema
-from tests.service.conftest import POLICY, running, wait_for
+from tests.reliability.traffic import wait_until
+from tests.servers import AppProcess, apps, settings_env
+from tests.service.conftest import POLICY, running
 from tests.service.storage.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.anyio
@@ -117,31 +118,40 @@ async def test_store_and_event_log_latency_and_rows_written(make_settings: Any) 
 async def test_a_database_outage_counts_event_log_errors_not_store_errors(tmp_path: Path) -> None:
     """PostgreSQL cut off: the readiness probe and the writer's appends fail as
     event-log errors, the state store (in process) has none, and a 503 names the event
-    log."""
+    log. The app runs as a process of its own, so that its metrics count its own calls
+    only (an in-process app shares the registry with whatever earlier tests of the
+    worker left running)."""
     with proxied_postgres() as (proxy, url):
         settings = outage_settings(tmp_path, url, log_flush_seconds=0.02)
-        async with running(settings) as (app, http, _typed):
-            assert (await http.put("/policies/p", json=POLICY)).status_code == 200
-            before = await scrape(http)
-            proxy.stop()
-            # a probe already in flight when the proxy stopped may still answer ok: the
-            # next one finds the log cut off, and readiness reports it without unreadiness
-            for _ in range(100):
-                if (ready := (await http.get("/readyz")).json())["event_log"] != "ok":
-                    break
-                await asyncio.sleep(0.05)
-            assert (ready["status"], ready["event_log"]) == ("ready", "degraded"), ready
-            decision = await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
-            assert decision.status_code == 200
-            writer = app.state.use_cases.sink
-            await wait_for(lambda: writer.spool_depth >= 1)
-            samples = await scrape(http)
-            with pytest.raises(EventLogUnavailableError):
-                app.state.use_cases.event_log.ping()
-            # a policy change needs the log: 503, naming the event log
-            refused = await http.put("/policies/q", json=POLICY)
-            assert refused.status_code == 503
-            assert refused.json()["detail"].startswith("event log unavailable, retry later")
+        with apps(AppProcess(settings_env(settings))) as (app,):
+            async with httpx.AsyncClient(base_url=app.url, timeout=30) as http:
+                assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+                before = await scrape(http)
+                proxy.stop()
+                # a probe already in flight when the proxy stopped may still answer ok:
+                # the next one finds the log cut off, and readiness reports it without
+                # unreadiness
+                for _ in range(100):
+                    if (ready := (await http.get("/readyz")).json())["event_log"] != "ok":
+                        break
+                    await asyncio.sleep(0.05)
+                assert (ready["status"], ready["event_log"]) == ("ready", "degraded"), ready
+                decision = await http.post("/recommend", json={"policy": "p", "context": [1, 0, 0]})
+                assert decision.status_code == 200
+
+                async def append_failed() -> bool:
+                    samples = await scrape(http)
+                    name = "bandit_event_log_errors_total"
+                    return value(samples, name, operation="append") > value(
+                        before, name, operation="append"
+                    )
+
+                await wait_until(append_failed, 30, "the writer's failed append")
+                samples = await scrape(http)
+                # a policy change needs the log: 503, naming the event log
+                refused = await http.put("/policies/q", json=POLICY)
+                assert refused.status_code == 503
+                assert refused.json()["detail"].startswith("event log unavailable, retry later")
 
     def added(name: str, **labels: str) -> float:
         return value(samples, name, **labels) - value(before, name, **labels)
