@@ -30,6 +30,7 @@ from service.storage.sql_log import SqlEventLog
 from service.usecases.offline_engine import OfflineEngine
 from tests.databases import database
 from tests.servers import ROOT
+from tests.service.offline_results import untimed
 
 
 def _example() -> ModuleType:
@@ -46,7 +47,6 @@ seed)``): a decision a minute, every 9th line ``_skipLearn``, every 10th without
 
 LINES = 240
 FEATURES = json.dumps(DEFAULT_LOOP_SPEC.features)
-TIMING = {"seconds", "cpu_seconds", "wall_seconds"}
 
 
 def split_log(directory: Path, lines: list[bytes]) -> tuple[Path, Path]:
@@ -69,18 +69,10 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return split_log(tmp_path_factory.mktemp("dsjson"), dsjson_lines(LINES, 3))
 
 
-def _untimed(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k not in TIMING}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
-
-
 def _run(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     code = main([*argv, "--json", str(out), "--no-progress"])
     assert code == 0, capsys.readouterr().err
-    return _untimed(json.loads(out.read_text()))
+    return untimed(json.loads(out.read_text()))
 
 
 REPLAY = ["replay", "--policy", "linucb", "--alpha", "0.5", "--rejection", "--seeds", "2"]

@@ -40,6 +40,7 @@ from service.usecases.offline_engine import OfflineEngine
 from tests.ray_cluster import RayCluster, _descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
+from tests.service.offline_results import untimed
 from tests.service.test_estimate_partitions import respaced_copy
 from tests.service.test_offline_dsjson import FEATURES, dsjson_lines, split_log
 from tests.service.test_partition_streams import evaluation_plan, news_files
@@ -50,7 +51,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 EVENTS = 300
 WHOLE_LOG = {"start_time": "2020-01-01T00:00:00Z", "end_time": "2100-01-01T00:00:00Z"}
-TIMING = {"seconds", "cpu_seconds", "wall_seconds"}
 
 
 @pytest.fixture
@@ -80,15 +80,6 @@ def storefront_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     log = tmp_path_factory.mktemp("storefront") / "events.sqlite3"
     assert asyncio.run(example.fill(f"sqlite:///{log}", EVENTS, 0, storefront=True)) == EVENTS
     return log
-
-
-def _untimed(value: Any) -> Any:
-    """``value`` without its wall and CPU times (the only fields that differ by run)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items() if k not in TIMING}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
 
 
 def _local(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -162,7 +153,7 @@ def test_offline_commands_on_ray_equal_the_local_engine(
         on_ray = _finished(*remote[name])
         if name in ("compare", "compare-days", "compare-files", "estimate", "estimate-dsjson"):
             assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
-        assert _untimed(on_ray) == _untimed(local), name
+        assert untimed(on_ray) == untimed(local), name
         assert local.get("results") or local.get("per_seed") or local.get("estimates")
     assert json.loads((tmp_path / "estimate.json").read_text())["partitions"] == 38  # 300 x 3 h
     assert json.loads((tmp_path / "replay-files.json").read_text())["data"] == files
@@ -261,7 +252,7 @@ def test_a_node_killed_mid_run_is_retried_with_the_same_result(
     on_ray = _finished(proc, tmp_path / "ray.json")
     local = _local(argv, tmp_path / "local.json", capsys)
     on_ray.pop("engine"), local.pop("engine")
-    assert _untimed(on_ray) == _untimed(local)
+    assert untimed(on_ray) == untimed(local)
 
 
 def _actors(cluster: RayCluster) -> list[int]:
