@@ -25,11 +25,10 @@ from service.cli.log_sources import LogSpec, partitions
 from service.cli.replay import Run, replay_one, streamed_replays
 from service.personalizer.loop_policy import DEFAULT_LOOP_SPEC
 from service.policies import new_info
-from service.settings import get_settings
-from service.storage.sql_log import SqlEventLog
 from service.usecases.offline_engine import OfflineEngine
 from tests.databases import database
 from tests.servers import ROOT
+from tests.service.loop_logs import loop_log
 from tests.service.offline_results import untimed
 
 
@@ -125,22 +124,14 @@ def imported(
 ) -> Iterator[str]:
     """The SQLite event log of the loop ``shop`` (the default loop's settings) after
     ``bandit import-log`` of the three files; its URL."""
-    with database("sqlite", tmp_path) as url:
-        monkeypatch.setenv("BANDIT_DATABASE_URL", url)
-        monkeypatch.setenv("BANDIT_DATA_DIR", str(tmp_path / "data"))
-        monkeypatch.setenv("BANDIT_RUN_MIGRATIONS", "true")
-        get_settings.cache_clear()
-        try:
-            assert main(["partitions"]) == 0  # migrates
-            log = SqlEventLog(url)
-            info = new_info("shop", DEFAULT_LOOP_SPEC, time.time())
-            log.upsert_policy("shop", info.model_dump(mode="json"))
-            log.close()
-            argv = ["import-log", "--format", "dsjson", "--no-progress", "--loop", "shop"]
-            assert main([*argv, str(logs[0])]) == 0
-            yield url
-        finally:
-            get_settings.cache_clear()
+    config = new_info("shop", DEFAULT_LOOP_SPEC, time.time()).model_dump(mode="json")
+    with (
+        database("sqlite", tmp_path) as url,
+        loop_log(url, tmp_path / "data", monkeypatch, "shop", config),
+    ):
+        argv = ["import-log", "--format", "dsjson", "--no-progress", "--loop", "shop"]
+        assert main([*argv, str(logs[0])]) == 0
+        yield url
 
 
 def test_an_estimate_on_the_files_equals_the_one_on_their_import(

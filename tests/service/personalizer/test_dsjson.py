@@ -35,6 +35,7 @@ from service.storage.sql_log import SqlEventLog
 from service.usecases.rebuild import rebuild_policy
 from tests.databases import database
 from tests.service.conftest import running
+from tests.service.loop_logs import loop_log
 
 FIXTURES = Path(__file__).parent / "dsjson"
 LOOP = "shop"
@@ -175,20 +176,12 @@ def log_url(
 ) -> Iterator[str]:
     """An event log (migrated, with the loop ``shop``) that ``bandit``
     commands run in this process use."""
-    with database(request.param, tmp_path) as url:
-        monkeypatch.setenv("BANDIT_DATABASE_URL", url)
-        monkeypatch.setenv("BANDIT_DATA_DIR", str(tmp_path / "data"))
-        monkeypatch.setenv("BANDIT_RUN_MIGRATIONS", "true")
-        get_settings.cache_clear()
-        assert main(["partitions"]) == 0  # migrates
-        log = SqlEventLog(url)
-        info = new_info(LOOP, DEFAULT_LOOP_SPEC, time.time())
-        log.upsert_policy(LOOP, info.model_dump(mode="json"))
-        log.close()
-        try:
-            yield url
-        finally:
-            get_settings.cache_clear()
+    config = new_info(LOOP, DEFAULT_LOOP_SPEC, time.time()).model_dump(mode="json")
+    with (
+        database(request.param, tmp_path) as url,
+        loop_log(url, tmp_path / "data", monkeypatch, LOOP, config),
+    ):
+        yield url
 
 
 def _events(url: str, loop: str) -> list[LoggedDecision]:

@@ -21,6 +21,7 @@ from service.settings import get_settings
 from service.storage.sql_log import SqlEventLog
 from tests.databases import database
 from tests.service.conftest import running
+from tests.service.loop_logs import loop_log
 
 LOOP = "shop"
 ITEMS = ("x", "y", "z", "w")
@@ -93,36 +94,28 @@ async def test_imported_rewards_carry_the_weights_of_the_served_ones(
         main(["export-log", "--format", "dsjson", "--loop", LOOP, "--output", str(exported)]) == 0
     )
 
-    with database(target, tmp_path / "imported") as url:
-        monkeypatch.setenv("BANDIT_DATABASE_URL", url)
-        monkeypatch.setenv("BANDIT_DATA_DIR", str(tmp_path / "imported"))
-        monkeypatch.setenv("BANDIT_RUN_MIGRATIONS", "true")
-        get_settings.cache_clear()
-        try:
-            assert main(["partitions"]) == 0  # migrates
-            log = SqlEventLog(url)
-            log.upsert_policy(LOOP, config)
-            log.close()
-            assert (
-                main(
-                    [
-                        "import-log",
-                        "--format",
-                        "dsjson",
-                        "--no-progress",
-                        "--loop",
-                        LOOP,
-                        str(exported),
-                    ]
-                )
-                == 0
+    with (
+        database(target, tmp_path / "imported") as url,
+        loop_log(url, tmp_path / "imported", monkeypatch, LOOP, config),
+    ):
+        assert (
+            main(
+                [
+                    "import-log",
+                    "--format",
+                    "dsjson",
+                    "--no-progress",
+                    "--loop",
+                    LOOP,
+                    str(exported),
+                ]
             )
-            served, imported = (
-                _ips_sums(settings.log_url, since, until),
-                _ips_sums(url, since, until),
-            )
-        finally:
-            get_settings.cache_clear()
+            == 0
+        )
+        served, imported = (
+            _ips_sums(settings.log_url, since, until),
+            _ips_sums(url, since, until),
+        )
     rewarded = DECISIONS - DECISIONS // 7
     assert served[:2] == [rewarded, rewarded]  # every served reward carries its weights
     assert imported[:2] == served[:2]
