@@ -33,11 +33,17 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.linalg import lapack
 
 from bandit_core.clock import Clocked
 from bandit_core.errors import InvalidInputError
 from bandit_core.features import SparseRows
-from bandit_core.linear import RidgeStack, sherman_morrison_term, stacked_ucb_terms
+from bandit_core.linear import (
+    RidgeStack,
+    cholesky_inverse,
+    sherman_morrison_term,
+    stacked_ucb_terms,
+)
 from bandit_core.policy import BasePolicy, Decision, PolicyConfig, SelectContext
 from bandit_core.state import ArrayState
 from bandit_core.validation import all_finite, check_int, check_real, check_true
@@ -212,7 +218,7 @@ class DiscountedArmState(ArrayState):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
             )
-        V_inv = np.linalg.inv(V)
+        V_inv = cholesky_inverse(V)
         self.V, self.V_tilde, self.b, self.clock = V, V_tilde, b, clock
         self.theta = V_inv @ b
         self.width_matrix = V_inv @ V_tilde @ V_inv
@@ -275,7 +281,10 @@ def eigen_rows(state: DiscountedArmState) -> np.ndarray:
     """``[e; Q^T; beta; T]`` of ``state`` (``V = Q diag(e) Q^T``, ``beta = Q^T b``,
     ``T = Q^T V~ Q``), shape ``(2 d + 2, d)``: what (10.2a) needs to score ``state`` at
     any later time."""
-    e, Q = np.linalg.eigh(state.V)
+    # LAPACK's dsyevd directly: numpy.linalg.eigh calls the same routine with more overhead
+    e, Q, info = lapack.dsyevd(state.V)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"the eigendecomposition did not converge (LAPACK info {info})")
     d = len(e)
     rows = np.empty((2 * d + 2, d))
     rows[0], rows[1 : d + 1] = e, Q.T

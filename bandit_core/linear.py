@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
+from scipy.linalg import lapack
 
 from bandit_core.errors import InvalidInputError
 from bandit_core.state import ArrayState
@@ -174,7 +175,26 @@ def sherman_morrison_term(A_inv: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 def cholesky_inverse(A: np.ndarray) -> np.ndarray:
     """``A^-1`` of symmetric positive definite ``A`` (shape ``(..., d, d)``) through its
-    Cholesky factor: ``A = L L^T``, ``A^-1 = L^-T L^-1``."""
+    Cholesky factor: ``A = L L^T``, ``A^-1 = L^-T L^-1``.
+
+    One matrix goes to LAPACK directly (``dpotrf``, ``dpotri``): at ``d = 32`` that is a
+    third of ``numpy.linalg.inv``'s time, most of which is numpy's per-call overhead
+    (docs/algorithms.md section 10.1, "Cost"). Only the upper triangle of ``A`` is read.
+
+    >>> A = np.array([[4.0, 2.0], [2.0, 3.0]])
+    >>> bool(np.allclose(cholesky_inverse(A), np.linalg.inv(A)))
+    True
+    """
+    if A.ndim == 2:
+        U, info = lapack.dpotrf(A)
+        if info == 0:
+            U, info = lapack.dpotri(U, overwrite_c=True)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"the matrix is not positive definite (LAPACK info {info})")
+        # dpotri fills the upper triangle; the lower one is zero (dpotrf cleans it)
+        inverse: np.ndarray = U + U.T
+        inverse.ravel()[:: len(A) + 1] *= 0.5
+        return inverse
     L_inv = np.linalg.solve(np.linalg.cholesky(A), np.broadcast_to(np.eye(A.shape[-1]), A.shape))
     return np.swapaxes(L_inv, -1, -2) @ L_inv
 
