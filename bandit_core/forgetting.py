@@ -33,7 +33,6 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.linalg import lapack
 
 from bandit_core.clock import Clocked
 from bandit_core.errors import InvalidInputError
@@ -41,6 +40,7 @@ from bandit_core.features import SparseRows
 from bandit_core.linear import (
     RidgeStack,
     cholesky_inverse,
+    sherman_morrison_downdate,
     sherman_morrison_term,
     stacked_ucb_terms,
 )
@@ -281,10 +281,7 @@ def eigen_rows(state: DiscountedArmState) -> np.ndarray:
     """``[e; Q^T; beta; T]`` of ``state`` (``V = Q diag(e) Q^T``, ``beta = Q^T b``,
     ``T = Q^T V~ Q``), shape ``(2 d + 2, d)``: what (10.2a) needs to score ``state`` at
     any later time."""
-    # LAPACK's dsyevd directly: numpy.linalg.eigh calls the same routine with more overhead
-    e, Q, info = lapack.dsyevd(state.V)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"the eigendecomposition did not converge (LAPACK info {info})")
+    e, Q = np.linalg.eigh(state.V)
     d = len(e)
     rows = np.empty((2 * d + 2, d))
     rows[0], rows[1 : d + 1] = e, Q.T
@@ -467,7 +464,7 @@ class WindowArmState(ArrayState):
                 size = new_size
                 # one downdate per row while cheaper than the inverse (the rule of add_batch)
                 cheap = 2 * len(gone) < len(x)
-                A_inv = _downdated(self.A_inv, gone) if cheap else None
+                A_inv = sherman_morrison_downdate(self.A_inv, gone) if cheap else None
         young = seconds is None or at > clock - seconds
         if young:
             if size == len(self.times):  # full: the oldest observation leaves
@@ -482,7 +479,7 @@ class WindowArmState(ArrayState):
             if A_inv is not None:
                 A_inv = A_inv - sherman_morrison_term(A_inv, x)
                 if old is not None:
-                    A_inv = _downdated(A_inv, old[None, :])
+                    A_inv = sherman_morrison_downdate(A_inv, old[None, :])
         if not (all_finite(A) and all_finite(b)):
             raise InvalidInputError(
                 f"x with max |x| = {np.abs(x).max()} and reward {reward} overflow the ridge statistics"
@@ -499,7 +496,7 @@ class WindowArmState(ArrayState):
             b = xs.T @ self.rewards[:size]
             self.since_rebuild, A_inv = 0, None
         self.A, self.b = A, b
-        self.A_inv = np.linalg.inv(A) if A_inv is None or not all_finite(A_inv) else A_inv
+        self.A_inv = cholesky_inverse(A) if A_inv is None or not all_finite(A_inv) else A_inv
         self.theta = self.A_inv @ b
 
     def _writable_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -508,15 +505,6 @@ class WindowArmState(ArrayState):
         if not self.xs.flags.writeable:
             self.xs, self.rewards, self.times = map(np.copy, (self.xs, self.rewards, self.times))
         return self.xs, self.rewards, self.times
-
-
-def _downdated(A_inv: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``(A - sum o o^T)^-1`` over the rows ``o`` of ``rows`` (each one a row of ``A``, so
-    ``A`` stays above ``lambda*I``) by reverse Sherman-Morrison steps, O(d^2) each."""
-    for o in rows:
-        u = A_inv.dot(o)
-        A_inv = A_inv + np.multiply.outer(u, u) / (1.0 - o.dot(u))
-    return A_inv
 
 
 def _oldest(state: WindowArmState) -> float:
@@ -554,7 +542,7 @@ class WindowStack(RidgeStack[WindowArmState]):
                 self._write(i, state)
                 continue
             A, b = state.live_ridge(now, window_seconds, ridge_lambda)
-            self.A_inv[i] = np.linalg.inv(A)
+            self.A_inv[i] = cholesky_inverse(A)
             np.matmul(self.A_inv[i], b, self.theta[i])
             times = state.times[: state.size]
             live = state.live(now, window_seconds)
