@@ -261,7 +261,7 @@ class SqlEventLog:
         lower bound on ``rewards`` (a reward comes after its decision, give or take
         :data:`REWARD_CLOCK_SKEW_SECONDS` between replicas' clocks) let PostgreSQL scan
         only the partitions of the range (docs/operations.md, "Event-log partitions")."""
-        reward_cols = [rewards.c[name].label(f"r_{name}") for name in _REWARD_FIELDS]
+        reward_cols = [rewards.c[name].label(f"r_{name}") for name in [*_REWARD_FIELDS, "id"]]
         joined = rewards.c.event_id == decisions.c.event_id
         if since is not None:
             joined = sa.and_(joined, rewards.c.created_at >= since - REWARD_CLOCK_SKEW_SECONDS)
@@ -445,6 +445,5 @@ def _logged_event(row: Any) -> LoggedDecision:
     decision = DecisionRecord(**{name: row[name] for name in _DECISION_FIELDS})
     if row["r_event_id"] is None:
         return LoggedDecision(decision)
-    return LoggedDecision(
-        decision, RewardRecord(**{name: row[f"r_{name}"] for name in _REWARD_FIELDS})
-    )
+    reward = RewardRecord(**{name: row[f"r_{name}"] for name in _REWARD_FIELDS})
+    return LoggedDecision(decision, reward, reward_order=row["r_id"])

@@ -3,12 +3,12 @@
 The log is the source of truth: the policy's config comes from the ``policies``
 table, and every reward logged for a decision made since the policy's last reset
 (``reset_at``) and learned from (:meth:`LearningSettings.learns_at`: not one served in
-Personalizer's LoggingOnly mode) is applied in the order
-the rewards were applied live (their
-``created_at``), each to the served arm's logged feature vector (for a policy with
-``features``, its logged JSON featurized again by the policy's featurizer). For the linear
-policies the result equals the live state up to floating-point summation order.
-State that selections change (guardrail counters) is not replayed. Each arm goes on the
+Personalizer's LoggingOnly mode) is applied in the order the rewards were applied live
+(their ``created_at``, then the order the log received them:
+:func:`~service.storage.base.applied_order`), each to the served arm's logged feature
+vector (for a policy with ``features``, its logged JSON featurized again by the policy's
+featurizer). For the linear policies the result equals the live state up to
+floating-point summation order. State that selections change (guardrail counters) is not replayed. Each arm goes on the
 last-seen index at its last logged decision or reward; with ``arm_idle_seconds`` the
 arms idle longer than that are forgotten, as the sweeper would have. The replay starts
 from the beginning, not from the latest snapshot: a snapshot cannot say which logged
@@ -43,7 +43,7 @@ from bandit_core import BasePolicy, clock_at, policy_from_bytes
 from bandit_core.features import Featurizer, SparseRows
 from service.policies import CONFIG_KEY, build_policy, encode_info, info_from_record, spec_of
 from service.schemas import PolicyInfo
-from service.storage.base import DecisionRecord, EventLog, LoggedDecision
+from service.storage.base import DecisionRecord, EventLog, LoggedDecision, applied_order
 from service.storage.state_store import CounterStore, LastSeenIndex, PartStore, PolicyDirectory
 from service.usecases.events import DELTA_PREFIX
 from service.usecases.json_features import logged_rows
@@ -87,7 +87,7 @@ def _collect(
         seen[d.arm_id] = max(seen.get(d.arm_id, last), last)
         if event.reward is not None and learning.learns_at(info, d.created_at):
             rewarded.append(event)
-    rewarded.sort(key=lambda e: e.reward.created_at)  # type: ignore[union-attr]
+    rewarded.sort(key=applied_order)
     return rewarded, pulls, seen
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from bandit_core import clock_at
 from service.policies import build_policy, spec_of
 from service.schemas import PolicyInfo
-from service.storage.base import EventLog, LoggedDecision
+from service.storage.base import EventLog, LoggedDecision, applied_order
 from service.usecases.learning_settings import LearningSettings
 from service.usecases.rebuild import learn_logged, served_rows
 
@@ -54,7 +54,7 @@ def window_rewards(
         and e.decision.event_id not in skipped
         and learning.learns_at(info, e.decision.created_at)
     ]
-    out.sort(key=_rewarded_at)
+    out.sort(key=applied_order)
     return out
 
 

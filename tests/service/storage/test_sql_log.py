@@ -18,6 +18,7 @@ from service.storage.base import (
     RewardRecord,
     Snapshot,
     StoreUnavailableError,
+    applied_order,
 )
 from service.storage.migrate import upgrade_head
 from service.storage.schema import database_url, json_loads
@@ -163,6 +164,17 @@ def test_iter_events_orders_by_time_then_id_and_filters_by_range(log: SqlEventLo
     assert window == [r for r in mine if 1010.0 <= r.created_at < 1020.0]
     assert window[:6][0].created_at == 1010.0 and len(window) > 5
     assert list(log.iter_events("nobody")) == []
+
+
+def test_rewards_of_one_time_sort_in_the_order_the_log_received_them(log: SqlEventLog) -> None:
+    """:func:`applied_order`: by the reward's time, then by the log's order of the
+    rewards (not the decisions' order, which a frozen or coarse clock does not tell)."""
+    log.append([decision(i) for i in range(6)], [])
+    tied = [dataclasses.replace(reward(i), created_at=2e9) for i in (4, 1, 5, 2)]
+    log.append([], [reward(3), *tied[:2]])
+    log.append([], tied[2:])
+    got = sorted((e for e in log.iter_events("p") if e.reward is not None), key=applied_order)
+    assert [e.decision.event_id for e in got] == ["e00003", "e00004", "e00001", "e00005", "e00002"]
 
 
 def test_count_per_policy_and_total(log: SqlEventLog) -> None:
