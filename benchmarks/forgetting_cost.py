@@ -11,9 +11,9 @@ over the last 8 features (``context_dim`` 8; ``d`` must exceed it) without forge
 with ``gamma`` 0.99, with ``window`` 1000, with ``window_seconds`` 600 (``window`` 1000:
 the 600 s leave first) and with ``half_life_seconds`` 3600, where
 decision ``i`` is made and rewarded at ``now = i`` seconds, as the service passes the
-time. Every policy is warmed with ``--warm`` decisions first (its arms hold data). Two
-rows (``op:``) time alone the steps a discounted update adds to LinUCB's
-(:func:`operation_runners`), per call. Prints the CPU time per decision (per call for
+time. Every policy is warmed with ``--warm`` decisions first (its arms hold data). The
+``op:`` rows time alone the steps a discounted update adds to LinUCB's, and
+``numpy.linalg.inv`` for comparison (:func:`operation_runners`), per call. Prints the CPU time per decision (per call for
 ``op:``) and its ratio to LinUCB's decision (median over rounds of the per-round ratio)
 and writes
 ``benchmarks/results/forgetting_cost.json``:
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bandit_core import clock_at, make_policy
+from bandit_core.linear import cholesky_inverse
 from benchmarks._harness import (
     Runner,
     add_label_argument,
@@ -102,7 +103,8 @@ def runner(
 def operation_runners(d: int) -> dict[str, Runner]:
     """The steps of a discounted update that LinUCB's Sherman-Morrison update does not
     take, alone on one warmed arm's ``V`` and ``V~`` (``d x d``): the inverse of ``V``
-    (``numpy.linalg.inv``) and the products ``V^-1 b``, ``V^-1 V~ V^-1``."""
+    (:func:`~bandit_core.linear.cholesky_inverse`) and the products ``V^-1 b``,
+    ``V^-1 V~ V^-1``; and ``numpy.linalg.inv(V)``, the inverse it replaces."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(200, d)) / np.sqrt(d)
     V = np.eye(d) + X.T @ X
@@ -112,6 +114,10 @@ def operation_runners(d: int) -> dict[str, Runner]:
 
     def inverse(n: int) -> None:
         for _ in range(n):
+            cholesky_inverse(V)
+
+    def numpy_inverse(n: int) -> None:
+        for _ in range(n):
             np.linalg.inv(V)
 
     def products(n: int) -> None:
@@ -119,7 +125,11 @@ def operation_runners(d: int) -> dict[str, Runner]:
             V_inv.dot(b)
             V_inv @ V_tilde @ V_inv
 
-    return {"op: inverse of V": inverse, "op: theta and V^-1 V~ V^-1": products}
+    return {
+        "op: inverse of V": inverse,
+        "op: theta and V^-1 V~ V^-1": products,
+        "op: numpy.linalg.inv(V)": numpy_inverse,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
