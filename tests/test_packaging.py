@@ -1,4 +1,4 @@
-"""Packaging: bandit_core needs numpy and mmh3 only, the service's dependencies are extras, and a
+"""Packaging: bandit_core needs numpy, mmh3 and scipy only, the service's dependencies are extras, and a
 ``bandit`` subcommand whose extra is missing says which one to install."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
-def test_the_base_install_is_numpy_and_mmh3_and_every_optional_module_has_its_extra() -> None:
-    assert PROJECT["dependencies"] == ["numpy>=1.26", "mmh3>=4.0"]
+def test_the_base_install_is_numpy_mmh3_and_scipy_and_every_optional_module_has_its_extra() -> None:
+    assert PROJECT["dependencies"] == ["numpy>=1.26", "mmh3>=4.0", "scipy>=1.11"]
     extras = PROJECT["optional-dependencies"]
     assert {"server", "offline", "client", "dev"} <= set(extras)
     assert extras["dev"][0] == "bandit-service[server,offline,client,distributed]"
@@ -51,7 +51,7 @@ def test_importing_all_of_bandit_core_loads_no_optional_dependency() -> None:
         timeout=120,
     )
     loaded = set(out.stdout.split())
-    assert {"bandit_core", "numpy", "mmh3"} <= loaded
+    assert {"bandit_core", "numpy", "mmh3", "scipy"} <= loaded
     assert not loaded & (set(EXTRA_OF_MODULE) | {"service"})
 
 
