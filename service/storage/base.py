@@ -158,7 +158,7 @@ class RewardRecord:
 class LoggedDecision:
     """A decision joined with its reward (``reward`` None if never rewarded);
     ``reward_order`` is the reward's place in the order the log received rewards (0 when
-    the log does not say): :func:`applied_order` orders by it rewards of the same time."""
+    the log does not say), by which :func:`applied_order` orders rewards of one time."""
 
     decision: DecisionRecord
     reward: RewardRecord | None = None
@@ -168,7 +168,8 @@ class LoggedDecision:
 def applied_order(event: LoggedDecision) -> tuple[float, int]:
     """Sort key of rewarded events in the order their rewards were applied live: by the
     reward's time, then (rewards of one time, as a frozen or coarse clock gives) by the
-    order the log received them, which is the order they were applied in."""
+    order the log received them: the order one process applied them in, which it logs
+    them in."""
     assert event.reward is not None  # the callers sort rewarded events only
     return event.reward.created_at, event.reward_order
 

@@ -8,14 +8,15 @@ Personalizer's LoggingOnly mode) is applied in the order the rewards were applie
 :func:`~service.storage.base.applied_order`), each to the served arm's logged feature
 vector (for a policy with ``features``, its logged JSON featurized again by the policy's
 featurizer). For the linear policies the result equals the live state up to
-floating-point summation order. State that selections change (guardrail counters) is not replayed. Each arm goes on the
-last-seen index at its last logged decision or reward; with ``arm_idle_seconds`` the
-arms idle longer than that are forgotten, as the sweeper would have. The replay starts
-from the beginning, not from the latest snapshot: a snapshot cannot say which logged
-rewards it already holds (``RewardRecord`` carries no state version to compare). The one
-exception is an imported model (``PUT .../model``): it is saved in the log at the
-policy's ``reset_at`` (:func:`~service.usecases.models.imported_model_record`), so no
-reward of the policy's current model precedes it, and the replay starts from it.
+floating-point summation order. State that selections change (guardrail counters) is
+not replayed. Each arm goes on the last-seen index at its last logged decision or
+reward; with ``arm_idle_seconds`` the arms idle longer than that are forgotten, as the
+sweeper would have. The replay starts from the beginning, not from the latest snapshot:
+a snapshot cannot say which logged rewards it already holds (``RewardRecord`` carries no
+state version to compare). The one exception is an imported model (``PUT .../model``):
+it is saved in the log at the policy's ``reset_at``
+(:func:`~service.usecases.models.imported_model_record`), so no reward of the policy's
+current model precedes it, and the replay starts from it.
 
 The counters (decisions, rewards, default rewards, pulls per arm) are set to what the
 log says, whatever the store held (a request counted after the store lost the policy
