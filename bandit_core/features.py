@@ -60,7 +60,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import mmh3
@@ -76,6 +75,7 @@ from bandit_core.feature_hashing import (
     interaction_hash_scalar,
     sort_stably,
 )
+from bandit_core.hashed_features import FeatureBatch, HashedActions, HashedFeatures
 from bandit_core.interaction_terms import InteractionTerms
 from bandit_core.namespace_rules import NamespaceRules
 from bandit_core.sparse_rows import SparseRows
@@ -88,6 +88,7 @@ __all__ = [
     "FeatureLimits",
     "Featurizer",
     "FeaturizerConfig",
+    "HashedActions",
     "HashedFeatures",
     "NamedFeature",
     "SparseRows",
@@ -101,30 +102,6 @@ DEFAULT_NAMESPACE = ""
 BIAS_NAME = "bias"
 """Name of the constant feature (column ``2**bits``) in :meth:`Featurizer.describe`."""
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-@dataclass(frozen=True)
-class FeatureBatch:
-    """One request, featurized (:meth:`Featurizer.featurize`).
-
-    ``context``: the context's vector, shape (dim,) when the config's output is dense,
-    else a one-row :class:`SparseRows`. ``actions``: one vector per action, shape
-    (K, dim) or a K-row :class:`SparseRows`.
-    """
-
-    context: np.ndarray | SparseRows
-    actions: np.ndarray | SparseRows
-
-
-@dataclass(frozen=True)
-class HashedFeatures:
-    """One feature object's features, parsed and hashed (:meth:`Featurizer.hash_features`):
-    the 32-bit hashes (uint32) and values (float64) in walk order, and each feature's
-    namespace. Independent of ``bits`` and of the interactions."""
-
-    hashes: np.ndarray
-    values: np.ndarray
-    namespaces: tuple[str, ...]
 
 
 class _Parsed:
@@ -408,21 +385,18 @@ class Featurizer:
         )
 
     def featurize_hashed(
-        self, context: HashedFeatures, actions: Sequence[HashedFeatures]
+        self, context: HashedFeatures, actions: Sequence[HashedFeatures] | HashedActions
     ) -> FeatureBatch:
         """:meth:`featurize` over objects already passed through :meth:`hash_features`
-        (by this featurizer or one with the same ``limits``): the same vectors, bit for bit."""
-        _check_actions(actions)
-        counts = np.array([len(a.values) for a in actions], dtype=np.int64)
+        (by this featurizer or one with the same ``limits``), the actions' also as their
+        :class:`HashedActions`: the same vectors, bit for bit."""
+        if not isinstance(actions, HashedActions):
+            _check_actions(actions)
+            actions = HashedActions.join(actions)
         every_pair = self._rules.every_pair and not (self._rules.filters or self._terms)
-        namespaces = None if every_pair else tuple(ns for a in actions for ns in a.namespaces)
-        return self._batch(
-            context,
-            np.concatenate([a.hashes for a in actions]),
-            np.concatenate([a.values for a in actions]),
-            namespaces,
-            counts,
-        )
+        joined = actions.features
+        namespaces = None if every_pair else joined.namespaces
+        return self._batch(context, joined.hashes, joined.values, namespaces, actions.counts)
 
     def _batch(
         self,

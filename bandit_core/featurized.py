@@ -42,6 +42,7 @@ from bandit_core.features import (
     DEFAULT_NAMESPACE,
     Featurizer,
     FeaturizerConfig,
+    HashedActions,
     HashedFeatures,
     NamedFeature,
     SparseRows,
@@ -92,7 +93,7 @@ def featurized_rows(
     featurizer: Featurizer,
     policy: AnyPolicy,
     context: Any,
-    actions: Sequence[Any],
+    actions: Sequence[Any] | HashedActions,
 ) -> np.ndarray | SparseRows:
     """The rows ``X`` (shape ``(K, policy.config.d)``) that ``policy`` takes for one
     request of JSON features, by its ``FEATURE_LAYOUT`` (module docstring): dense, except
@@ -101,8 +102,9 @@ def featurized_rows(
 
     ``context`` and each action are a JSON feature object, a list of them, or the
     :class:`HashedFeatures` ``featurizer.hash_features`` made of one (so a caller may
-    keep the parsed form of recurring catalog items); the vectors are the same bit for
-    bit either way. Errors are :class:`InvalidFeatureError` with paths ``context...``
+    keep the parsed form of recurring catalog items), and ``actions`` may be the
+    :class:`HashedActions` of such forms (of a recurring list of actions); the vectors
+    are the same bit for bit either way. Errors are :class:`InvalidFeatureError` with paths ``context...``
     and ``actions[k]...``; a policy whose ``d`` does not fit the featurizer is a
     :class:`ConfigError`.
     """
@@ -114,10 +116,16 @@ def featurized_rows(
             f"{policy.NAME} has d = {policy.config.d}, but layout {layout!r} over "
             f"{featurizer.config.dim}-long vectors makes rows of {d}"
         )
-    if isinstance(actions, (str, bytes, dict)) or not isinstance(actions, Sequence) or not actions:
+    if not isinstance(actions, HashedActions) and (
+        isinstance(actions, (str, bytes, dict)) or not isinstance(actions, Sequence) or not actions
+    ):
         raise InvalidFeatureError("actions", "a non-empty list of feature objects", ("actions",))
     ctx = _hashed(featurizer, context, ("context",))
-    acts = [_hashed(featurizer, a, ("actions", k)) for k, a in enumerate(actions)]
+    acts: Sequence[HashedFeatures] | HashedActions = (
+        actions
+        if isinstance(actions, HashedActions)
+        else [_hashed(featurizer, a, ("actions", k)) for k, a in enumerate(actions)]
+    )
     if layout == "context":
         x = _dense(featurizer.featurize_context(ctx))
         return np.broadcast_to(x.reshape(1, d), (len(acts), d)).copy()

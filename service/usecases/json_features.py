@@ -22,7 +22,13 @@ import orjson
 
 from bandit_core import BasePolicy
 from bandit_core.errors import ConfigError, InvalidFeatureError
-from bandit_core.features import Featurizer, FeaturizerConfig, HashedFeatures, SparseRows
+from bandit_core.features import (
+    Featurizer,
+    FeaturizerConfig,
+    HashedActions,
+    HashedFeatures,
+    SparseRows,
+)
 from bandit_core.featurized import context_feature_values, featurized_rows
 from service.errors import InvalidRequest
 from service.schemas import PolicyInfo, RecommendRequest, is_json_features
@@ -31,8 +37,9 @@ from service.usecases.candidates import candidate_arms
 ACTION_CACHE_SIZE = 65_536
 """Hashed candidate feature objects kept per featurizer (a few KB each at most)."""
 LIST_CACHE_SIZE = 256
-"""Candidate lists (their actions' cache entries, by the list's canonical JSON) kept per
-featurizer: a catalog sent whole again is one lookup instead of one per action."""
+"""Candidate lists (their actions' features joined and the features to log, by the list's
+canonical JSON) kept per featurizer: a catalog sent whole again is one lookup instead of
+one per action, and its features are not joined again."""
 FEATURIZERS_KEPT = 16
 """Featurizers (one per distinct ``features`` config) a process keeps with their caches."""
 
@@ -50,7 +57,7 @@ class CachedFeaturizer:
         self.featurizer = Featurizer(config)
         self.max_size = max_size
         self._actions: OrderedDict[bytes, tuple[HashedFeatures, orjson.Fragment]] = OrderedDict()
-        self._lists: OrderedDict[bytes, list[tuple[HashedFeatures, Any]]] = OrderedDict()
+        self._lists: OrderedDict[bytes, tuple[HashedActions, list[Any]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._actions)
@@ -89,12 +96,14 @@ class CachedFeaturizer:
 
     def hashed_actions(
         self, actions: Sequence[Any], arm_index: Sequence[int | None]
-    ) -> list[tuple[HashedFeatures, Any]]:
-        """:meth:`hashed_action` of every candidate of a request, in order. A list whose
-        canonical JSON was seen before (the same actions in the same order) is one
-        lookup: the canonical JSON of a list is its items' joined, so the key fixes every
-        item's (22 against 74 us for the rank request of docs/performance.md section 9).
-        Only lists every item of which was cached, and so checked, are kept."""
+    ) -> tuple[HashedActions, list[Any]]:
+        """The candidates of a request (a non-empty list) as the featurizer reads them,
+        their :meth:`hashed_action` forms joined, and each one's features to log. A list
+        whose canonical JSON was seen before (the same actions in the same order) is one
+        lookup, joined already: the canonical JSON of a list is its items' joined, so the
+        key fixes every item's (22 against 74 us for the 50 per-action lookups of the
+        rank request of docs/performance.md section 9). Only lists every item of which
+        was cached, and so checked, are kept."""
         try:
             key: bytes | None = orjson.dumps(actions, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):
@@ -107,11 +116,12 @@ class CachedFeaturizer:
                 self._lists.move_to_end(key)
                 return cached
         entries = [self.hashed_action(features, k, arm_index) for k, features in enumerate(actions)]
+        joined = (HashedActions.join([e[0] for e in entries]), [e[1] for e in entries])
         if key is not None:
-            self._lists[key] = entries
+            self._lists[key] = joined
             if len(self._lists) > LIST_CACHE_SIZE:
                 self._lists.popitem(last=False)
-        return entries
+        return joined
 
 
 class JsonCandidates:
@@ -163,8 +173,7 @@ class JsonCandidates:
         cached = self.featurizer(info)
         try:
             index = [i for _, _, i in arms]
-            entries = cached.hashed_actions(raw, index)
-            hashed = [entry[0] for entry in entries]
+            hashed, logged = cached.hashed_actions(raw, index)
             ctx = cached.featurizer.hash_features(context, ("context",))
             check_loggable(context, ["body", "context"], cached.featurizer.config.limits.max_depth)
             X = featurized_rows(cached.featurizer, policy, ctx, hashed)
@@ -174,7 +183,7 @@ class JsonCandidates:
             raise InvalidRequest(str(exc), loc, problem=f"expected {exc.expected}") from exc
         except ConfigError as exc:  # a stored config the engine no longer accepts
             raise InvalidRequest(str(exc), ["body", "policy"]) from exc
-        return [a[0] for a in arms], X, named, [entry[1] for entry in entries]
+        return [a[0] for a in arms], X, named, logged
 
 
 def check_loggable(value: Any, loc: list[str | int], max_depth: int) -> None:

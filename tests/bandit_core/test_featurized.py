@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import bandit_core
 from bandit_core.errors import ConfigError, InvalidFeatureError
-from bandit_core.features import Featurizer, FeaturizerConfig, SparseRows
+from bandit_core.features import Featurizer, FeaturizerConfig, HashedActions, SparseRows
 from bandit_core.featurized import (
     context_feature_values,
     featurized_dimension,
@@ -94,13 +94,15 @@ def test_hashed_forms_give_the_vectors_of_json_bit_for_bit(context, actions, bit
     for output in ("dense", "sparse"):
         f = Featurizer(FeaturizerConfig(bits=bits, output=output))
         plain = f.featurize(context, actions)
-        hashed = f.featurize_hashed(
-            f.hash_features(context, ("context",)),
-            [f.hash_features(a, ("actions", k)) for k, a in enumerate(actions)],
-        )
+        ctx = f.hash_features(context, ("context",))
+        acts = [f.hash_features(a, ("actions", k)) for k, a in enumerate(actions)]
         dense = (lambda v: v) if output == "dense" else (lambda v: v.to_dense())
-        np.testing.assert_array_equal(dense(hashed.actions), dense(plain.actions))
-        np.testing.assert_array_equal(dense(hashed.context), dense(plain.context))
+        for hashed in (
+            f.featurize_hashed(ctx, acts),
+            f.featurize_hashed(ctx, HashedActions.join(acts)),
+        ):
+            np.testing.assert_array_equal(dense(hashed.actions), dense(plain.actions))
+            np.testing.assert_array_equal(dense(hashed.context), dense(plain.context))
         np.testing.assert_array_equal(
             dense(f.featurize_context(f.hash_features(context, ("context",)))),
             dense(f.featurize_context(context)),
@@ -114,6 +116,18 @@ def test_rows_from_hashed_and_json_inputs_are_equal() -> None:
         featurized_rows(FEATURIZER, policy, CONTEXT, [hashed[0], ACTIONS[1], hashed[2]]),
         featurized_rows(FEATURIZER, policy, CONTEXT, ACTIONS),
     )
+
+
+@pytest.mark.parametrize(("name", "context_dim"), CASES)
+def test_rows_from_joined_actions_equal_those_of_json(name: str, context_dim: int) -> None:
+    """Every layout takes the actions' :class:`HashedActions` as it takes their JSON."""
+    policy = make(name, context_dim)
+    joined = HashedActions.join(
+        [FEATURIZER.hash_features(a, ("actions", k)) for k, a in enumerate(ACTIONS)]
+    )
+    rows = featurized_rows(FEATURIZER, policy, CONTEXT, joined)
+    np.testing.assert_array_equal(rows, featurized_rows(FEATURIZER, policy, CONTEXT, ACTIONS))
+    assert rows.shape == (len(ACTIONS), policy.config.d)
 
 
 def test_errors_name_the_json_path_and_a_wrong_dimension_is_a_config_error() -> None:

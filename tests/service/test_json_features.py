@@ -309,15 +309,14 @@ def test_a_candidate_list_seen_before_is_one_lookup_with_the_same_entries(
     monkeypatch.setattr(CachedFeaturizer, "hashed_action", counted)
     for actions in (catalog, with_null):
         for _ in range(2):
-            entries = cached.hashed_actions(actions, index)
+            joined, logged = cached.hashed_actions(actions, index)
             expected = [per_action(plain, a, k, index) for k, a in enumerate(actions)]
-            assert [orjson.dumps(logged) for _, logged in entries] == [
-                orjson.dumps(logged) for _, logged in expected
-            ]
-            for (h, _), (e, _) in zip(entries, expected):
-                np.testing.assert_array_equal(h.hashes, e.hashes)
-                np.testing.assert_array_equal(h.values, e.values)
-                assert h.namespaces == e.namespaces
+            assert [orjson.dumps(f) for f in logged] == [orjson.dumps(f) for _, f in expected]
+            h = joined.features
+            np.testing.assert_array_equal(h.hashes, np.concatenate([e.hashes for e, _ in expected]))
+            np.testing.assert_array_equal(h.values, np.concatenate([e.values for e, _ in expected]))
+            assert h.namespaces == tuple(ns for e, _ in expected for ns in e.namespaces)
+            assert joined.counts.tolist() == [len(e.values) for e, _ in expected]
     # the catalog's items were looked up once; the list with a null item, every time
     assert calls == [0, 1, 2, 3] + [0, 1, 2, 3, 4] * 2
     bad = [*catalog, {"item": {"price": "x" * 2000}}]
