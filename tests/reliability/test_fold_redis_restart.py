@@ -35,6 +35,7 @@ from service.policies import build_policy, spec_of
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import DELTA_PREFIX, EventState, PendingEvent, event_key
+from tests.conftest import running as servers_running
 from tests.servers import RedisClusterServers, SentinelGroup
 from tests.service.conftest import API_KEY, running
 from tests.service.test_folds import NAME, SPEC, Served, assert_close, decisions, served_rows
@@ -97,23 +98,13 @@ class SentinelMaster:
 def aof_cluster() -> Iterator[RedisClusterServers]:
     """This module's own cluster: the session's runs without persistence, and restarting
     its nodes would disturb the other tests on it."""
-    servers = RedisClusterServers(persist=True, node_timeout_ms=NO_FAILOVER_MS)
-    servers.start()
-    try:
-        yield servers
-    finally:
-        servers.stop()
+    yield from servers_running(RedisClusterServers(persist=True, node_timeout_ms=NO_FAILOVER_MS))
 
 
 @pytest.fixture(scope="module")
 def aof_sentinel() -> Iterator[SentinelGroup]:
     """This module's own Sentinel group, for the reason of :func:`aof_cluster`."""
-    servers = SentinelGroup(persist=True, down_after_ms=NO_FAILOVER_MS)
-    servers.start()
-    try:
-        yield servers
-    finally:
-        servers.stop()
+    yield from servers_running(SentinelGroup(persist=True, down_after_ms=NO_FAILOVER_MS))
 
 
 @pytest.fixture(params=DEPLOYMENTS)

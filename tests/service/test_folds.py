@@ -147,6 +147,16 @@ async def _create(http: Any, interval: float) -> None:
     assert r.json()["model_update_interval"] == interval
 
 
+async def _forty_pending(app: Any, http: Any) -> tuple[dict[str, float], dict[str, Served]]:
+    """The policy folding hourly, 40 decisions rewarded by 4 concurrent clients, their
+    deltas pending: the rewards by event id and the served rows."""
+    await _create(http, 3600.0)
+    rewards = _rewards(await decisions(http, 40))
+    served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
+    await _reward_concurrently(http, rewards, clients=4)
+    return rewards, served
+
+
 async def test_concurrent_rewards_are_folded_once_each(make_settings: Any) -> None:
     """8 clients reward 160 events while the writer folds every 0.1 s: every reward is
     folded exactly once (the closed form to 1e-9), no delta is left, and the staleness
@@ -189,10 +199,7 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
     in between: simulated by its transaction raising after the fold was computed)
     leaves every delta pending and the model as it was; the next fold takes each once."""
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
-        await _create(http, 3600.0)
-        rewards = _rewards(await decisions(http, 40))
-        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
-        await _reward_concurrently(http, rewards, clients=4)
+        rewards, served = await _forty_pending(app, http)
         before = await _shared(app)
         store = app.state.use_cases.store
         transact = store.transact
@@ -268,10 +275,7 @@ async def test_a_fold_racing_another_writer_applies_nothing_twice(make_settings:
     commit.)"""
     settings: Settings = make_settings(**NO_LOOP)
     async with running(settings) as (app, http, _):
-        await _create(http, 3600.0)
-        rewards = _rewards(await decisions(http, 40))
-        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
-        await _reward_concurrently(http, rewards, clients=4)
+        rewards, served = await _forty_pending(app, http)
         folded_by_a, folded_by_b, attempts = await _folds_racing(app, settings)
         assert folded_by_b == len(rewards)
         assert attempts == [len(rewards), 0] and folded_by_a == 0
@@ -288,10 +292,7 @@ async def test_a_fold_whose_deltas_another_folded_takes_the_next_ones(make_setti
     ``fold_max_deltas`` together do), and each reward is folded once."""
     settings: Settings = make_settings(**NO_LOOP)
     async with running(settings) as (app, http, _):
-        await _create(http, 3600.0)
-        rewards = _rewards(await decisions(http, 40))
-        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
-        await _reward_concurrently(http, rewards, clients=4)
+        rewards, served = await _forty_pending(app, http)
         batch = settings.model_copy(update={"fold_max_deltas": 20})
         assert await _folds_racing(app, batch) == (20, 20, [20, 0, 20])
         assert await _pending(app) == []
