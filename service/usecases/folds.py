@@ -23,7 +23,8 @@ delta pending: each reward is folded once. A process that accepted
 ``fold_max_deltas`` deltas of a policy since its last fold folds at once.
 
 Decisions read the last folded model; ``bandit_model_staleness_seconds`` is how long the
-oldest reward of the latest fold waited for it.
+oldest reward of the latest fold waited for it, ``bandit_folds_total`` counts the folds
+committed.
 """
 
 from __future__ import annotations
@@ -190,6 +191,7 @@ class Folds:
         if folded:
             oldest = min(d.accepted_at for d in folded)
             metrics.MODEL_STALENESS.labels(name).set(max(0.0, self.clock() - oldest))
+            metrics.FOLDS.labels(name).inc()
         return len(folded)
 
     async def fold_pending(self, name: str) -> int:

@@ -28,6 +28,7 @@ from service.usecases.folds import Folds
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.rebuild import rebuild_policy
 from tests.service.conftest import running
+from tests.service.test_reward_signs import metric
 
 pytestmark = pytest.mark.anyio
 
@@ -188,10 +189,12 @@ async def test_rewards_wait_as_deltas_until_the_fold(make_settings: Any) -> None
         repeat = await http.post("/reward", json={"event_id": next(iter(rewards)), "reward": 0.5})
         assert repeat.json()["status"] == "conflicting_reward"
         assert len(await _pending(app)) == len(rewards)  # a repeat adds no delta
+        folds = await metric(http, "bandit_folds_total", NAME)
         assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
         assert await _pending(app) == []
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
         assert await app.state.use_cases.folds.fold(NAME) == 0
+        assert await metric(http, "bandit_folds_total", NAME) == folds + 1  # none for nothing
 
 
 async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any) -> None:
@@ -294,7 +297,10 @@ async def test_a_fold_whose_deltas_another_folded_takes_the_next_ones(make_setti
     async with running(settings) as (app, http, _):
         rewards, served = await _forty_pending(app, http)
         batch = settings.model_copy(update={"fold_max_deltas": 20})
+        folds = await metric(http, "bandit_folds_total", NAME)
         assert await _folds_racing(app, batch) == (20, 20, [20, 0, 20])
+        # B's and A's second (in this process's registry both); A's first wrote nothing
+        assert await metric(http, "bandit_folds_total", NAME) == folds + 2
         assert await _pending(app) == []
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
