@@ -19,10 +19,11 @@ per service process, its connections split evenly), reward every one of them onc
 Reported per mode, in the issue's columns: rewards accepted per second (the events over
 the time from the first reward sent to the last answered, polled every 5 ms), the time
 until every reward is in the model (the stored shared part counts them: each folded
-exactly once), Redis bytes received per reward (``INFO stats``
-``total_net_input_bytes`` from before the first reward until everything is folded, over
-the events), the reward latency's p50 and p99 as wrk measures it (the larger of the two
-wrk processes' percentiles), then ``--pair-seconds`` of rank + reward end to end on the
+exactly once), the folds committed until then (``bandit_folds_total`` of the loop,
+summed over the processes' ``/metrics``: each wrote the shared part once), Redis bytes
+received per reward (``INFO stats`` ``total_net_input_bytes`` from before the first
+reward until everything is folded, over the events), the reward latency's p50 and p99 as
+wrk measures it (the larger of the two wrk processes' percentiles), then ``--pair-seconds`` of rank + reward end to end on the
 same connections (each ranks, then rewards the event it was given): pairs per second and
 the p50 and p99 over both kinds of request, and the load average. The clients run on
 the same machine as the servers. About 1.5 minutes with the defaults on a quiet machine.
@@ -236,6 +237,23 @@ def _folded(redis_client: Any) -> tuple[int, int]:
     return n, pending
 
 
+def folds_committed(bases: list[str]) -> int:
+    """The loop's ``bandit_folds_total`` summed over the service processes at ``bases``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for base in bases:
+        with urllib.request.urlopen(base + "/metrics", timeout=60) as resp:
+            text = resp.read().decode()
+        total += sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "bandit_folds_total" and sample.labels.get("policy") == LOOP
+        )
+    return int(total)
+
+
 def run_mode(
     mode: str, args: argparse.Namespace, redis_url: str, database_url: str, tmp: Path
 ) -> dict[str, Any]:
@@ -266,6 +284,7 @@ def run_mode(
         frequency = args.interval if mode == "folded" else "PT0S"
         _http("PUT", bases[0] + CONFIG, {**config, "modelUpdateFrequency": frequency})
         ids = asyncio.run(_rank_all(bases, args.events, args.connections))
+        folds_before = folds_committed(bases)
         before = int(redis_client.info("stats")["total_net_input_bytes"])
         start = time.perf_counter()
         folder = tmp / f"rewards-{mode}"
@@ -277,6 +296,7 @@ def run_mode(
             time.sleep(0.05)
         in_model = time.perf_counter() - start
         received = int(redis_client.info("stats")["total_net_input_bytes"]) - before
+        folds = folds_committed(bases) - folds_before
         row: dict[str, Any] = {
             "mode": mode,
             "model_update_frequency": frequency,
@@ -285,6 +305,7 @@ def run_mode(
             "events": args.events,
             "rewards_per_s": args.events / seconds,
             "all_in_model_s": in_model,
+            "folds": folds,
             "redis_bytes_in_per_reward": received / args.events,
             "p50_ms": p50,
             "p99_ms": p99,
@@ -301,6 +322,7 @@ COLUMNS = {
     "mode": "mode",
     "rewards_per_s": "rewards/s",
     "all_in_model_s": "all in model s",
+    "folds": "folds",
     "redis_bytes_in_per_reward": "Redis bytes in per reward",
     "p50_ms": "reward p50 ms",
     "p99_ms": "reward p99 ms",

@@ -393,36 +393,47 @@ def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait(timeout=15)
 
 
+def _persistence(persist: bool) -> list[str]:
+    """``redis-server`` options: with ``persist``, an append-only file fsync'ed on every
+    write (a restart keeps every acknowledged write); without, none."""
+    return ["--appendonly", "yes", "--appendfsync", "always"] if persist else ["--appendonly", "no"]
+
+
 class RedisClusterServers:
     """A Redis Cluster of ``masters`` masters with one replica each, from ``redis-server
     --cluster-enabled yes`` processes joined by ``redis-cli --cluster create``.
-    ``url`` is the service's ``redis+cluster://`` URL listing every node."""
+    ``url`` is the service's ``redis+cluster://`` URL listing every node. ``persist``:
+    every node keeps an append-only file (:func:`_persistence`), so :meth:`restart`
+    brings a node back with its data. ``node_timeout_ms``: how long a master may be
+    unreachable before its replica takes over."""
 
-    def __init__(self, masters: int = 3) -> None:
+    def __init__(
+        self, masters: int = 3, persist: bool = False, node_timeout_ms: int = 2000
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="bandit-redis-cluster-"))
         self.ports = [free_port() for _ in range(2 * masters)]
         self.url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._options = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            str(node_timeout_ms),
+            *_persistence(persist),
+        ]
+        self._bus_ports = {port: free_port() for port in self.ports}
+
+    def _node(self, port: int) -> subprocess.Popen[bytes]:
+        # --cluster-port: the bus; port + 10000 may exceed 65535
+        options = [*self._options, "--cluster-port", str(self._bus_ports[port])]
+        return _redis_server(port, self.dir / str(port), *options)
 
     def start(self) -> None:
         try:
             for port in self.ports:
-                self.procs.append(
-                    _redis_server(
-                        port,
-                        self.dir / str(port),
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-port",  # the bus; port + 10000 may exceed 65535
-                        str(free_port()),
-                        "--cluster-node-timeout",
-                        "2000",
-                        "--appendonly",
-                        "no",
-                    )
-                )
+                self.procs.append(self._node(port))
             for port in self.ports:
                 _wait(
                     lambda port=port: redis.Redis(host="127.0.0.1", port=port).ping(),
@@ -487,6 +498,16 @@ class RedisClusterServers:
         proc.kill()
         proc.wait(timeout=15)
 
+    def restart(self, port: int) -> None:
+        """Start the node on ``port`` again (after :meth:`kill`) on its files, and wait
+        until it answers as part of a cluster whose every slot is served."""
+        self.procs[self.ports.index(port)] = self._node(port)
+        _wait(
+            lambda: self.node(port).cluster("info")["cluster_state"] == "ok",
+            30,
+            "the restarted node in a cluster_state:ok",
+        )
+
     def migrate_slot(self, slot: int, target: int, batch: int = 10, pause: float = 0.0) -> int:
         """Move ``slot`` to the master on ``target`` as ``redis-cli --cluster reshard``
         does (``CLUSTER SETSLOT IMPORTING/MIGRATING``, ``MIGRATE`` of ``batch`` keys at
@@ -514,11 +535,15 @@ class RedisClusterServers:
 
 class SentinelGroup:
     """A master, one replica and three sentinels monitoring them as ``mymaster``
-    (down after 1 s). ``url`` is the service's ``redis+sentinel://`` URL."""
+    (down after ``down_after_ms``, 1 s by default). ``url`` is the service's
+    ``redis+sentinel://`` URL. ``persist``: both servers keep an append-only file
+    (:func:`_persistence`), so :meth:`restart` brings one back with its data."""
 
     MASTER_NAME = "mymaster"
 
-    def __init__(self) -> None:
+    def __init__(self, persist: bool = False, down_after_ms: int = 1000) -> None:
+        self.persist = persist
+        self.down_after_ms = down_after_ms
         self.dir = Path(tempfile.mkdtemp(prefix="bandit-redis-sentinel-"))
         self.master_port, self.replica_port = free_port(), free_port()
         self.sentinel_ports = [free_port() for _ in range(3)]
@@ -532,13 +557,9 @@ class SentinelGroup:
 
     def start(self) -> None:
         try:
-            self.servers[self.master_port] = _redis_server(self.master_port, self.dir / "master")
-            self.servers[self.replica_port] = _redis_server(
-                self.replica_port,
-                self.dir / "replica",
-                "--replicaof",
-                "127.0.0.1",
-                str(self.master_port),
+            self.servers[self.master_port] = self._server(self.master_port)
+            self.servers[self.replica_port] = self._server(
+                self.replica_port, "--replicaof", "127.0.0.1", str(self.master_port)
             )
             _wait(
                 lambda: (
@@ -555,7 +576,7 @@ class SentinelGroup:
                 conf.write_text(
                     f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
                     f"sentinel monitor {self.MASTER_NAME} 127.0.0.1 {self.master_port} 2\n"
-                    f"sentinel down-after-milliseconds {self.MASTER_NAME} 1000\n"
+                    f"sentinel down-after-milliseconds {self.MASTER_NAME} {self.down_after_ms}\n"
                     f"sentinel failover-timeout {self.MASTER_NAME} 10000\n"
                 )
                 self.sentinels.append(
@@ -588,6 +609,20 @@ class SentinelGroup:
             host="127.0.0.1", port=self.sentinel_ports[0]
         ).sentinel_get_master_addr_by_name(self.MASTER_NAME)
         return host.decode() if isinstance(host, bytes) else host, int(port)
+
+    def _server(self, port: int, *options: str) -> subprocess.Popen[bytes]:
+        name = "master" if port == self.master_port else "replica"
+        return _redis_server(port, self.dir / name, *_persistence(self.persist), *options)
+
+    def restart(self, port: int) -> None:
+        """Start the server on ``port`` again (after :meth:`kill_master`) on its files.
+        It comes back as it started; a server that was the master while the sentinels
+        still name it so, the master again."""
+        options = (
+            [] if port == self.master_port else ["--replicaof", "127.0.0.1", str(self.master_port)]
+        )
+        self.servers[port] = self._server(port, *options)
+        _wait(lambda: redis.Redis(host="127.0.0.1", port=port).ping(), 15, "redis-server ready")
 
     def kill_master(self) -> int:
         """SIGKILL the current master; returns its port."""

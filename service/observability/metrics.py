@@ -23,6 +23,7 @@ bandit_pending_events                    gauge      policy                  even
 bandit_default_rewards_total             counter    policy                  default rewards applied by the sweeper
 bandit_expired_events_total              counter    policy                  deferred events never activated
 bandit_overdue_pending_seconds           gauge      policy                  oldest due pending event's age past its deadline (latest)
+bandit_folds_total                       counter    policy                  folds of pending rewards committed
 bandit_sweeper_errors_total              counter    policy                  due events (or policy sweeps) the sweeper failed
 bandit_reward_record_errors_total        counter    policy, step            applied rewards whose log/metrics step failed
 bandit_arms_forgotten_total              counter    policy                  arm states forgotten after arm_idle_seconds
@@ -173,6 +174,11 @@ MODEL_STALENESS = Gauge(
     ["policy"],
     multiprocess_mode="mostrecent",
 )
+FOLDS = Counter(
+    "bandit_folds",
+    "Folds of a policy's pending rewards committed (each writes the policy's shared part)",
+    ["policy"],
+)
 SWEEPER_ERRORS = Counter(
     "bandit_sweeper_errors",
     "Due events the sweeper failed to finalize or delete (a failed policy sweep counts one)",
@@ -315,6 +321,7 @@ POLICY_METRICS = (
     DEFAULT_REWARDS,
     EXPIRED_EVENTS,
     OVERDUE_PENDING,
+    FOLDS,
     SWEEPER_ERRORS,
     REWARD_RECORD_ERRORS,
     ARMS_FORGOTTEN,

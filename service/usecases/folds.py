@@ -17,12 +17,14 @@ transaction reads the ``shared`` part and up to ``fold_max_deltas`` deltas, appl
 as one rank-m update (``BasePolicy.update_batch``, docs/algorithms.md section 8.1) and
 writes the part and deletes exactly those deltas in one commit. The commit checks the
 version of every key it read, so a fold that raced another fold or a reset writes
-nothing and is redone on fresh values, and a writer stopped between its read and its
-commit leaves every delta pending: each reward is folded once. A process that accepted
+nothing and is redone on fresh values (the deltas the other fold took replaced by the
+next pending ones), and a writer stopped between its read and its commit leaves every
+delta pending: each reward is folded once. A process that accepted
 ``fold_max_deltas`` deltas of a policy since its last fold folds at once.
 
 Decisions read the last folded model; ``bandit_model_staleness_seconds`` is how long the
-oldest reward of the latest fold waited for it.
+oldest reward of the latest fold waited for it, ``bandit_folds_total`` counts the folds
+committed.
 """
 
 from __future__ import annotations
@@ -148,36 +150,49 @@ class Folds:
 
     async def fold(self, name: str) -> int:
         """Fold up to ``fold_max_deltas`` pending deltas of policy ``name`` into its model
-        in one transaction (the oldest keys first by name: any order folds the same);
-        returns how many were folded."""
+        (the oldest keys first by name: any order folds the same); returns how many were
+        folded. The deltas it listed that another writer folded meanwhile (two replicas
+        folding at once list the same oldest keys) are replaced by the next pending ones,
+        listed again, so a fold never leaves deltas waiting that it had room for."""
         async with self._lock(name):
             self._accepted[name] = 0
             runtime, _, _ = await self.cache.load(name)
             if not runtime.policy.folds_updates:
                 return 0
-            pending = await self.store.keys(name, [DELTA_PREFIX])
-            keys = pending[: self.settings.fold_max_deltas]
-            if not keys:
-                return 0
-            folded: list[Delta] = []
+            room, done = self.settings.fold_max_deltas, 0
+            while done < room:
+                keys = (await self.store.keys(name, [DELTA_PREFIX]))[: room - done]
+                if not keys:
+                    break
+                folded = await self._fold_keys(runtime, name, keys)
+                done += folded
+                if folded == len(keys):
+                    break
+            return done
 
-            def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-                present = {k: v for k in keys if (v := values[k]) is not None}
-                deltas = [decode_delta(v) for v in present.values()]
-                folded[:] = deltas
-                if not deltas:
-                    return {}
-                import_stored(runtime, {SHARED_PART: values[SHARED_PART]})
-                _apply(runtime, name, deltas)
-                out: dict[str, bytes | None] = dict(runtime.policy.export_parts([SHARED_PART]))
-                out.update(dict.fromkeys(present))
-                return out
+    async def _fold_keys(self, runtime: Runtime, name: str, keys: list[str]) -> int:
+        """One transaction: the deltas of ``keys`` still present applied to the ``shared``
+        part, which it writes, and deleted; returns how many it folded."""
+        folded: list[Delta] = []
 
-            await self.cache.transact(runtime, name, [SHARED_PART, *keys], fn)
-            if folded:
-                oldest = min(d.accepted_at for d in folded)
-                metrics.MODEL_STALENESS.labels(name).set(max(0.0, self.clock() - oldest))
-            return len(folded)
+        def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
+            present = {k: v for k in keys if (v := values[k]) is not None}
+            deltas = [decode_delta(v) for v in present.values()]
+            folded[:] = deltas
+            if not deltas:
+                return {}
+            import_stored(runtime, {SHARED_PART: values[SHARED_PART]})
+            _apply(runtime, name, deltas)
+            out: dict[str, bytes | None] = dict(runtime.policy.export_parts([SHARED_PART]))
+            out.update(dict.fromkeys(present))
+            return out
+
+        await self.cache.transact(runtime, name, [SHARED_PART, *keys], fn)
+        if folded:
+            oldest = min(d.accepted_at for d in folded)
+            metrics.MODEL_STALENESS.labels(name).set(max(0.0, self.clock() - oldest))
+            metrics.FOLDS.labels(name).inc()
+        return len(folded)
 
     async def fold_pending(self, name: str) -> int:
         """Fold every delta of ``name`` pending now, batch after batch of

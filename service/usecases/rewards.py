@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from bandit_core.drift import PageHinkleyConfig
 from service.errors import Conflict, InvalidRequest, NotFound
@@ -26,8 +25,8 @@ from service.observability import metrics
 from service.policies import Runtime
 from service.schemas import ActivateResponse, RewardRequest, RewardResponse
 from service.settings import Settings
-from service.storage.base import LATE_SOURCE, LogSink, RewardRecord, VersionedValue
-from service.storage.state_store import DeadlineIndex, EventRegistry
+from service.storage.base import LATE_SOURCE, LogSink, RewardRecord, Schedule, VersionedValue
+from service.storage.state_store import EventRegistry
 from service.usecases.drift_watch import DriftWatch
 from service.usecases.events import EventState, PendingEvent, event_key
 from service.usecases.finalizations import (
@@ -40,17 +39,12 @@ from service.usecases.finalizations import (
 from service.usecases.policy_cache import PolicyCache
 
 
-class RewardedStore(EventRegistry, DeadlineIndex, Protocol):
-    """The state store's roles the rewards call beside the cache: which policy owns an
-    event, and when an activated event is due (``service.storage.state_store``)."""
-
-
 @dataclass
 class Rewards:
     """The reward and activation use cases; one per process."""
 
     cache: PolicyCache
-    store: RewardedStore
+    store: EventRegistry  # which policy owns an event; the rest goes through the cache
     sink: LogSink
     settings: Settings
     clock: Callable[[], float] = time.time
@@ -132,8 +126,9 @@ class Rewards:
         return await self.store.event_policy(event_id)
 
     async def activate(self, event_id: str) -> ActivateResponse:
-        """Activate a deferred event: from now on it is learned from (and its default
-        reward is due ``reward_wait_seconds`` from now)."""
+        """Activate a deferred event: from now on it is learned from, and its default
+        reward is due ``reward_wait_seconds`` from now (its deadline, set by the commit
+        that activates it: an event is never activated without it)."""
         name = await self.store.event_policy(event_id)
         if name is None:
             raise NotFound(f"event_id {event_id!r} is unknown or expired", reason="event")
@@ -152,9 +147,8 @@ class Rewards:
             return {key: ev.to_json()}
 
         deadline = self.clock() + runtime.info.reward_wait_seconds
-        written = await self.cache.transact(runtime, name, [key], fn)
-        if written:
-            await self.store.schedule(name, event_id, deadline)
+        due = Schedule(event_id, deadline)
+        await self.cache.transact(runtime, name, [key], fn, schedule=lambda: due)
         return ActivateResponse(event_id=event_id, activated=True)
 
     async def record_final(

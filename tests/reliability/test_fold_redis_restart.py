@@ -1,7 +1,7 @@
 """Folded model updates (service/usecases/folds.py) when Redis restarts in the middle of a
-fold: the test's own ``redis-server`` (append-only file fsync'ed on every write,
-``tests.servers.RedisServer``) is SIGKILLed and started again on its files at one step
-of a fold, the fold paused there by a hook in the store's transaction (no timing):
+fold: the Redis server holding the policy is SIGKILLed and started again on its files
+at one step of a fold, the fold paused there by a hook in the store's transaction (no
+timing):
 
 - **before the read**: the fold listed the pending deltas, its transaction has not read;
 - **before the commit**: it read the shared part and the deltas and computed the fold;
@@ -10,31 +10,118 @@ of a fold, the fold paused there by a hook in the store's transaction (no timing
 - **after the commit**: the fold's commit was acknowledged.
 
 Each accepted reward is in the model exactly once afterwards (the ``shared`` part equals
-the rewards applied one by one in a random order, to 1e-9) and no delta is left."""
+the rewards applied one by one in a random order, to 1e-9) and no delta is left. Each
+step runs on three deployments, every server with an append-only file fsync'ed on every
+write: the test's own ``redis-server`` (``tests.servers.RedisServer``); the master of
+the policy's slot in this module's Redis Cluster (3 masters, 3 replicas); the master of
+this module's Sentinel group (a master, a replica, three sentinels). The cluster's node
+timeout and the sentinels' down-after are 60 s, longer than a restart: the server comes
+back as the master it was (a restart, not a failover, which
+``test_cluster_faults.py`` and ``test_sentinel_failover.py`` cover)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import numpy as np
 import pytest
+from redis.crc import key_slot
 
 from bandit_core.hybrid_linucb import HybridSharedState
 from service.policies import build_policy, spec_of
 from service.settings import Settings
 from service.storage.base import StoreUnavailableError
 from service.usecases.events import DELTA_PREFIX, EventState, PendingEvent, event_key
-from tests.servers import RedisServer
+from tests.conftest import running as servers_running
+from tests.servers import RedisClusterServers, SentinelGroup
 from tests.service.conftest import API_KEY, running
 from tests.service.test_folds import NAME, SPEC, Served, assert_close, decisions, served_rows
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.timeout(300),
+    pytest.mark.xdist_group(__name__),
+]
 
 REWARDS = 60
 STEPS = ["before-read", "before-commit", "down-at-commit", "after-commit"]
+DEPLOYMENTS = ["redis", "cluster", "sentinel"]
+NO_FAILOVER_MS = 60_000
+
+
+class Restartable(Protocol):
+    """The Redis server that holds the policy: ``url`` the service's ``BANDIT_REDIS_URL``,
+    :meth:`kill` SIGKILLs it, :meth:`start` starts it again on its files."""
+
+    url: str
+
+    def kill(self) -> None: ...
+
+    def start(self) -> None: ...
+
+
+class ClusterMaster:
+    """The master of ``NAME``'s slot in a Redis Cluster."""
+
+    def __init__(self, servers: RedisClusterServers) -> None:
+        self.servers = servers
+        self.url = servers.url
+        self.port = servers.master_of(key_slot(NAME.encode()))
+
+    def kill(self) -> None:
+        self.servers.kill(self.port)
+
+    def start(self) -> None:
+        self.servers.restart(self.port)
+
+
+class SentinelMaster:
+    """The master of a Sentinel group."""
+
+    def __init__(self, servers: SentinelGroup) -> None:
+        self.servers = servers
+        self.url = servers.url
+        self.port = servers.master_address()[1]
+
+    def kill(self) -> None:
+        assert self.servers.kill_master() == self.port
+
+    def start(self) -> None:
+        self.servers.restart(self.port)
+
+
+@pytest.fixture(scope="module")
+def aof_cluster() -> Iterator[RedisClusterServers]:
+    """This module's own cluster: the session's runs without persistence, and restarting
+    its nodes would disturb the other tests on it."""
+    yield from servers_running(RedisClusterServers(persist=True, node_timeout_ms=NO_FAILOVER_MS))
+
+
+@pytest.fixture(scope="module")
+def aof_sentinel() -> Iterator[SentinelGroup]:
+    """This module's own Sentinel group, for the reason of :func:`aof_cluster`."""
+    yield from servers_running(SentinelGroup(persist=True, down_after_ms=NO_FAILOVER_MS))
+
+
+@pytest.fixture(params=DEPLOYMENTS)
+def node(request: pytest.FixtureRequest) -> Restartable:
+    """The server holding the policy on the deployment under test, its data flushed."""
+    if request.param == "redis":
+        redis_server = request.getfixturevalue("private_redis")
+        server: Restartable = redis_server
+        client: Any = redis_server.client()
+    elif request.param == "cluster":
+        servers = request.getfixturevalue("aof_cluster")
+        server, client = ClusterMaster(servers), servers.client()
+    else:
+        group = request.getfixturevalue("aof_sentinel")
+        server, client = SentinelMaster(group), group.client()
+    client.flushall()  # a cluster client sends it to every master
+    return server
 
 
 async def _shared(store: Any) -> HybridSharedState | None:
@@ -75,9 +162,11 @@ async def _fold_once_up(app: Any, timeout: float = 60.0) -> int:
 
 @pytest.mark.parametrize("step", STEPS)
 async def test_redis_restarted_mid_fold_loses_nothing_and_applies_nothing_twice(
-    make_settings: Callable[..., Settings], private_redis: RedisServer, step: str
+    make_settings: Callable[..., Settings], node: Restartable, step: str
 ) -> None:
-    settings = make_settings(api_keys=[API_KEY], fold_check_seconds=3600.0, fold_max_deltas=100_000)
+    settings = make_settings(
+        redis_url=node.url, api_keys=[API_KEY], fold_check_seconds=3600.0, fold_max_deltas=100_000
+    )
     async with running(settings) as (app, http, _):
         r = await http.put(f"/policies/{NAME}", json={**SPEC, "model_update_interval": 3600.0})
         assert r.status_code == 200, r.text
@@ -95,8 +184,8 @@ async def test_redis_restarted_mid_fold_loses_nothing_and_applies_nothing_twice(
         hooked: list[str] = []
 
         def restart() -> None:
-            private_redis.kill()
-            private_redis.start()
+            node.kill()
+            node.start()
 
         async def paused(policy: str, keys: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
             def computed_then(values: dict[str, bytes | None]) -> Any:
@@ -106,7 +195,7 @@ async def test_redis_restarted_mid_fold_loses_nothing_and_applies_nothing_twice(
                     if step == "before-commit":
                         restart()
                     elif step == "down-at-commit":
-                        private_redis.kill()
+                        node.kill()
                 return writes
 
             if step == "before-read" and not hooked:
@@ -124,7 +213,7 @@ async def test_redis_restarted_mid_fold_loses_nothing_and_applies_nothing_twice(
                 with pytest.raises(StoreUnavailableError):
                     await app.state.use_cases.folds.fold(NAME)
                 assert hooked == [step]
-                private_redis.start()
+                node.start()
                 # the failed commit wrote nothing: every delta is pending, the model as it was
                 assert await _shared(store) == before
                 assert len(await store.keys(NAME, [DELTA_PREFIX])) == REWARDS

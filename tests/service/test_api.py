@@ -8,6 +8,7 @@ import base64
 import gc
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from bandit_core.linear import LinearArmState
 from bandit_core.shared_model import SharedModelPolicy
 from service.api.app import YOUNG_GC_THRESHOLD
 from service.schemas import RankedArm, RecommendResponse
+from service.storage.base import StoreUnavailableError
+from service.usecases.events import PendingEvent, event_key
 from tests.service.conftest import POLICY, running, wait_for
 
 pytestmark = pytest.mark.anyio
@@ -191,6 +194,56 @@ async def test_deferred_activation(make_settings: Any) -> None:
         r = await http.post("/reward", json={"event_id": never["event_id"], "reward": 1.0})
         assert r.status_code == 409
         assert await _counts(app, "p") == (2, 1)
+
+
+async def test_an_activation_and_its_deadline_commit_together(make_settings: Any) -> None:
+    """The deadline of an activated event is set by the commit that activates it: a
+    store whose every call after that commit fails (its separate ``schedule`` too) still
+    holds the event activated on its new deadline, ``reward_wait_seconds`` after the
+    activation. A commit that fails writes neither: the event stays deferred on the
+    deadline its decision set."""
+    async with running(make_settings()) as (app, http, _):
+        await http.put("/policies/p", json={**POLICY, "reward_wait_seconds": 600})
+        ctx = {"policy": "p", "context": [1.0, 0.0, 0.0], "defer_activation": True}
+        event_id = (await http.post("/recommend", json=ctx)).json()["event_id"]
+        store, rewards = app.state.use_cases.store, app.state.use_cases.rewards
+        now = time.time()
+        rewards.clock = lambda: now + 3600.0  # activated an hour after the decision
+        transact = store.transact
+        down = [False]
+
+        async def down_after_commit(*args: Any, **kwargs: Any) -> dict[str, int]:
+            if down[0]:
+                raise StoreUnavailableError("connection reset by peer")
+            out = await transact(*args, **kwargs)
+            down[0] = True  # the store is gone once the commit returned
+            return out
+
+        async def unreachable(*args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailableError("connection reset by peer")
+
+        def activated() -> bool:
+            return bool(PendingEvent.from_json(raw[event_key(event_id)].data).activated)
+
+        store.schedule = unreachable
+        try:
+            store.transact, down[0] = down_after_commit, True  # the commit itself fails
+            r = await http.post(f"/events/{event_id}/activate")
+            assert r.status_code == 503, r.text
+            raw = await store.read("p", [event_key(event_id)], {})
+            assert not activated()
+            assert await store.due_events("p", now + 601, 10) == [event_id]
+            down[0] = False
+            r = await http.post(f"/events/{event_id}/activate")
+        finally:
+            del store.transact, store.schedule
+        assert r.status_code == 200 and r.json()["activated"] is True, r.text
+        raw = await store.read("p", [event_key(event_id)], {})
+        assert activated()
+        assert await store.due_events("p", now + 4199, 10) == []
+        assert await store.due_events("p", now + 4201, 10) == [event_id]
+        r = await http.post("/reward", json={"event_id": event_id, "reward": 1.0})
+        assert r.status_code == 200 and r.json()["applied"], r.text
 
 
 async def test_default_reward_then_reward_is_409(make_settings: Any) -> None:

@@ -28,6 +28,7 @@ from service.usecases.folds import Folds
 from service.usecases.policy_cache import PolicyCache
 from service.usecases.rebuild import rebuild_policy
 from tests.service.conftest import running
+from tests.service.test_reward_signs import metric
 
 pytestmark = pytest.mark.anyio
 
@@ -147,6 +148,16 @@ async def _create(http: Any, interval: float) -> None:
     assert r.json()["model_update_interval"] == interval
 
 
+async def _forty_pending(app: Any, http: Any) -> tuple[dict[str, float], dict[str, Served]]:
+    """The policy folding hourly, 40 decisions rewarded by 4 concurrent clients, their
+    deltas pending: the rewards by event id and the served rows."""
+    await _create(http, 3600.0)
+    rewards = _rewards(await decisions(http, 40))
+    served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
+    await _reward_concurrently(http, rewards, clients=4)
+    return rewards, served
+
+
 async def test_concurrent_rewards_are_folded_once_each(make_settings: Any) -> None:
     """8 clients reward 160 events while the writer folds every 0.1 s: every reward is
     folded exactly once (the closed form to 1e-9), no delta is left, and the staleness
@@ -178,10 +189,12 @@ async def test_rewards_wait_as_deltas_until_the_fold(make_settings: Any) -> None
         repeat = await http.post("/reward", json={"event_id": next(iter(rewards)), "reward": 0.5})
         assert repeat.json()["status"] == "conflicting_reward"
         assert len(await _pending(app)) == len(rewards)  # a repeat adds no delta
+        folds = await metric(http, "bandit_folds_total", NAME)
         assert await app.state.use_cases.folds.fold(NAME) == len(rewards)
         assert await _pending(app) == []
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
         assert await app.state.use_cases.folds.fold(NAME) == 0
+        assert await metric(http, "bandit_folds_total", NAME) == folds + 1  # none for nothing
 
 
 async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any) -> None:
@@ -189,10 +202,7 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
     in between: simulated by its transaction raising after the fold was computed)
     leaves every delta pending and the model as it was; the next fold takes each once."""
     async with running(make_settings(**NO_LOOP)) as (app, http, _):
-        await _create(http, 3600.0)
-        rewards = _rewards(await decisions(http, 40))
-        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
-        await _reward_concurrently(http, rewards, clients=4)
+        rewards, served = await _forty_pending(app, http)
         before = await _shared(app)
         store = app.state.use_cases.store
         transact = store.transact
@@ -217,51 +227,80 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
 
+async def _folds_racing(app: Any, settings: Settings) -> tuple[int, int, list[int]]:
+    """Writer A (``app``'s folds, under ``settings``) folds ``NAME``; between A's read and
+    A's commit, writer B (another process: its own connection and cache, the same
+    ``settings``) folds it too and commits. Returns how many A folded, how many B folded,
+    and the deltas A's transaction found at each of its attempts."""
+    folded_by_b: list[int] = []
+
+    def writer_b() -> None:
+        async def fold() -> None:
+            store = make_store(settings)
+            try:
+                folded_by_b.append(await Folds(PolicyCache(store), store, settings).fold(NAME))
+            finally:
+                await store.close()
+
+        asyncio.run(fold())
+
+    folds = app.state.use_cases.folds
+    store = app.state.use_cases.store
+    transact, kept = store.transact, folds.settings
+    attempts: list[int] = []
+
+    async def interleaved(policy: str, keys: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def then_b(values: dict[str, bytes | None]) -> Any:
+            attempts.append(sum(v is not None for k, v in values.items() if k != "shared"))
+            if len(attempts) == 1:  # between A's read and A's commit
+                thread = threading.Thread(target=writer_b)
+                thread.start()
+                thread.join()
+            return fn(values)
+
+        return await transact(policy, keys, then_b, *args, **kwargs)
+
+    store.transact, folds.settings = interleaved, settings
+    try:
+        folded_by_a = await folds.fold(NAME)
+    finally:
+        store.transact, folds.settings = transact, kept
+    (folded,) = folded_by_b
+    return folded_by_a, folded, attempts
+
+
 @pytest.mark.parametrize("backend", ["redis_postgres"])
 async def test_a_fold_racing_another_writer_applies_nothing_twice(make_settings: Any) -> None:
-    """Redis: writer A reads the deltas; before A commits, writer B (another process:
-    its own connection and cache) folds them all and commits. A's commit finds the
-    versions moved, reads again, finds no delta left and writes nothing: each reward
-    is folded once. (The in-process store runs a transaction under its lock: no
-    writer can come between a read and a commit.)"""
+    """Redis: writer A reads the deltas; before A commits, writer B folds them all and
+    commits (:func:`_folds_racing`). A's commit finds the versions moved, reads again,
+    finds no delta left and writes nothing: each reward is folded once. (The in-process
+    store runs a transaction under its lock: no writer can come between a read and a
+    commit.)"""
     settings: Settings = make_settings(**NO_LOOP)
     async with running(settings) as (app, http, _):
-        await _create(http, 3600.0)
-        rewards = _rewards(await decisions(http, 40))
-        served = await served_rows(app.state.use_cases.store, NAME, list(rewards))
-        await _reward_concurrently(http, rewards, clients=4)
-        folded_by_b: list[int] = []
-
-        def writer_b() -> None:
-            async def fold() -> None:
-                store = make_store(settings)
-                try:
-                    folded_by_b.append(await Folds(PolicyCache(store), store, settings).fold(NAME))
-                finally:
-                    await store.close()
-
-            asyncio.run(fold())
-
-        store = app.state.use_cases.store
-        transact = store.transact
-        attempts: list[int] = []
-
-        async def interleaved(policy: str, keys: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            def then_b(values: dict[str, bytes | None]) -> Any:
-                attempts.append(sum(v is not None for k, v in values.items() if k != "shared"))
-                if len(attempts) == 1:  # between A's read and A's commit
-                    thread = threading.Thread(target=writer_b)
-                    thread.start()
-                    thread.join()
-                return fn(values)
-
-            return await transact(policy, keys, then_b, *args, **kwargs)
-
-        store.transact = interleaved
-        folded_by_a = await app.state.use_cases.folds.fold(NAME)
-        store.transact = transact
-        assert folded_by_b == [len(rewards)]
+        rewards, served = await _forty_pending(app, http)
+        folded_by_a, folded_by_b, attempts = await _folds_racing(app, settings)
+        assert folded_by_b == len(rewards)
         assert attempts == [len(rewards), 0] and folded_by_a == 0
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_fold_whose_deltas_another_folded_takes_the_next_ones(make_settings: Any) -> None:
+    """Redis, 40 pending deltas, folds of at most 20: writer A lists the oldest 20 and
+    reads them; before A commits, writer B lists the same 20 and folds them
+    (:func:`_folds_racing`). A's commit finds them folded, so A lists again and folds
+    the other 20: the two folds leave no delta waiting (as two replicas reaching
+    ``fold_max_deltas`` together do), and each reward is folded once."""
+    settings: Settings = make_settings(**NO_LOOP)
+    async with running(settings) as (app, http, _):
+        rewards, served = await _forty_pending(app, http)
+        batch = settings.model_copy(update={"fold_max_deltas": 20})
+        folds = await metric(http, "bandit_folds_total", NAME)
+        assert await _folds_racing(app, batch) == (20, 20, [20, 0, 20])
+        # B's and A's second (in this process's registry both); A's first wrote nothing
+        assert await metric(http, "bandit_folds_total", NAME) == folds + 2
         assert await _pending(app) == []
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
