@@ -52,7 +52,7 @@ line): importing what was exported gives the same records.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -99,6 +99,8 @@ def context_of(namespaces: Mapping[str, Any]) -> list[dict[str, Any]]:
     whose value is not a list of objects, then one object per element of each such list
     (VW reads ``"ns": [{..}, {..}]`` as features of ``ns`` from each; the featurizer
     takes a list of objects, not an array of them)."""
+    if list not in map(type, namespaces.values()):
+        return [dict(namespaces)]
     base: dict[str, Any] = {}
     split: list[dict[str, Any]] = []
     for key, value in namespaces.items():
@@ -148,6 +150,8 @@ def _number(line: Mapping[str, Any], key: str, field: str) -> float | None:
 
 
 _NUMBERS = {int, float}
+_INT = {int}
+_OBJECT = {dict}
 
 
 def _probabilities(value: Any, size: int, field: str) -> list[float]:
@@ -155,12 +159,12 @@ def _probabilities(value: Any, size: int, field: str) -> list[float]:
     if (
         type(value) is not list
         or len(value) != size
-        or not {type(p) for p in value} <= _NUMBERS
+        or not set(map(type, value)) <= _NUMBERS
         or min(value) < 0.0
         or max(value) > 1.0
     ):
         raise _fail(field, f"{size} probabilities in [0, 1] (one per ranked action)", value)
-    return [float(p) for p in value]
+    return list(map(float, value))
 
 
 def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
@@ -168,7 +172,7 @@ def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
     if (
         type(value) is not list
         or not value
-        or {type(a) for a in value} != {int}
+        or set(map(type, value)) != _INT
         or min(value) < base
         or max(value) >= count + base
         or len(set(value)) != len(value)
@@ -177,19 +181,21 @@ def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
     return [a - base for a in value] if base else value
 
 
-def _reward_source(outcomes: Any, field: str) -> str:
+def _reward_source(outcomes: Any, prefix: str) -> str:
+    """The source of a reward with the outcomes ``outcomes`` (field ``<prefix>o``)."""
     if outcomes is None:
         return EXPLICIT
-    if not isinstance(outcomes, list) or not all(isinstance(o, dict) for o in outcomes):
-        raise _fail(field, "a list of outcome objects", outcomes)
-    numeric = [o for o in outcomes if "v" in o]
-    for o in numeric:
-        if isinstance(o["v"], bool) or not isinstance(o["v"], int | float):
-            raise _fail(f"{field}[].v", "a number", o["v"])
+    # type() as the values are JSON's: a list of objects, each value a number
+    if type(outcomes) is not list or not set(map(type, outcomes)) <= _OBJECT:
+        raise _fail(f"{prefix}o", "a list of outcome objects", outcomes)
+    numeric = [o["v"] for o in outcomes if "v" in o]
+    if not set(map(type, numeric)) <= _NUMBERS:
+        bad = next(v for v in numeric if type(v) not in _NUMBERS)
+        raise _fail(f"{prefix}o[].v", "a number", bad)
     return EXPLICIT if numeric else DEFAULT
 
 
-class _Choice(NamedTuple):
+class Choice(NamedTuple):
     """One decision of a line: candidates, ranking, probabilities, cost and outcomes (a
     named tuple: built once per decision, 0.3 us against 1.4 us as a frozen dataclass)."""
 
@@ -204,51 +210,89 @@ class _Choice(NamedTuple):
     field: str
 
 
-def _records(
-    choice: _Choice, loop: str, created_at: float, learn: bool, pdrop: float | None
-) -> tuple[DecisionRecord, RewardRecord | None]:
+class Served(NamedTuple):
+    """What a choice served: the probabilities in candidate order (the decision's
+    ``scores``), the served action's id, whether it explored, and its reward (None: not
+    rewarded) with the reward's source and importance weights (baseline, uniform)."""
+
+    scores: list[float]
+    arm_id: str
+    explored: bool
+    reward: float | None
+    source: str
+    weights: list[float]
+
+
+def served_of(choice: Choice, learn: bool) -> Served:
+    """The :class:`Served` of ``choice`` (``learn``: the line is learned from)."""
     if not 0.0 < choice.propensity <= 1.0:
         raise _fail(f"{choice.field}probability", "a probability in (0, 1]", choice.propensity)
     scores = [0.0] * len(choice.candidates)
     for index, probability in zip(choice.ranking, choice.probabilities, strict=True):
         scores[index] = probability
     served = choice.candidates[choice.ranking[0]]["id"]
+    explored = choice.propensity < max(choice.probabilities)
+    source = _reward_source(choice.outcomes, choice.field)
+    if choice.cost is None or not learn:
+        return Served(scores, served, explored, None, source, [])
+    ids = [a["id"] for a in choice.candidates]
+    weights = ips_weights(served, ids, choice.propensity)
+    return Served(scores, served, explored, -choice.cost + 0.0, source, weights)
+
+
+def _records(
+    choice: Choice, loop: str, event: LineEvent
+) -> tuple[DecisionRecord, RewardRecord | None]:
+    served = served_of(choice, event.learn)
     decision = DecisionRecord(
         event_id=choice.event_id,
         policy=loop,
-        created_at=created_at,
+        created_at=event.created_at,
         context=choice.context,
         candidates=choice.candidates,
-        arm_id=served,
+        arm_id=served.arm_id,
         propensity=choice.propensity,
-        scores=scores,
+        scores=served.scores,
         model_version=0,
-        explored=choice.propensity < max(choice.probabilities),
-        drop_probability=pdrop,
+        explored=served.explored,
+        drop_probability=event.pdrop,
     )
-    source = _reward_source(choice.outcomes, f"{choice.field}o")
-    if choice.cost is None or not learn:
+    if served.reward is None:
         return decision, None
-    ids = [a["id"] for a in choice.candidates]
-    baseline, uniform = ips_weights(served, ids, choice.propensity)
     reward = RewardRecord(
-        choice.event_id, loop, served, -choice.cost + 0.0, source, created_at, baseline, uniform
+        choice.event_id,
+        loop,
+        served.arm_id,
+        served.reward,
+        served.source,
+        event.created_at,
+        *served.weights,
     )
     return decision, reward
 
 
-def _candidates_of(items: list[Any], known: ActionSets | None) -> list[dict[str, Any]]:
-    key = orjson.dumps(items) if known is not None else b""
-    if known is not None and key in known.sets:
-        return known.sets[key]
+def candidates_of(items: Any) -> list[dict[str, Any]]:
+    """The candidates of a line's ``c._multi`` (:func:`action_of` of each), their ids
+    checked to be distinct."""
+    if not isinstance(items, list) or not items:
+        raise _fail("c._multi", "a non-empty list of actions", items)
     candidates = [action_of(item, n, f"c._multi[{n - 1}]") for n, item in enumerate(items, 1)]
     ids = [a["id"] for a in candidates]
     if len(set(ids)) != len(ids):
         raise _fail("c._multi", "actions with distinct ids (_tag)", ids)
-    if known is not None:
-        if len(known.sets) >= known.capacity:
-            known.sets.clear()
-        known.sets[key] = candidates
+    return candidates
+
+
+def _candidates_of(items: Any, known: ActionSets | None) -> list[dict[str, Any]]:
+    if known is None:
+        return candidates_of(items)
+    key = orjson.dumps(items)
+    if key in known.sets:
+        return known.sets[key]
+    candidates = candidates_of(items)
+    if len(known.sets) >= known.capacity:
+        known.sets.clear()
+    known.sets[key] = candidates
     return candidates
 
 
@@ -262,15 +306,43 @@ class ActionSets:
     sets: dict[bytes, list[dict[str, Any]]] = field(default_factory=dict)
 
 
+class LineEvent(NamedTuple):
+    """A line read (:func:`read_event`): its choices (one, or one per slot), their time,
+    whether they are learned from (no ``_skipLearn``) and the drop probability."""
+
+    choices: list[Choice]
+    created_at: float
+    learn: bool
+    pdrop: float | None
+
+
+def loads(raw: bytes | str) -> Any:
+    """The JSON value of a line; a :class:`DsjsonError` when it is no JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DsjsonError(f"not JSON: {exc}") from None
+
+
 def parse_line(raw: bytes | str, loop: str, actions: ActionSets | None = None) -> ImportedEvent:
     """The records of one DSJSON line for the loop ``loop`` (module docstring); a
     :class:`DsjsonError` naming the field when the line is not an event. ``actions``:
     the action sets read so far (their records share the candidate lists; an importer
     passes the same one for every line)."""
-    try:
-        line = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DsjsonError(f"not JSON: {exc}") from None
+    event = read_event(loads(raw), lambda items: _candidates_of(items, actions))
+    decisions, rewards = [], []
+    for choice in event.choices:
+        decision, reward = _records(choice, loop, event)
+        decisions.append(decision)
+        if reward is not None:
+            rewards.append(reward)
+    return ImportedEvent(decisions, rewards)
+
+
+def read_event(line: Any, candidates_of: Callable[[Any], list[dict[str, Any]]]) -> LineEvent:
+    """The event of the parsed line ``line`` (module docstring), every field checked; a
+    :class:`DsjsonError` naming the field when it is not one. ``candidates_of(items)``:
+    the candidates of ``c._multi`` (:func:`candidates_of` when they are not known)."""
     if not isinstance(line, dict):
         raise _fail("line", "a JSON object", line)
     event_id = line.get("EventId")
@@ -286,28 +358,21 @@ def parse_line(raw: bytes | str, loop: str, actions: ActionSets | None = None) -
     c = line.get("c")
     if not isinstance(c, dict):
         raise _fail("c", "a JSON object (the context and its _multi actions)", c)
-    items = c.get(ACTIONS_KEY)
-    if not isinstance(items, list) or not items:
-        raise _fail("c._multi", "a non-empty list of actions", items)
-    candidates = _candidates_of(items, actions)
+    candidates = candidates_of(c.get(ACTIONS_KEY))
     skip = line.get("_skipLearn", False)
     if not isinstance(skip, bool):
         raise _fail("_skipLearn", "true or false", skip)
     pdrop = _number(line, "pdrop", "pdrop")
     if pdrop is not None and not 0.0 <= pdrop < 1.0:
         raise _fail("pdrop", "a drop probability in [0, 1)", pdrop)
-    namespaces = {k: v for k, v in c.items() if k not in (ACTIONS_KEY, SLOTS_KEY)}
+    namespaces = dict(c)
+    namespaces.pop(ACTIONS_KEY, None)
+    namespaces.pop(SLOTS_KEY, None)
     if SLOTS_KEY in c or "_outcomes" in line:
         choices = _slot_choices(line, c, namespaces, candidates, event_id)
     else:
         choices = [_single_choice(line, namespaces, candidates, event_id)]
-    decisions, rewards = [], []
-    for choice in choices:
-        decision, reward = _records(choice, loop, created_at, not skip, pdrop)
-        decisions.append(decision)
-        if reward is not None:
-            rewards.append(reward)
-    return ImportedEvent(decisions, rewards)
+    return LineEvent(choices, created_at, not skip, pdrop)
 
 
 def _single_choice(
@@ -315,7 +380,7 @@ def _single_choice(
     namespaces: dict[str, Any],
     candidates: list[dict[str, Any]],
     event_id: str,
-) -> _Choice:
+) -> Choice:
     ranking = _ranking(line.get("a"), len(candidates), 1, "a")
     probabilities = _probabilities(line.get("p"), len(ranking), "p")
     index = line.get("_labelIndex")
@@ -328,7 +393,7 @@ def _single_choice(
         raise _fail("_label_probability", f"p[0] = {probabilities[0]}", propensity)
     else:
         propensity = probabilities[0]
-    return _Choice(
+    return Choice(
         event_id,
         context_of(namespaces),
         candidates,
@@ -347,7 +412,7 @@ def _slot_choices(
     namespaces: dict[str, Any],
     candidates: list[dict[str, Any]],
     event_id: str,
-) -> list[_Choice]:
+) -> list[Choice]:
     slots = c.get(SLOTS_KEY)
     outcomes = line.get("_outcomes")
     if not isinstance(slots, list) or not slots or not all(isinstance(s, dict) for s in slots):
@@ -367,7 +432,7 @@ def _slot_choices(
         probabilities = _probabilities(outcome.get("_p"), len(ranked), f"{field}_p")
         slot_features = {k: v for k, v in slot.items() if k != "_id"}
         choices.append(
-            _Choice(
+            Choice(
                 f"{event_id}{SLOT_EVENT_SEPARATOR}{i}",
                 context_of({**namespaces, **slot_features}),
                 [candidates[j] for j in ranked],
