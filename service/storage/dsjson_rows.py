@@ -23,6 +23,7 @@ import orjson
 from service.storage.base import EventRows
 from service.storage.dsjson import (
     ACTIONS_KEY,
+    Rankings,
     candidates_of,
     loads,
     read_event,
@@ -55,6 +56,7 @@ class RowReader:
     _sets: dict[bytes, _ActionSet] = field(default_factory=dict)
     _recent: list[_ActionSet] = field(default_factory=list)
     _nonce: str = field(default_factory=lambda: secrets.token_hex(16))
+    _rankings: Rankings = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._placeholder = orjson.dumps(self._nonce)
@@ -65,7 +67,7 @@ class RowReader:
         """Append the rows of the line ``raw`` to ``rows``; a ``DsjsonError`` naming the
         field when it is not an event (nothing appended)."""
         line, self._line_set = self._parse(raw)
-        event = read_event(line, self._candidates)
+        event = read_event(line, self._candidates, self._rankings)
         served = [served_of(choice, event.learn) for choice in event.choices]
         shared = self._line_set
         assert shared is not None  # read_event asked for the candidates
