@@ -143,6 +143,8 @@ class Choice(NamedTuple):
     candidates: list[dict[str, Any]]
     ranking: list[int]
     probabilities: list[float]
+    # the probabilities in candidate order (the decision's scores)
+    scores: list[float]
     propensity: float
     cost: float | None
     outcomes: Any
@@ -150,11 +152,10 @@ class Choice(NamedTuple):
 
 
 class Served(NamedTuple):
-    """What a choice served: the probabilities in candidate order (the decision's
-    ``scores``), the served action's id, whether it explored, and its reward (None: not
-    rewarded) with the reward's source and importance weights (baseline, uniform)."""
+    """What a choice served: the served action's id, whether it explored, and its reward
+    (None: not rewarded) with the reward's source and importance weights (baseline,
+    uniform)."""
 
-    scores: list[float]
     arm_id: str
     explored: bool
     reward: float | None
@@ -166,17 +167,14 @@ def served_of(choice: Choice, learn: bool) -> Served:
     """The :class:`Served` of ``choice`` (``learn``: the line is learned from)."""
     if not 0.0 < choice.propensity <= 1.0:
         raise fail(f"{choice.field}probability", "a probability in (0, 1]", choice.propensity)
-    scores = [0.0] * len(choice.candidates)
-    for index, probability in zip(choice.ranking, choice.probabilities, strict=True):
-        scores[index] = probability
     served = choice.candidates[choice.ranking[0]]["id"]
     explored = choice.propensity < max(choice.probabilities)
     source = _reward_source(choice.outcomes, choice.field)
     if choice.cost is None or not learn:
-        return Served(scores, served, explored, None, source, [])
+        return Served(served, explored, None, source, [])
     ids = [a["id"] for a in choice.candidates]
     weights = ips_weights(served, ids, choice.propensity)
-    return Served(scores, served, explored, -choice.cost + 0.0, source, weights)
+    return Served(served, explored, -choice.cost + 0.0, source, weights)
 
 
 def _records(
@@ -191,7 +189,7 @@ def _records(
         candidates=choice.candidates,
         arm_id=served.arm_id,
         propensity=choice.propensity,
-        scores=served.scores,
+        scores=choice.scores,
         model_version=0,
         explored=served.explored,
         drop_probability=event.pdrop,
@@ -308,8 +306,8 @@ def read_event(
     return LineEvent(choices, created_at, not skip, pdrop)
 
 
-Rankings = dict[bytes, tuple[list[int], list[float], float]]
-"""Rankings read (:func:`read_event`): ranking, probabilities and propensity by the JSON
+Rankings = dict[bytes, tuple[list[int], list[float], list[float], float]]
+"""Rankings read (:func:`read_event`): ranking, probabilities, scores and propensity by the JSON
 of a line's ``a``, ``p``, ``_labelIndex``, ``_label_probability`` and action count
 (JSON, so that ``true`` is not read as the ranking of ``1``)."""
 RANKINGS_HELD = 4096
@@ -332,13 +330,14 @@ def _single_choice(
             if len(rankings) >= RANKINGS_HELD:
                 rankings.clear()
             rankings[key] = read
-    ranking, probabilities, propensity = read
+    ranking, probabilities, scores, propensity = read
     return Choice(
         event_id,
         context_of(namespaces),
         candidates,
         ranking,
         probabilities,
+        scores,
         propensity,
         _number(line, "_label_cost", "_label_cost"),
         line.get("o"),
@@ -346,7 +345,9 @@ def _single_choice(
     )
 
 
-def _single_ranking(line: Mapping[str, Any], count: int) -> tuple[list[int], list[float], float]:
+def _single_ranking(
+    line: Mapping[str, Any], count: int
+) -> tuple[list[int], list[float], list[float], float]:
     ranking = _ranking(line.get("a"), count, 1, "a")
     probabilities = _probabilities(line.get("p"), len(ranking), "p")
     index = line.get("_labelIndex")
@@ -355,7 +356,10 @@ def _single_ranking(line: Mapping[str, Any], count: int) -> tuple[list[int], lis
     propensity = _number(line, "_label_probability", "_label_probability")
     if propensity is not None and abs(propensity - probabilities[0]) > PROBABILITY_TOLERANCE:
         raise fail("_label_probability", f"p[0] = {probabilities[0]}", propensity)
-    return ranking, probabilities, probabilities[0]
+    scores = [0.0] * count
+    for index, probability in zip(ranking, probabilities, strict=True):
+        scores[index] = probability
+    return ranking, probabilities, scores, probabilities[0]
 
 
 def _slot_choices(
@@ -390,6 +394,7 @@ def _slot_choices(
                 [candidates[j] for j in ranked],
                 list(range(len(ranked))),
                 probabilities,
+                probabilities,  # the candidates are the ranked ones, in order
                 probabilities[0],
                 _number(outcome, "_label_cost", f"{field}_label_cost"),
                 outcome.get("_o"),

@@ -23,6 +23,7 @@ import orjson
 from service.storage.base import EventRows
 from service.storage.dsjson import (
     ACTIONS_KEY,
+    RANKINGS_HELD,
     Rankings,
     candidates_of,
     loads,
@@ -57,6 +58,7 @@ class RowReader:
     _recent: list[_ActionSet] = field(default_factory=list)
     _nonce: str = field(default_factory=lambda: secrets.token_hex(16))
     _rankings: Rankings = field(default_factory=dict)
+    _scores: dict[int, tuple[list[float], str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._placeholder = orjson.dumps(self._nonce)
@@ -83,7 +85,7 @@ class RowReader:
                     else json_dumps(choice.candidates),
                     outcome.arm_id,
                     choice.propensity,
-                    json_dumps(outcome.scores),
+                    self._scores_text(choice.scores),
                     0,
                     None,
                     outcome.explored,
@@ -105,6 +107,16 @@ class RowReader:
                         *outcome.weights,
                     )
                 )
+
+    def _scores_text(self, scores: list[float]) -> str:
+        """The JSON text of ``scores``, encoded once for the lines that share the list
+        (their ranking, :data:`~service.storage.dsjson.Rankings`)."""
+        held = self._scores.get(id(scores))
+        if held is None or held[0] is not scores:  # not a list gone whose id is reused
+            if len(self._scores) >= RANKINGS_HELD:
+                self._scores.clear()
+            held = self._scores[id(scores)] = (scores, json_dumps(scores))
+        return held[1]
 
     def _candidates(self, items: Any) -> list[dict[str, Any]]:
         """The candidates of the line's ``c._multi`` ``items``: those of its action set
