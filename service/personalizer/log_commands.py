@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from service.storage.base import EventLog, EventRows
 
 BATCH_EVENTS = 5000
-"""Lines parsed before their records go to the database (memory stays bounded)."""
+"""Events read before their rows go to the database (memory stays bounded)."""
 FORMATS = ("dsjson",)
 
 
@@ -150,7 +150,7 @@ def _batches(
             try:
                 reader.read(line, batch)
             except DsjsonError as exc:
-                bad = BadLine(f"{path}:{number}: {exc}")
+                bad = BadLine.at(path, number, exc)
                 if not skip_bad:
                     raise bad from None
                 counts.skipped.append(str(bad))
@@ -174,10 +174,9 @@ def _advanced(raw: IO[bytes], position: int, advance: Any) -> int:
 
 @contextlib.contextmanager
 def _no_cycle_collection() -> Iterator[None]:
-    """Python's cyclic garbage collector off while it runs: the records of a batch of
-    5,000 events are tens of thousands of lists and dicts, which the collector scanned
-    again and again (8 us of the 36 us an event took to read); they form no cycles, so
-    reference counting frees them."""
+    """Python's cyclic garbage collector off while it runs: the lines of a batch of
+    5,000 events are read into tens of thousands of lists and dicts, which the collector
+    would scan again and again; they form no cycles, so reference counting frees them."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -24,6 +24,11 @@ LOG_SUFFIXES = (".json", ".jsonl", ".json.gz", ".jsonl.gz")
 class BadLine(Exception):
     """A malformed line: ``str()`` is ``file:line: why``."""
 
+    @classmethod
+    def at(cls, path: Path, number: int, why: Exception) -> BadLine:
+        """Line ``number`` of ``path``, malformed for the reason ``why``."""
+        return cls(f"{path}:{number}: {why}")
+
 
 def log_files(paths: Sequence[Path]) -> list[Path]:
     """The files of ``paths``: a file as given, a directory's log files recursively in
@@ -70,7 +75,7 @@ def read_line(
     try:
         return parse_line(line, loop, actions)
     except DsjsonError as exc:
-        raise BadLine(f"{path}:{number}: {exc}") from None
+        raise BadLine.at(path, number, exc) from None
 
 
 def file_events(path: Path, loop: str) -> Iterator[ImportedEvent]:
