@@ -1,8 +1,8 @@
 """DSJSON lines read straight into the rows of the event log's tables (``bandit
 import-log``, :meth:`service.storage.base.EventLog.append_batches`): the events
 :func:`service.storage.dsjson.parse_line` reads, every field checked the same way and a
-malformed line the same ``DsjsonError``, without building
-their records (docs/performance.md, "DSJSON import").
+malformed line the same ``DsjsonError``, without building their records
+(docs/personalizer.md, "Importing and exporting logs").
 
 A log repeats its action set line after line, and most of a line's bytes (and of the
 time to parse it) are its ``c._multi``. The reader keeps the action sets it has read by
