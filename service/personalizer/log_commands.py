@@ -30,13 +30,19 @@ from typing import IO, TYPE_CHECKING, Any
 from service.cli.arguments import add_no_progress, timestamp_argument
 from service.cli.exit_codes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from service.cli.reports import progress_bar
-from service.storage.dsjson_files import LOG_SUFFIXES, BadLine, decompressed, log_files, read_line
+from service.storage.dsjson_files import (
+    LOG_SUFFIXES,
+    BadLine,
+    decompressed,
+    file_lines,
+    log_files,
+)
 
 if TYPE_CHECKING:
-    from service.storage.base import DecisionRecord, EventLog, RewardRecord
+    from service.storage.base import EventLog, EventRows
 
 BATCH_EVENTS = 5000
-"""Lines parsed before their records go to the database (memory stays bounded)."""
+"""Events read before their rows go to the database (memory stays bounded)."""
 FORMATS = ("dsjson",)
 
 
@@ -98,15 +104,14 @@ class ImportCounts:
     skipped: list[str] = field(default_factory=list)
     earliest: float | None = None
 
-    def tally(
-        self, decisions: list[DecisionRecord], rewards: list[RewardRecord]
-    ) -> tuple[list[DecisionRecord], list[RewardRecord]]:
+    def tally(self, batch: EventRows) -> EventRows:
         """Count a batch; returns it."""
-        self.decisions += len(decisions)
-        self.rewards += len(rewards)
-        if decisions:
-            self._earliest(min(d.created_at for d in decisions))
-        return decisions, rewards
+        self.decisions += len(batch.decisions)
+        self.rewards += len(batch.rewards)
+        earliest = batch.earliest()
+        if earliest is not None:
+            self._earliest(earliest)
+        return batch
 
     def add(self, other: ImportCounts) -> None:
         """Add the counts of another file."""
@@ -128,36 +133,36 @@ def _batches(
     counts: ImportCounts,
     skip_bad: bool,
     advance: Any,
-) -> Iterator[tuple[list[DecisionRecord], list[RewardRecord]]]:
-    """The records of ``path`` in batches; ``advance(n)`` after each with the bytes read."""
-    from service.storage.dsjson import ActionSets
+) -> Iterator[EventRows]:
+    """The rows of the events of ``path`` in batches (:mod:`service.storage.dsjson_rows`);
+    ``advance(n)`` after each with the bytes read."""
+    from service.storage.base import EventRows
+    from service.storage.dsjson import DsjsonError
+    from service.storage.dsjson_rows import RowReader
 
-    actions = ActionSets()
-
+    reader = RowReader(loop)
     with path.open("rb") as raw:
-        decisions: list[DecisionRecord] = []
-        rewards: list[RewardRecord] = []
+        batch = EventRows()
         position = 0
-        for number, line in enumerate(decompressed(raw, path), 1):
-            if not line.strip():
+        for number, line in enumerate(file_lines(decompressed(raw, path)), 1):
+            if not line or line.isspace():
                 continue
             try:
-                event = read_line(line, path, number, loop, actions)
-            except BadLine as exc:
+                reader.read(line, batch)
+            except DsjsonError as exc:
+                bad = BadLine.at(path, number, exc)
                 if not skip_bad:
-                    raise
-                counts.skipped.append(str(exc))
-                print(f"skipped {exc}", file=sys.stderr)
+                    raise bad from None
+                counts.skipped.append(str(bad))
+                print(f"skipped {bad}", file=sys.stderr)
                 continue
             counts.lines += 1
-            decisions += event.decisions
-            rewards += event.rewards
-            if len(decisions) >= BATCH_EVENTS:
-                yield counts.tally(decisions, rewards)
-                decisions, rewards = [], []
+            if len(batch.decisions) >= BATCH_EVENTS:
+                yield counts.tally(batch)
+                batch = EventRows()
                 position = _advanced(raw, position, advance)
-        if decisions or rewards:
-            yield counts.tally(decisions, rewards)
+        if batch.decisions or batch.rewards:
+            yield counts.tally(batch)
         _advanced(raw, position, advance)
 
 
@@ -169,10 +174,9 @@ def _advanced(raw: IO[bytes], position: int, advance: Any) -> int:
 
 @contextlib.contextmanager
 def _no_cycle_collection() -> Iterator[None]:
-    """Python's cyclic garbage collector off while it runs: the records of a batch of
-    5,000 events are tens of thousands of lists and dicts, which the collector scanned
-    again and again (8 us of the 36 us an event took to read); they form no cycles, so
-    reference counting frees them."""
+    """Python's cyclic garbage collector off while it runs: the lines of a batch of
+    5,000 events are read into tens of thousands of lists and dicts, which the collector
+    would scan again and again; they form no cycles, so reference counting frees them."""
     enabled = gc.isenabled()
     gc.disable()
     try:

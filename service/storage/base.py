@@ -19,7 +19,7 @@ since a time.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -127,6 +127,25 @@ class DecisionRecord:
     # the probability that the logging system dropped an event like this one (DSJSON's
     # pdrop, kept from an imported log; None: none given)
     drop_probability: float | None = None
+
+
+_CREATED_AT = [f.name for f in fields(DecisionRecord)].index("created_at")
+
+
+@dataclass
+class EventRows:
+    """Decisions and rewards as the rows of their tables (an import writes them without
+    building records): ``decisions`` tuples of the :class:`DecisionRecord` fields in
+    their order, ``rewards`` of the :class:`RewardRecord` fields, each JSON column
+    (``context``, ``candidates``, ``scores``, ``guardrail``) as its JSON text
+    (``service.storage.schema.json_dumps``; None for NULL)."""
+
+    decisions: list[tuple[Any, ...]] = field(default_factory=list)
+    rewards: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def earliest(self) -> float | None:
+        """The earliest time of the decisions (None: there are none)."""
+        return min((row[_CREATED_AT] for row in self.decisions), default=None)
 
 
 LATE_SOURCE = "late"
@@ -338,12 +357,10 @@ class EventLog(Protocol):
         record id."""
         ...
 
-    def append_batches(
-        self, batches: Iterable[tuple[Sequence[DecisionRecord], Sequence[RewardRecord]]]
-    ) -> int:
-        """:meth:`append` each ``(decisions, rewards)`` batch, read one at a time, all in
-        one transaction (an error while reading or writing them logs none); the batches
-        written."""
+    def append_batches(self, batches: Iterable[EventRows]) -> int:
+        """Write the rows of each batch, read one at a time, all in one transaction (an
+        error while reading or writing them logs none), skipping event ids logged already
+        as :meth:`append` does; the batches written."""
         ...
 
     def audit_records(

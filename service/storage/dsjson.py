@@ -52,7 +52,7 @@ line): importing what was exported gives the same records.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -60,6 +60,7 @@ import orjson
 
 from service import timeparse
 from service.storage.base import SLOT_EVENT_SEPARATOR, DecisionRecord, RewardRecord, ips_weights
+from service.storage.dsjson_actions import DsjsonError, candidates_of, context_of, fail
 
 EXPLICIT = "explicit"
 DEFAULT = "default"
@@ -70,10 +71,6 @@ ACTIONS_KEY = "_multi"
 SLOTS_KEY = "_slots"
 
 
-class DsjsonError(ValueError):
-    """A line that is not a DSJSON event; the message names the field and what was wrong."""
-
-
 @dataclass(frozen=True)
 class ImportedEvent:
     """What one line holds: its decisions (one, or one per slot) and their rewards."""
@@ -82,72 +79,18 @@ class ImportedEvent:
     rewards: list[RewardRecord]
 
 
-def _fail(field: str, expected: str, got: Any) -> DsjsonError:
-    shown = orjson.dumps(got).decode() if not isinstance(got, bytes) else repr(got)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return DsjsonError(f"{field}: expected {expected}, but got {shown}")
-
-
-def _is_objects(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def context_of(namespaces: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The context of a line's ``c`` (less ``_multi`` and ``_slots``) as the list of
-    feature objects a rank's ``contextFeatures`` is: first an object of every namespace
-    whose value is not a list of objects, then one object per element of each such list
-    (VW reads ``"ns": [{..}, {..}]`` as features of ``ns`` from each; the featurizer
-    takes a list of objects, not an array of them)."""
-    base: dict[str, Any] = {}
-    split: list[dict[str, Any]] = []
-    for key, value in namespaces.items():
-        if _is_objects(value):
-            split.extend({key: item} for item in value)
-        else:
-            base[key] = value
-    return [base, *split]
-
-
-def action_of(item: Any, number: int, field: str) -> dict[str, Any]:
-    """A candidate ``{"id", "features"}`` of one ``_multi`` element (``number``: its
-    1-based position)."""
-    if not isinstance(item, dict):
-        raise _fail(field, "a JSON object", item)
-    tag = item.get("_tag")
-    ids = item.get("i")
-    if isinstance(tag, str) and tag:
-        action_id = tag
-    elif isinstance(ids, dict) and isinstance(ids.get("id"), str) and ids["id"]:
-        action_id = ids["id"]
-    else:
-        action_id = str(number)
-    rest = {k: v for k, v in item.items() if k != "_tag"}
-    if rest.get("i") == {"constant": 1, "id": action_id}:
-        del rest["i"]  # the id namespace Personalizer adds to every action
-    features = rest.pop("j", None)
-    if features is None:
-        return {"id": action_id, "features": context_of(rest)}
-    if isinstance(features, dict) and not rest:
-        # one object, as the native API takes a candidate's features and exports them
-        return {"id": action_id, "features": features}
-    if isinstance(features, dict):
-        features = [features]
-    if not _is_objects(features) and features != []:
-        raise _fail(f"{field}.j", "a feature object or a list of them", features)
-    return {"id": action_id, "features": features + (context_of(rest) if rest else [])}
-
-
 def _number(line: Mapping[str, Any], key: str, field: str) -> float | None:
     value = line.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _fail(field, "a finite number", value)
+        raise fail(field, "a finite number", value)
     return float(value)
 
 
 _NUMBERS = {int, float}
+_INT = {int}
+_OBJECT = {dict}
 
 
 def _probabilities(value: Any, size: int, field: str) -> list[float]:
@@ -155,12 +98,12 @@ def _probabilities(value: Any, size: int, field: str) -> list[float]:
     if (
         type(value) is not list
         or len(value) != size
-        or not {type(p) for p in value} <= _NUMBERS
+        or not set(map(type, value)) <= _NUMBERS
         or min(value) < 0.0
         or max(value) > 1.0
     ):
-        raise _fail(field, f"{size} probabilities in [0, 1] (one per ranked action)", value)
-    return [float(p) for p in value]
+        raise fail(field, f"{size} probabilities in [0, 1] (one per ranked action)", value)
+    return list(map(float, value))
 
 
 def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
@@ -168,28 +111,30 @@ def _ranking(value: Any, count: int, base: int, field: str) -> list[int]:
     if (
         type(value) is not list
         or not value
-        or {type(a) for a in value} != {int}
+        or set(map(type, value)) != _INT
         or min(value) < base
         or max(value) >= count + base
         or len(set(value)) != len(value)
     ):
-        raise _fail(field, f"distinct action numbers from {base} to {count + base - 1}", value)
+        raise fail(field, f"distinct action numbers from {base} to {count + base - 1}", value)
     return [a - base for a in value] if base else value
 
 
-def _reward_source(outcomes: Any, field: str) -> str:
+def _reward_source(outcomes: Any, prefix: str) -> str:
+    """The source of a reward with the outcomes ``outcomes`` (field ``<prefix>o``)."""
     if outcomes is None:
         return EXPLICIT
-    if not isinstance(outcomes, list) or not all(isinstance(o, dict) for o in outcomes):
-        raise _fail(field, "a list of outcome objects", outcomes)
-    numeric = [o for o in outcomes if "v" in o]
-    for o in numeric:
-        if isinstance(o["v"], bool) or not isinstance(o["v"], int | float):
-            raise _fail(f"{field}[].v", "a number", o["v"])
+    # type() as the values are JSON's: a list of objects, each value a number
+    if type(outcomes) is not list or not set(map(type, outcomes)) <= _OBJECT:
+        raise fail(f"{prefix}o", "a list of outcome objects", outcomes)
+    numeric = [o["v"] for o in outcomes if "v" in o]
+    if not set(map(type, numeric)) <= _NUMBERS:
+        bad = next(v for v in numeric if type(v) not in _NUMBERS)
+        raise fail(f"{prefix}o[].v", "a number", bad)
     return EXPLICIT if numeric else DEFAULT
 
 
-class _Choice(NamedTuple):
+class Choice(NamedTuple):
     """One decision of a line: candidates, ranking, probabilities, cost and outcomes (a
     named tuple: built once per decision, 0.3 us against 1.4 us as a frozen dataclass)."""
 
@@ -198,57 +143,81 @@ class _Choice(NamedTuple):
     candidates: list[dict[str, Any]]
     ranking: list[int]
     probabilities: list[float]
+    # the probabilities in candidate order (the decision's scores)
+    scores: list[float]
     propensity: float
     cost: float | None
     outcomes: Any
     field: str
 
 
-def _records(
-    choice: _Choice, loop: str, created_at: float, learn: bool, pdrop: float | None
-) -> tuple[DecisionRecord, RewardRecord | None]:
+class Served(NamedTuple):
+    """What a choice served: the served action's id, whether it explored, and its reward
+    (None: not rewarded) with the reward's source and importance weights (baseline,
+    uniform)."""
+
+    arm_id: str
+    explored: bool
+    reward: float | None
+    source: str
+    weights: list[float]
+
+
+def served_of(choice: Choice, learn: bool) -> Served:
+    """The :class:`Served` of ``choice`` (``learn``: the line is learned from)."""
     if not 0.0 < choice.propensity <= 1.0:
-        raise _fail(f"{choice.field}probability", "a probability in (0, 1]", choice.propensity)
-    scores = [0.0] * len(choice.candidates)
-    for index, probability in zip(choice.ranking, choice.probabilities, strict=True):
-        scores[index] = probability
+        raise fail(f"{choice.field}probability", "a probability in (0, 1]", choice.propensity)
     served = choice.candidates[choice.ranking[0]]["id"]
+    explored = choice.propensity < max(choice.probabilities)
+    source = _reward_source(choice.outcomes, choice.field)
+    if choice.cost is None or not learn:
+        return Served(served, explored, None, source, [])
+    ids = [a["id"] for a in choice.candidates]
+    weights = ips_weights(served, ids, choice.propensity)
+    return Served(served, explored, -choice.cost + 0.0, source, weights)
+
+
+def _records(
+    choice: Choice, loop: str, event: LineEvent
+) -> tuple[DecisionRecord, RewardRecord | None]:
+    served = served_of(choice, event.learn)
     decision = DecisionRecord(
         event_id=choice.event_id,
         policy=loop,
-        created_at=created_at,
+        created_at=event.created_at,
         context=choice.context,
         candidates=choice.candidates,
-        arm_id=served,
+        arm_id=served.arm_id,
         propensity=choice.propensity,
-        scores=scores,
+        scores=choice.scores,
         model_version=0,
-        explored=choice.propensity < max(choice.probabilities),
-        drop_probability=pdrop,
+        explored=served.explored,
+        drop_probability=event.pdrop,
     )
-    source = _reward_source(choice.outcomes, f"{choice.field}o")
-    if choice.cost is None or not learn:
+    if served.reward is None:
         return decision, None
-    ids = [a["id"] for a in choice.candidates]
-    baseline, uniform = ips_weights(served, ids, choice.propensity)
     reward = RewardRecord(
-        choice.event_id, loop, served, -choice.cost + 0.0, source, created_at, baseline, uniform
+        choice.event_id,
+        loop,
+        served.arm_id,
+        served.reward,
+        served.source,
+        event.created_at,
+        *served.weights,
     )
     return decision, reward
 
 
-def _candidates_of(items: list[Any], known: ActionSets | None) -> list[dict[str, Any]]:
-    key = orjson.dumps(items) if known is not None else b""
-    if known is not None and key in known.sets:
+def _candidates_of(items: Any, known: ActionSets | None) -> list[dict[str, Any]]:
+    if known is None:
+        return candidates_of(items)
+    key = orjson.dumps(items)
+    if key in known.sets:
         return known.sets[key]
-    candidates = [action_of(item, n, f"c._multi[{n - 1}]") for n, item in enumerate(items, 1)]
-    ids = [a["id"] for a in candidates]
-    if len(set(ids)) != len(ids):
-        raise _fail("c._multi", "actions with distinct ids (_tag)", ids)
-    if known is not None:
-        if len(known.sets) >= known.capacity:
-            known.sets.clear()
-        known.sets[key] = candidates
+    candidates = candidates_of(items)
+    if len(known.sets) >= known.capacity:
+        known.sets.clear()
+    known.sets[key] = candidates
     return candidates
 
 
@@ -262,52 +231,87 @@ class ActionSets:
     sets: dict[bytes, list[dict[str, Any]]] = field(default_factory=dict)
 
 
+class LineEvent(NamedTuple):
+    """A line read (:func:`read_event`): its choices (one, or one per slot), their time,
+    whether they are learned from (no ``_skipLearn``) and the drop probability."""
+
+    choices: list[Choice]
+    created_at: float
+    learn: bool
+    pdrop: float | None
+
+
+def loads(raw: bytes | str) -> Any:
+    """The JSON value of a line; a :class:`DsjsonError` when it is no JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise DsjsonError(f"not JSON: {exc}") from None
+
+
 def parse_line(raw: bytes | str, loop: str, actions: ActionSets | None = None) -> ImportedEvent:
     """The records of one DSJSON line for the loop ``loop`` (module docstring); a
     :class:`DsjsonError` naming the field when the line is not an event. ``actions``:
     the action sets read so far (their records share the candidate lists; an importer
     passes the same one for every line)."""
-    try:
-        line = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise DsjsonError(f"not JSON: {exc}") from None
-    if not isinstance(line, dict):
-        raise _fail("line", "a JSON object", line)
-    event_id = line.get("EventId")
-    if not isinstance(event_id, str) or not event_id:
-        raise _fail("EventId", "a non-empty string", event_id)
-    stamp = line.get("Timestamp")
-    if not isinstance(stamp, str):
-        raise _fail("Timestamp", "an ISO 8601 time", stamp)
-    try:
-        created_at = timeparse.parse_timestamp(stamp)
-    except ValueError:
-        raise _fail("Timestamp", "an ISO 8601 time", stamp) from None
-    c = line.get("c")
-    if not isinstance(c, dict):
-        raise _fail("c", "a JSON object (the context and its _multi actions)", c)
-    items = c.get(ACTIONS_KEY)
-    if not isinstance(items, list) or not items:
-        raise _fail("c._multi", "a non-empty list of actions", items)
-    candidates = _candidates_of(items, actions)
-    skip = line.get("_skipLearn", False)
-    if not isinstance(skip, bool):
-        raise _fail("_skipLearn", "true or false", skip)
-    pdrop = _number(line, "pdrop", "pdrop")
-    if pdrop is not None and not 0.0 <= pdrop < 1.0:
-        raise _fail("pdrop", "a drop probability in [0, 1)", pdrop)
-    namespaces = {k: v for k, v in c.items() if k not in (ACTIONS_KEY, SLOTS_KEY)}
-    if SLOTS_KEY in c or "_outcomes" in line:
-        choices = _slot_choices(line, c, namespaces, candidates, event_id)
-    else:
-        choices = [_single_choice(line, namespaces, candidates, event_id)]
+    event = read_event(loads(raw), lambda items: _candidates_of(items, actions))
     decisions, rewards = [], []
-    for choice in choices:
-        decision, reward = _records(choice, loop, created_at, not skip, pdrop)
+    for choice in event.choices:
+        decision, reward = _records(choice, loop, event)
         decisions.append(decision)
         if reward is not None:
             rewards.append(reward)
     return ImportedEvent(decisions, rewards)
+
+
+def read_event(
+    line: Any,
+    candidates_of: Callable[[Any], list[dict[str, Any]]],
+    rankings: Rankings | None = None,
+) -> LineEvent:
+    """The event of the parsed line ``line`` (module docstring), every field checked; a
+    :class:`DsjsonError` naming the field when it is not one. ``candidates_of(items)``:
+    the candidates of ``c._multi`` (:func:`candidates_of` when they are not known).
+    ``rankings``: the single-slot rankings read so far, checked once (their lists are
+    shared by the choices that have them)."""
+    if not isinstance(line, dict):
+        raise fail("line", "a JSON object", line)
+    event_id = line.get("EventId")
+    if not isinstance(event_id, str) or not event_id:
+        raise fail("EventId", "a non-empty string", event_id)
+    stamp = line.get("Timestamp")
+    if not isinstance(stamp, str):
+        raise fail("Timestamp", "an ISO 8601 time", stamp)
+    try:
+        created_at = timeparse.parse_timestamp(stamp)
+    except ValueError:
+        raise fail("Timestamp", "an ISO 8601 time", stamp) from None
+    c = line.get("c")
+    if not isinstance(c, dict):
+        raise fail("c", "a JSON object (the context and its _multi actions)", c)
+    candidates = candidates_of(c.get(ACTIONS_KEY))
+    skip = line.get("_skipLearn", False)
+    if not isinstance(skip, bool):
+        raise fail("_skipLearn", "true or false", skip)
+    pdrop = _number(line, "pdrop", "pdrop")
+    if pdrop is not None and not 0.0 <= pdrop < 1.0:
+        raise fail("pdrop", "a drop probability in [0, 1)", pdrop)
+    namespaces = dict(c)
+    namespaces.pop(ACTIONS_KEY, None)
+    namespaces.pop(SLOTS_KEY, None)
+    if SLOTS_KEY in c or "_outcomes" in line:
+        choices = _slot_choices(line, c, namespaces, candidates, event_id)
+    else:
+        choices = [_single_choice(line, namespaces, candidates, event_id, rankings)]
+    return LineEvent(choices, created_at, not skip, pdrop)
+
+
+Rankings = dict[bytes, tuple[list[int], list[float], list[float], float]]
+"""Rankings read (:func:`read_event`): ranking, probabilities, scores and propensity by the JSON
+of a line's ``a``, ``p``, ``_labelIndex``, ``_label_probability`` and action count
+(JSON, so that ``true`` is not read as the ranking of ``1``)."""
+RANKINGS_HELD = 4096
+"""Rankings held before they are all forgotten."""
 
 
 def _single_choice(
@@ -315,30 +319,47 @@ def _single_choice(
     namespaces: dict[str, Any],
     candidates: list[dict[str, Any]],
     event_id: str,
-) -> _Choice:
-    ranking = _ranking(line.get("a"), len(candidates), 1, "a")
-    probabilities = _probabilities(line.get("p"), len(ranking), "p")
-    index = line.get("_labelIndex")
-    if index is not None and index != ranking[0]:
-        raise _fail("_labelIndex", f"{ranking[0]}, the index of a[0]", index)
-    propensity = _number(line, "_label_probability", "_label_probability")
-    if propensity is None:
-        propensity = probabilities[0]
-    elif abs(propensity - probabilities[0]) > PROBABILITY_TOLERANCE:
-        raise _fail("_label_probability", f"p[0] = {probabilities[0]}", propensity)
-    else:
-        propensity = probabilities[0]
-    return _Choice(
+    rankings: Rankings | None,
+) -> Choice:
+    fields = ("a", "p", "_labelIndex", "_label_probability")
+    key = orjson.dumps([*map(line.get, fields), len(candidates)]) if rankings is not None else b""
+    read = rankings.get(key) if rankings is not None else None
+    if read is None:
+        read = _single_ranking(line, len(candidates))
+        if rankings is not None:
+            if len(rankings) >= RANKINGS_HELD:
+                rankings.clear()
+            rankings[key] = read
+    ranking, probabilities, scores, propensity = read
+    return Choice(
         event_id,
         context_of(namespaces),
         candidates,
         ranking,
         probabilities,
+        scores,
         propensity,
         _number(line, "_label_cost", "_label_cost"),
         line.get("o"),
         "",
     )
+
+
+def _single_ranking(
+    line: Mapping[str, Any], count: int
+) -> tuple[list[int], list[float], list[float], float]:
+    ranking = _ranking(line.get("a"), count, 1, "a")
+    probabilities = _probabilities(line.get("p"), len(ranking), "p")
+    index = line.get("_labelIndex")
+    if index is not None and index != ranking[0]:
+        raise fail("_labelIndex", f"{ranking[0]}, the index of a[0]", index)
+    propensity = _number(line, "_label_probability", "_label_probability")
+    if propensity is not None and abs(propensity - probabilities[0]) > PROBABILITY_TOLERANCE:
+        raise fail("_label_probability", f"p[0] = {probabilities[0]}", propensity)
+    scores = [0.0] * count
+    for index, probability in zip(ranking, probabilities, strict=True):
+        scores[index] = probability
+    return ranking, probabilities, scores, probabilities[0]
 
 
 def _slot_choices(
@@ -347,32 +368,33 @@ def _slot_choices(
     namespaces: dict[str, Any],
     candidates: list[dict[str, Any]],
     event_id: str,
-) -> list[_Choice]:
+) -> list[Choice]:
     slots = c.get(SLOTS_KEY)
     outcomes = line.get("_outcomes")
     if not isinstance(slots, list) or not slots or not all(isinstance(s, dict) for s in slots):
-        raise _fail("c._slots", "a non-empty list of slot objects", slots)
+        raise fail("c._slots", "a non-empty list of slot objects", slots)
     if not isinstance(outcomes, list) or len(outcomes) != len(slots):
-        raise _fail("_outcomes", f"{len(slots)} slot outcomes (one per c._slots)", outcomes)
+        raise fail("_outcomes", f"{len(slots)} slot outcomes (one per c._slots)", outcomes)
     choices = []
     for i, (slot, outcome) in enumerate(zip(slots, outcomes, strict=True)):
         field = f"_outcomes[{i}]."
         if not isinstance(outcome, dict):
-            raise _fail(f"_outcomes[{i}]", "a slot outcome object", outcome)
+            raise fail(f"_outcomes[{i}]", "a slot outcome object", outcome)
         if "_id" in outcome and outcome["_id"] != slot.get("_id"):
-            raise _fail(
+            raise fail(
                 f"{field}_id", f"the id of c._slots[{i}], {slot.get('_id')!r}", outcome["_id"]
             )
         ranked = _ranking(outcome.get("_a"), len(candidates), 0, f"{field}_a")
         probabilities = _probabilities(outcome.get("_p"), len(ranked), f"{field}_p")
         slot_features = {k: v for k, v in slot.items() if k != "_id"}
         choices.append(
-            _Choice(
+            Choice(
                 f"{event_id}{SLOT_EVENT_SEPARATOR}{i}",
                 context_of({**namespaces, **slot_features}),
                 [candidates[j] for j in ranked],
                 list(range(len(ranked))),
                 probabilities,
+                probabilities,  # the candidates are the ranked ones, in order
                 probabilities[0],
                 _number(outcome, "_label_cost", f"{field}_label_cost"),
                 outcome.get("_o"),

@@ -5,11 +5,9 @@ this class never creates tables. ``append`` inserts with ``ON CONFLICT DO NOTHIN
 ``(event_id, created_at)`` (both dialects; a record keeps its time), so re-sending a
 batch -- the writer's retry after a failure, or a spool flushed twice -- logs every
 decision and reward exactly once. On PostgreSQL both tables are partitioned by day
-(:mod:`service.storage.partitions`), and the batch goes in with ``COPY`` (psycopg's
-``cursor.copy``) into the partitioned parent, which cannot skip duplicates: when a
-record is logged already, the batch is copied into a staging table and inserted from
-there with ``ON CONFLICT DO NOTHING`` (docs/performance.md "Event-log writes"); SQLite
-inserts the rows. ``iter_events`` streams with a server-side cursor on PostgreSQL. A
+(:mod:`service.storage.partitions`), and the batch goes in with ``COPY``
+(:func:`service.storage.sql_copy.write_rows`; docs/performance.md "Event-log writes");
+SQLite inserts the rows. ``append_batches`` writes an import's rows the same way. ``iter_events`` streams with a server-side cursor on PostgreSQL. A
 database out of reach raises :class:`EventLogUnavailableError` (a StoreUnavailableError).
 """
 
@@ -30,6 +28,7 @@ from service.storage.base import (
     Activity,
     AuditRecord,
     DecisionRecord,
+    EventRows,
     EventTrail,
     LoggedDecision,
     PolicyRetention,
@@ -50,7 +49,7 @@ from service.storage.schema import (
 )
 from service.storage.sql_activity import read_activity, read_event_trail, read_partitions
 from service.storage.sql_connection import TurnLock, database_reachable
-from service.storage.sql_copy import copy_insert, insert_rows
+from service.storage.sql_copy import insert_rows, record_rows, write_rows
 
 _DECISION_FIELDS = [f.name for f in dataclasses.fields(DecisionRecord)]
 _REWARD_FIELDS = [f.name for f in dataclasses.fields(RewardRecord)]
@@ -116,16 +115,15 @@ class SqlEventLog:
         with self._begin_write() as conn:
             self._insert_batch(conn, decisions_, rewards_, audit)
 
-    def append_batches(
-        self, batches: Iterable[tuple[Sequence[DecisionRecord], Sequence[RewardRecord]]]
-    ) -> int:
-        """:meth:`append` every batch of ``batches`` (read one at a time) in one
-        transaction: an error raised while they are read or written leaves none of them
-        logged. Returns the batches written."""
+    def append_batches(self, batches: Iterable[EventRows]) -> int:
+        """Write the rows of every batch of ``batches`` (read one at a time) in one
+        transaction, skipping event ids logged already: an error raised while they are
+        read or written leaves none of them logged. Returns the batches written."""
         written = 0
         with self._begin_write() as conn:
-            for decisions_, rewards_ in batches:
-                self._insert_batch(conn, decisions_, rewards_, ())
+            for batch in batches:
+                write_rows(conn, decisions, batch.decisions, _DECISION_FIELDS, EVENT_KEY)
+                write_rows(conn, rewards, batch.rewards, _REWARD_FIELDS, EVENT_KEY)
                 written += 1
         return written
 
@@ -138,18 +136,15 @@ class SqlEventLog:
     ) -> None:
         late = [r for r in rewards_ if r.source == LATE_SOURCE]
         rewards_ = [r for r in rewards_ if r.source != LATE_SOURCE]
-        copy = self._engine.dialect.name == "postgresql"
         for table, records, fields in (
             (decisions, decisions_, _DECISION_FIELDS),
             (rewards, rewards_, _REWARD_FIELDS),
             (late_rewards, late, _LATE_FIELDS),
         ):
-            if not records:
-                continue
-            insert = self._insert(table).on_conflict_do_nothing(index_elements=EVENT_KEY)
-            if copy:
-                copy_insert(conn, insert, table, records, fields)
-            else:
+            if records and self.partitioned:
+                write_rows(conn, table, record_rows(records, fields, table), fields, EVENT_KEY)
+            elif records:
+                insert = self._insert(table).on_conflict_do_nothing(index_elements=EVENT_KEY)
                 conn.execute(insert, insert_rows(records, fields))
         if audit:
             rows = [

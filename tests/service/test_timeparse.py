@@ -30,7 +30,39 @@ def test_timestamps_are_unix_seconds_or_iso_times_in_utc_unless_offset(
     assert parse_timestamp(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["yesterday", "", "nan", "inf", "2026-13-01"])
+@pytest.mark.parametrize(
+    ("text", "fraction"),
+    [
+        ("2026-01-31T12:00:00Z", 0.0),
+        ("2026-01-31T12:00:00.1250000Z", 0.125),
+        ("2026-01-31T12:00:00,5+00:00", 0.5),
+        ("2026-01-31T12:00:00.123456789-00:00", 0.123456789),
+        ("2026-01-31T12:00:00.1", 0.1),
+    ],
+)
+def test_a_logs_utc_times_read_by_the_minute_are_the_ones_datetime_reads(
+    text: str, fraction: float
+) -> None:
+    """Times to the second in UTC are read from their minute (cached) and seconds: the
+    same float as datetime gives for the whole time plus the fraction as written."""
+    for second in (0, 7, 59):
+        shifted = text[:17] + f"{second:02d}" + text[19:]
+        assert parse_timestamp(shifted) == NOON + second + fraction
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "yesterday",
+        "",
+        "nan",
+        "inf",
+        "2026-13-01",
+        "2026-02-30T10:00:00Z",
+        "2026-01-01T24:00:00Z",
+        "2026-01-01T10:00:60Z",
+    ],
+)
 def test_bad_timestamps_quote_the_text(text: str) -> None:
     with pytest.raises(ValueError, match="expected unix seconds or an ISO 8601 time") as caught:
         parse_timestamp(text)
