@@ -17,7 +17,7 @@ module          what it holds
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import APIRouter
 from fastapi.staticfiles import StaticFiles
 
 from service.console import (
@@ -33,14 +33,14 @@ from service.console import (
 from service.console.rendering import PACKAGE
 
 
-def mount_console(app: FastAPI) -> None:
-    """Add the console's routes and its static files to ``app``."""
-    app.include_router(signin.router)
-    app.mount("/console/static", StaticFiles(directory=PACKAGE / "static"), name="console_static")
-    app.include_router(settings_page.router)
-    app.include_router(evaluations_page.router)
-    app.include_router(model_page.router)
-    app.include_router(features_page.router)
-    app.include_router(log_page.router)
-    app.include_router(apprentice_page.router)
-    app.include_router(pages.router)  # last: its catch-all answers the 404 page
+def mount_console(host: APIRouter) -> None:
+    """Add the console's routes and its static files to ``host``."""
+    host.include_router(signin.router)
+    host.mount("/console/static", StaticFiles(directory=PACKAGE / "static"), name="console_static")
+    host.include_router(settings_page.router)
+    host.include_router(evaluations_page.router)
+    host.include_router(model_page.router)
+    host.include_router(features_page.router)
+    host.include_router(log_page.router)
+    host.include_router(apprentice_page.router)
+    host.include_router(pages.router)  # last: its catch-all answers the 404 page

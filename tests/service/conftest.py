@@ -19,7 +19,7 @@ from service.api.app import create_app
 from service.client import AsyncBanditClient
 from service.settings import Settings
 from service.storage.migrate import upgrade_head
-from tests.databases import postgres_schema
+from tests.databases import migrated_schema
 
 API_KEY = "test-key-0123456789"
 BACKENDS = ["embedded", "redis_postgres"]
@@ -85,13 +85,13 @@ def make_settings(
 
 @contextmanager
 def _backend_urls(redis_url: str | None) -> Iterator[dict[str, Any]]:
-    """No URLs for the embedded default; the flushed session Redis and a fresh
-    PostgreSQL schema otherwise."""
+    """No URLs for the embedded default; the flushed session Redis and an empty
+    PostgreSQL schema migrated to head (``migrated_schema``) otherwise."""
     if redis_url is None:
         yield {}
         return
     redis.Redis.from_url(redis_url).flushdb()
-    with postgres_schema() as url:
+    with migrated_schema() as url:
         yield {"redis_url": redis_url, "database_url": url}
 
 
