@@ -107,9 +107,10 @@ class RayCluster:
 
     def start(self, timeout: float = 200.0, attempts: int = 3) -> None:
         """Start the nodes and wait until all of them are alive. A loaded machine can
-        exceed Ray's fixed waits while a node starts (its raylet then crashes, and the
-        node exits or stays without one): a node not alive after ``timeout`` is started
-        again, up to ``attempts`` times."""
+        exceed Ray's fixed waits while a node starts (its raylet then crashes): a node
+        that exits (at once when its raylet or GCS server dies before it registers,
+        ``tests.ray_node``) or is not alive after ``timeout`` is started again, up to
+        ``attempts`` times."""
         self.dir.mkdir(exist_ok=True)
         self.procs = []
         for index in range(self.nodes):
