@@ -21,6 +21,9 @@ import pytest
 from service.usecases.offline_engine import RAY_EXTRA, ray_installed
 from tests.servers import ROOT, free_port
 
+STARTED = b"Ray runtime started."
+"""What ``ray start`` prints once its node is up and registered with the head."""
+
 
 def require_ray() -> None:
     """Skip (fail under CI) when Ray is not installed."""
@@ -86,11 +89,14 @@ class RayCluster:
             "--max-worker-port", str(worker_ports + 30),
             "--object-store-memory", str(80 * 2**20),
             "--disable-usage-stats",
+            # no log monitor: every driver here connects with log_to_driver=False
+            "--include-log-monitor", "false",
         ]  # fmt: skip
         if index == 0:
+            # no autoscaler monitor: the cluster's nodes are the ones started here
             command += [
                 "--head", "--port", str(self.port), "--include-dashboard", "false",
-                "--ray-client-server-port", str(free_port()),
+                "--ray-client-server-port", str(free_port()), "--no-monitor",
             ]  # fmt: skip
         else:
             command += ["--address", self.address]
@@ -101,9 +107,10 @@ class RayCluster:
 
     def start(self, timeout: float = 200.0, attempts: int = 3) -> None:
         """Start the nodes and wait until all of them are alive. A loaded machine can
-        exceed Ray's fixed waits while a node starts (its raylet then crashes, and the
-        node exits or stays without one): a node not alive after ``timeout`` is started
-        again, up to ``attempts`` times."""
+        exceed Ray's fixed waits while a node starts (its raylet then crashes): a node
+        that exits (at once when its raylet or GCS server dies before it registers,
+        ``tests.ray_node``) or is not alive after ``timeout`` is started again, up to
+        ``attempts`` times."""
         self.dir.mkdir(exist_ok=True)
         self.procs = []
         for index in range(self.nodes):
@@ -139,16 +146,26 @@ class RayCluster:
         counts = [line for line in result.stdout.splitlines() if line.strip().isdigit()]
         return int(counts[0]) if result.returncode == 0 and counts else 0
 
+    def started(self, index: int) -> bool:
+        """Whether node ``index``'s ``ray start`` has printed :data:`STARTED`: it does
+        once its raylet has registered with the head (and exits instead when the raylet
+        or GCS server dies first, ``tests.ray_node``)."""
+        log = self.dir / f"node{index}.log"
+        return STARTED in log.read_bytes() if log.exists() else False
+
     def _wait_nodes(self, count: int, timeout: float) -> None:
+        """Until the head counts ``count`` nodes alive. The head is asked (a process of
+        its own: an interpreter, Ray's import and a driver's start, seconds of CPU on a
+        loaded machine) once every node has printed :data:`STARTED`, not before."""
         deadline = time.monotonic() + timeout
-        while self.alive_nodes() < count:
+        while not all(map(self.started, range(count))) or self.alive_nodes() < count:
             for proc in self.procs:
                 if proc.poll() is not None:
                     tail = "".join(f.read_text()[-2000:] for f in self.dir.glob("node*.log"))
                     raise RuntimeError(f"a ray node exited:\n{tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{count} ray node(s) not alive after {timeout} s")
-            time.sleep(1.0)
+            time.sleep(0.2)
 
     def stop_node(self, index: int) -> None:
         """Kill node ``index`` and every process it started: its process group, and its
