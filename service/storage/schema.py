@@ -154,7 +154,7 @@ reward_sums = _rollup(
 )
 
 # per (policy, period, start, latency bin) the decisions whose ``latency_us`` fell in
-# the bin (service.storage.base.LATENCY_BINS_PER_OCTAVE; migration 6b1f3d7a2c85): the
+# the bin (service.storage.activity.LATENCY_BINS_PER_OCTAVE; migration 6b1f3d7a2c85): the
 # console's p50/p99 latency per bucket
 decision_latency = sa.Table(
     "decision_latency",

@@ -18,16 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from service.storage.base import (
-    LATE_SOURCE,
-    Activity,
-    ArmSelections,
-    DecisionRecord,
-    EventTrail,
-    LatencyBin,
-    RewardBucket,
-    RewardRecord,
-)
+from service.storage.activity import Activity, ArmSelections, LatencyBin, RewardBucket
+from service.storage.base import LATE_SOURCE, DecisionRecord, EventTrail, RewardRecord
 from service.storage.partitions import Partition, list_partitions
 from service.storage.schema import (
     PARTITIONED_TABLES,

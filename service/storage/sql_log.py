@@ -23,9 +23,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 
+from service.storage.activity import Activity
 from service.storage.base import (
     LATE_SOURCE,
-    Activity,
     AuditRecord,
     DecisionRecord,
     EventRows,

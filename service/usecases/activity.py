@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from service.errors import NotFound
-from service.storage.base import LATENCY_BINS_PER_OCTAVE, EventLog, EventTrail, RewardBucket
+from service.storage.activity import LATENCY_BINS_PER_OCTAVE, RewardBucket
+from service.storage.base import EventLog, EventTrail
 from service.usecases.audit import DRIFT
 
 Z_95 = 1.959963984540054
@@ -79,7 +80,7 @@ def ips_points(start: float, buckets: list[RewardBucket]) -> tuple[RewardPoint, 
 
 def latency_bin_upper_ms(bin_: int) -> float:
     """The upper edge of latency bin ``bin_`` in milliseconds: ``2^((b+1)/8) / 1000``
-    (:data:`~service.storage.base.LATENCY_BINS_PER_OCTAVE`)."""
+    (:data:`~service.storage.activity.LATENCY_BINS_PER_OCTAVE`)."""
     return float(2.0 ** ((bin_ + 1) / LATENCY_BINS_PER_OCTAVE) / 1000.0)
 
 

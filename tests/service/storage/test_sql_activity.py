@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from service.storage.base import LATE_SOURCE, DecisionRecord, RewardBucket, RewardRecord
+from service.storage.activity import RewardBucket
+from service.storage.base import LATE_SOURCE, DecisionRecord, RewardRecord
 from service.storage.migrate import downgrade, upgrade_head
 from service.storage.partitions import DAY_SECONDS
 from service.storage.schema import decisions, rewards

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.storage.base import LATENCY_BINS_PER_OCTAVE, DecisionRecord
+from service.storage.activity import LATENCY_BINS_PER_OCTAVE
+from service.storage.base import DecisionRecord
 from service.storage.migrate import upgrade_head
 from service.storage.partitions import DAY_SECONDS
 from service.storage.sql_log import SqlEventLog
