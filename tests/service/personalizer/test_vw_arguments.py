@@ -249,8 +249,11 @@ async def _learned_ranking(
     http: Any, loop: str, arguments: str
 ) -> dict[tuple[str, str], list[Any]]:
     """The ranking (id, probability) the new loop ``loop`` under ``arguments`` gives each
-    (tier, device) after 160 rounds in which gold users reward tea and silver users coffee."""
-    put = await http.put(f"/policies/{loop}", json=DEFAULT_LOOP_SPEC.model_dump())
+    (tier, device) after 160 rounds in which gold users reward tea and silver users coffee.
+    The loop learns each reward before its next rank (no ``model_update_interval``), so
+    what it learns does not depend on when the periodic folds run."""
+    at_once = DEFAULT_LOOP_SPEC.model_copy(update={"model_update_interval": None})
+    put = await http.put(f"/policies/{loop}", json=at_once.model_dump())
     assert put.status_code == 200, put.text
     base = BASE.replace("/shop/", f"/{loop}/")
     answer = await http.put(
@@ -274,6 +277,7 @@ async def _learned_ranking(
             json={"value": float(chosen == best[tier])},
         )
         assert reward.status_code == 204, reward.text
+    assert (await http.get(f"/policies/{loop}")).json()["model_update_interval"] is None
     rankings = {}
     for tier in best:
         for device in ("ios", "android"):
