@@ -10,6 +10,7 @@ it calls (:class:`CachedStore`); a use case that needs another role takes it its
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -69,10 +70,12 @@ class ConfigWrites:
     finished since a mark. Such a write records the config in the event log, then in the
     store, and a reset clears the store's entry before it writes the new one: a policy
     read meanwhile is in the log and not in the store without being lost
-    (:meth:`service.usecases.recovery.Recovery.check` leaves it alone)."""
+    (:meth:`service.usecases.recovery.Recovery.check` leaves it alone, and a load waits
+    for the write to end: :meth:`PolicyCache.load`)."""
 
     def __init__(self) -> None:
         self._running: Counter[str] = Counter()
+        self._ended: dict[str, asyncio.Event] = {}  # set when no write of the name runs
         self._finished: dict[str, int] = {}  # name -> the count of writes when its last ended
         self._count = 0
 
@@ -82,16 +85,29 @@ class ConfigWrites:
 
     @contextmanager
     def writing(self, name: str) -> Iterator[None]:
-        """The block that writes the config of ``name`` to the event log and the store."""
+        """The block that writes the config of ``name`` to the event log and the store.
+        It must not load ``name`` through the cache: such a load would wait for the
+        block's own end (:meth:`ended`)."""
         self._running[name] += 1
+        self._ended.setdefault(name, asyncio.Event())
         try:
             yield
         finally:
             self._running[name] -= 1
             if not self._running[name]:
                 del self._running[name]
+                self._ended.pop(name).set()
             self._count += 1
             self._finished[name] = self._count
+
+    async def ended(self, name: str) -> bool:
+        """Wait for the config writes of ``name`` in progress to end; whether there were
+        any (a config found missing meanwhile was being written, not lost)."""
+        ended = self._ended.get(name)
+        if ended is None:
+            return False
+        await ended.wait()
+        return True
 
     def since(self, mark: int) -> set[str]:
         """The names whose config write is in progress, or ended after ``mark``."""
@@ -162,7 +178,8 @@ class PolicyCache:
         in one round trip (two when its config changed); return it, those parts and the
         raw values of the ``extra`` keys. 404 if the policy does not exist;
         :class:`PolicyRebuilding` if its config is missing from the store but the event
-        log has it."""
+        log has it. A config this process is writing meanwhile is not missing: the load
+        waits for the write and reads again."""
         runtime, parts, values = await self.load_versioned(name, parts_of, extra)
         return runtime, parts, {k: v.data for k, v in values.items()}
 
@@ -185,6 +202,8 @@ class PolicyCache:
         if config is None and runtime is not None and CONFIG_KEY in known:
             info = runtime.info
         elif config is None or config.data is None:
+            if await self.config_writes.ended(name):  # written by this process meanwhile
+                return await self.load_versioned(name, parts_of, extra)
             stand_in = await self.stand_in(name, self._runtimes.pop(name, None))
             if stand_in is None:
                 raise NotFound(f"policy {name!r} does not exist", reason="policy")

@@ -198,7 +198,10 @@ class Recovery:
         metrics.POLICY_REBUILDS.labels(outcome).inc()
         self._stand_ins.pop(name, None)
         metrics.POLICIES_MISSING.set(len(self._stand_ins))
-        self.cache.forget(name)
+        if outcome == "deleted" or report.written:
+            # a policy another replica wrote first keeps the runtime this process has
+            # cached of it: its rng stream goes on (PolicyCache.load_versioned)
+            self.cache.forget(name)
 
     async def wait(self) -> None:
         """Until the rebuilds started so far have finished (or failed)."""

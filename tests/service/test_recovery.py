@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from service.api.app import LEARNING_SETTINGS
+from service.policies import CONFIG_KEY
 from service.storage.redis_store import RedisStateStore
 from service.storage.sql_log import SqlEventLog
 from service.usecases.audit import AuditTrail
@@ -265,3 +266,95 @@ async def test_a_policy_another_replica_creates_during_a_check_is_not_taken_for_
         finally:
             await store.close()
             await asyncio.to_thread(event_log.close)
+
+
+@pytest.mark.parametrize("backend", ["embedded", "redis_postgres"])
+@pytest.mark.parametrize("change", ["create", "replace", "reset"])
+async def test_a_load_while_this_process_writes_the_config_waits_for_the_write(
+    make_settings: Any, change: str
+) -> None:
+    """A create, replace or reset lists the policy in the store, then writes its config.
+    A stats read and a decision in between, after a check has read the log's row, find
+    the listed policy's config missing: they wait for the write and read again. Neither
+    takes the policy for lost: no stand-in, no rebuild, no degraded decision."""
+    settings = make_settings(rebuild_check_seconds=3600, metrics_refresh_seconds=3600)
+    async with running(settings) as (app, http, _):
+        use_cases = app.state.use_cases
+        recovery, store, cache = use_cases.recovery, use_cases.store, use_cases.cache
+        if change != "create":
+            assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+            await _history(http, "p", 3)
+        rebuilds = _rebuilds()
+        add_policy = store.add_policy
+        listed, resume = asyncio.Event(), asyncio.Event()
+
+        async def listed_then_paused(name: str) -> None:
+            await add_policy(name)
+            listed.set()
+            await resume.wait()
+
+        dimension = 4 if change == "replace" else 3
+        requests = {
+            "create": lambda: http.put("/policies/p", json=POLICY),
+            "replace": lambda: http.put("/policies/p", json={**POLICY, "dimension": 4}),
+            "reset": lambda: http.post("/policies/p/reset"),
+        }
+        store.add_policy = listed_then_paused
+        write = asyncio.ensure_future(requests[change]())
+        await asyncio.wait_for(listed.wait(), 10)
+        store.add_policy = add_policy
+        assert await recovery.check() == []  # the log has the row, the store lists p
+
+        read = cache.store.read
+        found_missing: list[str] = []
+        both_found = asyncio.Event()
+
+        async def spied(name: str, keys: list[str], known: Any) -> Any:
+            values = await read(name, keys, known)
+            config = values.get(CONFIG_KEY)
+            if name == "p" and CONFIG_KEY in keys and (config is None or config.data is None):
+                found_missing.append(name)
+                if len(found_missing) == 2:
+                    both_found.set()
+            return values
+
+        cache.store.read = spied
+        try:
+            stats = asyncio.ensure_future(http.get("/policies/p/stats"))
+            decision = asyncio.ensure_future(
+                http.post("/recommend", json={"policy": "p", "context": [0.1] * dimension})
+            )
+            await asyncio.wait_for(both_found.wait(), 10)
+        finally:
+            cache.store.read = read
+            resume.set()
+        assert (await write).status_code == 200, (await write).text
+        assert (await stats).status_code == 200, (await stats).text
+        dec = await decision
+        assert dec.status_code == 200 and not dec.json()["degraded"], dec.text
+        await recovery.wait()
+        assert recovery.missing() == [] and _rebuilds() == rebuilds
+
+
+@pytest.mark.parametrize("backend", ["embedded"])
+async def test_a_rebuild_another_replica_wrote_first_keeps_the_cached_runtime(
+    make_settings: Any,
+) -> None:
+    """A request that finds a policy's config missing (another replica creating or
+    resetting it) starts its rebuild; a replay that finds the config written meanwhile
+    writes nothing and leaves the runtime this process cached: its decisions go on
+    drawing from the same rng stream."""
+    async with running(make_settings(rebuild_check_seconds=3600)) as (app, http, _):
+        use_cases = app.state.use_cases
+        recovery, cache = use_cases.recovery, use_cases.cache
+        assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+        await _history(http, "p", 3)
+        runtime = cache.cached("p")
+        assert runtime is not None
+        assert await recovery.check() == []  # the directory read: p is known
+        rebuilds = _rebuilds()
+        assert await recovery.stand_in("p", None) is not None
+        assert recovery.missing() == ["p"]
+        await recovery.wait()
+        assert recovery.missing() == [] and _rebuilds() == rebuilds + 1
+        assert cache.cached("p") is runtime
