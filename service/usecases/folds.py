@@ -12,9 +12,9 @@ write the same key, so concurrent rewards never conflict.
 
 Every ``model_update_interval`` seconds one replica (the one whose
 :meth:`~service.storage.state_store.PeriodClaims.claim_period` of the period succeeds;
-another takes the next period over when it dies) folds the pending deltas: one store
-transaction reads the ``shared`` part and up to ``fold_max_deltas`` deltas, applies them
-as one rank-m update (``BasePolicy.update_batch``, docs/algorithms.md section 8.1) and
+another takes the next period over when it dies) folds the pending deltas: it reads the
+``shared`` part and up to ``fold_max_deltas`` deltas, applies them as one rank-m update
+(``BasePolicy.update_batch``, docs/algorithms.md section 8.1) in a worker thread, and
 writes the part and deletes exactly those deltas in one commit. The commit checks the
 version of every key it read, so a fold that raced another fold or a reset writes
 nothing and is redone on fresh values (the deltas the other fold took replaced by the
@@ -33,7 +33,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -172,22 +172,29 @@ class Folds:
 
     async def _fold_keys(self, runtime: Runtime, name: str, keys: list[str]) -> int:
         """One transaction: the deltas of ``keys`` still present applied to the ``shared``
-        part, which it writes, and deleted; returns how many it folded."""
+        part, which it writes, and deleted; returns how many it folded. The update is
+        computed in a worker thread, on a policy of the process's own built for it, from
+        the values as read, so the event loop goes on serving meanwhile; the commit
+        assumes those values and writes the computed part unless a key changed since,
+        in which case it computes again on the loop from the values it finds."""
+        read = await self.cache.read(name, [SHARED_PART, *keys], {})
+        as_read = {k: value.data for k, value in read.items()}
+        computed = await asyncio.to_thread(
+            lambda: fold_values(self.cache.new_runtime(runtime.info), name, keys, as_read)
+        )
         folded: list[Delta] = []
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
-            present = {k: v for k in keys if (v := values[k]) is not None}
-            deltas = [decode_delta(v) for v in present.values()]
-            folded[:] = deltas
-            if not deltas:
-                return {}
-            import_stored(runtime, {SHARED_PART: values[SHARED_PART]})
-            _apply(runtime, name, deltas)
-            out: dict[str, bytes | None] = dict(runtime.policy.export_parts([SHARED_PART]))
-            out.update(dict.fromkeys(present))
+            if values != as_read:  # another fold or a reset moved a key since the read
+                folded[:], out = fold_values(runtime, name, keys, values)
+                return out
+            folded[:], out = computed
+            if out:  # the cached policy takes the part it commits
+                _add_arms(runtime, folded)
+                import_stored(runtime, {SHARED_PART: out[SHARED_PART]})
             return out
 
-        await self.cache.transact(runtime, name, [SHARED_PART, *keys], fn)
+        await self.cache.transact(runtime, name, [SHARED_PART, *keys], fn, assumed=read)
         if folded:
             oldest = min(d.accepted_at for d in folded)
             metrics.MODEL_STALENESS.labels(name).set(max(0.0, self.clock() - oldest))
@@ -258,13 +265,34 @@ class Folds:
                 await task
 
 
+def fold_values(
+    runtime: Runtime, name: str, keys: list[str], values: Mapping[str, bytes | None]
+) -> tuple[list[Delta], dict[str, bytes | None]]:
+    """The deltas among ``keys`` present in ``values`` applied to the ``shared`` part of
+    ``values`` in ``runtime``'s policy as one batch: ``(the deltas, the writes)``, the
+    writes being the new part and the deltas' keys deleted (none when no delta is left)."""
+    present = {k: v for k in keys if (v := values[k]) is not None}
+    deltas = [decode_delta(v) for v in present.values()]
+    if not deltas:
+        return [], {}
+    import_stored(runtime, {SHARED_PART: values[SHARED_PART]})
+    _apply(runtime, name, deltas)
+    out: dict[str, bytes | None] = dict(runtime.policy.export_parts([SHARED_PART]))
+    out.update(dict.fromkeys(present))
+    return deltas, out
+
+
+def _add_arms(runtime: Runtime, deltas: list[Delta]) -> None:
+    for arm in dict.fromkeys(d.arm_id for d in deltas):
+        runtime.policy.add_arm(arm)
+
+
 def _apply(runtime: Runtime, name: str, deltas: list[Delta]) -> None:
-    """Apply ``deltas`` to the cached policy as one batch; when the engine refuses the
+    """Apply ``deltas`` to the policy as one batch; when the engine refuses the
     batch (a row that overflows its statistics), one by one, leaving out (and logging)
     the ones it refuses, as a refused update leaves out its reward on the immediate path."""
     policy = runtime.policy
-    for arm in dict.fromkeys(d.arm_id for d in deltas):
-        policy.add_arm(arm)
+    _add_arms(runtime, deltas)
     try:
         policy.update_batch(
             [d.arm_id for d in deltas], [d.row for d in deltas], [d.reward for d in deltas]

@@ -227,6 +227,37 @@ async def test_a_fold_abandoned_after_its_read_writes_nothing(make_settings: Any
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
 
+async def test_a_decision_is_served_while_a_fold_computes(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fold computes its update in a worker thread, not on the event loop: with the
+    engine's batch update held until a decision has been served, the decision is
+    served meanwhile, and the fold then commits every reward once."""
+    async with running(make_settings(**NO_LOOP)) as (app, http, _):
+        rewards, served = await _forty_pending(app, http)
+        engine = type((await app.state.use_cases.cache.load(NAME))[0].policy)
+        update_batch = engine.update_batch
+        entered, decided = threading.Event(), threading.Event()
+        waited: list[bool] = []
+
+        def held(self: Any, *args: Any, **kwargs: Any) -> Any:
+            entered.set()
+            waited.append(decided.wait(timeout=10))  # on the loop's thread: never set
+            return update_batch(self, *args, **kwargs)
+
+        monkeypatch.setattr(engine, "update_batch", held)
+        fold = asyncio.ensure_future(app.state.use_cases.folds.fold(NAME))
+        assert await asyncio.to_thread(entered.wait, 10)
+        r = await http.post("/recommend", json=request_body(0))
+        assert r.status_code == 200, r.text
+        decided.set()
+        assert await fold == len(rewards)
+        monkeypatch.undo()
+        assert waited == [True]
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
+
+
 async def _folds_racing(app: Any, settings: Settings) -> tuple[int, int, list[int]]:
     """Writer A (``app``'s folds, under ``settings``) folds ``NAME``; between A's read and
     A's commit, writer B (another process: its own connection and cache, the same
