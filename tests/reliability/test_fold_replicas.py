@@ -23,10 +23,11 @@ from service.policies import build_policy
 from service.schemas import PolicySpec
 from service.settings import Settings
 from service.usecases.events import EventState, PendingEvent
+from tests.reliability.keepalive import KeepAlive
 from tests.reliability.traffic import HEADERS, wait_until
 from tests.servers import AppProcess, apps, settings_env
 from tests.service.conftest import ON_REDIS_CLUSTER, ON_REDIS_SENTINEL
-from tests.service.test_folds import assert_close, decisions
+from tests.service.test_folds import assert_close, request_body
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -44,8 +45,19 @@ PER_CLIENT = 40  # the deployment and SIGKILL cases; one case runs 1,000
 
 
 async def _decide(url: str, n: int) -> list[str]:
-    async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=60) as http:
-        return await decisions(http, n, "p")
+    """The event ids of ``n`` decisions (``request_body``) from CLIENTS clients of
+    ``url`` at once."""
+
+    async def client(i: int) -> list[str]:
+        async with KeepAlive(url, HEADERS) as http:
+            ids = []
+            for j in range(i, n, CLIENTS):
+                status, body = await http.post("/recommend", request_body(j, "p"))
+                assert status == 200, body
+                ids.append(body["event_id"])
+            return ids
+
+    return [e for ids in await asyncio.gather(*(client(i) for i in range(CLIENTS))) for e in ids]
 
 
 async def _reward(url: str, events: list[str], value: Callable[[str], float]) -> None:
@@ -53,15 +65,15 @@ async def _reward(url: str, events: list[str], value: Callable[[str], float]) ->
     stops (its rewards in flight may or may not have been taken)."""
 
     async def client(i: int) -> None:
-        async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=60) as http:
-            for event_id in events[i::CLIENTS]:
-                try:
-                    r = await http.post(
-                        "/reward", json={"event_id": event_id, "reward": value(event_id)}
+        try:
+            async with KeepAlive(url, HEADERS) as http:
+                for event_id in events[i::CLIENTS]:
+                    status, body = await http.post(
+                        "/reward", {"event_id": event_id, "reward": value(event_id)}
                     )
-                except httpx.TransportError:
-                    return
-                assert r.status_code == 200 and r.json()["applied"], r.text
+                    assert status == 200 and body["applied"], body
+        except (OSError, asyncio.IncompleteReadError):
+            return
 
     await asyncio.gather(*(client(i) for i in range(CLIENTS)))
 
@@ -87,12 +99,12 @@ def _state(client: redis.Redis | redis.RedisCluster) -> tuple[HybridSharedState 
 
 
 def _events(client: redis.Redis | redis.RedisCluster, events: list[str]) -> list[PendingEvent]:
-    out = []
+    pipe = client.pipeline(transaction=False)
     for event_id in events:
-        data = client.get(f"bandit:{{p}}:k:event:{event_id}")
-        assert data is not None
-        out.append(PendingEvent.from_json(data))
-    return out
+        pipe.get(f"bandit:{{p}}:k:event:{event_id}")
+    stored = pipe.execute()
+    assert None not in stored
+    return [PendingEvent.from_json(data) for data in stored]
 
 
 def _expected(
