@@ -43,21 +43,31 @@ FAMILIES = [  # Personalizer's route families over the default loop: (prefix, qu
 ]
 
 
+async def metric_sums(http: Any, policy: str, *names: str) -> list[float]:
+    """The sum of each of ``names``' samples of ``policy`` (every arm and source) on one
+    /metrics scrape."""
+    text = (await http.get("/metrics")).text
+    sums = dict.fromkeys(names, 0.0)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name in sums and s.labels.get("policy") == policy:
+                sums[s.name] += s.value
+    return [sums[name] for name in names]
+
+
 async def metric(http: Any, name: str, policy: str) -> float:
     """The sum of ``name``'s samples of ``policy`` on /metrics (every arm and source)."""
-    text = (await http.get("/metrics")).text
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and s.labels.get("policy") == policy
-    )
+    (value,) = await metric_sums(http, policy, name)
+    return value
 
 
 async def metric_reward_sum(http: Any, policy: str) -> float:
-    """The sum of ``policy``'s applied rewards the metrics count: positive - negative."""
-    positive = await metric(http, "bandit_reward_positive_sum_total", policy)
-    return positive - await metric(http, "bandit_reward_negative_sum_total", policy)
+    """The sum of ``policy``'s applied rewards the metrics count: positive - negative,
+    read from one scrape."""
+    positive, negative = await metric_sums(
+        http, policy, "bandit_reward_positive_sum_total", "bandit_reward_negative_sum_total"
+    )
+    return positive - negative
 
 
 async def logged_rewards(app: Any, policy: str) -> list[float]:
