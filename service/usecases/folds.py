@@ -57,6 +57,15 @@ log = logging.getLogger("bandit.service")
 FOLD_JOB = "fold"
 """The job name of the folds' period claims (``claim_period``)."""
 
+FOLD_ATTEMPTS = 3
+"""How many times a fold whose commit found its keys moved reads and computes again in a
+worker thread, the last one computing on the loop (``Folds._fold_keys``)."""
+
+
+class _Moved(Exception):
+    """A fold's commit found keys moved since its read and deltas left to fold: aborted
+    (nothing written) to be read and computed again in the thread."""
+
 
 def defers_updates(runtime: Runtime) -> bool:
     """Whether the rewards of ``runtime``'s policy are kept as deltas and folded: its
@@ -175,8 +184,16 @@ class Folds:
         part, which it writes, and deleted; returns how many it folded. The update is
         computed in a worker thread, on a policy of the process's own built for it, from
         the values as read, so the event loop goes on serving meanwhile; the commit
-        assumes those values and writes the computed part unless a key changed since,
-        in which case it computes again on the loop from the values it finds."""
+        assumes those values and writes the computed part unless a key changed since.
+        Then, when deltas are left to fold, it reads and computes again in the thread, up
+        to ``FOLD_ATTEMPTS`` times, the last one computing on the loop from the values
+        its commit finds (so a fold always ends)."""
+        for _ in range(FOLD_ATTEMPTS - 1):
+            with suppress(_Moved):
+                return await self._fold_once(runtime, name, keys, last=False)
+        return await self._fold_once(runtime, name, keys, last=True)
+
+    async def _fold_once(self, runtime: Runtime, name: str, keys: list[str], last: bool) -> int:
         read = await self.cache.read(name, [SHARED_PART, *keys], {})
         as_read = {k: value.data for k, value in read.items()}
         computed = await asyncio.to_thread(
@@ -186,6 +203,8 @@ class Folds:
 
         def fn(values: dict[str, bytes | None]) -> dict[str, bytes | None]:
             if values != as_read:  # another fold or a reset moved a key since the read
+                if not last and any(values[k] is not None for k in keys):
+                    raise _Moved  # deltas left: computed again in the thread
                 folded[:], out = fold_values(runtime, name, keys, values)
                 return out
             folded[:], out = computed

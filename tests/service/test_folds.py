@@ -258,16 +258,25 @@ async def test_a_decision_is_served_while_a_fold_computes(
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
 
-async def _folds_racing(app: Any, settings: Settings) -> tuple[int, int, list[int]]:
+async def _folds_racing(
+    app: Any, settings: Settings, b_skips: int = 0
+) -> tuple[int, int, list[int]]:
     """Writer A (``app``'s folds, under ``settings``) folds ``NAME``; between A's read and
     A's commit, writer B (another process: its own connection and cache, the same
-    ``settings``) folds it too and commits. Returns how many A folded, how many B folded,
-    and the deltas A's transaction found at each of its attempts."""
+    ``settings``, the pending deltas but the oldest ``b_skips``) folds it too and commits.
+    Returns how many A folded, how many B folded, and the deltas A's transaction found at
+    each of its attempts."""
     folded_by_b: list[int] = []
 
     def writer_b() -> None:
         async def fold() -> None:
             store = make_store(settings)
+            listed = store.keys
+
+            async def skipping(*args: Any) -> list[str]:
+                return (await listed(*args))[b_skips:]
+
+            store.keys = skipping  # type: ignore[method-assign]
             try:
                 folded_by_b.append(await Folds(PolicyCache(store), store, settings).fold(NAME))
             finally:
@@ -332,6 +341,36 @@ async def test_a_fold_whose_deltas_another_folded_takes_the_next_ones(make_setti
         assert await _folds_racing(app, batch) == (20, 20, [20, 0, 20])
         # B's and A's second (in this process's registry both); A's first wrote nothing
         assert await metric(http, "bandit_folds_total", NAME) == folds + 2
+        assert await _pending(app) == []
+        assert_close(await _shared(app), await _one_by_one(app, rewards, served))
+
+
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+async def test_a_fold_whose_shared_part_another_moved_computes_again_in_a_thread(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis, 40 pending deltas, folds of at most 20: writer A reads the oldest 20 and
+    computes their fold; before A commits, writer B folds the other 20 and commits
+    (:func:`_folds_racing`), moving the shared part. A's commit finds it moved with A's
+    deltas still pending, so A reads and computes again in a worker thread (never on the
+    event loop's thread) and commits: each reward is folded once."""
+    settings: Settings = make_settings(**NO_LOOP)
+    async with running(settings) as (app, http, _):
+        rewards, served = await _forty_pending(app, http)
+        engine = type((await app.state.use_cases.cache.load(NAME))[0].policy)
+        update_batch = engine.update_batch
+        threads: list[threading.Thread] = []
+
+        def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread())
+            return update_batch(self, *args, **kwargs)
+
+        monkeypatch.setattr(engine, "update_batch", recorded)
+        batch = settings.model_copy(update={"fold_max_deltas": 20})
+        # A's attempts: its read, the commit that found the part moved, the second commit
+        assert await _folds_racing(app, batch, b_skips=20) == (20, 20, [20, 20, 20])
+        monkeypatch.undo()
+        assert len(threads) == 3 and threading.current_thread() not in threads  # A, B, A
         assert await _pending(app) == []
         assert_close(await _shared(app), await _one_by_one(app, rewards, served))
 
