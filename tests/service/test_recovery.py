@@ -6,6 +6,7 @@ policy and the default Personalizer loop."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 import numpy as np
@@ -101,6 +102,17 @@ def _rebuilds() -> float:
     )
 
 
+def _config_write(http: Any, change: str) -> tuple[Coroutine[Any, Any, Any], int]:
+    """The request that writes policy ``p``'s config by ``change`` (``create``;
+    ``replace`` with a new dimension, which resets the state; ``reset``), and the
+    context dimension of its decisions after it."""
+    if change == "create":
+        return http.put("/policies/p", json=POLICY), 3
+    if change == "replace":
+        return http.put("/policies/p", json={**POLICY, "dimension": 4}), 4
+    return http.post("/policies/p/reset"), 3
+
+
 @pytest.mark.parametrize("backend", ["embedded"])
 @pytest.mark.parametrize("change", ["create", "replace", "reset"])
 @pytest.mark.parametrize("write_ends", ["after_the_check", "between_the_reads"])
@@ -127,14 +139,9 @@ async def test_a_config_written_during_the_check_is_not_taken_for_a_lost_policy(
             await resume.wait()
             await store_step(name)
 
-        dimension = 4 if change == "replace" else 3  # a new dimension resets the state
-        requests = {
-            "create": lambda: http.put("/policies/p", json=POLICY),
-            "replace": lambda: http.put("/policies/p", json={**POLICY, "dimension": 4}),
-            "reset": lambda: http.post("/policies/p/reset"),
-        }
+        request, dimension = _config_write(http, change)
         store.add_policy = paused_step
-        write = asyncio.ensure_future(requests[change]())
+        write = asyncio.ensure_future(request)
         await asyncio.wait_for(paused.wait(), 10)
         store.add_policy = store_step
         listed = store.list_policies
@@ -293,14 +300,9 @@ async def test_a_load_while_this_process_writes_the_config_waits_for_the_write(
             listed.set()
             await resume.wait()
 
-        dimension = 4 if change == "replace" else 3
-        requests = {
-            "create": lambda: http.put("/policies/p", json=POLICY),
-            "replace": lambda: http.put("/policies/p", json={**POLICY, "dimension": 4}),
-            "reset": lambda: http.post("/policies/p/reset"),
-        }
+        request, dimension = _config_write(http, change)
         store.add_policy = listed_then_paused
-        write = asyncio.ensure_future(requests[change]())
+        write = asyncio.ensure_future(request)
         await asyncio.wait_for(listed.wait(), 10)
         store.add_policy = add_policy
         assert await recovery.check() == []  # the log has the row, the store lists p
