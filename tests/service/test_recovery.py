@@ -102,6 +102,13 @@ def _rebuilds() -> float:
     )
 
 
+async def _before_the_write(http: Any, change: str) -> None:
+    """Policy ``p`` with a few rewarded decisions, unless ``change`` creates it."""
+    if change != "create":
+        assert (await http.put("/policies/p", json=POLICY)).status_code == 200
+        await _history(http, "p", 3)
+
+
 def _config_write(http: Any, change: str) -> tuple[Coroutine[Any, Any, Any], int]:
     """The request that writes policy ``p``'s config by ``change`` (``create``;
     ``replace`` with a new dimension, which resets the state; ``reset``), and the
@@ -127,9 +134,7 @@ async def test_a_config_written_during_the_check_is_not_taken_for_a_lost_policy(
     async with running(make_settings(rebuild_check_seconds=3600)) as (app, http, _):
         use_cases = app.state.use_cases
         recovery, store = use_cases.recovery, use_cases.store
-        if change != "create":
-            assert (await http.put("/policies/p", json=POLICY)).status_code == 200
-            await _history(http, "p", 3)
+        await _before_the_write(http, change)
         rebuilds = _rebuilds()
         store_step = store.add_policy
         paused, resume = asyncio.Event(), asyncio.Event()
@@ -288,9 +293,7 @@ async def test_a_load_while_this_process_writes_the_config_waits_for_the_write(
     async with running(settings) as (app, http, _):
         use_cases = app.state.use_cases
         recovery, store, cache = use_cases.recovery, use_cases.store, use_cases.cache
-        if change != "create":
-            assert (await http.put("/policies/p", json=POLICY)).status_code == 200
-            await _history(http, "p", 3)
+        await _before_the_write(http, change)
         rebuilds = _rebuilds()
         add_policy = store.add_policy
         listed, resume = asyncio.Event(), asyncio.Event()
