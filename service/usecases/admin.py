@@ -217,10 +217,13 @@ class PolicyAdmin:
         per arm, delta_G and its limit, pending events). Unless ``fold_pending`` is
         false, the rewards still pending as deltas are folded first
         (:meth:`Folds.fold_pending <service.usecases.folds.Folds.fold_pending>`): the
-        stats count every accepted reward."""
+        stats count every accepted reward. The counters are read first: a reward commits
+        its count with its model update or its delta, so every reward they count is in
+        the model read after them."""
+        counters = await self.store.counters(name)
         if fold_pending and self.folds is not None:
             await self.folds.fold_pending(name)
-        runtime, arms, counters = await self.cache.load_all(name)
+        runtime, arms = await self.cache.load_all(name)
         policy = runtime.policy
         out: dict[str, ArmStatsOut] = {}
         for arm in arms:

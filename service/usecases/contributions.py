@@ -63,7 +63,7 @@ class ScoreContributions:
         None when the policy is gone, its score is not linear in its input, the arm is
         no longer known or the logged row no longer fits the policy."""
         try:
-            runtime, _, _ = await self.cache.load_all(decision.policy)
+            runtime, _ = await self.cache.load_all(decision.policy)
         except NotFound:
             return None
         return await asyncio.to_thread(_parts, runtime.info, runtime.policy, decision)

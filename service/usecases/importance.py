@@ -80,7 +80,7 @@ class FeatureRanking:
     async def features(self, name: str, top: int) -> FeatureImportanceReport:
         """The ``top`` columns of policy ``name`` by importance (422 for a policy whose
         algorithm is not linear in its input)."""
-        runtime, _, _ = await self.cache.load_all(name)
+        runtime, _ = await self.cache.load_all(name)
         weights = runtime.policy.feature_weights()  # copies: the cached policy moves on
         if weights is None:
             raise InvalidRequest(

@@ -260,13 +260,12 @@ class PolicyCache:
         arms += sorted(a for a in served if a not in arms)
         return arms
 
-    async def load_all(self, name: str) -> tuple[Runtime, list[str], dict[str, float]]:
-        """The policy ``name`` with the parts of every known arm loaded, those arms and
-        the policy's counters."""
+    async def load_all(self, name: str) -> tuple[Runtime, list[str]]:
+        """The policy ``name`` with the parts of every known arm loaded, and those arms."""
         runtime, _, _ = await self.load(name)
         arms = await self.known_arms(name, runtime)
         runtime, _, _ = await self.load(name, lambda p: p.parts_for_select(arms) if arms else [])
-        return runtime, arms, await self.store.counters(name)
+        return runtime, arms
 
     async def transact(
         self,

@@ -468,6 +468,42 @@ async def test_export_snapshot_and_stats_fold_the_pending_rewards_first(
         assert await app.state.use_cases.folds.fold(NAME) == 0
 
 
+@pytest.mark.parametrize("backend", ["redis_postgres"])
+@pytest.mark.parametrize("interval", [3600.0, None], ids=["folded", "immediate"])
+async def test_the_stats_never_count_a_reward_their_model_lacks(
+    make_settings: Any, interval: float | None
+) -> None:
+    """Replica B's rewards commit while replica A's stats read counters (a reward before
+    each read): A's stats count no reward the model they report lacks, so a poll of the
+    stats until a count is reached then finds at least that many rewards in the model,
+    folded or applied at once."""
+    settings = make_settings(**NO_LOOP)
+    async with running(settings) as (a, http_a, _), running(settings) as (_, http_b, _):
+        r = await http_a.put(f"/policies/{NAME}", json={**SPEC, "model_update_interval": interval})
+        assert r.status_code == 200, r.text
+        rewards = _rewards(await decisions(http_b, 6))
+        ids = list(rewards)
+        await _reward_concurrently(http_b, {e: rewards[e] for e in ids[:2]}, clients=1)
+        store = a.state.use_cases.admin.store
+        counters, during = store.counters, ids[2:]
+        answers: list[Any] = []
+
+        async def counters_as_b_rewards(name: str) -> dict[str, float]:
+            if len(answers) < len(during):
+                event_id = during[len(answers)]
+                reward = {"event_id": event_id, "reward": rewards[event_id]}
+                answers.append(await http_b.post("/reward", json=reward))
+            return await counters(name)
+
+        store.counters = counters_as_b_rewards
+        try:
+            stats = (await http_a.get(f"/policies/{NAME}/stats")).json()
+        finally:
+            del store.counters
+    assert len(answers) >= 2 and all(r.json()["applied"] for r in answers), answers
+    assert 3 <= stats["rewards"] <= stats["policy_stats"]["rewarded"], stats
+
+
 async def test_fold_pending_folds_every_batch(make_settings: Any) -> None:
     """More deltas pending than one fold takes (``fold_max_deltas``): ``fold_pending``
     folds batch after batch until none is left, each reward once."""
