@@ -207,7 +207,13 @@ def redis_client(url: str, *, socket_timeout: float, max_connections: int) -> Re
         return RedisClient(cluster, cluster.aclose)
     sentinel = Sentinel(
         list(target.nodes),
-        sentinel_kwargs={**timeouts, **(target.sentinel_options or {})},
+        # no retry of a sentinel that does not answer: the next sentinel is asked at once
+        # (redis-py's default backs off for seconds before each call fails)
+        sentinel_kwargs={
+            **timeouts,
+            "retry": Retry(NoBackoff(), 0),
+            **(target.sentinel_options or {}),
+        },
     )
     master = sentinel.master_for(
         target.master_name or "",
