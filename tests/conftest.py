@@ -69,11 +69,13 @@ def redis_sentinel() -> Iterator[SentinelGroup]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def no_policy_series_of_other_modules() -> None:
-    """Drop the metric series of every policy (``metrics.POLICY_METRICS``) before a
-    module's tests: the registry is the process's, and every ``/metrics`` scrape walks
-    every series it holds, so after a worker's thousands of policies each scrape took
-    about a second. No service code keeps a series between calls, and no module reads
-    another's series."""
-    for metric in metrics.POLICY_METRICS:
+def no_series_of_other_modules() -> None:
+    """Drop the metric series of every policy (``metrics.POLICY_METRICS``) and of every
+    route (``metrics.REQUEST_LATENCY``) before a module's tests: the registry is the
+    process's, and every ``/metrics`` scrape walks every series it holds, so after a
+    worker's thousands of policies each scrape took about a second, and after a
+    thousand tests' requests (900 route, method and status series, 1.8 MB of text) 0.18
+    s. No service code keeps a series between calls, and no module reads another's
+    series."""
+    for metric in (*metrics.POLICY_METRICS, metrics.REQUEST_LATENCY):
         metric.clear()
