@@ -45,9 +45,10 @@ from tests.service.test_estimate_partitions import respaced_copy
 from tests.service.test_offline_dsjson import FEATURES, dsjson_lines, split_log
 from tests.service.test_partition_streams import evaluation_plan, news_files
 
-# a two-node Ray cluster per module: the slow tier; a cluster's start on a loaded machine
+# a two-node Ray cluster per module, on one worker (two clusters of two nodes each, one
+# per worker, took the two cores): the slow tier; a cluster's start on a loaded machine
 # takes minutes
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group(__name__)]
 
 EVENTS = 300
 WHOLE_LOG = {"start_time": "2020-01-01T00:00:00Z", "end_time": "2100-01-01T00:00:00Z"}
