@@ -97,6 +97,34 @@ def _on_ray(argv: list[str], out: Path, cluster: RayCluster) -> subprocess.Popen
     )
 
 
+# one driver for several commands: an interpreter's start, its imports and its connection
+# to the cluster (ray.init once per process, service/usecases/offline_engine.py) paid once
+DRIVER = """
+import json, sys
+from service.cli import main
+for argv in json.loads(sys.argv[1]):
+    if (code := main(argv)) != 0:
+        sys.exit(f"{argv}: exit status {code}")
+"""
+
+
+def _all_on_ray(commands: dict[str, list[str]], tmp_path: Path, cluster: RayCluster) -> Any:
+    """One driver process running ``commands`` on Ray one after another, each writing
+    ``<name>-ray.json`` under ``tmp_path``."""
+    argvs = [
+        [*argv, "--json", str(tmp_path / f"{name}-ray.json"), "--no-progress"]
+        + ["--engine", "ray", "--ray-address", cluster.address]
+        for name, argv in commands.items()
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, json.dumps(argvs)],
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _finished(proc: subprocess.Popen[str], out: Path) -> dict[str, Any]:
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
@@ -145,13 +173,14 @@ def test_offline_commands_on_ray_equal_the_local_engine(
             "--offline-experimentation",
         ],
     }  # fmt: skip
-    remote = {
-        name: (_on_ray(argv, tmp_path / f"{name}-ray.json", cluster), tmp_path / f"{name}-ray.json")
-        for name, argv in commands.items()
+    driver = _all_on_ray(commands, tmp_path, cluster)
+    results = {
+        name: _local(argv, tmp_path / f"{name}.json", capsys) for name, argv in commands.items()
     }
-    for name, argv in commands.items():
-        local = _local(argv, tmp_path / f"{name}.json", capsys)
-        on_ray = _finished(*remote[name])
+    _, stderr = driver.communicate(timeout=600)
+    assert driver.returncode == 0, stderr
+    for name, local in results.items():
+        on_ray = json.loads((tmp_path / f"{name}-ray.json").read_text())
         if name in ("compare", "compare-days", "compare-files", "estimate", "estimate-dsjson"):
             assert (local.pop("engine"), on_ray.pop("engine")) == ("local", "ray")
         assert untimed(on_ray) == untimed(local), name
