@@ -108,7 +108,9 @@ for argv in json.loads(sys.argv[1]):
 """
 
 
-def _all_on_ray(commands: dict[str, list[str]], tmp_path: Path, cluster: RayCluster) -> Any:
+def _all_on_ray(
+    commands: dict[str, list[str]], tmp_path: Path, cluster: RayCluster
+) -> subprocess.Popen[str]:
     """One driver process running ``commands`` on Ray one after another, each writing
     ``<name>-ray.json`` under ``tmp_path``."""
     argvs = [
