@@ -35,7 +35,7 @@ def require_ray() -> None:
     pytest.skip(message)
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """The processes ``pid`` started, and theirs (from /proc)."""
     parents: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -171,7 +171,7 @@ class RayCluster:
         """Kill node ``index`` and every process it started: its process group, and its
         worker processes (which Ray puts in groups of their own)."""
         proc = self.procs[index]
-        started = _descendants(proc.pid)
+        started = descendants(proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         for pid in started:

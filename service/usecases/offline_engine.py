@@ -259,10 +259,13 @@ class OfflineEngine:
         }
         try:
             self._drive(first, ready, check, f"{len(streams)} stream(s)", again)
-        finally:  # the work stopped: its actors go (after a lost cluster, ray is shut down)
-            for i in set(range(len(actors))) - ended:
-                with contextlib.suppress(Exception):  # shut down: nothing left to kill
-                    ray.kill(actors[i], no_restart=True)
+        finally:  # the work stopped: its actors go
+            # After a lost cluster Ray is shut down: nothing is left to kill, and a call
+            # would start a Ray instance of its own on this machine (Ray's auto-init).
+            if ray.is_initialized():
+                for i in set(range(len(actors))) - ended:
+                    with contextlib.suppress(Exception):
+                        ray.kill(actors[i], no_restart=True)
         results = []
         for stream, checkpoint in zip(streams, checkpoints, strict=True):
             state = stream.begin() if checkpoint is None else pickle.loads(checkpoint)

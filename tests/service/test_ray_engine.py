@@ -37,7 +37,7 @@ from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
 from service.usecases.evaluations import Candidate, evaluate, load_decisions
 from service.usecases.importance import scores_over_log_in_worker
 from service.usecases.offline_engine import OfflineEngine
-from tests.ray_cluster import RayCluster, _descendants, require_ray
+from tests.ray_cluster import RayCluster, descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
 from tests.service.offline_results import untimed
@@ -52,6 +52,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_gro
 
 EVENTS = 300
 WHOLE_LOG = {"start_time": "2020-01-01T00:00:00Z", "end_time": "2100-01-01T00:00:00Z"}
+EPSILON_SETTING = {"name": "eps", "arguments": "--cb_explore_adf --epsilon 0.1"}
 
 
 @pytest.fixture
@@ -203,7 +204,7 @@ async def test_service_evaluations_and_feature_importance_on_ray(
         body = {
             "name": "on ray",
             **WHOLE_LOG,
-            "policies": [{"name": "eps", "arguments": "--cb_explore_adf --epsilon 0.1"}],
+            "policies": [EPSILON_SETTING],
             "offline_experimentation": True,
         }
         created = await http.post("/policies/shop/evaluations", json=body)
@@ -258,12 +259,21 @@ def _expected_evaluation(url: str, record: Any) -> Any:
     return json.loads(json.dumps(result))
 
 
+def _ray_server(pid: int) -> bool:
+    """Whether process ``pid`` is a Ray head's or node's server (GCS or raylet)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # ended
+        return False
+    return b"gcs_server" in command or b"raylet" in command
+
+
 def _wait_for_task(cluster: RayCluster, node: int, task: str, timeout: float = 600) -> None:
     """Until a worker of ``node`` runs ``task`` (its process title names it); the deadline
     covers the driver's start and its connection to the cluster, minutes on a loaded machine."""
     deadline = time.monotonic() + timeout
     while True:
-        for pid in _descendants(cluster.procs[node].pid):
+        for pid in descendants(cluster.procs[node].pid):
             try:
                 title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
             except OSError:
@@ -291,7 +301,7 @@ def _actors(cluster: RayCluster) -> list[int]:
     """The worker processes of the cluster that hold a :class:`StreamActor`."""
     found = []
     for proc in cluster.procs:
-        for pid in _descendants(proc.pid):
+        for pid in descendants(proc.pid):
             try:
                 title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
             except OSError:
@@ -426,11 +436,17 @@ async def test_a_cluster_stopped_mid_evaluation_fails_it_and_a_rerun_succeeds(
         record = await _finished_evaluation(app, created.json()["evaluation_id"], timeout=120)
         assert record.status == "failed"
         assert f"the Ray cluster at {cluster.address}" in record.message, record.message
+        # the evaluation's worker process started no Ray instance of its own
+        ray_processes = [p for p in descendants(os.getpid()) if _ray_server(p)]
+        assert ray_processes == [], ray_processes
         view = (await http.get(f"/policies/shop/evaluations/{record.evaluation_id}")).json()
         assert view["status"] == "failed" and view["message"] == record.message
 
+        # the rerun needs only to reach the cluster again: one setting, no grid (the grid
+        # on Ray is compared with the local engine above)
         await asyncio.to_thread(cluster.start)
-        again = await http.post("/policies/shop/evaluations", json=body)
+        rerun = {"name": "again", **WHOLE_LOG, "policies": [EPSILON_SETTING]}
+        again = await http.post("/policies/shop/evaluations", json=rerun)
         assert again.status_code == 202, again.text
         record = await _finished_evaluation(app, again.json()["evaluation_id"])
         assert record.status == "succeeded", record.message
