@@ -263,9 +263,13 @@ def check_feature_importances(loop_url: str, start: datetime, end: datetime) -> 
     scores = {(s["namespace"], s["featureName"]): s["score"] for s in job["featureScores"]}
     ordered = [s["score"] for s in job["featureScores"]]
     assert ordered == sorted(ordered, reverse=True) and ordered[0] == 1.0
-    # the storefront's clicks depend on segment x category; nothing reads session.tab
+    # The storefront's clicks depend on segment x category, x tags and x price; nothing
+    # reads session.tab. An item's tags are drawn by its category, so leaving one of the
+    # two out loses little: the item's side is checked by its strongest feature. Over 20
+    # seeds (docs/testing.md) segment was above tab in 20, the strongest item feature in 19.
+    item = max(scores[("item", key)] for key in ("category", "tags", "price"))
     assert scores[("user", "segment")] > scores[("session", "tab")], scores
-    assert scores[("item", "category")] > scores[("session", "tab")], scores
+    assert item > scores[("session", "tab")], scores
     assert set(scores) == {
         ("user", "segment"),
         ("user", "tenureYears"),
