@@ -187,7 +187,8 @@ class RedisStateStore:
             prefix + "seen",
             *(prefix + "k:" + k for k in keys),
         ]
-        assume = {k: v for k, v in (assumed or {}).items() if k in keys}
+        wanted = set(keys)  # a fold's transaction holds a thousand keys
+        assume = {k: v for k, v in (assumed or {}).items() if k in wanted}
         taken: str | None = None
         for attempt in range(self._max_attempts):
             unread = [k for k in keys if k not in assume]
