@@ -263,7 +263,10 @@ class Evaluations:
 
     def _worker_lost(self, loop: str, evaluation_id: str, future: Future[str]) -> None:
         """A run whose process died before it stored a final status ends ``failed`` with
-        the reason (it can be submitted again)."""
+        the reason (it can be submitted again). On Ray the reason names a cluster whose
+        head no longer answers: Ray ends a driver that cannot reach its cluster for a
+        minute, which can come before the run's own check (``lost_after_seconds``) when
+        a call to the lost cluster blocks."""
         if future.cancelled() or future.exception() is None:
             return
         log.error("evaluation worker failed: %s", future.exception())
@@ -271,6 +274,9 @@ class Evaluations:
             record = self.store.get(loop, evaluation_id)
             if record is not None and record.status not in FINAL:
                 message = f"the evaluation's worker process stopped: {future.exception()}"
+                lost = OfflineEngine.from_settings(self.settings).lost_cluster()
+                if lost is not None:
+                    message = f"the Ray cluster at {lost} stopped answering; {message}"
                 self.store.update(loop, evaluation_id, status="failed", message=message)
         except Exception:  # the log is unreachable: the stale-heartbeat rerun covers it
             log.exception("could not record the failure of evaluation %s", evaluation_id)

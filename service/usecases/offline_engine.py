@@ -367,11 +367,22 @@ class OfflineEngine:
         ``ray.wait`` returning nothing, forever)."""
         import ray
 
-        host, _, port = ray.get_runtime_context().gcs_address.rpartition(":")
+        return self._answers(ray.get_runtime_context().gcs_address)
+
+    def lost_cluster(self) -> str | None:
+        """The address of this engine's Ray cluster when its head does not answer (asked
+        from any process, connected to Ray or not); None when it answers, when the
+        engine is local, or when the address is Ray's ``auto``."""
+        if self.kind != "ray" or self.ray_address is None:
+            return None
+        return None if self._answers(self.ray_address) else self.ray_address
+
+    def _answers(self, address: str) -> bool:
+        host, _, port = address.rpartition(":")
         try:
             with socket.create_connection((host, int(port)), timeout=self.poll_seconds):
                 return True
-        except OSError:
+        except (OSError, ValueError):
             return False
 
     @staticmethod

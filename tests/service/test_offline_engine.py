@@ -1,8 +1,11 @@
 """The offline engine setting without a cluster: ``ray`` without Ray installed is refused
 naming the extra (the settings, and ``--engine ray`` of a command with exit status 2);
-the local engine maps in order and reports each finished task."""
+the local engine maps in order and reports each finished task; a lost cluster is named
+only when its head does not answer."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 from pydantic import ValidationError
@@ -50,3 +53,17 @@ def test_the_local_engine_maps_in_order_and_reports_each_task() -> None:
 def test_the_engine_comes_from_the_settings() -> None:
     settings = Settings(offline_engine="local", ray_address="10.0.0.5:6379")
     assert OfflineEngine.from_settings(settings) == OfflineEngine("local", "10.0.0.5:6379")
+
+
+def test_a_lost_cluster_is_named_only_when_its_head_does_not_answer() -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        answering = f"127.0.0.1:{listening.getsockname()[1]}"
+        with socket.socket() as closed:  # a port nothing listens on once closed
+            closed.bind(("127.0.0.1", 0))
+            silent = f"127.0.0.1:{closed.getsockname()[1]}"
+        assert OfflineEngine("ray", silent).lost_cluster() == silent
+        assert OfflineEngine("ray", answering).lost_cluster() is None
+    assert OfflineEngine("ray", None).lost_cluster() is None  # Ray's auto: not known
+    assert OfflineEngine("local", silent).lost_cluster() is None
