@@ -50,6 +50,15 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def command_line(pid: int) -> str:
+    """Process ``pid``'s command line as its title shows it (Ray's workers name their
+    task there); empty once it has ended."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 class RayCluster:
     """``nodes`` nodes of ``cpus`` CPUs each; :attr:`address` is the head's GCS."""
 

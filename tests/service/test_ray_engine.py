@@ -37,7 +37,7 @@ from service.usecases.evaluation_streams import DecisionQuery, evaluate_on
 from service.usecases.evaluations import Candidate, evaluate, load_decisions
 from service.usecases.importance import scores_over_log_in_worker
 from service.usecases.offline_engine import OfflineEngine
-from tests.ray_cluster import RayCluster, descendants, require_ray
+from tests.ray_cluster import RayCluster, command_line, descendants, require_ray
 from tests.servers import ROOT
 from tests.service.conftest import running
 from tests.service.offline_results import untimed
@@ -90,9 +90,14 @@ def _local(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str]) -> di
     return json.loads(out.read_text())
 
 
+def _ray_argv(argv: list[str], out: Path, cluster: RayCluster) -> list[str]:
+    """``argv`` writing its JSON to ``out``, on ``cluster``."""
+    ray = ["--engine", "ray", "--ray-address", cluster.address]
+    return [*argv, "--json", str(out), "--no-progress", *ray]
+
+
 def _on_ray(argv: list[str], out: Path, cluster: RayCluster) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "service.cli", *argv, "--json", str(out), "--no-progress"]
-    command += ["--engine", "ray", "--ray-address", cluster.address]
+    command = [sys.executable, "-m", "service.cli", *_ray_argv(argv, out, cluster)]
     return subprocess.Popen(
         command, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -115,9 +120,7 @@ def _all_on_ray(
     """One driver process running ``commands`` on Ray one after another, each writing
     ``<name>-ray.json`` under ``tmp_path``."""
     argvs = [
-        [*argv, "--json", str(tmp_path / f"{name}-ray.json"), "--no-progress"]
-        + ["--engine", "ray", "--ray-address", cluster.address]
-        for name, argv in commands.items()
+        _ray_argv(argv, tmp_path / f"{name}-ray.json", cluster) for name, argv in commands.items()
     ]
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, json.dumps(argvs)],
@@ -261,11 +264,8 @@ def _expected_evaluation(url: str, record: Any) -> Any:
 
 def _ray_server(pid: int) -> bool:
     """Whether process ``pid`` is a Ray head's or node's server (GCS or raylet)."""
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:  # ended
-        return False
-    return b"gcs_server" in command or b"raylet" in command
+    command = command_line(pid)
+    return "gcs_server" in command or "raylet" in command
 
 
 def _wait_for_task(cluster: RayCluster, node: int, task: str, timeout: float = 600) -> None:
@@ -273,13 +273,8 @@ def _wait_for_task(cluster: RayCluster, node: int, task: str, timeout: float = 6
     covers the driver's start and its connection to the cluster, minutes on a loaded machine."""
     deadline = time.monotonic() + timeout
     while True:
-        for pid in descendants(cluster.procs[node].pid):
-            try:
-                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if task in title:
-                return
+        if any(task in command_line(pid) for pid in descendants(cluster.procs[node].pid)):
+            return
         assert time.monotonic() < deadline, f"no {task} on node {node}"
         time.sleep(0.2)
 
@@ -299,16 +294,12 @@ def test_a_node_killed_mid_run_is_retried_with_the_same_result(
 
 def _actors(cluster: RayCluster) -> list[int]:
     """The worker processes of the cluster that hold a :class:`StreamActor`."""
-    found = []
-    for proc in cluster.procs:
-        for pid in descendants(proc.pid):
-            try:
-                title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "StreamActor" in title:
-                found.append(pid)
-    return found
+    return [
+        pid
+        for proc in cluster.procs
+        for pid in descendants(proc.pid)
+        if "StreamActor" in command_line(pid)
+    ]
 
 
 def test_an_actor_killed_after_a_partition_goes_on_from_its_checkpoint(
