@@ -5,9 +5,12 @@ SQLite log, under a temporary data directory) is called through httpx's ASGI tra
 no socket and no server: ``POST /personalizer/v1.0/rank`` on the default loop with the
 goal's request (:func:`benchmarks.service_load.rank_body`: 15 context features in 3
 namespaces, 50 actions of 6 features) and ``POST /recommend`` on a LinUCB policy with
-K = 50 registered arms at d = 32, interleaved (:func:`benchmarks._harness.interleave`).
-CPU time per request of the whole process (the client's share included, the same for
-both), and their ratio round by round:
+K = 50 registered arms at d = 32, and the default loop's reward route on an event ranked
+beforehand (``POST /personalizer/v1.0/events/{id}/reward``, rewarded again each time: the
+key, the owner's lookup, the event's read, the answer that a repeat changes nothing),
+interleaved (:func:`benchmarks._harness.interleave`). CPU time per request of the whole
+process (the client's share included, the same for all), and the ratio to the dense
+request's round by round:
 
     python -m benchmarks.rank_in_process [--rounds 7]
     OPENBLAS_NUM_THREADS=2 python -m benchmarks.rank_in_process --label blas2   # numpy's default threads here
@@ -62,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     ).encode()
     bodies = {"default-loop rank": (RANK_PATH, rank_body().encode(), 201)}
     bodies["dense /recommend"] = ("/recommend", dense_body, 200)
+    ranked = loop.run_until_complete(client.post(RANK_PATH, content=rank_body(), headers=HEADERS))
+    reward_path = f"/personalizer/v1.0/events/{ranked.json()['eventId']}/reward"
+    bodies["default-loop reward, repeated"] = (reward_path, b'{"value": 1.0}', 204)
 
     def runner(path: str, body: bytes, status: int) -> Callable[[int], None]:
         async def post(n: int) -> None:

@@ -20,6 +20,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import HTTPConnection
 
 from service.api.oidc import OidcVerifier, looks_like_jwt
 from service.errors import Unauthorized
@@ -50,7 +51,7 @@ async def check(request: Request, credentials: HTTPAuthorizationCredentials | No
     )
 
 
-async def check_key(request: Request, presented: str | None, header: str) -> None:
+async def check_key(request: HTTPConnection, presented: str | None, header: str) -> None:
     """Raise :class:`Unauthorized` unless ``presented`` (the key a request carries in
     ``header``, None: no key) is a configured key or a valid token of the OIDC issuer,
     or neither is configured and the client is on loopback; the request then acts as

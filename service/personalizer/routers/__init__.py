@@ -31,26 +31,36 @@ PERSONALIZER_PATH = re.compile(r"^(/loops/[^/]+)?/personalizer(/|$)")
 Version = Literal["v1.0", "v1.1-preview.1", "v1.1-preview.2", "v1.1-preview.3"]
 
 
-async def default_loop() -> str:
+LoopName = Path(description="the policy serving as the loop")
+VersionSegment = Path(description="the API version of the path")
+ApiVersionQuery = Query(None, alias="api-version", description="accepted and ignored")
+
+# A family's loop dependency also takes the family's other path or query parameter, so
+# that a request solves one dependency for both (each costs FastAPI's bookkeeping on
+# every request: docs/performance.md section 9, item 10).
+
+
+async def default_loop(version: str | None = ApiVersionQuery) -> str:
+    """The default loop, under ``/personalizer`` with the ``api-version`` query
+    parameter the 2022 SDK sends (any value)."""
     return DEFAULT_LOOP
 
 
-LoopName = Path(description="the policy serving as the loop")
-VersionSegment = Path(description="the API version of the path")
-
-
-async def named_loop(policy: PolicyName = LoopName) -> str:
+async def named_loop(policy: PolicyName = LoopName, version: str | None = ApiVersionQuery) -> str:
+    """The policy of ``/loops/{policy}/personalizer`` (``api-version`` as above)."""
     return policy
 
 
-async def api_version(
-    version: str | None = Query(None, alias="api-version", description="accepted and ignored"),
-) -> None:
-    """The ``api-version`` query parameter the 2022 SDK sends (any value)."""
+async def default_loop_of_version(version: Version = VersionSegment) -> str:
+    """The default loop, under ``/personalizer/{version}`` (``v1.0``, ``v1.1-preview.N``)."""
+    return DEFAULT_LOOP
 
 
-async def path_version(version: Version = VersionSegment) -> None:
-    """The version segment of the ``v1.0`` / ``v1.1-preview.N`` paths."""
+async def named_loop_of_version(
+    version: Version = VersionSegment, policy: PolicyName = LoopName
+) -> str:
+    """The policy of ``/loops/{policy}/personalizer/{version}``."""
+    return policy
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -78,14 +88,14 @@ def install_handlers(app: FastAPI) -> None:
 
 
 FAMILIES = (
-    ("/personalizer", default_loop, api_version),
-    ("/loops/{policy}/personalizer", named_loop, api_version),
-    ("/personalizer/{version}", default_loop, path_version),
-    ("/loops/{policy}/personalizer/{version}", named_loop, path_version),
+    ("/personalizer", default_loop),
+    ("/loops/{policy}/personalizer", named_loop),
+    ("/personalizer/{version}", default_loop_of_version),
+    ("/loops/{policy}/personalizer/{version}", named_loop_of_version),
 )
-"""Each family's prefix, loop dependency and path-parameter dependency, in the order to
-include them (the ``api-version`` family first, so that ``/personalizer/configurations/...``
-never reads as a version)."""
+"""Each family's prefix and loop dependency (which takes the prefix's parameters), in
+the order to include them (the ``api-version`` family first, so that
+``/personalizer/configurations/...`` never reads as a version)."""
 
 ROUTE_GROUPS = (
     make_router,
@@ -96,7 +106,7 @@ ROUTE_GROUPS = (
     make_evaluations_router,
 )
 """The functions building one group of routes for a family (``make_router(prefix,
-loop_of, path_params)``); a new group of Personalizer routes is one more entry here."""
+loop_of)``); a new group of Personalizer routes is one more entry here."""
 
 
 @functools.cache

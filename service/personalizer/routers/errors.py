@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, Request, Response
+from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import APIKeyHeader, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import HTTPConnection
 
 from bandit_core.errors import BanditError, ModelError
 from service.api.auth import check_key
@@ -51,25 +52,37 @@ NOT_FOUND_CODES = {"evaluation": "EvaluationNotFound", "job": "FeatureImportance
 NOT_FOUND_CODES_OF_ROUTE = {"get_logs_properties": "LogsPropertiesNotFound"}
 ERROR_CODE_HEADER = "x-ms-error-code"
 
-_subscription_key = APIKeyHeader(
-    name=SUBSCRIPTION_KEY, auto_error=False, description="an API key from BANDIT_API_KEYS"
-)
 _bearer = HTTPBearer(auto_error=False, description="an API key from BANDIT_API_KEYS")
 
 
-async def personalizer_key(
-    request: Request,
-    subscription_key: Annotated[str | None, Depends(_subscription_key)],
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """Dependency of every Personalizer route: ``Ocp-Apim-Subscription-Key`` (or
-    ``Authorization: Bearer``) against the service's API keys (service/api/auth.py)."""
-    presented = (
-        subscription_key
-        if subscription_key is not None
-        else (bearer.credentials if bearer else None)
-    )
-    await check_key(request, presented, f"{SUBSCRIPTION_KEY} (or Authorization: Bearer <api key>)")
+class PersonalizerKey(APIKeyHeader):
+    """The key every Personalizer route checks: ``Ocp-Apim-Subscription-Key`` (or
+    ``Authorization: Bearer``) against the service's API keys (service/api/auth.py).
+
+    One dependency, the ``APIKeyHeader`` scheme of the OpenAPI document, that reads the
+    bearer credentials itself: the two schemes as sub-dependencies of a third cost FastAPI
+    two more dependencies to solve on every request (docs/performance.md section 9,
+    item 10). :class:`PersonalizerRoute` names the bearer scheme beside it in each
+    route's security.
+    """
+
+    async def __call__(self, request: HTTPConnection) -> None:
+        presented = await super().__call__(request)
+        if presented is None:
+            bearer = await _bearer(request)
+            presented = bearer.credentials if bearer else None
+        await check_key(
+            request, presented, f"{SUBSCRIPTION_KEY} (or Authorization: Bearer <api key>)"
+        )
+
+
+personalizer_key = PersonalizerKey(
+    name=SUBSCRIPTION_KEY,
+    scheme_name="APIKeyHeader",
+    auto_error=False,
+    description="an API key from BANDIT_API_KEYS",
+)
+"""The dependency of every Personalizer route (:class:`PersonalizerKey`)."""
 
 
 def error_response(
@@ -126,7 +139,14 @@ def _not_found_code(exc: ApiError, route: str) -> str:
 
 
 class PersonalizerRoute(JsonRoute):
-    """A route answering its errors in Personalizer's shape (module docstring)."""
+    """A route answering its errors in Personalizer's shape (module docstring), whose
+    OpenAPI security names the bearer scheme beside :data:`personalizer_key`'s."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        # FastAPI appends a list of openapi_extra to the generated one
+        security: dict[str, Any] = {"security": [{_bearer.scheme_name: []}]}
+        kwargs["openapi_extra"] = {**security, **(kwargs.get("openapi_extra") or {})}
+        super().__init__(path, endpoint, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

@@ -27,9 +27,7 @@ from service.personalizer.evaluation_views import (
     preview_evaluation,
     v1_evaluation,
 )
-from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
-from service.personalizer.routers.routes import ERRORS
-from service.routers.path_filter import PathFilteredRouter
+from service.personalizer.routers.routes import personalizer_router
 
 EvaluationIdPath = Path(
     alias="evaluationId", min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.:\-]+$"
@@ -40,17 +38,11 @@ EndTimeQuery = Query(None, alias="endTime", description="end of the estimates' r
 
 
 def make_evaluations_router(
-    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
+    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]]
 ) -> APIRouter:
-    """The evaluation routes under ``prefix`` (``loop_of`` and ``path_params`` as in
+    """The evaluation routes under ``prefix`` (``loop_of`` as in
     :func:`service.personalizer.routers.routes.make_router`)."""
-    router = PathFilteredRouter(
-        prefix=prefix,
-        tags=["personalizer"],
-        route_class=PersonalizerRoute,
-        dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=ERRORS,
-    )
+    router = personalizer_router(prefix)
     Loop = Depends(loop_of)
 
     async def submit(

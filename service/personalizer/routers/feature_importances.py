@@ -47,10 +47,10 @@ def _details(job: FeatureImportanceJob) -> dict[str, Any]:
 
 
 def make_feature_importance_router(
-    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
+    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]]
 ) -> APIRouter:
     """The feature-importance routes under ``prefix`` (``make_router``'s arguments)."""
-    router = personalizer_router(prefix, path_params)
+    router = personalizer_router(prefix)
     Loop = Depends(loop_of)
 
     @router.put("/featureImportances/{featureImportanceId}", status_code=200)

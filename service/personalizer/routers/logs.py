@@ -9,13 +9,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from service.api.deps import LogUpkeepDep
-from service.personalizer.routers.errors import PersonalizerRoute, personalizer_key
+from service.personalizer.routers.routes import personalizer_router
 from service.personalizer.schemas import (
     PersonalizerDateRange,
     PersonalizerErrorResponse,
     PersonalizerLogsProperties,
 )
-from service.routers.path_filter import PathFilteredRouter
 
 LOG_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": PersonalizerErrorResponse, "description": "missing or invalid key"},
@@ -24,17 +23,9 @@ LOG_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def make_logs_router(
-    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
-) -> APIRouter:
+def make_logs_router(prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]]) -> APIRouter:
     """The log routes under ``prefix`` (arguments as :func:`routes.make_router`'s)."""
-    router = PathFilteredRouter(
-        prefix=prefix,
-        tags=["personalizer"],
-        route_class=PersonalizerRoute,
-        dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=LOG_ERRORS,
-    )
+    router = personalizer_router(prefix, LOG_ERRORS)
     Loop = Depends(loop_of)
 
     @router.delete("/logs", status_code=204)

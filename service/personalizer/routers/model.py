@@ -17,11 +17,9 @@ from service.personalizer.schemas import PersonalizerModelProperties, Personaliz
 from service.routers.policies import MODEL_FILE, MODEL_MEDIA_TYPE
 
 
-def make_model_router(
-    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
-) -> APIRouter:
+def make_model_router(prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]]) -> APIRouter:
     """The model routes under ``prefix`` (``make_router``'s arguments)."""
-    router = personalizer_router(prefix, path_params)
+    router = personalizer_router(prefix)
     Loop = Depends(loop_of)
 
     @router.get(

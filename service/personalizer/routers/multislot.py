@@ -27,10 +27,10 @@ MultiSlotDep = Annotated[MultiSlot, Depends(get_multislot)]
 
 
 def make_multislot_router(
-    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
+    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]]
 ) -> APIRouter:
     """The multi-slot routes under ``prefix`` (arguments as :func:`make_router`'s)."""
-    router = personalizer_router(prefix + "/multislot", path_params)
+    router = personalizer_router(prefix + "/multislot")
     Loop = Depends(loop_of)
 
     @router.post(

@@ -40,24 +40,24 @@ holding ``/`` works once the client percent-encodes it (``%2F``, which the serve
 decodes before routing)."""
 
 
-def personalizer_router(prefix: str, path_params: Callable[..., Any]) -> APIRouter:
-    """An empty router of Personalizer routes under ``prefix``: the key, the prefix's
-    path parameters (``path_params``) and Personalizer's error shape on every route."""
+def personalizer_router(
+    prefix: str, responses: dict[int | str, dict[str, Any]] = ERRORS
+) -> APIRouter:
+    """An empty router of Personalizer routes under ``prefix``: the key and
+    Personalizer's error shape on every route (``responses`` documents the errors)."""
     return PathFilteredRouter(
         prefix=prefix,
         tags=["personalizer"],
         route_class=PersonalizerRoute,
-        dependencies=[Depends(personalizer_key), Depends(path_params)],
-        responses=ERRORS,
+        dependencies=[Depends(personalizer_key)],
+        responses=responses,
     )
 
 
-def make_router(
-    prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]], path_params: Callable[..., Any]
-) -> APIRouter:
-    """The routes under ``prefix``; ``loop_of`` is the dependency naming the loop,
-    ``path_params`` the one taking the prefix's other parameters (version, api-version)."""
-    router = personalizer_router(prefix, path_params)
+def make_router(prefix: str, loop_of: Callable[..., Coroutine[Any, Any, str]]) -> APIRouter:
+    """The routes under ``prefix``; ``loop_of`` is the dependency naming the loop (and
+    taking the prefix's other parameters: version, api-version)."""
+    router = personalizer_router(prefix)
     Loop = Depends(loop_of)
 
     @router.post("/rank", status_code=201, response_model=PersonalizerRankResponse)
@@ -73,9 +73,10 @@ def make_router(
 
     @router.post("/events/{eventId:path}/reward", status_code=204)
     async def reward(
-        body: PersonalizerReward, loops: LoopsDep, event_id: EventIdPath, loop: str = Loop
+        body: PersonalizerReward, request: Request, event_id: EventIdPath, loop: str = Loop
     ) -> Response:
         """Reward an event (value in [-1, 1]; the earliest reward counts)."""
+        loops: Loops = request.app.state.loops  # as rank: one dependency fewer
         await loops.reward(loop, event_id, body.value)
         return Response(status_code=204)
 
