@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
+
+from service.schemas.common import ErrorDetail
 
 # every digit to "0", every other byte to " ": a body has a run of 19 digits exactly when
 # its translation holds 19 zeros in a row (4 us for 6.5 KB; the regex [0-9]{19}, 50 us)
@@ -39,8 +42,23 @@ class OrjsonRequest(Request):
         return json.loads(body)
 
 
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+"""The methods whose body the application's limit reads first (``BodyLimitAndTiming`` in
+service/api/app.py answers 413 above it)."""
+
+
 class JsonRoute(APIRoute):
-    """A route whose handler reads the body through :class:`OrjsonRequest`."""
+    """A route whose handler reads the body through :class:`OrjsonRequest`, and which
+    documents, for a method with a body, the 413 the body limit answers
+    (:data:`ERROR_MODEL` its body)."""
+
+    ERROR_MODEL: ClassVar[type[BaseModel]] = ErrorDetail
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        if BODY_METHODS & set(kwargs.get("methods") or ()):
+            too_large = {413: {"model": self.ERROR_MODEL, "description": "body too large"}}
+            kwargs["responses"] = {**too_large, **(kwargs.get("responses") or {})}
+        super().__init__(path, endpoint, **kwargs)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

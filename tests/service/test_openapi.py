@@ -27,6 +27,31 @@ async def test_served_document_equals_the_committed_one(make_settings: Any) -> N
     assert served == json.loads(OPENAPI_PATH.read_text())
 
 
+def test_every_operation_with_a_body_documents_the_body_limits_413() -> None:
+    """The body limit (``BANDIT_MAX_BODY_BYTES``) answers 413 on any route before it
+    reads the body; every operation taking one says so, in its family's error shape."""
+    doc = json.loads(OPENAPI_PATH.read_text())
+    operations = {
+        (method, path): op
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if "requestBody" in op
+    }
+    assert len(operations) > 50
+    shapes = {
+        key: op["responses"]["413"]["content"]["application/json"]["schema"]["$ref"]
+        for key, op in operations.items()
+        if "413" in op["responses"]
+    }
+    assert sorted(shapes) == sorted(operations)
+    assert {ref for (_, path), ref in shapes.items() if "personalizer" in path} == {
+        "#/components/schemas/PersonalizerErrorResponse"
+    }
+    assert {ref for (_, path), ref in shapes.items() if "personalizer" not in path} == {
+        "#/components/schemas/ErrorDetail"
+    }
+
+
 def test_document_carries_the_contract_field_names() -> None:
     doc = json.loads(OPENAPI_PATH.read_text())
     schemas = doc["components"]["schemas"]

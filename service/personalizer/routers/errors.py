@@ -25,6 +25,7 @@ from bandit_core.errors import BanditError, ModelError
 from service.api.auth import check_key
 from service.api.errors import note_not_found
 from service.errors import ApiError, NotFound, field_path
+from service.personalizer.schemas import PersonalizerErrorResponse
 from service.routers.json_route import JsonRoute
 from service.storage.base import StoreUnavailableError, TransactionConflictError
 
@@ -141,6 +142,8 @@ def _not_found_code(exc: ApiError, route: str) -> str:
 class PersonalizerRoute(JsonRoute):
     """A route answering its errors in Personalizer's shape (module docstring), whose
     OpenAPI security names the bearer scheme beside :data:`personalizer_key`'s."""
+
+    ERROR_MODEL = PersonalizerErrorResponse
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         # FastAPI appends a list of openapi_extra to the generated one
