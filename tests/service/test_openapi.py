@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -50,6 +51,22 @@ def test_every_operation_with_a_body_documents_the_body_limits_413() -> None:
     assert {ref for (_, path), ref in shapes.items() if "personalizer" not in path} == {
         "#/components/schemas/ErrorDetail"
     }
+
+
+def test_every_path_parameter_is_declared_by_its_operations() -> None:
+    """A route's path parameters are validated only when a parameter or dependency
+    declares them (a Personalizer route's ``{version}`` and ``{policy}`` by its family's
+    loop dependency): each ``{name}`` of every path is a path parameter of each of its
+    operations, and nothing else is."""
+    doc = json.loads(OPENAPI_PATH.read_text())
+    undeclared = [
+        (method, path)
+        for path, ops in doc["paths"].items()
+        for method, op in ops.items()
+        if set(re.findall(r"\{([^}:]+)", path))
+        != {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+    ]
+    assert undeclared == []
 
 
 def test_document_carries_the_contract_field_names() -> None:
