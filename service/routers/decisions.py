@@ -28,7 +28,6 @@ _errors: dict[int | str, dict[str, Any]] = {
         "model": ErrorDetail,
         "description": "event already finalized, or a client event_id reused with another body",
     },
-    413: {"model": ErrorDetail, "description": "body too large"},
     503: {
         "model": ErrorDetail,
         "description": "state store unavailable; retry after Retry-After seconds",
